@@ -1,0 +1,171 @@
+"""The Python API: ``analyze.load(paths) -> Analysis`` (DataFrames, the numbers the CLI prints).
+
+One mapper per report (:func:`analyze_report`: pure, picklable in and out, so it runs the same in a
+process pool or on Dask) and one reducer across reports (:func:`combine`: rank identity across
+files, time alignment, collectives).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import attribution, cycles, projection, report, safety
+from .phases import PhaseConfig
+from .ranks import identify_ranks
+
+TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives")
+
+
+@dataclass
+class ReportResult:
+    """What one report yields before reports are combined (times on the report's own clock)."""
+
+    path: str
+    meta: dict
+    ranks: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    ranges: pd.DataFrame
+    marks: pd.DataFrame
+    phases: pd.DataFrame
+    kernels: pd.DataFrame
+    totals: pd.DataFrame
+    nvtx_projection: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """All tables of an analysis; every figure the CLI prints comes from one of these."""
+
+    inputs: list[dict]
+    ranks: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    ranges: pd.DataFrame
+    phases: pd.DataFrame
+    kernels: pd.DataFrame
+    totals: pd.DataFrame
+    nvtx_projection: pd.DataFrame
+    cycles: pd.DataFrame
+    collectives: pd.DataFrame
+    alignment: pd.DataFrame
+    phase_names: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, name: str) -> pd.DataFrame:
+        return getattr(self, name)
+
+
+def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult:
+    """Map step: read one report and attribute its GPU time, per process (rank)."""
+    config = config or PhaseConfig()
+    tables = report.read_report(path)
+    notes: list[str] = []
+    ops = tables.gpu_ops
+    if ops.empty:
+        if tables.ranges.empty and tables.marks.empty:
+            raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
+                                        "(was it captured with -t cuda?)")
+        raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+    ops = ops.assign(name=attribution.op_names(ops, tables.strings))
+    ranges = attribution.label_ranges(tables.ranges, config)
+    if ranges.empty:
+        notes.append("no NVTX ranges: every GPU op is in `other` unless a kernel pattern names its phase")
+    calls = tables.calls
+    index = projection.build_call_index(calls, ranges)
+    op_call = projection.link_ops(ops, calls, index)
+    missing = int((op_call < 0).sum())
+    if missing:
+        notes.append(f"{missing} GPU ops had no launching API call (sliced capture?): "
+                     "phase by kernel name only, else `other`")
+
+    # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
+    has, first, last = projection.call_op_spans(ops, op_call, len(index.key))
+    nsys_proj = projection.project_ranges(ranges, index, has, first, last)
+    has_all, first_all, last_all = projection.call_op_spans(ops, op_call, len(index.key),
+                                                             kinds=("kernel", "memcpy", "memset", "graph"))
+    all_proj = projection.project_ranges(ranges, index, has_all, first_all, last_all)
+    ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
+                           gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
+                           gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
+    ranges["full_name"] = projection.full_range_names(ranges)
+    nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
+    unclosed = int(ranges["end_missing"].sum())
+    if unclosed:
+        notes.append(f"{unclosed} NVTX ranges were never closed: they run to the last NVTX timestamp")
+
+    ranks = identify_ranks(ops, tables.marks, ranges, tables.processes, str(path))
+    ops, inclusive, outermost = attribution.assign_phases(ops, op_call, ranges, index, config)
+    rank_of_pid = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    ops["rank"] = ops["global_pid"].map(rank_of_pid).astype("int64")
+    ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
+    ranges["outermost"] = outermost
+    phases, totals = attribution.phase_table(ops, inclusive, ranges, outermost, ranks, config)
+    kernels = attribution.kernel_table(ops)
+    ops = ops.assign(duration_ns=ops["end_ns"] - ops["start_ns"], call_pos=op_call, input=str(path),
+                     collective=collective_mask(ops["name"], config),
+                     cycle_range=cycles.cycle_of_ops(op_call, ranges, index, config))
+    ranges["is_cycle"] = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
+    zero = int((ops["duration_ns"] == 0).sum())
+    if zero:
+        notes.append(f"{zero} GPU ops have zero duration")
+    if tables.meta.get("cuda_graph_trace") == "graph" and (ops["kind"] == "graph").any():
+        notes.append("CUDA graphs traced at graph level: kernels inside graph replays are invisible "
+                     "(profile with --cuda-graph-trace=node to see allreduce kernels inside graphs)")
+    ranges = ranges.rename_axis("range_id").reset_index()
+    return ReportResult(str(path), tables.meta, ranks, ops, ranges, tables.marks, phases, kernels, totals,
+                        nvtx_summary, notes)
+
+
+def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
+    """Ops that are collectives: names matching the kernel patterns of the ``allreduce`` phase."""
+    phase = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
+    if phase is None:
+        return np.zeros(len(names), dtype=bool)
+    rx = phase.kernel_regex()
+    uniq, inverse = np.unique(names.astype(str).to_numpy(), return_inverse=True)
+    return np.array([bool(rx.fullmatch(u)) for u in uniq], dtype=bool)[inverse]
+
+
+def expand_inputs(paths) -> list[str]:
+    """Files as given; a directory stands for the reports inside it."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[str] = []
+    for p in paths:
+        found = safety.find_reports(p)
+        out.extend(str(f) for f in found)
+    return out
+
+
+def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False) -> Analysis:
+    """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`."""
+    from . import multirank  # late import: multirank builds on this module's types
+
+    config = config or PhaseConfig()
+    files = expand_inputs(paths)
+    results = map_reports(files, config, jobs=jobs, progress=progress)
+    return multirank.combine(results, config)
+
+
+def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False) -> list[ReportResult]:
+    if jobs <= 1 or len(files) <= 1:
+        return [analyze_report(f, config) for f in _progress(files, progress)]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(analyze_report, f, config) for f in files]
+        return [f.result() for f in _progress(futures, progress, total=len(files))]
+
+
+def _progress(items, enabled: bool, total: int | None = None):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return items
+    return tqdm(items, total=total, desc="reports", unit="report", file=None, leave=False)

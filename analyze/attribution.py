@@ -1,0 +1,186 @@
+"""Attributing every GPU op of a rank to phases, and the per-rank, per-phase, per-kernel figures.
+
+* inclusive membership: an op is in phase P when its launching call lies inside any range of P, or
+  its name matches P's kernel patterns (``busy_ns``, ``kernel_ns``);
+* exclusive phase: kernel patterns first (phase order), then the innermost enclosing range that
+  belongs to a phase, else ``other``;
+* exclusive time: the rank's busy timeline split so every covered nanosecond has one owner; where
+  phases overlap the earlier-listed phase wins. Computed as differences of cumulative unions, so
+  ``sum(exclusive over phases) + unattributed == busy`` holds by construction and exactly.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import projection as proj
+from .intervals import grouped_union_length
+from .phases import OTHER, PhaseConfig, kernel_phase, range_phase
+
+OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
+
+
+def op_names(ops: pd.DataFrame, strings: pd.Series) -> np.ndarray:
+    """Display name of every op: kernel name, ``[CUDA memcpy]``, ``[CUDA graph N]``."""
+    names = np.empty(len(ops), dtype=object)
+    kind = ops["kind"].to_numpy()
+    ids = ops["name_id"].to_numpy(dtype="int64")
+    is_kernel = kind == "kernel"
+    if is_kernel.any():
+        looked = strings.reindex(ids[is_kernel]).to_numpy(dtype=object)
+        missing = pd.isna(looked)
+        looked[missing] = [f"<kernel {i}>" for i in ids[is_kernel][missing]]
+        names[is_kernel] = looked
+    for k, label in OP_KIND_LABEL.items():
+        names[kind == k] = label
+    is_graph = kind == "graph"
+    names[is_graph] = [f"[CUDA graph {i}]" for i in ids[is_graph]]
+    return names
+
+
+def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
+    ranges = ranges.copy()
+    ranges["phase"] = range_phase(ranges["name"].tolist(), ranges["domain"].tolist(), config)
+    return ranges
+
+
+def assign_phases(ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallIndex,
+                  config: PhaseConfig) -> tuple[pd.DataFrame, dict[str, np.ndarray], np.ndarray]:
+    """Exclusive phase and innermost phase range of every op, and inclusive membership per phase.
+
+    Returns (ops with ``phase`` and ``range_id``, {phase: bool mask over ops}, outermost flag per range).
+    """
+    n_calls = len(index.key)
+    phase_ranges = ranges[ranges["phase"].notna()]
+    lo, hi, exact = proj.range_blocks(index, phase_ranges)
+    tidx, _, end_key = proj.range_keys(index, phase_ranges)
+
+    def slow_for(los, his, ends):
+        return lambda i: index.end_key[los[i]:his[i]] <= ends[i]
+
+    starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
+    ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
+    levels = proj.nesting_levels(tidx, starts, ends)
+    labels = phase_ranges.index.to_numpy(dtype="int64")
+    owner = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, slow_for(lo, hi, end_key))
+
+    has_call = op_call >= 0
+    range_id = np.full(len(ops), -1, dtype="int64")
+    range_id[has_call] = owner[op_call[has_call]]
+    phase_of_range = ranges["phase"].to_numpy(dtype=object)
+    by_range = np.full(len(ops), None, dtype=object)
+    found = range_id >= 0
+    by_range[found] = phase_of_range[range_id[found]]
+
+    names = ops["name"].to_numpy(dtype=object)
+    uniq, inverse = np.unique(names.astype(str), return_inverse=True)
+    by_kernel = np.array(kernel_phase(list(uniq), config), dtype=object)[inverse] if len(uniq) else \
+        np.full(len(ops), None, dtype=object)
+    phase = np.where(pd.notna(by_kernel), by_kernel, np.where(pd.notna(by_range), by_range, OTHER))
+
+    outermost = np.zeros(len(ranges), dtype=bool)
+    inclusive: dict[str, np.ndarray] = {}
+    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
+    for name in config.names:
+        sel = np.flatnonzero(phase_col == name)
+        member_calls = np.zeros(n_calls, dtype=bool)
+        if len(sel):
+            lv = proj.nesting_levels(tidx[sel], starts[sel], ends[sel])
+            top = sel[lv == 0]
+            outermost[phase_ranges.index.to_numpy()[top]] = True
+            marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
+                                      exact[top], np.ones(len(top), dtype="int64"),
+                                      slow_for(lo[top], hi[top], end_key[top]))
+            member_calls = marks > 0
+        in_range = np.zeros(len(ops), dtype=bool)
+        in_range[has_call] = member_calls[op_call[has_call]]
+        inclusive[name] = in_range | (by_kernel == name)
+    ops = ops.assign(phase=phase, range_id=range_id)
+    return ops, inclusive, outermost
+
+
+def _rank_codes(ops: pd.DataFrame, ranks: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    rank_of_pid = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    rank = np.array([rank_of_pid.get(int(p), -1) for p in ops["global_pid"].to_numpy()], dtype="int64")
+    rank_list = ranks["rank"].to_numpy(dtype="int64")
+    code = np.searchsorted(rank_list, rank)
+    return rank, code
+
+
+def phase_table(ops: pd.DataFrame, inclusive: dict[str, np.ndarray], ranges: pd.DataFrame,
+                outermost: np.ndarray, ranks: pd.DataFrame, config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (rank, phase): instances, cpu_ns, projected_ns, busy_ns, exclusive_ns, kernel_ns; and totals."""
+    rank_list = ranks["rank"].to_numpy(dtype="int64")
+    n = len(rank_list)
+    code = np.searchsorted(rank_list, ops["rank"].to_numpy(dtype="int64"))
+    start = ops["start_ns"].to_numpy(dtype="int64")
+    end = ops["end_ns"].to_numpy(dtype="int64")
+    dur = end - start
+    is_kernel = (ops["kind"] == "kernel").to_numpy()
+    exclusive_phase = ops["phase"].to_numpy(dtype=object)
+
+    busy = grouped_union_length(code, start, end, n)
+    cumulative = np.zeros(n, dtype="int64")
+    covered = np.zeros(len(ops), dtype=bool)
+    rows = []
+    range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    top = ranges[outermost]
+    top_rank = np.array([range_rank.get(int(p), -1) for p in top["global_pid"]], dtype="int64")
+    for name in config.names:
+        member = inclusive[name]
+        p_busy = grouped_union_length(code[member], start[member], end[member], n)
+        covered |= exclusive_phase == name
+        upto = grouped_union_length(code[covered], start[covered], end[covered], n)
+        exclusive = upto - cumulative
+        cumulative = upto
+        k_ns = np.bincount(code[member & is_kernel], weights=dur[member & is_kernel], minlength=n)
+        mine = (top["phase"] == name).to_numpy()
+        for i, rank in enumerate(rank_list):
+            sel = mine & (top_rank == rank)
+            r = top[sel]
+            projected = np.where(r["gpu_ops_all"] > 0, r["gpu_end_all"] - r["gpu_start_all"], 0).sum()
+            rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
+                         "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
+                         "busy_ns": int(p_busy[i]), "exclusive_ns": int(exclusive[i]),
+                         "kernel_ns": int(round(k_ns[i]))})
+    other = ~covered
+    k_other = np.bincount(code[other & is_kernel], weights=dur[other & is_kernel], minlength=n)
+    for i, rank in enumerate(rank_list):
+        rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
+                     "busy_ns": int(grouped_union_length(code[other & (code == i)], start[other & (code == i)],
+                                                         end[other & (code == i)], n)[i]),
+                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(round(k_other[i]))})
+    phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
+
+    kernel_total = np.bincount(code[is_kernel], weights=dur[is_kernel], minlength=n)
+    win_start = np.full(n, -1, dtype="int64")
+    win_end = np.full(n, -1, dtype="int64")
+    for i in range(n):
+        sel = code == i
+        if sel.any():
+            win_start[i], win_end[i] = start[sel].min(), end[sel].max()
+    totals = pd.DataFrame({
+        "rank": rank_list, "kernel_ns": np.round(kernel_total).astype("int64"), "busy_ns": busy,
+        "exclusive_attributed_ns": cumulative, "unattributed_ns": busy - cumulative,
+        "window_start_ns": win_start, "window_end_ns": win_end,
+        "idle_ns": np.where(win_end >= 0, win_end - win_start - busy, 0),
+        "gpu_ops": np.bincount(code, minlength=n),
+    })
+    return phases, totals
+
+
+def kernel_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, exclusive phase, op name): instances, total/mean/median/p99 ns, share of the phase."""
+    cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
+    if ops.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    frame = pd.DataFrame({"rank": ops["rank"], "phase": ops["phase"], "name": ops["name"],
+                          "d": ops["end_ns"] - ops["start_ns"]})
+    grouped = frame.groupby(["rank", "phase", "name"], sort=False)["d"]
+    table = grouped.agg(instances="size", total_ns="sum", mean_ns="mean", median_ns="median").reset_index()
+    table["p99_ns"] = grouped.quantile(0.99).to_numpy()
+    phase_total = table.groupby(["rank", "phase"])["total_ns"].transform("sum")
+    table["share"] = np.where(phase_total > 0, table["total_ns"] / phase_total, 0.0)
+    table = table.sort_values(["rank", "phase", "total_ns", "name"], ascending=[True, True, False, True],
+                              kind="stable").reset_index(drop=True)
+    return table[cols]

@@ -1,0 +1,75 @@
+"""All-reduce skew: per collective instance and rank, arrival, wait and transfer.
+
+The n-th collective kernel of every rank is one collective instance. The last rank to arrive
+(latest kernel start) sets when data can move: a rank that arrived earlier waits
+``arrival_lag = last_start - start`` (capped at its kernel's duration); the rest is transfer.
+``phase`` is the phase of the GPU work that ran just before the collective on that rank: for the
+last arriving rank, the phase that made it late.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "arrival_lag_ns",
+           "wait_ns", "transfer_ns", "phase", "last_arrival"]
+
+
+def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:
+    if gpu_ops.empty or "collective" not in gpu_ops.columns:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    ops = gpu_ops.sort_values(["rank", "start_ns"], kind="stable")
+    # phase of the op just before each op on the same rank (what kept the rank busy)
+    prev_phase = ops.groupby("rank")["phase"].shift(1).fillna("other")
+    prev_coll = ops.groupby("rank")["collective"].shift(1).fillna(False).astype(bool)
+    coll = ops[ops["collective"].to_numpy()].assign(prev_phase=prev_phase[ops["collective"]])
+    coll.loc[prev_coll[ops["collective"]].to_numpy(), "prev_phase"] = "allreduce"
+    ranks = sorted(coll["rank"].unique())
+    if len(ranks) < 2:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    coll = coll.assign(collective=coll.groupby("rank").cumcount())
+    n = coll.groupby("rank")["collective"].max().min() + 1
+    coll = coll[coll["collective"] < n]
+    last = coll.groupby("collective")["start_ns"].transform("max")
+    duration = coll["end_ns"] - coll["start_ns"]
+    lag = last - coll["start_ns"]
+    wait = np.minimum(lag, duration)
+    out = pd.DataFrame({
+        "collective": coll["collective"].to_numpy(), "rank": coll["rank"].to_numpy(),
+        "name": coll["name"].to_numpy(), "start_ns": coll["start_ns"].to_numpy(),
+        "end_ns": coll["end_ns"].to_numpy(), "duration_ns": duration.to_numpy(),
+        "arrival_lag_ns": lag.to_numpy(), "wait_ns": wait.to_numpy(),
+        "transfer_ns": (duration - wait).to_numpy(), "phase": coll["prev_phase"].to_numpy(),
+        "last_arrival": (lag == 0).to_numpy(),
+    })
+    return out.sort_values(["collective", "rank"]).reset_index(drop=True)
+
+
+def skew_summary(collectives: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: collectives, total wait and transfer, times last to arrive, and why (phase)."""
+    cols = ["rank", "collectives", "wait_ns", "transfer_ns", "times_last", "late_by_ns", "late_phase"]
+    if collectives.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    g = collectives.groupby("rank")
+    summary = pd.DataFrame({"collectives": g.size(), "wait_ns": g["wait_ns"].sum(),
+                            "transfer_ns": g["transfer_ns"].sum()})
+    # a rank is "late" in a collective when it arrived last while others waited for it
+    waited = collectives.groupby("collective")["arrival_lag_ns"].transform("max")
+    late = collectives[collectives["last_arrival"] & (waited > 0)]
+    summary["times_last"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
+    # how long the others waited for this rank: the spread of arrivals of the collectives it closed
+    spread = collectives.groupby("collective")["arrival_lag_ns"].max()
+    summary["late_by_ns"] = late["collective"].map(spread).groupby(late["rank"]).sum() \
+        .reindex(summary.index).fillna(0).astype("int64")
+    phase = late.groupby("rank")["phase"].agg(lambda s: s.value_counts().index[0])
+    summary["late_phase"] = phase.reindex(summary.index)
+    return summary.reset_index()[cols]
+
+
+def stragglers(collectives: pd.DataFrame) -> list[int]:
+    """Ranks that made the others wait in more collectives than anyone else did (ties included)."""
+    s = skew_summary(collectives)
+    if s.empty or s["late_by_ns"].max() <= 0:
+        return []
+    top = s["late_by_ns"].max()
+    return [int(r) for r in s.loc[s["late_by_ns"] >= 0.5 * top, "rank"]]

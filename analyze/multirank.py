@@ -1,0 +1,86 @@
+"""Combining reports: rank identity across files and the cross-rank tables.
+
+A single report may hold every rank (one nsys run around the whole server); several reports may
+hold one rank each. Either way the result has one row per rank in ``ranks`` and times of every
+rank on one clock (see alignment.py).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import alignment, cycles as cycles_mod, collectives as coll_mod
+from .phases import PhaseConfig
+from .ranks import RankConflict
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if f is not None and len(f.columns)]
+    if not frames:
+        return pd.DataFrame()
+    non_empty = [f for f in frames if len(f)]
+    return pd.concat(non_empty or frames[:1], ignore_index=True)
+
+
+def renumber_ranks(results) -> None:
+    """Make rank numbers unique across reports; two reports claiming one rank is an error."""
+    seen: dict[int, str] = {}
+    multi = len(results) > 1
+    next_free = 0
+    for res in results:
+        mapping = {}
+        for _, row in res.ranks.iterrows():
+            rank = int(row["rank"])
+            if multi and row["source"] == "order":
+                # process order means nothing across files: take the next free number
+                while next_free in seen:
+                    next_free += 1
+                mapping[rank] = next_free
+                rank = next_free
+            elif rank in seen:
+                raise RankConflict(f"{res.path} and {seen[rank]} both hold rank {rank} "
+                                   f"(from {row['source']}): give each rank once")
+            seen[rank] = res.path
+        if mapping:
+            for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals):
+                if "rank" in table.columns:
+                    table["rank"] = table["rank"].map(lambda r: mapping.get(int(r), r)).astype("int64")
+
+
+def combine(results, config: PhaseConfig):
+    from .api import Analysis
+
+    renumber_ranks(results)
+    offsets = alignment.align(results)
+    inputs = []
+    for res in results:
+        off = offsets.set_index("input")["offset_ns"].get(res.path, 0)
+        for frame, cols in ((res.gpu_ops, ("start_ns", "end_ns")),
+                            (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
+                                          "gpu_start_all", "gpu_end_all")),
+                            (res.marks, ("time_ns",)),
+                            (res.totals, ("window_start_ns", "window_end_ns"))):
+            for c in cols:
+                if c in frame.columns and off:
+                    valid = frame[c] >= 0 if c.startswith("gpu_") or c.startswith("window") else slice(None)
+                    frame.loc[valid, c] = frame.loc[valid, c] + int(off)
+        res.ranks["offset_ns"] = int(off)
+        inputs.append({"path": res.path, "schema_version": res.meta.get("schema_version"),
+                       "nsys_version": res.meta.get("nsys_version"),
+                       "cuda_graph_trace": res.meta.get("cuda_graph_trace"),
+                       "utc_start_ns": res.meta.get("utc_start_ns"), "offset_ns": int(off),
+                       "ranks": res.ranks["rank"].astype(int).tolist(), "notes": res.notes})
+    ranks = _concat([r.ranks for r in results]).sort_values("rank").reset_index(drop=True)
+    gpu_ops = _concat([r.gpu_ops for r in results])
+    ranges = _concat([r.ranges.assign(input=r.path) for r in results])
+    marks = _concat([r.marks.assign(input=r.path, rank=r.marks["global_pid"].map(
+        dict(zip(r.ranks["global_pid"], r.ranks["rank"])))) for r in results])
+    phases = _concat([r.phases for r in results]).sort_values(["rank"], kind="stable").reset_index(drop=True)
+    kernels = _concat([r.kernels for r in results])
+    totals = _concat([r.totals for r in results]).sort_values("rank").reset_index(drop=True)
+    nvtx = _concat([r.nvtx_projection.assign(input=r.path) for r in results])
+    cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
+    collectives = coll_mod.collective_table(gpu_ops, config)
+    notes = [f"{r.path}: {n}" if len(results) > 1 else n for r in results for n in r.notes]
+    return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
+                    kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
+                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes)

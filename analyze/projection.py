@@ -1,0 +1,244 @@
+"""Projecting NVTX ranges onto the GPU work launched inside them.
+
+The rules are nsys' own (``nsys stats -r nvtx_gpu_proj_sum``):
+
+* a GPU op (kernel, memcpy, memset) belongs to the CUDA API call with the same correlation id in
+  the same process (correlation ids repeat across processes);
+* an API call belongs to every NVTX range on the same thread that encloses it
+  (``range.start <= call.start`` and ``call.end <= range.end``);
+* a range's projection runs from the first start to the last end of its ops; its GPU op count is
+  the number of distinct launching calls (a graph launch of eight kernels counts once).
+
+Everything is vectorised: API calls are sorted by (thread, start) on one integer key, every range
+becomes a contiguous block of calls, and blocks are reduced level by level (ranges at the same
+nesting depth on a thread never overlap, so each level is one ``reduceat`` pass). Ranges that break
+proper nesting (start/end ranges crossing each other) go through an exact slow path.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+PROJECTED_KINDS = ("kernel", "memcpy", "memset")
+INT64_MAX = np.iinfo(np.int64).max
+INT64_MIN = np.iinfo(np.int64).min
+
+
+class CallIndex(NamedTuple):
+    """API calls sorted by (thread, start), with one integer key per call."""
+
+    order: np.ndarray        # position in the original calls table, in sorted order
+    key: np.ndarray          # composite (thread, start) key, sorted
+    end_key: np.ndarray      # composite (thread, end) key
+    thread_of: dict          # global_tid -> dense thread index
+    t0: int
+    span: int
+    monotone_threads: np.ndarray  # dense thread index -> call ends non-decreasing in start order
+
+
+def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
+    tids = np.concatenate([calls["global_tid"].to_numpy(dtype="int64"),
+                           ranges["global_tid"].to_numpy(dtype="int64")])
+    uniq = np.unique(tids)
+    thread_of = {int(t): i for i, t in enumerate(uniq)}
+    times = np.concatenate([calls["start_ns"].to_numpy(dtype="int64"), calls["end_ns"].to_numpy(dtype="int64"),
+                            ranges["start_ns"].to_numpy(dtype="int64"), ranges["end_ns"].to_numpy(dtype="int64")])
+    t0 = int(times.min()) if len(times) else 0
+    span = (int(times.max()) - t0 + 2) if len(times) else 2
+    if span * max(len(uniq), 1) >= 2 ** 62:
+        raise ValueError("trace too long for the (thread, time) key: "
+                         f"{len(uniq)} threads x {span} ns")
+    tidx = np.searchsorted(uniq, calls["global_tid"].to_numpy(dtype="int64"))
+    key = tidx * span + (calls["start_ns"].to_numpy(dtype="int64") - t0)
+    end_key = tidx * span + (calls["end_ns"].to_numpy(dtype="int64") - t0)
+    order = np.argsort(key, kind="stable")
+    key, end_key, tidx_sorted = key[order], end_key[order], tidx[order]
+    monotone = np.ones(len(uniq), dtype=bool)
+    if len(key) > 1:
+        same = tidx_sorted[1:] == tidx_sorted[:-1]
+        bad = same & (end_key[1:] < end_key[:-1])
+        monotone[np.unique(tidx_sorted[1:][bad])] = False
+    return CallIndex(order, key, end_key, thread_of, t0, span, monotone)
+
+
+def range_keys(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    tidx = np.array([index.thread_of[int(t)] for t in ranges["global_tid"].to_numpy(dtype="int64")],
+                    dtype="int64") if len(ranges) else np.zeros(0, dtype="int64")
+    start = tidx * index.span + (ranges["start_ns"].to_numpy(dtype="int64") - index.t0)
+    end = tidx * index.span + (ranges["end_ns"].to_numpy(dtype="int64") - index.t0)
+    return tidx, start, end
+
+
+def range_blocks(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every range, the block [lo, hi) of sorted calls it encloses, and an 'exact' flag.
+
+    A block holds the calls that start inside the range; calls that end after the range are cut
+    from its tail. That is exact when call ends on the thread are ordered like call starts
+    (sequential calls); where they are not, the flag is False and the caller must filter.
+    """
+    tidx, start_key, end_key = range_keys(index, ranges)
+    lo = np.searchsorted(index.key, start_key, side="left")
+    hi = np.searchsorted(index.key, end_key, side="right")
+    while True:
+        tail = hi > lo
+        over = np.zeros(len(hi), dtype=bool)
+        over[tail] = index.end_key[hi[tail] - 1] > end_key[tail]
+        if not over.any():
+            break
+        hi[over] -= 1
+    exact = index.monotone_threads[tidx] if len(tidx) else np.zeros(0, dtype=bool)
+    return lo, hi, exact
+
+
+def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of every range among the given ranges of its thread (0 = outermost).
+
+    depth = ranges of the thread that started before it (in (start, -end) order) minus those that
+    ended strictly before its start.
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype="int64")
+    order = np.lexsort((-end, start, thread))
+    pos_in_thread = np.empty(n, dtype="int64")
+    sorted_thread = thread[order]
+    first = np.r_[0, np.flatnonzero(sorted_thread[1:] != sorted_thread[:-1]) + 1]
+    seg_start = np.repeat(first, np.diff(np.r_[first, n]))
+    pos_in_thread[order] = np.arange(n) - seg_start
+    # ends strictly before my start, on my thread
+    span = int(max(end.max(), start.max()) - min(start.min(), end.min()) + 2)
+    base = int(min(start.min(), end.min()))
+    end_keys = np.sort(thread * span + (end - base))
+    thread_first = np.searchsorted(end_keys, thread * span, side="left")
+    ended_before = np.searchsorted(end_keys, thread * span + (start - base), side="left") - thread_first
+    return pos_in_thread - ended_before
+
+
+def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.ndarray):
+    """Yield (range positions, ok) per level, where ok marks ranges whose blocks are disjoint."""
+    for level in np.unique(levels):
+        members = np.flatnonzero(levels == level)
+        members = members[np.argsort(lo[members], kind="stable")]
+        ok = exact[members].copy()
+        if len(members) > 1:
+            clash = lo[members][1:] < hi[members][:-1]
+            ok[1:] &= ~clash
+            ok[:-1] &= ~clash
+        yield members, ok
+
+
+def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
+                  values: np.ndarray, how: str, slow) -> np.ndarray:
+    """Reduce ``values`` (per sorted call) over every range's block: how = 'sum' | 'min' | 'max'.
+
+    ``slow(i)`` returns the boolean mask of calls in block i for ranges needing the exact path.
+    """
+    ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[how]
+    neutral = {"sum": 0, "min": INT64_MAX, "max": INT64_MIN}[how]
+    out = np.full(len(lo), neutral, dtype="int64")
+    ext = np.append(values.astype("int64"), neutral)
+    for members, ok in _level_groups(levels, lo, hi, exact):
+        good = members[ok]
+        if len(good):
+            bounds = np.empty(2 * len(good), dtype="int64")
+            bounds[0::2], bounds[1::2] = lo[good], hi[good]
+            red = ufunc.reduceat(ext, bounds)[0::2]
+            nonempty = hi[good] > lo[good]
+            out[good[nonempty]] = red[nonempty]
+        for i in members[~ok]:
+            sel = values[lo[i]:hi[i]][slow(i)]
+            if len(sel):
+                out[i] = ufunc.reduce(sel)
+    return out
+
+
+def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
+                 labels: np.ndarray, slow) -> np.ndarray:
+    """Label every sorted call with the label of its deepest enclosing range (or -1)."""
+    owner = np.full(n_calls, -1, dtype="int64")
+    for members, ok in _level_groups(levels, lo, hi, exact):   # outermost level first
+        good = members[ok]
+        lens = hi[good] - lo[good]
+        total = int(lens.sum())
+        if total:
+            offsets = np.repeat(lo[good] - np.r_[0, np.cumsum(lens)[:-1]], lens)
+            owner[offsets + np.arange(total)] = np.repeat(labels[good], lens)
+        for i in members[~ok]:
+            owner[np.arange(lo[i], hi[i])[slow(i)]] = labels[i]
+    return owner
+
+
+def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
+    """Per GPU op, the sorted position of its launching API call (-1 when the call is missing)."""
+    if len(ops) == 0:
+        return np.zeros(0, dtype="int64")
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    left = pd.DataFrame({"global_pid": ops["global_pid"].to_numpy(dtype="int64"),
+                         "correlation_id": ops["correlation_id"].to_numpy(dtype="int64")})
+    right = pd.DataFrame({"global_pid": calls["global_pid"].to_numpy(dtype="int64"),
+                          "correlation_id": calls["correlation_id"].to_numpy(dtype="int64"),
+                          "pos": sorted_pos}).drop_duplicates(["global_pid", "correlation_id"])
+    merged = left.merge(right, on=["global_pid", "correlation_id"], how="left", sort=False)
+    return merged["pos"].fillna(-1).to_numpy(dtype="int64")
+
+
+def call_op_spans(ops: pd.DataFrame, op_call: np.ndarray, n_calls: int,
+                  kinds=PROJECTED_KINDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sorted call: has projected ops (0/1), first op start, last op end."""
+    sel = (op_call >= 0) & ops["kind"].isin(kinds).to_numpy()
+    pos = op_call[sel]
+    first = np.full(n_calls, INT64_MAX, dtype="int64")
+    last = np.full(n_calls, INT64_MIN, dtype="int64")
+    np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype="int64")[sel])
+    np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype="int64")[sel])
+    has = np.zeros(n_calls, dtype="int64")
+    has[pos] = 1
+    return has, first, last
+
+
+def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
+                   last: np.ndarray) -> pd.DataFrame:
+    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection)."""
+    lo, hi, exact = range_blocks(index, ranges)
+    tidx, _, end_key = range_keys(index, ranges)
+    levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
+                            ranges["end_ns"].to_numpy(dtype="int64"))
+
+    def slow(i):
+        return index.end_key[lo[i]:hi[i]] <= end_key[i]
+
+    n_ops = reduce_blocks(lo, hi, levels, exact, has, "sum", slow)
+    g_start = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, first, INT64_MAX), "min", slow)
+    g_end = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, last, INT64_MIN), "max", slow)
+    out = pd.DataFrame({"gpu_ops": n_ops,
+                        "gpu_start_ns": np.where(n_ops > 0, g_start, -1),
+                        "gpu_end_ns": np.where(n_ops > 0, g_end, -1)}, index=ranges.index)
+    return out
+
+
+def full_range_names(ranges: pd.DataFrame) -> pd.Series:
+    """nsys' spelling: ``domain:name``, ``:name`` for the default domain."""
+    return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+
+
+def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style)."""
+    frame = pd.DataFrame({
+        "range": full_range_names(ranges),
+        "style": ranges["style"].to_numpy(),
+        "proj": projected["gpu_end_ns"] - projected["gpu_start_ns"],
+        "range_ns": ranges["end_ns"] - ranges["start_ns"],
+        "gpu_ops": projected["gpu_ops"],
+    })
+    frame = frame[frame["gpu_ops"] > 0]
+    cols = ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"]
+    if frame.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    summary = frame.groupby(["range", "style"], sort=False).agg(
+        instances=("proj", "size"), total_projected_ns=("proj", "sum"),
+        total_range_ns=("range_ns", "sum"), gpu_ops=("gpu_ops", "sum")).reset_index()
+    summary = summary.sort_values(["total_projected_ns", "range"], ascending=[False, True], kind="stable")
+    return summary[cols].reset_index(drop=True)
