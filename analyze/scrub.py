@@ -270,6 +270,34 @@ def _scrub_column(ed: _Editor, table: str, col: str, fn) -> None:
             ed.update_rowid(table, col, rowid, value, fn(value))
 
 
+def _swap_bytes_in_invalid_utf8(ed: _Editor, table: str, col: str, mapping: dict) -> None:
+    """Values that are not valid UTF-8 (nsys 2021-2022 store protobuf blobs such as GpuInfo in
+    TEXT columns) cannot round-trip through str: swap same-length byte strings in place."""
+    if col not in table_columns(ed.conn, table):
+        return
+    old_tf = ed.conn.text_factory
+    ed.conn.text_factory = bytes
+    try:
+        rows = ed.conn.execute(f"SELECT rowid, {_quote(col)} FROM {_quote(table)} "
+                               f"WHERE typeof({_quote(col)})='text'").fetchall()
+    finally:
+        ed.conn.text_factory = old_tf
+    for rowid, raw in rows:
+        try:
+            raw.decode("utf-8")
+            continue
+        except UnicodeDecodeError:
+            pass
+        new = raw
+        for a, b in mapping.items():
+            new = new.replace(a.encode(), b.encode())
+        if new != raw:
+            ed.conn.execute(f"UPDATE {_quote(table)} SET {_quote(col)}=CAST(? AS TEXT) "
+                            "WHERE rowid=?", (new, rowid))
+            key = f"{table}.{col}"
+            ed.report.changed[key] = ed.report.changed.get(key, 0) + 1
+
+
 def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) -> None:
     tokens, report.hosts_found, report.users_found = _collect_identity(conn, keep_names)
     uuids = _gpu_uuid_map(conn, keep_names)
@@ -297,6 +325,8 @@ def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) 
             return SCRUBBED if value else value
         if name in SYSENV_IDENTITY:
             return value if keep_names or not value else HOST
+        if "\ufffd" in value:
+            return value  # invalid UTF-8 (binary protobuf): handled byte-wise below
         for u, p in uuids.items():
             value = value.replace(u, p)
         if name in ("GpuInfo",) or "\x00" in value or not value.isprintable():
@@ -307,6 +337,8 @@ def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) 
     _scrub_name_value(ed, "META_DATA_EXPORT", tokens, export_rule)
     _scrub_name_value(ed, "EXPORT_META_DATA", tokens, export_rule)
     _scrub_name_value(ed, "TARGET_INFO_SYSTEM_ENV", tokens, sysenv_rule)
+    if uuids:
+        _swap_bytes_in_invalid_utf8(ed, "TARGET_INFO_SYSTEM_ENV", "value", uuids)
 
     if has_table(conn, "StringIds"):
         protected = _protected_string_ids(conn)

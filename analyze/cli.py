@@ -1,0 +1,119 @@
+"""``analyze-trace``: the command line.
+
+    analyze-trace [REPORT.sqlite | DIR ...] [--json F] [--csv DIR] [--parquet DIR] [--phase ...]
+    analyze-trace scrub IN.sqlite -o OUT.sqlite
+    analyze-trace diff BEFORE AFTER
+    analyze-trace whatif REPORT [--steps 1..10] [--baseline REPORT]
+
+With no report, the bundled real H200 trace is analyzed. Errors are one line on stderr with a
+documented exit code (docs/bad_input.md).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from importlib import resources
+from pathlib import Path
+
+from . import safety
+
+SUBCOMMANDS = ("scrub", "diff", "whatif")
+
+
+def default_trace() -> str:
+    return str(resources.files("fixtures") / "real" / "h200_4proc_eager.sqlite")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="analyze-trace",
+        description="Attribute GPU time per phase (draft, verify, allreduce, ...), kernel and rank from "
+                    "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif (see `analyze-trace "
+                    "SUBCOMMAND --help`).")
+    p.add_argument("reports", nargs="*", help="nsys SQLite exports, or directories of them (one per rank); "
+                                              "default: the bundled real H200 trace")
+    p.add_argument("--json", metavar="PATH", help="write every table as one JSON document")
+    p.add_argument("--csv", metavar="DIR", help="write one CSV per table into DIR")
+    p.add_argument("--parquet", metavar="DIR", help="write one Parquet file per table into DIR")
+    p.add_argument("--plots", metavar="DIR", help="write the figures (PNG and SVG) into DIR")
+    p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/phases.py")
+    p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
+                   help="define or replace a phase (repeatable)")
+    p.add_argument("--top", type=int, default=5, help="kernels shown per phase (default 5)")
+    p.add_argument("--jobs", type=int, default=1, help="reports analyzed in parallel (default 1)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
+    p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
+    return p
+
+
+def run_analyze(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from . import api, outputs, phases, render
+
+    try:
+        config = phases.load_config(args.config, args.phase)
+    except (OSError, ValueError) as exc:
+        raise safety.TraceError(f"phase configuration: {exc}") from exc
+    reports = args.reports or [default_trace()]
+    result = api.load(reports, config, jobs=args.jobs, progress=not args.quiet and sys.stderr.isatty())
+    if args.json:
+        outputs.write_json(result, args.json)
+    if args.csv:
+        outputs.write_csv(result, args.csv)
+    if args.parquet:
+        outputs.write_parquet(result, args.parquet)
+    if args.plots or args.html:
+        try:
+            from . import plots
+        except ImportError as exc:  # pragma: no cover
+            raise safety.TraceError(f"plots unavailable: {exc}") from exc
+        if args.plots:
+            plots.write_all(result, args.plots)
+        if args.html:
+            from . import html
+            html.write_html(result, args.html)
+    if not args.quiet:
+        sys.stdout.write(render.render(result, top=args.top))
+    return 0
+
+
+def dispatch(argv: list[str]) -> int:
+    if argv and argv[0] == "scrub":
+        from .scrub import main_scrub
+        return main_scrub(argv[1:]) or 0
+    if argv and argv[0] == "diff":
+        from .diff import main_diff
+        return main_diff(argv[1:]) or 0
+    if argv and argv[0] == "whatif":
+        from .whatif import main_whatif
+        return main_whatif(argv[1:]) or 0
+    return run_analyze(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    warnings.simplefilter("default", safety.SchemaWarning)
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
+    try:
+        return dispatch(argv)
+    except safety.TraceError as exc:
+        print(f"analyze-trace: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("analyze-trace: interrupted (no output file was left half-written)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # a bug of ours: say so in one line, traceback on request
+        if debug:
+            raise
+        print(f"analyze-trace: internal error: {type(exc).__name__}: {exc} (rerun with --debug and "
+              "report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""JSON, CSV and Parquet outputs (written atomically: a failed run leaves no half file)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from . import collectives as coll_mod
+from . import summary
+from .safety import atomic_dir_write, atomic_write
+
+JSON_SCHEMA = 1
+# the tables written by --csv and --parquet, one file each
+FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
+               "alignment", "cross_rank", "skew")
+
+PUBLIC_COLUMNS = {
+    "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
+    "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
+    "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
+    "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
+               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops"],
+    "nvtx_projection": ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops", "input"],
+}
+
+
+def tables(result) -> dict[str, pd.DataFrame]:
+    """Every output table by name, with its public columns."""
+    out = {}
+    for name in ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment"):
+        frame = result.table(name)
+        cols = PUBLIC_COLUMNS.get(name)
+        if cols:
+            frame = frame[[c for c in cols if c in frame.columns]]
+        out[name] = frame.reset_index(drop=True)
+    out["cross_rank"] = summary.cross_rank(result.phases)
+    out["skew"] = coll_mod.skew_summary(result.collectives)
+    return out
+
+
+def _plain(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return None if math.isnan(v) else v
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    cols = list(frame.columns)
+    return [{c: _plain(v) for c, v in zip(cols, row)} for row in frame.itertuples(index=False, name=None)]
+
+
+def to_json_dict(result) -> dict:
+    data = {"schema": JSON_SCHEMA, "inputs": result.inputs, "phase_names": result.phase_names}
+    for name, frame in tables(result).items():
+        data[name] = records(frame)
+    data["cycle_distribution"] = records(summary.cycle_distribution(result.cycles, result.phase_names))
+    data["tokens"] = summary.tokens_summary(result.cycles)
+    data["stragglers"] = coll_mod.stragglers(result.collectives)
+    data["notes"] = result.notes
+    return data
+
+
+def write_json(result, path) -> None:
+    data = to_json_dict(result)
+    with atomic_write(path) as f:
+        json.dump(data, f, indent=1, default=_plain)
+        f.write("\n")
+
+
+def write_csv(result, directory) -> list[str]:
+    with atomic_dir_write(directory) as d:
+        for name, frame in tables(result).items():
+            with d.open(f"{name}.csv", newline="") as f:
+                frame.to_csv(f, index=False)
+        return d.names
+
+
+def write_parquet(result, directory) -> list[str]:
+    with atomic_dir_write(directory) as d:
+        for name, frame in tables(result).items():
+            frame = frame.copy()
+            for c in frame.columns:
+                if frame[c].dtype == object:
+                    frame[c] = frame[c].map(lambda v: None if v is None else str(v))
+            frame.to_parquet(d.path(f"{name}.parquet"), index=False)
+        return d.names

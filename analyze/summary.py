@@ -1,0 +1,51 @@
+"""Cross-rank and distribution tables derived from an Analysis (pure DataFrame functions)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .phases import OTHER
+
+
+def cross_rank(phases: pd.DataFrame) -> pd.DataFrame:
+    """Per phase, exact statistics over ranks of exclusive and busy time: min/median/max/spread."""
+    cols = ["phase", "ranks", "exclusive_min_ns", "exclusive_median_ns", "exclusive_max_ns",
+            "exclusive_spread_ns", "busy_min_ns", "busy_median_ns", "busy_max_ns", "slowest_rank"]
+    if phases.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    rows = []
+    for phase, g in phases.groupby("phase", sort=False):
+        ex = g["exclusive_ns"].to_numpy(dtype="int64")
+        busy = g["busy_ns"].to_numpy(dtype="int64")
+        rows.append([phase, len(g), int(ex.min()), float(np.median(ex)), int(ex.max()),
+                     int(ex.max() - ex.min()), int(busy.min()), float(np.median(busy)), int(busy.max()),
+                     int(g["rank"].to_numpy()[int(np.argmax(ex))])])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def cycle_distribution(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
+    """p50/p90/p99 over all cycles of all ranks (pooled samples, not medians of medians)."""
+    cols = ["figure", "cycles", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"]
+    if cycles.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    rows = []
+    for fig in ["duration_ns"] + [f"{p}_ns" for p in phase_names + [OTHER]] + ["gap_ns"]:
+        if fig not in cycles.columns:
+            continue
+        v = cycles[fig].to_numpy(dtype="float64")
+        rows.append([fig[:-3] if fig != "duration_ns" else "cycle", len(v), float(v.mean()),
+                     *np.percentile(v, [50, 90, 99]).tolist(), float(v.max())])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def tokens_summary(cycles: pd.DataFrame) -> dict | None:
+    """Accepted tokens per cycle and tokens/s over the measured cycles (rank 0's view)."""
+    if cycles.empty or cycles["accepted_tokens"].isna().all():
+        return None
+    first_rank = cycles["rank"].min()
+    c = cycles[(cycles["rank"] == first_rank) & cycles["accepted_tokens"].notna()]
+    tokens = float(c["accepted_tokens"].astype("float64").sum())
+    wall = float(c["duration_ns"].sum())
+    return {"rank": int(first_rank), "cycles": int(len(c)), "tokens": tokens,
+            "tokens_per_cycle": tokens / len(c) if len(c) else None,
+            "tokens_per_s": tokens * 1e9 / wall if wall else None}
