@@ -17,7 +17,7 @@ from . import projection as proj
 from .intervals import grouped_union_length
 from .phases import OTHER, PhaseConfig
 
-ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(\d+)")
+ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?")
 
 
 def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -50,7 +50,7 @@ def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallInde
 
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "gpu_start_ns", "gpu_end_ns", "busy_ns",
-           "gap_ns", "accepted_tokens", "tokens_per_s"]
+           "gap_ns", "accepted_tokens", "requests", "tokens", "tokens_per_s"]
 
 
 def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame,
@@ -95,36 +95,40 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
         out[f"{name}_ns"] = upto - cumulative
         cumulative = upto
     out[f"{OTHER}_ns"] = busy - cumulative
-    out["accepted_tokens"] = _accepted(cyc, marks)
-    out["tokens_per_s"] = np.where(out["accepted_tokens"].notna() & (out["duration_ns"] > 0),
-                                   out["accepted_tokens"].astype(float) * 1e9 / out["duration_ns"], np.nan)
+    accepted, requests = _accepted(cyc, marks)
+    out["accepted_tokens"] = accepted.to_numpy()
+    out["requests"] = requests.to_numpy()
+    # tokens generated in the cycle: the accepted draft tokens plus one (bonus) token per request
+    out["tokens"] = (out["accepted_tokens"] + out["requests"].fillna(1)).astype("Int64")
+    out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["duration_ns"].where(out["duration_ns"] > 0)) \
+        .astype("float64")
     return out[COLUMNS[:8] + phase_cols + COLUMNS[8:]]
 
 
-def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> pd.Series:
-    """Accepted tokens per cycle: the cycle range's integer payload, else accept marks inside it."""
-    result = pd.Series(np.nan, index=cyc.index, dtype="float64")
+def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Accepted draft tokens and requests per cycle, from ``accept_len=N reqs=M`` marks inside the
+    cycle range (same process, time within the range), else the cycle range's integer payload."""
+    accepted = pd.Series(np.nan, index=cyc.index, dtype="float64")
+    requests = pd.Series(np.nan, index=cyc.index, dtype="float64")
+    if marks is not None and not marks.empty:
+        found = marks["text"].astype(str).str.extract(ACCEPT_MARK)
+        acc = marks.assign(n=pd.to_numeric(found["n"], errors="coerce"),
+                           reqs=pd.to_numeric(found["reqs"], errors="coerce")).dropna(subset=["n"])
+        for (pid, inp), group in cyc.groupby(["global_pid", "input"]):
+            same = acc[(acc["global_pid"] == pid) & (acc["input"] == inp)]
+            if same.empty:
+                continue
+            same = same.sort_values("time_ns", kind="stable")
+            t = same["time_ns"].to_numpy(dtype="int64")
+            n_sum = np.r_[0.0, np.cumsum(same["n"].to_numpy(dtype="float64"))]
+            has_reqs = same["reqs"].notna().to_numpy()
+            r_sum = np.r_[0.0, np.cumsum(same["reqs"].fillna(0).to_numpy(dtype="float64"))]
+            r_cnt = np.r_[0, np.cumsum(has_reqs)]
+            lo = np.searchsorted(t, group["start_ns"].to_numpy(dtype="int64"), side="left")
+            hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
+            accepted.loc[group.index] = np.where(hi > lo, n_sum[hi] - n_sum[lo], np.nan)
+            requests.loc[group.index] = np.where(r_cnt[hi] > r_cnt[lo], r_sum[hi] - r_sum[lo], np.nan)
     if "int_value" in cyc.columns:
         payload = pd.to_numeric(cyc["int_value"], errors="coerce")
-        result = result.where(payload.isna(), payload)
-    if marks is None or marks.empty:
-        return result.astype("Int64")
-    text = marks["text"].astype(str)
-    m = text.str.extract(ACCEPT_MARK, expand=False)
-    acc = marks.assign(n=pd.to_numeric(m, errors="coerce")).dropna(subset=["n"])
-    if acc.empty:
-        return result.astype("Int64")
-    for (tid, inp), group in cyc.groupby(["global_tid", "input"]):
-        same = acc[(acc["global_pid"] == (int(tid) & ~0xFFFFFF)) & (acc.get("input", inp) == inp)]
-        if same.empty:
-            continue
-        t = same["time_ns"].to_numpy(dtype="int64")
-        order = np.argsort(t)
-        t, n = t[order], same["n"].to_numpy(dtype="float64")[order]
-        csum = np.r_[0.0, np.cumsum(n)]
-        lo = np.searchsorted(t, group["start_ns"].to_numpy(dtype="int64"), side="left")
-        hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
-        counted = np.where(hi > lo, csum[hi] - csum[lo], np.nan)
-        cur = result.loc[group.index]
-        result.loc[group.index] = cur.where(cur.notna(), counted)
-    return result.astype("Int64")
+        accepted = accepted.where(accepted.notna(), payload)
+    return accepted.astype("Int64"), requests.astype("Int64")

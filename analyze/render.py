@@ -121,9 +121,9 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                       for r in dist.itertuples()])
         tok = summary.tokens_summary(cycles)
         if tok:
-            out.append(f"accepted tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles, "
-                       f"{tok['tokens_per_cycle']:.2f} per cycle, {tok['tokens_per_s']:.1f} tokens/s "
-                       "over the cycles' wall time")
+            out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles "
+                       f"({tok['accepted_per_cycle']:.2f} accepted draft tokens + bonus per cycle = "
+                       f"{tok['tokens_per_cycle']:.2f}), {tok['tokens_per_s']:.1f} tokens/s over the cycles' wall time")
         out.append("")
 
     coll = result.collectives

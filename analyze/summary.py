@@ -39,13 +39,16 @@ def cycle_distribution(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataF
 
 
 def tokens_summary(cycles: pd.DataFrame) -> dict | None:
-    """Accepted tokens per cycle and tokens/s over the measured cycles (rank 0's view)."""
+    """Tokens per cycle and tokens/s over the measured cycles (the lowest rank's view: every TP rank
+    produces the same tokens)."""
     if cycles.empty or cycles["accepted_tokens"].isna().all():
         return None
     first_rank = cycles["rank"].min()
     c = cycles[(cycles["rank"] == first_rank) & cycles["accepted_tokens"].notna()]
-    tokens = float(c["accepted_tokens"].astype("float64").sum())
+    accepted = float(c["accepted_tokens"].astype("float64").sum())
+    tokens = float(c["tokens"].astype("float64").sum())
     wall = float(c["duration_ns"].sum())
-    return {"rank": int(first_rank), "cycles": int(len(c)), "tokens": tokens,
+    return {"rank": int(first_rank), "cycles": int(len(c)), "accepted_tokens": accepted, "tokens": tokens,
+            "accepted_per_cycle": accepted / len(c) if len(c) else None,
             "tokens_per_cycle": tokens / len(c) if len(c) else None,
             "tokens_per_s": tokens * 1e9 / wall if wall else None}
