@@ -45,31 +45,42 @@ def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:
     return out.sort_values(["collective", "rank"]).reset_index(drop=True)
 
 
+SIGNIFICANT_SPREAD = 5.0      # a collective is "late" when its arrival spread exceeds 5x the median
+MIN_SPREAD_NS = 1_000
+
+
+def late_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
+    """The last-arriving row of every collective whose arrival spread is significant: more than
+    ``SIGNIFICANT_SPREAD`` times the median spread (and over 1 us). Column ``spread_ns``."""
+    spread = collectives.groupby("collective")["arrival_lag_ns"].max()
+    threshold = max(SIGNIFICANT_SPREAD * float(spread.median()), MIN_SPREAD_NS)
+    late = collectives[collectives["last_arrival"]].copy()
+    late["spread_ns"] = late["collective"].map(spread)
+    return late[late["spread_ns"] > threshold]
+
+
 def skew_summary(collectives: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: collectives, total wait and transfer, times last to arrive, and why (phase)."""
-    cols = ["rank", "collectives", "wait_ns", "transfer_ns", "times_last", "late_by_ns", "late_phase"]
+    """Per rank: collectives, total wait and transfer, how often it arrived last in a significantly
+    skewed collective (``times_late``), how long the others waited for it then (``late_by_ns``),
+    and the phase that ran just before on it (what made it late)."""
+    cols = ["rank", "collectives", "wait_ns", "transfer_ns", "times_late", "late_by_ns", "late_phase"]
     if collectives.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     g = collectives.groupby("rank")
     summary = pd.DataFrame({"collectives": g.size(), "wait_ns": g["wait_ns"].sum(),
                             "transfer_ns": g["transfer_ns"].sum()})
-    # a rank is "late" in a collective when it arrived last while others waited for it
-    waited = collectives.groupby("collective")["arrival_lag_ns"].transform("max")
-    late = collectives[collectives["last_arrival"] & (waited > 0)]
-    summary["times_last"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
-    # how long the others waited for this rank: the spread of arrivals of the collectives it closed
-    spread = collectives.groupby("collective")["arrival_lag_ns"].max()
-    summary["late_by_ns"] = late["collective"].map(spread).groupby(late["rank"]).sum() \
-        .reindex(summary.index).fillna(0).astype("int64")
-    phase = late.groupby("rank")["phase"].agg(lambda s: s.value_counts().index[0])
+    late = late_collectives(collectives)
+    summary["times_late"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
+    summary["late_by_ns"] = late.groupby("rank")["spread_ns"].sum().reindex(summary.index).fillna(0) \
+        .astype("int64")
+    phase = late.groupby("rank")["phase"].agg(lambda s: s.value_counts().index[0]) if len(late) else pd.Series()
     summary["late_phase"] = phase.reindex(summary.index)
     return summary.reset_index()[cols]
 
 
 def stragglers(collectives: pd.DataFrame) -> list[int]:
-    """Ranks that made the others wait in more collectives than anyone else did (ties included)."""
+    """Ranks that arrived last in the most significantly skewed collectives (ties included)."""
     s = skew_summary(collectives)
-    if s.empty or s["late_by_ns"].max() <= 0:
+    if s.empty or s["times_late"].max() <= 0:
         return []
-    top = s["late_by_ns"].max()
-    return [int(r) for r in s.loc[s["late_by_ns"] >= 0.5 * top, "rank"]]
+    return [int(r) for r in s.loc[s["times_late"] == s["times_late"].max(), "rank"]]

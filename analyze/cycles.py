@@ -49,60 +49,96 @@ def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallInde
     return out
 
 
-COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "gpu_start_ns", "gpu_end_ns", "busy_ns",
-           "gap_ns", "accepted_tokens", "requests", "tokens", "tokens_per_s"]
+COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
+           "busy_ns", "gap_ns", "accepted_tokens", "requests", "tokens", "tokens_per_s"]
+
+
+def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi):
+    """(op index, window index) for every op overlapping a window of its own rank."""
+    op_order = np.lexsort((op_start, op_rank))
+    r, s, e = op_rank[op_order], op_start[op_order], op_end[op_order]
+    ops_pairs, win_pairs = [], []
+    for rank in np.unique(win_rank):
+        seg = np.flatnonzero(r == rank)
+        if not len(seg):
+            continue
+        rs, re_ = s[seg], e[seg]
+        reach = np.maximum.accumulate(re_)
+        wins = np.flatnonzero(win_rank == rank)
+        first = np.searchsorted(reach, win_lo[wins], side="right")   # first op reaching past lo
+        last = np.searchsorted(rs, win_hi[wins], side="left")        # ops starting before hi
+        lens = np.maximum(last - first, 0)
+        total = int(lens.sum())
+        if not total:
+            continue
+        idx = np.repeat(first - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(total)
+        w = np.repeat(wins, lens)
+        keep = re_[idx] > win_lo[w]
+        ops_pairs.append(op_order[seg[idx[keep]]])
+        win_pairs.append(w[keep])
+    if not ops_pairs:
+        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="int64")
+    return np.concatenate(ops_pairs), np.concatenate(win_pairs)
 
 
 def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame,
                 config: PhaseConfig) -> pd.DataFrame:
+    """Per rank and cycle. The cycle's GPU window runs from the first start to the last end of the ops
+    launched inside its range; everything the rank's GPU ran in that window is split by phase (the
+    same exclusive rule as per rank), so ``sum(<phase>_ns) + gap_ns == duration_ns``."""
     phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
-    if "cycle_range" not in gpu_ops.columns or ranges.empty:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS + phase_cols})
-    cyc = ranges[ranges.get("is_cycle", False) == True] if "is_cycle" in ranges.columns else ranges.iloc[0:0]  # noqa: E712
+    empty = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[:9] + phase_cols + COLUMNS[9:]})
+    if "cycle_range" not in gpu_ops.columns or "is_cycle" not in ranges.columns:
+        return empty
+    cyc = ranges[ranges["is_cycle"].astype(bool)]
     if cyc.empty:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS + phase_cols})
-    cyc = cyc.sort_values(["rank", "start_ns"]).reset_index(drop=True)
-    cyc["cycle"] = cyc.groupby("rank").cumcount()
-    key = dict(zip(zip(cyc["input"], cyc["range_id"]), cyc.index))
-    ops = gpu_ops[gpu_ops["cycle_range"] >= 0]
-    code = np.array([key.get((i, r), -1) for i, r in zip(ops["input"], ops["cycle_range"])], dtype="int64")
-    ops = ops[code >= 0]
-    code = code[code >= 0]
+        return empty
+    cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    key = {k: i for i, k in enumerate(zip(cyc["input"], cyc["range_id"]))}
+    launched = gpu_ops[gpu_ops["cycle_range"] >= 0]
+    code = np.array([key.get(k, -1) for k in zip(launched["input"], launched["cycle_range"])], dtype="int64")
     n = len(cyc)
-    start = ops["start_ns"].to_numpy(dtype="int64")
-    end = ops["end_ns"].to_numpy(dtype="int64")
-    busy = grouped_union_length(code, start, end, n)
-    out = pd.DataFrame({"rank": cyc["rank"].to_numpy(), "cycle": cyc["cycle"].to_numpy(),
-                        "start_ns": cyc["start_ns"].to_numpy(), "end_ns": cyc["end_ns"].to_numpy()})
-    out["duration_ns"] = out["end_ns"] - out["start_ns"]
-    g_start = np.full(n, -1, dtype="int64")
-    g_end = np.full(n, -1, dtype="int64")
-    if len(code):
-        first = np.full(n, np.iinfo(np.int64).max, dtype="int64")
-        last = np.full(n, np.iinfo(np.int64).min, dtype="int64")
-        np.minimum.at(first, code, start)
-        np.maximum.at(last, code, end)
-        seen = np.bincount(code, minlength=n) > 0
-        g_start[seen], g_end[seen] = first[seen], last[seen]
-    out["gpu_start_ns"], out["gpu_end_ns"], out["busy_ns"] = g_start, g_end, busy
-    out["gap_ns"] = np.where(g_end >= 0, g_end - g_start - busy, 0)
-    phase = ops["phase"].to_numpy(dtype=object)
-    covered = np.zeros(len(ops), dtype=bool)
+    lo = np.full(n, np.iinfo(np.int64).max, dtype="int64")
+    hi = np.full(n, np.iinfo(np.int64).min, dtype="int64")
+    ok = code >= 0
+    np.minimum.at(lo, code[ok], launched["start_ns"].to_numpy(dtype="int64")[ok])
+    np.maximum.at(hi, code[ok], launched["end_ns"].to_numpy(dtype="int64")[ok])
+    has_gpu = np.bincount(code[ok], minlength=n) > 0
+    cyc, lo, hi = cyc[has_gpu].reset_index(drop=True), lo[has_gpu], hi[has_gpu]
+    n = len(cyc)
+    cyc["cycle"] = cyc.groupby("rank").cumcount()
+    win_rank = cyc["rank"].to_numpy(dtype="int64")
+
+    op_i, win = _window_pairs(gpu_ops["rank"].to_numpy(dtype="int64"), gpu_ops["start_ns"].to_numpy(dtype="int64"),
+                              gpu_ops["end_ns"].to_numpy(dtype="int64"), win_rank, lo, hi)
+    start = np.clip(gpu_ops["start_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
+    end = np.clip(gpu_ops["end_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
+    phase = gpu_ops["phase"].to_numpy(dtype=object)[op_i]
+    busy = grouped_union_length(win, start, end, n)
+    out = pd.DataFrame({"rank": win_rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": lo, "end_ns": hi,
+                        "duration_ns": hi - lo, "cpu_start_ns": cyc["start_ns"].to_numpy(),
+                        "cpu_end_ns": cyc["end_ns"].to_numpy()})
+    nxt = out.groupby("rank")["cpu_start_ns"].shift(-1)
+    out["period_ns"] = (nxt - out["cpu_start_ns"]).fillna(out["cpu_end_ns"] - out["cpu_start_ns"]).astype("int64")
+    out["busy_ns"] = busy
+    covered = np.zeros(len(op_i), dtype=bool)
     cumulative = np.zeros(n, dtype="int64")
     for name in config.names:
         covered |= phase == name
-        upto = grouped_union_length(code[covered], start[covered], end[covered], n)
+        upto = grouped_union_length(win[covered], start[covered], end[covered], n)
         out[f"{name}_ns"] = upto - cumulative
         cumulative = upto
     out[f"{OTHER}_ns"] = busy - cumulative
+    out["gap_ns"] = out["duration_ns"] - busy
     accepted, requests = _accepted(cyc, marks)
     out["accepted_tokens"] = accepted.to_numpy()
     out["requests"] = requests.to_numpy()
     # tokens generated in the cycle: the accepted draft tokens plus one (bonus) token per request
     out["tokens"] = (out["accepted_tokens"] + out["requests"].fillna(1)).astype("Int64")
-    out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["duration_ns"].where(out["duration_ns"] > 0)) \
+    # throughput over the cycle's period (its start to the next cycle's start on the host)
+    out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
-    return out[COLUMNS[:8] + phase_cols + COLUMNS[8:]]
+    return out[COLUMNS[:9] + phase_cols + COLUMNS[9:]]
 
 
 def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series]:

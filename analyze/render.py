@@ -123,7 +123,7 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
         if tok:
             out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles "
                        f"({tok['accepted_per_cycle']:.2f} accepted draft tokens + bonus per cycle = "
-                       f"{tok['tokens_per_cycle']:.2f}), {tok['tokens_per_s']:.1f} tokens/s over the cycles' wall time")
+                       f"{tok['tokens_per_cycle']:.2f}), {tok['tokens_per_s']:.1f} tokens/s over the cycle periods")
         out.append("")
 
     coll = result.collectives
@@ -131,11 +131,11 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
         n = coll["collective"].nunique()
         out.append(f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived")
         s = coll_mod.skew_summary(coll)
-        out += table(["rank", "collectives", "wait", "transfer", "wait share", "last (times)", "made others wait",
-                      "late in"],
+        out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
+                      "late after"],
                      [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
                        pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
-                       r.times_last, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
+                       r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
                       for r in s.itertuples()])
         strag = coll_mod.stragglers(coll)
         if strag:

@@ -196,8 +196,7 @@ def _check_header(p: Path, head: bytes, size: int, wal_present: bool) -> None:
     if head.startswith(NSYS_REP_MAGIC):
         raise NsysRepGiven(f"{p}: is an Nsight Systems report, not its SQLite export; run "
                            f"`{nsys_export_command(p)}`", p)
-    if not head.startswith(SQLITE_MAGIC[: min(len(head), 16)]) or (
-            len(head) < 16 and not SQLITE_MAGIC.startswith(head)):
+    if not (head.startswith(SQLITE_MAGIC) or (len(head) < 16 and SQLITE_MAGIC.startswith(head))):
         kind = "a text file" if _looks_text(head) else "binary data"
         raise NotSqlite(f"{p}: not an SQLite database ({kind}); expected an "
                         "`nsys export --type sqlite` file", p)
@@ -511,11 +510,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str | No
             except OSError as e:
                 raise _output_error(target, e) from None
         _commit(tmp, target)
-    except OSError as e:
+    except OSError as e:  # a failed write/flush of the output (ENOSPC, EIO, ...)
         with contextlib.suppress(OSError):
             tmp.unlink()
-        if isinstance(e, OutputError):
-            raise
         raise _output_error(target, e) from None
     except BaseException:
         with contextlib.suppress(OSError):

@@ -363,23 +363,26 @@ def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) 
 
 
 def _residual(conn: sqlite3.Connection) -> dict[str, int]:
-    """Text that still looks like an environment entry or a multi-level absolute path, in the
-    columns scrub keeps on purpose (NVTX text, kernel/API names): reported, not changed."""
+    """Text left anywhere (any TEXT value of any non-ENUM table) that still looks like an
+    environment entry or a multi-level absolute path: reported for a human to check, not
+    changed. Expected only in the name columns scrub keeps on purpose (NVTX text, kernel and API
+    names) or in tables no export seen so far had."""
     out: dict[str, int] = {}
-    checks = [("NVTX_EVENTS", "text")]
-    if has_table(conn, "StringIds"):
-        checks.append(("StringIds", "value"))
-    for t, c in checks:
-        if c not in table_columns(conn, t):
+    path_re = re.compile(r"(?<![\w.~\-/])/[^\s/]+/[^\s/]+/")
+    for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+        if t.startswith("ENUM_"):
             continue
-        n = 0
-        for (v,) in conn.execute(f"SELECT {_quote(c)} FROM {_quote(t)} WHERE "
-                                 f"{_quote(c)} LIKE '%/%/%' OR {_quote(c)} LIKE '%=%'"):
-            if isinstance(v, str) and (re.search(r"(?<![\w.~\-/])/[\w.\-]+/[\w.\-]+/", v)
-                                       or (ENV_ENTRY.match(v) and v.split("=", 1)[0].isupper())):
-                n += 1
-        if n:
-            out[f"{t}.{c}"] = n
+        for c in table_columns(conn, t):
+            q = _quote(c)
+            n = 0
+            for (v,) in conn.execute(f"SELECT {q} FROM {_quote(t)} WHERE typeof({q})='text' AND "
+                                     f"({q} LIKE '%/%/%' OR {q} LIKE '%=%')"):
+                if isinstance(v, str) and "\ufffd" not in v and (
+                        path_re.search(v) or (ENV_ENTRY.match(v)
+                                              and v.split("=", 1)[0].strip().isupper())):
+                    n += 1
+            if n:
+                out[f"{t}.{c}"] = n
     return out
 
 

@@ -29,11 +29,12 @@ def cycle_distribution(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataF
     if cycles.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     rows = []
-    for fig in ["duration_ns"] + [f"{p}_ns" for p in phase_names + [OTHER]] + ["gap_ns"]:
+    labels = {"period_ns": "cycle period", "duration_ns": "GPU window"}
+    for fig in ["period_ns", "duration_ns"] + [f"{p}_ns" for p in phase_names + [OTHER]] + ["gap_ns"]:
         if fig not in cycles.columns:
             continue
         v = cycles[fig].to_numpy(dtype="float64")
-        rows.append([fig[:-3] if fig != "duration_ns" else "cycle", len(v), float(v.mean()),
+        rows.append([labels.get(fig, fig[:-3]), len(v), float(v.mean()),
                      *np.percentile(v, [50, 90, 99]).tolist(), float(v.max())])
     return pd.DataFrame(rows, columns=cols)
 
@@ -47,7 +48,7 @@ def tokens_summary(cycles: pd.DataFrame) -> dict | None:
     c = cycles[(cycles["rank"] == first_rank) & cycles["accepted_tokens"].notna()]
     accepted = float(c["accepted_tokens"].astype("float64").sum())
     tokens = float(c["tokens"].astype("float64").sum())
-    wall = float(c["duration_ns"].sum())
+    wall = float(c["period_ns"].sum())
     return {"rank": int(first_rank), "cycles": int(len(c)), "accepted_tokens": accepted, "tokens": tokens,
             "accepted_per_cycle": accepted / len(c) if len(c) else None,
             "tokens_per_cycle": tokens / len(c) if len(c) else None,

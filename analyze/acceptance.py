@@ -1,0 +1,244 @@
+"""The acceptance model: how many draft tokens a request accepts, per draft position.
+
+The shim records per decode cycle one mark ``accept_len=N reqs=M``: N accepted draft tokens summed
+over the M requests of the batch, each request's accept length L capped at the profiled step count
+k (a request cannot accept more drafts than were proposed). From those marks:
+
+* **Per-request distribution.** With M = 1 the empirical histogram of N is the distribution of
+  min(L, k). With M > 1 only the sum of M accept lengths is seen; requests are assumed independent
+  and identically distributed, so N follows the M-fold convolution of the per-request distribution
+  p = (P(min(L,k) = 0), ..., P(min(L,k) = k)). p is the maximum-likelihood estimate under that model,
+  found by EM with an exact E-step (expected number of requests with length j given the sum:
+  ``M p_j [p^{*(M-1)}]_{N-j} / [p^{*M}]_N``). For M = 1 this is the histogram; the per-request mean
+  equals mean(N/M) exactly for any M.
+* **Per-position (conditional) acceptance rates** a_i = P(L >= i | L >= i-1), i = 1..k, the
+  Kaplan-Meier form of p. Positions beyond k are never observed (the cap censors them); rates for
+  i > k_profiled are extrapolated: ``repeat`` (default: a_i = a_k, the last estimated rate repeats)
+  or ``linear`` (least-squares line through the estimated rates, clipped to [0, 1]). Several
+  profiles with different k are pooled per position over the profiles that observe it (weights:
+  requests at risk).
+* **Expected accepted tokens per request** with s steps: E[min(L, s)] = sum_{i<=s} prod_{j<=i} a_j;
+  tokens per cycle = M (1 + E[min(L, s)]) (the verify pass adds one bonus token per request).
+* **Uncertainty**: a seeded bootstrap over cycles (resample the cycles of each profile, refit),
+  percentile intervals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+EXTRAPOLATIONS = ("repeat", "linear")
+
+
+# ---------------------------------------------------------------------------------------------
+# per-request distribution from summed accept lengths
+# ---------------------------------------------------------------------------------------------
+def _conv_power(p: np.ndarray, m: int) -> np.ndarray:
+    """The m-fold convolution of p with itself (p^{*m}); p^{*0} = [1]."""
+    if m <= 0:
+        return np.ones(1)
+    k = len(p) - 1
+    n = m * k + 1
+    if m * len(p) > 4096:  # large batches: FFT (clip tiny negative round-off)
+        size = 1 << int(np.ceil(np.log2(n)))
+        out = np.fft.irfft(np.fft.rfft(p, size) ** m, size)[:n]
+        return np.clip(out, 0.0, None)
+    out, base = np.ones(1), p
+    while m:
+        if m & 1:
+            out = np.convolve(out, base)
+        m >>= 1
+        if m:
+            base = np.convolve(base, base)
+    return out
+
+
+def fit_request_pmf(accepted, requests, steps: int, *, tol: float = 1e-10, max_iter: int = 5000,
+                    start: np.ndarray | None = None) -> np.ndarray:
+    """MLE of the per-request distribution of min(L, steps) from per-cycle sums.
+
+    ``accepted[c]`` = sum of the accept lengths of the ``requests[c]`` requests of cycle c.
+    Returns p[0..steps]. Cycles with N > M*steps are clipped to M*steps (they break the cap)."""
+    acc = np.asarray(accepted, dtype="int64")
+    req = np.asarray(requests, dtype="int64")
+    ok = req > 0
+    acc, req = np.minimum(acc[ok], req[ok] * steps), req[ok]
+    if len(acc) == 0:
+        raise ValueError("no accept marks: cannot estimate acceptance")
+    k = int(steps)
+    if k == 0:
+        return np.ones(1)
+    groups = []
+    for m in np.unique(req):
+        hist = np.bincount(acc[req == m], minlength=m * k + 1).astype("float64")
+        groups.append((int(m), hist))
+    if all(m == 1 for m, _ in groups):  # exact: the histogram
+        h = sum(hist for _, hist in groups)
+        return h / h.sum()
+    p = np.full(k + 1, 1.0 / (k + 1)) if start is None else np.clip(np.asarray(start, float), 1e-12, None)
+    p = p / p.sum()
+    total = float(sum(m * hist.sum() for m, hist in groups))
+    for _ in range(max_iter):
+        counts = np.zeros(k + 1)
+        for m, hist in groups:
+            pm = _conv_power(p, m)
+            q = _conv_power(p, m - 1)
+            nz = hist > 0
+            r = np.zeros_like(hist)
+            r[nz] = hist[nz] / np.maximum(pm[nz], 1e-300)
+            lq = len(q)
+            c = np.array([r[j:j + lq] @ q for j in range(k + 1)])
+            counts += m * p * c
+        new = counts / total
+        if np.max(np.abs(new - p)) < tol:
+            p = new
+            break
+        p = new
+    return p
+
+
+def rates_from_pmf(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(survival S_i = P(L >= i), conditional a_i = S_i / S_{i-1}) for i = 1..len(p)-1."""
+    p = np.asarray(p, dtype="float64")
+    surv = np.clip(1.0 - np.cumsum(p)[:-1], 0.0, 1.0)   # P(L >= i), i = 1..k
+    prev = np.r_[1.0, surv[:-1]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cond = np.where(prev > 0, surv / prev, np.nan)
+    return surv, cond
+
+
+# ---------------------------------------------------------------------------------------------
+# samples: per cycle (accepted, requests) for one profile
+# ---------------------------------------------------------------------------------------------
+def cycle_samples(cycles: pd.DataFrame) -> pd.DataFrame:
+    """One row per decode cycle with its accept mark: accepted (N), requests (M).
+
+    Every TP rank records the same marks; the lowest rank that has them is used. Cycles without a
+    ``reqs=`` field count as one request."""
+    if cycles is None or cycles.empty or "accepted_tokens" not in cycles.columns:
+        return pd.DataFrame({"accepted": pd.Series(dtype="int64"), "requests": pd.Series(dtype="int64")})
+    c = cycles[cycles["accepted_tokens"].notna()]
+    if c.empty:
+        return pd.DataFrame({"accepted": pd.Series(dtype="int64"), "requests": pd.Series(dtype="int64")})
+    c = c[c["rank"] == c["rank"].min()]
+    req = c["requests"] if "requests" in c.columns else pd.Series(np.nan, index=c.index)
+    req = pd.to_numeric(req, errors="coerce").fillna(1)
+    return pd.DataFrame({"accepted": c["accepted_tokens"].astype("int64").to_numpy(),
+                         "requests": req.astype("int64").to_numpy()})
+
+
+# ---------------------------------------------------------------------------------------------
+# the model
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Acceptance:
+    """Per-position acceptance rates (estimated for 1..profiled_steps, extrapolated beyond)."""
+
+    profiled_steps: int                  # the largest step count profiled (positions observed)
+    rates: np.ndarray                    # a_1..a_K (estimated)
+    rates_boot: np.ndarray               # (B, K) bootstrap replicates of the rates
+    requests: float                      # mean requests per cycle (batch size) in the profiles
+    cycles: int                          # cycles with an accept mark used
+    extrapolation: str = "repeat"
+    mean_accepted: float = float("nan")  # measured E[min(L, k)] per request (for one profile)
+    notes: list = field(default_factory=list)
+
+    def rates_for(self, steps: int, rates: np.ndarray | None = None) -> np.ndarray:
+        """a_1..a_steps: estimated, then extrapolated past profiled_steps."""
+        r = self.rates if rates is None else rates
+        K = len(r)
+        if steps <= K:
+            return r[:steps]
+        extra = steps - K
+        if K == 0:
+            return np.zeros(steps)
+        if self.extrapolation == "linear" and K >= 2:
+            ok = np.isfinite(r)
+            x = np.arange(1, K + 1)[ok]
+            slope, icpt = np.polyfit(x, r[ok], 1)
+            ext = np.clip(icpt + slope * np.arange(K + 1, steps + 1), 0.0, 1.0)
+        else:
+            last = r[np.isfinite(r)][-1] if np.isfinite(r).any() else 0.0
+            ext = np.full(extra, last)
+        return np.r_[r, ext]
+
+    def expected_accepted(self, steps: int, rates: np.ndarray | None = None) -> float:
+        """E[min(L, steps)] per request."""
+        if steps <= 0:
+            return 0.0
+        a = np.nan_to_num(self.rates_for(steps, rates), nan=0.0)
+        return float(np.cumprod(a).sum())
+
+    def expected_accepted_ci(self, steps: int, level: float = 0.95) -> tuple[float, float]:
+        if len(self.rates_boot) == 0:
+            v = self.expected_accepted(steps)
+            return v, v
+        vals = np.array([self.expected_accepted(steps, b) for b in self.rates_boot])
+        lo, hi = np.nanpercentile(vals, [50 * (1 - level), 50 * (1 + level)])
+        return float(lo), float(hi)
+
+    def table(self, steps: int | None = None, level: float = 0.95) -> pd.DataFrame:
+        """Per position: rate (conditional acceptance), CI, survival P(L >= i), observed or
+        extrapolated."""
+        n = max(steps or 0, self.profiled_steps)
+        a = self.rates_for(n)
+        boot = np.array([self.rates_for(n, b) for b in self.rates_boot]) if len(self.rates_boot) else None
+        lo = np.nanpercentile(boot, 50 * (1 - level), axis=0) if boot is not None else a
+        hi = np.nanpercentile(boot, 50 * (1 + level), axis=0) if boot is not None else a
+        return pd.DataFrame({"position": np.arange(1, n + 1), "rate": a, "rate_lo": lo, "rate_hi": hi,
+                             "survival": np.cumprod(np.nan_to_num(a)),
+                             "observed": np.arange(1, n + 1) <= self.profiled_steps})
+
+
+def _pooled_rates(profiles: list[tuple[int, pd.DataFrame]], pmfs: list[np.ndarray]) -> np.ndarray:
+    """Per position, at-risk weighted pooling of the conditional rates of the profiles observing it."""
+    K = max(k for k, _ in profiles)
+    succ, risk = np.zeros(K), np.zeros(K)
+    for (k, s), p in zip(profiles, pmfs):
+        w = float(s["requests"].sum())
+        surv, _ = rates_from_pmf(p)
+        prev = np.r_[1.0, surv[:-1]]
+        succ[:k] += w * surv
+        risk[:k] += w * prev
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(risk > 0, succ / risk, np.nan)
+
+
+def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "repeat",
+             n_boot: int = 200, seed: int = 0) -> Acceptance:
+    """Acceptance model from one or more profiles: ``[(steps, cycle_samples(cycles)), ...]``."""
+    if extrapolation not in EXTRAPOLATIONS:
+        raise ValueError(f"extrapolation must be one of {EXTRAPOLATIONS}")
+    profiles = [(int(k), s.reset_index(drop=True)) for k, s in profiles if len(s)]
+    if not profiles:
+        raise ValueError("no accept marks (`accept_len=N reqs=M`) in the profile: cannot model acceptance")
+    notes = []
+    for k, s in profiles:
+        over = int((s["accepted"] > s["requests"] * k).sum())
+        if over:
+            notes.append(f"{over} cycles of the {k}-step profile report more accepted tokens than "
+                         f"requests x steps: clipped to the cap")
+    pmfs = [fit_request_pmf(s["accepted"], s["requests"], k) for k, s in profiles]
+    rates = _pooled_rates(profiles, pmfs)
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        bp, bs = [], []
+        for (k, s), p in zip(profiles, pmfs):
+            idx = rng.integers(0, len(s), len(s))
+            r = s.iloc[idx]
+            bp.append(fit_request_pmf(r["accepted"].to_numpy(), r["requests"].to_numpy(), k, start=p,
+                                      tol=1e-8, max_iter=2000))
+            bs.append((k, r))
+        boot.append(_pooled_rates(bs, bp))
+    all_s = pd.concat([s for _, s in profiles])
+    reqs = float(all_s["requests"].mean())
+    if (all_s["requests"] > 1).any():
+        notes.append("accept marks sum over requests (reqs>1): per-request accept lengths assumed i.i.d.; "
+                     "their distribution is the maximum-likelihood deconvolution of the sums (EM)")
+    mean_acc = float((all_s["accepted"] / all_s["requests"]).mean()) if len(profiles) == 1 else float("nan")
+    return Acceptance(profiled_steps=len(rates), rates=rates, rates_boot=np.array(boot).reshape(-1, len(rates)),
+                      requests=reqs, cycles=int(len(all_s)), extrapolation=extrapolation,
+                      mean_accepted=mean_acc, notes=notes)
