@@ -80,18 +80,28 @@ def fit_request_pmf(accepted, requests, steps: int, *, tol: float = 1e-10, max_i
     p = np.full(k + 1, 1.0 / (k + 1)) if start is None else np.clip(np.asarray(start, float), 1e-12, None)
     p = p / p.sum()
     total = float(sum(m * hist.sum() for m, hist in groups))
-    for _ in range(max_iter):
+
+    def em(p):
         counts = np.zeros(k + 1)
         for m, hist in groups:
-            pm = _conv_power(p, m)
             q = _conv_power(p, m - 1)
-            nz = hist > 0
-            r = np.zeros_like(hist)
-            r[nz] = hist[nz] / np.maximum(pm[nz], 1e-300)
-            lq = len(q)
-            c = np.array([r[j:j + lq] @ q for j in range(k + 1)])
-            counts += m * p * c
-        new = counts / total
+            pm = np.convolve(q, p)
+            r = np.where(hist > 0, hist / np.maximum(pm, 1e-300), 0.0)
+            counts += m * p * np.correlate(r, q, "valid")
+        return counts / total
+
+    # EM, accelerated with SQUAREM (Varadhan & Roland 2008); falls back to plain EM steps
+    for _ in range(max_iter):
+        p1 = em(p)
+        p2 = em(p1)
+        r, v = p1 - p, p2 - 2 * p1 + p
+        nv = float(np.sqrt(v @ v))
+        new = p2
+        if nv > 0:
+            alpha = -float(np.sqrt(r @ r)) / nv
+            cand = p - 2 * alpha * r + alpha * alpha * v
+            if alpha < -1 and np.all(cand >= 0):
+                new = em(cand / cand.sum())
         if np.max(np.abs(new - p)) < tol:
             p = new
             break

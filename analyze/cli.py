@@ -21,6 +21,12 @@ from . import safety
 SUBCOMMANDS = ("scrub", "diff", "whatif")
 
 
+class UsageError(safety.TraceError):
+    """A bad option value (phase configuration, plot request): exit code 10."""
+
+    exit_code = 10
+
+
 def default_trace() -> str:
     return str(resources.files("fixtures") / "real" / "h200_4proc_eager.sqlite")
 
@@ -55,7 +61,7 @@ def run_analyze(argv: list[str]) -> int:
     try:
         config = phases.load_config(args.config, args.phase)
     except (OSError, ValueError) as exc:
-        raise safety.TraceError(f"phase configuration: {exc}") from exc
+        raise UsageError(f"phase configuration: {exc}") from exc
     reports = args.reports or [default_trace()]
     result = api.load(reports, config, jobs=args.jobs, progress=not args.quiet and sys.stderr.isatty())
     if args.json:
@@ -68,7 +74,7 @@ def run_analyze(argv: list[str]) -> int:
         try:
             from . import plots
         except ImportError as exc:  # pragma: no cover
-            raise safety.TraceError(f"plots unavailable: {exc}") from exc
+            raise UsageError(f"plots unavailable: {exc}") from exc
         if args.plots:
             plots.write_all(result, args.plots)
         if args.html:

@@ -123,13 +123,40 @@ def short_name(name: str, width: int = 48) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
+_BORING = {"void", "const", "float", "long", "unsigned", "char", "bool", "native", "array", "operator",
+           "lambda", "instance", "anonymous", "namespace", "TensorIteratorBase", "BFloat16", "Half", "int64_t"}
+
+
+def _distinguishing_word(name: str, others: list[str]) -> str | None:
+    """The first identifier of ``name`` (template arguments included) found in none of ``others``."""
+    seen = set()
+    for o in others:
+        seen.update(_WORD.findall(o))
+    for w in _WORD.findall(name):
+        if w not in seen and w not in _BORING and not re.fullmatch(r"T\d+", w):
+            return w
+    return None
+
+
 def _unique_labels(names: list[str], width: int) -> list[str]:
-    """Short names; kernels that shorten to the same label get ``#2``, ``#3`` appended."""
-    out, seen = [], {}
-    for n in names:
-        s = short_name(n, width)
-        seen[s] = seen.get(s, 0) + 1
-        out.append(s if seen[s] == 1 else f"{s[: width - 3]} #{seen[s]}")
+    """Short names; kernels that shorten to the same label get the first identifier that tells them
+    apart (``vectorized_elementwise_kernel [FillFunctor]``), else ``#2``, ``#3``."""
+    shorts = [short_name(n, width) for n in names]
+    out, count = [], {}
+    for i, (n, s) in enumerate(zip(names, shorts)):
+        twins = [m for j, m in enumerate(names) if shorts[j] == s and j != i]
+        count[s] = count.get(s, 0) + 1
+        if not twins:
+            out.append(s)
+            continue
+        word = _distinguishing_word(n, twins)
+        if word:
+            tag = f" [{word}]"
+            base = short_name(n, max(12, width - len(tag)))
+            out.append(base + tag if len(base + tag) <= width + 12 else base + tag[: 12] + "…]")
+        else:
+            out.append(s if count[s] == 1 else f"{s[: width - 3]} #{count[s]}")
     return out
 
 
@@ -289,7 +316,8 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
         # idle background: the rank's part of the window (its cycles, or the whole window)
         if chosen:
             mine = cyc[(cyc["rank"] == r) & cyc["cycle"].isin(chosen)]
-            spans = [((s - w0) / div, (e - s) / div) for s, e in zip(mine["start_ns"], mine["end_ns"])]
+            lo, hi = (mine["start_ns"].min(), mine["end_ns"].max()) if len(mine) else (w0, w0)
+            spans = [((lo - w0) / div, (hi - lo) / div)]
         else:
             spans = [(0.0, (w1 - w0) / div)]
         ax.broken_barh(spans, (y, height), facecolors=colors[IDLE], edgecolor="none", zorder=1)
@@ -338,7 +366,7 @@ def _kernel_totals(a, rank=None) -> pd.DataFrame:
 
 @_styled
 def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: int | None = None,
-                width: int = 44) -> Figure:
+                width: int = 48) -> Figure:
     """Per phase, the kernels with the most GPU time (summed over ranks, or of one ``rank``):
     horizontal bars, labelled with their share of the phase's kernel time."""
     if a.kernels is None or a.kernels.empty:
@@ -375,27 +403,45 @@ def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: i
     return fig
 
 
-def _distribution_columns(a) -> list[str]:
-    return [p for p in _phase_order(a) if f"{p}_ns" in a.cycles.columns]
+def _distribution_columns(a, cyc: pd.DataFrame) -> list[str]:
+    """Phases with a per-cycle column that is not all zero."""
+    cols = [p for p in _phase_order(a) if f"{p}_ns" in cyc.columns]
+    return [p for p in cols if cyc[f"{p}_ns"].fillna(0).astype("float64").abs().sum() > 0] or cols
+
+
+def _cycle_time(cyc: pd.DataFrame) -> tuple[str, str]:
+    """(column, label) of the wall time of a cycle: its period (host start to next start) when the
+    analysis has it, else the GPU window."""
+    if "period_ns" in cyc.columns:
+        return "period_ns", "cycle period (host start to next start)"
+    return "duration_ns", "cycle time"
+
+
+def _log_if_spread(ax, values) -> None:
+    v = np.asarray(values, dtype="float64").ravel()
+    v = v[np.isfinite(v) & (v > 0)]
+    if len(v) and v.max() / max(float(np.median(v)), 1e-12) > 20:
+        ax.set_yscale("log")
 
 
 @_styled
 def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Figure:
-    """Distributions over decode cycles: left, cycle time per rank; right, exclusive GPU time per
-    phase per cycle plus ``gap`` (GPU idle inside the cycle: launch-bound time). ``kind``: ``box`` or
-    ``violin``. ``skip_first`` drops cycle 0 (warm-up)."""
+    """Distributions over decode cycles: left, cycle time per rank (period: host start to the next
+    cycle's start); right, exclusive GPU time per phase per cycle, all ranks pooled. ``kind``:
+    ``box`` or ``violin``. ``skip_first`` drops cycle 0 (warm-up). Axes turn logarithmic when a few
+    cycles are more than 20x the median (warm-up)."""
+    if kind not in ("box", "violin"):
+        raise ValueError("kind must be 'box' or 'violin'")
     cyc = a.cycles
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
     if skip_first and cyc["cycle"].nunique() > 1:
         cyc = cyc[cyc["cycle"] > cyc["cycle"].min()]
-    if kind not in ("box", "violin"):
-        raise ValueError("kind must be 'box' or 'violin'")
-    order = _distribution_columns(a)
+    order = _distribution_columns(a, cyc)
     colors = phase_colors(order)
     ranks = sorted(int(r) for r in cyc["rank"].unique())
     fig = _new_figure(12.0, 4.4)
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=[max(3, len(ranks)), max(3, len(order) + 1)])
+    ax1, ax2 = fig.subplots(1, 2, width_ratios=[max(3, len(ranks)), max(3, len(order))])
 
     def draw(ax, data, labels, facecolors):
         data = [np.asarray(d, dtype="float64") for d in data]
@@ -415,35 +461,30 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
 
-    unit, div = _unit(cyc["duration_ns"].quantile(0.9))
-    draw(ax1, [cyc.loc[cyc["rank"] == r, "duration_ns"] / div for r in ranks], [_rank_label(r) for r in ranks],
+    col, label = _cycle_time(cyc)
+    unit, div = _unit(cyc[col].quantile(0.9))
+    draw(ax1, [cyc.loc[cyc["rank"] == r, col] / div for r in ranks], [_rank_label(r) for r in ranks],
          ["#B0B0B0"] * len(ranks))
-    ax1.set_ylabel(f"cycle time ({unit})")
+    ax1.set_ylabel(f"{label} ({unit})")
     ax1.set_xlabel("rank")
-    ax1.set_title(f"Decode cycle time ({len(cyc)} cycles)")
+    ax1.set_title(f"Decode cycle time ({cyc['cycle'].nunique()} cycles x {len(ranks)} ranks)")
     if len(ranks) > 8:
         ax1.tick_params(axis="x", rotation=45)
-    cols = order + ["gap"]
-    colors = dict(colors, gap=PALETTE[IDLE])
-    unit2, div2 = _unit(cyc[[f"{c}_ns" for c in cols]].quantile(0.9).max())
-    draw(ax2, [cyc[f"{c}_ns"] / div2 for c in cols], cols, [colors[c] for c in cols])
-    ax2.set_ylabel(f"GPU time per cycle ({unit2})")
-    ax2.set_xlabel("phase (exclusive) / gap = GPU idle inside the cycle")
-    ax2.set_title("Per-phase time per cycle (all ranks)")
-    ax2.tick_params(axis="x", rotation=20)
-    # extreme warm-up cycles squash the boxes: switch to a log axis when the spread is huge
-    for ax, vals in ((ax1, cyc["duration_ns"]), (ax2, cyc[[f"{c}_ns" for c in cols]].to_numpy().ravel())):
-        v = np.asarray(vals, dtype="float64")
-        v = v[v > 0]
-        if len(v) and v.max() / max(np.median(v), 1) > 20:
-            ax.set_yscale("log")
+    _log_if_spread(ax1, cyc[col])
+    unit2, div2 = _unit(cyc[[f"{c}_ns" for c in order]].quantile(0.9).max())
+    draw(ax2, [cyc[f"{c}_ns"] / div2 for c in order], order, [colors[c] for c in order])
+    ax2.set_ylabel(f"exclusive GPU time per cycle ({unit2})")
+    ax2.set_xlabel("phase")
+    ax2.set_title("GPU time per phase per cycle (all ranks)")
+    _log_if_spread(ax2, cyc[[f"{c}_ns" for c in order]].to_numpy())
     return fig
 
 
 @_styled
 def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figure:
-    """Per decode cycle, stacked exclusive GPU time per phase plus the gap (GPU idle inside the cycle),
-    for one rank (default: the first); the ``top_slowest`` cycles by duration are marked."""
+    """Per decode cycle of one rank (default: the first): top, exclusive GPU time per phase (stacked);
+    bottom, the cycle's GPU window split into busy and gap (GPU idle inside the window: launch-bound
+    time) and, when known, its period. The ``top_slowest`` cycles by period are marked."""
     cyc = a.cycles
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
@@ -451,34 +492,50 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     c = cyc[cyc["rank"] == rank].sort_values("cycle")
     if c.empty:
         raise NoData(f"no decode cycles on rank {rank}")
-    order = _distribution_columns(a)
-    colors = dict(phase_colors(order), gap=PALETTE[IDLE])
-    cols = order + ["gap"]
-    unit, div = _unit(c["duration_ns"].quantile(0.9))
+    order = _distribution_columns(a, c)
+    colors = phase_colors(order)
     n = len(c)
-    fig = _new_figure(max(7.0, min(16.0, 2 + 0.22 * n)), 4.2)
-    ax = fig.add_subplot()
+    fig = _new_figure(max(7.0, min(16.0, 2.5 + 0.22 * n)), 6.2)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     x = np.arange(n)
+    busy_total = c[[f"{p}_ns" for p in order]].sum(axis=1).to_numpy(dtype="float64")
+    unit, div = _unit(np.quantile(busy_total, 0.9))
     bottom = np.zeros(n)
-    for col in cols:
-        vals = c[f"{col}_ns"].to_numpy(dtype="float64") / div
-        ax.bar(x, vals, bottom=bottom, color=colors[col], label=col, width=0.8)
+    for p in order:
+        vals = c[f"{p}_ns"].to_numpy(dtype="float64") / div
+        ax1.bar(x, vals, bottom=bottom, color=colors[p], label=p, width=0.8)
         bottom += vals
-    slow = c.nlargest(min(top_slowest, n), "duration_ns")
+    ax1.set_ylabel(f"GPU time ({unit})")
+    ax1.set_title(f"Where each decode cycle's GPU time went ({_rank_label(rank)}, exclusive per phase)")
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase")
+    _log_if_spread(ax1, bottom)
+
+    col, label = _cycle_time(c)
+    unit2, div2 = _unit(c[col].quantile(0.9))
+    busy = c["busy_ns"].to_numpy(dtype="float64") / div2 if "busy_ns" in c else busy_total * div / div2
+    gap = c["gap_ns"].to_numpy(dtype="float64") / div2 if "gap_ns" in c else np.zeros(n)
+    ax2.bar(x, busy, color=PALETTE[OTHER], label="GPU busy", width=0.8)
+    ax2.bar(x, gap, bottom=busy, color=PALETTE[IDLE], label="gap (GPU idle in window)", width=0.8,
+            edgecolor="#BBBBBB", linewidth=0.4)
+    wall = c[col].to_numpy(dtype="float64") / div2
+    if col != "duration_ns":
+        ax2.plot(x, wall, marker="_", markersize=12, linestyle="none", color="black", label=label)
+    slow = c.nlargest(min(top_slowest, n), col)
+    pos = {cy: i for i, cy in enumerate(c["cycle"].to_numpy())}
     for cy in slow["cycle"]:
-        xi = int(np.flatnonzero(c["cycle"].to_numpy() == cy)[0])
-        ax.annotate("slow", (xi, bottom[xi]), xytext=(0, 2), textcoords="offset points", ha="center",
-                    fontsize=7, color="#C44E52")
-    step = max(1, n // 25)
-    ax.set_xticks(x[::step], [str(v) for v in c["cycle"].to_numpy()[::step]])
-    ax.set_xlabel("decode cycle")
-    ax.set_ylabel(f"GPU time: phases + gap ({unit})")
-    ax.set_title(f"Where each decode cycle's time went ({_rank_label(rank)})")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase")
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_axisbelow(True)
-    if bottom.max() / max(np.median(bottom), 1) > 20:
-        ax.set_yscale("log")
+        xi = pos[cy]
+        ax2.annotate("slow", (xi, max(wall[xi], busy[xi] + gap[xi])), xytext=(0, 3), textcoords="offset points",
+                     ha="center", fontsize=7, color=PALETTE["allreduce"])
+    ax2.set_ylabel(f"per cycle ({unit2})")
+    ax2.set_title("GPU window of each cycle: busy + gap" + (", and period" if col != "duration_ns" else ""))
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    _log_if_spread(ax2, wall)
+    step = max(1, int(np.ceil(n / 30)))
+    ax2.set_xticks(x[::step], [str(v) for v in c["cycle"].to_numpy()[::step]])
+    ax2.set_xlabel("decode cycle")
+    for ax in (ax1, ax2):
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
     return fig
 
 
