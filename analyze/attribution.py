@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import projection as proj
-from .intervals import grouped_union_length
+from .intervals import grouped_sum, grouped_union_length, sorted_union_length  # noqa: F401
 from .phases import OTHER, PhaseConfig, kernel_phase, range_phase
 
 OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
@@ -27,7 +27,7 @@ def op_names(ops: pd.DataFrame, strings: pd.Series) -> np.ndarray:
     ids = ops["name_id"].to_numpy(dtype="int64")
     is_kernel = kind == "kernel"
     if is_kernel.any():
-        looked = strings.reindex(ids[is_kernel]).to_numpy(dtype=object)
+        looked = np.array(strings.reindex(ids[is_kernel]).to_numpy(dtype=object), dtype=object, copy=True)
         missing = pd.isna(looked)
         looked[missing] = [f"<kernel {i}>" for i in ids[is_kernel][missing]]
         names[is_kernel] = looked
@@ -36,6 +36,14 @@ def op_names(ops: pd.DataFrame, strings: pd.Series) -> np.ndarray:
     is_graph = kind == "graph"
     names[is_graph] = [f"[CUDA graph {i}]" for i in ids[is_graph]]
     return names
+
+
+def name_codes(names) -> tuple[np.ndarray, list]:
+    """(code per op, distinct names as str) by hashing (pd.factorize); missing names get the last
+    code, one past the distinct names. Much faster than np.unique on an object array."""
+    codes, uniq = pd.factorize(pd.Series(names, copy=False), use_na_sentinel=True)
+    codes = np.where(codes < 0, len(uniq), codes)
+    return codes, [str(u) for u in uniq]
 
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -56,7 +64,7 @@ def assign_phases(ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame, 
     tidx, _, end_key = proj.range_keys(index, phase_ranges)
 
     def slow_for(los, his, ends):
-        return lambda i: index.end_key[los[i]:his[i]] <= ends[i]
+        return (index.end_key, ends)     # vectorised exact path (projection.reduce_blocks)
 
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
@@ -72,11 +80,14 @@ def assign_phases(ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame, 
     found = range_id >= 0
     by_range[found] = phase_of_range[range_id[found]]
 
-    names = ops["name"].to_numpy(dtype=object)
-    uniq, inverse = np.unique(names.astype(str), return_inverse=True)
-    by_kernel = np.array(kernel_phase(list(uniq), config), dtype=object)[inverse] if len(uniq) else \
+    # kernel patterns are matched once per distinct name (codes, not 10M string compares)
+    inverse, uniq = name_codes(ops["name"])
+    by_kernel = np.array(kernel_phase(list(uniq), config) + [None], dtype=object)[inverse] if len(uniq) else \
         np.full(len(ops), None, dtype=object)
-    phase = np.where(pd.notna(by_kernel), by_kernel, np.where(pd.notna(by_range), by_range, OTHER))
+    phase = by_kernel.copy()
+    no_kernel = pd.isna(by_kernel)
+    phase[no_kernel] = by_range[no_kernel]
+    phase[pd.isna(phase)] = OTHER
 
     outermost = np.zeros(len(ranges), dtype=bool)
     inclusive: dict[str, np.ndarray] = {}
@@ -113,13 +124,24 @@ def phase_table(ops: pd.DataFrame, inclusive: dict[str, np.ndarray], ranges: pd.
     rank_list = ranks["rank"].to_numpy(dtype="int64")
     n = len(rank_list)
     code = np.searchsorted(rank_list, ops["rank"].to_numpy(dtype="int64"))
-    start = ops["start_ns"].to_numpy(dtype="int64")
-    end = ops["end_ns"].to_numpy(dtype="int64")
+    # one sort by (rank, start) serves every union below (masks keep the order)
+    order = np.lexsort((ops["start_ns"].to_numpy(dtype="int64"), code))
+    code = code[order]
+    start = ops["start_ns"].to_numpy(dtype="int64")[order]
+    end = ops["end_ns"].to_numpy(dtype="int64")[order]
     dur = end - start
-    is_kernel = (ops["kind"] == "kernel").to_numpy()
-    exclusive_phase = ops["phase"].to_numpy(dtype=object)
+    is_kernel = (ops["kind"] == "kernel").to_numpy()[order]
+    exclusive_phase = ops["phase"].to_numpy(dtype=object)[order]
 
-    busy = grouped_union_length(code, start, end, n)
+    def union(mask=None):
+        if mask is None:
+            return sorted_union_length(code, start, end, n)
+        return sorted_union_length(code[mask], start[mask], end[mask], n)
+
+    def ksum(mask):
+        return grouped_sum(code[mask], dur[mask], n)
+
+    busy = union()
     cumulative = np.zeros(n, dtype="int64")
     covered = np.zeros(len(ops), dtype=bool)
     rows = []
@@ -127,13 +149,13 @@ def phase_table(ops: pd.DataFrame, inclusive: dict[str, np.ndarray], ranges: pd.
     top = ranges[outermost]
     top_rank = np.array([range_rank.get(int(p), -1) for p in top["global_pid"]], dtype="int64")
     for name in config.names:
-        member = inclusive[name]
-        p_busy = grouped_union_length(code[member], start[member], end[member], n)
+        member = inclusive[name][order]
+        p_busy = union(member)
         covered |= exclusive_phase == name
-        upto = grouped_union_length(code[covered], start[covered], end[covered], n)
+        upto = union(covered)
         exclusive = upto - cumulative
         cumulative = upto
-        k_ns = np.bincount(code[member & is_kernel], weights=dur[member & is_kernel], minlength=n)
+        k_ns = ksum(member & is_kernel)
         mine = (top["phase"] == name).to_numpy()
         for i, rank in enumerate(rank_list):
             sel = mine & (top_rank == rank)
@@ -142,25 +164,25 @@ def phase_table(ops: pd.DataFrame, inclusive: dict[str, np.ndarray], ranges: pd.
             rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
                          "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
                          "busy_ns": int(p_busy[i]), "exclusive_ns": int(exclusive[i]),
-                         "kernel_ns": int(round(k_ns[i]))})
+                         "kernel_ns": int(k_ns[i])})
     other = ~covered
-    k_other = np.bincount(code[other & is_kernel], weights=dur[other & is_kernel], minlength=n)
+    k_other = ksum(other & is_kernel)
+    other_busy = union(other)
     for i, rank in enumerate(rank_list):
         rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
-                     "busy_ns": int(grouped_union_length(code[other & (code == i)], start[other & (code == i)],
-                                                         end[other & (code == i)], n)[i]),
-                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(round(k_other[i]))})
+                     "busy_ns": int(other_busy[i]),
+                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(k_other[i])})
     phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
 
-    kernel_total = np.bincount(code[is_kernel], weights=dur[is_kernel], minlength=n)
+    kernel_total = ksum(is_kernel)
     win_start = np.full(n, -1, dtype="int64")
     win_end = np.full(n, -1, dtype="int64")
-    for i in range(n):
-        sel = code == i
-        if sel.any():
-            win_start[i], win_end[i] = start[sel].min(), end[sel].max()
+    if len(code):
+        run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
+        win_start[code[run]] = start[run]                       # sorted by start within a rank
+        win_end[code[run]] = np.maximum.reduceat(end, run)
     totals = pd.DataFrame({
-        "rank": rank_list, "kernel_ns": np.round(kernel_total).astype("int64"), "busy_ns": busy,
+        "rank": rank_list, "kernel_ns": kernel_total.astype("int64"), "busy_ns": busy,
         "exclusive_attributed_ns": cumulative, "unattributed_ns": busy - cumulative,
         "window_start_ns": win_start, "window_end_ns": win_end,
         "idle_ns": np.where(win_end >= 0, win_end - win_start - busy, 0),
@@ -170,15 +192,37 @@ def phase_table(ops: pd.DataFrame, inclusive: dict[str, np.ndarray], ranges: pd.
 
 
 def kernel_table(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per (rank, exclusive phase, op name): instances, total/mean/median/p99 ns, share of the phase."""
+    """Per (rank, exclusive phase, op name): instances, total/mean/median/p99 ns, share of the phase.
+
+    One sort by (group, duration) gives every statistic (no per-group Python, no groupby median)."""
     cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
     if ops.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    frame = pd.DataFrame({"rank": ops["rank"], "phase": ops["phase"], "name": ops["name"],
-                          "d": ops["end_ns"] - ops["start_ns"]})
-    grouped = frame.groupby(["rank", "phase", "name"], sort=False)["d"]
-    table = grouped.agg(instances="size", total_ns="sum", mean_ns="mean", median_ns="median").reset_index()
-    table["p99_ns"] = grouped.quantile(0.99).to_numpy()
+    rank_c, rank_u = pd.factorize(ops["rank"], sort=False)
+    phase_c, phase_u = pd.factorize(ops["phase"], sort=False)
+    name_c, name_u = pd.factorize(ops["name"], sort=False)
+    d = (ops["end_ns"] - ops["start_ns"]).to_numpy(dtype="int64")
+    key = (rank_c.astype("int64") * len(phase_u) + phase_c) * len(name_u) + name_c
+    order = np.lexsort((d, key))
+    k, v = key[order], d[order]
+    run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    n = np.diff(np.r_[run, len(k)])
+    total = np.add.reduceat(v, run)
+    lo_mid, hi_mid = run + (n - 1) // 2, run + n // 2
+    median = (v[lo_mid] + v[hi_mid]) / 2.0
+    pos = 0.99 * (n - 1)
+    below = np.floor(pos).astype("int64")
+    frac = pos - below
+    a = v[run + below].astype("float64")
+    b = v[np.minimum(run + below + 1, run + n - 1)].astype("float64")
+    p99 = a + (b - a) * frac
+    gk = k[run]
+    name_i = gk % len(name_u)
+    phase_i = (gk // len(name_u)) % len(phase_u)
+    rank_i = gk // (len(name_u) * len(phase_u))
+    table = pd.DataFrame({"rank": np.asarray(rank_u)[rank_i], "phase": np.asarray(phase_u, dtype=object)[phase_i],
+                          "name": np.asarray(name_u, dtype=object)[name_i], "instances": n, "total_ns": total,
+                          "mean_ns": total / n, "median_ns": median, "p99_ns": p99})
     phase_total = table.groupby(["rank", "phase"])["total_ns"].transform("sum")
     table["share"] = np.where(phase_total > 0, table["total_ns"] / phase_total, 0.0)
     table = table.sort_values(["rank", "phase", "total_ns", "name"], ascending=[True, True, False, True],

@@ -1,0 +1,244 @@
+"""Bad input and odd traces through the CLI: one line on stderr, a documented exit code, the input
+unchanged; third-party exports analyze sensibly; a fuzzer never gets a traceback."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import analyze
+from analyze import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "fixtures" / "real"
+PUBLIC = ROOT.parent / "shared" / "public-traces"
+
+
+def run_cli(*args) -> tuple[int, str, str]:
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def one_line_error(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("analyze-trace: error: "), stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_missing_file(tmp_path):
+    rc, _, err = run_cli(tmp_path / "nope.sqlite")
+    assert rc == 2 and "no such file" in one_line_error(err)
+
+
+def test_directory_without_reports(tmp_path):
+    rc, _, err = run_cli(tmp_path)
+    assert rc == 2 and "no .sqlite report" in one_line_error(err)
+
+
+def test_nsys_rep_given_names_the_export_command(tmp_path):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"NVIDIA Tegra Pro" + b"\0" * 100)
+    rc, _, err = run_cli(rep)
+    line = one_line_error(err)
+    assert rc == 3 and "nsys export --type sqlite" in line
+
+
+def test_not_sqlite(tmp_path):
+    f = tmp_path / "notes.sqlite"
+    f.write_text("hello\n")
+    rc, _, err = run_cli(f)
+    assert rc == 4, err
+    one_line_error(err)
+
+
+def test_sqlite_but_not_nsys(tmp_path):
+    f = tmp_path / "other.sqlite"
+    with sqlite3.connect(f) as c:
+        c.execute("CREATE TABLE t(x)")
+    rc, _, err = run_cli(f)
+    assert rc == 5 and "nsys" in one_line_error(err)
+
+
+def test_truncated_report(tmp_path):
+    data = (REAL / "h200_1proc_graphs_graphlevel.sqlite").read_bytes()
+    f = tmp_path / "cut.sqlite"
+    f.write_bytes(data[: len(data) // 2])
+    rc, _, err = run_cli(f)
+    assert rc == 6, err
+    one_line_error(err)
+
+
+def test_nvtx_only_export_says_so(tmp_path):
+    f = tmp_path / "nvtx_only.sqlite"
+    shutil.copy(REAL / "h200_1proc_graphs_graphlevel.sqlite", f)
+    with sqlite3.connect(f) as c:
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):
+            c.execute(f"DROP TABLE IF EXISTS {t}")
+    rc, _, err = run_cli(f)
+    assert rc == 7 and "NVTX only" in one_line_error(err)
+
+
+def test_unwritable_output_location(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    rc, _, err = run_cli(REAL / "h200_1proc_graphs_graphlevel.sqlite", "--json", blocker / "out.json", "-q")
+    assert rc == 8, err
+    one_line_error(err)
+
+
+def test_bad_phase_option():
+    rc, _, err = run_cli(REAL / "h200_1proc_graphs_graphlevel.sqlite", "--phase", "nonsense", "-q")
+    assert rc == 10 and "phase" in one_line_error(err)
+
+
+def test_two_reports_claiming_one_rank_are_refused(tmp_path):
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    shutil.copy(REAL / "h200_1proc_graphs_graphlevel.sqlite", a)
+    shutil.copy(REAL / "h200_1proc_graphs_graphlevel.sqlite", b)
+    rc, _, err = run_cli(a, b)
+    assert rc == 9 and "rank 0" in one_line_error(err)
+
+
+def test_inputs_unchanged_by_every_command(tmp_path):
+    src = REAL / "h200_4proc_eager.sqlite"
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    mtime = src.stat().st_mtime_ns
+    assert run_cli(src, "--json", tmp_path / "o.json", "--csv", tmp_path / "csv", "--parquet", tmp_path / "pq",
+                   "-q")[0] == 0
+    assert run_cli("scrub", src, "-o", tmp_path / "s.sqlite")[0] == 0
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == digest
+    assert src.stat().st_mtime_ns == mtime
+    assert not list(REAL.glob("*-journal")) and not list(REAL.glob("*-wal"))
+
+
+def test_failed_output_leaves_no_partial_file(tmp_path, monkeypatch):
+    from analyze import outputs
+
+    target = tmp_path / "r.json"
+    target.write_text("previous run\n")
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.json, "dump", boom)
+    with pytest.raises(KeyboardInterrupt):
+        outputs.write_json(analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite"), target)
+    assert target.read_text() == "previous run\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+# --- third-party exports: old schemas, sliced captures, no NVTX -------------------------------
+
+needs_public = pytest.mark.skipif(not PUBLIC.is_dir(), reason="../shared/public-traces not present")
+
+
+@needs_public
+def test_sliced_two_gpu_capture_counts_kernels_without_launch_call():
+    result = analyze.load(PUBLIC / "GindaChen_nsys-ai__h100_2gpu_1s.sqlite")
+    assert list(result.ranks["rank"]) == [0, 1]
+    assert set(result.ranks["source"]) == {"device"}
+    kernels = result.gpu_ops[result.gpu_ops["kind"] == "kernel"]
+    assert len(kernels) == 3442
+    unlinked = int(((result.gpu_ops["call_pos"] < 0)).sum())
+    assert unlinked > 0
+    assert any(f"{unlinked} GPU ops had no launching API call" in n for n in result.notes)
+    t = result.totals.set_index("rank")
+    named = result.phases[result.phases["phase"] != "other"].groupby("rank")["exclusive_ns"].sum()
+    assert (named + t["unattributed_ns"] == t["busy_ns"]).all()
+
+
+@needs_public
+def test_export_without_nvtx_puts_everything_in_other():
+    rc, out, err = run_cli(PUBLIC / "GindaChen_nsys-ai__mock.sqlite")
+    assert rc == 0, err
+    assert "no NVTX ranges" in out
+    result = analyze.load(PUBLIC / "GindaChen_nsys-ai__mock.sqlite")
+    t = result.totals.iloc[0]
+    assert t["unattributed_ns"] == t["busy_ns"] > 0
+    assert len(result.gpu_ops[result.gpu_ops["kind"] == "kernel"]) == 2
+
+
+@needs_public
+@pytest.mark.parametrize("name", ["amir-ghz_DynamicViT__nsys_profile.sqlite",
+                                  "amir-ghz_DynamicViT__nsys_profile__reexport_2022.4.sqlite"])
+def test_empty_captures_old_schemas(name):
+    rc, _, err = run_cli(PUBLIC / name)
+    assert rc == 7 and "no GPU activity" in one_line_error(err)
+
+
+# --- fuzzing: mutated schemas and contents never give a traceback -------------------------------
+
+MUTATIONS = st.lists(st.sampled_from([
+    ("drop_table", "CUPTI_ACTIVITY_KIND_RUNTIME"), ("drop_table", "StringIds"), ("drop_table", "NVTX_EVENTS"),
+    ("drop_table", "PROCESSES"), ("drop_table", "TARGET_INFO_GPU"), ("drop_table", "META_DATA_EXPORT"),
+    ("drop_column", "CUPTI_ACTIVITY_KIND_KERNEL.demangledName"), ("drop_column", "NVTX_EVENTS.textId"),
+    ("drop_column", "NVTX_EVENTS.domainId"), ("drop_column", "CUPTI_ACTIVITY_KIND_KERNEL.globalPid"),
+    ("drop_column", "CUPTI_ACTIVITY_KIND_RUNTIME.nameId"), ("add_column", "CUPTI_ACTIVITY_KIND_KERNEL.extra"),
+    ("rename_table", "CUPTI_ACTIVITY_KIND_KERNEL"), ("null_column", "CUPTI_ACTIVITY_KIND_KERNEL.end"),
+    ("null_column", "NVTX_EVENTS.end"), ("null_column", "CUPTI_ACTIVITY_KIND_RUNTIME.correlationId"),
+    ("null_column", "NVTX_EVENTS.globalTid"), ("garbage", "StringIds.value"), ("garbage", "NVTX_EVENTS.text"),
+    ("negative", "CUPTI_ACTIVITY_KIND_KERNEL.globalPid"), ("negative", "NVTX_EVENTS.globalTid"),
+    ("shuffle_times", "CUPTI_ACTIVITY_KIND_KERNEL"), ("delete_half", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+]), min_size=1, max_size=4, unique=True)
+
+
+def mutate(path: Path, mutations) -> None:
+    with sqlite3.connect(path) as c:
+        for kind, target in mutations:
+            table, _, col = target.partition(".")
+            exists = c.execute("SELECT 1 FROM sqlite_master WHERE name=?", (table,)).fetchone()
+            if not exists:
+                continue
+            cols = [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
+            if col and col not in cols and kind != "add_column":
+                continue
+            if kind == "drop_table":
+                c.execute(f"DROP TABLE {table}")
+            elif kind == "drop_column":
+                c.execute(f"ALTER TABLE {table} DROP COLUMN {col}")
+            elif kind == "add_column":
+                c.execute(f"ALTER TABLE {table} ADD COLUMN {col} TEXT DEFAULT 'x'")
+            elif kind == "rename_table":
+                c.execute(f"ALTER TABLE {table} RENAME TO {table}_OLD")
+            elif kind == "null_column":
+                try:
+                    c.execute(f"UPDATE {table} SET {col}=NULL WHERE rowid % 3 = 0")
+                except sqlite3.IntegrityError:  # a NOT NULL column: nsys never writes NULL there
+                    pass
+            elif kind == "garbage":
+                c.execute(f"UPDATE {table} SET {col}=CAST(X'FF00FEC3' AS TEXT) WHERE rowid % 2 = 0")
+            elif kind == "negative":
+                c.execute(f"UPDATE {table} SET {col} = {col} | (-9223372036854775807 - 1) WHERE rowid % 2 = 0")
+            elif kind == "shuffle_times":
+                c.execute(f"UPDATE {table} SET start = end, end = start WHERE rowid % 4 = 0")
+            elif kind == "delete_half":
+                c.execute(f"DELETE FROM {table} WHERE rowid % 2 = 0")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations=MUTATIONS)
+def test_fuzzed_reports_give_results_or_one_clear_error(mutations):
+    err = io.StringIO()
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "fuzz.sqlite"
+        shutil.copy(REAL / "h200_1proc_graphs_graphlevel.sqlite", f)
+        mutate(f, mutations)
+        with contextlib.redirect_stderr(err):
+            rc = cli.main([str(f), "--json", str(Path(d) / "o.json"), "-q"])
+        if rc == 0:
+            assert (Path(d) / "o.json").stat().st_size > 0
+    assert rc in (0, 2, 4, 5, 6, 7, 9), (mutations, err.getvalue())
+    if rc:
+        one_line_error(err.getvalue())
