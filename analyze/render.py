@@ -49,10 +49,13 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> lis
 def render(result, top: int = 5, max_ranks: int = 8) -> str:
     out: list[str] = []
     out.append("specprof: GPU time per phase, kernel and rank")
-    for inp in result.inputs:
+    shown_inputs = result.inputs if len(result.inputs) <= 3 else result.inputs[:2]
+    for inp in shown_inputs:
         out.append(clip(f"  input {inp['path']}  (nsys {inp.get('nsys_version') or '?'}, schema "
                         f"{inp.get('schema_version') or '?'}, graphs traced: {inp.get('cuda_graph_trace') or '-'})",
                         WIDTH))
+    if len(shown_inputs) < len(result.inputs):
+        out.append(f"  ... and {len(result.inputs) - len(shown_inputs)} more inputs (one per rank)")
     out.append("")
     ranks = result.ranks
     out.append("Ranks")
@@ -121,9 +124,9 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                       for r in dist.itertuples()])
         tok = summary.tokens_summary(cycles)
         if tok:
-            out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles "
-                       f"({tok['accepted_per_cycle']:.2f} accepted draft tokens + bonus per cycle = "
-                       f"{tok['tokens_per_cycle']:.2f}), {tok['tokens_per_s']:.1f} tokens/s over the cycle periods")
+            out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
+                       f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
+                       f"bonus), {tok['tokens_per_s']:.1f} tokens/s over the cycle periods")
         out.append("")
 
     coll = result.collectives

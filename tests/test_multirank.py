@@ -1,0 +1,82 @@
+"""One report holding every rank, or one report per rank: the same per-rank figures."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analyze
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PID_TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL": "globalPid", "CUPTI_ACTIVITY_KIND_MEMCPY": "globalPid",
+              "CUPTI_ACTIVITY_KIND_MEMSET": "globalPid", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "globalPid",
+              "CUPTI_ACTIVITY_KIND_RUNTIME": "globalTid", "NVTX_EVENTS": "globalTid", "OSRT_API": "globalTid",
+              "PROCESSES": "globalPid", "ThreadNames": "globalTid"}
+
+
+def split_by_process(src: Path, out_dir: Path) -> list[Path]:
+    """Cut a multi-process export into one file per process (what `-o report_%q{RANK}` records)."""
+    with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as c:
+        pids = [r[0] for r in c.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+    paths = []
+    for i, pid in enumerate(sorted(pids)):
+        dst = out_dir / f"report_{i}.sqlite"
+        shutil.copy(src, dst)
+        dst.chmod(0o644)
+        with sqlite3.connect(dst) as c:
+            tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            for table, col in PID_TABLES.items():
+                if table not in tables:
+                    continue
+                c.execute(f"DELETE FROM {table} WHERE ({col} & ~16777215) != ?", (pid,))
+        paths.append(dst)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def single_and_split(tmp_path_factory):
+    out = tmp_path_factory.mktemp("split")
+    src = REAL / "h200_4proc_eager.sqlite"
+    return analyze.load(src), analyze.load(split_by_process(src, out)), out
+
+
+def test_split_reports_give_the_same_ranks_and_figures(single_and_split):
+    single, split, _ = single_and_split
+    cols = ["rank", "pid", "device_ids", "source"]
+    assert single.ranks[cols].equals(split.ranks[cols])
+    assert list(split.alignment["method"]) == ["reference", "session start (UTC)", "session start (UTC)",
+                                                "session start (UTC)"]
+    assert (split.alignment["offset_ns"] == 0).all()      # one nsys session: one clock
+    pd.testing.assert_frame_equal(single.phases, split.phases)
+    pd.testing.assert_frame_equal(single.totals, split.totals)
+    k1 = single.kernels.sort_values(["rank", "phase", "name"]).reset_index(drop=True)
+    k2 = split.kernels.sort_values(["rank", "phase", "name"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(k1, k2)
+    pd.testing.assert_frame_equal(single.cycles, split.cycles)
+
+
+def test_directory_input_equals_file_list(single_and_split):
+    _, split, out = single_and_split
+    from_dir = analyze.load(out)
+    pd.testing.assert_frame_equal(from_dir.phases, split.phases)
+
+
+def test_eight_rank_report_fits_120_columns(tmp_path):
+    from fixtures.synth import TraceSpec, write_trace
+
+    paths, _ = write_trace(TraceSpec(ranks=8, cycles=4, one_file=False, straggler={5: 80_000},
+                                     clock_offsets_ns=[0, 3_000_000, -2_000_000, 5_000_000, 10, -4_000_000, 25, 7],
+                                     cuda_graph_mode="node"), tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= 120
+    header = next(line for line in lines if line.startswith("phase ") and "rank 7" in line)
+    assert all(f"rank {r}" in header for r in range(8))
+    assert "straggler rank(s): 5" in proc.stdout
+    assert "Clock alignment of separate reports" in proc.stdout
