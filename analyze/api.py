@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import attribution, cycles, projection, report, safety
+from . import attribution, checks, cycles, projection, report, safety
 from .phases import PhaseConfig
 from .ranks import identify_ranks
 
@@ -63,7 +63,6 @@ def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult
     """Map step: read one report and attribute its GPU time, per process (rank)."""
     config = config or PhaseConfig()
     tables = report.read_report(path)
-    notes: list[str] = []
     ops = tables.gpu_ops
     if ops.empty:
         if tables.ranges.empty and tables.marks.empty:
@@ -72,15 +71,9 @@ def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult
         raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
     ops = ops.assign(name=attribution.op_names(ops, tables.strings))
     ranges = attribution.label_ranges(tables.ranges, config)
-    if ranges.empty:
-        notes.append("no NVTX ranges: every GPU op is in `other` unless a kernel pattern names its phase")
     calls = tables.calls
     index = projection.build_call_index(calls, ranges)
     op_call = projection.link_ops(ops, calls, index)
-    missing = int((op_call < 0).sum())
-    if missing:
-        notes.append(f"{missing} GPU ops had no launching API call (sliced capture?): "
-                     "phase by kernel name only, else `other`")
 
     # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
     has, first, last = projection.call_op_spans(ops, op_call, len(index.key))
@@ -93,9 +86,6 @@ def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult
                            gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
     ranges["full_name"] = projection.full_range_names(ranges)
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
-    unclosed = int(ranges["end_missing"].sum())
-    if unclosed:
-        notes.append(f"{unclosed} NVTX ranges were never closed: they run to the last NVTX timestamp")
 
     ranks = identify_ranks(ops, tables.marks, ranges, tables.processes, str(path))
     ops, inclusive, outermost = attribution.assign_phases(ops, op_call, ranges, index, config)
@@ -109,12 +99,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult
                      collective=collective_mask(ops["name"], config),
                      cycle_range=cycles.cycle_of_ops(op_call, ranges, index, config))
     ranges["is_cycle"] = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
-    zero = int((ops["duration_ns"] == 0).sum())
-    if zero:
-        notes.append(f"{zero} GPU ops have zero duration")
-    if tables.meta.get("cuda_graph_trace") == "graph" and (ops["kind"] == "graph").any():
-        notes.append("CUDA graphs traced at graph level: kernels inside graph replays are invisible "
-                     "(profile with --cuda-graph-trace=node to see allreduce kernels inside graphs)")
+    notes = checks.all_notes(tables, ops, op_call, ranges)
     ranges = ranges.rename_axis("range_id").reset_index()
     return ReportResult(str(path), tables.meta, ranks, ops, ranges, tables.marks, phases, kernels, totals,
                         nvtx_summary, notes)
@@ -126,8 +111,8 @@ def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
     if phase is None:
         return np.zeros(len(names), dtype=bool)
     rx = phase.kernel_regex()
-    uniq, inverse = np.unique(names.astype(str).to_numpy(), return_inverse=True)
-    return np.array([bool(rx.fullmatch(u)) for u in uniq], dtype=bool)[inverse]
+    inverse, uniq = attribution.name_codes(names)      # match each distinct name once
+    return np.array([bool(rx.fullmatch(u)) for u in uniq] + [False], dtype=bool)[inverse]
 
 
 def expand_inputs(paths) -> list[str]:

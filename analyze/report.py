@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from . import safety
+from . import fastread, safety
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
@@ -49,6 +49,7 @@ class ReportTables(NamedTuple):
     processes: pd.DataFrame     # global_pid, pid, name
     devices: pd.DataFrame       # pid, cuda_id, gpu_id, gpu_name, bus
     meta: dict                  # schema_version, utc_start_ns, cuda_graph_trace, nsys_version
+    cross_thread_ranges: int = 0  # start/end ranges that end on another thread (left out, as nsys does)
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -56,12 +57,10 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
 
 
 def _read(conn: sqlite3.Connection, sql: str, columns: list[str]) -> pd.DataFrame:
-    """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched)."""
-    cur = conn.execute(sql)
-    rows = cur.fetchall()
-    if not rows:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
-    return pd.DataFrame.from_records(rows, columns=columns)
+    """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
+
+    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py."""
+    return fastread.read_frame(conn, sql, columns)
 
 
 def _int64(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
@@ -254,6 +253,15 @@ def read_meta(conn: sqlite3.Connection) -> dict:
     return meta
 
 
+def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
+    if not {"endGlobalTid", "eventType"} <= set(table_columns(conn, "NVTX_EVENTS")):
+        return 0
+    types = ",".join(map(str, RANGE_EVENT_STYLES))
+    row = conn.execute(f"SELECT count(*) FROM NVTX_EVENTS WHERE endGlobalTid IS NOT NULL "
+                       f"AND eventType IN ({types})").fetchone()
+    return int(row[0] or 0)
+
+
 def read_report(path: str) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses."""
     conn = safety.open_report(path)
@@ -264,8 +272,9 @@ def read_report(path: str) -> ReportTables:
         ranges, marks = read_nvtx(conn, strings)
         return ReportTables(path=str(path), strings=strings, gpu_ops=ops, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
-                            meta=read_meta(conn))
+                            meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn))
     except sqlite3.DatabaseError as exc:
         raise safety.CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
+        fastread.close(conn)
         conn.close()

@@ -242,3 +242,22 @@ def test_fuzzed_reports_give_results_or_one_clear_error(mutations):
     assert rc in (0, 2, 4, 5, 6, 7, 9), (mutations, err.getvalue())
     if rc:
         one_line_error(err.getvalue())
+
+
+def test_odd_cases_are_counted_and_reported(tmp_path):
+    from fixtures.synth import TraceSpec, write_trace
+
+    paths, truth = write_trace(TraceSpec(ranks=2, cycles=2, start_end_ranges=True, unclosed_range=True,
+                                         missing_runtime=2, zero_length_kernels=2, negative_globaltid=True,
+                                         invalid_utf8=True), tmp_path)
+    rc, out, err = run_cli(*paths)
+    assert rc == 0, err
+    # per rank: 2 kernels without runtime row, 2 zero-length kernels, 1 never-closed range,
+    # 1 start/end range ending on another thread
+    assert "4 GPU ops had no launching API call" in out
+    assert "4 GPU ops have zero duration" in out
+    assert "2 NVTX ranges were never closed" in out
+    assert "2 start/end NVTX ranges end on another thread" in out
+    assert "negative globalTid" in out
+    assert "correlation ids occur in several processes" in out
+    assert "1 strings were not valid UTF-8" in out

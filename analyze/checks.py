@@ -1,0 +1,97 @@
+"""What is odd about a report, counted and said in one line each (the `notes` of a result).
+
+Each function takes the tables of one report and returns a list of notes; none changes the
+analysis, they say how odd events were treated.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+REPLACEMENT_CHAR = "\ufffd"
+
+
+def unlinked_ops(op_call: np.ndarray) -> list[str]:
+    missing = int((op_call < 0).sum())
+    if not missing:
+        return []
+    return [f"{missing} GPU ops had no launching API call (sliced capture?): phase by kernel name only, "
+            "else `other`"]
+
+
+def zero_length_ops(ops: pd.DataFrame) -> list[str]:
+    zero = int((ops["end_ns"] == ops["start_ns"]).sum())
+    return [f"{zero} GPU ops have zero duration (counted, add no time)"] if zero else []
+
+
+def unclosed_ranges(ranges: pd.DataFrame) -> list[str]:
+    n = int(ranges["end_missing"].sum()) if "end_missing" in ranges.columns else 0
+    return [f"{n} NVTX ranges were never closed: they run to the last NVTX timestamp (as in nsys)"] if n else []
+
+
+def cross_thread_ranges(count: int) -> list[str]:
+    if not count:
+        return []
+    return [f"{count} start/end NVTX ranges end on another thread: left out of the projection and the "
+            "phases, as nsys' projection does"]
+
+
+def identical_ranges(ranges: pd.DataFrame) -> list[str]:
+    if ranges.empty:
+        return []
+    dup = ranges.duplicated(["global_tid", "start_ns", "end_ns"], keep="first")
+    n = int(dup.sum())
+    return [f"{n} NVTX ranges have the same bounds as another range on their thread (nested in order of "
+            "appearance)"] if n else []
+
+
+def marks_only(ranges: pd.DataFrame, marks: pd.DataFrame) -> list[str]:
+    if ranges.empty and len(marks):
+        return [f"NVTX marks only ({len(marks)}), no ranges: every GPU op is in `other` unless a kernel "
+                "pattern names its phase"]
+    if ranges.empty:
+        return ["no NVTX ranges: every GPU op is in `other` unless a kernel pattern names its phase"]
+    return []
+
+
+def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
+    n = int((calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + \
+        int((ops["global_pid"] < 0).sum())
+    return [f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, not dropped"] if n else []
+
+
+def shared_correlation_ids(calls: pd.DataFrame) -> list[str]:
+    if calls.empty:
+        return []
+    per_id = calls.groupby("correlation_id")["global_pid"].nunique()
+    n = int((per_id > 1).sum())
+    return [f"{n} correlation ids occur in several processes: ops joined to calls per process"] if n else []
+
+
+def invalid_text(strings: pd.Series) -> list[str]:
+    if strings.empty:
+        return []
+    n = int(strings.astype(str).str.contains(REPLACEMENT_CHAR, regex=False).sum())
+    return [f"{n} strings were not valid UTF-8: shown with U+FFFD replacement characters"] if n else []
+
+
+def graph_level_trace(meta: dict, ops: pd.DataFrame) -> list[str]:
+    if (ops["kind"] == "graph").any():
+        return ["CUDA graphs traced at graph level: kernels inside graph replays are invisible (profile with "
+                "--cuda-graph-trace=node to see all-reduce kernels inside graphs)"]
+    return []
+
+
+def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame) -> list[str]:
+    notes: list[str] = []
+    notes += marks_only(ranges, tables.marks)
+    notes += unlinked_ops(op_call)
+    notes += unclosed_ranges(ranges)
+    notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
+    notes += identical_ranges(ranges)
+    notes += zero_length_ops(ops)
+    notes += negative_ids(tables.calls, ranges, ops)
+    notes += shared_correlation_ids(tables.calls)
+    notes += invalid_text(tables.strings)
+    notes += graph_level_trace(tables.meta, ops)
+    return notes
