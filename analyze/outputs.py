@@ -14,7 +14,7 @@ from .safety import atomic_dir_write, atomic_write
 JSON_SCHEMA = 1
 # the tables written by --csv and --parquet, one file each
 FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
-               "alignment", "cross_rank", "skew")
+               "alignment", "cross_rank", "skew", "nvtx_sum")
 
 PUBLIC_COLUMNS = {
     "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
@@ -37,6 +37,7 @@ def tables(result) -> dict[str, pd.DataFrame]:
         out[name] = frame.reset_index(drop=True)
     out["cross_rank"] = summary.cross_rank(result.phases)
     out["skew"] = coll_mod.skew_summary(result.collectives)
+    out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
     return out
 
 

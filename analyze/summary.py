@@ -53,3 +53,16 @@ def tokens_summary(cycles: pd.DataFrame) -> dict | None:
             "accepted_per_cycle": accepted / len(c) if len(c) else None,
             "tokens_per_cycle": tokens / len(c) if len(c) else None,
             "tokens_per_s": tokens * 1e9 / wall if wall else None}
+
+
+def nvtx_range_summary(ranges: pd.DataFrame) -> pd.DataFrame:
+    """CPU-side NVTX range statistics per (range, style): the rows of ``nsys stats -r nvtx_sum``."""
+    cols = ["range", "style", "instances", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns"]
+    if ranges.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    names = ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+    frame = pd.DataFrame({"range": names, "style": ranges["style"], "d": ranges["end_ns"] - ranges["start_ns"]})
+    g = frame.groupby(["range", "style"], sort=False)["d"]
+    out = g.agg(instances="size", total_ns="sum", mean_ns="mean", median_ns="median", min_ns="min",
+                max_ns="max").reset_index()
+    return out.sort_values(["total_ns", "range"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)

@@ -51,6 +51,20 @@ def test_kernel_totals_equal_cuda_gpu_kern_sum(traced):
     assert int(result.totals["kernel_ns"].sum()) == int(ref["Total Time (ns)"].sum())
 
 
+def test_nvtx_range_summary_equals_nvtx_sum(traced):
+    from analyze.summary import nvtx_range_summary
+
+    name, result = traced
+    ref = pd.read_csv(REAL / f"{name}.stats_nvtx_sum.csv")
+    ours = nvtx_range_summary(result.ranges).set_index(["range", "style"])
+    assert len(ours) == len(ref)
+    for row in ref.itertuples(index=False):
+        got = ours.loc[(row.Range, row.Style)]
+        assert (int(got.total_ns), int(got.instances), int(got.min_ns), int(got.max_ns)) == \
+            (row[1], row[2], row[5], row[6]), row.Range
+        assert float(got.median_ns) == row[4]
+
+
 def test_invariant_exclusive_plus_unattributed_is_busy(traced):
     _, result = traced
     named = result.phases[result.phases["phase"] != "other"]
