@@ -1,0 +1,618 @@
+"""``analyze-trace whatif REPORT``: predict tokens/s for every draft step count from one profile.
+
+The model (every assumption is printed with the result, see docs/whatif.md):
+
+* **Cycle time** T(s) for s draft steps = draft(s) + sum over the other phases of their exclusive
+  GPU time + overhead, where overhead = measured cycle wall time (its period, host start to next
+  start) minus the exclusive GPU time of all phases: other kernels, GPU idle gaps, host time.
+  - one profile (k steps): draft(s) = draft(k) + (s - k) d, with d the marginal cost of one draft
+    step: the start-to-start period of consecutive ``draft_step`` ranges on the GPU when the shim
+    recorded them (includes launch gaps), else draft GPU time / k. Verify, draft_extend,
+    allreduce and overhead are taken as measured (a decode batch of M(s+1) tokens is memory bound:
+    verify time does not depend on the verified token count).
+  - several profiles with different step counts: every component is a least-squares line, draft
+    in s, the others in the verified tokens n = M(s+1).
+* **Tokens per cycle** = M (1 + E[min(L, s)]) from the acceptance model (acceptance.py): M requests,
+  each accepting min(L, s) draft tokens plus the one token the verify pass always yields.
+* tokens/s = tokens per cycle / T(s); best = argmax; speed-up = tokens/s over the baseline's:
+  measured from a no-speculation report (``--baseline``), else *estimated* as one cycle without
+  draft and draft_extend (verify at M tokens + allreduce + overhead) yielding M tokens.
+* Confidence intervals: seeded bootstrap over cycles (costs and acceptance refit together).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from . import acceptance as acc_mod
+from .diff import OUTLIER_FACTOR, Side, as_side, drop_outliers, load_side, per_cycle, time_column
+from .phases import OTHER
+
+N_BOOT = 200
+LEVEL = 0.95
+DRAFT = "draft"
+NO_DRAFT_IN_BASELINE = ("draft", "draft_extend")
+
+
+# ---------------------------------------------------------------------------------------------
+# draft steps of a profile
+# ---------------------------------------------------------------------------------------------
+def _cycle_windows(cycles: pd.DataFrame, rank) -> pd.DataFrame:
+    c = cycles[cycles["rank"] == rank].sort_values("cycle")
+    lo = "cpu_start_ns" if "cpu_start_ns" in c.columns else "start_ns"
+    hi = "cpu_end_ns" if "cpu_end_ns" in c.columns else "end_ns"
+    return pd.DataFrame({"cycle": c["cycle"].to_numpy(), "lo": c[lo].to_numpy(dtype="int64"),
+                         "hi": c[hi].to_numpy(dtype="int64")})
+
+
+def draft_step_table(side: Side, rank=None) -> pd.DataFrame:
+    """Per cycle (one rank): number of ``draft_step`` ranges and their GPU start-to-start period."""
+    empty = pd.DataFrame({"cycle": pd.Series(dtype="int64"), "steps": pd.Series(dtype="int64"),
+                          "step_period_ns": pd.Series(dtype="float64")})
+    r = side.ranges
+    if r is None or r.empty or side.cycles.empty:
+        return empty
+    rank = side.cycles["rank"].min() if rank is None else rank
+    st = r[(r["rank"] == rank) & (r["name"] == "draft_step")]
+    if st.empty:
+        return empty
+    st = st.sort_values(["global_tid", "start_ns", "end_ns"], ascending=[True, True, False])
+    keep, last_tid, last_end = [], None, None
+    for tid, s, e in zip(st["global_tid"], st["start_ns"], st["end_ns"]):
+        outer = tid != last_tid or s >= last_end      # drop copies nested in another draft_step
+        keep.append(outer)
+        if outer:
+            last_tid, last_end = tid, e
+    st = st[np.array(keep)]
+    win = _cycle_windows(side.cycles, rank)
+    pos = np.searchsorted(win["lo"].to_numpy(), st["start_ns"].to_numpy(dtype="int64"), side="right") - 1
+    ok = (pos >= 0) & (st["end_ns"].to_numpy() <= win["hi"].to_numpy()[np.clip(pos, 0, None)])
+    gcol = "gpu_start_all" if "gpu_start_all" in st.columns else "gpu_start_ns"
+    st = st.assign(cycle=win["cycle"].to_numpy()[np.clip(pos, 0, None)])[ok]
+    rows = []
+    for cyc, g in st.groupby("cycle"):
+        gs = g[gcol].to_numpy(dtype="int64")
+        period = np.nan
+        if len(g) >= 2 and (gs >= 0).all():
+            period = (gs.max() - gs.min()) / (len(g) - 1)
+        rows.append((int(cyc), len(g), period))
+    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]) if rows else empty
+
+
+def _primitive_repeats(seq: list) -> tuple[int, int]:
+    """(period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p on ties)."""
+    n = len(seq)
+    best = (0, 1, 1)  # coverage, p, r
+    for p in range(1, n // 2 + 1):
+        for i in range(0, n - 2 * p + 1):
+            block = seq[i:i + p]
+            r = 1
+            while seq[i + r * p:i + (r + 1) * p] == block:
+                r += 1
+            if r >= 2 and p * r > best[0]:
+                best = (p * r, p, r)
+    return best[1], best[2] if best[0] * 2 >= n else 1
+
+
+def steps_from_kernels(side: Side, rank=None) -> int | None:
+    """Draft steps per cycle from the repetition of the draft phase's kernel sequence (eager runs
+    or graphs traced per node: one step's kernels repeat once per step). None when the draft phase
+    shows no kernels (graph-level trace)."""
+    ops = side.gpu_ops
+    if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
+        return None
+    rank = side.cycles["rank"].min() if rank is None else rank
+    d = ops[(ops["rank"] == rank) & (ops["phase"] == DRAFT) & (ops["cycle_range"] >= 0)]
+    if d.empty or (d["kind"] == "graph").any():
+        return None
+    d = d[d["kind"] == "kernel"].sort_values("start_ns")
+    counts = Counter()
+    for i, (_, g) in enumerate(d.groupby("cycle_range", sort=False)):
+        if i >= 50:
+            break
+        counts[_primitive_repeats(g["name"].tolist())[1]] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def infer_steps(side: Side) -> tuple[int | None, str]:
+    t = draft_step_table(side)
+    if len(t):
+        return int(t["steps"].mode().iloc[0]), "draft_step ranges per cycle"
+    k = steps_from_kernels(side)
+    if k is not None:
+        return k, "repetitions of the draft kernel sequence per cycle"
+    return None, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# costs of one profile
+# ---------------------------------------------------------------------------------------------
+def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR) -> tuple[pd.DataFrame, int]:
+    """Per cycle (mean over ranks): wall time ``t_ns``, exclusive ns per phase, accepted, requests,
+    the draft step period (when draft_step ranges exist)."""
+    cycles, dropped = drop_outliers(side.cycles, outlier_factor)
+    if cycles.empty:
+        raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
+    per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
+    acc = acc_mod.cycle_samples(cycles)
+    low = cycles[cycles["accepted_tokens"].notna()] if "accepted_tokens" in cycles.columns else cycles.iloc[0:0]
+    if len(low):
+        low = low[low["rank"] == low["rank"].min()].sort_values("cycle")
+        acc.index = low["cycle"].to_numpy()
+        per = per.join(acc, on="cycle")
+    else:
+        per["accepted"], per["requests"] = np.nan, np.nan
+    steps = draft_step_table(Side(side.label, cycles, side.kernels, side.phase_names, side.ranges))
+    per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
+        else per.assign(step_period_ns=np.nan)
+    return per.reset_index(drop=True), dropped
+
+
+def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
+    return [f"{p}_ns" for p in phase_names if f"{p}_ns" in samples.columns]
+
+
+def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names) -> dict:
+    """Mean costs per cycle of one profile (see the module docstring)."""
+    cols = _phase_cols(samples, phase_names)
+    t = float(samples["t_ns"].mean())
+    comp = {c[:-3]: float(samples[c].mean()) for c in cols}
+    overhead = t - sum(comp.values())
+    per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
+    if len(per) and steps >= 2:
+        d, how = float(per.mean()), "draft_step period on the GPU (start to start)"
+    else:
+        d, how = comp.get(DRAFT, 0.0) / max(steps, 1), "draft GPU time / steps"
+    req = samples["requests"].dropna()
+    m = float(req.mean()) if len(req) else 1.0
+    tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
+        if samples["accepted"].notna().any() else pd.Series(dtype=float)
+    tsum = samples.loc[samples["accepted"].notna(), "t_ns"].sum() if len(tok) else np.nan
+    return {"steps": int(steps), "cycles": int(len(samples)), "requests": m, "cycle_ns": t, **{f"{k}_ns": v for k, v in comp.items()},
+            "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
+            "verified_tokens": m * (steps + 1),
+            "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
+            "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan}
+
+
+def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+    """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
+    marginal cost of one draft step, requests, tokens. ``steps``: the profiled draft step count
+    (inferred from the trace when None)."""
+    side = as_side(analysis)
+    source = "given"
+    if steps is None:
+        steps, source = infer_steps(side)
+        if steps is None:
+            raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
+                             "no per-kernel draft trace): give it (--profiled-steps K)")
+    samples, dropped = profile_samples(side, outlier_factor)
+    c = costs_from_samples(samples, steps, side.phase_names)
+    c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
+             samples=samples)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# prediction
+# ---------------------------------------------------------------------------------------------
+def _components(costs: list[dict]) -> list[str]:
+    names = list(dict.fromkeys(p for c in costs for p in c["phase_names"] if f"{p}_ns" in c))
+    return [p for p in names if p != DRAFT] + ["overhead"]
+
+
+def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
+    """Per step count: the time of each component (ns) and the cycle time."""
+    steps = np.asarray(list(steps), dtype="float64")
+    ks = np.array([c["steps"] for c in costs], dtype="float64")
+    out = pd.DataFrame({"steps": steps.astype(int)})
+    multi = len(np.unique(ks)) >= 2
+    if multi:
+        w = np.array([c["cycles"] for c in costs], dtype="float64")
+        draft = np.array([c.get(f"{DRAFT}_ns", 0.0) for c in costs])
+        slope, icpt = np.polyfit(ks, draft, 1, w=np.sqrt(w))
+        out[f"{DRAFT}_ns"] = icpt + slope * steps
+        n_obs = np.array([c["verified_tokens"] for c in costs])
+        n = requests * (steps + 1)
+        for comp in _components(costs):
+            y = np.array([c.get(f"{comp}_ns", 0.0) for c in costs])
+            b, a = np.polyfit(n_obs, y, 1, w=np.sqrt(w))
+            out[f"{comp}_ns"] = a + b * n
+    else:
+        c = costs[0]
+        out[f"{DRAFT}_ns"] = c.get(f"{DRAFT}_ns", 0.0) + (steps - c["steps"]) * c["draft_step_ns"]
+        for comp in _components(costs):
+            out[f"{comp}_ns"] = c.get(f"{comp}_ns", 0.0)
+    comp_cols = [f"{DRAFT}_ns"] + [f"{p}_ns" for p in _components(costs)]
+    out["cycle_ns"] = out[comp_cols].sum(axis=1)
+    return out
+
+
+def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11)) -> pd.DataFrame:
+    """Predicted cycle time, tokens per cycle and tokens/s per step count."""
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    steps = list(steps)
+    m = acceptance.requests
+    out = cost_model(costs, steps, m)
+    out["accepted_per_request"] = [acceptance.expected_accepted(s) for s in steps]
+    out["tokens_per_cycle"] = m * (1.0 + out["accepted_per_request"])
+    out["tokens_per_s"] = out["tokens_per_cycle"] * 1e9 / out["cycle_ns"]
+    ks = sorted({c["steps"] for c in costs})
+    out["profiled"] = out["steps"].isin(ks)
+    out["extrapolated"] = (out["steps"] > max(ks)) | ((out["steps"] < min(ks)) & (len(ks) > 1))
+    return out
+
+
+def estimated_baseline(costs, requests: float) -> dict:
+    """No speculation, estimated: a cycle without draft and draft_extend (verify at M tokens)."""
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
+    model = cost_model(costs, [0], requests).iloc[0]
+    t = float(sum(model[f"{p}_ns"] for p in comps))
+    return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
+            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan,
+            "method": "one cycle of the profile without draft and draft_extend ("
+                      + " + ".join(comps) + "), verify as at M tokens, yielding M tokens"}
+
+
+def measured_baseline(side: Side, requests: float, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+    """Decode step time of a no-speculation report: its cycles when it has them, else the start-to-
+    start interval of its outermost verify-phase ranges (the target forward, e.g. graph replays)."""
+    side = as_side(side)
+    if not side.cycles.empty:
+        cyc, _ = drop_outliers(side.cycles, outlier_factor)
+        t = float(per_cycle(cyc, side.phase_names)[time_column(cyc)].mean())
+        method = "mean decode cycle"
+    else:
+        r = side.ranges
+        if r is None or r.empty or "phase" not in r.columns:
+            raise ValueError(f"{side.label}: no decode steps found in the baseline (no cycles, no ranges)")
+        rank = r["rank"][r["rank"] >= 0].min()
+        v = r[(r["rank"] == rank) & (r["phase"] == "verify")]
+        if "outermost" in v.columns:
+            v = v[v["outermost"].astype(bool)]
+        starts = np.sort(v["start_ns"].to_numpy(dtype="int64"))
+        if len(starts) < 3:
+            raise ValueError(f"{side.label}: fewer than 3 decode steps (verify-phase ranges) in the baseline")
+        gaps = np.diff(starts).astype("float64")
+        gaps = gaps[gaps <= outlier_factor * np.median(gaps)] if outlier_factor else gaps
+        t = float(gaps.mean())
+        method = f"start-to-start interval of {len(starts)} '{v['name'].mode().iloc[0]}' ranges"
+    return {"source": "measured", "label": side.label, "cycle_ns": t, "tokens_per_cycle": requests,
+            "tokens_per_s": requests * 1e9 / t, "method": method}
+
+
+def _resample(samples: pd.DataFrame, rng) -> pd.DataFrame:
+    return samples.iloc[rng.integers(0, len(samples), len(samples))].reset_index(drop=True)
+
+
+def _acc_profiles(costs: list[dict], samples_list) -> list:
+    out = []
+    for c, s in zip(costs, samples_list):
+        s = s[s["accepted"].notna()]
+        out.append((c["steps"], pd.DataFrame({"accepted": s["accepted"].astype("int64").to_numpy(),
+                                              "requests": s["requests"].fillna(1).astype("int64").to_numpy()})))
+    return out
+
+
+def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, extrapolation: str = "repeat",
+           n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
+           measured: dict | None = None) -> dict:
+    """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
+    ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
+    ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction)."""
+    profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
+    if profiled_steps is None or isinstance(profiled_steps, int):
+        profiled_steps = [profiled_steps] * len(profiles)
+    costs = [step_costs(p, k, outlier_factor=outlier_factor) for p, k in zip(profiles, profiled_steps)]
+    steps = sorted(set(int(s) for s in steps))
+    samples = [c["samples"] for c in costs]
+    acc_prof = _acc_profiles(costs, samples)
+    acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
+    pred = predict(costs, acc, steps)
+    # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        bs = [_resample(s, rng) for s in samples]
+        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"])) for c, s in zip(costs, bs)]
+        try:
+            ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
+        except ValueError:
+            continue
+        boot.append(predict(bc, ba, steps)["tokens_per_s"].to_numpy())
+    if boot:
+        q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
+        pred["tokens_per_s_lo"], pred["tokens_per_s_hi"] = q[0], q[1]
+    else:
+        pred["tokens_per_s_lo"] = pred["tokens_per_s_hi"] = pred["tokens_per_s"]
+    m = acc.requests
+    base = measured_baseline(baseline, m, outlier_factor) if baseline is not None else estimated_baseline(costs, m)
+    pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
+    if measured:
+        pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
+        pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
+    best = pred.loc[pred["tokens_per_s"].idxmax()]
+    result = {
+        "profiles": [{k: v for k, v in c.items() if k != "samples"} for c in costs],
+        "acceptance": acc.table(max(steps)),
+        "predictions": pred,
+        "baseline": base,
+        "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
+                 "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
+                 "baseline_source": base["source"]},
+        "notes": list(acc.notes),
+    }
+    result["assumptions"] = assumptions(costs, acc, base, extrapolation)
+    return result
+
+
+def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str) -> list[str]:
+    ks = sorted({c["steps"] for c in costs})
+    out = []
+    for c in costs:
+        out.append(f"profile {c.get('label') or ''}: {c['steps']} draft steps ({c.get('steps_source', 'given')}), "
+                   f"{c['cycles']} cycles"
+                   + (f" ({c['outlier_cycles']} warm-up/outlier cycles > {OUTLIER_FACTOR:g}x median left out)"
+                      if c.get("outlier_cycles") else ""))
+    if len(ks) == 1:
+        c = costs[0]
+        out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
+                   "draft time is linear in the step count")
+        out.append("verify, draft_extend, allreduce and the other phases keep their measured time per cycle at any "
+                   "step count (small decode batches are memory bound: time independent of the "
+                   f"{c['verified_tokens']:.0f} verified tokens)")
+    else:
+        out.append(f"draft time linear in the step count, every other component linear in the verified tokens "
+                   f"M(s+1) (least squares over the profiled step counts {ks})")
+    out.append("overhead (cycle wall time minus GPU time of all phases: other kernels, GPU idle, host time) "
+               + ("is constant" if len(ks) == 1 else "is linear in the verified tokens"))
+    out.append(f"M = {acc.requests:.2f} requests per cycle at every step count; each yields min(L, s) accepted "
+               "draft tokens + 1")
+    if acc.requests > 1:
+        out.append("accept marks sum over requests: per-request accept lengths assumed independent and identically "
+                   "distributed; the per-request distribution is the maximum-likelihood deconvolution of the sums")
+    K = acc.profiled_steps
+    rule = ("the last estimated rate repeats" if extrapolation == "repeat"
+            else "the rates continue the least-squares line through the estimated ones")
+    out.append(f"acceptance at draft positions 1..{K} is estimated (conditional rates); beyond position {K} it is "
+               f"unobserved (capped at {K}) and extrapolated: {rule}; rows marked 'extrapolated'")
+    if base["source"] == "estimated":
+        out.append("baseline ESTIMATED (no --baseline report): " + base["method"])
+    else:
+        out.append(f"baseline measured: {base['method']} of {base.get('label', '')}; M tokens per decode step")
+    out.append("intervals: seeded bootstrap over cycles (costs and acceptance refit together); they cover "
+               "sampling noise, not model error")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+# ---------------------------------------------------------------------------------------------
+def render_whatif(r: dict) -> str:
+    from .render import clip, table
+
+    out = ["specprof whatif: tokens/s per draft step count (EAGLE)", ""]
+    rows = []
+    for c in r["profiles"]:
+        rows.append([clip(c.get("label") or "-", 44), c["steps"], c["cycles"], f"{c['requests']:.1f}",
+                     f"{c['cycle_ns'] / 1e3:,.1f}", f"{c['draft_step_ns'] / 1e3:,.1f}",
+                     "-" if np.isnan(c["tokens_per_cycle"]) else f"{c['tokens_per_cycle']:.2f}",
+                     "-" if np.isnan(c["tokens_per_s"]) else f"{c['tokens_per_s']:,.0f}"])
+    out.append("Profiles")
+    out += table(["report", "steps", "cycles", "reqs", "cycle us", "step us", "tok/cycle", "tok/s"], rows)
+    out.append("")
+    a = r["acceptance"]
+    out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
+    out += table(["position", "rate", "95% CI", "survival", ""],
+                 [[int(x.position), f"{x.rate:.3f}", f"[{x.rate_lo:.3f}, {x.rate_hi:.3f}]", f"{x.survival:.3f}",
+                   "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
+    out.append("")
+    p = r["predictions"]
+    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    heads = ["steps", "cycle us", "accepted/req", "tok/cycle", "tok/s", "95% CI", "speed-up"]
+    has_meas = "measured_tokens_per_s" in p.columns
+    if has_meas:
+        heads += ["measured tok/s", "error"]
+    rows = []
+    for x in p.itertuples(index=False):
+        row = [x.steps, f"{x.cycle_ns / 1e3:,.1f}", f"{x.accepted_per_request:.3f}", f"{x.tokens_per_cycle:.2f}",
+               f"{x.tokens_per_s:,.0f}", f"[{x.tokens_per_s_lo:,.0f}, {x.tokens_per_s_hi:,.0f}]", f"{x.speedup:.2f}x"]
+        if has_meas:
+            row += ["-" if np.isnan(x.measured_tokens_per_s) else f"{x.measured_tokens_per_s:,.0f}",
+                    "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]
+        flag = "profiled" if x.profiled else ("extrapolated" if x.extrapolated else "")
+        rows.append(row + [flag])
+    out.append("Prediction")
+    out += table(heads + [""], rows, "r" * len(heads) + "l")
+    out.append("")
+    out.append("Predicted cycle time by component (us per cycle)")
+    out += table(["steps"] + [c[:-3] for c in comps] + ["cycle"],
+                 [[x.steps] + [f"{getattr(x, c) / 1e3:,.1f}" for c in comps] + [f"{x.cycle_ns / 1e3:,.1f}"]
+                  for x in p.itertuples(index=False)])
+    b, base = r["best"], r["baseline"]
+    out.append("")
+    out.append(f"Best: {b['steps']} draft steps, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
+               f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
+               + (" [extrapolated]" if b["extrapolated"] else ""))
+    out.append("")
+    out.append("Assumptions")
+    for s in r["assumptions"]:
+        out.append(clip(f"- {s}", 120) if len(s) < 118 else _wrap(f"- {s}"))
+    for n in r["notes"]:
+        out.append(_wrap(f"note: {n}"))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _wrap(text: str, width: int = 120) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  "))
+
+
+def to_json(r: dict) -> dict:
+    from .outputs import records
+
+    return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
+            "predictions": records(r["predictions"]), "baseline": r["baseline"], "best": r["best"],
+            "assumptions": r["assumptions"], "notes": r["notes"]}
+
+
+def plot_whatif(r: dict, path, title: str | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from pathlib import Path
+
+    from .safety import atomic_path
+
+    p = r["predictions"]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    ax = axes[0]
+    s = p["steps"].to_numpy()
+    ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
+    inside = ~p["extrapolated"].to_numpy()
+    ax.plot(s, p["tokens_per_s"], "o-", color="tab:blue", label="predicted")
+    if (~inside).any():
+        ax.plot(s[~inside], p["tokens_per_s"][~inside], "o", mfc="white", color="tab:blue",
+                label="predicted (extrapolated)")
+    prof = p[p["profiled"]]
+    for c in r["profiles"]:
+        if not np.isnan(c["tokens_per_s"]):
+            ax.plot([c["steps"]], [c["tokens_per_s"]], "s", color="tab:orange", ms=9, mfc="none",
+                    label="profiled (under nsys)" if c is r["profiles"][0] else None)
+    if "measured_tokens_per_s" in p.columns and p["measured_tokens_per_s"].notna().any():
+        ax.plot(s, p["measured_tokens_per_s"], "x--", color="k", label="measured (no profiler)")
+    base = r["baseline"]
+    ax.axhline(base["tokens_per_s"], color="tab:gray", ls=":",
+               label=f"no speculation ({base['source']})")
+    b = r["best"]
+    ax.annotate(f"best: {b['steps']} steps", (b["steps"], b["tokens_per_s"]), textcoords="offset points",
+                xytext=(0, 10), ha="center")
+    ax.set_xlabel("draft steps")
+    ax.set_ylabel("tokens / s")
+    ax.set_xticks(s)
+    ax.legend(fontsize=8)
+    ax.set_title(title or "tokens/s vs draft steps")
+    del prof
+    ax = axes[1]
+    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    bottom = np.zeros(len(p))
+    for c in comps:
+        v = p[c].to_numpy() / 1e3
+        ax.bar(s, v, bottom=bottom, label=c[:-3])
+        bottom += v
+    ax.set_xlabel("draft steps")
+    ax.set_ylabel("predicted cycle time (us)")
+    ax.set_xticks(s)
+    ax.legend(fontsize=8)
+    ax.set_title("cycle time by component")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
+    plt.close(fig)
+
+
+def parse_steps(text: str) -> list[int]:
+    """``1..10``, ``1-6``, ``2,3,5``."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        for sep in ("..", "-", ":"):
+            if sep in part:
+                a, b = part.split(sep, 1)
+                out += list(range(int(a), int(b) + 1))
+                break
+        else:
+            if part:
+                out.append(int(part))
+    if not out or min(out) < 1:
+        raise ValueError(f"--steps {text!r}: step counts are integers >= 1, e.g. 1..10")
+    return sorted(set(out))
+
+
+def read_measured(path) -> tuple[dict, float | None]:
+    """{steps: tokens/s} (+ the no-speculation tokens/s) from a JSON file: ``{"3": 1234.5, ...}``, or
+    the workload's ``--out-json`` (``ranks[0].runs``: [{mode, steps, tokens_per_s}])."""
+    data = json.loads(open(path).read())
+    if isinstance(data, dict) and isinstance(data.get("ranks"), list) and data["ranks"]:
+        data = data["ranks"][0]          # spec_workload --out-json: rank 0's runs
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if isinstance(data, dict) and runs is None:
+        for key in ("rank0", "result", "info"):
+            if isinstance(data.get(key), dict) and "runs" in data[key]:
+                runs = data[key]["runs"]
+        if runs is None:
+            vals = {int(k): float(v) for k, v in data.items() if str(k).isdigit()}
+            return vals, (float(data["nospec"]) if "nospec" in data else None)
+    out, base = {}, None
+    for run in runs or []:
+        if run.get("mode") == "nospec" or run.get("steps") in (None, 0):
+            base = float(run["tokens_per_s"])
+        else:
+            out[int(run["steps"])] = float(run["tokens_per_s"])
+    return out, base
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="analyze-trace whatif",
+                                description="Predict cycle time, tokens per cycle and tokens/s for each draft "
+                                            "step count from profiled EAGLE decode cycles (see docs/whatif.md).")
+    p.add_argument("reports", nargs="+", help="profile(s): report, directory of per-rank reports or --json "
+                                              "result; several with different step counts refine the model")
+    p.add_argument("--steps", default="1..10", help="step counts to predict (default 1..10)")
+    p.add_argument("--profiled-steps", default=None,
+                   help="draft steps of each profile, comma separated (default: inferred from the trace)")
+    p.add_argument("--baseline", metavar="REPORT", help="a no-speculation report (else the baseline is estimated)")
+    p.add_argument("--extrapolate", choices=acc_mod.EXTRAPOLATIONS, default="repeat",
+                   help="acceptance beyond the profiled positions (default: the last rate repeats)")
+    p.add_argument("--measured", metavar="JSON", help="tokens/s measured without the profiler, to compare")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--plot", metavar="PATH")
+    p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def main_whatif(argv: list[str]) -> int:
+    from . import safety
+
+    args = build_parser().parse_args(argv)
+    try:
+        steps = parse_steps(args.steps)
+        ks = [int(x) for x in args.profiled_steps.split(",")] if args.profiled_steps else None
+        if ks is not None and len(ks) == 1:
+            ks = ks * len(args.reports)
+        if ks is not None and len(ks) != len(args.reports):
+            raise ValueError("--profiled-steps: one step count per report")
+    except ValueError as exc:
+        raise safety.TraceError(str(exc)) from exc
+    sides = [load_side(r) for r in args.reports]
+    baseline = load_side(args.baseline) if args.baseline else None
+    measured = None
+    if args.measured:
+        measured, _ = read_measured(args.measured)
+    try:
+        r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
+                   n_boot=args.boot, seed=args.seed, measured=measured)
+    except ValueError as exc:
+        raise safety.TraceError(str(exc)) from exc
+    if args.json:
+        from .outputs import _plain
+        from .safety import atomic_write
+
+        with atomic_write(args.json) as f:
+            json.dump(to_json(r), f, indent=1, default=_plain)
+            f.write("\n")
+    if args.plot:
+        plot_whatif(r, args.plot)
+    if not args.quiet:
+        sys.stdout.write(render_whatif(r))
+    return 0
