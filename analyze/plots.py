@@ -34,7 +34,7 @@ from .phases import OTHER
 
 __all__ = ["PALETTE", "EXTRA_COLORS", "IDLE", "NoData", "FIGURES", "phase_colors", "short_name",
            "phase_bars", "cycle_timeline", "top_kernels", "cycle_distributions", "cycle_breakdown",
-           "allreduce_heatmap", "figures", "write_all", "to_bytes"]
+           "allreduce_heatmap", "kernel_variability", "ops_by_cycle", "kernel_cycle_table", "figures", "write_all", "to_bytes"]
 
 IDLE = "idle"
 PALETTE: dict[str, str] = {
@@ -76,12 +76,11 @@ def _phase_order(a) -> list[str]:
 
 
 def _strip_brackets(text: str, open_: str, close: str, keep: Callable[[str], bool] = lambda s: False) -> str:
-    out, depth, start = [], 0, 0
-    buf = []
-    for i, ch in enumerate(text):
+    """Remove the (nested) ``open_ ... close`` groups of ``text``, except those ``keep`` accepts."""
+    out, depth, buf = [], 0, []
+    for ch in text:
         if ch == open_:
             if depth == 0:
-                start = i
                 buf = []
             depth += 1
         if depth == 0:
@@ -140,24 +139,26 @@ def _distinguishing_word(name: str, others: list[str]) -> str | None:
 
 
 def _unique_labels(names: list[str], width: int) -> list[str]:
-    """Short names; kernels that shorten to the same label get the first identifier that tells them
-    apart (``vectorized_elementwise_kernel [FillFunctor]``), else ``#2``, ``#3``."""
-    shorts = [short_name(n, width) for n in names]
-    out, count = [], {}
-    for i, (n, s) in enumerate(zip(names, shorts)):
-        twins = [m for j, m in enumerate(names) if shorts[j] == s and j != i]
+    """Short names, one per entry of ``names`` (a repeated name gets the same label); different
+    kernels that shorten to the same label get the first identifier that tells them apart
+    (``vectorized_elementwise_kernel [FillFunctor]``), else ``#2``, ``#3``."""
+    uniq = list(dict.fromkeys(str(n) for n in names))
+    shorts = [short_name(n, width) for n in uniq]
+    label, count = {}, {}
+    for i, (n, s) in enumerate(zip(uniq, shorts)):
+        twins = [m for j, m in enumerate(uniq) if shorts[j] == s and j != i]
         count[s] = count.get(s, 0) + 1
         if not twins:
-            out.append(s)
+            label[n] = s
             continue
         word = _distinguishing_word(n, twins)
         if word:
             tag = f" [{word}]"
             base = short_name(n, max(12, width - len(tag)))
-            out.append(base + tag if len(base + tag) <= width + 12 else base + tag[: 12] + "…]")
+            label[n] = base + tag if len(base + tag) <= width + 12 else base + tag[:12] + "…]"
         else:
-            out.append(s if count[s] == 1 else f"{s[: width - 3]} #{count[s]}")
-    return out
+            label[n] = s if count[s] == 1 else f"{s[: width - 3]} #{count[s]}"
+    return [label[str(n)] for n in names]
 
 
 def _unit(values_ns) -> tuple[str, float]:
@@ -188,6 +189,16 @@ def _styled(fn: Callable) -> Callable:
         with rc_context(_RC):
             return fn(*args, **kwargs)
     return wrapper
+
+
+def _boxplot(ax, data, horizontal: bool = False, **kwargs):
+    """ax.boxplot across matplotlib versions (``orientation`` replaced ``vert`` in 3.10)."""
+    if not horizontal:
+        return ax.boxplot(data, **kwargs)
+    try:
+        return ax.boxplot(data, orientation="horizontal", **kwargs)
+    except TypeError:  # matplotlib < 3.10
+        return ax.boxplot(data, vert=False, **kwargs)
 
 
 def _legend_handles(names: list[str], colors: dict[str, str]) -> list[Patch]:
@@ -395,7 +406,8 @@ def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: i
             ax.annotate(f"{100 * sh:.1f}%", (v, yi), xytext=(3, 0), textcoords="offset points", va="center",
                         fontsize=7)
         ax.set_xlim(0, top_v * 1.15)
-        ax.set_title(f"{p}: top {len(s)} kernels ({scope}), share of the phase's kernel time", loc="left",
+        what = "top kernel" if len(s) == 1 else f"top {len(s)} kernels"
+        ax.set_title(f"{p}: {what} ({scope}), share of the phase's kernel time", loc="left",
                      color=colors[p] if p != OTHER else "black")
         ax.set_xlabel(f"GPU time ({unit})")
         ax.grid(axis="x", alpha=0.3)
@@ -454,10 +466,13 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
                 body.set_alpha(0.75)
             ax.set_xticks(np.arange(1, len(labels) + 1), labels)
         else:
-            parts = ax.boxplot(data, tick_labels=labels, patch_artist=True, widths=0.6,
-                               medianprops={"color": "black"}, flierprops={"markersize": 3})
+            parts = _boxplot(ax, data, patch_artist=True, widths=0.6, medianprops={"color": "black"},
+                             flierprops={"markersize": 3})
+            ax.set_xticks(np.arange(1, len(labels) + 1), labels)
             for box, c in zip(parts["boxes"], facecolors):
                 box.set_facecolor(c)
+            for line in parts["medians"]:
+                line.set_gid("median")
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
 
@@ -510,16 +525,16 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase")
     _log_if_spread(ax1, bottom)
 
-    col, label = _cycle_time(c)
+    col, _ = _cycle_time(c)
     unit2, div2 = _unit(c[col].quantile(0.9))
     busy = c["busy_ns"].to_numpy(dtype="float64") / div2 if "busy_ns" in c else busy_total * div / div2
     gap = c["gap_ns"].to_numpy(dtype="float64") / div2 if "gap_ns" in c else np.zeros(n)
     ax2.bar(x, busy, color=PALETTE[OTHER], label="GPU busy", width=0.8)
-    ax2.bar(x, gap, bottom=busy, color=PALETTE[IDLE], label="gap (GPU idle in window)", width=0.8,
+    ax2.bar(x, gap, bottom=busy, color=PALETTE[IDLE], label="gap (GPU idle)", width=0.8,
             edgecolor="#BBBBBB", linewidth=0.4)
     wall = c[col].to_numpy(dtype="float64") / div2
     if col != "duration_ns":
-        ax2.plot(x, wall, marker="_", markersize=12, linestyle="none", color="black", label=label)
+        ax2.plot(x, wall, marker="_", markersize=12, linestyle="none", color="black", label="period")
     slow = c.nlargest(min(top_slowest, n), col)
     pos = {cy: i for i, cy in enumerate(c["cycle"].to_numpy())}
     for cy in slow["cycle"]:
@@ -527,7 +542,8 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
         ax2.annotate("slow", (xi, max(wall[xi], busy[xi] + gap[xi])), xytext=(0, 3), textcoords="offset points",
                      ha="center", fontsize=7, color=PALETTE["allreduce"])
     ax2.set_ylabel(f"per cycle ({unit2})")
-    ax2.set_title("GPU window of each cycle: busy + gap" + (", and period" if col != "duration_ns" else ""))
+    ax2.set_title("GPU window of each cycle: busy + gap" + (", and period (host start to next start)"
+                                                            if col != "duration_ns" else ""))
     ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _log_if_spread(ax2, wall)
     step = max(1, int(np.ceil(n / 30)))
@@ -536,6 +552,90 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     for ax in (ax1, ax2):
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
+    return fig
+
+
+def ops_by_cycle(a, phase: str | None = None) -> pd.DataFrame:
+    """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
+    rank, with that cycle's number in a ``cycle`` column."""
+    ops, cyc = a.gpu_ops, a.cycles
+    cols = list(ops.columns) + ["cycle"]
+    if ops is None or ops.empty or cyc is None or cyc.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    if phase is not None:
+        ops = ops[ops["phase"] == phase]
+    parts = []
+    for r, c in cyc.groupby("rank"):
+        o = ops[ops["rank"] == r]
+        if o.empty:
+            continue
+        c = c.sort_values("start_ns")
+        starts, ends = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
+        t = o["start_ns"].to_numpy(dtype="int64")
+        i = np.searchsorted(starts, t, side="right") - 1
+        ok = (i >= 0) & (t < ends[np.clip(i, 0, None)])
+        parts.append(o[ok].assign(cycle=c["cycle"].to_numpy()[i[ok]]))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    return pd.concat(parts, ignore_index=True)
+
+
+def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
+    """Per kernel of ``phase``: its GPU time per (rank, cycle), summarised over cycles: ``mean_ns``,
+    ``std_ns``, ``cv`` (std / mean), ``min_ns``, ``max_ns``, ``max_cycle`` / ``max_rank`` (where it
+    took longest) and ``share`` of the phase's kernel time; sorted by total time."""
+    per = ops_by_cycle(a, phase)
+    cols = ["name", "cycles", "total_ns", "mean_ns", "std_ns", "cv", "min_ns", "max_ns", "max_rank", "max_cycle",
+            "share"]
+    if per.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    per = per.assign(duration_ns=per["end_ns"] - per["start_ns"])
+    pc = per.groupby(["name", "rank", "cycle"], sort=False)["duration_ns"].sum().reset_index()
+    # a kernel absent from some cycle took 0 ns there
+    n_cycles = len(a.cycles[a.cycles["rank"].isin(pc["rank"].unique())])
+    rows = []
+    for name, g in pc.groupby("name", sort=False):
+        v = np.concatenate([g["duration_ns"].to_numpy(dtype="float64"), np.zeros(max(0, n_cycles - len(g)))])
+        top = g.loc[g["duration_ns"].idxmax()]
+        mean = float(v.mean())
+        rows.append([name, len(g), int(v.sum()), mean, float(v.std()), float(v.std() / mean) if mean else np.nan,
+                     float(v.min()), float(v.max()), int(top["rank"]), int(top["cycle"])])
+    out = pd.DataFrame(rows, columns=cols[:-1])
+    out["share"] = out["total_ns"] / out["total_ns"].sum() if out["total_ns"].sum() else 0.0
+    return out.sort_values("total_ns", ascending=False).reset_index(drop=True)
+
+
+@_styled
+def kernel_variability(a, *, phase: str = "verify", top: int = 8, width: int = 48) -> Figure:
+    """Box plot per kernel of ``phase`` (the ``top`` ones by GPU time): its GPU time in each decode cycle
+    of each rank. A wide box or high whisker = a kernel whose time varies between cycles."""
+    per = ops_by_cycle(a, phase)
+    if per.empty:
+        raise NoData(f"no {phase} GPU ops inside decode cycles")
+    per = per.assign(duration_ns=per["end_ns"] - per["start_ns"])
+    pc = per.groupby(["name", "rank", "cycle"], sort=False)["duration_ns"].sum().reset_index()
+    order = pc.groupby("name")["duration_ns"].sum().sort_values(ascending=False).index[:top].tolist()
+    data = [pc.loc[pc["name"] == n, "duration_ns"].to_numpy(dtype="float64") for n in order]
+    unit, div = _unit([np.quantile(d, 0.9) for d in data])
+    color = phase_colors(a.phase_names).get(phase, PALETTE[OTHER])
+    fig = _new_figure(10.0, 1.0 + 0.42 * len(order))
+    ax = fig.add_subplot()
+    parts = _boxplot(ax, [d / div for d in data], horizontal=True, patch_artist=True, widths=0.6,
+                     medianprops={"color": "black"}, flierprops={"markersize": 3})
+    for box in parts["boxes"]:
+        box.set_facecolor(color)
+    for line in parts["medians"]:
+        line.set_gid("median")
+    ax.set_yticks(np.arange(1, len(order) + 1), _unique_labels(order, width), fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"GPU time per cycle and rank ({unit})")
+    ax.set_title(f"{phase}: per-cycle time of the top {len(order)} kernels ({pc[['rank', 'cycle']].drop_duplicates().shape[0]}"
+                 " rank-cycles)", loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    _log_x = np.concatenate(data)
+    if len(_log_x) and _log_x.max() / max(float(np.median(_log_x)), 1) > 50:
+        ax.set_xscale("log")
     return fig
 
 
@@ -564,12 +664,13 @@ def allreduce_heatmap(a, *, max_collectives: int = 400) -> Figure:
         row_pos = {r: i for i, r in enumerate(grid.index)}
         ax.scatter([col_pos[c] for c in last["collective"]], [row_pos[r] for r in last["rank"]], s=5,
                    color="black", marker="o", label="last to arrive")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.12, 1.0), frameon=False)
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), frameon=False, borderaxespad=0.2,
+                  handletextpad=0.2)
     ax.set_yticks(range(n_r), [_rank_label(r) for r in grid.index])
     ax.set_xlabel("collective instance (n-th all-reduce of every rank)")
     ax.set_ylabel("rank")
     more = f", first {max_collectives} of {coll['collective'].nunique()}" if coll["collective"].nunique() > n_c else ""
-    ax.set_title(f"All-reduce wait per rank and collective ({n_c} collectives{more})")
+    ax.set_title(f"All-reduce wait per rank and collective ({n_c} collectives{more})", loc="left")
     cb = fig.colorbar(im, ax=ax, pad=0.01)
     cb.set_label(f"wait for the last rank ({unit})")
     return fig
@@ -582,6 +683,7 @@ FIGURES: dict[str, tuple[Callable, str]] = {
     "top_kernels": (top_kernels, "Top kernels per phase"),
     "cycle_distributions": (cycle_distributions, "Cycle time and per-phase distributions"),
     "cycle_breakdown": (cycle_breakdown, "Per-cycle breakdown"),
+    "verify_kernels": (kernel_variability, "Verify kernels across cycles"),
     "allreduce_wait": (allreduce_heatmap, "All-reduce wait heatmap"),
 }
 
@@ -589,7 +691,9 @@ FIGURES: dict[str, tuple[Callable, str]] = {
 def figures(a, names: Iterable[str] | None = None) -> tuple[dict[str, Figure], list[str]]:
     """Every figure that has data, by name, and one note per figure skipped for lack of data."""
     out, notes = {}, []
-    for name in (names or FIGURES):
+    for name in (FIGURES if names is None else list(names)):
+        if name not in FIGURES:
+            raise ValueError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
         fn, title = FIGURES[name]
         try:
             out[name] = fn(a)
@@ -615,14 +719,16 @@ def _add_notes(a, notes: list[str]) -> None:
                 existing.append(n)
 
 
-def write_all(result, directory, *, formats: Iterable[str] = ("png", "svg"), dpi: int = 110) -> list[str]:
+def write_all(result, directory, *, names: Iterable[str] | None = None, formats: Iterable[str] = ("png", "svg"),
+              dpi: int = 110) -> list[str]:
     """Write every figure with data as ``NAME.png`` and ``NAME.svg`` into ``directory`` (created if
     missing; all files renamed into place only when every figure was written). Figures without data
-    are skipped; why is added to ``result.notes`` (printed by the CLI). Returns the file names."""
+    are skipped; why is added to ``result.notes`` (printed by the CLI). ``names``: only these figures
+    (keys of :data:`FIGURES`). Returns the file names."""
     from .safety import atomic_dir_write
 
     formats = tuple(formats)
-    figs, notes = figures(result)
+    figs, notes = figures(result, names)
     _add_notes(result, notes)
     with atomic_dir_write(directory) as d:
         for name, fig in figs.items():
