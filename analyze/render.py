@@ -126,7 +126,7 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
         if tok:
             out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
                        f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
-                       f"bonus), {tok['tokens_per_s']:.1f} tokens/s over the cycle periods")
+                       f"bonus), {tok['tokens_per_s']:.1f} tokens/s")
         out.append("")
 
     coll = result.collectives

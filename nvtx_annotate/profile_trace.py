@@ -1,0 +1,237 @@
+"""``profile-trace [options] -- CMD...``: run CMD under ``nsys profile`` with the NVTX shim on.
+
+Adds what a tensor-parallel, CUDA-graph server needs: ``--trace-fork-before-exec=true`` (TP
+workers are spawned processes), ``--cuda-graph-trace=node`` (kernels inside graph replays),
+``-t cuda,nvtx,osrt``; capture everything, by delay/duration, or by ``cudaProfilerApi`` (with
+``--sglang-url`` it calls SGLang's ``/start_profile`` with ``CUDA_PROFILER`` once the server
+answers).  Sets ``SPECPROF_NVTX=1`` and makes sure the ``.pth`` hook is installed in the Python
+that runs CMD, exports SQLite next to the report and prints the ``analyze-trace`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import List, Optional, Tuple
+
+MIN_NSYS = (2022, 4)
+
+
+class ProfileTraceError(RuntimeError):
+    pass
+
+
+def find_nsys(explicit: Optional[str] = None) -> Optional[str]:
+    for cand in (explicit, os.environ.get("NSYS"), shutil.which("nsys")):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def parse_nsys_version(text: str) -> Optional[Tuple[int, ...]]:
+    """'NVIDIA Nsight Systems version 2022.4.2.1-df9881f' -> (2022, 4, 2, 1)."""
+    m = re.search(r"(\d{4})\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+def nsys_version(nsys: str) -> Tuple[int, ...]:
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ProfileTraceError(f"cannot run {nsys} --version: {e}") from e
+    v = parse_nsys_version(out.stdout + out.stderr)
+    if v is None:
+        raise ProfileTraceError(f"cannot read the nsys version from: {(out.stdout + out.stderr).strip()!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="profile-trace",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="profile-trace [options] -- CMD...",
+    )
+    p.add_argument("-o", "--output", help="report path without extension (default specprof-<time>)")
+    p.add_argument("--delay", type=float, default=None, help="seconds before collection starts")
+    p.add_argument("--duration", type=float, default=None, help="seconds of collection")
+    p.add_argument("--capture", choices=["all", "cudaprofilerapi"], default="all",
+                   help="cudaprofilerapi: collect between cudaProfilerStart/Stop only")
+    p.add_argument("--sglang-url", default=None,
+                   help="with --capture cudaprofilerapi: POST <url>/start_profile once the server is up")
+    p.add_argument("--sglang-steps", type=int, default=20, help="num_steps for /start_profile")
+    p.add_argument("--sglang-wait", type=float, default=600, help="seconds to wait for the server")
+    p.add_argument("--cuda-graph-trace", choices=["node", "graph"], default="node")
+    p.add_argument("-t", "--trace", default="cuda,nvtx,osrt")
+    p.add_argument("--nsys", default=None, help="nsys binary (default $NSYS, then nsys on PATH)")
+    p.add_argument("--package", default=None, help="package the shim patches (default sglang)")
+    p.add_argument("--no-shim", action="store_true", help="do not set SPECPROF_NVTX=1")
+    p.add_argument("--no-install-pth", action="store_true",
+                   help="do not install the .pth hook into this Python's site-packages")
+    p.add_argument("--no-export", action="store_true", help="skip the SQLite export")
+    p.add_argument("--stats", action="store_true",
+                   help="also write nsys stats CSVs (cuda_gpu_kern_sum, nvtx_gpu_proj_sum)")
+    p.add_argument("--nsys-arg", action="append", default=[], help="extra argument for nsys profile")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD...")
+    return p
+
+
+def profile_command(a, nsys: str, base: str) -> List[str]:
+    cmd = [
+        nsys, "profile",
+        "-t", a.trace,
+        "--trace-fork-before-exec=true",
+        f"--cuda-graph-trace={a.cuda_graph_trace}",
+        "--force-overwrite=true",
+        "-o", base,
+    ]
+    if a.delay is not None and a.capture == "all":
+        cmd.append(f"--delay={a.delay:g}")
+    if a.duration is not None:
+        cmd.append(f"--duration={a.duration:g}")
+    if a.capture == "cudaprofilerapi":
+        cmd += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    cmd += list(a.nsys_arg)
+    return cmd + list(a.cmd)
+
+
+def export_command(nsys: str, base: str) -> List[str]:
+    return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
+            "-o", base + ".sqlite", base + ".nsys-rep"]
+
+
+def stats_reports(version: Optional[Tuple[int, ...]]) -> str:
+    """Report names changed in 2023.2 (gpukernsum -> cuda_gpu_kern_sum); the NVTX GPU projection
+    report does not exist before it."""
+    if version is not None and version[:2] < (2023, 2):
+        return "gpukernsum,nvtxsum"
+    return "cuda_gpu_kern_sum,nvtx_gpu_proj_sum"
+
+
+def stats_command(nsys: str, base: str, version: Optional[Tuple[int, ...]] = None) -> List[str]:
+    return [nsys, "stats", "-r", stats_reports(version), "--format", "csv",
+            "--force-export", "false", "-o", base + ".stats", base + ".sqlite"]
+
+
+def shim_env(a) -> dict:
+    env = dict(os.environ)
+    if not a.no_shim:
+        env["SPECPROF_NVTX"] = "1"
+    if a.package:
+        env["SPECPROF_NVTX_PACKAGE"] = a.package
+    # the shim must be importable from the profiled interpreters
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _start_profile_thread(url: str, steps: int, wait: float, delay: Optional[float]):
+    def run():
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except Exception:
+                pass
+            time.sleep(2)
+        else:
+            print(f"profile-trace: {url} did not answer in {wait:g}s; no /start_profile sent", file=sys.stderr)
+            return
+        if delay:
+            time.sleep(delay)
+        body = json.dumps({"activities": ["CUDA_PROFILER"], "num_steps": steps}).encode()
+        req = urllib.request.Request(url.rstrip("/") + "/start_profile", data=body,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                print(f"profile-trace: /start_profile -> {r.status}", file=sys.stderr)
+        except Exception as e:
+            print(f"profile-trace: /start_profile failed: {e}", file=sys.stderr)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def main(argv=None) -> int:
+    p = build_parser()
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if a.cmd and a.cmd[0] == "--":
+        a.cmd = a.cmd[1:]
+    if not a.cmd:
+        p.error("no command given: profile-trace [options] -- CMD...")
+    base = a.output or time.strftime("specprof-%Y%m%d-%H%M%S")
+    base = re.sub(r"\.(nsys-rep|qdrep|sqlite)$", "", base)
+    nsys = find_nsys(a.nsys)
+    env = shim_env(a)
+    if a.dry_run:
+        n = nsys or "nsys"
+        envs = " ".join(f"{k}={env[k]}" for k in ("SPECPROF_NVTX", "SPECPROF_NVTX_PACKAGE") if k in env)
+        print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
+        if not a.no_export:
+            print(shlex.join(export_command(n, base)))
+            if a.stats:
+                print(shlex.join(stats_command(n, base)))
+        print(f"analyze-trace {shlex.quote(base + '.sqlite')} --json {shlex.quote(base + '.json')}")
+        return 0
+    if nsys is None:
+        print("profile-trace: error: nsys not found. Install Nsight Systems >= 2022.4 "
+              "(e.g. apt install nsight-systems-cli) or pass --nsys PATH / set NSYS.", file=sys.stderr)
+        return 127
+    try:
+        ver = nsys_version(nsys)
+    except ProfileTraceError as e:
+        print(f"profile-trace: error: {e}", file=sys.stderr)
+        return 127
+    if ver[:2] < MIN_NSYS:
+        print(f"profile-trace: error: nsys {'.'.join(map(str, ver))} is too old; need >= "
+              f"{MIN_NSYS[0]}.{MIN_NSYS[1]} (--cuda-graph-trace, NVTX domains in the export).",
+              file=sys.stderr)
+        return 2
+    if not a.no_shim and not a.no_install_pth:
+        from .pth import install_pth, is_installed
+
+        if not is_installed():
+            try:
+                print(f"profile-trace: installed the shim's .pth hook: {install_pth()}", file=sys.stderr)
+            except OSError as e:
+                print(f"profile-trace: warning: cannot install the .pth hook ({e}); TP workers "
+                      f"will not be annotated unless `python -m nvtx_annotate install-pth` is run "
+                      f"for the Python that runs the server", file=sys.stderr)
+    if a.capture == "cudaprofilerapi" and a.sglang_url:
+        _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
+    cmd = profile_command(a, nsys, base)
+    print("profile-trace:", shlex.join(cmd), file=sys.stderr)
+    rc = subprocess.call(cmd, env=env)
+    rep = base + ".nsys-rep"
+    if not os.path.exists(rep):
+        print(f"profile-trace: error: nsys wrote no report ({rep}); exit status {rc}", file=sys.stderr)
+        return rc or 1
+    if not a.no_export:
+        erc = subprocess.call(export_command(nsys, base))
+        if erc != 0 or not os.path.exists(base + ".sqlite"):
+            print(f"profile-trace: error: nsys export failed ({erc})", file=sys.stderr)
+            return erc or 1
+        if a.stats:
+            subprocess.call(stats_command(nsys, base, ver))
+        print(f"profile-trace: wrote {rep} and {base}.sqlite", file=sys.stderr)
+        print(f"analyze-trace {shlex.quote(base + '.sqlite')} --json {shlex.quote(base + '.json')}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""``python -m spec_workload``: an SGLang-shaped speculative-decoding workload.
+
+One process per TP rank (started with multiprocessing *spawn*, like SGLang's TP workers), or
+one rank per invocation (``--rank R --world N``, joining a TCP rendezvous) for one nsys report
+per process.  Per cycle: ``draft`` (all draft steps in one CUDA graph replay), ``verify`` (the
+target model over reqs x (steps+1) tokens with a TP all-reduce after every layer; a CUDA graph
+replay when the all-reduce can be captured, i.e. nccl or world 1), host read-back of the accept
+lengths (drawn from a fixed, seeded distribution), then ``forward_draft_extend_after_decode``.
+
+Writes its own measured tokens/s and per-cycle timings to ``--out-json`` (rank 0).  With
+``--sweep-steps 1,2,...`` it measures tokens/s for each draft step count and the no-speculation
+baseline in one process, without needing a profiler (the unprofiled truth for issue 7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m spec_workload", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=int, default=1, help="TP world size (default 1)")
+    p.add_argument("--rank", type=int, default=None, help="run only this rank (joins --master-port)")
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port (needed with --rank)")
+    p.add_argument("--backend", choices=["nccl", "gloo"], default=None,
+                   help="default: nccl if every rank has its own GPU, else gloo")
+    p.add_argument("--steps", type=int, default=3, help="draft steps per cycle")
+    p.add_argument("--cycles", type=int, default=10, help="timed decode cycles")
+    p.add_argument("--warmup", type=int, default=2, help="untimed cycles before (also annotated)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--cuda-graphs", dest="graphs", action="store_true", default=None)
+    g.add_argument("--eager", dest="graphs", action="store_false")
+    p.add_argument("--accept-dist", default="0.25,0.25,0.2,0.15,0.1,0.05",
+                   help="P(k accepted draft tokens), k=0,1,...; k is capped at --steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-spec", action="store_true", help="baseline: plain decode, no speculation")
+    p.add_argument("--verify-layers", type=int, default=4, help="target model layers")
+    p.add_argument("--hidden", type=int, default=None, help="default 4096 on GPU, 64 on CPU")
+    p.add_argument("--ffn", type=int, default=None, help="default 4*hidden")
+    p.add_argument("--vocab", type=int, default=None, help="default 8192 on GPU, 128 on CPU")
+    p.add_argument("--reqs", type=int, default=8, help="requests in the batch")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: tokens/s per step count + baseline")
+    p.add_argument("--out-json", default=None)
+    a = p.parse_args(argv)
+    if a.rank is not None and a.master_port is None:
+        p.error("--rank needs --master-port (the same for every rank)")
+    return a
+
+
+def accept_sampler(dist_probs, steps: int, seed: int):
+    import numpy as np
+
+    probs = np.asarray(dist_probs, dtype=float)
+    probs = probs / probs.sum()
+    rng = np.random.default_rng(seed)
+
+    def sample(n):
+        k = rng.choice(len(probs), size=n, p=probs)
+        return [int(min(x, steps)) for x in k]
+
+    return sample
+
+
+def expected_accept(dist_probs, steps: int) -> float:
+    s = sum(dist_probs)
+    return sum(min(k, steps) * p / s for k, p in enumerate(dist_probs))
+
+
+def _setup(a, rank: int, world: int):
+    import torch
+    import torch.distributed as dist
+
+    from .srt.distributed.parallel_state import init_model_parallel_group
+
+    use_cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        ndev = torch.cuda.device_count()
+        device = torch.device(f"cuda:{rank % ndev}")
+        torch.cuda.set_device(device)
+        backend = a.backend or ("nccl" if ndev >= world else "gloo")
+        dtype = torch.bfloat16
+    else:
+        device, backend, dtype = torch.device("cpu"), "gloo", torch.float32
+        if world > 1:
+            torch.set_num_threads(1)  # several ranks share the CPU
+    if a.backend == "nccl" and not use_cuda:
+        raise SystemExit("--backend nccl needs CUDA")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{a.master_port}",
+                            rank=rank, world_size=world)
+    tp = init_model_parallel_group(rank, world, device, backend)
+    return torch, device, dtype, backend, tp, use_cuda
+
+
+def _sizes(a, use_cuda):
+    hidden = a.hidden or (4096 if use_cuda else 64)
+    return hidden, a.ffn or 4 * hidden, a.vocab or (8192 if use_cuda else 128)
+
+
+def run_rank(a, rank: int, world: int) -> dict:
+    torch, device, dtype, backend, tp, use_cuda = _setup(a, rank, world)
+    import torch.distributed as dist
+
+    from .model import Model
+    from .srt.managers.tp_worker import TpModelWorker
+    from .srt.speculative.eagle_worker import EAGLEWorker
+
+    hidden, ffn, vocab = _sizes(a, use_cuda)
+    graphs = use_cuda if a.graphs is None else (a.graphs and use_cuda)
+    verify_graph = backend == "nccl" or world == 1
+    probs = [float(x) for x in a.accept_dist.split(",")]
+    target = Model(a.verify_layers, hidden, ffn, vocab, world, device, dtype, tp=True)
+    step_list = [int(x) for x in a.sweep_steps.split(",")] if a.sweep_steps else [a.steps]
+    runs = []
+    with torch.inference_mode():
+        if a.no_spec or a.sweep_steps:
+            worker = TpModelWorker(target, a.reqs, hidden, device, dtype, graphs and verify_graph)
+            runs.append(_loop(a, torch, use_cuda, worker, None, 0))
+        if not a.no_spec:
+            draft = Model(1, hidden, ffn, vocab, world, device, dtype, tp=False)
+            for steps in step_list:
+                worker = EAGLEWorker(target, draft, a.reqs, steps, hidden, device, dtype, graphs,
+                                     verify_graph, accept_sampler(probs, steps, a.seed))
+                runs.append(_loop(a, torch, use_cuda, worker, steps, expected_accept(probs, steps)))
+    if use_cuda:
+        torch.cuda.synchronize()
+    dist.barrier()
+    import nvtx_annotate.shim as shim
+
+    info = {
+        "rank": rank,
+        "world": world,
+        "pid": os.getpid(),
+        "device": str(device),
+        "backend": backend,
+        "cuda_graphs": bool(graphs),
+        "verify_graph": bool(graphs and verify_graph),
+        "shim_installed": bool(shim._installed),
+        "nvtx_backend": shim._nvtx.get_backend().name,
+        "shim_stats": shim.stats(),
+        "patched": shim.patched_roles("spec_workload"),
+        "runs": runs,
+    }
+    dist.destroy_process_group()
+    return info
+
+
+def _loop(a, torch, use_cuda, worker, steps, exp_accept) -> dict:
+    sync = torch.cuda.synchronize if use_cuda else (lambda: None)
+    for _ in range(a.warmup):
+        worker.forward_batch_generation(None)
+    sync()
+    cycles = []
+    tokens = 0
+    t_start = time.perf_counter_ns()
+    prev = t_start
+    for i in range(a.cycles):
+        res = worker.forward_batch_generation(None)
+        now = time.perf_counter_ns()
+        if steps is None:
+            n, acc = res, None
+        else:
+            n, acc = res.num_tokens, sum(res.accept_length_per_req_cpu)
+        tokens += n
+        cycles.append({"cycle": i, "duration_ns": now - prev, "accepted_tokens": acc, "tokens": n})
+        prev = now
+    sync()
+    total = time.perf_counter_ns() - t_start
+    return {
+        "mode": "nospec" if steps is None else "spec",
+        "steps": steps,
+        "cycles": a.cycles,
+        "warmup": a.warmup,
+        "reqs": a.reqs,
+        "tokens": tokens,
+        "wall_ns": total,
+        "tokens_per_s": tokens / (total / 1e9),
+        "mean_cycle_ns": total / max(a.cycles, 1),
+        "expected_accept_per_req": exp_accept,
+        "per_cycle": cycles,
+    }
+
+
+def _child(a, rank, world, q):
+    try:
+        q.put(run_rank(a, rank, world))
+    except BaseException as e:  # report instead of hanging the launcher
+        import traceback
+
+        q.put({"rank": rank, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+        raise
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    if a.rank is not None:
+        results = [run_rank(a, a.rank, a.world)]
+    else:
+        a.master_port = a.master_port or _free_port()
+        if a.world == 1:
+            results = [run_rank(a, 0, 1)]
+        else:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")  # like SGLang: the TP workers are fresh interpreters
+            q = ctx.Queue()
+            procs = [ctx.Process(target=_child, args=(a, r, a.world, q)) for r in range(a.world)]
+            for p in procs:
+                p.start()
+            results = [q.get() for _ in procs]
+            for p in procs:
+                p.join()
+            results.sort(key=lambda r: r["rank"])
+            bad = [r for r in results if "error" in r]
+            if bad:
+                for r in bad:
+                    print(r.get("traceback", r["error"]), file=sys.stderr)
+                return 1
+    out = {
+        "schema": 1,
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "config": {k: v for k, v in vars(a).items() if k != "out_json"},
+        "ranks": results,
+    }
+    r0 = results[0]["runs"]
+    summary = {(("nospec" if r["steps"] is None else f"steps{r['steps']}")): round(r["tokens_per_s"], 1) for r in r0}
+    print("spec_workload:", json.dumps(summary), file=sys.stderr)
+    if a.out_json and (a.rank is None or a.rank == 0):
+        with open(a.out_json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0

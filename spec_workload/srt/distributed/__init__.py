@@ -1,0 +1,1 @@
+"""Mirrors sglang.srt.distributed (names the nvtx_annotate shim patches)."""

@@ -1,0 +1,1 @@
+"""Mirrors sglang.srt.managers (names the nvtx_annotate shim patches)."""

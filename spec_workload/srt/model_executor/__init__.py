@@ -1,0 +1,1 @@
+"""Mirrors sglang.srt.model_executor (names the nvtx_annotate shim patches)."""

@@ -1,0 +1,1 @@
+"""Mirrors sglang.srt.speculative (names the nvtx_annotate shim patches)."""

@@ -1,0 +1,117 @@
+"""profile-trace: the nsys command it builds, its errors, and (with nsys on PATH) a real run of
+the workload whose NVTX ranges come back in the SQLite export."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_annotate import profile_trace as pt
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_pt(args, env=None, cwd=None):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "nvtx_annotate.profile_trace", *args], capture_output=True,
+                          text=True, env=e, cwd=cwd or REPO, timeout=600)
+
+
+def fake_nsys(tmp_path, version_line):
+    p = tmp_path / "nsys"
+    p.write_text(f"#!/bin/sh\necho '{version_line}'\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+def test_dry_run_prints_the_full_nsys_command(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0")
+    r = run_pt(["--dry-run", "--nsys", nsys, "-o", "run1", "--package", "spec_workload", "--duration", "30",
+                "--delay", "5", "--stats", "--", "python3", "-m", "sglang.launch_server", "--tp", "8"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == (
+        f"SPECPROF_NVTX=1 SPECPROF_NVTX_PACKAGE=spec_workload {nsys} profile -t cuda,nvtx,osrt "
+        "--trace-fork-before-exec=true --cuda-graph-trace=node --force-overwrite=true -o run1 --delay=5 "
+        "--duration=30 python3 -m sglang.launch_server --tp 8")
+    assert lines[1] == f"{nsys} export --type sqlite --force-overwrite true -o run1.sqlite run1.nsys-rep"
+    assert lines[2].startswith(f"{nsys} stats -r cuda_gpu_kern_sum,nvtx_gpu_proj_sum --format csv")
+    assert lines[-1] == "analyze-trace run1.sqlite --json run1.json"
+
+
+def test_dry_run_cuda_profiler_api_capture(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2024.6.1")
+    r = run_pt(["--dry-run", "--nsys", nsys, "-o", "x.nsys-rep", "--capture", "cudaprofilerapi",
+                "--cuda-graph-trace", "graph", "--", "srv"])
+    first = r.stdout.splitlines()[0]
+    assert "--capture-range=cudaProfilerApi --capture-range-end=stop" in first
+    assert "--cuda-graph-trace=graph" in first and " -o x " in first and "--delay" not in first
+
+
+def test_missing_nsys_is_a_clear_error(tmp_path):
+    r = run_pt(["-o", str(tmp_path / "r"), "--", "true"], env={"PATH": str(tmp_path), "NSYS": ""})
+    assert r.returncode == 127
+    assert "nsys not found" in r.stderr and "--nsys" in r.stderr
+
+
+def test_too_old_nsys_is_refused(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2021.3.1.54-ee9c30a")
+    r = run_pt(["--nsys", nsys, "-o", str(tmp_path / "r"), "--", "true"])
+    assert r.returncode == 2
+    assert "nsys 2021.3.1.54 is too old; need >= 2022.4" in r.stderr
+
+
+def test_no_command_is_a_usage_error():
+    r = run_pt(["--dry-run"])
+    assert r.returncode == 2 and "no command given" in r.stderr
+
+
+def test_version_parsing_and_stats_report_names():
+    assert pt.parse_nsys_version("NVIDIA Nsight Systems version 2022.4.2.1-df9881f") == (2022, 4, 2, 1)
+    assert pt.parse_nsys_version("2025.3.1") == (2025, 3, 1)
+    assert pt.parse_nsys_version("garbage") is None
+    assert pt.stats_reports((2022, 4, 2, 1)) == "gpukernsum,nvtxsum"
+    assert pt.stats_reports((2025, 3, 1)) == "cuda_gpu_kern_sum,nvtx_gpu_proj_sum"
+
+
+@pytest.mark.nsys
+def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
+    pytest.importorskip("torch")
+    if shutil.which("nsys") is None:
+        pytest.skip("nsys not on PATH")
+    from nvtx_annotate.pth import is_installed
+
+    if not is_installed() and not os.access(pt_site(), os.W_OK):
+        pytest.skip("the .pth hook is not installed and site-packages is not writable")
+    r = run_pt(["-o", "t", "--package", "spec_workload", "-t", "nvtx,osrt",
+                "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "--",
+                sys.executable, "-m", "spec_workload", "--world", "2", "--device", "cpu", "--hidden", "32",
+                "--vocab", "64", "--reqs", "2", "--steps", "2", "--cycles", "2", "--warmup", "0", "--eager"],
+               cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().endswith("analyze-trace t.sqlite --json t.json")
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    rows = con.execute("SELECT eventType, COALESCE(e.text, s.value), (globalTid >> 24) & 16777215 "
+                       "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId").fetchall()
+    pids = {p for _, _, p in rows}
+    assert len(pids) == 2  # both spawned ranks, none from the launcher
+    for pid in pids:
+        names = [t for e, t, p in rows if p == pid and e == 59]
+        assert names.count("decode_cycle") == 2 and names.count("verify") == 2
+        assert names.count("allreduce") == 2 * 4
+        marks = [t for e, t, p in rows if p == pid and e == 34]
+        assert marks[0] in ("rank=0 world=2 device=cpu", "rank=1 world=2 device=cpu")
+        assert len([m for m in marks if m.startswith("accept_len=")]) == 2
+
+
+def pt_site():
+    from nvtx_annotate.pth import default_site_dir
+
+    return default_site_dir()
