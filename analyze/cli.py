@@ -11,6 +11,7 @@ documented exit code (docs/bad_input.md).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from importlib import resources
@@ -48,10 +49,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
     p.add_argument("--top", type=int, default=5, help="kernels shown per phase (default 5)")
-    p.add_argument("--jobs", type=int, default=1, help="reports analyzed in parallel (default 1)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="reports analyzed in parallel processes (default: the number of CPU cores)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
+    p.add_argument("--memory-budget", metavar="SIZE", type=parse_size,
+                   help="read GPU ops in chunks that fit SIZE per report (e.g. 1GB, 512MB); same results")
+    p.add_argument("--cache", action="store_true",
+                   help="cache the extracted tables as Parquet next to the report (else ~/.cache/specprof) "
+                        "so a re-open is instant; the report itself is never written")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
+
+
+def parse_size(text: str) -> int:
+    """``1GB``, ``512MB``, ``1.5GiB``, ``2000000000`` -> bytes (decimal units; ``iB`` binary)."""
+    t = text.strip().upper().replace(" ", "")
+    units = {"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+             "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12, "K": 10 ** 3, "M": 10 ** 6,
+             "G": 10 ** 9, "T": 10 ** 12, "B": 1}
+    for unit, factor in units.items():
+        if t.endswith(unit):
+            t, mult = t[: -len(unit)], factor
+            break
+    else:
+        mult = 1
+    try:
+        value = float(t) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 1GB, 512MB)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget must be positive")
+    return int(value)
 
 
 def run_analyze(argv: list[str]) -> int:
@@ -63,7 +93,14 @@ def run_analyze(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         raise UsageError(f"phase configuration: {exc}") from exc
     reports = args.reports or [default_trace()]
-    result = api.load(reports, config, jobs=args.jobs, progress=not args.quiet and sys.stderr.isatty())
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    try:
+        result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+                          cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
+    except safety.NoCudaActivity as exc:
+        if "NVTX only" in str(exc) and len(api.expand_inputs(reports)) == 1:
+            show_nvtx_only(api.expand_inputs(reports)[0], args)
+        raise
     if args.json:
         outputs.write_json(result, args.json)
     if args.csv:
@@ -83,6 +120,22 @@ def run_analyze(argv: list[str]) -> int:
     if not args.quiet:
         sys.stdout.write(render.render(result, top=args.top))
     return 0
+
+
+def show_nvtx_only(path: str, args) -> None:
+    """What an NVTX-only export holds (ranks, CPU range statistics), before the exit-7 error line."""
+    import json
+
+    from . import nvtx_only
+
+    ov = nvtx_only.overview(path)
+    if args.json:
+        with safety.atomic_write(args.json) as f:
+            json.dump(nvtx_only.to_json_dict(ov), f, indent=1)
+            f.write("\n")
+    if not args.quiet:
+        sys.stdout.write(nvtx_only.render(ov))
+        sys.stdout.flush()
 
 
 def dispatch(argv: list[str]) -> int:
