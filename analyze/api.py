@@ -59,17 +59,19 @@ class Analysis:
         return getattr(self, name)
 
 
-def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult:
+def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
+                   memory_budget: int | None = None) -> ReportResult:
     """Map step: read one report and attribute its GPU time, per process (rank)."""
     config = config or PhaseConfig()
-    tables = report.read_report(path)
+    read_notes: list[str] = []     # where the tables came from (cache), see read_tables
+    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes)
     ops = tables.gpu_ops
     if ops.empty:
         if tables.ranges.empty and tables.marks.empty:
             raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                         "(was it captured with -t cuda?)")
         raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
-    ops = ops.assign(name=attribution.op_names(ops, tables.strings))
+    ops = ops.assign(name=pd.Series(attribution.op_names(ops, tables.strings), index=ops.index, dtype=object))
     ranges = attribution.label_ranges(tables.ranges, config)
     calls = tables.calls
     index = projection.build_call_index(calls, ranges)
@@ -99,7 +101,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None) -> ReportResult
                      collective=collective_mask(ops["name"], config),
                      cycle_range=cycles.cycle_of_ops(op_call, ranges, index, config))
     ranges["is_cycle"] = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
-    notes = checks.all_notes(tables, ops, op_call, ranges)
+    notes = read_notes + checks.all_notes(tables, ops, op_call, ranges)
     ranges = ranges.rename_axis("range_id").reset_index()
     return ReportResult(str(path), tables.meta, ranks, ops, ranges, tables.marks, phases, kernels, totals,
                         nvtx_summary, notes)
@@ -126,23 +128,35 @@ def expand_inputs(paths) -> list[str]:
     return out
 
 
-def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False) -> Analysis:
+def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
+         cache: bool = False, memory_budget: int | None = None, scheduler: str | None = None) -> Analysis:
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`."""
     from . import multirank  # late import: multirank builds on this module's types
 
     config = config or PhaseConfig()
     files = expand_inputs(paths)
-    results = map_reports(files, config, jobs=jobs, progress=progress)
+    results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
+                          memory_budget=memory_budget, scheduler=scheduler)
     return multirank.combine(results, config)
 
 
-def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False) -> list[ReportResult]:
+def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False,
+                cache: bool = False, memory_budget: int | None = None,
+                scheduler: str | None = None) -> list[ReportResult]:
+    """Map step over reports: in this process (jobs=1), a process pool (jobs=N) or on a Dask
+    cluster (scheduler=ADDRESS, see distributed.py). Results come back in the order of ``files``."""
+    if scheduler:
+        from . import distributed
+        return distributed.map_reports(files, config, scheduler, progress=progress, cache=cache,
+                                       memory_budget=memory_budget)
     if jobs <= 1 or len(files) <= 1:
-        return [analyze_report(f, config) for f in _progress(files, progress)]
+        return [analyze_report(f, config, cache=cache, memory_budget=memory_budget)
+                for f in _progress(files, progress)]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(analyze_report, f, config) for f in files]
+        futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=memory_budget)
+                   for f in files]
         return [f.result() for f in _progress(futures, progress, total=len(files))]
 
 
@@ -153,4 +167,26 @@ def _progress(items, enabled: bool, total: int | None = None):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return items
-    return tqdm(items, total=total, desc="reports", unit="report", file=None, leave=False)
+    return tqdm(items, total=total, desc="reports", unit="report", file=None, leave=False, delay=1.0)
+
+
+# bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)
+READ_BYTES_PER_OP = 200
+
+
+def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
+                notes: list[str] | None = None) -> report.ReportTables:
+    """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
+    chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
+    chunk_rows = max(50_000, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
+
+    def reader(p):
+        return report.read_report(p, chunk_rows=chunk_rows)
+
+    if not cache:
+        return reader(path)
+    from . import cache as cache_mod
+    tables, note = cache_mod.load_or_read(path, reader)
+    if note and notes is not None:
+        notes.append(note)
+    return tables

@@ -21,21 +21,34 @@ OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
 
 
 def op_names(ops: pd.DataFrame, strings: pd.Series) -> np.ndarray:
-    """Display name of every op: kernel name, ``[CUDA memcpy]``, ``[CUDA graph N]``."""
+    """Display name of every op: kernel name, ``[CUDA memcpy]``, ``[CUDA graph N]``.
+
+    Built per distinct (kind, name id), then spread with one take: the result is an object array
+    whose elements share the few distinct string objects."""
     names = np.empty(len(ops), dtype=object)
-    kind = ops["kind"].to_numpy()
+    if not len(ops):
+        return names
+    kind = ops["kind"].to_numpy(dtype=object)
     ids = ops["name_id"].to_numpy(dtype="int64")
-    is_kernel = kind == "kernel"
+    kind_code, kinds = pd.factorize(kind)
+    pair = kind_code.astype("int64") * (1 << 40) + (ids & ((1 << 40) - 1))
+    codes, uniq = pd.factorize(pair)
+    u_kind = np.asarray(kinds, dtype=object)[np.asarray(uniq) >> 40]
+    first = np.zeros(len(uniq), dtype="int64")
+    first[codes[::-1]] = np.arange(len(codes))[::-1]     # first op of every distinct pair
+    u_ids = ids[first]
+    u_names = np.empty(len(uniq), dtype=object)
+    is_kernel = u_kind == "kernel"
     if is_kernel.any():
-        looked = np.array(strings.reindex(ids[is_kernel]).to_numpy(dtype=object), dtype=object, copy=True)
+        looked = strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object)
         missing = pd.isna(looked)
-        looked[missing] = [f"<kernel {i}>" for i in ids[is_kernel][missing]]
-        names[is_kernel] = looked
+        looked[missing] = [f"<kernel {i}>" for i in u_ids[is_kernel][missing]]
+        u_names[is_kernel] = looked
     for k, label in OP_KIND_LABEL.items():
-        names[kind == k] = label
-    is_graph = kind == "graph"
-    names[is_graph] = [f"[CUDA graph {i}]" for i in ids[is_graph]]
-    return names
+        u_names[u_kind == k] = label
+    is_graph = u_kind == "graph"
+    u_names[is_graph] = [f"[CUDA graph {i}]" for i in u_ids[is_graph]]
+    return u_names[codes]
 
 
 def name_codes(names) -> tuple[np.ndarray, list]:
@@ -48,7 +61,12 @@ def name_codes(names) -> tuple[np.ndarray, list]:
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
     ranges = ranges.copy()
-    ranges["phase"] = range_phase(ranges["name"].tolist(), ranges["domain"].tolist(), config)
+    # once per distinct (name, domain), not per range
+    pairs = pd.MultiIndex.from_arrays([ranges["name"].astype(str).to_numpy(dtype=object),
+                                       ranges["domain"].astype(str).to_numpy(dtype=object)])
+    codes, uniq = pd.factorize(pairs)
+    found = np.array(range_phase([n for n, _ in uniq], [d for _, d in uniq], config) + [None], dtype=object)
+    ranges["phase"] = pd.Series(found[codes] if len(codes) else found[:0], index=ranges.index, dtype=object)
     return ranges
 
 
@@ -106,7 +124,7 @@ def assign_phases(ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame, 
         in_range = np.zeros(len(ops), dtype=bool)
         in_range[has_call] = member_calls[op_call[has_call]]
         inclusive[name] = in_range | (by_kernel == name)
-    ops = ops.assign(phase=phase, range_id=range_id)
+    ops = ops.assign(phase=pd.Series(phase, index=ops.index, dtype=object), range_id=range_id)
     return ops, inclusive, outermost
 
 

@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from . import projection as proj
-from .intervals import grouped_union_length
+from .intervals import grouped_union_length, sorted_union_length  # noqa: F401
 from .phases import OTHER, PhaseConfig
 
-ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?")
+ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?"
+                         r"(?:\s+lens=(?P<lens>\d+(?:,\d+)*))?")
 
 
 def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -43,14 +44,14 @@ def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallInde
     _, _, end_key = proj.range_keys(index, top)
     owner = proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
                               top.index.to_numpy(dtype="int64"),
-                              lambda i: index.end_key[lo[i]:hi[i]] <= end_key[i])
+                              (index.end_key, end_key))
     has = op_call >= 0
     out[has] = owner[op_call[has]]
     return out
 
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
-           "busy_ns", "gap_ns", "accepted_tokens", "requests", "tokens", "tokens_per_s"]
+           "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s"]
 
 
 def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi):
@@ -94,15 +95,21 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
     if cyc.empty:
         return empty
     cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    key = {k: i for i, k in enumerate(zip(cyc["input"], cyc["range_id"]))}
     launched = gpu_ops[gpu_ops["cycle_range"] >= 0]
-    code = np.array([key.get(k, -1) for k in zip(launched["input"], launched["cycle_range"])], dtype="int64")
+    key = pd.MultiIndex.from_arrays([cyc["input"].astype(str), cyc["range_id"].astype("int64")])
+    code = key.get_indexer(pd.MultiIndex.from_arrays([launched["input"].astype(str),
+                                                      launched["cycle_range"].astype("int64")])).astype("int64")
     n = len(cyc)
     lo = np.full(n, np.iinfo(np.int64).max, dtype="int64")
     hi = np.full(n, np.iinfo(np.int64).min, dtype="int64")
     ok = code >= 0
-    np.minimum.at(lo, code[ok], launched["start_ns"].to_numpy(dtype="int64")[ok])
-    np.maximum.at(hi, code[ok], launched["end_ns"].to_numpy(dtype="int64")[ok])
+    if ok.any():   # sort + reduceat: np.minimum.at is slow on millions of ops
+        c = code[ok]
+        srt = np.argsort(c, kind="stable")
+        c = c[srt]
+        run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
+        lo[c[run]] = np.minimum.reduceat(launched["start_ns"].to_numpy(dtype="int64")[ok][srt], run)
+        hi[c[run]] = np.maximum.reduceat(launched["end_ns"].to_numpy(dtype="int64")[ok][srt], run)
     has_gpu = np.bincount(code[ok], minlength=n) > 0
     cyc, lo, hi = cyc[has_gpu].reset_index(drop=True), lo[has_gpu], hi[has_gpu]
     n = len(cyc)
@@ -114,7 +121,9 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
     start = np.clip(gpu_ops["start_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
     end = np.clip(gpu_ops["end_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
     phase = gpu_ops["phase"].to_numpy(dtype=object)[op_i]
-    busy = grouped_union_length(win, start, end, n)
+    srt = np.lexsort((start, win))      # one sort serves every union below
+    win, start, end, phase = win[srt], start[srt], end[srt], phase[srt]
+    busy = sorted_union_length(win, start, end, n)
     out = pd.DataFrame({"rank": win_rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": lo, "end_ns": hi,
                         "duration_ns": hi - lo, "cpu_start_ns": cyc["start_ns"].to_numpy(),
                         "cpu_end_ns": cyc["end_ns"].to_numpy()})
@@ -125,14 +134,15 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
     cumulative = np.zeros(n, dtype="int64")
     for name in config.names:
         covered |= phase == name
-        upto = grouped_union_length(win[covered], start[covered], end[covered], n)
+        upto = sorted_union_length(win[covered], start[covered], end[covered], n)
         out[f"{name}_ns"] = upto - cumulative
         cumulative = upto
     out[f"{OTHER}_ns"] = busy - cumulative
     out["gap_ns"] = out["duration_ns"] - busy
-    accepted, requests = _accepted(cyc, marks)
+    accepted, requests, lengths = _accepted(cyc, marks)
     out["accepted_tokens"] = accepted.to_numpy()
     out["requests"] = requests.to_numpy()
+    out["accept_lengths"] = lengths.to_numpy()
     # tokens generated in the cycle: the accepted draft tokens plus one (bonus) token per request
     out["tokens"] = (out["accepted_tokens"] + out["requests"].fillna(1)).astype("Int64")
     # throughput over the cycle's period (its start to the next cycle's start on the host)
@@ -141,15 +151,18 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
     return out[COLUMNS[:9] + phase_cols + COLUMNS[9:]]
 
 
-def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """Accepted draft tokens and requests per cycle, from ``accept_len=N reqs=M`` marks inside the
-    cycle range (same process, time within the range), else the cycle range's integer payload."""
+def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """Accepted draft tokens, requests and per-request accept lengths (comma-separated) per cycle,
+    from ``accept_len=N reqs=M [lens=a,b,...]`` marks inside the cycle range (same process, time
+    within the range), else the cycle range's integer payload."""
     accepted = pd.Series(np.nan, index=cyc.index, dtype="float64")
     requests = pd.Series(np.nan, index=cyc.index, dtype="float64")
+    lengths = pd.Series(None, index=cyc.index, dtype=object)
     if marks is not None and not marks.empty:
         found = marks["text"].astype(str).str.extract(ACCEPT_MARK)
         acc = marks.assign(n=pd.to_numeric(found["n"], errors="coerce"),
-                           reqs=pd.to_numeric(found["reqs"], errors="coerce")).dropna(subset=["n"])
+                           reqs=pd.to_numeric(found["reqs"], errors="coerce"),
+                           lens=found["lens"]).dropna(subset=["n"])
         for (pid, inp), group in cyc.groupby(["global_pid", "input"]):
             same = acc[(acc["global_pid"] == pid) & (acc["input"] == inp)]
             if same.empty:
@@ -164,7 +177,11 @@ def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Ser
             hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
             accepted.loc[group.index] = np.where(hi > lo, n_sum[hi] - n_sum[lo], np.nan)
             requests.loc[group.index] = np.where(r_cnt[hi] > r_cnt[lo], r_sum[hi] - r_sum[lo], np.nan)
+            lens = same["lens"].to_numpy(dtype=object)
+            if pd.notna(lens).any():
+                joined = [",".join(x for x in lens[a:b] if isinstance(x, str)) or None for a, b in zip(lo, hi)]
+                lengths.loc[group.index] = joined
     if "int_value" in cyc.columns:
         payload = pd.to_numeric(cyc["int_value"], errors="coerce")
         accepted = accepted.where(accepted.notna(), payload)
-    return accepted.astype("Int64"), requests.astype("Int64")
+    return accepted.astype("Int64"), requests.astype("Int64"), lengths

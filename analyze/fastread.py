@@ -99,7 +99,8 @@ def arrow_to_frame(table, columns: list[str]) -> pd.DataFrame:
         t = col.type
         if pa.types.is_integer(t):
             if col.null_count == 0:
-                out[name] = col.to_numpy(zero_copy_only=False).astype("int64", copy=False)
+                # a copy: zero-copy views of Arrow buffers are read-only, and callers write in place
+                out[name] = np.array(col.to_numpy(zero_copy_only=False), dtype="int64")
             else:
                 vals = col.to_numpy(zero_copy_only=False)          # float64 with NaN
                 valid = col.is_valid().to_numpy(zero_copy_only=False)
@@ -108,9 +109,9 @@ def arrow_to_frame(table, columns: list[str]) -> pd.DataFrame:
                     obj[valid] = np.asarray(col.drop_null().to_numpy(), dtype=object)
                     out[name] = obj
                 else:
-                    out[name] = vals.astype("float64", copy=False)
+                    out[name] = np.array(vals, dtype="float64")
         elif pa.types.is_floating(t):
-            out[name] = col.to_numpy(zero_copy_only=False).astype("float64", copy=False)
+            out[name] = np.array(col.to_numpy(zero_copy_only=False), dtype="float64")
         elif pa.types.is_null(t):
             out[name] = np.full(len(col), None, dtype=object)
         else:

@@ -43,7 +43,7 @@ def renumber_ranks(results) -> None:
         if mapping:
             for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals):
                 if "rank" in table.columns:
-                    table["rank"] = table["rank"].map(lambda r: mapping.get(int(r), r)).astype("int64")
+                    table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype("int64")
 
 
 def combine(results, config: PhaseConfig):

@@ -64,8 +64,13 @@ def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
 
 
 def range_keys(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    tidx = np.array([index.thread_of[int(t)] for t in ranges["global_tid"].to_numpy(dtype="int64")],
-                    dtype="int64") if len(ranges) else np.zeros(0, dtype="int64")
+    if len(ranges):
+        known = np.fromiter(index.thread_of.keys(), dtype="int64", count=len(index.thread_of))
+        dense = np.fromiter(index.thread_of.values(), dtype="int64", count=len(index.thread_of))
+        order = np.argsort(known)
+        tidx = dense[order][np.searchsorted(known[order], ranges["global_tid"].to_numpy(dtype="int64"))]
+    else:
+        tidx = np.zeros(0, dtype="int64")
     start = tidx * index.span + (ranges["start_ns"].to_numpy(dtype="int64") - index.t0)
     end = tidx * index.span + (ranges["end_ns"].to_numpy(dtype="int64") - index.t0)
     return tidx, start, end
@@ -129,11 +134,41 @@ def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.
         yield members, ok
 
 
+SLOW_BATCH = 4_000_000   # (range, call) pairs expanded at once on the exact path
+
+
+def _slow_pairs(members: np.ndarray, lo: np.ndarray, hi: np.ndarray, slow):
+    """Batches of (range position per pair, sorted call per pair) for the calls each range truly
+    encloses (exact path). ``slow`` is ``(call_end_key, range_end_key)`` (vectorised) or the old
+    per-range callable ``slow(i) -> mask``."""
+    if callable(slow):
+        for i in members:
+            calls = np.arange(lo[i], hi[i])[slow(i)]
+            yield np.full(len(calls), i, dtype="int64"), calls
+        return
+    call_end, range_end = slow
+    lens = np.maximum(hi[members] - lo[members], 0)
+    start = 0
+    while start < len(members):
+        csum = np.cumsum(lens[start:])
+        stop = start + max(1, int(np.searchsorted(csum, SLOW_BATCH, side="right")))
+        part, plen = members[start:stop], lens[start:stop]
+        total = int(plen.sum())
+        if total:
+            rid = np.repeat(part, plen)
+            calls = np.arange(total) - np.repeat(np.cumsum(plen) - plen, plen) + np.repeat(lo[part], plen)
+            keep = call_end[calls] <= range_end[rid]
+            yield rid[keep], calls[keep]
+        start = stop
+
+
 def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
                   values: np.ndarray, how: str, slow) -> np.ndarray:
     """Reduce ``values`` (per sorted call) over every range's block: how = 'sum' | 'min' | 'max'.
 
-    ``slow(i)`` returns the boolean mask of calls in block i for ranges needing the exact path.
+    Ranges needing the exact path (blocks that are not contiguous runs of enclosed calls) are
+    filtered by ``slow``: ``(call_end_key, range_end_key)`` arrays (vectorised), or a callable
+    ``slow(i)`` returning the boolean mask of calls in block i.
     """
     ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[how]
     neutral = {"sum": 0, "min": INT64_MAX, "max": INT64_MIN}[how]
@@ -147,10 +182,15 @@ def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.
             red = ufunc.reduceat(ext, bounds)[0::2]
             nonempty = hi[good] > lo[good]
             out[good[nonempty]] = red[nonempty]
-        for i in members[~ok]:
-            sel = values[lo[i]:hi[i]][slow(i)]
-            if len(sel):
-                out[i] = ufunc.reduce(sel)
+        bad = members[~ok]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                if not len(rid):
+                    continue
+                # pairs come grouped by range (in `bad` order): reduce each run
+                first = np.r_[0, np.flatnonzero(rid[1:] != rid[:-1]) + 1]
+                red = ufunc.reduceat(values[calls].astype("int64"), first)
+                out[rid[first]] = red if how == "sum" else ufunc(out[rid[first]], red)
     return out
 
 
@@ -165,8 +205,10 @@ def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarra
         if total:
             offsets = np.repeat(lo[good] - np.r_[0, np.cumsum(lens)[:-1]], lens)
             owner[offsets + np.arange(total)] = np.repeat(labels[good], lens)
-        for i in members[~ok]:
-            owner[np.arange(lo[i], hi[i])[slow(i)]] = labels[i]
+        bad = members[~ok]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                owner[calls] = labels[rid]     # later ranges (by block start) win, as before
     return owner
 
 
@@ -192,10 +234,15 @@ def call_op_spans(ops: pd.DataFrame, op_call: np.ndarray, n_calls: int,
     pos = op_call[sel]
     first = np.full(n_calls, INT64_MAX, dtype="int64")
     last = np.full(n_calls, INT64_MIN, dtype="int64")
-    np.minimum.at(first, pos, ops["start_ns"].to_numpy(dtype="int64")[sel])
-    np.maximum.at(last, pos, ops["end_ns"].to_numpy(dtype="int64")[sel])
     has = np.zeros(n_calls, dtype="int64")
-    has[pos] = 1
+    if len(pos):
+        # np.minimum.at is slow on millions of ops: sort by call once, reduce runs
+        order = np.argsort(pos, kind="stable")
+        p = pos[order]
+        run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+        first[p[run]] = np.minimum.reduceat(ops["start_ns"].to_numpy(dtype="int64")[sel][order], run)
+        last[p[run]] = np.maximum.reduceat(ops["end_ns"].to_numpy(dtype="int64")[sel][order], run)
+        has[p[run]] = 1
     return has, first, last
 
 
@@ -207,9 +254,7 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
     levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
                             ranges["end_ns"].to_numpy(dtype="int64"))
 
-    def slow(i):
-        return index.end_key[lo[i]:hi[i]] <= end_key[i]
-
+    slow = (index.end_key, end_key)
     n_ops = reduce_blocks(lo, hi, levels, exact, has, "sum", slow)
     g_start = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, first, INT64_MAX), "min", slow)
     g_end = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, last, INT64_MIN), "max", slow)

@@ -48,7 +48,8 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
     cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input"]
     if gpu_ops.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    devices = gpu_ops.groupby("global_pid")["device_id"].agg(lambda s: sorted(set(int(x) for x in s)))
+    pairs = gpu_ops[["global_pid", "device_id"]].drop_duplicates()
+    devices = pairs.groupby("global_pid")["device_id"].agg(lambda s: sorted(set(int(x) for x in s)))
     pids = sorted(int(p) for p in devices.index)
     marked = _marked_ranks(marks)
     nccl = _nccl_ranks(ranges, marks)

@@ -86,8 +86,32 @@ def _name_expr(cols: list[str]) -> str:
     return "NULL"
 
 
-def read_gpu_ops(conn: sqlite3.Connection) -> pd.DataFrame:
-    """Kernels, memcpys, memsets and graph-level launches as one table."""
+def _read_chunked(conn: sqlite3.Connection, table: str, sql: str, columns: list[str],
+                  chunk_rows: int | None) -> pd.DataFrame:
+    """``sql`` (which has a WHERE clause) over ``table``, in rowid ranges of ``chunk_rows`` rows.
+
+    rowid is the table's B-tree key, so every chunk is a range seek (a ``start`` range would be a
+    full scan per chunk: nsys creates no index on start); chunks come back in rowid order, the
+    order of a full scan, so the result is the same table as one read."""
+    if not chunk_rows:
+        return _read(conn, sql, columns)
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    if lo is None:
+        return _read(conn, sql, columns)
+    parts = []
+    for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
+        part = _read(conn, f"{sql} AND rowid >= {a} AND rowid < {a + int(chunk_rows)}", columns)
+        if len(part):
+            parts.append(_int64(part, [c for c in columns if c.endswith(("_ns", "_id", "_pid"))
+                                       and c != "graph_node_id"]))
+    if not parts:
+        return _read(conn, sql + " AND 0", columns)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
+    """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
+    ``chunk_rows`` rows when given: bounded memory, same table)."""
     frames = []
     for kind, table in GPU_OP_TABLES.items():
         cols = table_columns(conn, table)
@@ -105,7 +129,7 @@ def read_gpu_ops(conn: sqlite3.Connection) -> pd.DataFrame:
             name = "NULL"
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
-        frame = _read(conn, sql, GPU_OP_COLUMNS[1:])
+        frame = _read_chunked(conn, table, sql, GPU_OP_COLUMNS[1:], chunk_rows)
         frame.insert(0, "kind", kind)
         frames.append(frame)
     if not frames:
@@ -171,9 +195,14 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
     domain_names = {(int(p), int(d)): (str(t) if t is not None and t == t else "")
                     for p, d, t in zip(created["globalPid"], created["domainId"], created["label"])}
 
-    def domain_of(frame: pd.DataFrame) -> list[str]:
-        return [("" if d == 0 else domain_names.get((p, d), f"domain{d}"))
-                for p, d in zip(frame["globalPid"].tolist(), frame["domainId"].tolist())]
+    def domain_of(frame: pd.DataFrame) -> np.ndarray:
+        # per distinct (process, domain) pair, not per event (millions of ranges)
+        pairs = pd.MultiIndex.from_arrays([frame["globalPid"].to_numpy(dtype="int64"),
+                                           frame["domainId"].to_numpy(dtype="int64")])
+        codes, uniq = pd.factorize(pairs)
+        names = np.array([("" if d == 0 else domain_names.get((int(p), int(d)), f"domain{d}"))
+                          for p, d in uniq] + [""], dtype=object)
+        return names[codes] if len(codes) else np.zeros(0, dtype=object)
 
     # nsys' projection keeps ranges that end on their own thread; a missing end becomes the
     # largest NVTX timestamp of the report
@@ -262,12 +291,13 @@ def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def read_report(path: str) -> ReportTables:
-    """Open ``path`` read-only and read every table the analysis uses."""
+def read_report(path: str, chunk_rows: int | None = None) -> ReportTables:
+    """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
+    ``chunk_rows`` rows when given, see :func:`read_gpu_ops`)."""
     conn = safety.open_report(path)
     try:
         strings = read_strings(conn)
-        ops = read_gpu_ops(conn)
+        ops = read_gpu_ops(conn, chunk_rows)
         calls = read_calls(conn)
         ranges, marks = read_nvtx(conn, strings)
         return ReportTables(path=str(path), strings=strings, gpu_ops=ops, calls=calls, ranges=ranges,
