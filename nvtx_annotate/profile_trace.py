@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", action="store_true",
                    help="also write nsys stats CSVs (cuda_gpu_kern_sum, nvtx_gpu_proj_sum)")
     p.add_argument("--nsys-arg", action="append", default=[], help="extra argument for nsys profile")
+    p.add_argument("--scrub", action="store_true",
+                   help="also write BASE.scrubbed.sqlite: a shareable copy without the machine's "
+                        "environment, command line, paths and host names (timing rows untouched)")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD...")
     return p
@@ -186,6 +189,8 @@ def main(argv=None) -> int:
             print(shlex.join(export_command(n, base)))
             if a.stats:
                 print(shlex.join(stats_command(n, base)))
+            if a.scrub:
+                print(shlex.join(["analyze-trace", "scrub", base + ".sqlite", "-o", base + ".scrubbed.sqlite"]))
         print(f"analyze-trace {shlex.quote(base + '.sqlite')} --json {shlex.quote(base + '.json')}")
         return 0
     if nsys is None:
@@ -229,6 +234,17 @@ def main(argv=None) -> int:
         if a.stats:
             subprocess.call(stats_command(nsys, base, ver))
         print(f"profile-trace: wrote {rep} and {base}.sqlite", file=sys.stderr)
+        if a.scrub:
+            from analyze.safety import TraceError
+            from analyze.scrub import scrub
+
+            try:
+                scrub(base + ".sqlite", base + ".scrubbed.sqlite")
+            except TraceError as e:
+                print(f"profile-trace: error: scrub failed: {e}", file=sys.stderr)
+                return getattr(e, "exit_code", 1)
+            print(f"profile-trace: wrote {base}.scrubbed.sqlite (environment, command line, paths and "
+                  "host names blanked; share this one)", file=sys.stderr)
         print(f"analyze-trace {shlex.quote(base + '.sqlite')} --json {shlex.quote(base + '.json')}")
     return rc
 

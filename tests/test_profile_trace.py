@@ -90,13 +90,18 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
 
     if not is_installed() and not os.access(pt_site(), os.W_OK):
         pytest.skip("the .pth hook is not installed and site-packages is not writable")
-    r = run_pt(["-o", "t", "--package", "spec_workload", "-t", "nvtx,osrt",
+    secret = "hunter2-specprof-secret"
+    r = run_pt(["-o", "t", "--package", "spec_workload", "-t", "nvtx,osrt", "--scrub",
                 "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "--",
                 sys.executable, "-m", "spec_workload", "--world", "2", "--device", "cpu", "--hidden", "32",
                 "--vocab", "64", "--reqs", "2", "--steps", "2", "--cycles", "2", "--warmup", "0", "--eager"],
-               cwd=tmp_path)
+               cwd=tmp_path, env={"SPECPROF_TEST_TOKEN": secret})
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("analyze-trace t.sqlite --json t.json")
+    # --scrub: the shareable copy has no trace of the environment, the original still does
+    assert secret.encode() in (tmp_path / "t.sqlite").read_bytes()
+    assert secret.encode() not in (tmp_path / "t.scrubbed.sqlite").read_bytes()
+    assert str(tmp_path).encode() not in (tmp_path / "t.scrubbed.sqlite").read_bytes()
     con = sqlite3.connect(tmp_path / "t.sqlite")
     rows = con.execute("SELECT eventType, COALESCE(e.text, s.value), (globalTid >> 24) & 16777215 "
                        "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId").fetchall()
@@ -109,6 +114,10 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
         marks = [t for e, t, p in rows if p == pid and e == 34]
         assert marks[0] in ("rank=0 world=2 device=cpu", "rank=1 world=2 device=cpu")
         assert len([m for m in marks if m.startswith("accept_len=")]) == 2
+    scrubbed = sqlite3.connect(tmp_path / "t.scrubbed.sqlite").execute(
+        "SELECT eventType, COALESCE(e.text, s.value), (globalTid >> 24) & 16777215 "
+        "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId").fetchall()
+    assert scrubbed == rows
 
 
 def pt_site():
