@@ -40,7 +40,7 @@ def op_names(ops: pd.DataFrame, strings: pd.Series) -> np.ndarray:
     u_names = np.empty(len(uniq), dtype=object)
     is_kernel = u_kind == "kernel"
     if is_kernel.any():
-        looked = strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object)
+        looked = np.array(strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object), dtype=object)
         missing = pd.isna(looked)
         looked[missing] = [f"<kernel {i}>" for i in u_ids[is_kernel][missing]]
         u_names[is_kernel] = looked

@@ -96,14 +96,12 @@ def write_outputs(rows: list[dict], budget: str) -> None:
         a, b, s, n, c = r["analyze"], r["bare_read"], r["sqlite_scan"], r.get("nsys"), r.get("chunked")
         nsys_s = n["wall_s"] if n else None
         est = " (est.)" if n and n.get("estimated") else ""
-        lines.append(
-            f"| {r['kernels'] / 1e6:g}M | {r['file_mib']:.0f} MiB | {fmt_s(a['wall_s'])} | {a['peak_mib'] / 1024:.2f} GiB | "
-            f"{fmt_s(b['wall_s'])} | {fmt_s(s['wall_s'])} | {a['wall_s'] / b['wall_s']:.2f}x | "
-            f"{fmt_s(nsys_s)}{est} | {'–' if not nsys_s else f'{nsys_s / a['wall_s']:.1f}x'} | "
-            f"{fmt_s(c['wall_s']) if c else '–'} | {c['peak_mib'] / 1024:.2f} GiB |" if c else
-            f"| {r['kernels'] / 1e6:g}M | {r['file_mib']:.0f} MiB | {fmt_s(a['wall_s'])} | {a['peak_mib'] / 1024:.2f} GiB | "
-            f"{fmt_s(b['wall_s'])} | {fmt_s(s['wall_s'])} | {a['wall_s'] / b['wall_s']:.2f}x | "
-            f"{fmt_s(nsys_s)}{est} | {'–' if not nsys_s else f'{nsys_s / a['wall_s']:.1f}x'} | – | – |")
+        nsys_ratio = f"{nsys_s / a['wall_s']:.0f}x" if nsys_s else "–"
+        chunk = (fmt_s(c["wall_s"]), f"{c['peak_mib'] / 1024:.2f} GiB") if c else ("–", "–")
+        lines.append(f"| {r['kernels'] / 1e6:g}M | {r['file_mib']:.0f} MiB | {fmt_s(a['wall_s'])} | "
+                     f"{a['peak_mib'] / 1024:.2f} GiB | {fmt_s(b['wall_s'])} | {fmt_s(s['wall_s'])} | "
+                     f"{a['wall_s'] / b['wall_s']:.1f}x | {fmt_s(nsys_s)}{est} | {nsys_ratio} | "
+                     f"{chunk[0]} | {chunk[1]} |")
     cpu = os.cpu_count()
     lines.append("")
     lines.append(f"{cpu} CPU cores; wall time and peak RSS of each command in a fresh process (`/usr/bin/time -v`), "

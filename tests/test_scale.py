@@ -1,0 +1,172 @@
+"""Scale features give the same answers: fast reader vs stdlib, --jobs 1/2, chunked (memory
+budget), Parquet cache, Dask; the input file is never modified. Small generated files, fast."""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyze import api, cache, fastread, report
+from analyze.cli import parse_size
+from fixtures.synth import TraceSpec, write_trace
+
+TABLES = ("phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "ranks")
+
+
+def sha(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def per_rank(tmp_path_factory):
+    out = tmp_path_factory.mktemp("per_rank")
+    paths, truth = write_trace(TraceSpec(ranks=2, cycles=6, one_file=False, cuda_graph_mode="node"), out)
+    return [str(p) for p in paths], truth
+
+
+@pytest.fixture(scope="module")
+def scale_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scale")
+    paths, truth = write_trace(TraceSpec(ranks=4, total_kernels=60_000, cuda_graph_mode="node"), out)
+    return str(paths[0]), truth
+
+
+def same(a, b):
+    for name in TABLES:
+        x, y = a.table(name).reset_index(drop=True), b.table(name).reset_index(drop=True)
+        pd.testing.assert_frame_equal(x, y, check_dtype=False, obj=name)
+    assert len(a.gpu_ops) == len(b.gpu_ops)
+    for c in ("start_ns", "end_ns", "rank", "phase", "name", "range_id", "cycle_range"):
+        assert (a.gpu_ops[c].to_numpy() == b.gpu_ops[c].to_numpy()).all(), c
+
+
+def test_scale_file_matches_generator_truth(scale_file):
+    path, truth = scale_file
+    a = api.load(path)
+    tot = a.totals.set_index("rank")
+    for t in truth["ranks"]:
+        row = tot.loc[t["rank"]]
+        assert row["busy_ns"] == t["busy_ns"]
+        assert row["kernel_ns"] == t["kernel_ns"]
+        assert row["unattributed_ns"] == t["unattributed_ns"]
+        ph = a.phases[a.phases["rank"] == t["rank"]].set_index("phase")
+        for p, ns in t["exclusive_ns"].items():
+            assert ph.loc[p, "exclusive_ns"] == ns, (t["rank"], p)
+    assert int(a.totals["gpu_ops"].sum()) >= truth["total_kernels"]
+
+
+def test_fast_reader_equals_stdlib_and_is_read_only(scale_file, monkeypatch):
+    path, _ = scale_file
+    before = sha(path)
+    assert fastread.backend() == "adbc"
+    fast = report.read_report(path)
+    monkeypatch.setenv("SPECPROF_READER", "stdlib")
+    slow = report.read_report(path)
+    for name in ("gpu_ops", "calls", "ranges", "marks"):
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(slow, name), check_dtype=False, obj=name)
+    assert sha(path) == before
+    assert not any(os.path.exists(path + s) for s in ("-journal", "-wal", "-shm"))
+
+
+def test_adbc_opens_read_only(scale_file):
+    path, _ = scale_file
+    conn = report.safety.open_report(path)
+    try:
+        assert "mode=ro" in fastread.readonly_uri(conn)
+        aconn = fastread._adbc_conn(conn)
+        cur = aconn.cursor()
+        with pytest.raises(Exception):
+            cur.execute("CREATE TABLE specprof_probe (x INTEGER)")
+        cur.close()
+    finally:
+        fastread.close(conn)
+        conn.close()
+
+
+def test_chunked_read_gives_identical_results(scale_file):
+    path, _ = scale_file
+    whole = api.load(path)
+    # 60k ops in chunks of 50k rows (the smallest chunk): several chunks per table
+    chunked = api.load(path, memory_budget=1)
+    same(whole, chunked)
+    t = report.read_report(path, chunk_rows=7_000)
+    pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
+
+
+def test_jobs_and_dask_give_identical_results(per_rank):
+    paths, truth = per_rank
+    one = api.load(paths, jobs=1)
+    two = api.load(paths, jobs=2)
+    same(one, two)
+    assert sorted(one.ranks["rank"]) == [0, 1]
+    assert one.totals.set_index("rank").loc[1, "busy_ns"] == truth["ranks"][1]["busy_ns"]
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster:
+        on_dask = api.load(paths, scheduler=cluster.scheduler_address)
+    same(one, on_dask)
+
+
+def test_cache_is_identical_and_never_touches_the_report(per_rank, tmp_path, monkeypatch):
+    paths, _ = per_rank
+    path = paths[0]
+    before = sha(path)
+    plain = api.load(path)
+    first = api.load(path, cache=True)
+    entry = cache.candidates(path)[0]
+    assert (entry / "gpu_ops.parquet").is_file()
+    again = api.load(path, cache=True)          # from Parquet now
+    same(plain, first)
+    same(plain, again)
+    assert sha(path) == before
+
+
+def test_cache_falls_back_to_user_dir_when_report_dir_is_read_only(tmp_path, monkeypatch):
+    if os.geteuid() == 0:
+        # root ignores directory permissions: make the check see a read-only directory instead
+        monkeypatch.setattr(cache, "_writable", lambda d: False)
+    src = tmp_path / "ro"
+    paths, _ = write_trace(TraceSpec(ranks=2, cycles=2), src)
+    monkeypatch.setenv("SPECPROF_CACHE_DIR", str(tmp_path / "user-cache"))
+    os.chmod(src, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        a = api.load(str(paths[0]), cache=True)
+        b = api.load(str(paths[0]), cache=True)
+    finally:
+        os.chmod(src, stat.S_IRWXU)
+    assert any("not writable" in n for n in a.notes)
+    assert any("cache: read from" in n for n in b.notes)
+    assert not (src / (paths[0].name + ".specprof-cache")).exists()
+    assert any((tmp_path / "user-cache").rglob("gpu_ops.parquet"))
+    pd.testing.assert_frame_equal(a.phases, b.phases, check_dtype=False)
+
+
+def test_vectorised_exact_path_matches_per_range_loop():
+    from analyze import projection as proj
+    rng = np.random.default_rng(1)
+    values = rng.integers(0, 100, size=200)
+    call_end = np.sort(rng.integers(0, 1000, size=200))[rng.permutation(200)]
+    lo = rng.integers(0, 150, size=40)
+    hi = lo + rng.integers(0, 50, size=40)
+    rend = rng.integers(0, 1000, size=40)
+    levels = np.zeros(40, dtype="int64")
+    exact = np.zeros(40, dtype=bool)
+    for how in ("sum", "min", "max"):
+        vec = proj.reduce_blocks(lo, hi, levels, exact, values, how, (call_end, rend))
+        loop = proj.reduce_blocks(lo, hi, levels, exact, values, how,
+                                  lambda i: call_end[lo[i]:hi[i]] <= rend[i])
+        assert (vec == loop).all(), how
+    labels = np.arange(40)
+    a = proj.paint_blocks(200, lo, hi, levels, exact, labels, (call_end, rend))
+    b = proj.paint_blocks(200, lo, hi, levels, exact, labels, lambda i: call_end[lo[i]:hi[i]] <= rend[i])
+    assert (a == b).all()
+
+
+def test_parse_size():
+    assert parse_size("1GB") == 10 ** 9
+    assert parse_size("512MiB") == 512 << 20
+    assert parse_size("2000") == 2000
