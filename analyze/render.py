@@ -33,6 +33,12 @@ def clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def clip_left(text: str, n: int) -> str:
+    """Keep the end of a long path (the file name matters most)."""
+    text = str(text)
+    return text if len(text) <= n else "…" + text[-(n - 1):]
+
+
 def table(headers: list[str], rows: list[list], align: str | None = None) -> list[str]:
     """Plain fixed-width table; align: one 'l'/'r' per column (default: first left, rest right)."""
     align = align or ("l" + "r" * (len(headers) - 1))
@@ -51,7 +57,7 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
     out.append("specprof: GPU time per phase, kernel and rank")
     shown_inputs = result.inputs if len(result.inputs) <= 3 else result.inputs[:2]
     for inp in shown_inputs:
-        out.append(clip(f"  input {inp['path']}  (nsys {inp.get('nsys_version') or '?'}, schema "
+        out.append(clip(f"  input {clip_left(inp['path'], 56)}  (nsys {inp.get('nsys_version') or '?'}, schema "
                         f"{inp.get('schema_version') or '?'}, graphs traced: {inp.get('cuda_graph_trace') or '-'})",
                         WIDTH))
     if len(shown_inputs) < len(result.inputs):
