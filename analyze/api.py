@@ -7,6 +7,7 @@ files, time alignment, collectives).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,14 +118,25 @@ def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
     return np.array([bool(rx.fullmatch(u)) for u in uniq] + [False], dtype=bool)[inverse]
 
 
-def expand_inputs(paths) -> list[str]:
-    """Files as given; a directory stands for the reports inside it."""
+def expand_inputs(paths, *, export: bool = True) -> list[str]:
+    """Files as given; a directory stands for the reports inside it. A ``.nsys-rep``/``.qdrep``
+    (given, or the only reports of a directory) is exported to SQLite with ``nsys export`` when nsys
+    is on PATH (progress on stderr; the export lands beside it and is reused next time); without
+    nsys, NsysRepGiven names the command to run."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in paths:
-        found = safety.find_reports(p)
-        out.extend(str(f) for f in found)
+        try:
+            found = safety.find_reports(p)
+        except safety.NsysRepGiven:
+            if not export or not Path(p).is_dir():
+                raise
+            found = sorted(q for q in Path(p).iterdir() if q.name.endswith(safety.NSYS_REP_SUFFIXES))
+        for f in found:
+            if export and str(f).endswith(safety.NSYS_REP_SUFFIXES):
+                f = safety.export_nsys_rep(f, progress=sys.stderr.isatty())
+            out.append(str(f))
     return out
 
 

@@ -261,3 +261,23 @@ def test_odd_cases_are_counted_and_reported(tmp_path):
     assert "negative globalTid" in out
     assert "correlation ids occur in several processes" in out
     assert "1 strings were not valid UTF-8" in out
+
+
+@pytest.mark.nsys
+def test_nsys_rep_is_exported_when_nsys_is_on_path(tmp_path):
+    """A real .nsys-rep (recorded here by nsys) is exported beside itself and analyzed."""
+    if shutil.which("nsys") is None:
+        pytest.skip("nsys not on PATH")
+    code = ("from nvtx_annotate import _nvtx\n"
+            "for i in range(3):\n    _nvtx.push('verify'); _nvtx.mark('rank=0 world=1 device=cpu'); _nvtx.pop()\n")
+    rec = subprocess.run(["nsys", "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o",
+                          str(tmp_path / "t"), sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    rep = tmp_path / "t.nsys-rep"
+    assert rep.exists(), rec.stderr[-2000:]
+    rc, out, err = run_cli(rep)
+    # exported to t.sqlite beside the report; NVTX only (no GPU here): the ranges are shown, exit 7
+    assert (tmp_path / "t.sqlite").exists()
+    assert rc == 7 and "NVTX only" in one_line_error(err)
+    row = next(line for line in out.splitlines() if line.startswith("sglang:verify"))
+    assert row.split()[1:3] == ["PushPop", "3"]
