@@ -120,8 +120,12 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     assert {"range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"} <= \
         set(data["nvtx_projection"][0])
     api = analyze.load(REAL / "h200_4proc_eager.sqlite")
-    assert pd.DataFrame(data["phases"])[api.phases.columns.tolist()].equals(api.phases)
-    assert pd.DataFrame(data["totals"])[api.totals.columns.tolist()].equals(api.totals)
+    from analyze import outputs
+
+    for name, frame in outputs.tables(api).items():
+        rows = data[name]
+        assert len(rows) == len(frame), name
+        assert rows == outputs.records(frame), name      # the API's DataFrames, value for value
 
 
 def test_csv_and_parquet_hold_the_same_tables(tmp_path):
