@@ -4,7 +4,11 @@ The shim records per decode cycle one mark ``accept_len=N reqs=M``: N accepted d
 over the M requests of the batch, each request's accept length L capped at the profiled step count
 k (a request cannot accept more drafts than were proposed). From those marks:
 
-* **Per-request distribution.** With M = 1 the empirical histogram of N is the distribution of
+* **Per-request distribution, exact.** Newer shims append ``lens=l1,...,lM`` (each request's
+  accepted length, for M <= 64): the distribution of min(L, k) is then the empirical histogram of
+  all the per-request lengths of the cycles (capped at k), no model needed (method ``lens``).
+* **Per-request distribution from sums** (marks without ``lens=``, method ``em``). With M = 1 the
+  empirical histogram of N is the distribution of
   min(L, k). With M > 1 only the sum of M accept lengths is seen; requests are assumed independent
   and identically distributed, so N follows the M-fold convolution of the per-request distribution
   p = (P(min(L,k) = 0), ..., P(min(L,k) = k)). p is the maximum-likelihood estimate under that model,
@@ -122,21 +126,56 @@ def rates_from_pmf(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 # samples: per cycle (accepted, requests) for one profile
 # ---------------------------------------------------------------------------------------------
+def _empty_samples() -> pd.DataFrame:
+    return pd.DataFrame({"accepted": pd.Series(dtype="int64"), "requests": pd.Series(dtype="int64"),
+                         "lens": pd.Series(dtype=object)})
+
+
 def cycle_samples(cycles: pd.DataFrame) -> pd.DataFrame:
-    """One row per decode cycle with its accept mark: accepted (N), requests (M).
+    """One row per decode cycle with its accept mark: accepted (N), requests (M), lens (the
+    per-request accept lengths ``"a,b,..."`` when the mark carried them, else None).
 
     Every TP rank records the same marks; the lowest rank that has them is used. Cycles without a
     ``reqs=`` field count as one request."""
     if cycles is None or cycles.empty or "accepted_tokens" not in cycles.columns:
-        return pd.DataFrame({"accepted": pd.Series(dtype="int64"), "requests": pd.Series(dtype="int64")})
+        return _empty_samples()
     c = cycles[cycles["accepted_tokens"].notna()]
     if c.empty:
-        return pd.DataFrame({"accepted": pd.Series(dtype="int64"), "requests": pd.Series(dtype="int64")})
+        return _empty_samples()
     c = c[c["rank"] == c["rank"].min()]
     req = c["requests"] if "requests" in c.columns else pd.Series(np.nan, index=c.index)
     req = pd.to_numeric(req, errors="coerce").fillna(1)
+    lens = c["accept_lengths"] if "accept_lengths" in c.columns else pd.Series(None, index=c.index, dtype=object)
+    lens = [x if isinstance(x, str) and x else None for x in lens]
     return pd.DataFrame({"accepted": c["accepted_tokens"].astype("int64").to_numpy(),
-                         "requests": req.astype("int64").to_numpy()})
+                         "requests": req.astype("int64").to_numpy(), "lens": pd.Series(lens, dtype=object)})
+
+
+def _lengths(samples: pd.DataFrame) -> np.ndarray | None:
+    """All per-request accept lengths of the cycles, when every cycle's mark carried ``lens=`` with
+    as many lengths as requests (and their sum equals N); else None (the sums must be deconvolved)."""
+    if "lens" not in samples.columns or not len(samples):
+        return None
+    out = []
+    for text, m, n in zip(samples["lens"], samples["requests"], samples["accepted"]):
+        if not isinstance(text, str) or not text:
+            return None
+        vals = [int(x) for x in text.split(",")]
+        if len(vals) != int(m) or sum(vals) != int(n):
+            return None
+        out.extend(vals)
+    return np.asarray(out, dtype="int64")
+
+
+def request_pmf(samples: pd.DataFrame, steps: int, **em) -> tuple[np.ndarray, str]:
+    """(p[0..steps], method): the exact histogram of the per-request lengths capped at ``steps``
+    (``"lens"``) when the marks carry them, else the EM deconvolution of the sums (``"em"``)."""
+    lens = _lengths(samples)
+    if lens is not None:
+        h = np.bincount(np.minimum(lens, int(steps)), minlength=int(steps) + 1).astype("float64")
+        return h / h.sum(), "lens"
+    p = fit_request_pmf(samples["accepted"], samples["requests"], steps, **em)
+    return p, ("single" if (np.asarray(samples["requests"]) == 1).all() else "em")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,6 +193,7 @@ class Acceptance:
     extrapolation: str = "repeat"
     mean_accepted: float = float("nan")  # measured E[min(L, k)] per request (for one profile)
     notes: list = field(default_factory=list)
+    method: str = "em"                   # "lens" | "single" (exact) | "em" (deconvolved sums) | "mixed"
 
     def rates_for(self, steps: int, rates: np.ndarray | None = None) -> np.ndarray:
         """a_1..a_steps: estimated, then extrapolated past profiled_steps."""
@@ -230,7 +270,8 @@ def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "
         if over:
             notes.append(f"{over} cycles of the {k}-step profile report more accepted tokens than "
                          f"requests x steps: clipped to the cap")
-    pmfs = [fit_request_pmf(s["accepted"], s["requests"], k) for k, s in profiles]
+    fitted = [request_pmf(s, k) for k, s in profiles]
+    pmfs, methods = [p for p, _ in fitted], [m for _, m in fitted]
     rates = _pooled_rates(profiles, pmfs)
     rng = np.random.default_rng(seed)
     boot = []
@@ -239,16 +280,26 @@ def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "
         for (k, s), p in zip(profiles, pmfs):
             idx = rng.integers(0, len(s), len(s))
             r = s.iloc[idx]
-            bp.append(fit_request_pmf(r["accepted"].to_numpy(), r["requests"].to_numpy(), k, start=p,
-                                      tol=1e-8, max_iter=2000))
+            bp.append(request_pmf(r, k, start=p, tol=1e-8, max_iter=2000)[0])
             bs.append((k, r))
         boot.append(_pooled_rates(bs, bp))
     all_s = pd.concat([s for _, s in profiles])
     reqs = float(all_s["requests"].mean())
-    if (all_s["requests"] > 1).any():
-        notes.append("accept marks sum over requests (reqs>1): per-request accept lengths assumed i.i.d.; "
-                     "their distribution is the maximum-likelihood deconvolution of the sums (EM)")
+    em_multi = [(k, s) for (k, s), m in zip(profiles, methods) if m == "em" and (s["requests"] > 1).any()]
+    if em_multi:
+        notes.append("accept marks sum over requests (reqs>1) and carry no per-request lengths (lens=): per-request "
+                     "accept lengths assumed i.i.d.; their distribution is the maximum-likelihood deconvolution of "
+                     "the sums (EM)")
+    method = methods[0] if len(set(methods)) == 1 else "mixed"
     mean_acc = float((all_s["accepted"] / all_s["requests"]).mean()) if len(profiles) == 1 else float("nan")
     return Acceptance(profiled_steps=len(rates), rates=rates, rates_boot=np.array(boot).reshape(-1, len(rates)),
                       requests=reqs, cycles=int(len(all_s)), extrapolation=extrapolation,
-                      mean_accepted=mean_acc, notes=notes)
+                      mean_accepted=mean_acc, notes=notes, method=method)
+
+
+METHOD_TEXT = {
+    "lens": "per-request accept lengths read from the marks (lens=): exact empirical distribution",
+    "em": "per-request distribution deconvolved from the summed marks (EM, requests assumed i.i.d.)",
+    "single": "one request per mark: each mark is a per-request accept length (exact empirical distribution)",
+    "mixed": "per-request lengths where the marks carry them (lens=), EM deconvolution of the sums elsewhere",
+}

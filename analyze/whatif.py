@@ -84,10 +84,11 @@ def draft_step_table(side: Side, rank=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]) if rows else empty
 
 
-def _primitive_repeats(seq: list) -> tuple[int, int]:
-    """(period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p on ties)."""
+def _tandem_repeat(seq: list) -> tuple[int, int, int]:
+    """(start i, period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p, then
+    earliest i, on ties); r = 1 when no repeat covers at least half of ``seq``."""
     n = len(seq)
-    best = (0, 1, 1)  # coverage, p, r
+    best = (0, 0, 1, 1)  # coverage, i, p, r
     for p in range(1, n // 2 + 1):
         for i in range(0, n - 2 * p + 1):
             block = seq[i:i + p]
@@ -95,22 +96,64 @@ def _primitive_repeats(seq: list) -> tuple[int, int]:
             while seq[i + r * p:i + (r + 1) * p] == block:
                 r += 1
             if r >= 2 and p * r > best[0]:
-                best = (p * r, p, r)
-    return best[1], best[2] if best[0] * 2 >= n else 1
+                best = (p * r, i, p, r)
+    return (best[1], best[2], best[3]) if best[0] * 2 >= n else (0, best[2], 1)
+
+
+def _primitive_repeats(seq: list) -> tuple[int, int]:
+    """(period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p on ties)."""
+    _, p, r = _tandem_repeat(seq)
+    return p, r
+
+
+def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
+    ops = side.gpu_ops
+    if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
+        return ops.iloc[0:0] if ops is not None else pd.DataFrame()
+    rank = side.cycles["rank"].min() if rank is None else rank
+    d = ops[(ops["rank"] == rank) & (ops["phase"] == DRAFT) & (ops["cycle_range"] >= 0)]
+    if d.empty or (d["kind"] == "graph").any():
+        return d.iloc[0:0]
+    return d[d["kind"] == "kernel"].sort_values("start_ns")
+
+
+def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
+    """Per cycle (one rank), from the draft kernels (eager, or graphs traced per node): the repeats of
+    the draft kernel block and the GPU start-to-start period of one repeat, i.e. what one draft step
+    costs on the GPU including the gaps between its kernels (the CUDA-graph analogue of the
+    ``draft_step`` period: a graph replay has no per-step ranges)."""
+    empty = pd.DataFrame({"cycle": pd.Series(dtype="int64"), "steps": pd.Series(dtype="int64"),
+                          "step_period_ns": pd.Series(dtype="float64")})
+    d = _draft_kernels(side, rank)
+    if d.empty:
+        return empty
+    rank = side.cycles["rank"].min() if rank is None else rank
+    ops = side.gpu_ops
+    mine = ops[(ops["rank"] == rank) & (ops["cycle_range"] >= 0)]
+    first = mine.groupby("cycle_range")["start_ns"].min()           # = the cycle's GPU window start
+    cyc = side.cycles[side.cycles["rank"] == rank]
+    by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
+    rows = []
+    for cr, g in d.groupby("cycle_range", sort=False):
+        cycle = by_start.get(int(first.get(cr, -1)))
+        if cycle is None:
+            continue
+        i, p, r = _tandem_repeat(g["name"].tolist())
+        period = np.nan
+        if r >= 2:
+            st = g["start_ns"].to_numpy(dtype="int64")
+            period = (st[i + (r - 1) * p] - st[i]) / (r - 1)
+        rows.append((int(cycle), int(r), period))
+    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]).sort_values("cycle") if rows else empty
 
 
 def steps_from_kernels(side: Side, rank=None) -> int | None:
     """Draft steps per cycle from the repetition of the draft phase's kernel sequence (eager runs
     or graphs traced per node: one step's kernels repeat once per step). None when the draft phase
     shows no kernels (graph-level trace)."""
-    ops = side.gpu_ops
-    if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
+    d = _draft_kernels(side, rank)
+    if d.empty:
         return None
-    rank = side.cycles["rank"].min() if rank is None else rank
-    d = ops[(ops["rank"] == rank) & (ops["phase"] == DRAFT) & (ops["cycle_range"] >= 0)]
-    if d.empty or (d["kind"] == "graph").any():
-        return None
-    d = d[d["kind"] == "kernel"].sort_values("start_ns")
     counts = Counter()
     for i, (_, g) in enumerate(d.groupby("cycle_range", sort=False)):
         if i >= 50:
@@ -147,9 +190,13 @@ def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR) -> tuple
         per = per.join(acc, on="cycle")
     else:
         per["accepted"], per["requests"] = np.nan, np.nan
-    steps = draft_step_table(Side(side.label, cycles, side.kernels, side.phase_names, side.ranges))
+    kept = Side(side.label, cycles, side.kernels, side.phase_names, side.ranges, side.gpu_ops)
+    steps, source = draft_step_table(kept), "draft_step"
+    if steps.empty or steps["step_period_ns"].isna().all():
+        steps, source = kernel_step_table(kept), "kernels"
     per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
         else per.assign(step_period_ns=np.nan)
+    per["step_period_source"] = source
     return per.reset_index(drop=True), dropped
 
 
@@ -164,8 +211,11 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names) -> dict:
     comp = {c[:-3]: float(samples[c].mean()) for c in cols}
     overhead = t - sum(comp.values())
     per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
+    src = samples["step_period_source"].iloc[0] if "step_period_source" in samples.columns and len(samples) \
+        else "draft_step"
     if len(per) and steps >= 2:
-        d, how = float(per.mean()), "draft_step period on the GPU (start to start)"
+        d, how = float(per.mean()), ("draft_step period on the GPU (start to start)" if src == "draft_step" else
+                                     "period of the repeating draft kernel block on the GPU (start to start)")
     else:
         d, how = comp.get(DRAFT, 0.0) / max(steps, 1), "draft GPU time / steps"
     req = samples["requests"].dropna()
@@ -233,12 +283,35 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
     return out
 
 
-def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11)) -> pd.DataFrame:
-    """Predicted cycle time, tokens per cycle and tokens/s per step count."""
+def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[int, float]) -> float:
+    """ns to take off the overhead of every predicted cycle so that the model's tokens/s at step
+    count k equals X, the user's UNPROFILED measurement of that configuration (``calibrate=(k, X)``).
+
+    The whole profiled-vs-unprofiled difference is put on the overhead component (host time and GPU
+    idle), none on the kernels: CUPTI times kernels on the GPU, the profiler's cost is on the host
+    (API interception, NVTX, per-node graph tracing) and shows as GPU idle in a host-bound cycle."""
+    k, x = int(calibrate[0]), float(calibrate[1])
+    if not x > 0:
+        raise ValueError("--calibrate-tps: tokens/s must be > 0")
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    m = acceptance.requests
+    t_model = float(cost_model(costs, [k], m)["cycle_ns"].iloc[0])
+    t_target = m * (1.0 + acceptance.expected_accepted(k)) * 1e9 / x
+    return t_model - t_target
+
+
+def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
+            calibrate: tuple[int, float] | None = None) -> pd.DataFrame:
+    """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
+    shift every cycle's overhead so that tokens/s at k equals X (see :func:`calibration_shift`)."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     steps = list(steps)
     m = acceptance.requests
     out = cost_model(costs, steps, m)
+    if calibrate is not None:
+        shift = calibration_shift(costs, acceptance, calibrate)
+        out["overhead_ns"] -= shift
+        out["cycle_ns"] -= shift
     out["accepted_per_request"] = [acceptance.expected_accepted(s) for s in steps]
     out["tokens_per_cycle"] = m * (1.0 + out["accepted_per_request"])
     out["tokens_per_s"] = out["tokens_per_cycle"] * 1e9 / out["cycle_ns"]
@@ -295,17 +368,26 @@ def _acc_profiles(costs: list[dict], samples_list) -> list:
     out = []
     for c, s in zip(costs, samples_list):
         s = s[s["accepted"].notna()]
+        lens = s["lens"].to_numpy(dtype=object) if "lens" in s.columns else np.full(len(s), None, dtype=object)
         out.append((c["steps"], pd.DataFrame({"accepted": s["accepted"].astype("int64").to_numpy(),
-                                              "requests": s["requests"].fillna(1).astype("int64").to_numpy()})))
+                                              "requests": s["requests"].fillna(1).astype("int64").to_numpy(),
+                                              "lens": pd.Series(lens, dtype=object)})))
     return out
 
 
 def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, extrapolation: str = "repeat",
            n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
-           measured: dict | None = None) -> dict:
+           measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
+           baseline_tps: float | None = None, measured_baseline_tps: float | None = None) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
-    ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction)."""
+    ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
+
+    ``calibrate_tps``: the user's own tokens/s of the profiled configuration measured WITHOUT the
+    profiler (``calibrate_steps``: its step count; default the profiled one); every predicted cycle's
+    overhead is shifted by the same amount so that the model reproduces it (profiler overhead taken
+    as host/idle time, not kernel time). ``baseline_tps``: the no-speculation tokens/s measured
+    without the profiler (instead of ``baseline``). ``measured_baseline_tps``: only shown/plotted."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
     if profiled_steps is None or isinstance(profiled_steps, int):
         profiled_steps = [profiled_steps] * len(profiles)
@@ -314,7 +396,16 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     samples = [c["samples"] for c in costs]
     acc_prof = _acc_profiles(costs, samples)
     acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
-    pred = predict(costs, acc, steps)
+    calibrate = None
+    if calibrate_tps is not None:
+        ks = sorted({c["steps"] for c in costs})
+        if calibrate_steps is None:
+            if len(ks) != 1:
+                raise ValueError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
+                                 "measured (K:X)")
+            calibrate_steps = ks[0]
+        calibrate = (int(calibrate_steps), float(calibrate_tps))
+    pred = predict(costs, acc, steps, calibrate)
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
     boot = []
@@ -325,14 +416,20 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
         except ValueError:
             continue
-        boot.append(predict(bc, ba, steps)["tokens_per_s"].to_numpy())
+        boot.append(predict(bc, ba, steps, calibrate)["tokens_per_s"].to_numpy())
     if boot:
         q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
         pred["tokens_per_s_lo"], pred["tokens_per_s_hi"] = q[0], q[1]
     else:
         pred["tokens_per_s_lo"] = pred["tokens_per_s_hi"] = pred["tokens_per_s"]
     m = acc.requests
-    base = measured_baseline(baseline, m, outlier_factor) if baseline is not None else estimated_baseline(costs, m)
+    if baseline_tps is not None:
+        base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
+                "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
+    elif baseline is not None:
+        base = measured_baseline(baseline, m, outlier_factor)
+    else:
+        base = estimated_baseline(costs, m)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
@@ -347,12 +444,27 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
                  "baseline_source": base["source"]},
         "notes": list(acc.notes),
+        "acceptance_method": acc.method,
+        "calibration": None,
+        "measured_baseline_tps": measured_baseline_tps,
     }
-    result["assumptions"] = assumptions(costs, acc, base, extrapolation)
+    if calibrate is not None:
+        shift = calibration_shift(costs, acc, calibrate)
+        row = cost_model(costs, [calibrate[0]], m).iloc[0]
+        result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
+                                 "profiled_cycle_ns": float(row["cycle_ns"]),
+                                 "overhead_ns": float(row["overhead_ns"]) - shift}
+        if float(row["overhead_ns"]) - shift < 0:
+            result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
+                                   "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
+                                   "only host time")
+    result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
+                                        profiled_baseline=baseline is not None and baseline_tps is None)
     return result
 
 
-def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str) -> list[str]:
+def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
+                calibration: dict | None = None, profiled_baseline: bool = False) -> list[str]:
     ks = sorted({c["steps"] for c in costs})
     out = []
     for c in costs:
@@ -374,9 +486,18 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
                + ("is constant" if len(ks) == 1 else "is linear in the verified tokens"))
     out.append(f"M = {acc.requests:.2f} requests per cycle at every step count; each yields min(L, s) accepted "
                "draft tokens + 1")
-    if acc.requests > 1:
-        out.append("accept marks sum over requests: per-request accept lengths assumed independent and identically "
-                   "distributed; the per-request distribution is the maximum-likelihood deconvolution of the sums")
+    out.append("acceptance: " + acc_mod.METHOD_TEXT.get(acc.method, acc.method))
+    if calibration is not None:
+        c = calibration
+        way = "shorter" if c["shift_ns"] >= 0 else "longer"
+        out.append(f"calibrated: the profiled configuration ({c['steps']} steps) runs at {c['tokens_per_s']:,.0f} "
+                   f"tokens/s WITHOUT the profiler (given); every predicted cycle is "
+                   f"{abs(c['shift_ns']) / 1e3:,.1f} us {way} (overhead {c['overhead_ns'] / 1e3:,.1f} us instead of "
+                   f"{(c['overhead_ns'] + c['shift_ns']) / 1e3:,.1f}): the profiler's cost is taken as host/idle "
+                   "time, the same in every cycle; kernel times are taken as unaffected")
+    else:
+        out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
+                   "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) to remove it")
     K = acc.profiled_steps
     rule = ("the last estimated rate repeats" if extrapolation == "repeat"
             else "the rates continue the least-squares line through the estimated ones")
@@ -384,8 +505,13 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
                f"unobserved (capped at {K}) and extrapolated: {rule}; rows marked 'extrapolated'")
     if base["source"] == "estimated":
         out.append("baseline ESTIMATED (no --baseline report): " + base["method"])
+    elif base["source"] == "given":
+        out.append(f"baseline given: {base['tokens_per_s']:,.0f} tokens/s, {base['method']}")
     else:
-        out.append(f"baseline measured: {base['method']} of {base.get('label', '')}; M tokens per decode step")
+        out.append(f"baseline measured: {base['method']} of {base.get('label', '')}; M tokens per decode step"
+                   + ("; it was profiled, so speed-ups against it include the profiler's overhead on the "
+                      "baseline side (give --baseline-tps for an unprofiled one)" if calibration is not None
+                      and profiled_baseline else ""))
     out.append("intervals: seeded bootstrap over cycles (costs and acceptance refit together); they cover "
                "sampling noise, not model error")
     return out
@@ -409,6 +535,7 @@ def render_whatif(r: dict) -> str:
     out.append("")
     a = r["acceptance"]
     out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
+    out.append(_wrap("  from: " + acc_mod.METHOD_TEXT.get(r.get("acceptance_method"), str(r.get("acceptance_method")))))
     out += table(["position", "rate", "95% CI", "survival", ""],
                  [[int(x.position), f"{x.rate:.3f}", f"[{x.rate_lo:.3f}, {x.rate_hi:.3f}]", f"{x.survival:.3f}",
                    "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
@@ -436,6 +563,13 @@ def render_whatif(r: dict) -> str:
                  [[x.steps] + [f"{getattr(x, c) / 1e3:,.1f}" for c in comps] + [f"{x.cycle_ns / 1e3:,.1f}"]
                   for x in p.itertuples(index=False)])
     b, base = r["best"], r["baseline"]
+    cal = r.get("calibration")
+    if cal:
+        out.append("")
+        out.append(_wrap(f"Calibrated to {cal['tokens_per_s']:,.0f} tokens/s (unprofiled) at {cal['steps']} steps: "
+                         f"profiled cycle {cal['profiled_cycle_ns'] / 1e3:,.1f} us -> "
+                         f"{(cal['profiled_cycle_ns'] - cal['shift_ns']) / 1e3:,.1f} us (overhead "
+                         f"{-cal['shift_ns'] / 1e3:+,.1f} us per cycle)"))
     out.append("")
     out.append(f"Best: {b['steps']} draft steps, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
@@ -459,6 +593,7 @@ def to_json(r: dict) -> dict:
     from .outputs import records
 
     return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
+            "acceptance_method": r.get("acceptance_method"), "calibration": r.get("calibration"),
             "predictions": records(r["predictions"]), "baseline": r["baseline"], "best": r["best"],
             "assumptions": r["assumptions"], "notes": r["notes"]}
 
@@ -473,7 +608,7 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     from .safety import atomic_path
 
     p = r["predictions"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
     ax = axes[0]
     s = p["steps"].to_numpy()
     ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
@@ -490,16 +625,20 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     if "measured_tokens_per_s" in p.columns and p["measured_tokens_per_s"].notna().any():
         ax.plot(s, p["measured_tokens_per_s"], "x--", color="k", label="measured (no profiler)")
     base = r["baseline"]
-    ax.axhline(base["tokens_per_s"], color="tab:gray", ls=":",
-               label=f"no speculation ({base['source']})")
+    src = {"given": "given, no profiler", "measured": "measured under the profiler"}.get(base["source"], base["source"])
+    ax.axhline(base["tokens_per_s"], color="tab:gray", ls=":", label=f"no speculation ({src})")
+    mb = r.get("measured_baseline_tps")
+    if mb and not (base["source"] == "given" and abs(mb - base["tokens_per_s"]) < 0.5):
+        ax.axhline(mb, color="k", ls=":", lw=1, label="no speculation, measured (no profiler)")
     b = r["best"]
     ax.annotate(f"best: {b['steps']} steps", (b["steps"], b["tokens_per_s"]), textcoords="offset points",
                 xytext=(0, 10), ha="center")
     ax.set_xlabel("draft steps")
     ax.set_ylabel("tokens / s")
     ax.set_xticks(s)
-    ax.legend(fontsize=8)
-    ax.set_title(title or "tokens/s vs draft steps")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)  # below: never hides a point
+    cal = r.get("calibration")
+    ax.set_title(title or ("tokens/s vs draft steps" + (f" (calibrated at {cal['steps']} steps)" if cal else "")))
     del prof
     ax = axes[1]
     comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
@@ -535,6 +674,21 @@ def parse_steps(text: str) -> list[int]:
     if not out or min(out) < 1:
         raise ValueError(f"--steps {text!r}: step counts are integers >= 1, e.g. 1..10")
     return sorted(set(out))
+
+
+def parse_calibration(text) -> tuple[int | None, float | None]:
+    """``--calibrate-tps``: ``X`` or ``K:X`` -> (K or None, X); None -> (None, None)."""
+    if text is None:
+        return None, None
+    k, _, x = str(text).rpartition(":")
+    try:
+        val = float(x)
+        kk = int(k) if k else None
+    except ValueError:
+        raise ValueError(f"--calibrate-tps {text!r}: give X or K:X (tokens/s, step count)") from None
+    if not val > 0 or (kk is not None and kk < 1):
+        raise ValueError(f"--calibrate-tps {text!r}: tokens/s > 0, step count >= 1")
+    return kk, val
 
 
 def read_measured(path) -> tuple[dict, float | None]:
@@ -573,6 +727,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extrapolate", choices=acc_mod.EXTRAPOLATIONS, default="repeat",
                    help="acceptance beyond the profiled positions (default: the last rate repeats)")
     p.add_argument("--measured", metavar="JSON", help="tokens/s measured without the profiler, to compare")
+    p.add_argument("--calibrate-tps", metavar="[K:]X",
+                   help="your tokens/s of the profiled configuration (K steps; default the profiled step count) "
+                        "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
+    p.add_argument("--baseline-tps", metavar="Y", type=float,
+                   help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH")
     p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
@@ -592,16 +751,18 @@ def main_whatif(argv: list[str]) -> int:
             ks = ks * len(args.reports)
         if ks is not None and len(ks) != len(args.reports):
             raise ValueError("--profiled-steps: one step count per report")
+        cal_k, cal_x = parse_calibration(args.calibrate_tps)
     except ValueError as exc:
         raise safety.TraceError(str(exc)) from exc
     sides = [load_side(r) for r in args.reports]
     baseline = load_side(args.baseline) if args.baseline else None
-    measured = None
+    measured = measured_base = None
     if args.measured:
-        measured, _ = read_measured(args.measured)
+        measured, measured_base = read_measured(args.measured)
     try:
         r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
-                   n_boot=args.boot, seed=args.seed, measured=measured)
+                   n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
+                   calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base)
     except ValueError as exc:
         raise safety.TraceError(str(exc)) from exc
     if args.json:

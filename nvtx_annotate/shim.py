@@ -138,13 +138,22 @@ _tls = _State()
 _stats = {"cycles": 0, "marks": 0, "rank_marks": 0}
 
 
+ACCEPT_LENS_MAX_REQS = 64  # per-request lengths are added to the mark up to this batch size
+
+
 def _accept_mark(lengths) -> None:
+    """``accept_len=N reqs=M lens=l1,...,lM``: N = sum of the accepted draft tokens over the M
+    requests (what older readers parse), then each request's accepted length in request order
+    (only for M <= ACCEPT_LENS_MAX_REQS, to bound the string). Payload: N."""
     try:
         vals = [int(x) for x in lengths]
     except Exception:
         return
     n = sum(vals)
-    _nvtx.mark(f"accept_len={n} reqs={len(vals)}", n)
+    text = f"accept_len={n} reqs={len(vals)}"
+    if 0 < len(vals) <= ACCEPT_LENS_MAX_REQS:
+        text += " lens=" + ",".join(map(str, vals))
+    _nvtx.mark(text, n)
     _stats["marks"] += 1
 
 

@@ -216,10 +216,10 @@ def test_lazy_hook_wraps_methods_with_ranges_and_marks(fake_pkg):
         ("decode_cycle", 0), ("draft", 1), ("verify", 1), ("graph_replay_verify", 2),
         ("allreduce", 2), ("draft_extend", 1),
     ]
-    assert rec.marks() == [("rank=2 world=8 device=2", None), ("accept_len=5 reqs=3", 5)]
+    assert rec.marks() == [("rank=2 world=8 device=2", None), ("accept_len=5 reqs=3 lens=2,0,3", 5)]
     # accept mark is emitted inside decode_cycle, after draft_extend
     kinds = [(k, t) for k, t, _ in rec.events]
-    assert kinds.index(("mark", "accept_len=5 reqs=3")) == len(kinds) - 2
+    assert kinds.index(("mark", "accept_len=5 reqs=3 lens=2,0,3")) == len(kinds) - 2
     assert kinds[-1] == ("pop", None)
     roles = shim.patched_roles(name)
     for r in ("decode_cycle", "draft", "draft_extend", "verify", "allreduce", "graph_replay_verify",
@@ -332,7 +332,7 @@ def test_v2_accept_marks_from_cpu_values(tmp_path, monkeypatch):
         assert v2.EAGLEWorkerV2().on_verify_complete_cpu([3, 1], batch_size=2) == 2
         mx.SchedulerOutputProcessorMixin()._resolve_spec_overlap_token_ids(
             SimpleNamespace(accept_lens=[4, 1, 2]), None)
-        assert rec.marks() == [("accept_len=4 reqs=2", 4), ("accept_len=4 reqs=3", 4)]
+        assert rec.marks() == [("accept_len=4 reqs=2 lens=3,1", 4), ("accept_len=4 reqs=3 lens=3,0,1", 4)]
         assert rec.ranges() == []
     finally:
         shim.uninstall(name)
@@ -463,3 +463,30 @@ def test_graph_capture_counter_skips_nvtx(monkeypatch):
     fake.compiler.is_compiling = lambda: True  # a fresh check reads the new is_compiling
     check2 = shim._make_capture_check(exact=False)
     assert check2() is True  # torch.compile tracing
+
+
+def test_accept_mark_carries_per_request_lengths_up_to_64_requests(monkeypatch):
+    """``accept_len=N reqs=M lens=...``: the sum and count stay first (older readers), the lengths in
+    request order follow for M <= 64 only; the analyzer's mark regex reads all three back."""
+    from analyze.cycles import ACCEPT_MARK
+
+    rec = _nvtx.RecordingBackend()
+    prev = _nvtx.set_backend(rec)
+    monkeypatch.setattr(shim, "_stats", {"cycles": 0, "marks": 0, "rank_marks": 0})
+    try:
+        shim._accept_mark([3, 0, 12, 1])
+        shim._accept_mark(list(range(64)))
+        shim._accept_mark([1] * 65)
+        shim._accept_mark([])
+    finally:
+        _nvtx.set_backend(prev)
+    marks = rec.marks()
+    assert marks[0] == ("accept_len=16 reqs=4 lens=3,0,12,1", 16)
+    assert marks[1] == ("accept_len=2016 reqs=64 lens=" + ",".join(str(i) for i in range(64)), 2016)
+    assert marks[2] == ("accept_len=65 reqs=65", 65)          # too many requests: no lens
+    assert marks[3] == ("accept_len=0 reqs=0", 0)
+    assert shim.stats()["marks"] == 4
+    m = ACCEPT_MARK.search(marks[0][0])
+    assert (m["n"], m["reqs"], m["lens"]) == ("16", "4", "3,0,12,1")
+    m = ACCEPT_MARK.search(marks[2][0])
+    assert (m["n"], m["reqs"], m["lens"]) == ("65", "65", None)

@@ -84,6 +84,40 @@ def test_profiles_pool_per_position():
     assert model.rates[1:] == pytest.approx(RATES[1:])
 
 
+def test_per_request_lengths_are_used_exactly():
+    """Marks with lens=: the per-request histogram (capped at k) is used as is, no deconvolution. The
+    sums alone of the same cycles go through EM, and cannot tell these two requests' split apart."""
+    lens = ["0,3", "3,0", "1,2", "2,1", "3,3", "0,0", "4,1", "2,2"]   # the 4 is capped at k = 3
+    acc = [sum(int(x) for x in t.split(",")) for t in lens]
+    s = pd.DataFrame({"accepted": acc, "requests": 2, "lens": lens})
+    model = A.estimate([(3, s)], n_boot=20)
+    assert model.method == "lens"
+    flat = np.minimum([int(x) for t in lens for x in t.split(",")], 3)
+    hist = np.bincount(flat, minlength=4) / len(flat)           # 0: 4, 1: 3, 2: 4, 3: 5 of 16
+    assert hist.tolist() == [4 / 16, 3 / 16, 4 / 16, 5 / 16]
+    surv = 1 - np.cumsum(hist)[:-1]
+    assert model.rates == pytest.approx(surv / np.r_[1, surv[:-1]], abs=1e-12)
+    assert model.expected_accepted(3) == pytest.approx(flat.mean())
+    assert not any("EM" in n for n in model.notes)
+    # the bootstrap resamples cycles with their lens: still exact histograms of the resampled cycles
+    assert model.rates_boot.shape == (20, 3)
+    # without lens (or with a malformed one) the sums are deconvolved
+    em = A.estimate([(3, s.drop(columns="lens"))], n_boot=0)
+    assert em.method == "em" and any("EM" in n for n in em.notes)
+    bad = s.assign(lens=["0,3"] + ["1"] * 7)                     # 1 length for 2 requests
+    assert A.estimate([(3, bad)], n_boot=0).method == "em"
+    one = A.estimate([(3, samples(ACCEPT))], n_boot=0)
+    assert one.method == "single"
+
+
+def test_cycle_samples_read_accept_lengths():
+    cyc = pd.DataFrame({"rank": [0, 0, 1], "cycle": [0, 1, 0], "accepted_tokens": pd.array([3, 2, 3], "Int64"),
+                        "requests": pd.array([2, 2, 2], "Int64"), "accept_lengths": ["1,2", None, "1,2"]})
+    got = A.cycle_samples(cyc)
+    assert got["accepted"].tolist() == [3, 2] and got["requests"].tolist() == [2, 2]
+    assert got["lens"].tolist() == ["1,2", None]
+
+
 # ----------------------------------------------------------------------------------- cost model
 def costs(steps=3, cycle=400_000.0, draft=60_000.0, verify=200_000.0, extend=20_000.0, ar=30_000.0, step=20_000.0,
           reqs=1.0):
@@ -242,24 +276,178 @@ def test_cli_whatif(synth_runs, tmp_path):
 
 
 # ----------------------------------------------------------------------------------- real H200 sweep
-REAL_STEPS = [REAL / f"h200_steps{k}.sqlite" for k in range(1, 7)]
-MEASURED = sorted(REAL.glob("h200_*measured*.json")) + sorted(REAL.glob("h200_sweep*.json"))
-need_real = pytest.mark.skipif(not (REAL / "h200_steps3.sqlite").exists() or not MEASURED,
-                               reason="real H200 step sweep (fixtures/real/h200_steps{K}.sqlite + measured JSON) "
-                                      "not recorded yet")
+# spec_workload/record_sweep.sh, one device call (NVIDIA H200, nsys 2025.3): profile-trace runs of
+# 60 timed + 2 warm-up cycles at K = 1..6 draft steps and no-spec (marks with lens=), and the same
+# workload WITHOUT the profiler, 200 cycles per K, before (h200_sweep_unprofiled.json) and after
+# (..._repeat.json) the profiled runs.
+SWEEP = {k: REAL / f"h200_sweep_steps{k}.sqlite" for k in range(1, 7)}
+UNPROFILED = REAL / "h200_sweep_unprofiled.json"
+UNPROFILED_REPEAT = REAL / "h200_sweep_unprofiled_repeat.json"
+need_sweep = pytest.mark.skipif(not all(p.exists() for p in SWEEP.values()) or not UNPROFILED.exists(),
+                                reason="real H200 sweep (fixtures/real/h200_sweep_*) not present")
 
 
-@need_real
-def test_real_sweep_predicted_from_three_steps():
-    measured, base_tps = W.read_measured(MEASURED[0])
-    nospec = REAL / "h200_nospec.sqlite"
-    r = W.whatif(analyze.load(REAL / "h200_steps3.sqlite"), range(1, 7), profiled_steps=3,
-                 baseline=analyze.load(nospec) if nospec.exists() else None, measured=measured)
+@pytest.fixture(scope="module")
+def sweep():
+    return {k: analyze.load(p) for k, p in SWEEP.items()}
+
+
+@need_sweep
+def test_real_sweep_predicted_from_three_steps(sweep):
+    """Issue 7: from the 3-step profile alone, plus the user's own UNPROFILED tokens/s of that same
+    configuration (--calibrate-tps, here the unprofiled sweep's K=3 entry: 25,614 tokens/s), the
+    unprofiled tokens/s of every other K within 10%.
+
+    Best: the measured best is K=2 (25,724 tokens/s) and the runner-up K=3 (25,614): 0.43% apart.
+    That is below what this measurement resolves: the same K=3 measured again in the same device
+    call gave 23,406 (-8.6%), K=2 vs K=3 came out +0.43%, +0.07% and +0.77% in the three unprofiled
+    sweeps recorded, and the model's own 95% bootstrap interval at K=2 is about +-2% (acceptance from
+    480 requests). So the pick must be one of the K within 1% of the measured best ({2, 3}); the
+    model picks 3 (its K=2 is 1.1% lower, because the profile's 62 cycles accepted position 3 more
+    often, 0.609, than the 0.6 of the workload's distribution: acceptance is sample noise here)."""
+    measured, nospec = W.read_measured(UNPROFILED)
+    assert sorted(measured) == [1, 2, 3, 4, 5, 6]
+    r = W.whatif(sweep[3], range(1, 7), calibrate_tps=measured[3], baseline_tps=nospec, measured=measured,
+                 n_boot=100)
+    prof = r["profiles"][0]
+    assert prof["steps"] == 3 and prof["steps_source"] == "repetitions of the draft kernel sequence per cycle"
+    assert prof["cycles"] == 62
+    assert r["acceptance_method"] == "lens"
     p = r["predictions"].set_index("steps")
-    for k, tps in measured.items():
-        if k in p.index:
-            assert abs(p.loc[k, "tokens_per_s"] / tps - 1) <= 0.10, (k, p.loc[k, "tokens_per_s"], tps)
-    assert r["best"]["steps"] == max(measured, key=measured.get)
+    err = {k: p.loc[k, "tokens_per_s"] / measured[k] - 1 for k in range(1, 7)}
+    assert err[3] == pytest.approx(0.0, abs=1e-12)            # calibrated there by construction
+    for k in (1, 2, 4, 5, 6):
+        assert abs(err[k]) <= 0.10, (k, p.loc[k, "tokens_per_s"], measured[k])
+    # the values at the time of recording (+6.4, -1.5, -0.4, +3.0, +6.7 %): a model change shows here
+    assert [round(100 * err[k], 1) for k in (1, 2, 4, 5, 6)] == pytest.approx([6.4, -1.5, -0.4, 3.0, 6.7], abs=0.2)
+    measured_best = max(measured, key=measured.get)
+    assert measured_best == 2
+    within_noise = {k for k, v in measured.items() if v >= 0.99 * measured[measured_best]}
+    assert within_noise == {2, 3}
+    assert r["best"]["steps"] in within_noise
+    # the calibration removed 173.7 us of profiler overhead per cycle (host / GPU idle time)
+    cal = r["calibration"]
+    assert cal["steps"] == 3 and cal["shift_ns"] == pytest.approx(173_700, abs=500)
+    assert any(a.startswith("calibrated:") for a in r["assumptions"])
+    assert r["baseline"]["source"] == "given" and r["baseline"]["tokens_per_s"] == nospec
+    assert p.loc[2, "speedup"] == pytest.approx(p.loc[2, "tokens_per_s"] / nospec)
+
+
+@need_sweep
+def test_real_sweep_other_unprofiled_measurements(sweep):
+    """The same 3-step profile calibrated with the K=3 entry of the two other unprofiled sweeps (the
+    repeat in the same device call, and h200_sweep_truth.json from an earlier session, whose machine
+    state differed by up to 10%): every K still within 10%; the largest errors are at K=5..6, where
+    the 'repeat' extrapolation of the acceptance rate (0.609 at position 3) overestimates the
+    workload's declining tail (0.5, 0.33, 0)."""
+    for path, worst in ((UNPROFILED_REPEAT, 9.7), (REAL / "h200_sweep_truth.json", 9.5)):
+        measured, _ = W.read_measured(path)
+        r = W.whatif(sweep[3], range(1, 7), calibrate_tps=measured[3], measured=measured, n_boot=0)
+        err = r["predictions"].set_index("steps")["error_pct"]
+        assert err.abs().max() <= 10.0, (path.name, err.to_dict())
+        assert err.abs().max() == pytest.approx(worst, abs=0.2)
+        assert err.abs().idxmax() == 6
+
+
+@need_sweep
+def test_real_sweep_uncalibrated_is_the_profiled_timing(sweep):
+    """Without --calibrate-tps the prediction is of the profiled timing: at K=3 it is the profiled
+    run's own tokens/s, and the unprofiled truth is 8-20% higher at every K (nsys's overhead)."""
+    measured, _ = W.read_measured(UNPROFILED)
+    r = W.whatif(sweep[3], range(1, 7), measured=measured, n_boot=0)
+    p = r["predictions"].set_index("steps")
+    assert p.loc[3, "tokens_per_s"] == pytest.approx(r["profiles"][0]["tokens_per_s"], rel=1e-9)
+    assert (p["error_pct"] < -7).all() and (p["error_pct"] > -21).all()
+    assert any(a.startswith("NOT calibrated") for a in r["assumptions"])
+
+
+@need_sweep
+def test_real_sweep_cost_model_against_profiled_runs(sweep):
+    """Each component of the 3-step model against the profiled runs at the other K:
+    * tokens per cycle: every run replays the same seeded acceptance draws for the same 62 cycles, so
+      for K <= 3 the prediction from the 3-step lens= marks is exact; beyond, extrapolated (+1.3, +3.5,
+      +6.2 % at K = 4, 5, 6);
+    * GPU time (draft + verify + draft_extend): within 1% at every K. One draft step costs the GPU
+      period of the repeating draft kernel block (97.1 us: kernels + the gaps between the graph's
+      nodes); the draft windows of the profiled runs grow by the same per step (within 2%);
+    * what the model cannot predict from one profiled run is the overhead (host time, GPU idle) of
+      another PROFILED run: under nsys it varies between processes from 137 to 402 us per cycle, so
+      profiled tokens/s are no ground truth (that is what --calibrate-tps addresses)."""
+    r = W.whatif(sweep[3], range(1, 7), n_boot=0)
+    p = r["predictions"].set_index("steps")
+    step = r["profiles"][0]["draft_step_ns"]
+    assert step == pytest.approx(97_100, abs=300)
+    spans, overheads = {}, {}
+    for k, run in sweep.items():
+        c = W.step_costs(run, k)
+        tok_err = p.loc[k, "tokens_per_cycle"] / c["tokens_per_cycle"] - 1
+        if k <= 3:
+            assert tok_err == pytest.approx(0.0, abs=1e-12), k
+        else:
+            assert 0 < tok_err < 0.07, (k, tok_err)
+        gpu = ["draft_ns", "verify_ns", "draft_extend_ns"]
+        assert sum(p.loc[k, g] for g in gpu) == pytest.approx(sum(c[g] for g in gpu), rel=0.01), k
+        d = W._draft_kernels(W.as_side(run))
+        spans[k] = d.groupby("cycle_range").apply(lambda g: g["end_ns"].max() - g["start_ns"].min()).median()
+        overheads[k] = c["overhead_ns"]
+    slope = np.polyfit(list(spans), list(spans.values()), 1)[0]
+    assert step == pytest.approx(slope, rel=0.02)
+    assert max(overheads.values()) > 2.5 * min(overheads.values())
+
+
+def test_old_marks_without_lens_fall_back_to_em():
+    """The 10-cycle fixture recorded before lens= existed: acceptance deconvolved from the sums."""
+    path = REAL / "h200_steps3.sqlite"
+    if not path.exists():
+        pytest.skip("fixtures/real/h200_steps3.sqlite not present")
+    r = W.whatif(analyze.load(path), range(1, 4), profiled_steps=3, n_boot=0)
+    assert r["acceptance_method"] == "em"
+    assert any("deconvolved from the summed marks" in a for a in r["assumptions"])
+    assert any("deconvolution of the sums (EM)" in n for n in r["notes"])
+
+
+def test_calibration_shifts_the_overhead_only(tmp_path):
+    """--calibrate-tps X: the tokens/s at the calibrated K becomes X; every cycle loses the same ns of
+    overhead; GPU components are untouched."""
+    model = A.estimate([(3, samples(ACCEPT))], n_boot=0)
+    raw = W.predict(costs(), model, range(1, 7)).set_index("steps")
+    x = 1.1 * raw.loc[3, "tokens_per_s"]                        # 10% faster than profiled
+    cal = W.predict(costs(), model, range(1, 7), calibrate=(3, x)).set_index("steps")
+    assert cal.loc[3, "tokens_per_s"] == pytest.approx(x)
+    shift = raw.loc[3, "cycle_ns"] - raw.loc[3, "tokens_per_cycle"] * 1e9 / x
+    assert W.calibration_shift(costs(), model, (3, x)) == pytest.approx(shift)
+    assert (raw["cycle_ns"] - cal["cycle_ns"]).to_numpy() == pytest.approx(np.full(6, shift))
+    assert (raw["overhead_ns"] - cal["overhead_ns"]).to_numpy() == pytest.approx(np.full(6, shift))
+    for c in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "tokens_per_cycle"):
+        assert cal[c].tolist() == raw[c].tolist()
+    assert W.parse_calibration("25614.4") == (None, 25614.4)
+    assert W.parse_calibration("3:25614.4") == (3, 25614.4)
+    assert W.parse_calibration(None) == (None, None)
+    for bad in ("0", "x", "0:100", "3:-1"):
+        with pytest.raises(ValueError):
+            W.parse_calibration(bad)
+
+
+def test_cli_calibrate(synth_runs, tmp_path):
+    from analyze.outputs import write_json
+
+    src = tmp_path / "k3.json"
+    write_json(synth_runs[3], src)
+    out = tmp_path / "w.json"
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src), "--profiled-steps", "3",
+                           "--steps", "1..4", "--calibrate-tps", "3:1200", "--baseline-tps", "900", "--boot", "0",
+                           "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Calibrated to 1,200 tokens/s (unprofiled) at 3 steps" in proc.stdout
+    data = json.loads(out.read_text())
+    row3 = [r for r in data["predictions"] if r["steps"] == 3][0]
+    assert row3["tokens_per_s"] == pytest.approx(1200)
+    assert row3["speedup"] == pytest.approx(1200 / 900)
+    assert data["calibration"]["steps"] == 3 and data["baseline"]["source"] == "given"
+    assert data["acceptance_method"] == "single"
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src), "--profiled-steps", "3",
+                           "--calibrate-tps", "fast"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "--calibrate-tps" in proc.stderr
 
 
 def test_read_measured(tmp_path):
