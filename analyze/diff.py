@@ -45,9 +45,23 @@ class Side:
     notes: list = field(default_factory=list)
 
 
+def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles, so
+    set-up work (weight uploads, warm-up outside cycles) does not count as time per cycle."""
+    inside = gpu_ops[gpu_ops["cycle_range"].to_numpy() >= 0]
+    dur = inside["end_ns"].to_numpy() - inside["start_ns"].to_numpy()
+    frame = pd.DataFrame({"rank": inside["rank"].to_numpy(), "phase": inside["phase"].astype(str).to_numpy(),
+                          "name": inside["name"].astype(str).to_numpy(), "d": dur})
+    return frame.groupby(["rank", "phase", "name"], sort=False)["d"].agg(instances="size", total_ns="sum") \
+        .reset_index()
+
+
 def side_from_analysis(result, label: str = "") -> Side:
-    return Side(label, result.cycles, result.kernels, list(result.phase_names), result.ranges, result.gpu_ops,
-                list(result.notes))
+    kernels, notes = result.kernels, list(result.notes)
+    ops = result.gpu_ops
+    if len(result.cycles) and ops is not None and "cycle_range" in ops.columns:
+        kernels = cycle_kernels(ops)
+    return Side(label, result.cycles, kernels, list(result.phase_names), result.ranges, ops, notes)
 
 
 def side_from_json(data: dict, label: str = "") -> Side:

@@ -642,10 +642,14 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     del prof
     ax = axes[1]
     comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    from .plots import phase_colors   # the phase palette of every other figure
+
+    colors = phase_colors([c[:-3] for c in comps])
+    colors.setdefault("overhead", colors.get("other", "#8C8C8C"))
     bottom = np.zeros(len(p))
     for c in comps:
         v = p[c].to_numpy() / 1e3
-        ax.bar(s, v, bottom=bottom, label=c[:-3])
+        ax.bar(s, v, bottom=bottom, label=c[:-3], color=colors.get(c[:-3]))
         bottom += v
     ax.set_xlabel("draft steps")
     ax.set_ylabel("predicted cycle time (us)")
