@@ -16,7 +16,13 @@ import pandas as pd
 MAX_SHIFT = 64
 
 
-def collective_ends(ops: pd.DataFrame) -> np.ndarray:
+def collective_ends(ops: pd.DataFrame | None) -> np.ndarray:
+    """Sorted end times of the collectives: from a GPU-op table (``collective`` column) or from
+    the map step's collective ops (collectives.collective_ops; None when there are none)."""
+    if ops is None:
+        return np.zeros(0, dtype="int64")
+    if "prev_phase" in ops.columns:
+        return np.sort(ops["end_ns"].to_numpy(dtype="int64"))
     coll = ops[ops["collective"]] if "collective" in ops.columns else ops.iloc[0:0]
     return np.sort(coll["end_ns"].to_numpy(dtype="int64"))
 
@@ -52,12 +58,12 @@ def align(results) -> pd.DataFrame:
     order = sorted(results, key=lambda r: int(r.ranks["rank"].min()) if len(r.ranks) else 1 << 30)
     ref = order[0]
     ref_utc = ref.meta.get("utc_start_ns")
-    ref_ends = collective_ends(ref.gpu_ops)
+    ref_ends = collective_ends(_coll(ref))
     rows = [[ref.path, ref_utc, 0, 0, 0, "reference"]]
     for res in order[1:]:
         utc = res.meta.get("utc_start_ns")
         utc_delta = int(utc - ref_utc) if utc is not None and ref_utc is not None else 0
-        refined = refine_offset(ref_ends, collective_ends(res.gpu_ops), utc_delta)
+        refined = refine_offset(ref_ends, collective_ends(_coll(res)), utc_delta)
         if refined is None:
             method = "session start (UTC)" if utc is not None and ref_utc is not None else "none"
             rows.append([res.path, utc, utc_delta, utc_delta, None, method])
@@ -65,3 +71,10 @@ def align(results) -> pd.DataFrame:
             offset, residual, _ = refined
             rows.append([res.path, utc, utc_delta, offset, residual, "collectives"])
     return pd.DataFrame(rows, columns=cols)
+
+
+def _coll(res):
+    found = getattr(res, "collective_ops", None)
+    if found is not None or getattr(res, "cycles", None) is not None:
+        return found          # map-step collectives (None: the report has none)
+    return res.gpu_ops

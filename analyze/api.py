@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from . import attribution, checks, cycles, projection, report, safety
-from .phases import PhaseConfig
+from . import collectives as coll_mod
+from .phases import OTHER, PhaseConfig
 from .ranks import identify_ranks
 
 TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives")
@@ -36,6 +37,8 @@ class ReportResult:
     totals: pd.DataFrame
     nvtx_projection: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
+    collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
 
 
 @dataclass
@@ -62,7 +65,12 @@ class Analysis:
 
 def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
                    memory_budget: int | None = None) -> ReportResult:
-    """Map step: read one report and attribute its GPU time, per process (rank)."""
+    """Map step: read one report and attribute its GPU time, per process (rank).
+
+    GPU ops are handled as NumPy arrays of integer codes (name code into the report's name table,
+    phase code, rank code), sorted once by (rank, start); the per-op table is built once, at the
+    end. Cycles and the collective ops are computed here too, so the reducer only sees per-rank,
+    per-cycle and per-collective rows (plus the op table, for plots and notebooks)."""
     config = config or PhaseConfig()
     read_notes: list[str] = []     # where the tables came from (cache), see read_tables
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes)
@@ -72,40 +80,116 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
             raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                         "(was it captured with -t cuda?)")
         raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
-    ops = ops.assign(name=pd.Series(attribution.op_names(ops, tables.strings), index=ops.index, dtype=object))
+    path = str(path)
+    cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
+    kind = attribution.kind_codes(ops["kind"])
+    graph_node = ops["graph_node_id"]
+    tables = tables._replace(gpu_ops=None)
+    del ops
+    pid = cols["global_pid"].astype("int64", copy=False)
+    start = cols["start_ns"].astype("int64", copy=False)
+    end = cols["end_ns"].astype("int64", copy=False)
+    name_code, names = attribution.op_name_codes(kind, cols["name_id"], tables.strings)
+
     ranges = attribution.label_ranges(tables.ranges, config)
     calls = tables.calls
     index = projection.build_call_index(calls, ranges)
-    op_call = projection.link_ops(ops, calls, index)
+    op_call = projection.link_op_arrays(pid, cols["correlation_id"].astype("int64", copy=False), calls, index)
 
     # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
-    has, first, last = projection.call_op_spans(ops, op_call, len(index.key))
-    nsys_proj = projection.project_ranges(ranges, index, has, first, last)
-    has_all, first_all, last_all = projection.call_op_spans(ops, op_call, len(index.key),
-                                                             kinds=("kernel", "memcpy", "memset", "graph"))
-    all_proj = projection.project_ranges(ranges, index, has_all, first_all, last_all)
+    projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
+    has, first, last = projection.call_op_span_arrays(op_call, start, end, projected, len(index.key))
+    layout = projection.range_layout(index, ranges)
+    nsys_proj = projection.project_ranges(ranges, index, has, first, last, layout)
+    has_all, first_all, last_all = projection.call_op_span_arrays(op_call, start, end, kind >= 0,
+                                                                  len(index.key))
+    all_proj = projection.project_ranges(ranges, index, has_all, first_all, last_all, layout)
+    del layout
     ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
                            gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
                            gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
     ranges["full_name"] = projection.full_range_names(ranges)
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
 
-    ranks = identify_ranks(ops, tables.marks, ranges, tables.processes, str(path))
-    ops, inclusive, outermost = attribution.assign_phases(ops, op_call, ranges, index, config)
+    ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
+                           tables.processes, path)
+    name_phase = attribution.kernel_phase_codes(names, config)
+    phase, range_id, inclusive, outermost = attribution.assign_phase_codes(op_call, name_code, name_phase,
+                                                                           ranges, index, config)
+    rank_values = ranks["rank"].to_numpy(dtype="int64")
+    pid_sorted = np.argsort(ranks["global_pid"].to_numpy(dtype="int64"), kind="stable")
+    rank_code = pid_sorted[np.searchsorted(ranks["global_pid"].to_numpy(dtype="int64")[pid_sorted], pid)]
+    rank_code = rank_code.astype("int32")   # ranks is sorted by rank: code order = rank order
     rank_of_pid = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
-    ops["rank"] = ops["global_pid"].map(rank_of_pid).astype("int64")
     ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
     ranges["outermost"] = outermost
-    phases, totals = attribution.phase_table(ops, inclusive, ranges, outermost, ranks, config)
-    kernels = attribution.kernel_table(ops)
-    ops = ops.assign(duration_ns=ops["end_ns"] - ops["start_ns"], call_pos=op_call, input=str(path),
-                     collective=collective_mask(ops["name"], config),
-                     cycle_range=cycles.cycle_of_ops(op_call, ranges, index, config))
+
+    # one stable sort by (rank, start) serves the unions, the cycles and the collectives
+    order = attribution.sort_order(rank_code, start)
+    s_code, s_start, s_end = rank_code[order], start[order], end[order]
+    is_kernel = kind == 0
+    phases, totals = attribution.phase_table_sorted(
+        s_code, s_start, s_end, is_kernel[order], phase[order],
+        {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order],
+        ranges, outermost, ranks, config)
+    del inclusive
+    phase_names = list(config.names) + [OTHER]
+    duration = end - start
+    kernels = attribution.kernel_table_codes(rank_code, rank_values, phase, phase_names, name_code, names,
+                                             duration)
+    coll_names = collective_names(names, config)
+    collective = coll_names[name_code] if len(names) else np.zeros(len(start), dtype=bool)
+    cycle_owner = cycles.cycle_of_calls(ranges, index, config)
+    cycle_range = cycles.cycle_of_ops(op_call, ranges, index, config, owner=cycle_owner)
+    windows = cycles.cycle_windows(cycle_owner, has_all, first_all, last_all)
+    del cycle_owner, has, first, last, has_all, first_all, last_all
     ranges["is_cycle"] = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
-    notes = read_notes + checks.all_notes(tables, ops, op_call, ranges)
+    op_rank = rank_values[rank_code]
+    # the object columns, built once (every element is one of the few distinct strings)
+    name_full = names[name_code] if len(names) else np.zeros(0, dtype=object)
+    phase_full = np.array(phase_names, dtype=object)[phase]
+    coll_ops = coll_mod.collective_ops(op_rank, start, end, phase_full, collective, name_full,
+                                       order) if collective.any() else None
     ranges = ranges.rename_axis("range_id").reset_index()
-    return ReportResult(str(path), tables.meta, ranks, ops, ranges, tables.marks, phases, kernels, totals,
-                        nvtx_summary, notes)
+    marks = tables.marks.assign(input=path)
+    cycle_tab = cycles.cycle_table_arrays(op_rank, start, end, phase, cycle_range,
+                                          np.zeros(len(start), dtype="int64"), ranges.assign(input=path),
+                                          np.zeros(len(ranges), dtype="int64"), marks, config, op_order=order,
+                                          windows=windows, presorted=(rank_values[s_code], s_start, s_end))
+    del order, s_code, s_start, s_end
+
+    gpu_ops = pd.DataFrame({
+        "kind": pd.Categorical.from_codes(kind, categories=list(attribution.KIND_NAMES)),
+        "global_pid": cols["global_pid"], "device_id": cols["device_id"], "stream_id": cols["stream_id"],
+        "correlation_id": cols["correlation_id"], "graph_node_id": graph_node.array,
+        "name_id": cols["name_id"], "start_ns": start, "end_ns": end,
+        "name": pd.Series(name_full, dtype=object, copy=False),
+        "phase": pd.Series(phase_full, dtype=object, copy=False),
+        "range_id": range_id, "rank": op_rank, "duration_ns": duration,
+        "call_pos": op_call, "input": pd.Categorical.from_codes(np.zeros(len(start), dtype="int8"), [path]),
+        "collective": collective, "cycle_range": cycle_range}, copy=False)
+    notes = read_notes + checks.all_notes(tables, gpu_ops, op_call, ranges)
+    return ReportResult(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
+                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
+
+
+def _pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
+    """Distinct (global_pid, device_id) pairs of the ops (what identify_ranks looks at)."""
+    pcode, puniq = pd.factorize(pid)
+    dev = np.asarray(device, dtype="int64")
+    dcode, duniq = pd.factorize(dev)
+    key = pd.unique(pcode.astype("int64") * (len(duniq) + 1) + dcode)      # hashing, no sort
+    return pd.DataFrame({"global_pid": np.asarray(puniq, dtype="int64")[key // (len(duniq) + 1)],
+                         "device_id": np.asarray(duniq, dtype="int64")[key % (len(duniq) + 1)]})
+
+
+def collective_names(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
+    """Per distinct name, whether it is a collective (kernel patterns of the ``allreduce`` phase)."""
+    phase = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
+    if phase is None:
+        return np.zeros(len(names), dtype=bool)
+    rx = phase.kernel_regex()
+    return np.array([bool(rx.fullmatch(u)) if isinstance(u, str) else False for u in names], dtype=bool)
 
 
 def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
@@ -184,13 +268,15 @@ def _progress(items, enabled: bool, total: int | None = None):
 
 # bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)
 READ_BYTES_PER_OP = 200
+# smallest read chunk (rows); tests lower it to force many chunk boundaries
+MIN_CHUNK_ROWS = 50_000
 
 
 def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
                 notes: list[str] | None = None) -> report.ReportTables:
     """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
     chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
-    chunk_rows = max(50_000, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
+    chunk_rows = max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
 
     def reader(p):
         return report.read_report(p, chunk_rows=chunk_rows)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import projection as proj
-from .intervals import grouped_sum, grouped_union_length, sorted_union_length  # noqa: F401
+from .intervals import grouped_sum, grouped_union_length, segment_union_length, sorted_union_length  # noqa: F401
 from .phases import OTHER, PhaseConfig, kernel_phase, range_phase
 
 OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
@@ -62,10 +62,13 @@ def name_codes(names) -> tuple[np.ndarray, list]:
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
     ranges = ranges.copy()
     # once per distinct (name, domain), not per range
-    pairs = pd.MultiIndex.from_arrays([ranges["name"].astype(str).to_numpy(dtype=object),
-                                       ranges["domain"].astype(str).to_numpy(dtype=object)])
-    codes, uniq = pd.factorize(pairs)
-    found = np.array(range_phase([n for n, _ in uniq], [d for _, d in uniq], config) + [None], dtype=object)
+    ncode, nuniq = pd.factorize(ranges["name"].astype(str))
+    dcode, duniq = pd.factorize(ranges["domain"].astype(str))
+    codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
+    uniq = np.asarray(uniq, dtype="int64")
+    nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
+    found = np.array(range_phase(list(nuniq[uniq // (len(duniq) + 1)]), list(duniq[uniq % (len(duniq) + 1)]),
+                                 config) + [None], dtype=object)
     ranges["phase"] = pd.Series(found[codes] if len(codes) else found[:0], index=ranges.index, dtype=object)
     return ranges
 
@@ -240,6 +243,267 @@ def kernel_table(ops: pd.DataFrame) -> pd.DataFrame:
     rank_i = gk // (len(name_u) * len(phase_u))
     table = pd.DataFrame({"rank": np.asarray(rank_u)[rank_i], "phase": np.asarray(phase_u, dtype=object)[phase_i],
                           "name": np.asarray(name_u, dtype=object)[name_i], "instances": n, "total_ns": total,
+                          "mean_ns": total / n, "median_ns": median, "p99_ns": p99})
+    phase_total = table.groupby(["rank", "phase"])["total_ns"].transform("sum")
+    table["share"] = np.where(phase_total > 0, table["total_ns"] / phase_total, 0.0)
+    table = table.sort_values(["rank", "phase", "total_ns", "name"], ascending=[True, True, False, True],
+                              kind="stable").reset_index(drop=True)
+    return table[cols]
+
+
+# ---------------------------------------------------------------------------------------------
+# Array versions (the map step's fast path): ops as NumPy arrays of integer codes, no per-op
+# Python objects. Names are codes into a per-report name table, phases codes into
+# ``config.names + [other]``, ranks codes into the report's sorted rank list.
+
+KIND_NAMES = ("kernel", "memcpy", "memset", "graph")
+
+
+def kind_codes(kind) -> np.ndarray:
+    """int8 code per op into :data:`KIND_NAMES` (-1 for anything else)."""
+    if isinstance(getattr(kind, "dtype", None), pd.CategoricalDtype):
+        cats = list(kind.cat.categories) if hasattr(kind, "cat") else list(kind.categories)
+        codes = kind.cat.codes.to_numpy() if hasattr(kind, "cat") else kind.codes
+        lookup = np.array([KIND_NAMES.index(k) if k in KIND_NAMES else -1 for k in cats] + [-1], dtype="int8")
+        return lookup[codes]
+    codes, uniq = pd.factorize(pd.Series(kind, copy=False))
+    lookup = np.array([KIND_NAMES.index(k) if k in KIND_NAMES else -1 for k in uniq] + [-1], dtype="int8")
+    return lookup[codes]
+
+
+def op_name_codes(kind_code: np.ndarray, name_id: np.ndarray, strings: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per op, distinct display names as an object array): the names :func:`op_names`
+    gives, without building a per-op object array. Codes follow first appearance; every distinct
+    string appears once in the table."""
+    if not len(kind_code):
+        return np.zeros(0, dtype="int32"), np.zeros(0, dtype=object)
+    ids = name_id.astype("int64", copy=False)
+    pair = kind_code.astype("int64") * (1 << 40) + (ids & ((1 << 40) - 1))
+    codes, uniq = pd.factorize(pair)
+    uniq = np.asarray(uniq)
+    u_kind = uniq >> 40
+    first = np.zeros(len(uniq), dtype="int64")
+    first[codes[::-1]] = np.arange(len(codes))[::-1]     # first op of every distinct pair
+    u_ids = ids[first]
+    u_names = np.empty(len(uniq), dtype=object)
+    is_kernel = u_kind == KIND_NAMES.index("kernel")
+    if is_kernel.any():
+        looked = np.array(strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object), dtype=object)
+        missing = pd.isna(looked)
+        looked[missing] = [f"<kernel {i}>" for i in u_ids[is_kernel][missing]]
+        u_names[is_kernel] = looked
+    for k, label in OP_KIND_LABEL.items():
+        u_names[u_kind == KIND_NAMES.index(k)] = label
+    is_graph = u_kind == KIND_NAMES.index("graph")
+    u_names[is_graph] = [f"[CUDA graph {i}]" for i in u_ids[is_graph]]
+    # one code per distinct string (two name ids may carry the same text)
+    dedup, names = pd.factorize(pd.Series(u_names, dtype=object))
+    names = np.asarray(names, dtype=object)
+    return dedup.astype("int32")[codes], names
+
+
+def kernel_phase_codes(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
+    """Per distinct name, the code of the phase its kernel pattern gives (-1 for none)."""
+    found = kernel_phase(list(names), config)
+    code_of = {n: i for i, n in enumerate(config.names)}
+    return np.array([code_of[f] if f is not None else -1 for f in found], dtype="int16")
+
+
+def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: np.ndarray,
+                       ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig):
+    """:func:`assign_phases` on codes: (phase code per op, range_id per op, inclusive membership,
+    outermost flag per range). Phase code ``len(config.names)`` is ``other``. Inclusive membership
+    is an unsigned int per op with bit i set when the op is in phase i (:func:`inclusive_mask`),
+    or a {phase: mask} dict beyond 64 phases."""
+    n_calls = len(index.key)
+    n_ops = len(op_call)
+    phase_ranges = ranges[ranges["phase"].notna()]
+    lo, hi, exact = proj.range_blocks(index, phase_ranges)
+    tidx, _, end_key = proj.range_keys(index, phase_ranges)
+    starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
+    ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
+    levels = proj.nesting_levels(tidx, starts, ends)
+    labels = phase_ranges.index.to_numpy(dtype="int64")
+    owner = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key))
+
+    # op_call -1 (no launching call) picks the appended "none" slot: no compress, one gather
+    range_id = np.append(owner, -1)[op_call]
+    code_of = {n: i for i, n in enumerate(config.names)}
+    other = len(config.names)
+    pcode, puniq = pd.factorize(ranges["phase"], use_na_sentinel=True)   # per distinct phase
+    plookup = np.array([code_of.get(p, other) if isinstance(p, str) else other for p in puniq] + [other],
+                       dtype="int16")
+    range_code = np.append(plookup[np.where(pcode < 0, len(puniq), pcode)], np.int16(other))
+    by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
+    phase = np.where(by_kernel >= 0, by_kernel, range_code[range_id]).astype("int8")
+
+    # inclusive membership as one bit per phase: per call (painted once per phase), then one
+    # gather per op, instead of one boolean gather per phase
+    n_ph = len(config.names)
+    bits_t = next((t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if np.dtype(t).itemsize * 8 >= n_ph),
+                  None)
+    call_bits = np.zeros(n_calls + 1, dtype=bits_t or np.uint64)
+    outermost = np.zeros(len(ranges), dtype=bool)
+    inclusive: dict[str, np.ndarray] = {}
+    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
+    member: dict[int, np.ndarray] = {}
+    for i, name in enumerate(config.names):
+        sel = np.flatnonzero(phase_col == name)
+        if len(sel):
+            lv = proj.nesting_levels(tidx[sel], starts[sel], ends[sel])
+            top = sel[lv == 0]
+            outermost[phase_ranges.index.to_numpy()[top]] = True
+            marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
+                                      exact[top], np.ones(len(top), dtype="int64"),
+                                      (index.end_key, end_key[top]))
+            member[i] = marks > 0
+    if bits_t is not None:
+        for i, m in member.items():
+            call_bits[:-1][m] |= call_bits.dtype.type(1 << i)
+        op_bits = call_bits[op_call]
+        kernel_bit = np.left_shift(np.ones(1, dtype=op_bits.dtype), np.maximum(by_kernel, 0).astype(op_bits.dtype))
+        op_bits |= np.where(by_kernel >= 0, kernel_bit, 0).astype(op_bits.dtype)
+        return phase, range_id, op_bits, outermost
+    for i, name in enumerate(config.names):       # more phases than bits in a word: one mask each
+        in_range = np.append(member[i], False)[op_call] if i in member else np.zeros(n_ops, dtype=bool)
+        inclusive[name] = in_range | (by_kernel == i)
+    return phase, range_id, inclusive, outermost
+
+
+def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The stable order by (code, start): ``np.lexsort((start, code))``, on one composite key."""
+    if not len(start):
+        return np.zeros(0, dtype="int64")
+    base = int(start.min())
+    span = int(start.max()) - base + 1
+    n = int(code.max()) + 1 if len(code) else 1
+    if span * max(n, 1) < 2 ** 62:
+        key = code.astype("int64") * span + (start - base)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((start, code))
+
+
+def inclusive_mask(inclusive, i: int, name: str) -> np.ndarray:
+    """Ops in phase ``i`` (``name``) from :func:`assign_phase_codes`' inclusive membership."""
+    if isinstance(inclusive, dict):
+        return inclusive[name]
+    return (inclusive & inclusive.dtype.type(1 << i)) != 0
+
+
+def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
+                       phase: np.ndarray, inclusive: dict[str, np.ndarray], ranges: pd.DataFrame,
+                       outermost: np.ndarray, ranks: pd.DataFrame,
+                       config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`phase_table` on arrays already sorted by (rank code, start): ``code`` indexes
+    ``ranks`` (sorted by rank), ``phase`` is the phase code, ``inclusive`` masks in sorted order."""
+    rank_list = ranks["rank"].to_numpy(dtype="int64")
+    n = len(rank_list)
+    dur = end - start
+    # rank segments of the sorted arrays: masks are applied per segment (no compress of the codes)
+    runs = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1] if len(code) else np.zeros(0, dtype="int64")
+    segs = [(int(code[a]), int(a), int(b)) for a, b in zip(runs.tolist(), np.r_[runs[1:], len(code)].tolist())]
+
+    def union(mask=None):
+        if mask is None:
+            return sorted_union_length(code, start, end, n)
+        out = np.zeros(n, dtype="int64")
+        for g, a, b in segs:
+            m = mask[a:b]
+            out[g] += segment_union_length(start[a:b][m], end[a:b][m])
+        return out
+
+    def ksum(mask):
+        out = np.zeros(n, dtype="int64")
+        for g, a, b in segs:
+            out[g] += int(dur[a:b].sum(where=mask[a:b]))
+        return out
+
+    busy = union()
+    cumulative = np.zeros(n, dtype="int64")
+    covered = np.zeros(len(code), dtype=bool)
+    rows = []
+    range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    top = ranges[outermost]
+    top_rank = top["global_pid"].map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    for i_phase, name in enumerate(config.names):
+        member = inclusive_mask(inclusive, i_phase, name)
+        p_busy = union(member)
+        covered |= phase == i_phase
+        upto = union(covered)
+        exclusive = upto - cumulative
+        cumulative = upto
+        k_ns = ksum(member & is_kernel)
+        mine = (top["phase"] == name).to_numpy()
+        for i, rank in enumerate(rank_list):
+            sel = mine & (top_rank == rank)
+            r = top[sel]
+            projected = np.where(r["gpu_ops_all"] > 0, r["gpu_end_all"] - r["gpu_start_all"], 0).sum()
+            rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
+                         "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
+                         "busy_ns": int(p_busy[i]), "exclusive_ns": int(exclusive[i]),
+                         "kernel_ns": int(k_ns[i])})
+    other = ~covered
+    k_other = ksum(other & is_kernel)
+    other_busy = union(other)
+    for i, rank in enumerate(rank_list):
+        rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
+                     "busy_ns": int(other_busy[i]),
+                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(k_other[i])})
+    phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
+
+    kernel_total = ksum(is_kernel)
+    win_start = np.full(n, -1, dtype="int64")
+    win_end = np.full(n, -1, dtype="int64")
+    if len(code):
+        run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
+        win_start[code[run]] = start[run]
+        win_end[code[run]] = np.maximum.reduceat(end, run)
+    totals = pd.DataFrame({
+        "rank": rank_list, "kernel_ns": kernel_total.astype("int64"), "busy_ns": busy,
+        "exclusive_attributed_ns": cumulative, "unattributed_ns": busy - cumulative,
+        "window_start_ns": win_start, "window_end_ns": win_end,
+        "idle_ns": np.where(win_end >= 0, win_end - win_start - busy, 0),
+        "gpu_ops": np.bincount(code, minlength=n),
+    })
+    return phases, totals
+
+
+def kernel_table_codes(rank_code: np.ndarray, rank_values: np.ndarray, phase: np.ndarray,
+                       phase_names: list[str], name_code: np.ndarray, names: np.ndarray,
+                       duration: np.ndarray) -> pd.DataFrame:
+    """:func:`kernel_table` on codes (same rows, same order)."""
+    cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
+    if not len(duration):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    n_phase, n_name = len(phase_names), max(len(names), 1)
+    key = (rank_code.astype("int64") * n_phase + phase) * n_name + name_code
+    d = duration.astype("int64", copy=False)
+    dmin = int(d.min())
+    dspan = int(d.max()) - dmin + 1
+    n_keys = int(key.max()) + 1
+    if dspan * n_keys < 2 ** 62:
+        order = np.argsort(key * dspan + (d - dmin), kind="stable")
+    else:
+        order = np.lexsort((d, key))
+    k, v = key[order], d[order]
+    run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    n = np.diff(np.r_[run, len(k)])
+    total = np.add.reduceat(v, run)
+    lo_mid, hi_mid = run + (n - 1) // 2, run + n // 2
+    median = (v[lo_mid] + v[hi_mid]) / 2.0
+    pos = 0.99 * (n - 1)
+    below = np.floor(pos).astype("int64")
+    frac = pos - below
+    a = v[run + below].astype("float64")
+    b = v[np.minimum(run + below + 1, run + n - 1)].astype("float64")
+    p99 = a + (b - a) * frac
+    gk = k[run]
+    name_i = gk % n_name
+    phase_i = (gk // n_name) % n_phase
+    rank_i = gk // (n_name * n_phase)
+    table = pd.DataFrame({"rank": np.asarray(rank_values)[rank_i],
+                          "phase": np.asarray(phase_names, dtype=object)[phase_i],
+                          "name": np.asarray(names, dtype=object)[name_i], "instances": n, "total_ns": total,
                           "mean_ns": total / n, "median_ns": median, "p99_ns": p99})
     phase_total = table.groupby(["rank", "phase"])["total_ns"].transform("sum")
     table["share"] = np.where(phase_total > 0, table["total_ns"] / phase_total, 0.0)

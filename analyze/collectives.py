@@ -15,15 +15,46 @@ COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "a
            "wait_ns", "transfer_ns", "phase", "last_arrival"]
 
 
+COLLECTIVE_OP_COLUMNS = ["rank", "name", "start_ns", "end_ns", "prev_phase"]
+
+
+def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray,
+                   is_coll: np.ndarray, name: np.ndarray, order: np.ndarray) -> pd.DataFrame:
+    """The map step's share of :func:`collective_table`: the collective ops of one report, in
+    (rank, start) order, with the phase of the op just before each on its rank (``allreduce`` when
+    that op is a collective too, ``other`` for a rank's first op). ``order``: the ops' stable order
+    by (rank, start); ``phase`` and ``name`` may be codes' lookups (arrays indexed like the ops)."""
+    r, c = rank[order], is_coll[order]
+    sel = np.flatnonzero(c)
+    prev = sel - 1
+    first = (prev < 0) | (r[np.maximum(prev, 0)] != r[sel])
+    prev_op = order[np.maximum(prev, 0)]
+    prev_phase = np.asarray(phase[prev_op], dtype=object)
+    prev_phase[c[np.maximum(prev, 0)]] = "allreduce"
+    prev_phase[first] = "other"
+    ops = order[sel]
+    return pd.DataFrame({"rank": r[sel], "name": np.asarray(name[ops], dtype=object),
+                         "start_ns": start[ops], "end_ns": end[ops], "prev_phase": prev_phase})
+
+
 def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:
     if gpu_ops.empty or "collective" not in gpu_ops.columns:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    ops = gpu_ops.sort_values(["rank", "start_ns"], kind="stable")
-    # phase of the op just before each op on the same rank (what kept the rank busy)
-    prev_phase = ops.groupby("rank")["phase"].shift(1).fillna("other")
-    prev_coll = ops.groupby("rank")["collective"].shift(1).fillna(False).astype(bool)
-    coll = ops[ops["collective"].to_numpy()].assign(prev_phase=prev_phase[ops["collective"]])
-    coll.loc[prev_coll[ops["collective"]].to_numpy(), "prev_phase"] = "allreduce"
+    rank = gpu_ops["rank"].to_numpy(dtype="int64")
+    start = gpu_ops["start_ns"].to_numpy(dtype="int64")
+    order = np.lexsort((start, rank))
+    return collective_table_from(collective_ops(rank, start, gpu_ops["end_ns"].to_numpy(dtype="int64"),
+                                                gpu_ops["phase"].to_numpy(dtype=object),
+                                                gpu_ops["collective"].to_numpy(dtype=bool),
+                                                gpu_ops["name"].to_numpy(dtype=object), order))
+
+
+def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:
+    """The reduce step: collective ops of every rank (:func:`collective_ops`, any report order,
+    each rank's rows in start order) -> one row per (collective instance, rank)."""
+    if coll is None or coll.empty or "prev_phase" not in coll.columns:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    coll = coll.sort_values(["rank", "start_ns"], kind="stable")
     ranks = sorted(coll["rank"].unique())
     if len(ranks) < 2:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})

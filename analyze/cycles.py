@@ -33,41 +33,88 @@ def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
     return sel[levels == 0]
 
 
-def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallIndex,
-                 config: PhaseConfig) -> np.ndarray:
-    """Per op, the id (row label in ``ranges``) of the cycle range enclosing its call, else -1."""
+def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig) -> np.ndarray | None:
+    """Per sorted API call, the id (row label in ``ranges``) of the cycle range enclosing it, else
+    -1; None when there are no cycle ranges."""
     top = cycle_ranges(ranges, config)
-    out = np.full(len(op_call), -1, dtype="int64")
     if top.empty:
-        return out
+        return None
     lo, hi, exact = proj.range_blocks(index, top)
     _, _, end_key = proj.range_keys(index, top)
-    owner = proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
-                              top.index.to_numpy(dtype="int64"),
-                              (index.end_key, end_key))
+    return proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
+                             top.index.to_numpy(dtype="int64"), (index.end_key, end_key))
+
+
+def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallIndex,
+                 config: PhaseConfig, owner: np.ndarray | None = None) -> np.ndarray:
+    """Per op, the id (row label in ``ranges``) of the cycle range enclosing its call, else -1
+    (``owner``: :func:`cycle_of_calls` when the caller has it)."""
+    if owner is None:
+        owner = cycle_of_calls(ranges, index, config)
+    out = np.full(len(op_call), -1, dtype="int64")
+    if owner is None:
+        return out
     has = op_call >= 0
     out[has] = owner[op_call[has]]
     return out
+
+
+def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
+                  last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(cycle range id, first op start, last op end) of every cycle that launched GPU work, from
+    the per-call spans (projection.call_op_span_arrays over all op kinds): the same window as the
+    min/max over the cycle's ops, on the calls (a few per op) instead of the ops."""
+    if owner is None:
+        z = np.zeros(0, dtype="int64")
+        return z, z, z
+    sel = np.flatnonzero((owner >= 0) & (has > 0))
+    o = owner[sel]
+    srt = np.argsort(o, kind="stable")
+    o = o[srt]
+    if not len(o):
+        z = np.zeros(0, dtype="int64")
+        return z, z, z
+    run = np.r_[0, np.flatnonzero(o[1:] != o[:-1]) + 1]
+    return (o[run], np.minimum.reduceat(first[sel][srt], run), np.maximum.reduceat(last[sel][srt], run))
 
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
            "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s"]
 
 
-def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi):
-    """(op index, window index) for every op overlapping a window of its own rank."""
-    op_order = np.lexsort((op_start, op_rank))
-    r, s, e = op_rank[op_order], op_start[op_order], op_end[op_order]
-    ops_pairs, win_pairs = [], []
+def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order=None, presorted=None):
+    """(op index, window index) for every op overlapping a window of its own rank (``op_order``:
+    the ops' stable order by (rank, start) when the caller has it; ``presorted``: the ops' (rank,
+    start, end) already in that order)."""
+    pieces = list(_window_pairs_by_rank(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order,
+                                        presorted))
+    if not pieces:
+        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="int64")
+    return (np.concatenate([op_order_i for op_order_i, _, _ in pieces]),
+            np.concatenate([w for _, w, _ in pieces]))
+
+
+def _window_pairs_by_rank(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order=None, presorted=None):
+    """Per rank with windows: (op index, window index, sorted position) of the ops overlapping
+    a window of that rank, by window, ops in start order within a window."""
+    if op_order is None:
+        op_order = np.lexsort((op_start, op_rank))
+    if presorted is not None:
+        r, s, e = presorted
+    else:
+        r, s, e = op_rank[op_order], op_start[op_order], op_end[op_order]
+    bounds = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1, len(r)] if len(r) else np.zeros(1, dtype="int64")
+    seg_of = {int(r[a]): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
     for rank in np.unique(win_rank):
-        seg = np.flatnonzero(r == rank)
-        if not len(seg):
+        if int(rank) not in seg_of:
             continue
-        rs, re_ = s[seg], e[seg]
+        a, b = seg_of[int(rank)]
+        rs, re_ = s[a:b], e[a:b]
         reach = np.maximum.accumulate(re_)
         wins = np.flatnonzero(win_rank == rank)
         first = np.searchsorted(reach, win_lo[wins], side="right")   # first op reaching past lo
         last = np.searchsorted(rs, win_hi[wins], side="left")        # ops starting before hi
+        del reach
         lens = np.maximum(last - first, 0)
         total = int(lens.sum())
         if not total:
@@ -75,11 +122,16 @@ def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi):
         idx = np.repeat(first - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(total)
         w = np.repeat(wins, lens)
         keep = re_[idx] > win_lo[w]
-        ops_pairs.append(op_order[seg[idx[keep]]])
-        win_pairs.append(w[keep])
-    if not ops_pairs:
-        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="int64")
-    return np.concatenate(ops_pairs), np.concatenate(win_pairs)
+        pos = a + idx[keep]
+        yield op_order[pos], w[keep], pos
+
+
+def _sorted_pairs(win: np.ndarray, start: np.ndarray) -> bool:
+    """Whether (win, start) pairs are already in lexicographic order."""
+    dw = np.diff(win)
+    if (dw < 0).any():
+        return False
+    return bool(((dw > 0) | (start[1:] >= start[:-1])).all())
 
 
 def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame,
@@ -87,54 +139,104 @@ def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame
     """Per rank and cycle. The cycle's GPU window runs from the first start to the last end of the ops
     launched inside its range; everything the rank's GPU ran in that window is split by phase (the
     same exclusive rule as per rank), so ``sum(<phase>_ns) + gap_ns == duration_ns``."""
-    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
-    empty = pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[:9] + phase_cols + COLUMNS[9:]})
     if "cycle_range" not in gpu_ops.columns or "is_cycle" not in ranges.columns:
-        return empty
-    cyc = ranges[ranges["is_cycle"].astype(bool)]
-    if cyc.empty:
-        return empty
+        return _empty(config)
+    names = list(config.names) + [OTHER]
+    phase = pd.Categorical(gpu_ops["phase"], categories=names).codes.astype("int16")
+    phase[phase < 0] = len(names)          # a phase outside the configuration: counts as busy only
+    if "input" in gpu_ops.columns and "input" in ranges.columns:
+        inputs = pd.Index(pd.unique(ranges["input"].astype(str)))
+        op_input = inputs.get_indexer(gpu_ops["input"].astype(str)).astype("int64")
+        range_input = inputs.get_indexer(ranges["input"].astype(str)).astype("int64")
+    else:
+        op_input = np.zeros(len(gpu_ops), dtype="int64")
+        range_input = np.zeros(len(ranges), dtype="int64")
+    return cycle_table_arrays(gpu_ops["rank"].to_numpy(dtype="int64"), gpu_ops["start_ns"].to_numpy(dtype="int64"),
+                              gpu_ops["end_ns"].to_numpy(dtype="int64"), phase,
+                              gpu_ops["cycle_range"].to_numpy(dtype="int64"), op_input,
+                              ranges, range_input, marks, config)
+
+
+def _empty(config: PhaseConfig) -> pd.DataFrame:
+    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[:9] + phase_cols + COLUMNS[9:]})
+
+
+def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.ndarray, op_phase: np.ndarray,
+                       op_cycle: np.ndarray, op_input: np.ndarray, ranges: pd.DataFrame,
+                       range_input: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
+                       op_order: np.ndarray | None = None, windows=None, presorted=None) -> pd.DataFrame:
+    """:func:`cycle_table` on arrays: ``op_phase`` codes into ``config.names + [other]``,
+    ``op_cycle`` the cycle range id (-1 none), ``op_input`` / ``range_input`` which report (codes),
+    ``op_order`` the ops' stable order by (rank, start) when known."""
+    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
+    if "is_cycle" not in ranges.columns:
+        return _empty(config)
+    is_cyc = ranges["is_cycle"].to_numpy(dtype=bool)
+    if not is_cyc.any():
+        return _empty(config)
+    cyc = ranges[is_cyc].assign(_input=range_input[is_cyc])
     cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    launched = gpu_ops[gpu_ops["cycle_range"] >= 0]
-    key = pd.MultiIndex.from_arrays([cyc["input"].astype(str), cyc["range_id"].astype("int64")])
-    code = key.get_indexer(pd.MultiIndex.from_arrays([launched["input"].astype(str),
-                                                      launched["cycle_range"].astype("int64")])).astype("int64")
     n = len(cyc)
     lo = np.full(n, np.iinfo(np.int64).max, dtype="int64")
     hi = np.full(n, np.iinfo(np.int64).min, dtype="int64")
-    ok = code >= 0
-    if ok.any():   # sort + reduceat: np.minimum.at is slow on millions of ops
-        c = code[ok]
-        srt = np.argsort(c, kind="stable")
-        c = c[srt]
-        run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
-        lo[c[run]] = np.minimum.reduceat(launched["start_ns"].to_numpy(dtype="int64")[ok][srt], run)
-        hi[c[run]] = np.maximum.reduceat(launched["end_ns"].to_numpy(dtype="int64")[ok][srt], run)
-    has_gpu = np.bincount(code[ok], minlength=n) > 0
+    if windows is not None:     # one report, windows from the per-call spans (cycle_windows)
+        w_id, w_lo, w_hi = windows
+        at = pd.Index(w_id).get_indexer(cyc["range_id"].to_numpy(dtype="int64"))
+        has_gpu = at >= 0
+        lo[has_gpu], hi[has_gpu] = w_lo[at[has_gpu]], w_hi[at[has_gpu]]
+    else:
+        launched = np.flatnonzero(op_cycle >= 0)
+        # cycle of every launched op: (report, range id) -> row of cyc
+        rid_span = int(max(int(cyc["range_id"].max()), int(op_cycle.max()) if len(op_cycle) else 0)) + 2
+        cyc_key = cyc["_input"].to_numpy(dtype="int64") * rid_span + cyc["range_id"].to_numpy(dtype="int64")
+        op_key = op_input[launched] * rid_span + op_cycle[launched]
+        code = pd.Index(cyc_key).get_indexer(op_key).astype("int64")
+        ok = code >= 0
+        if ok.any():   # sort + reduceat: np.minimum.at is slow on millions of ops
+            c = code[ok]
+            srt = np.argsort(c, kind="stable")
+            c = c[srt]
+            run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
+            lo[c[run]] = np.minimum.reduceat(op_start[launched][ok][srt], run)
+            hi[c[run]] = np.maximum.reduceat(op_end[launched][ok][srt], run)
+        has_gpu = np.bincount(code[ok], minlength=n) > 0
     cyc, lo, hi = cyc[has_gpu].reset_index(drop=True), lo[has_gpu], hi[has_gpu]
     n = len(cyc)
     cyc["cycle"] = cyc.groupby("rank").cumcount()
     win_rank = cyc["rank"].to_numpy(dtype="int64")
 
-    op_i, win = _window_pairs(gpu_ops["rank"].to_numpy(dtype="int64"), gpu_ops["start_ns"].to_numpy(dtype="int64"),
-                              gpu_ops["end_ns"].to_numpy(dtype="int64"), win_rank, lo, hi)
-    start = np.clip(gpu_ops["start_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
-    end = np.clip(gpu_ops["end_ns"].to_numpy(dtype="int64")[op_i], lo[win], hi[win])
-    phase = gpu_ops["phase"].to_numpy(dtype=object)[op_i]
-    srt = np.lexsort((start, win))      # one sort serves every union below
-    win, start, end, phase = win[srt], start[srt], end[srt], phase[srt]
-    busy = sorted_union_length(win, start, end, n)
+    # per rank (bounded temporaries): every op overlapping a window, clipped to it, split by phase
+    n_ph = len(config.names)
+    busy = np.zeros(n, dtype="int64")
+    upto_all = np.zeros((n_ph, n), dtype="int64")
+    for op_i, win, pos in _window_pairs_by_rank(op_rank, op_start, op_end, win_rank, lo, hi, op_order, presorted):
+        if presorted is not None:
+            start = np.clip(presorted[1][pos], lo[win], hi[win])
+            end = np.clip(presorted[2][pos], lo[win], hi[win])
+        else:
+            start = np.clip(op_start[op_i], lo[win], hi[win])
+            end = np.clip(op_end[op_i], lo[win], hi[win])
+        phase = op_phase[op_i]
+        del op_i, pos
+        # pairs come by window, ops in start order (clipping keeps it): sort only when they do not
+        if len(win) > 1 and not _sorted_pairs(win, start):
+            srt = np.lexsort((start, win))      # one sort serves every union below
+            win, start, end, phase = win[srt], start[srt], end[srt], phase[srt]
+        busy += sorted_union_length(win, start, end, n)
+        covered = np.zeros(len(win), dtype=bool)
+        for i in range(n_ph):
+            covered |= phase == i
+            upto_all[i] += sorted_union_length(win[covered], start[covered], end[covered], n)
     out = pd.DataFrame({"rank": win_rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": lo, "end_ns": hi,
                         "duration_ns": hi - lo, "cpu_start_ns": cyc["start_ns"].to_numpy(),
                         "cpu_end_ns": cyc["end_ns"].to_numpy()})
     nxt = out.groupby("rank")["cpu_start_ns"].shift(-1)
     out["period_ns"] = (nxt - out["cpu_start_ns"]).fillna(out["cpu_end_ns"] - out["cpu_start_ns"]).astype("int64")
     out["busy_ns"] = busy
-    covered = np.zeros(len(op_i), dtype=bool)
     cumulative = np.zeros(n, dtype="int64")
-    for name in config.names:
-        covered |= phase == name
-        upto = sorted_union_length(win[covered], start[covered], end[covered], n)
+    for i, name in enumerate(config.names):
+        upto = upto_all[i]
         out[f"{name}_ns"] = upto - cumulative
         cumulative = upto
     out[f"{OTHER}_ns"] = busy - cumulative

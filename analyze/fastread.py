@@ -89,35 +89,104 @@ def close(conn) -> None:
             pass
 
 
-def arrow_to_frame(table, columns: list[str]) -> pd.DataFrame:
-    """Arrow table -> DataFrame typed like the stdlib path (ints; floats where NULLs; objects)."""
+def arrow_to_frame(table, columns: list[str], copy: bool = True) -> pd.DataFrame:
+    """Arrow table -> DataFrame typed like the stdlib path (ints; floats where NULLs; objects).
+    ``copy=False``: integer columns without NULLs are read-only views of the Arrow buffers."""
+    out = {name: _column_to_numpy(col, copy) for name, col in zip(columns, table.columns)}
+    return pd.DataFrame(out, columns=columns, copy=False)    # the columns are fresh arrays already
+
+
+def _column_to_numpy(col, copy: bool = True) -> np.ndarray:
+    """One Arrow column (chunked or not) -> NumPy, typed like the stdlib path."""
     import pyarrow as pa
 
-    out = {}
-    for name, col in zip(columns, table.columns):
+    if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-        t = col.type
-        if pa.types.is_integer(t):
-            if col.null_count == 0:
-                # a copy: zero-copy views of Arrow buffers are read-only, and callers write in place
-                out[name] = np.array(col.to_numpy(zero_copy_only=False), dtype="int64")
+    t = col.type
+    if pa.types.is_integer(t):
+        if col.null_count == 0:
+            # a copy unless asked: zero-copy views of Arrow buffers are read-only
+            vals = col.to_numpy(zero_copy_only=False)
+            return np.array(vals, dtype="int64") if copy or vals.dtype != np.int64 else vals
+        vals = col.to_numpy(zero_copy_only=False)          # float64 with NaN
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        if valid.any() and np.nanmax(np.abs(vals)) >= EXACT_FLOAT:
+            obj = np.full(len(col), None, dtype=object)
+            obj[valid] = np.asarray(col.drop_null().to_numpy(), dtype=object)
+            return obj
+        return np.array(vals, dtype="float64")
+    if pa.types.is_floating(t):
+        return np.array(col.to_numpy(zero_copy_only=False), dtype="float64")
+    if pa.types.is_null(t):
+        return np.full(len(col), None, dtype=object)
+    return np.asarray(col.to_pylist(), dtype=object) if len(col) < 4096 else \
+        col.to_pandas(types_mapper=None).to_numpy(dtype=object)
+
+
+def _stream_to_frame(cur, columns: list[str], rows_hint: int | None = None) -> pd.DataFrame | None:
+    """Record batches of an executed ADBC cursor -> DataFrame. Integer columns are copied batch by
+    batch into NumPy arrays sized ``rows_hint`` (grown when short), so the peak is the result
+    itself (``fetch_arrow_table`` + conversion holds the table twice, and the driver's thousands
+    of small batch buffers more). Typed exactly like :func:`arrow_to_frame`. None when no rows."""
+    import pyarrow as pa
+
+    reader = cur.fetch_record_batch()
+    schema = reader.schema
+    k = len(columns)
+    is_int = [pa.types.is_integer(schema.field(i).type) for i in range(k)]
+    cap = max(int(rows_hint or 0), 1024)
+    bufs = [np.empty(cap, dtype="int64") if is_int[i] else None for i in range(k)]
+    valid: list = [None] * k
+    others: list = [[] if not is_int[i] else None for i in range(k)]
+    pos = 0
+    for batch in reader:
+        m = batch.num_rows
+        if pos + m > cap:
+            cap = max(2 * cap, pos + m)
+            for i in range(k):
+                if bufs[i] is not None:
+                    grown = np.empty(cap, dtype="int64")
+                    grown[:pos] = bufs[i][:pos]
+                    bufs[i] = grown
+                if valid[i] is not None:
+                    grown = np.ones(cap, dtype=bool)
+                    grown[:pos] = valid[i][:pos]
+                    valid[i] = grown
+        for i in range(k):
+            arr = batch.column(i)
+            if not is_int[i]:
+                others[i].append(arr)
+            elif arr.null_count:
+                if valid[i] is None:
+                    valid[i] = np.ones(cap, dtype=bool)
+                valid[i][pos:pos + m] = arr.is_valid().to_numpy(zero_copy_only=False)
+                bufs[i][pos:pos + m] = arr.fill_null(0).to_numpy(zero_copy_only=False)
             else:
-                vals = col.to_numpy(zero_copy_only=False)          # float64 with NaN
-                valid = col.is_valid().to_numpy(zero_copy_only=False)
-                if valid.any() and np.nanmax(np.abs(vals)) >= EXACT_FLOAT:
-                    obj = np.full(len(col), None, dtype=object)
-                    obj[valid] = np.asarray(col.drop_null().to_numpy(), dtype=object)
-                    out[name] = obj
-                else:
-                    out[name] = np.array(vals, dtype="float64")
-        elif pa.types.is_floating(t):
-            out[name] = np.array(col.to_numpy(zero_copy_only=False), dtype="float64")
-        elif pa.types.is_null(t):
-            out[name] = np.full(len(col), None, dtype=object)
+                bufs[i][pos:pos + m] = arr.to_numpy(zero_copy_only=False)
+        pos += m
+        del batch
+    if pos == 0:
+        return None
+    out = {}
+    for i, name in enumerate(columns):
+        if not is_int[i]:
+            out[name] = _column_to_numpy(pa.chunked_array(others[i], type=schema.field(i).type), copy=False)
+            others[i] = None
+            continue
+        vals = bufs[i][:pos] if cap == pos else bufs[i][:pos].copy()
+        bufs[i] = None
+        ok = valid[i][:pos] if valid[i] is not None else None
+        if ok is None or ok.all():
+            out[name] = vals
+        elif ok.any() and int(np.abs(vals[ok]).max()) >= EXACT_FLOAT:
+            obj = np.full(pos, None, dtype=object)
+            obj[ok] = vals[ok].astype(object)
+            out[name] = obj
         else:
-            out[name] = np.asarray(col.to_pylist(), dtype=object) if len(col) < 4096 else \
-                col.to_pandas(types_mapper=None).to_numpy(dtype=object)
-    return pd.DataFrame(out, columns=columns)
+            f = vals.astype("float64")
+            f[~ok] = np.nan
+            out[name] = f
+    return pd.DataFrame(out, columns=columns, copy=False)
 
 
 def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
@@ -133,7 +202,8 @@ def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
-def read_frame(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
+def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
+               rows_hint: int | None = None) -> pd.DataFrame:
     """Rows of ``sql`` as a DataFrame with ``columns``: ADBC where it can, else the stdlib cursor."""
     if backend() == "adbc":
         aconn = _adbc_conn(conn)
@@ -142,12 +212,16 @@ def read_frame(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
                 cur = aconn.cursor()
                 try:
                     cur.execute(sql, params) if params else cur.execute(sql)
+                    if not copy:      # big tables: streamed, column by column
+                        frame = _stream_to_frame(cur, columns, rows_hint)
+                        return frame if frame is not None else \
+                            pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
                     table = cur.fetch_arrow_table()
                 finally:
                     cur.close()
                 if table.num_rows == 0:
                     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
-                return arrow_to_frame(table, columns)
+                return arrow_to_frame(table, columns, copy=copy)
             except Exception:  # noqa: BLE001 - odd typing or text: the stdlib path reads anything
                 pass
     return _read_stdlib(conn, sql, columns, params)

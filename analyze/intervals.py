@@ -43,6 +43,13 @@ def sorted_union_length(group: np.ndarray, start: np.ndarray, end: np.ndarray, n
     out = np.zeros(n_groups, dtype="int64")
     if len(start) == 0:
         return out
+    runs = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
+    if len(runs) <= FEW_GROUPS:
+        # few groups (ranks): a plain pass per group, no group-offset temporaries
+        bounds = np.r_[runs, len(start)]
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            out[int(group[a])] += segment_union_length(start[a:b], end[a:b])
+        return out
     g = group.astype("int64", copy=False)
     first = np.r_[True, g[1:] != g[:-1]]
     base = int(start.min())
@@ -54,6 +61,22 @@ def sorted_union_length(group: np.ndarray, start: np.ndarray, end: np.ndarray, n
     prev[first] = start[first]
     contrib = np.maximum(0, end - np.maximum(start, prev))
     return grouped_sum(g, contrib, n_groups, runs=np.flatnonzero(first))
+
+
+FEW_GROUPS = 64
+
+
+def segment_union_length(start: np.ndarray, end: np.ndarray) -> int:
+    """Union length of intervals sorted by start (one group)."""
+    if len(start) == 0:
+        return 0
+    reach = np.maximum.accumulate(end)
+    lower = np.empty_like(reach)
+    lower[0] = start[0]
+    np.maximum(start[1:], reach[:-1], out=lower[1:])
+    np.subtract(end, lower, out=lower)
+    np.maximum(lower, 0, out=lower)
+    return int(lower.sum())
 
 
 def grouped_sum(group: np.ndarray, values: np.ndarray, n_groups: int, runs: np.ndarray | None = None) -> np.ndarray:

@@ -17,8 +17,12 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if f is not None and len(f.columns)]
     if not frames:
         return pd.DataFrame()
-    non_empty = [f for f in frames if len(f)]
-    return pd.concat(non_empty or frames[:1], ignore_index=True)
+    non_empty = [f for f in frames if len(f)] or frames[:1]
+    if len(non_empty) == 1:         # one report: no copy of its (possibly huge) table
+        f = non_empty[0]
+        return f if isinstance(f.index, pd.RangeIndex) and f.index.start == 0 and f.index.step == 1 \
+            else f.reset_index(drop=True)
+    return pd.concat(non_empty, ignore_index=True)
 
 
 def renumber_ranks(results) -> None:
@@ -41,8 +45,9 @@ def renumber_ranks(results) -> None:
                                    f"(from {row['source']}): give each rank once")
             seen[rank] = res.path
         if mapping:
-            for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals):
-                if "rank" in table.columns:
+            for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals,
+                          res.cycles, res.collective_ops):
+                if table is not None and "rank" in table.columns:
                     table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype("int64")
 
 
@@ -58,11 +63,16 @@ def combine(results, config: PhaseConfig):
                             (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
                                           "gpu_start_all", "gpu_end_all")),
                             (res.marks, ("time_ns",)),
+                            (res.cycles, ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")),
+                            (res.collective_ops, ("start_ns", "end_ns")),
                             (res.totals, ("window_start_ns", "window_end_ns"))):
             for c in cols:
-                if c in frame.columns and off:
-                    valid = frame[c] >= 0 if c.startswith("gpu_") or c.startswith("window") else slice(None)
-                    frame.loc[valid, c] = frame.loc[valid, c] + int(off)
+                if frame is not None and c in frame.columns and off:
+                    col = frame[c]
+                    if c.startswith("gpu_") or c.startswith("window"):
+                        frame[c] = col.where(col < 0, col + int(off))
+                    else:                      # a new column: the old may be a read-only view
+                        frame[c] = col + int(off)
         res.ranks["offset_ns"] = int(off)
         inputs.append({"path": res.path, "schema_version": res.meta.get("schema_version"),
                        "nsys_version": res.meta.get("nsys_version"),
@@ -78,8 +88,18 @@ def combine(results, config: PhaseConfig):
     kernels = _concat([r.kernels for r in results])
     totals = _concat([r.totals for r in results]).sort_values("rank").reset_index(drop=True)
     nvtx = _concat([r.nvtx_projection.assign(input=r.path) for r in results])
-    cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
-    collectives = coll_mod.collective_table(gpu_ops, config)
+    if all(r.cycles is not None for r in results):
+        # computed per report in the map step (a rank lives in one report): only sort by rank
+        cycles = _concat([r.cycles for r in results])
+        if len(results) > 1 and len(cycles):
+            cycles = cycles.sort_values("rank", kind="stable").reset_index(drop=True)
+        if not len(cycles):
+            cycles = cycles_mod._empty(config)
+        collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
+                                                              if r.collective_ops is not None]))
+    else:
+        cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
+        collectives = coll_mod.collective_table(gpu_ops, config)
     notes = [f"{r.path}: {n}" if len(results) > 1 else n for r in results for n in r.notes]
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,

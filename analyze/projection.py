@@ -246,13 +246,20 @@ def call_op_spans(ops: pd.DataFrame, op_call: np.ndarray, n_calls: int,
     return has, first, last
 
 
-def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
-                   last: np.ndarray) -> pd.DataFrame:
-    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection)."""
+def range_layout(index: CallIndex, ranges: pd.DataFrame):
+    """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
+    levels, end_key). Compute once, project several times."""
     lo, hi, exact = range_blocks(index, ranges)
     tidx, _, end_key = range_keys(index, ranges)
     levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
                             ranges["end_ns"].to_numpy(dtype="int64"))
+    return lo, hi, exact, levels, end_key
+
+
+def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
+                   last: np.ndarray, layout=None) -> pd.DataFrame:
+    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection)."""
+    lo, hi, exact, levels, end_key = layout if layout is not None else range_layout(index, ranges)
 
     slow = (index.end_key, end_key)
     n_ops = reduce_blocks(lo, hi, levels, exact, has, "sum", slow)
@@ -265,8 +272,20 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
 
 
 def full_range_names(ranges: pd.DataFrame) -> pd.Series:
-    """nsys' spelling: ``domain:name``, ``:name`` for the default domain."""
-    return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+    """nsys' spelling: ``domain:name``, ``:name`` for the default domain (built once per distinct
+    pair: millions of ranges share a few names)."""
+    if "full_name" in ranges.columns:
+        return ranges["full_name"]
+    if len(ranges) < 1000:
+        return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+    ncode, nuniq = pd.factorize(ranges["name"].astype(str))
+    dcode, duniq = pd.factorize(ranges["domain"].astype(str))
+    codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
+    uniq = np.asarray(uniq, dtype="int64")
+    nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
+    names = np.array([f"{d}:{n}" for n, d in zip(nuniq[uniq // (len(duniq) + 1)], duniq[uniq % (len(duniq) + 1)])],
+                     dtype=object)
+    return pd.Series(names[codes], index=ranges.index, name=None).astype(str)
 
 
 def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
@@ -287,3 +306,48 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
         total_range_ns=("range_ns", "sum"), gpu_ops=("gpu_ops", "sum")).reset_index()
     summary = summary.sort_values(["total_projected_ns", "range"], ascending=[False, True], kind="stable")
     return summary[cols].reset_index(drop=True)
+
+
+def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
+    """:func:`link_ops` on arrays: one integer key per (process, correlation id), a hash lookup."""
+    if len(pid) == 0:
+        return np.zeros(0, dtype="int64")
+    c_pid = calls["global_pid"].to_numpy(dtype="int64")
+    c_corr = calls["correlation_id"].to_numpy(dtype="int64")
+    lo = min(int(corr.min()), int(c_corr.min())) if len(c_corr) else int(corr.min())
+    hi = max(int(corr.max()), int(c_corr.max())) if len(c_corr) else int(corr.max())
+    span = hi - lo + 1
+    pids = pd.Index(pd.unique(np.concatenate([c_pid, pid[:0]])))
+    if len(c_corr) == 0 or span * (len(pids) + 1) >= 2 ** 62:
+        ops = pd.DataFrame({"global_pid": pid, "correlation_id": corr})
+        return link_ops(ops, calls, index)
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    # first call of every key (drop_duplicates keep='first')
+    uk, first = np.unique(c_key, return_index=True)
+    op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls
+    op_key = np.where(op_p >= 0, op_p * span + (corr - lo), -1)
+    at = pd.Index(uk).get_indexer(op_key)
+    out = np.full(len(pid), -1, dtype="int64")
+    hit = at >= 0
+    out[hit] = sorted_pos[first[at[hit]]]
+    return out
+
+
+def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                        n_calls: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`call_op_spans` on arrays (``sel``: the ops that count)."""
+    sel = sel & (op_call >= 0)
+    pos = op_call[sel]
+    first = np.full(n_calls, INT64_MAX, dtype="int64")
+    last = np.full(n_calls, INT64_MIN, dtype="int64")
+    has = np.zeros(n_calls, dtype="int64")
+    if len(pos):
+        order = np.argsort(pos, kind="stable")
+        p = pos[order]
+        run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+        first[p[run]] = np.minimum.reduceat(start[sel][order], run)
+        last[p[run]] = np.maximum.reduceat(end[sel][order], run)
+        has[p[run]] = 1
+    return has, first, last

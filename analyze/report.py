@@ -56,17 +56,56 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return safety.table_columns(conn, table)
 
 
-def _read(conn: sqlite3.Connection, sql: str, columns: list[str]) -> pd.DataFrame:
+def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True,
+          rows_hint: int | None = None) -> pd.DataFrame:
     """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
 
-    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py."""
-    return fastread.read_frame(conn, sql, columns)
+    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py.
+    ``copy=False``: integer columns may be read-only views of the Arrow buffers."""
+    return fastread.read_frame(conn, sql, columns, copy=copy, rows_hint=rows_hint)
+
+
+def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
+    """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan)."""
+    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    return (int(hi) - int(lo) + 1) if lo is not None else None
+
+
+def _concat_columns(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)``, one column at a time: every part's column is
+    released as soon as it is copied, so the peak is the result plus one column, not twice the
+    table. Columns of one dtype across parts are joined by NumPy; anything else by pandas."""
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if len(frames) == 1:
+        return frames[0]
+    out = {}
+    for c in list(frames[0].columns):
+        parts = [f[c] for f in frames]
+        if all(p.dtype == np.int64 for p in parts):
+            out[c] = np.concatenate([p.to_numpy() for p in parts])
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+        del parts
+        for f in frames:
+            del f[c]
+    return pd.DataFrame(out, copy=False)
 
 
 def _int64(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     for c in cols:
+        if frame[c].dtype == np.int64:      # already clean (the usual case): no copy
+            continue
         frame[c] = pd.to_numeric(frame[c], errors="coerce").fillna(-1).astype("int64")
     return frame
+
+
+GPU_OP_KINDS = tuple(GPU_OP_TABLES)
+
+
+def kind_column(kind: str, n: int) -> pd.Categorical:
+    """The ``kind`` column: a categorical over the four op kinds (one byte per op, not a string)."""
+    return pd.Categorical.from_codes(np.full(n, GPU_OP_KINDS.index(kind), dtype="int8"),
+                                     categories=list(GPU_OP_KINDS))
 
 
 def read_strings(conn: sqlite3.Connection) -> pd.Series:
@@ -93,20 +132,22 @@ def _read_chunked(conn: sqlite3.Connection, table: str, sql: str, columns: list[
     rowid is the table's B-tree key, so every chunk is a range seek (a ``start`` range would be a
     full scan per chunk: nsys creates no index on start); chunks come back in rowid order, the
     order of a full scan, so the result is the same table as one read."""
-    if not chunk_rows:
-        return _read(conn, sql, columns)
     lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    if not chunk_rows:        # rowid bounds: the row count (upper bound), so arrays are sized once
+        return _read(conn, sql, columns, copy=False,
+                     rows_hint=(int(hi) - int(lo) + 1) if lo is not None else None)
     if lo is None:
         return _read(conn, sql, columns)
     parts = []
     for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
-        part = _read(conn, f"{sql} AND rowid >= {a} AND rowid < {a + int(chunk_rows)}", columns)
+        part = _read(conn, f"{sql} AND rowid >= {a} AND rowid < {a + int(chunk_rows)}", columns, copy=False,
+                     rows_hint=int(chunk_rows))
         if len(part):
             parts.append(_int64(part, [c for c in columns if c.endswith(("_ns", "_id", "_pid"))
                                        and c != "graph_node_id"]))
     if not parts:
         return _read(conn, sql + " AND 0", columns)
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return _concat_columns(parts)
 
 
 def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
@@ -130,13 +171,13 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
         frame = _read_chunked(conn, table, sql, GPU_OP_COLUMNS[1:], chunk_rows)
-        frame.insert(0, "kind", kind)
+        frame.insert(0, "kind", kind_column(kind, len(frame)))
         frames.append(frame)
     if not frames:
         empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
-        empty["kind"] = empty["kind"].astype(object)
+        empty["kind"] = kind_column("kernel", 0)
         return empty
-    ops = pd.concat(frames, ignore_index=True)
+    ops = _concat_columns(frames)
     ops = _int64(ops, ["global_pid", "device_id", "stream_id", "correlation_id", "name_id",
                        "start_ns", "end_ns"])
     ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
@@ -152,7 +193,8 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     else:
         name = "nameId" if "nameId" in cols else "NULL"
         frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE} "
-                            "WHERE start IS NOT NULL AND end IS NOT NULL", names)
+                            "WHERE start IS NOT NULL AND end IS NOT NULL", names, copy=False,
+                      rows_hint=_rows_hint(conn, RUNTIME_TABLE))
         frame = _int64(frame, names)
     frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
     return frame
@@ -180,7 +222,8 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
                                                           "uint32Value") if c in cols) + ")")
         if cols & {"int64Value", "uint64Value", "int32Value", "uint32Value"} else "NULL",
     }
-    events = _read(conn, "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS", list(sel))
+    events = _read(conn, "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS", list(sel), copy=False,
+                   rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
     if events.empty:
         return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
                 pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
@@ -197,9 +240,13 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
 
     def domain_of(frame: pd.DataFrame) -> np.ndarray:
         # per distinct (process, domain) pair, not per event (millions of ranges)
-        pairs = pd.MultiIndex.from_arrays([frame["globalPid"].to_numpy(dtype="int64"),
-                                           frame["domainId"].to_numpy(dtype="int64")])
-        codes, uniq = pd.factorize(pairs)
+        pid = frame["globalPid"].to_numpy(dtype="int64")
+        dom = frame["domainId"].to_numpy(dtype="int64")
+        pcode, puniq = pd.factorize(pid)
+        dcode, duniq = pd.factorize(dom)
+        codes, uniq = pd.factorize(pcode.astype("int64") * (len(duniq) + 1) + dcode)
+        uniq = [(int(np.asarray(puniq)[u // (len(duniq) + 1)]), int(np.asarray(duniq)[u % (len(duniq) + 1)]))
+                for u in np.asarray(uniq)]
         names = np.array([("" if d == 0 else domain_names.get((int(p), int(d)), f"domain{d}"))
                           for p, d in uniq] + [""], dtype=object)
         return names[codes] if len(codes) else np.zeros(0, dtype=object)

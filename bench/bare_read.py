@@ -20,9 +20,9 @@ def statements(path: str) -> list[str]:
     seen: list[str] = []
     orig = fastread.read_frame
 
-    def record(conn, sql, columns, params=()):
+    def record(conn, sql, columns, params=(), **kw):
         seen.append(sql)
-        return orig(conn, sql + " LIMIT 0" if "PRAGMA" not in sql else sql, columns, params)
+        return orig(conn, sql + " LIMIT 0" if "PRAGMA" not in sql else sql, columns, params, **kw)
 
     fastread.read_frame = record
     try:

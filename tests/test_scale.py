@@ -97,6 +97,40 @@ def test_chunked_read_gives_identical_results(scale_file):
     pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
 
 
+def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch):
+    """A budget that forces dozens of chunks per table (chunk sizes that do not divide the table),
+    so every boundary case (first/last chunk, partial chunk) is crossed."""
+    path, _ = scale_file
+    whole = api.load(path)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 1_237)
+    chunked = api.load(path, memory_budget=1)
+    same(whole, chunked)
+    for rows in (997, 4_096):
+        t = report.read_report(path, chunk_rows=rows)
+        pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
+
+
+def test_streamed_reader_equals_table_reader(scale_file):
+    """The streaming ADBC reader (batches copied into preallocated arrays, grown when the size
+    hint is short) types and fills columns exactly like the whole-table reader, NULLs included."""
+    path, _ = scale_file
+    conn = report.safety.open_report(path)
+    try:
+        sql = ("SELECT globalPid, correlationId, graphNodeId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL "
+               "WHERE start IS NOT NULL AND end IS NOT NULL")
+        cols = ["a", "b", "c", "d", "e"]
+        table = fastread.read_frame(conn, sql, cols)
+        for hint in (None, 1, 10_000, 10 ** 7):
+            streamed = fastread.read_frame(conn, sql, cols, copy=False, rows_hint=hint)
+            pd.testing.assert_frame_equal(streamed, table, obj=f"hint={hint}")
+        nvtx = "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS"
+        pd.testing.assert_frame_equal(fastread.read_frame(conn, nvtx, cols, copy=False, rows_hint=3),
+                                      fastread.read_frame(conn, nvtx, cols))
+    finally:
+        fastread.close(conn)
+        conn.close()
+
+
 def test_jobs_and_dask_give_identical_results(per_rank):
     paths, truth = per_rank
     one = api.load(paths, jobs=1)
