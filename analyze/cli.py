@@ -15,7 +15,6 @@ import os
 import sys
 import warnings
 from importlib import resources
-from pathlib import Path
 
 from . import safety
 

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import projection as proj
-from .intervals import grouped_union_length, sorted_union_length  # noqa: F401
+from .intervals import sorted_union_length
 from .phases import OTHER, PhaseConfig
 
 ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?"

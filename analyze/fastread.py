@@ -24,7 +24,6 @@ on the backend. ``SPECPROF_READER=stdlib`` forces the fallback (tests compare bo
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import numpy as np

@@ -108,7 +108,7 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
 
     kernels = result.kernels
     if len(kernels):
-        out.append(f"Top kernels per phase (all ranks; exclusive phase of each op)")
+        out.append("Top kernels per phase (all ranks; exclusive phase of each op)")
         k = kernels.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
                                                               total_ns=("total_ns", "sum")).reset_index()
         k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")

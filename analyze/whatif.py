@@ -31,7 +31,6 @@ import pandas as pd
 
 from . import acceptance as acc_mod
 from .diff import OUTLIER_FACTOR, Side, as_side, drop_outliers, load_side, per_cycle, time_column
-from .phases import OTHER
 
 N_BOOT = 200
 LEVEL = 0.95
