@@ -36,7 +36,11 @@ def clip(text: str, n: int) -> str:
 def clip_left(text: str, n: int) -> str:
     """Keep the end of a long path (the file name matters most)."""
     text = str(text)
-    return text if len(text) <= n else "…" + text[-(n - 1):]
+    if len(text) <= n:
+        return text
+    tail = text[-(n - 1):]
+    cut = tail.find("/")
+    return "…" + (tail[cut:] if 0 <= cut < len(tail) - 1 else tail)
 
 
 def table(headers: list[str], rows: list[list], align: str | None = None) -> list[str]:
