@@ -227,25 +227,6 @@ def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.nda
     return merged["pos"].fillna(-1).to_numpy(dtype="int64")
 
 
-def call_op_spans(ops: pd.DataFrame, op_call: np.ndarray, n_calls: int,
-                  kinds=PROJECTED_KINDS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sorted call: has projected ops (0/1), first op start, last op end."""
-    sel = (op_call >= 0) & ops["kind"].isin(kinds).to_numpy()
-    pos = op_call[sel]
-    first = np.full(n_calls, INT64_MAX, dtype="int64")
-    last = np.full(n_calls, INT64_MIN, dtype="int64")
-    has = np.zeros(n_calls, dtype="int64")
-    if len(pos):
-        # np.minimum.at is slow on millions of ops: sort by call once, reduce runs
-        order = np.argsort(pos, kind="stable")
-        p = pos[order]
-        run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
-        first[p[run]] = np.minimum.reduceat(ops["start_ns"].to_numpy(dtype="int64")[sel][order], run)
-        last[p[run]] = np.maximum.reduceat(ops["end_ns"].to_numpy(dtype="int64")[sel][order], run)
-        has[p[run]] = 1
-    return has, first, last
-
-
 def range_layout(index: CallIndex, ranges: pd.DataFrame):
     """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
     levels, end_key). Compute once, project several times."""
@@ -337,7 +318,7 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
 
 def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
                         n_calls: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`call_op_spans` on arrays (``sel``: the ops that count)."""
+    """Per sorted call: has ops (0/1), first op start, last op end, over the ops ``sel`` marks."""
     sel = sel & (op_call >= 0)
     pos = op_call[sel]
     first = np.full(n_calls, INT64_MAX, dtype="int64")
