@@ -63,8 +63,33 @@ class Analysis:
         return getattr(self, name)
 
 
+# reports larger than this take over a second: their analysis shows its stages
+STAGES_MIN_BYTES = 50 * 2**20
+
+
+class _Stages:
+    """Progress through one report's analysis, one line per stage on stderr (when ``enabled`` and the
+    report is large enough to take over a second): reading, linking, projecting, attributing, cycles."""
+
+    def __init__(self, enabled: bool, path: str):
+        import time
+
+        self.clock = time.monotonic
+        self.enabled = enabled and os.path.getsize(path) >= STAGES_MIN_BYTES
+        self.name, self.t0 = Path(path).name, self.clock()
+
+    def __call__(self, what: str) -> None:
+        if self.enabled:
+            print(f"analyze-trace: {self.name}: {what} ({self.clock() - self.t0:.1f} s)", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            print(f"analyze-trace: {self.name}: done ({self.clock() - self.t0:.1f} s)", file=sys.stderr, flush=True)
+
+
 def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
-                   memory_budget: int | None = None) -> ReportResult:
+                   memory_budget: int | None = None, progress: bool = False) -> ReportResult:
     """Map step: read one report and attribute its GPU time, per process (rank).
 
     GPU ops are handled as NumPy arrays of integer codes (name code into the report's name table,
@@ -72,6 +97,15 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
     end. Cycles and the collective ops are computed here too, so the reducer only sees per-rank,
     per-cycle and per-collective rows (plus the op table, for plots and notebooks)."""
     config = config or PhaseConfig()
+    stage = _Stages(progress, str(path))
+    try:
+        return _analyze_report(path, config, cache, memory_budget, stage)
+    finally:
+        stage.close()
+
+
+def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage) -> ReportResult:
+    stage("reading")
     read_notes: list[str] = []     # where the tables came from (cache), see read_tables
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes)
     ops = tables.gpu_ops
@@ -91,12 +125,14 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
     end = cols["end_ns"].astype("int64", copy=False)
     name_code, names = attribution.op_name_codes(kind, cols["name_id"], tables.strings)
 
+    stage("linking ops to API calls")
     ranges = attribution.label_ranges(tables.ranges, config)
     calls = tables.calls
     index = projection.build_call_index(calls, ranges)
     op_call = projection.link_op_arrays(pid, cols["correlation_id"].astype("int64", copy=False), calls, index)
 
     # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
+    stage("projecting NVTX ranges")
     projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
     has, first, last = projection.call_op_span_arrays(op_call, start, end, projected, len(index.key))
     layout = projection.range_layout(index, ranges)
@@ -111,6 +147,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
     ranges["full_name"] = projection.full_range_names(ranges)
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
 
+    stage("attributing phases")
     ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
                            tables.processes, path)
     name_phase = attribution.kernel_phase_codes(names, config)
@@ -152,6 +189,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
                                        order) if collective.any() else None
     ranges = ranges.rename_axis("range_id").reset_index()
     marks = tables.marks.assign(input=path)
+    stage("decode cycles")
     cycle_tab = cycles.cycle_table_arrays(op_rank, start, end, phase, cycle_range,
                                           np.zeros(len(start), dtype="int64"), ranges.assign(input=path),
                                           np.zeros(len(ranges), dtype="int64"), marks, config, op_order=order,
@@ -246,8 +284,8 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
         return distributed.map_reports(files, config, scheduler, progress=progress, cache=cache,
                                        memory_budget=memory_budget)
     if jobs <= 1 or len(files) <= 1:
-        return [analyze_report(f, config, cache=cache, memory_budget=memory_budget)
-                for f in _progress(files, progress)]
+        return [analyze_report(f, config, cache=cache, memory_budget=memory_budget, progress=progress)
+                for f in _progress(files, progress and len(files) > 1)]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=jobs) as pool:

@@ -204,3 +204,20 @@ def test_parse_size():
     assert parse_size("1GB") == 10 ** 9
     assert parse_size("512MiB") == 512 << 20
     assert parse_size("2000") == 2000
+
+
+def test_long_analysis_reports_its_stages(monkeypatch, capsys):
+    """A report big enough to take over a second shows its stages on stderr (with --quiet, nothing)."""
+    from pathlib import Path
+
+    import analyze.api as api
+
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
+    monkeypatch.setattr(api, "STAGES_MIN_BYTES", 0)
+    api.analyze_report(str(trace), progress=True)
+    err = capsys.readouterr().err.splitlines()
+    stages = [line.split(": ", 2)[2].rsplit(" (", 1)[0] for line in err]
+    assert stages == ["reading", "linking ops to API calls", "projecting NVTX ranges", "attributing phases",
+                      "decode cycles", "done"]
+    api.analyze_report(str(trace), progress=False)
+    assert capsys.readouterr().err == ""
