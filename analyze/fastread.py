@@ -92,7 +92,15 @@ def arrow_to_frame(table, columns: list[str], copy: bool = True) -> pd.DataFrame
     """Arrow table -> DataFrame typed like the stdlib path (ints; floats where NULLs; objects).
     ``copy=False``: integer columns without NULLs are read-only views of the Arrow buffers."""
     out = {name: _column_to_numpy(col, copy) for name, col in zip(columns, table.columns)}
-    return pd.DataFrame(out, columns=columns, copy=False)    # the columns are fresh arrays already
+    return _frame(out, columns)
+
+
+def _frame(out: dict, columns: list[str]) -> pd.DataFrame:
+    """DataFrame of fresh NumPy columns, no copy; object columns stay ``object`` (pandas 3 would
+    otherwise infer its ``str`` dtype: a copy of every text into Arrow, seconds per million rows)."""
+    cols = {name: (pd.Series(v, dtype=object, copy=False) if v.dtype == object else v)
+            for name, v in out.items()}
+    return pd.DataFrame(cols, columns=columns, copy=False)
 
 
 def _column_to_numpy(col, copy: bool = True) -> np.ndarray:
@@ -118,8 +126,23 @@ def _column_to_numpy(col, copy: bool = True) -> np.ndarray:
         return np.array(col.to_numpy(zero_copy_only=False), dtype="float64")
     if pa.types.is_null(t):
         return np.full(len(col), None, dtype=object)
-    return np.asarray(col.to_pylist(), dtype=object) if len(col) < 4096 else \
-        col.to_pandas(types_mapper=None).to_numpy(dtype=object)
+    if len(col) < 4096:
+        return np.asarray(col.to_pylist(), dtype=object)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _strings_to_numpy(col)
+    return col.to_pandas(types_mapper=None).to_numpy(dtype=object)
+
+
+def _strings_to_numpy(col) -> np.ndarray:
+    """Text column -> object array in which equal texts share one Python string: dictionary-encoded
+    in Arrow (C++), the few distinct texts converted once, then one gather. NVTX names and marks
+    repeat a handful of texts millions of times; converting every row makes millions of strings."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(col)
+    uniq = np.asarray(enc.dictionary.to_pylist() + [None], dtype=object)
+    idx = enc.indices.fill_null(len(uniq) - 1).to_numpy(zero_copy_only=False)
+    return uniq[idx]
 
 
 def _stream_to_frame(cur, columns: list[str], rows_hint: int | None = None) -> pd.DataFrame | None:
@@ -185,7 +208,19 @@ def _stream_to_frame(cur, columns: list[str], rows_hint: int | None = None) -> p
             f = vals.astype("float64")
             f[~ok] = np.nan
             out[name] = f
-    return pd.DataFrame(out, columns=columns, copy=False)
+    return _frame(out, columns)
+
+
+# rows per Arrow batch when streaming a big table (the driver's default is 1024: ten thousand
+# Python-level batch steps per 10M rows; 64k measured 13% faster on a 10M-kernel read)
+STREAM_BATCH_ROWS = 65_536
+
+
+def _set_batch_rows(cur, rows: int) -> None:
+    try:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(rows)})
+    except Exception:  # noqa: BLE001 - an older driver without the option: its default
+        pass
 
 
 def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
@@ -210,6 +245,8 @@ def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
             try:
                 cur = aconn.cursor()
                 try:
+                    if not copy:      # big tables: bigger batches (fewer Python steps per row)
+                        _set_batch_rows(cur, STREAM_BATCH_ROWS)
                     cur.execute(sql, params) if params else cur.execute(sql)
                     if not copy:      # big tables: streamed, column by column
                         frame = _stream_to_frame(cur, columns, rows_hint)

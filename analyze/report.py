@@ -9,6 +9,7 @@ Everything here is a small function returning a DataFrame; :func:`read_report` b
 """
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import NamedTuple
 
@@ -125,35 +126,27 @@ def _name_expr(cols: list[str]) -> str:
     return "NULL"
 
 
-def _read_chunked(conn: sqlite3.Connection, table: str, sql: str, columns: list[str],
-                  chunk_rows: int | None) -> pd.DataFrame:
-    """``sql`` (which has a WHERE clause) over ``table``, in rowid ranges of ``chunk_rows`` rows.
+class OpRead(NamedTuple):
+    """One SELECT of GPU ops: a table (an op kind), optionally one rowid range of it."""
 
-    rowid is the table's B-tree key, so every chunk is a range seek (a ``start`` range would be a
-    full scan per chunk: nsys creates no index on start); chunks come back in rowid order, the
-    order of a full scan, so the result is the same table as one read."""
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
-    if not chunk_rows:        # rowid bounds: the row count (upper bound), so arrays are sized once
-        return _read(conn, sql, columns, copy=False,
-                     rows_hint=(int(hi) - int(lo) + 1) if lo is not None else None)
-    if lo is None:
-        return _read(conn, sql, columns)
-    parts = []
-    for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
-        part = _read(conn, f"{sql} AND rowid >= {a} AND rowid < {a + int(chunk_rows)}", columns, copy=False,
-                     rows_hint=int(chunk_rows))
-        if len(part):
-            parts.append(_int64(part, [c for c in columns if c.endswith(("_ns", "_id", "_pid"))
-                                       and c != "graph_node_id"]))
-    if not parts:
-        return _read(conn, sql + " AND 0", columns)
-    return _concat_columns(parts)
+    kind: str
+    table: str
+    sql: str                    # has a WHERE clause
+    rowid_lo: int | None        # [rowid_lo, rowid_hi) or None for the whole table
+    rowid_hi: int | None
+    rows_hint: int | None
 
 
-def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
-    """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
-    ``chunk_rows`` rows when given: bounded memory, same table)."""
-    frames = []
+def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
+                      split: int = 1) -> list[OpRead]:
+    """The SELECTs that read every GPU op, in the order their rows make the op table: one per op
+    table, or rowid ranges of ``chunk_rows`` rows (bounded memory), or the biggest table cut in
+    ``split`` rowid ranges (parallel readers).
+
+    rowid is the table's B-tree key, so every range is a seek (a ``start`` range would be a full
+    scan per chunk: nsys creates no index on start); ranges come in rowid order, the order of a
+    full scan, so the parts make the same table as one read."""
+    plan: list[OpRead] = []
     for kind, table in GPU_OP_TABLES.items():
         cols = table_columns(conn, table)
         if not {"start", "end", "correlationId"} <= set(cols):
@@ -170,7 +163,40 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
             name = "NULL"
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
-        frame = _read_chunked(conn, table, sql, GPU_OP_COLUMNS[1:], chunk_rows)
+        lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        if lo is None:
+            plan.append(OpRead(kind, table, sql, None, None, None))
+            continue
+        lo, hi = int(lo), int(hi) + 1
+        step = int(chunk_rows) if chunk_rows else (-(-(hi - lo) // split) if split > 1 and hi - lo >= SPLIT_MIN_ROWS
+                                                   else None)
+        if not step:   # rowid bounds: the row count (upper bound), so arrays are sized once
+            plan.append(OpRead(kind, table, sql, None, None, hi - lo))
+            continue
+        plan += [OpRead(kind, table, sql, a, min(a + step, hi), min(step, hi - a)) for a in range(lo, hi, step)]
+    return plan
+
+
+# a table smaller than this is read by one reader (threads cost more than they save)
+SPLIT_MIN_ROWS = 1_000_000
+_OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
+
+
+def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
+    """The rows of one planned read (GPU_OP_COLUMNS but ``kind``)."""
+    sql = part.sql if part.rowid_lo is None else \
+        f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
+    return _int64(_read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint), _OP_INT_COLUMNS)
+
+
+def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order)."""
+    frames = []
+    for kind in GPU_OP_KINDS:
+        mine = [f for p, f in zip(plan, parts) if p.kind == kind]
+        if not mine:
+            continue
+        frame = _concat_columns(mine)
         frame.insert(0, "kind", kind_column(kind, len(frame)))
         frames.append(frame)
     if not frames:
@@ -182,6 +208,13 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
                        "start_ns", "end_ns"])
     ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
     return ops
+
+
+def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
+    """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
+    ``chunk_rows`` rows when given: bounded memory, same table)."""
+    plan = plan_gpu_op_reads(conn, chunk_rows)
+    return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
 
 
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
@@ -228,22 +261,32 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
         return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
                 pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
     events = _int64(events, ["start", "eventType", "globalTid", "domainId"])
-    events["globalPid"] = events["globalTid"].to_numpy(dtype="int64") & PID_OF_TID
-    text_ids = pd.to_numeric(events["textId"], errors="coerce")
-    looked_up = pd.Series(strings.reindex(text_ids.fillna(-1).astype("int64")).to_numpy(), index=events.index)
-    events["label"] = events["text"].where(events["text"].notna(), looked_up)
+    # plain NumPy from here: no boolean indexing of a frame with text columns, no str inference
+    etype = events["eventType"].to_numpy(dtype="int64")
+    tid = events["globalTid"].to_numpy(dtype="int64")
+    pid = tid & PID_OF_TID
+    dom = events["domainId"].to_numpy(dtype="int64")
+    start = events["start"].to_numpy(dtype="int64")
+    end_f = _float_or_nan(events["end"])
+    label = np.array(events["text"].to_numpy(dtype=object), dtype=object)   # a writable copy
+    text_ids = _float_or_nan(events["textId"])
+    need = pd.isna(label) & ~np.isnan(text_ids)
+    if need.any():      # registered strings: one hash lookup per event, texts shared
+        at = pd.Index(strings.index).get_indexer(text_ids[need].astype("int64"))
+        label[need] = np.append(strings.to_numpy(dtype=object), None)[at]
+    int_value = pd.to_numeric(events["intValue"], errors="coerce").to_numpy()
+    end_other_thread = pd.notna(events["endGlobalTid"].to_numpy())
+    del events
 
     # domain names: a domain-create event per process ("domainId is unique only per process")
-    created = events[events["eventType"] == DOMAIN_CREATE_EVENT]
-    domain_names = {(int(p), int(d)): (str(t) if t is not None and t == t else "")
-                    for p, d, t in zip(created["globalPid"], created["domainId"], created["label"])}
+    created = np.flatnonzero(etype == DOMAIN_CREATE_EVENT)
+    domain_names = {(int(pid[i]), int(dom[i])): (str(label[i]) if label[i] is not None and label[i] == label[i]
+                                                   else "") for i in created}
 
-    def domain_of(frame: pd.DataFrame) -> np.ndarray:
+    def domain_of(sel: np.ndarray) -> np.ndarray:
         # per distinct (process, domain) pair, not per event (millions of ranges)
-        pid = frame["globalPid"].to_numpy(dtype="int64")
-        dom = frame["domainId"].to_numpy(dtype="int64")
-        pcode, puniq = pd.factorize(pid)
-        dcode, duniq = pd.factorize(dom)
+        pcode, puniq = pd.factorize(pid[sel])
+        dcode, duniq = pd.factorize(dom[sel])
         codes, uniq = pd.factorize(pcode.astype("int64") * (len(duniq) + 1) + dcode)
         uniq = [(int(np.asarray(puniq)[u // (len(duniq) + 1)]), int(np.asarray(duniq)[u % (len(duniq) + 1)]))
                 for u in np.asarray(uniq)]
@@ -251,33 +294,49 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
                           for p, d in uniq] + [""], dtype=object)
         return names[codes] if len(codes) else np.zeros(0, dtype=object)
 
+    def text_of(sel: np.ndarray) -> np.ndarray:
+        out = label[sel]
+        out[pd.isna(out)] = ""
+        return out
+
+    def obj(values: np.ndarray) -> pd.Series:
+        return pd.Series(values, dtype=object, copy=False)
+
     # nsys' projection keeps ranges that end on their own thread; a missing end becomes the
     # largest NVTX timestamp of the report
-    is_range = events["eventType"].isin(list(RANGE_EVENT_STYLES)) & events["endGlobalTid"].isna()
-    ranges = events[is_range]
-    max_ts = int(np.nanmax(pd.to_numeric(pd.concat([events["start"], events["end"]]), errors="coerce")))
-    end = pd.to_numeric(ranges["end"], errors="coerce")
+    is_range = np.isin(etype, list(RANGE_EVENT_STYLES)) & ~end_other_thread
+    ranges = np.flatnonzero(is_range)
+    max_ts = int(max(start.max(), np.nanmax(end_f) if (~np.isnan(end_f)).any() else start.max()))
+    end = end_f[ranges]
+    style_of = np.array([RANGE_EVENT_STYLES.get(int(t)) for t in np.unique(etype[ranges])], dtype=object)
     range_frame = pd.DataFrame({
-        "global_tid": ranges["globalTid"].to_numpy(dtype="int64"),
-        "global_pid": ranges["globalPid"].to_numpy(dtype="int64"),
-        "domain": domain_of(ranges),
-        "name": ranges["label"].fillna("").astype(str).to_numpy(dtype=object),
-        "style": ranges["eventType"].map(RANGE_EVENT_STYLES).to_numpy(dtype=object),
-        "start_ns": ranges["start"].to_numpy(dtype="int64"),
-        "end_ns": end.fillna(max_ts).to_numpy(dtype="int64"),
-        "end_missing": end.isna().to_numpy(),
-        "int_value": pd.to_numeric(ranges["intValue"], errors="coerce").to_numpy(),
-    })
-    marks = events[events["eventType"].isin(MARK_EVENTS)]
+        "global_tid": tid[ranges],
+        "global_pid": pid[ranges],
+        "domain": obj(domain_of(ranges)),
+        "name": obj(text_of(ranges)),
+        "style": obj(style_of[np.searchsorted(np.unique(etype[ranges]), etype[ranges])]),
+        "start_ns": start[ranges],
+        "end_ns": np.where(np.isnan(end), max_ts, end).astype("int64"),
+        "end_missing": np.isnan(end),
+        "int_value": int_value[ranges],
+    }, copy=False)
+    marks = np.flatnonzero(np.isin(etype, MARK_EVENTS))
     mark_frame = pd.DataFrame({
-        "global_tid": marks["globalTid"].to_numpy(dtype="int64"),
-        "global_pid": marks["globalPid"].to_numpy(dtype="int64"),
-        "domain": domain_of(marks),
-        "text": marks["label"].fillna("").astype(str).to_numpy(dtype=object),
-        "time_ns": marks["start"].to_numpy(dtype="int64"),
-        "int_value": pd.to_numeric(marks["intValue"], errors="coerce").to_numpy(),
-    })
+        "global_tid": tid[marks],
+        "global_pid": pid[marks],
+        "domain": obj(domain_of(marks)),
+        "text": obj(text_of(marks)),
+        "time_ns": start[marks],
+        "int_value": int_value[marks],
+    }, copy=False)
     return range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True)
+
+
+def _float_or_nan(column: pd.Series) -> np.ndarray:
+    """A numeric column with NULLs as float64 NaN (ints stay exact below 2**53, like nsys' own)."""
+    if column.dtype == object:
+        return pd.to_numeric(column, errors="coerce").to_numpy(dtype="float64")
+    return column.to_numpy(dtype="float64")
 
 
 def read_processes(conn: sqlite3.Connection) -> pd.DataFrame:
@@ -338,15 +397,34 @@ def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def read_report(path: str, chunk_rows: int | None = None) -> ReportTables:
+def read_threads() -> int:
+    """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
+    rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
+    overrides. The stdlib fallback reads in one thread."""
+    env = os.environ.get("SPECPROF_READ_THREADS")
+    if env:
+        return max(1, int(env))
+    if fastread.backend() != "adbc":
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
-    ``chunk_rows`` rows when given, see :func:`read_gpu_ops`)."""
+    ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
+    (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
+    read-only connection: the same tables as one reader."""
+    threads = read_threads() if threads is None else threads
     conn = safety.open_report(path)
     try:
         strings = read_strings(conn)
-        ops = read_gpu_ops(conn, chunk_rows)
-        calls = read_calls(conn)
-        ranges, marks = read_nvtx(conn, strings)
+        plan = plan_gpu_op_reads(conn, chunk_rows, split=threads)
+        if threads <= 1:
+            ops = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+            calls = read_calls(conn)
+            ranges, marks = read_nvtx(conn, strings)
+        else:
+            ops, calls, (ranges, marks) = _read_parallel(path, conn.immutable, plan, strings, threads)
         return ReportTables(path=str(path), strings=strings, gpu_ops=ops, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn))
@@ -355,3 +433,24 @@ def read_report(path: str, chunk_rows: int | None = None) -> ReportTables:
     finally:
         fastread.close(conn)
         conn.close()
+
+
+def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int):
+    """(ops, calls, (ranges, marks)) read by ``threads`` readers, each with its own connection."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def on_own_connection(fn, *args):
+        own = safety.open_report(path, immutable=immutable, quick_check=False)
+        try:
+            return fn(own, *args)
+        finally:
+            fastread.close(own)
+            own.close()
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
+        # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
+        nvtx = pool.submit(on_own_connection, read_nvtx, strings)
+        calls = pool.submit(on_own_connection, read_calls)
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan]
+        ops = assemble_gpu_ops(plan, [f.result() for f in parts])
+        return ops, calls.result(), nvtx.result()
