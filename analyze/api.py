@@ -16,6 +16,7 @@ import pandas as pd
 
 from . import attribution, checks, cycles, projection, report, safety
 from . import collectives as coll_mod
+from .launches import cycle_of_ops, prepare_launches
 from .phases import OTHER, PhaseConfig
 from .ranks import identify_ranks
 
@@ -107,7 +108,8 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
 def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage) -> ReportResult:
     stage("reading")
     read_notes: list[str] = []     # where the tables came from (cache), see read_tables
-    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes)
+    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes,
+                         prepare=lambda calls, ranges: prepare_launches(calls, ranges, config))
     ops = tables.gpu_ops
     if ops.empty:
         if tables.ranges.empty and tables.marks.empty:
@@ -126,16 +128,15 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     name_code, names = attribution.op_name_codes(kind, cols["name_id"], tables.strings)
 
     stage("linking ops to API calls")
-    ranges = attribution.label_ranges(tables.ranges, config)
-    calls = tables.calls
-    index = projection.build_call_index(calls, ranges)
+    launches = tables.prepared if tables.prepared is not None else \
+        prepare_launches(tables.calls, tables.ranges, config)
+    ranges, calls, index, layout = launches.ranges, launches.calls, launches.index, launches.layout
     op_call = projection.link_op_arrays(pid, cols["correlation_id"].astype("int64", copy=False), calls, index)
 
     # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
     stage("projecting NVTX ranges")
     projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
     has, first, last = projection.call_op_span_arrays(op_call, start, end, projected, len(index.key))
-    layout = projection.range_layout(index, ranges)
     nsys_proj = projection.project_ranges(ranges, index, has, first, last, layout)
     has_all, first_all, last_all = projection.call_op_span_arrays(op_call, start, end, kind >= 0,
                                                                   len(index.key))
@@ -144,15 +145,16 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
                            gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
                            gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
-    ranges["full_name"] = projection.full_range_names(ranges)
+    ranges["full_name"] = launches.full_name
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
 
     stage("attributing phases")
     ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
                            tables.processes, path)
     name_phase = attribution.kernel_phase_codes(names, config)
-    phase, range_id, inclusive, outermost = attribution.assign_phase_codes(op_call, name_code, name_phase,
-                                                                           ranges, index, config)
+    phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code, name_phase,
+                                                            config)
+    outermost = launches.painted.outermost
     rank_values = ranks["rank"].to_numpy(dtype="int64")
     pid_sorted = np.argsort(ranks["global_pid"].to_numpy(dtype="int64"), kind="stable")
     rank_code = pid_sorted[np.searchsorted(ranks["global_pid"].to_numpy(dtype="int64")[pid_sorted], pid)]
@@ -176,11 +178,10 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
                                              duration)
     coll_names = collective_names(names, config)
     collective = coll_names[name_code] if len(names) else np.zeros(len(start), dtype=bool)
-    cycle_owner = cycles.cycle_of_calls(ranges, index, config)
-    cycle_range = cycles.cycle_of_ops(op_call, ranges, index, config, owner=cycle_owner)
-    windows = cycles.cycle_windows(cycle_owner, has_all, first_all, last_all)
-    del cycle_owner, has, first, last, has_all, first_all, last_all
-    ranges["is_cycle"] = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
+    cycle_range = cycle_of_ops(launches, op_call)
+    windows = cycles.cycle_windows(launches.cycle_owner, has_all, first_all, last_all)
+    del has, first, last, has_all, first_all, last_all
+    ranges["is_cycle"] = launches.is_cycle
     op_rank = rank_values[rank_code]
     # the object columns, built once (every element is one of the few distinct strings)
     name_full = names[name_code] if len(names) else np.zeros(0, dtype=object)
@@ -311,13 +312,13 @@ MIN_CHUNK_ROWS = 50_000
 
 
 def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
-                notes: list[str] | None = None) -> report.ReportTables:
+                notes: list[str] | None = None, prepare=None) -> report.ReportTables:
     """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
     chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
     chunk_rows = max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
 
     def reader(p):
-        return report.read_report(p, chunk_rows=chunk_rows)
+        return report.read_report(p, chunk_rows=chunk_rows, prepare=prepare)
 
     if not cache:
         return reader(path)

@@ -10,6 +10,8 @@
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -29,11 +31,19 @@ def name_codes(names) -> tuple[np.ndarray, list]:
     return codes, [str(u) for u in uniq]
 
 
+def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, distinct texts as an object array of str): ``pd.factorize(texts.astype(str))``
+    without converting every row to a new string column (pandas 3 copies each text into Arrow)."""
+    codes, uniq = pd.factorize(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
+                               use_na_sentinel=False)
+    return codes, np.array([str(u) for u in uniq], dtype=object)
+
+
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
     ranges = ranges.copy()
     # once per distinct (name, domain), not per range
-    ncode, nuniq = pd.factorize(ranges["name"].astype(str))
-    dcode, duniq = pd.factorize(ranges["domain"].astype(str))
+    ncode, nuniq = text_codes(ranges["name"])
+    dcode, duniq = text_codes(ranges["domain"])
     codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
     uniq = np.asarray(uniq, dtype="int64")
     nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
@@ -102,14 +112,20 @@ def kernel_phase_codes(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
     return np.array([code_of[f] if f is not None else -1 for f in found], dtype="int16")
 
 
-def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: np.ndarray,
-                       ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig):
-    """:func:`assign_phases` on codes: (phase code per op, range_id per op, inclusive membership,
-    outermost flag per range). Phase code ``len(config.names)`` is ``other``. Inclusive membership
-    is an unsigned int per op with bit i set when the op is in phase i (:func:`inclusive_mask`),
-    or a {phase: mask} dict beyond 64 phases."""
+class PaintedCalls(NamedTuple):
+    """Per sorted API call, what its NVTX ranges say (from calls and ranges only, no GPU op)."""
+
+    owner: np.ndarray           # innermost phase range id per call, with a trailing -1 slot (no call)
+    range_code: np.ndarray      # phase code per range id, with a trailing ``other`` slot
+    call_bits: np.ndarray | None  # inclusive membership, bit i = phase i (None beyond 64 phases)
+    members: dict               # phase code -> bool per call (used beyond 64 phases)
+    outermost: np.ndarray       # per range: outermost among the ranges of its phase
+
+
+def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig) -> PaintedCalls:
+    """The call side of :func:`assign_phase_codes`: every sorted call painted with its innermost
+    phase range and its inclusive phase bits (once per report, whatever the number of ops)."""
     n_calls = len(index.key)
-    n_ops = len(op_call)
     phase_ranges = ranges[ranges["phase"].notna()]
     lo, hi, exact = proj.range_blocks(index, phase_ranges)
     tidx, _, end_key = proj.range_keys(index, phase_ranges)
@@ -118,28 +134,22 @@ def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: n
     levels = proj.nesting_levels(tidx, starts, ends)
     labels = phase_ranges.index.to_numpy(dtype="int64")
     owner = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key))
+    owner = np.append(owner, -1)       # op_call -1 (no launching call) picks this slot: one gather
 
-    # op_call -1 (no launching call) picks the appended "none" slot: no compress, one gather
-    range_id = np.append(owner, -1)[op_call]
     code_of = {n: i for i, n in enumerate(config.names)}
     other = len(config.names)
     pcode, puniq = pd.factorize(ranges["phase"], use_na_sentinel=True)   # per distinct phase
     plookup = np.array([code_of.get(p, other) if isinstance(p, str) else other for p in puniq] + [other],
                        dtype="int16")
     range_code = np.append(plookup[np.where(pcode < 0, len(puniq), pcode)], np.int16(other))
-    by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
-    phase = np.where(by_kernel >= 0, by_kernel, range_code[range_id]).astype("int8")
 
-    # inclusive membership as one bit per phase: per call (painted once per phase), then one
-    # gather per op, instead of one boolean gather per phase
+    # inclusive membership as one bit per phase, painted once per phase
     n_ph = len(config.names)
     bits_t = next((t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if np.dtype(t).itemsize * 8 >= n_ph),
                   None)
-    call_bits = np.zeros(n_calls + 1, dtype=bits_t or np.uint64)
     outermost = np.zeros(len(ranges), dtype=bool)
-    inclusive: dict[str, np.ndarray] = {}
     phase_col = phase_ranges["phase"].to_numpy(dtype=object)
-    member: dict[int, np.ndarray] = {}
+    members: dict[int, np.ndarray] = {}
     for i, name in enumerate(config.names):
         sel = np.flatnonzero(phase_col == name)
         if len(sel):
@@ -149,18 +159,45 @@ def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: n
             marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
                                       exact[top], np.ones(len(top), dtype="int64"),
                                       (index.end_key, end_key[top]))
-            member[i] = marks > 0
+            members[i] = marks > 0
+    call_bits = None
     if bits_t is not None:
-        for i, m in member.items():
+        call_bits = np.zeros(n_calls + 1, dtype=bits_t)
+        for i, m in members.items():
             call_bits[:-1][m] |= call_bits.dtype.type(1 << i)
-        op_bits = call_bits[op_call]
+    return PaintedCalls(owner, range_code, call_bits, members, outermost)
+
+
+def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.ndarray,
+                   name_phase: np.ndarray, config: PhaseConfig):
+    """The op side of :func:`assign_phase_codes`: (phase code, range id, inclusive membership) per
+    op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
+    n_ops = len(op_call)
+    range_id = painted.owner[op_call]
+    by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
+    phase = np.where(by_kernel >= 0, by_kernel, painted.range_code[range_id]).astype("int8")
+    if painted.call_bits is not None:
+        op_bits = painted.call_bits[op_call]
         kernel_bit = np.left_shift(np.ones(1, dtype=op_bits.dtype), np.maximum(by_kernel, 0).astype(op_bits.dtype))
         op_bits |= np.where(by_kernel >= 0, kernel_bit, 0).astype(op_bits.dtype)
-        return phase, range_id, op_bits, outermost
+        return phase, range_id, op_bits
+    inclusive: dict[str, np.ndarray] = {}
     for i, name in enumerate(config.names):       # more phases than bits in a word: one mask each
-        in_range = np.append(member[i], False)[op_call] if i in member else np.zeros(n_ops, dtype=bool)
+        m = painted.members.get(i)
+        in_range = np.append(m, False)[op_call] if m is not None else np.zeros(n_ops, dtype=bool)
         inclusive[name] = in_range | (by_kernel == i)
-    return phase, range_id, inclusive, outermost
+    return phase, range_id, inclusive
+
+
+def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: np.ndarray,
+                       ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig):
+    """Phases on codes: (phase code per op, range_id per op, inclusive membership, outermost flag
+    per range). Phase code ``len(config.names)`` is ``other``. Inclusive membership is an unsigned
+    int per op with bit i set when the op is in phase i (:func:`inclusive_mask`), or a
+    {phase: mask} dict beyond 64 phases."""
+    painted = paint_phase_calls(ranges, index, config)
+    phase, range_id, inclusive = op_phase_codes(painted, op_call, name_code, name_phase, config)
+    return phase, range_id, inclusive, painted.outermost
 
 
 def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:

@@ -169,7 +169,6 @@ def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.nda
     """:func:`cycle_table` on arrays: ``op_phase`` codes into ``config.names + [other]``,
     ``op_cycle`` the cycle range id (-1 none), ``op_input`` / ``range_input`` which report (codes),
     ``op_order`` the ops' stable order by (rank, start) when known."""
-    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
     if "is_cycle" not in ranges.columns:
         return _empty(config)
     is_cyc = ranges["is_cycle"].to_numpy(dtype=bool)
@@ -228,6 +227,34 @@ def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.nda
         for i in range(n_ph):
             covered |= phase == i
             upto_all[i] += sorted_union_length(win[covered], start[covered], end[covered], n)
+    return cycle_frame(cyc, lo, hi, busy, upto_all, marks, config)
+
+
+def cycle_windows_table(ranges: pd.DataFrame, range_input: np.ndarray, windows):
+    """(cycle ranges that launched GPU work, sorted by (rank, start) and numbered per rank, their
+    GPU window starts, ends) from :func:`cycle_windows`' output; None when there are no cycles."""
+    if "is_cycle" not in ranges.columns:
+        return None
+    is_cyc = ranges["is_cycle"].to_numpy(dtype=bool)
+    if not is_cyc.any():
+        return None
+    cyc = ranges[is_cyc].assign(_input=range_input[is_cyc])
+    cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    w_id, w_lo, w_hi = windows
+    at = pd.Index(w_id).get_indexer(cyc["range_id"].to_numpy(dtype="int64"))
+    has_gpu = at >= 0
+    cyc = cyc[has_gpu].reset_index(drop=True)
+    cyc["cycle"] = cyc.groupby("rank").cumcount()
+    return cyc, w_lo[at[has_gpu]], w_hi[at[has_gpu]]
+
+
+def cycle_frame(cyc: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray, upto_all: np.ndarray,
+                marks: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
+    """The cycle table from its windows and unions: ``busy`` per window, ``upto_all[i]`` the union
+    of the ops of phases 0..i per window (clipped to the window)."""
+    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
+    win_rank = cyc["rank"].to_numpy(dtype="int64")
+    n = len(cyc)
     out = pd.DataFrame({"rank": win_rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": lo, "end_ns": hi,
                         "duration_ns": hi - lo, "cpu_start_ns": cyc["start_ns"].to_numpy(),
                         "cpu_end_ns": cyc["end_ns"].to_numpy()})
@@ -253,6 +280,25 @@ def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.nda
     return out[COLUMNS[:9] + phase_cols + COLUMNS[9:]]
 
 
+def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:
+    """The marks that carry ``accept_len=N``, with ``n``, ``reqs`` and ``lens`` parsed (each
+    distinct text once, one compiled regex, no per-row pandas work)."""
+    codes, texts = pd.factorize(np.asarray(marks["text"].to_numpy(dtype=object)), use_na_sentinel=False)
+    n_of = np.full(len(texts) + 1, np.nan)
+    reqs_of = np.full(len(texts) + 1, np.nan)
+    lens_of = np.full(len(texts) + 1, None, dtype=object)
+    for i, text in enumerate(texts):
+        m = ACCEPT_MARK.search(text) if isinstance(text, str) else None
+        if m:
+            n_of[i] = float(m["n"])
+            reqs_of[i] = float(m["reqs"]) if m["reqs"] is not None else np.nan
+            lens_of[i] = m["lens"]
+    keep = ~np.isnan(n_of[codes])
+    sel = marks[keep]
+    return sel.assign(n=n_of[codes][keep], reqs=reqs_of[codes][keep],
+                      lens=pd.Series(lens_of[codes][keep], index=sel.index, dtype=object))
+
+
 def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
     """Accepted draft tokens, requests and per-request accept lengths (comma-separated) per cycle,
     from ``accept_len=N reqs=M [lens=a,b,...]`` marks inside the cycle range (same process, time
@@ -261,10 +307,7 @@ def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Ser
     requests = pd.Series(np.nan, index=cyc.index, dtype="float64")
     lengths = pd.Series(None, index=cyc.index, dtype=object)
     if marks is not None and not marks.empty:
-        found = marks["text"].astype(str).str.extract(ACCEPT_MARK)
-        acc = marks.assign(n=pd.to_numeric(found["n"], errors="coerce"),
-                           reqs=pd.to_numeric(found["reqs"], errors="coerce"),
-                           lens=found["lens"]).dropna(subset=["n"])
+        acc = _accept_marks(marks)
         for (pid, inp), group in cyc.groupby(["global_pid", "input"]):
             same = acc[(acc["global_pid"] == pid) & (acc["input"] == inp)]
             if same.empty:

@@ -259,14 +259,16 @@ def full_range_names(ranges: pd.DataFrame) -> pd.Series:
         return ranges["full_name"]
     if len(ranges) < 1000:
         return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
-    ncode, nuniq = pd.factorize(ranges["name"].astype(str))
-    dcode, duniq = pd.factorize(ranges["domain"].astype(str))
+    from .attribution import text_codes
+
+    ncode, nuniq = text_codes(ranges["name"])
+    dcode, duniq = text_codes(ranges["domain"])
     codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
     uniq = np.asarray(uniq, dtype="int64")
     nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
     names = np.array([f"{d}:{n}" for n, d in zip(nuniq[uniq // (len(duniq) + 1)], duniq[uniq % (len(duniq) + 1)])],
                      dtype=object)
-    return pd.Series(names[codes], index=ranges.index, name=None).astype(str)
+    return pd.Series(names[codes], index=ranges.index, name=None, dtype=object)
 
 
 def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:

@@ -51,6 +51,7 @@ class ReportTables(NamedTuple):
     devices: pd.DataFrame       # pid, cuda_id, gpu_id, gpu_name, bus
     meta: dict                  # schema_version, utc_start_ns, cuda_graph_trace, nsys_version
     cross_thread_ranges: int = 0  # start/end ranges that end on another thread (left out, as nsys does)
+    prepared: object = None     # what read_report's ``prepare(calls, ranges)`` returned
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -68,8 +69,16 @@ def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = T
 
 def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
     """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan)."""
-    lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+    lo, hi = rowid_bounds(conn, table)
     return (int(hi) - int(lo) + 1) if lo is not None else None
+
+
+def rowid_bounds(conn: sqlite3.Connection, table: str) -> tuple[int | None, int | None]:
+    """(min rowid, max rowid) of ``table``: two B-tree seeks. (One ``SELECT min(rowid), max(rowid)``
+    is a full scan: SQLite's min/max shortcut takes a single aggregate only.)"""
+    lo = conn.execute(f"SELECT min(rowid) FROM {table}").fetchone()[0]
+    hi = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+    return lo, hi
 
 
 def _concat_columns(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -163,7 +172,7 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
             name = "NULL"
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
-        lo, hi = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        lo, hi = rowid_bounds(conn, table)
         if lo is None:
             plan.append(OpRead(kind, table, sql, None, None, None))
             continue
@@ -409,25 +418,32 @@ def read_threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None) -> ReportTables:
+def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
+                prepare=None, ops: bool = True) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
     ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
     (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
-    read-only connection: the same tables as one reader."""
+    read-only connection: the same tables as one reader. ``prepare(calls, ranges)``, when given,
+    runs as soon as both are read (while GPU ops are still being read, with threads) and its result
+    is ``prepared``. ``ops=False`` leaves the GPU ops out (an empty table; chunked analysis reads
+    them itself)."""
     threads = read_threads() if threads is None else threads
     conn = safety.open_report(path)
     try:
         strings = read_strings(conn)
-        plan = plan_gpu_op_reads(conn, chunk_rows, split=threads)
+        plan = plan_gpu_op_reads(conn, chunk_rows, split=threads) if ops else []
         if threads <= 1:
-            ops = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings)
+            prepared = prepare(calls, ranges) if prepare else None
+            op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
         else:
-            ops, calls, (ranges, marks) = _read_parallel(path, conn.immutable, plan, strings, threads)
-        return ReportTables(path=str(path), strings=strings, gpu_ops=ops, calls=calls, ranges=ranges,
+            op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
+                                                                        threads, prepare)
+        return ReportTables(path=str(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
-                            meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn))
+                            meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
+                            prepared=prepared)
     except sqlite3.DatabaseError as exc:
         raise safety.CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
@@ -435,8 +451,10 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         conn.close()
 
 
-def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int):
-    """(ops, calls, (ranges, marks)) read by ``threads`` readers, each with its own connection."""
+def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
+                   prepare=None):
+    """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
+    connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
     from concurrent.futures import ThreadPoolExecutor
 
     def on_own_connection(fn, *args):
@@ -451,6 +469,14 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
         nvtx = pool.submit(on_own_connection, read_nvtx, strings)
         calls = pool.submit(on_own_connection, read_calls)
-        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan]
-        ops = assemble_gpu_ops(plan, [f.result() for f in parts])
-        return ops, calls.result(), nvtx.result()
+
+        def prepared_after_reads():
+            return prepare(calls.result(), nvtx.result()[0])
+
+        # queued behind NVTX, calls and the first op read: the reader done with the calls starts
+        # an op read, the one done with NVTX prepares
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
+        prepared = pool.submit(prepared_after_reads) if prepare else None
+        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
+        ops = assemble_gpu_ops(plan, [f.result() for f in parts]) if plan else assemble_gpu_ops([], [])
+        return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
