@@ -108,8 +108,15 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
 def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage) -> ReportResult:
     stage("reading")
     read_notes: list[str] = []     # where the tables came from (cache), see read_tables
-    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes,
-                         prepare=lambda calls, ranges: prepare_launches(calls, ranges, config))
+
+    def prepare(calls, ranges):
+        return prepare_launches(calls, ranges, config)
+
+    if memory_budget and not cache:
+        result = _analyze_in_chunks(str(path), config, memory_budget, stage, prepare, read_notes)
+        if result is not None:
+            return result
+    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes, prepare=prepare)
     ops = tables.gpu_ops
     if ops.empty:
         if tables.ranges.empty and tables.marks.empty:
@@ -212,6 +219,37 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
                         nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
 
 
+def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage, prepare,
+                       notes: list[str]) -> ReportResult | None:
+    """The map step in time-ordered chunks of GPU ops sized to ``memory_budget`` (chunked.py);
+    None, with a note, when the report's op tables are not in time order (then the caller reads the
+    ops whole, in rowid chunks)."""
+    from . import chunked
+
+    tables = report.read_report(path, prepare=prepare, ops=False)
+    if tables.ranges.empty and tables.marks.empty and not report_has_ops(path):
+        raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
+                                    "(was it captured with -t cuda?)")
+    if not report_has_ops(path):
+        raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+    fixed = FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
+    chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
+    try:
+        return chunked.analyze_chunked(path, config, tables, tables.prepared, chunk_rows, stage, ReportResult)
+    except chunked.NotTimeOrdered:
+        notes.append("--memory-budget: the GPU op tables are not in time order, so the report was analysed "
+                     "in one piece (only its read was chunked)")
+        return None
+
+
+def report_has_ops(path: str) -> bool:
+    conn = safety.open_report(path, quick_check=False)
+    try:
+        return any(report.rowid_bounds(conn, p.table)[0] is not None for p in report.plan_gpu_op_reads(conn))
+    finally:
+        conn.close()
+
+
 def _pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
     """Distinct (global_pid, device_id) pairs of the ops (what identify_ranks looks at)."""
     pcode, puniq = pd.factorize(pid)
@@ -307,6 +345,11 @@ def _progress(items, enabled: bool, total: int | None = None):
 
 # bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)
 READ_BYTES_PER_OP = 200
+# chunked analysis: bytes per op of a chunk in flight (the chunk read ahead, its arrays, sorted
+# copies and masks), and what the calls and ranges held for the whole run cost per row
+CHUNK_BYTES_PER_OP = 600
+FIXED_BYTES_PER_CALL = 150
+FIXED_BYTES_PER_RANGE = 300
 # smallest read chunk (rows); tests lower it to force many chunk boundaries
 MIN_CHUNK_ROWS = 50_000
 

@@ -251,36 +251,18 @@ def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_
     busy = union()
     cumulative = np.zeros(n, dtype="int64")
     covered = np.zeros(len(code), dtype=bool)
-    rows = []
-    range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
-    top = ranges[outermost]
-    top_rank = top["global_pid"].map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    p_busy, exclusive, k_ns = [], [], []
     for i_phase, name in enumerate(config.names):
         member = inclusive_mask(inclusive, i_phase, name)
-        p_busy = union(member)
+        p_busy.append(union(member))
         covered |= phase == i_phase
         upto = union(covered)
-        exclusive = upto - cumulative
+        exclusive.append(upto - cumulative)
         cumulative = upto
-        k_ns = ksum(member & is_kernel)
-        mine = (top["phase"] == name).to_numpy()
-        for i, rank in enumerate(rank_list):
-            sel = mine & (top_rank == rank)
-            r = top[sel]
-            projected = np.where(r["gpu_ops_all"] > 0, r["gpu_end_all"] - r["gpu_start_all"], 0).sum()
-            rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
-                         "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
-                         "busy_ns": int(p_busy[i]), "exclusive_ns": int(exclusive[i]),
-                         "kernel_ns": int(k_ns[i])})
+        k_ns.append(ksum(member & is_kernel))
     other = ~covered
     k_other = ksum(other & is_kernel)
     other_busy = union(other)
-    for i, rank in enumerate(rank_list):
-        rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
-                     "busy_ns": int(other_busy[i]),
-                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(k_other[i])})
-    phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
-
     kernel_total = ksum(is_kernel)
     win_start = np.full(n, -1, dtype="int64")
     win_end = np.full(n, -1, dtype="int64")
@@ -288,12 +270,60 @@ def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_
         run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
         win_start[code[run]] = start[run]
         win_end[code[run]] = np.maximum.reduceat(end, run)
+    return phase_tables(RankFigures(busy, p_busy, exclusive, k_ns, other_busy, k_other, cumulative, kernel_total,
+                                    win_start, win_end, np.bincount(code, minlength=n)),
+                        ranges, outermost, ranks, config)
+
+
+class RankFigures(NamedTuple):
+    """Per rank (arrays indexed like the ranks table, sorted by rank): what the phase and totals
+    tables are made of. Lists hold one array per configured phase."""
+
+    busy: np.ndarray
+    phase_busy: list
+    exclusive: list
+    kernel_ns: list
+    other_busy: np.ndarray
+    other_kernel_ns: np.ndarray
+    attributed: np.ndarray      # exclusive time of all phases (the last cumulative union)
+    kernel_total: np.ndarray
+    window_start: np.ndarray
+    window_end: np.ndarray
+    gpu_ops: np.ndarray
+
+
+def phase_tables(fig: RankFigures, ranges: pd.DataFrame, outermost: np.ndarray, ranks: pd.DataFrame,
+                 config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(phases, totals) tables from the per-rank figures and the ranges (instances, CPU time and
+    projected time of each phase's outermost ranges)."""
+    rank_list = ranks["rank"].to_numpy(dtype="int64")
+    rows = []
+    range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    top = ranges[outermost]
+    top_rank = top["global_pid"].map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    for i_phase, name in enumerate(config.names):
+        mine = (top["phase"] == name).to_numpy()
+        for i, rank in enumerate(rank_list):
+            sel = mine & (top_rank == rank)
+            r = top[sel]
+            projected = np.where(r["gpu_ops_all"] > 0, r["gpu_end_all"] - r["gpu_start_all"], 0).sum()
+            rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
+                         "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
+                         "busy_ns": int(fig.phase_busy[i_phase][i]), "exclusive_ns": int(fig.exclusive[i_phase][i]),
+                         "kernel_ns": int(fig.kernel_ns[i_phase][i])})
+    busy, cumulative = fig.busy, fig.attributed
+    for i, rank in enumerate(rank_list):
+        rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
+                     "busy_ns": int(fig.other_busy[i]),
+                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(fig.other_kernel_ns[i])})
+    phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
+    win_start, win_end = fig.window_start, fig.window_end
     totals = pd.DataFrame({
-        "rank": rank_list, "kernel_ns": kernel_total.astype("int64"), "busy_ns": busy,
+        "rank": rank_list, "kernel_ns": fig.kernel_total.astype("int64"), "busy_ns": busy,
         "exclusive_attributed_ns": cumulative, "unattributed_ns": busy - cumulative,
         "window_start_ns": win_start, "window_end_ns": win_end,
         "idle_ns": np.where(win_end >= 0, win_end - win_start - busy, 0),
-        "gpu_ops": np.bincount(code, minlength=n),
+        "gpu_ops": fig.gpu_ops,
     })
     return phases, totals
 

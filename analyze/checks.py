@@ -82,7 +82,12 @@ def graph_level_trace(meta: dict, ops: pd.DataFrame) -> list[str]:
     return []
 
 
-def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame) -> list[str]:
+def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame,
+              op_counts: dict | None = None) -> list[str]:
+    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph): the op
+    figures counted chunk by chunk, when ``ops`` is not the whole op table (chunked.py)."""
+    if op_counts is not None:
+        return _notes_from_counts(tables, ranges, op_counts)
     notes: list[str] = []
     notes += marks_only(ranges, tables.marks)
     notes += unlinked_ops(op_call)
@@ -94,4 +99,26 @@ def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFra
     notes += shared_correlation_ids(tables.calls)
     notes += invalid_text(tables.strings)
     notes += graph_level_trace(tables.meta, ops)
+    return notes
+
+
+def _notes_from_counts(tables, ranges: pd.DataFrame, c: dict) -> list[str]:
+    """:func:`all_notes`, same lines in the same order, with the op checks from counts."""
+    notes: list[str] = []
+    notes += marks_only(ranges, tables.marks)
+    if c["unlinked"]:
+        notes += unlinked_ops(np.full(c["unlinked"], -1))
+    notes += unclosed_ranges(ranges)
+    notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
+    notes += identical_ranges(ranges)
+    if c["zero"]:
+        notes.append(f"{c['zero']} GPU ops have zero duration (counted, add no time)")
+    n = int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + c["negative_pid"]
+    if n:
+        notes.append(f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, not dropped")
+    notes += shared_correlation_ids(tables.calls)
+    notes += invalid_text(tables.strings)
+    if c["graph"]:
+        notes.append("CUDA graphs traced at graph level: kernels inside graph replays are invisible (profile "
+                     "with --cuda-graph-trace=node to see all-reduce kernels inside graphs)")
     return notes

@@ -74,3 +74,43 @@ def clip(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[np.ndarr
     s = np.clip(start, lo, hi)
     e = np.clip(end, lo, hi)
     return s, e
+
+
+INT64_MIN = np.iinfo(np.int64).min
+
+
+def union_step(group: np.ndarray, start: np.ndarray, end: np.ndarray, reach: np.ndarray,
+               total: np.ndarray) -> None:
+    """Stream intervals into per-group union lengths: ``total[g]`` (union length so far) and
+    ``reach[g]`` (largest end so far, INT64_MIN for none) are updated in place.
+
+    The intervals come sorted by (group, start), and every start is at or after every start already
+    streamed into its group (chunks in time order): then the part of an interval not yet covered is
+    ``end - max(start, running max end)``, so chunk by chunk gives exactly :func:`union_length` of
+    all intervals at once."""
+    if not len(start):
+        return
+    first = np.r_[True, group[1:] != group[:-1]]
+    runs = np.flatnonzero(first)
+    seg = np.cumsum(first) - 1                     # segment index: small, monotone
+    base = int(min(start.min(), end.min()))
+    span = int(end.max()) - base + 1
+    if span * len(runs) < 2 ** 62:
+        # running max of end within each segment (segments lifted apart), exclusive of the element
+        lifted = (end - base) + seg * span
+        within = np.maximum.accumulate(lifted) - seg * span + base
+    else:                                          # huge spans: one pass per segment
+        within = np.empty_like(end)
+        for a, b in zip(runs.tolist(), np.r_[runs[1:], len(end)].tolist()):
+            within[a:b] = np.maximum.accumulate(end[a:b])
+    prev = np.empty_like(within)
+    prev[1:] = within[:-1]
+    prev[first] = INT64_MIN
+    seed = reach[group]
+    np.maximum(prev, seed, out=prev)
+    contrib = end - np.maximum(start, prev)
+    np.maximum(contrib, 0, out=contrib)
+    g = group[runs]
+    total[g] += np.add.reduceat(contrib, runs)
+    last = np.r_[runs[1:], len(end)] - 1
+    reach[g] = np.maximum(reach[g], within[last])

@@ -334,3 +334,61 @@ def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray,
         last[p[run]] = np.maximum.reduceat(end[sel][order], run)
         has[p[run]] = 1
     return has, first, last
+
+
+class CallKeys(NamedTuple):
+    """The calls' (process, correlation id) keys, hashed once, for linking ops chunk by chunk."""
+
+    pids: pd.Index          # distinct processes of the calls
+    corr_lo: int
+    span: int               # correlation id range of the calls
+    keys: pd.Index          # distinct call keys
+    pos: np.ndarray         # sorted position of the first call of each key
+
+
+def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
+    """None when the key space does not fit one int64 (link those with :func:`link_op_arrays`)."""
+    c_pid = calls["global_pid"].to_numpy(dtype="int64")
+    c_corr = calls["correlation_id"].to_numpy(dtype="int64")
+    if not len(c_corr):
+        return None
+    lo, hi = int(c_corr.min()), int(c_corr.max())
+    span = hi - lo + 1
+    pids = pd.Index(pd.unique(c_pid))
+    if span * (len(pids) + 1) >= 2 ** 62:
+        return None
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    uk, first = np.unique(c_key, return_index=True)       # first call of every key
+    return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
+
+
+def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
+    """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
+    op_p = keys.pids.get_indexer(pid).astype("int64")      # -1: a process without calls
+    rel = corr - keys.corr_lo
+    ok = (op_p >= 0) & (rel >= 0) & (rel < keys.span)
+    op_key = np.where(ok, op_p * keys.span + rel, -1)
+    at = keys.keys.get_indexer(op_key)
+    out = np.full(len(pid), -1, dtype="int64")
+    hit = (at >= 0) & ok
+    out[hit] = keys.pos[at[hit]]
+    return out
+
+
+def update_call_spans(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                      has: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+    """:func:`call_op_span_arrays` accumulated in place over chunks of ops (min of starts, max of
+    ends, whether any op)."""
+    sel = sel & (op_call >= 0)
+    pos = op_call[sel]
+    if not len(pos):
+        return
+    order = np.argsort(pos, kind="stable")
+    p = pos[order]
+    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+    at = p[run]
+    first[at] = np.minimum(first[at], np.minimum.reduceat(start[sel][order], run))
+    last[at] = np.maximum(last[at], np.maximum.reduceat(end[sel][order], run))
+    has[at] = 1

@@ -35,10 +35,12 @@ def scale_file(tmp_path_factory):
     return str(paths[0]), truth
 
 
-def same(a, b):
-    for name in TABLES:
+def same(a, b, ops: bool = True):
+    for name in TABLES + ("alignment",):
         x, y = a.table(name).reset_index(drop=True), b.table(name).reset_index(drop=True)
         pd.testing.assert_frame_equal(x, y, check_dtype=False, obj=name)
+    if not ops:      # the chunked analysis keeps no per-op table
+        return
     assert len(a.gpu_ops) == len(b.gpu_ops)
     for c in ("start_ns", "end_ns", "rank", "phase", "name", "range_id", "cycle_range"):
         assert (a.gpu_ops[c].to_numpy() == b.gpu_ops[c].to_numpy()).all(), c
@@ -87,27 +89,95 @@ def test_adbc_opens_read_only(scale_file):
         conn.close()
 
 
-def test_chunked_read_gives_identical_results(scale_file):
+def chunk_notes(a) -> list[str]:
+    return [n for n in a.notes if n.startswith("--memory-budget")]
+
+
+def test_chunked_analysis_gives_identical_results(scale_file):
     path, _ = scale_file
     whole = api.load(path)
-    # 60k ops in chunks of 50k rows (the smallest chunk): several chunks per table
+    # 60k ops in chunks of 50k rows (the smallest chunk)
     chunked = api.load(path, memory_budget=1)
-    same(whole, chunked)
+    assert chunk_notes(chunked) == ["--memory-budget: analysed in 2 time-ordered chunks; the per-op table "
+                                    "(gpu_ops) is not kept"]
+    same(whole, chunked, ops=False)
+    assert chunked.gpu_ops.empty and list(chunked.gpu_ops.columns) == list(whole.gpu_ops.columns)
     t = report.read_report(path, chunk_rows=7_000)
     pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
 
 
-def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch):
-    """A budget that forces dozens of chunks per table (chunk sizes that do not divide the table),
-    so every boundary case (first/last chunk, partial chunk) is crossed."""
-    path, _ = scale_file
+@pytest.mark.parametrize("rows", [1_237, 4_096])
+def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch, rows):
+    """A budget that forces dozens of time-ordered chunks (sizes that do not divide the tables), so
+    every boundary case (first/last chunk, a cycle or a rank straddling chunks) is crossed; the
+    generator's exact figures hold for the chunked result too."""
+    path, truth = scale_file
     whole = api.load(path)
-    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 1_237)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", rows)
     chunked = api.load(path, memory_budget=1)
-    same(whole, chunked)
-    for rows in (997, 4_096):
-        t = report.read_report(path, chunk_rows=rows)
+    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    assert n >= 60_000 // rows
+    same(whole, chunked, ops=False)
+    tot = chunked.totals.set_index("rank")
+    for t in truth["ranks"]:
+        assert tot.loc[t["rank"], "busy_ns"] == t["busy_ns"]
+        ph = chunked.phases[chunked.phases["rank"] == t["rank"]].set_index("phase")
+        for p, ns in t["exclusive_ns"].items():
+            assert ph.loc[p, "exclusive_ns"] == ns, (t["rank"], p)
+    for rows_read in (997, 4_096):
+        t = report.read_report(path, chunk_rows=rows_read)
         pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
+
+
+REAL = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real")
+
+
+@pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_graphs_node", "h200_1proc_graphs_graphlevel",
+                                  "h200_shim_4rank_single", "h200_sweep2_steps3", "h200_diff_after"])
+def test_chunked_analysis_of_real_exports_is_identical(name, monkeypatch):
+    """Real nsys exports (their activity tables are in start order) cut into chunks of 200 rows:
+    every table the same as the whole analysis."""
+    path = os.path.join(REAL, name + ".sqlite")
+    whole = api.load(path)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 200)
+    chunked = api.load(path, memory_budget=1)
+    assert chunk_notes(chunked) and "time-ordered chunks" in chunk_notes(chunked)[0]
+    same(whole, chunked, ops=False)
+    assert [n for n in whole.notes] == [n for n in chunked.notes if not n.startswith("--memory-budget")]
+
+
+def test_ops_out_of_time_order_fall_back_to_one_piece(tmp_path, monkeypatch):
+    """A report whose kernel rows are not in start order cannot be cut by rowid into time slices:
+    it is analysed in one piece (read in chunks), said in a note, with the same results."""
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "shuffled.sqlite"
+    shutil.copy(os.path.join(REAL, "h200_4proc_eager.sqlite"), path)
+    db = sqlite3.connect(path)
+    db.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC")
+    db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM temp.k")
+    db.commit()
+    db.close()
+    whole = api.load(str(path))
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 500)
+    chunked = api.load(str(path), memory_budget=1)
+    assert chunk_notes(chunked) == ["--memory-budget: the GPU op tables are not in time order, so the report "
+                                    "was analysed in one piece (only its read was chunked)"]
+    same(whole, chunked)
+
+
+def test_parallel_readers_give_the_same_tables(scale_file, monkeypatch):
+    """Two reader threads (op table cut in rowid ranges, calls and NVTX on their own connections)
+    read exactly what one reader reads."""
+    path, _ = scale_file
+    monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1_000)
+    one, two = report.read_report(path, threads=1), report.read_report(path, threads=2)
+    assert len(report.plan_gpu_op_reads(report.safety.open_report(path), split=2)) > \
+        len(report.plan_gpu_op_reads(report.safety.open_report(path), split=1))
+    for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
+        pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name), obj=name)
 
 
 def test_streamed_reader_equals_table_reader(scale_file):
