@@ -198,9 +198,10 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     ranges = ranges.rename_axis("range_id").reset_index()
     marks = tables.marks.assign(input=path)
     stage("decode cycles")
+    cycle_rows = ranges[ranges["is_cycle"].to_numpy(dtype=bool)].assign(input=path)   # not a copy of all
     cycle_tab = cycles.cycle_table_arrays(op_rank, start, end, phase, cycle_range,
-                                          np.zeros(len(start), dtype="int64"), ranges.assign(input=path),
-                                          np.zeros(len(ranges), dtype="int64"), marks, config, op_order=order,
+                                          np.zeros(len(start), dtype="int64"), cycle_rows,
+                                          np.zeros(len(cycle_rows), dtype="int64"), marks, config, op_order=order,
                                           windows=windows, presorted=(rank_values[s_code], s_start, s_end))
     del order, s_code, s_start, s_end
 

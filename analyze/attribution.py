@@ -40,7 +40,7 @@ def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
-    ranges = ranges.copy()
+    ranges = ranges.copy(deep=False)   # copy-on-write: the columns are shared, not copied
     # once per distinct (name, domain), not per range
     ncode, nuniq = text_codes(ranges["name"])
     dcode, duniq = text_codes(ranges["domain"])
@@ -342,12 +342,37 @@ def kernel_table_codes(rank_code: np.ndarray, rank_values: np.ndarray, phase: np
     dspan = int(d.max()) - dmin + 1
     n_keys = int(key.max()) + 1
     if dspan * n_keys < 2 ** 62:
-        order = np.argsort(key * dspan + (d - dmin), kind="stable")
-    else:
-        order = np.lexsort((d, key))
+        combined = key * dspan + (d - dmin)
+        del key
+        combined.sort()
+        return kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, names)
+    order = np.lexsort((d, key))
     k, v = key[order], d[order]
     run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
-    n = np.diff(np.r_[run, len(k)])
+    return _kernel_rows(k[run], run, v, rank_values, phase_names, names)
+
+
+def kernel_table_sorted(combined: np.ndarray, dmin: int, dspan: int, rank_values: np.ndarray,
+                        phase_names: list[str], names: np.ndarray) -> pd.DataFrame:
+    """:func:`kernel_table_codes` from ``key * dspan + (duration - dmin)`` per op, sorted (key =
+    (rank code * phases + phase) * names + name code). ``combined`` is overwritten with the
+    durations: one array of 8 bytes per op is the whole working set."""
+    k = combined // dspan
+    run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    gk = k[run]
+    del k
+    np.remainder(combined, dspan, out=combined)
+    combined += dmin
+    return _kernel_rows(gk, run, combined, rank_values, phase_names, names)
+
+
+def _kernel_rows(gk: np.ndarray, run: np.ndarray, v: np.ndarray, rank_values: np.ndarray,
+                 phase_names: list[str], names: np.ndarray) -> pd.DataFrame:
+    """Rows of the kernel table: ``v`` durations sorted by (key, duration), ``run`` where each key's
+    run starts, ``gk`` the key of each run."""
+    cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
+    n_phase, n_name = len(phase_names), max(len(names), 1)
+    n = np.diff(np.r_[run, len(v)])
     total = np.add.reduceat(v, run)
     lo_mid, hi_mid = run + (n - 1) // 2, run + n // 2
     median = (v[lo_mid] + v[hi_mid]) / 2.0
@@ -357,7 +382,6 @@ def kernel_table_codes(rank_code: np.ndarray, rank_values: np.ndarray, phase: np
     a = v[run + below].astype("float64")
     b = v[np.minimum(run + below + 1, run + n - 1)].astype("float64")
     p99 = a + (b - a) * frac
-    gk = k[run]
     name_i = gk % n_name
     phase_i = (gk // n_name) % n_phase
     rank_i = gk // (n_name * n_phase)

@@ -39,8 +39,11 @@ def cross_thread_ranges(count: int) -> list[str]:
 def identical_ranges(ranges: pd.DataFrame) -> list[str]:
     if ranges.empty:
         return []
-    dup = ranges.duplicated(["global_tid", "start_ns", "end_ns"], keep="first")
-    n = int(dup.sum())
+    # sorted by (thread, start, end): a duplicate sits right after its twin (no hashing of tuples)
+    tid, start, end = (ranges[c].to_numpy(dtype="int64") for c in ("global_tid", "start_ns", "end_ns"))
+    order = np.lexsort((end, start, tid))
+    t, s, e = tid[order], start[order], end[order]
+    n = int(((t[1:] == t[:-1]) & (s[1:] == s[:-1]) & (e[1:] == e[:-1])).sum())
     return [f"{n} NVTX ranges have the same bounds as another range on their thread (nested in order of "
             "appearance)"] if n else []
 
@@ -63,8 +66,13 @@ def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -
 def shared_correlation_ids(calls: pd.DataFrame) -> list[str]:
     if calls.empty:
         return []
-    per_id = calls.groupby("correlation_id")["global_pid"].nunique()
-    n = int((per_id > 1).sum())
+    # distinct (correlation id, process) pairs in id order, then ids that occur with several processes
+    pid_code, _ = pd.factorize(calls["global_pid"].to_numpy(dtype="int64"))
+    corr = calls["correlation_id"].to_numpy(dtype="int64")
+    order = np.lexsort((pid_code, corr))
+    c, p = corr[order], pid_code[order]
+    ids = c[np.r_[True, (c[1:] != c[:-1]) | (p[1:] != p[:-1])]]
+    n = len(np.unique(ids[1:][ids[1:] == ids[:-1]]))
     return [f"{n} correlation ids occur in several processes: ops joined to calls per process"] if n else []
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import attribution, checks, cycles, projection, report, safety
+from . import attribution, checks, cycles, memory, projection, report, safety
 from . import collectives as coll_mod
 from .intervals import INT64_MIN, union_step
 from .launches import Launches
@@ -232,6 +232,7 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
     coll_parts: list[pd.DataFrame] = []
     n_spilled = 0
 
+    memory.release()                 # the NVTX read's buffers
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-chunk") as pool:
         pending = pool.submit(_read_chunk, path, conn.immutable, chunks[0]) if chunks else None
         for k in range(len(chunks)):
@@ -322,6 +323,7 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
             n_spilled += 1
             del g, s, e, ph, nc, incl, covered, dur, is_kernel
 
+    memory.release()
     stage("combining chunks")
     pairs_df = pd.DataFrame(sorted(pairs), columns=["global_pid", "device_id"], dtype="int64")
     ranks = identify_ranks(pairs_df, tables.marks, ranges, tables.processes, path)
@@ -375,8 +377,10 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
     texts = np.array(names.texts, dtype=object)
     kernels = _kernel_table(spill, n_spilled, row_of_group, rank_values, phase_names, texts)
 
+    memory.release()
     stage("decode cycles")
-    cycle_tab = _cycle_table(spill, n_spilled, row_of_group, rank_values, ranges.assign(input=path),
+    cycle_rows = ranges[ranges["is_cycle"].to_numpy(dtype=bool)].assign(input=path)
+    cycle_tab = _cycle_table(spill, n_spilled, row_of_group, rank_values, cycle_rows,
                              windows, tables.marks.assign(input=path), config)
 
     coll_ops = None
@@ -407,22 +411,35 @@ def _load(spill: Path, k: int, c: str) -> np.ndarray:
 
 def _kernel_table(spill: Path, n: int, row_of_group: np.ndarray, rank_values: np.ndarray,
                   phase_names: list[str], texts: np.ndarray) -> pd.DataFrame:
-    """attribution.kernel_table_codes over the spilled (rank, phase, name, duration) of all ops."""
-    parts = {c: [] for c in ("r", "ph", "nc", "d")}
-    for k in range(n):
-        g = _load(spill, k, "g")
-        parts["r"].append(row_of_group[g].astype("int32"))
-        parts["ph"].append(_load(spill, k, "ph"))
-        parts["nc"].append(_load(spill, k, "nc"))
-        parts["d"].append(_load(spill, k, "e") - _load(spill, k, "s"))
-    if not n:
+    """attribution.kernel_table_codes over the spilled (rank, phase, name, duration) of all ops:
+    one int64 per op, key and duration packed, sorted in place (attribution.kernel_table_sorted)."""
+    sizes = [len(_load(spill, k, "ph")) for k in range(n)]
+    if not sum(sizes):
         return attribution.kernel_table_codes(np.zeros(0, dtype="int32"), rank_values, np.zeros(0, dtype="int8"),
                                               phase_names, np.zeros(0, dtype="int32"), texts,
                                               np.zeros(0, dtype="int64"))
-    cols = {c: np.concatenate(v) for c, v in parts.items()}
-    del parts
-    return attribution.kernel_table_codes(cols["r"], rank_values, cols["ph"], phase_names, cols["nc"], texts,
-                                          cols["d"])
+    n_phase, n_name = len(phase_names), max(len(texts), 1)
+    dmin, dmax = INT64_MAX, INT64_MIN
+    for k in range(n):
+        if sizes[k]:
+            d = _load(spill, k, "e") - _load(spill, k, "s")
+            dmin, dmax = min(dmin, int(d.min())), max(dmax, int(d.max()))
+    dspan = dmax - dmin + 1
+    if dspan * len(rank_values) * n_phase * n_name >= 2 ** 62:     # does not pack: the general path
+        cols = {c: np.concatenate([_load(spill, k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
+        return attribution.kernel_table_codes(row_of_group[cols["g"]], rank_values, cols["ph"], phase_names,
+                                              cols["nc"], texts, cols["e"] - cols["s"])
+    combined = np.empty(sum(sizes), dtype="int64")
+    at = 0
+    for k in range(n):
+        if not sizes[k]:
+            continue
+        key = (row_of_group[_load(spill, k, "g")].astype("int64") * n_phase + _load(spill, k, "ph")) * n_name \
+            + _load(spill, k, "nc")
+        combined[at:at + sizes[k]] = key * dspan + (_load(spill, k, "e") - _load(spill, k, "s") - dmin)
+        at += sizes[k]
+    combined.sort()
+    return attribution.kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, texts)
 
 
 def _cycle_table(spill: Path, n: int, row_of_group: np.ndarray, rank_values: np.ndarray, ranges: pd.DataFrame,
@@ -442,8 +459,15 @@ def _cycle_table(spill: Path, n: int, row_of_group: np.ndarray, rank_values: np.
         r = rank_values[row_of_group[g]]
         s, e, ph = _load(spill, k, "s"), _load(spill, k, "e"), _load(spill, k, "ph")
         del g
-        for _, win, pos in cycles._window_pairs_by_rank(r, s, e, win_rank, lo, hi, np.arange(len(s)),
-                                                        (r, s, e)):
+        if not len(s):
+            continue
+        # only the windows this chunk's time span can touch
+        near = np.flatnonzero((hi > s.min()) & (lo < e.max()))
+        if not len(near):
+            continue
+        for _, w_near, pos in cycles._window_pairs_by_rank(r, s, e, win_rank[near], lo[near], hi[near],
+                                                           np.arange(len(s)), (r, s, e)):
+            win = near[w_near]
             start = np.clip(s[pos], lo[win], hi[win])
             end = np.clip(e[pos], lo[win], hi[win])
             phase = ph[pos]

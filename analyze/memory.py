@@ -1,0 +1,27 @@
+"""Giving freed memory back to the operating system between the stages of a big analysis.
+
+glibc keeps freed heap memory (the reader's batch buffers, pandas' temporaries) in its arenas, so
+the resident size stays at its high-water mark even when the arrays are gone; ``malloc_trim(0)``
+hands it back (measured: ~210 MB after reading the NVTX events of a 10M-kernel report). A no-op
+where glibc is not the allocator.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+_LIBC = None
+
+
+def release() -> None:
+    global _LIBC
+    gc.collect()
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
