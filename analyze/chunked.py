@@ -399,8 +399,8 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
 
     gpu_ops = _empty_ops()
     notes = checks.all_notes(tables, gpu_ops, np.zeros(0, dtype="int64"), ranges, op_counts=counts)
-    notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunks; the per-op table "
-                 "(gpu_ops) is not kept")
+    notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunk{'s' if len(chunks) != 1 else ''}; "
+                 "the per-op table (gpu_ops) is not kept")
     return result_type(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
 

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
     p.add_argument("--memory-budget", metavar="SIZE", type=parse_size,
-                   help="read GPU ops in chunks that fit SIZE per report (e.g. 1GB, 512MB); same results")
+                   help="analyse each report in time-ordered chunks of GPU ops sized to SIZE (e.g. 1GB, "
+                        "512MB): the same tables, without the per-op table (plots of single ops need it)")
     p.add_argument("--cache", action="store_true",
                    help="cache the extracted tables as Parquet next to the report (else ~/.cache/specprof) "
                         "so a re-open is instant; the report itself is never written")
