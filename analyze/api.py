@@ -143,10 +143,9 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
     stage("projecting NVTX ranges")
     projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
-    has, first, last = projection.call_op_span_arrays(op_call, start, end, projected, len(index.key))
+    (has, first, last), (has_all, first_all, last_all) = projection.call_op_span_pairs(
+        op_call, start, end, projected, len(index.key))
     nsys_proj = projection.project_ranges(ranges, index, has, first, last, layout)
-    has_all, first_all, last_all = projection.call_op_span_arrays(op_call, start, end, kind >= 0,
-                                                                  len(index.key))
     all_proj = projection.project_ranges(ranges, index, has_all, first_all, last_all, layout)
     del layout
     ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],

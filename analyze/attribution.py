@@ -40,16 +40,18 @@ def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
 
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
+    """The ranges with ``phase`` (the phase their name and domain give, or None) and ``full_name``
+    (nsys' ``domain:name``), both worked out once per distinct (name, domain) pair."""
     ranges = ranges.copy(deep=False)   # copy-on-write: the columns are shared, not copied
-    # once per distinct (name, domain), not per range
     ncode, nuniq = text_codes(ranges["name"])
     dcode, duniq = text_codes(ranges["domain"])
     codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
     uniq = np.asarray(uniq, dtype="int64")
-    nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
-    found = np.array(range_phase(list(nuniq[uniq // (len(duniq) + 1)]), list(duniq[uniq % (len(duniq) + 1)]),
-                                 config) + [None], dtype=object)
+    names, domains = list(nuniq[uniq // (len(duniq) + 1)]), list(duniq[uniq % (len(duniq) + 1)])
+    found = np.array(range_phase(names, domains, config) + [None], dtype=object)
+    full = np.array([f"{d}:{n}" for n, d in zip(names, domains)] + [""], dtype=object)
     ranges["phase"] = pd.Series(found[codes] if len(codes) else found[:0], index=ranges.index, dtype=object)
+    ranges["full_name"] = pd.Series(full[codes] if len(codes) else full[:0], index=ranges.index, dtype=object)
     return ranges
 
 

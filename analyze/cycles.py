@@ -33,10 +33,11 @@ def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
     return sel[levels == 0]
 
 
-def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig) -> np.ndarray | None:
+def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
+                   top: pd.DataFrame | None = None) -> np.ndarray | None:
     """Per sorted API call, the id (row label in ``ranges``) of the cycle range enclosing it, else
-    -1; None when there are no cycle ranges."""
-    top = cycle_ranges(ranges, config)
+    -1; None when there are no cycle ranges (``top``: :func:`cycle_ranges` when the caller has it)."""
+    top = cycle_ranges(ranges, config) if top is None else top
     if top.empty:
         return None
     lo, hi, exact = proj.range_blocks(index, top)

@@ -33,10 +33,10 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     index = projection.build_call_index(calls, ranges)
     layout = projection.range_layout(index, ranges)
     painted = attribution.paint_phase_calls(ranges, index, config)
-    cycle_owner = cycles.cycle_of_calls(ranges, index, config)
-    is_cycle = ranges.index.isin(cycles.cycle_ranges(ranges, config).index)
-    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle,
-                    projection.full_range_names(ranges))
+    top_cycles = cycles.cycle_ranges(ranges, config)
+    cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles)
+    is_cycle = ranges.index.isin(top_cycles.index)
+    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"])
 
 
 def cycle_of_ops(launches: Launches, op_call: np.ndarray) -> np.ndarray:

@@ -291,6 +291,12 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
     return summary[cols].reset_index(drop=True)
 
 
+# a direct (process, correlation id) -> call table is used when it has at most this many slots per
+# call (plus a constant): nsys' correlation ids count up per process, so the table is dense
+DIRECT_TABLE_FACTOR = 8
+DIRECT_TABLE_MIN = 1 << 20
+
+
 def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
     """:func:`link_ops` on arrays: one integer key per (process, correlation id), a hash lookup."""
     if len(pid) == 0:
@@ -307,6 +313,14 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     sorted_pos = np.empty(len(index.order), dtype="int64")
     sorted_pos[index.order] = np.arange(len(index.order))
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
+        # correlation ids are dense per process: a direct table, one gather per op
+        table = np.full(span * len(pids) + 1, -1, dtype="int64")
+        table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
+        op_p = pids.get_indexer(pid).astype("int64")
+        rel = corr - lo
+        ok = (op_p >= 0) & (rel >= 0) & (rel < span)
+        return table[np.where(ok, op_p * span + rel, span * len(pids))]
     # first call of every key (drop_duplicates keep='first')
     uk, first = np.unique(c_key, return_index=True)
     op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls
@@ -316,6 +330,32 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     hit = at >= 0
     out[hit] = sorted_pos[first[at[hit]]]
     return out
+
+
+def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                       n_calls: int):
+    """:func:`call_op_span_arrays` for all linked ops and for the ops ``sel`` marks, with one sort:
+    ((has, first, last) over ``sel``, (has, first, last) over all ops)."""
+    linked = op_call >= 0
+    pos = op_call[linked]
+    out_sel = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
+               np.full(n_calls, INT64_MIN, dtype="int64"))
+    out_all = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
+               np.full(n_calls, INT64_MIN, dtype="int64"))
+    if not len(pos):
+        return out_sel, out_all
+    order = np.argsort(pos, kind="stable")
+    p = pos[order]
+    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+    at = p[run]
+    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
+    out_all[0][at] = 1
+    out_all[1][at] = np.minimum.reduceat(s, run)
+    out_all[2][at] = np.maximum.reduceat(e, run)
+    out_sel[0][at] = np.maximum.reduceat(m.astype("int8"), run)
+    out_sel[1][at] = np.minimum.reduceat(np.where(m, s, INT64_MAX), run)
+    out_sel[2][at] = np.maximum.reduceat(np.where(m, e, INT64_MIN), run)
+    return out_sel, out_all
 
 
 def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,

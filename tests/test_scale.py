@@ -141,7 +141,7 @@ def test_chunked_analysis_of_real_exports_is_identical(name, monkeypatch):
     whole = api.load(path)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 200)
     chunked = api.load(path, memory_budget=1)
-    assert chunk_notes(chunked) and "time-ordered chunks" in chunk_notes(chunked)[0]
+    assert chunk_notes(chunked) and "time-ordered chunk" in chunk_notes(chunked)[0]
     same(whole, chunked, ops=False)
     assert [n for n in whole.notes] == [n for n in chunked.notes if not n.startswith("--memory-budget")]
 
