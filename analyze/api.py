@@ -140,44 +140,48 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     ranges, calls, index, layout = launches.ranges, launches.calls, launches.index, launches.layout
     op_call = projection.link_op_arrays(pid, cols["correlation_id"].astype("int64", copy=False), calls, index)
 
-    # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too)
-    stage("projecting NVTX ranges")
-    projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
-    (has, first, last), (has_all, first_all, last_all) = projection.call_op_span_pairs(
-        op_call, start, end, projected, len(index.key))
-    nsys_proj = projection.project_ranges(ranges, index, has, first, last, layout)
-    all_proj = projection.project_ranges(ranges, index, has_all, first_all, last_all, layout)
-    del layout
+    # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too) runs in a
+    # second thread while this one attributes phases: both are NumPy passes that release the GIL
+    stage("projecting NVTX ranges and attributing phases")
+    from concurrent.futures import ThreadPoolExecutor
+
+    def project():
+        projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
+        spans, spans_all = projection.call_op_span_pairs(op_call, start, end, projected, len(index.key))
+        return (projection.project_ranges(ranges, index, *spans, layout),
+                projection.project_ranges(ranges, index, *spans_all, layout), spans_all)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-project") as pool:
+        projecting = pool.submit(project)
+        ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
+                               tables.processes, path)
+        name_phase = attribution.kernel_phase_codes(names, config)
+        phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code,
+                                                                name_phase, config)
+        outermost = launches.painted.outermost
+        rank_values = ranks["rank"].to_numpy(dtype="int64")
+        pid_sorted = np.argsort(ranks["global_pid"].to_numpy(dtype="int64"), kind="stable")
+        rank_code = pid_sorted[np.searchsorted(ranks["global_pid"].to_numpy(dtype="int64")[pid_sorted], pid)]
+        rank_code = rank_code.astype("int32")   # ranks is sorted by rank: code order = rank order
+        # one stable sort by (rank, start) serves the unions, the cycles and the collectives
+        order = attribution.sort_order(rank_code, start)
+        s_code, s_start, s_end = rank_code[order], start[order], end[order]
+        is_kernel = kind == 0
+        figures = attribution.rank_figures_sorted(
+            s_code, s_start, s_end, is_kernel[order], phase[order],
+            {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order],
+            len(ranks), config)
+        del inclusive
+        nsys_proj, all_proj, (has_all, first_all, last_all) = projecting.result()
     ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
                            gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
                            gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
     ranges["full_name"] = launches.full_name
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
-
-    stage("attributing phases")
-    ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
-                           tables.processes, path)
-    name_phase = attribution.kernel_phase_codes(names, config)
-    phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code, name_phase,
-                                                            config)
-    outermost = launches.painted.outermost
-    rank_values = ranks["rank"].to_numpy(dtype="int64")
-    pid_sorted = np.argsort(ranks["global_pid"].to_numpy(dtype="int64"), kind="stable")
-    rank_code = pid_sorted[np.searchsorted(ranks["global_pid"].to_numpy(dtype="int64")[pid_sorted], pid)]
-    rank_code = rank_code.astype("int32")   # ranks is sorted by rank: code order = rank order
     rank_of_pid = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
     ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
     ranges["outermost"] = outermost
-
-    # one stable sort by (rank, start) serves the unions, the cycles and the collectives
-    order = attribution.sort_order(rank_code, start)
-    s_code, s_start, s_end = rank_code[order], start[order], end[order]
-    is_kernel = kind == 0
-    phases, totals = attribution.phase_table_sorted(
-        s_code, s_start, s_end, is_kernel[order], phase[order],
-        {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order],
-        ranges, outermost, ranks, config)
-    del inclusive
+    phases, totals = attribution.phase_tables(figures, ranges, outermost, ranks, config)
     phase_names = list(config.names) + [OTHER]
     duration = end - start
     kernels = attribution.kernel_table_codes(rank_code, rank_values, phase, phase_names, name_code, names,
@@ -186,7 +190,7 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     collective = coll_names[name_code] if len(names) else np.zeros(len(start), dtype=bool)
     cycle_range = cycle_of_ops(launches, op_call)
     windows = cycles.cycle_windows(launches.cycle_owner, has_all, first_all, last_all)
-    del has, first, last, has_all, first_all, last_all
+    del has_all, first_all, last_all
     ranges["is_cycle"] = launches.is_cycle
     op_rank = rank_values[rank_code]
     # the object columns, built once (every element is one of the few distinct strings)

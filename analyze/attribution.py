@@ -228,8 +228,14 @@ def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_
                        config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`phase_table` on arrays already sorted by (rank code, start): ``code`` indexes
     ``ranks`` (sorted by rank), ``phase`` is the phase code, ``inclusive`` masks in sorted order."""
-    rank_list = ranks["rank"].to_numpy(dtype="int64")
-    n = len(rank_list)
+    return phase_tables(rank_figures_sorted(code, start, end, is_kernel, phase, inclusive, len(ranks), config),
+                        ranges, outermost, ranks, config)
+
+
+def rank_figures_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
+                        phase: np.ndarray, inclusive, n: int, config: PhaseConfig) -> "RankFigures":
+    """The per-rank figures of :func:`phase_table_sorted` (unions and kernel sums), from the ops
+    alone: arrays sorted by (rank code, start), ``n`` ranks."""
     dur = end - start
     # rank segments of the sorted arrays: masks are applied per segment (no compress of the codes)
     runs = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1] if len(code) else np.zeros(0, dtype="int64")
@@ -272,9 +278,8 @@ def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_
         run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
         win_start[code[run]] = start[run]
         win_end[code[run]] = np.maximum.reduceat(end, run)
-    return phase_tables(RankFigures(busy, p_busy, exclusive, k_ns, other_busy, k_other, cumulative, kernel_total,
-                                    win_start, win_end, np.bincount(code, minlength=n)),
-                        ranges, outermost, ranks, config)
+    return RankFigures(busy, p_busy, exclusive, k_ns, other_busy, k_other, cumulative, kernel_total,
+                       win_start, win_end, np.bincount(code, minlength=n))
 
 
 class RankFigures(NamedTuple):

@@ -229,27 +229,53 @@ def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.nda
 
 def range_layout(index: CallIndex, ranges: pd.DataFrame):
     """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
-    levels, end_key). Compute once, project several times."""
+    levels, end_key, groups), groups = per nesting level (reduceat bounds of the ranges whose blocks
+    are contiguous, those ranges, which of them have calls, the ranges for the exact path).
+    Compute once, project several times."""
     lo, hi, exact = range_blocks(index, ranges)
     tidx, _, end_key = range_keys(index, ranges)
     levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
                             ranges["end_ns"].to_numpy(dtype="int64"))
-    return lo, hi, exact, levels, end_key
+    groups = []
+    for members, ok in _level_groups(levels, lo, hi, exact):
+        good = members[ok]
+        bounds = np.empty(2 * len(good), dtype="int64")
+        bounds[0::2], bounds[1::2] = lo[good], hi[good]
+        groups.append((bounds, good, hi[good] > lo[good], members[~ok]))
+    return lo, hi, exact, levels, end_key, groups
 
 
 def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
                    last: np.ndarray, layout=None) -> pd.DataFrame:
-    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection)."""
-    lo, hi, exact, levels, end_key = layout if layout is not None else range_layout(index, ranges)
-
+    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection).
+    One pass over the nesting levels does the three reductions (count, min start, max end)."""
+    lo, hi, exact, levels, end_key, groups = layout if layout is not None else range_layout(index, ranges)
     slow = (index.end_key, end_key)
-    n_ops = reduce_blocks(lo, hi, levels, exact, has, "sum", slow)
-    g_start = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, first, INT64_MAX), "min", slow)
-    g_end = reduce_blocks(lo, hi, levels, exact, np.where(has > 0, last, INT64_MIN), "max", slow)
-    out = pd.DataFrame({"gpu_ops": n_ops,
-                        "gpu_start_ns": np.where(n_ops > 0, g_start, -1),
-                        "gpu_end_ns": np.where(n_ops > 0, g_end, -1)}, index=ranges.index)
-    return out
+    n = len(lo)
+    n_ops = np.zeros(n, dtype="int64")
+    g_start = np.full(n, INT64_MAX, dtype="int64")
+    g_end = np.full(n, INT64_MIN, dtype="int64")
+    v_has = np.append(has.astype("int64"), 0)
+    v_first = np.append(np.where(has > 0, first, INT64_MAX), INT64_MAX)
+    v_last = np.append(np.where(has > 0, last, INT64_MIN), INT64_MIN)
+    for bounds, good, nonempty, bad in groups:
+        if len(good):
+            keep = good[nonempty]
+            n_ops[keep] = np.add.reduceat(v_has, bounds)[0::2][nonempty]
+            g_start[keep] = np.minimum.reduceat(v_first, bounds)[0::2][nonempty]
+            g_end[keep] = np.maximum.reduceat(v_last, bounds)[0::2][nonempty]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                if not len(rid):
+                    continue
+                run = np.r_[0, np.flatnonzero(rid[1:] != rid[:-1]) + 1]
+                at = rid[run]
+                n_ops[at] += np.add.reduceat(v_has[calls], run)
+                g_start[at] = np.minimum(g_start[at], np.minimum.reduceat(v_first[calls], run))
+                g_end[at] = np.maximum(g_end[at], np.maximum.reduceat(v_last[calls], run))
+    return pd.DataFrame({"gpu_ops": n_ops,
+                         "gpu_start_ns": np.where(n_ops > 0, g_start, -1),
+                         "gpu_end_ns": np.where(n_ops > 0, g_end, -1)}, index=ranges.index)
 
 
 def full_range_names(ranges: pd.DataFrame) -> pd.Series:

@@ -287,7 +287,7 @@ def test_long_analysis_reports_its_stages(monkeypatch, capsys):
     api.analyze_report(str(trace), progress=True)
     err = capsys.readouterr().err.splitlines()
     stages = [line.split(": ", 2)[2].rsplit(" (", 1)[0] for line in err]
-    assert stages == ["reading", "linking ops to API calls", "projecting NVTX ranges", "attributing phases",
+    assert stages == ["reading", "linking ops to API calls", "projecting NVTX ranges and attributing phases",
                       "decode cycles", "done"]
     api.analyze_report(str(trace), progress=False)
     assert capsys.readouterr().err == ""
