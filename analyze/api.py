@@ -230,7 +230,8 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
     ops whole, in rowid chunks)."""
     from . import chunked
 
-    tables = report.read_report(path, prepare=prepare, ops=False)
+    tables = report.read_report(path, prepare=prepare, ops=False,
+                                nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
     if tables.ranges.empty and tables.marks.empty and not report_has_ops(path):
         raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                     "(was it captured with -t cuda?)")

@@ -311,9 +311,8 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
                 carried = groups["last_phase"][g[sel]]
                 prev_phase = np.where(first_of_group, carried, prev_phase)
                 prev_coll = np.where(first_of_group, groups["last_coll"][g[sel]] > 0, prev_coll)
-                coll_parts.append(pd.DataFrame({"group": g[sel], "name_code": nc[sel], "start_ns": s[sel],
-                                                "end_ns": e[sel], "prev_phase": prev_phase,
-                                                "prev_coll": prev_coll}))
+                coll_parts.append((g[sel].astype("int32"), nc[sel], s[sel], e[sel],
+                                   prev_phase.astype("int16"), prev_coll.astype(bool)))
             last = np.r_[runs[1:], len(g)] - 1
             groups["last_phase"][gr] = ph[last]
             groups["last_coll"][gr] = coll[last]
@@ -383,19 +382,23 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
     cycle_tab = _cycle_table(spill, n_spilled, row_of_group, rank_values, cycle_rows,
                              windows, tables.marks.assign(input=path), config)
 
+    memory.release()
+    stage("collectives and notes")
     coll_ops = None
-    if coll_parts:
-        c = pd.concat(coll_parts, ignore_index=True)
-        rank_of = rank_values[row_of_group[c["group"].to_numpy()]]
-        prev = np.array(phase_names + ["other"], dtype=object)[np.where(c["prev_phase"] < 0, len(phase_names),
-                                                                        c["prev_phase"])]
-        prev[c["prev_coll"].to_numpy(dtype=bool)] = "allreduce"
-        prev[c["prev_phase"].to_numpy() < 0] = "other"
-        coll_ops = pd.DataFrame({"rank": rank_of, "name": texts[c["name_code"].to_numpy()],
-                                 "start_ns": c["start_ns"].to_numpy(), "end_ns": c["end_ns"].to_numpy(),
-                                 "prev_phase": prev})
-        coll_ops = coll_ops.iloc[np.lexsort((coll_ops["start_ns"].to_numpy(), rank_of))].reset_index(drop=True)
-        coll_ops = coll_ops[coll_mod.COLLECTIVE_OP_COLUMNS]
+    if coll_parts:    # plain arrays until the one frame (a few % of the ops, but millions at scale)
+        grp, name_c, c_start, c_end, c_prev, c_prev_coll = (np.concatenate(col) for col in zip(*coll_parts))
+        del coll_parts
+        rank_of = rank_values[row_of_group[grp]]
+        order = np.lexsort((c_start, rank_of))
+        prev_code = c_prev[order]
+        lookup = np.array(phase_names + ["other"], dtype=object)
+        prev = lookup[np.where(prev_code < 0, len(phase_names), prev_code)]
+        prev[c_prev_coll[order]] = "allreduce"
+        prev[prev_code < 0] = "other"
+        coll_ops = pd.DataFrame({"rank": rank_of[order], "name": pd.Series(texts[name_c[order]], dtype=object),
+                                 "start_ns": c_start[order], "end_ns": c_end[order],
+                                 "prev_phase": pd.Series(prev, dtype=object)})[coll_mod.COLLECTIVE_OP_COLUMNS]
+        del grp, name_c, c_start, c_end, c_prev, c_prev_coll, order
 
     gpu_ops = _empty_ops()
     notes = checks.all_notes(tables, gpu_ops, np.zeros(0, dtype="int64"), ranges, op_counts=counts)

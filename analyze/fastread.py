@@ -31,8 +31,8 @@ import pandas as pd
 
 EXACT_FLOAT = 2 ** 53
 
-_ADBC: dict[int, object] = {}      # id(sqlite connection) -> ADBC connection
-_FAILED: set[int] = set()
+_ADBC: dict[tuple, object] = {}    # (id(sqlite connection), its URI) -> ADBC connection
+_FAILED: set[tuple] = set()
 
 
 def backend() -> str:
@@ -57,10 +57,11 @@ def readonly_uri(conn) -> str | None:
 
 
 def _adbc_conn(conn):
-    key = id(conn)
+    # keyed by the connection and its file: a closed connection's id can be reused by a new one
+    uri = readonly_uri(conn)
+    key = (id(conn), uri)
     if key in _ADBC:
         return _ADBC[key]
-    uri = readonly_uri(conn)
     if uri is None or key in _FAILED:
         return None
     try:
@@ -79,8 +80,9 @@ def _adbc_conn(conn):
 
 def close(conn) -> None:
     """Close the ADBC connection opened for ``conn`` (if any)."""
-    _FAILED.discard(id(conn))
-    aconn = _ADBC.pop(id(conn), None)
+    key = (id(conn), readonly_uri(conn))
+    _FAILED.discard(key)
+    aconn = _ADBC.pop(key, None)
     if aconn is not None:
         try:
             aconn.close()

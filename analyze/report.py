@@ -242,8 +242,10 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     return frame
 
 
-def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks."""
+def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
+              chunk_rows: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks (events read in rowid
+    chunks of ``chunk_rows`` when given: the same frames in less memory)."""
     cols = set(table_columns(conn, "NVTX_EVENTS"))
     range_cols = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns",
                   "end_missing", "int_value"]
@@ -264,11 +266,47 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
                                                           "uint32Value") if c in cols) + ")")
         if cols & {"int64Value", "uint64Value", "int32Value", "uint32Value"} else "NULL",
     }
-    events = _read(conn, "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS", list(sel), copy=False,
-                   rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
-    if events.empty:
-        return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
-                pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
+    sql = "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS"
+    empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
+             pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
+    lo, hi = rowid_bounds(conn, "NVTX_EVENTS")
+    if not chunk_rows or lo is None or int(hi) - int(lo) < chunk_rows:
+        events = _read(conn, sql, list(sel), copy=False, rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
+        if events.empty:
+            return empty
+        range_frame, mark_frame, _ = _nvtx_frames(events, strings)
+        return range_frame, mark_frame
+    # in rowid chunks (bounded memory): domain names first, from every domain-create event
+    created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
+    domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
+    parts, max_ts = [], None
+    for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
+        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {a + int(chunk_rows)}", list(sel),
+                       copy=False, rows_hint=int(chunk_rows))
+        if len(events):
+            r, m, info = _nvtx_frames(events, strings, domain_names)
+            parts.append((r, m))
+            max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
+        del events
+    if not parts:
+        return empty
+    range_frame = _concat_columns([r for r, _ in parts])
+    mark_frame = _concat_columns([m for _, m in parts])
+    missing = range_frame["end_missing"].to_numpy(dtype=bool)
+    if missing.any():        # a missing end is the largest NVTX timestamp of the whole report
+        end = range_frame["end_ns"].to_numpy(dtype="int64").copy()
+        end[missing] = max_ts
+        range_frame["end_ns"] = end
+    for frame in (range_frame, mark_frame):
+        for c in ("domain", "name", "style", "text"):
+            if c in frame.columns and frame[c].dtype != object:
+                frame[c] = frame[c].astype(object)
+    return range_frame, mark_frame
+
+
+def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | None = None):
+    """(ranges, marks, {"max_ts", "domains"}) from a frame of NVTX events (all of them or a rowid
+    chunk; ``domain_names`` from every domain-create event when a chunk)."""
     events = _int64(events, ["start", "eventType", "globalTid", "domainId"])
     # plain NumPy from here: no boolean indexing of a frame with text columns, no str inference
     etype = events["eventType"].to_numpy(dtype="int64")
@@ -288,9 +326,10 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
     del events
 
     # domain names: a domain-create event per process ("domainId is unique only per process")
-    created = np.flatnonzero(etype == DOMAIN_CREATE_EVENT)
-    domain_names = {(int(pid[i]), int(dom[i])): (str(label[i]) if label[i] is not None and label[i] == label[i]
-                                                   else "") for i in created}
+    if domain_names is None:
+        created = np.flatnonzero(etype == DOMAIN_CREATE_EVENT)
+        domain_names = {(int(pid[i]), int(dom[i])): (str(label[i]) if label[i] is not None and label[i] == label[i]
+                                                       else "") for i in created}
 
     def domain_of(sel: np.ndarray) -> np.ndarray:
         # per distinct (process, domain) pair, not per event (millions of ranges)
@@ -338,7 +377,8 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series) -> tuple[pd.DataFram
         "time_ns": start[marks],
         "int_value": int_value[marks],
     }, copy=False)
-    return range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True)
+    return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
+            {"max_ts": max_ts, "domains": domain_names})
 
 
 def _float_or_nan(column: pd.Series) -> np.ndarray:
@@ -419,7 +459,7 @@ def read_threads() -> int:
 
 
 def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
-                prepare=None, ops: bool = True) -> ReportTables:
+                prepare=None, ops: bool = True, nvtx_chunk_rows: int | None = None) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
     ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
     (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
@@ -434,12 +474,12 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         plan = plan_gpu_op_reads(conn, chunk_rows, split=threads) if ops else []
         if threads <= 1:
             calls = read_calls(conn)
-            ranges, marks = read_nvtx(conn, strings)
+            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
             prepared = prepare(calls, ranges) if prepare else None
             op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
-                                                                        threads, prepare)
+                                                                        threads, prepare, nvtx_chunk_rows)
         return ReportTables(path=str(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
@@ -452,7 +492,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
-                   prepare=None):
+                   prepare=None, nvtx_chunk_rows: int | None = None):
     """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
     connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
     from concurrent.futures import ThreadPoolExecutor
@@ -467,7 +507,7 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
-        nvtx = pool.submit(on_own_connection, read_nvtx, strings)
+        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows)
         calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():

@@ -291,3 +291,19 @@ def test_long_analysis_reports_its_stages(monkeypatch, capsys):
                       "decode cycles", "done"]
     api.analyze_report(str(trace), progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("rows", [7, 1_000])
+def test_nvtx_read_in_chunks_equals_whole(rows):
+    """NVTX events read in rowid chunks (domain names from every domain-create event first, missing
+    ends filled with the report's largest timestamp afterwards): the same ranges and marks."""
+    for name in ("h200_4proc_eager", "cpu2022_shim", "h200_shim_4rank_single"):
+        conn = report.safety.open_report(os.path.join(REAL, name + ".sqlite"))
+        try:
+            strings = report.read_strings(conn)
+            whole, chunked = report.read_nvtx(conn, strings), report.read_nvtx(conn, strings, chunk_rows=rows)
+        finally:
+            fastread.close(conn)
+            conn.close()
+        for a, b in zip(whole, chunked):
+            pd.testing.assert_frame_equal(a, b, obj=name)
