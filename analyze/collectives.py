@@ -33,8 +33,10 @@ def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: 
     prev_phase[c[np.maximum(prev, 0)]] = "allreduce"
     prev_phase[first] = "other"
     ops = order[sel]
-    return pd.DataFrame({"rank": r[sel], "name": np.asarray(name[ops], dtype=object),
-                         "start_ns": start[ops], "end_ns": end[ops], "prev_phase": prev_phase})
+    # object columns stay object (pandas 3 would copy every text into its str dtype)
+    return pd.DataFrame({"rank": r[sel], "name": pd.Series(np.asarray(name[ops], dtype=object), dtype=object),
+                         "start_ns": start[ops], "end_ns": end[ops],
+                         "prev_phase": pd.Series(prev_phase, dtype=object)})
 
 
 def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:

@@ -301,7 +301,7 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
     """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style)."""
     frame = pd.DataFrame({
         "range": full_range_names(ranges),
-        "style": ranges["style"].to_numpy(),
+        "style": pd.Series(ranges["style"].to_numpy(dtype=object), dtype=object, index=ranges.index),
         "proj": projected["gpu_end_ns"] - projected["gpu_start_ns"],
         "range_ns": ranges["end_ns"] - ranges["start_ns"],
         "gpu_ops": projected["gpu_ops"],

@@ -471,7 +471,9 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     conn = safety.open_report(path)
     try:
         strings = read_strings(conn)
-        plan = plan_gpu_op_reads(conn, chunk_rows, split=threads) if ops else []
+        # twice as many op parts as readers: the reader done with NVTX and the preparation takes
+        # the last parts, so both finish together
+        plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
         if threads <= 1:
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
