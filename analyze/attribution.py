@@ -124,13 +124,15 @@ class PaintedCalls(NamedTuple):
     outermost: np.ndarray       # per range: outermost among the ranges of its phase
 
 
-def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig) -> PaintedCalls:
+def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
+                      layout=None) -> PaintedCalls:
     """The call side of :func:`assign_phase_codes`: every sorted call painted with its innermost
-    phase range and its inclusive phase bits (once per report, whatever the number of ops)."""
+    phase range and its inclusive phase bits (once per report, whatever the number of ops).
+    ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused)."""
     n_calls = len(index.key)
     phase_ranges = ranges[ranges["phase"].notna()]
-    lo, hi, exact = proj.range_blocks(index, phase_ranges)
-    tidx, _, end_key = proj.range_keys(index, phase_ranges)
+    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
+    tidx = proj.range_keys(index, phase_ranges)[0]
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
     levels = proj.nesting_levels(tidx, starts, ends)

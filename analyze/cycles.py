@@ -34,14 +34,13 @@ def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
 
 
 def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
-                   top: pd.DataFrame | None = None) -> np.ndarray | None:
+                   top: pd.DataFrame | None = None, layout=None) -> np.ndarray | None:
     """Per sorted API call, the id (row label in ``ranges``) of the cycle range enclosing it, else
     -1; None when there are no cycle ranges (``top``: :func:`cycle_ranges` when the caller has it)."""
     top = cycle_ranges(ranges, config) if top is None else top
     if top.empty:
         return None
-    lo, hi, exact = proj.range_blocks(index, top)
-    _, _, end_key = proj.range_keys(index, top)
+    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, top, layout)
     return proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
                              top.index.to_numpy(dtype="int64"), (index.end_key, end_key))
 

@@ -32,9 +32,9 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     ranges = attribution.label_ranges(ranges, config)
     index = projection.build_call_index(calls, ranges)
     layout = projection.range_layout(index, ranges)
-    painted = attribution.paint_phase_calls(ranges, index, config)
+    painted = attribution.paint_phase_calls(ranges, index, config, layout)
     top_cycles = cycles.cycle_ranges(ranges, config)
-    cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles)
+    cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles, layout=layout)
     is_cycle = ranges.index.isin(top_cycles.index)
     return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"])
 

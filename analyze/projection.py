@@ -97,6 +97,31 @@ def range_blocks(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np
     return lo, hi, exact
 
 
+def _thread_start_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-end, start, thread))``. NVTX ranges come in start order (nsys writes events
+    that way), so a stable radix partition by thread is usually already in (start, -end) order
+    within each thread: checked, and the full lexsort only when it is not."""
+    if len(thread) and 0 <= int(thread.min()) and int(thread.max()) < 2 ** 16:
+        order = np.argsort(thread.astype(np.uint16), kind="stable")      # radix sort
+        t, s, e = thread[order], start[order], end[order]
+        new = t[1:] != t[:-1]
+        later = s[1:] > s[:-1]
+        tie_ok = (s[1:] == s[:-1]) & (e[1:] <= e[:-1])
+        if bool((new | later | tie_ok).all()):
+            return order
+    return np.lexsort((-end, start, thread))
+
+
+def subset_blocks(index: CallIndex, ranges: pd.DataFrame, subset: pd.DataFrame, layout=None):
+    """(lo, hi, exact, end_key) of the ranges in ``subset`` (rows of ``ranges``): taken from
+    ``ranges``' :func:`range_layout` when given, else computed."""
+    if layout is None:
+        lo, hi, exact = range_blocks(index, subset)
+        return lo, hi, exact, range_keys(index, subset)[2]
+    pos = ranges.index.get_indexer(subset.index)
+    return layout[0][pos], layout[1][pos], layout[2][pos], layout[4][pos]
+
+
 def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Depth of every range among the given ranges of its thread (0 = outermost).
 
@@ -106,7 +131,7 @@ def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np
     n = len(start)
     if n == 0:
         return np.zeros(0, dtype="int64")
-    order = np.lexsort((-end, start, thread))
+    order = _thread_start_order(thread, start, end)
     pos_in_thread = np.empty(n, dtype="int64")
     sorted_thread = thread[order]
     first = np.r_[0, np.flatnonzero(sorted_thread[1:] != sorted_thread[:-1]) + 1]
