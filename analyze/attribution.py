@@ -130,7 +130,9 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     phase range and its inclusive phase bits (once per report, whatever the number of ops).
     ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused)."""
     n_calls = len(index.key)
-    phase_ranges = ranges[ranges["phase"].notna()]
+    # only the columns used (a boolean selection of the whole frame copies every column)
+    has_phase = ranges["phase"].notna().to_numpy()
+    phase_ranges = ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
     lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
     tidx = proj.range_keys(index, phase_ranges)[0]
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
@@ -366,10 +368,14 @@ def kernel_table_sorted(combined: np.ndarray, dmin: int, dspan: int, rank_values
     """:func:`kernel_table_codes` from ``key * dspan + (duration - dmin)`` per op, sorted (key =
     (rank code * phases + phase) * names + name code). ``combined`` is overwritten with the
     durations: one array of 8 bytes per op is the whole working set."""
-    k = combined // dspan
-    run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
-    gk = k[run]
-    del k
+    # where the key changes, found block by block (no second array of 8 bytes per op)
+    starts = [np.zeros(1, dtype="int64")]
+    block = 1 << 20
+    for a in range(0, len(combined) - 1, block):
+        k = combined[a:a + block + 1] // dspan
+        starts.append(np.flatnonzero(k[1:] != k[:-1]) + a + 1)
+    run = np.concatenate(starts)
+    gk = combined[run] // dspan
     np.remainder(combined, dspan, out=combined)
     combined += dmin
     return _kernel_rows(gk, run, combined, rank_values, phase_names, names)

@@ -225,7 +225,7 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
     groups.add("ops", (), 0)
     groups.add("last_phase", (), -1)            # phase code of the last op (for collectives)
     groups.add("last_coll", (), 0)
-    spans = {k: (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
+    spans = {k: (np.zeros(n_calls, dtype="int8"), np.full(n_calls, INT64_MAX, dtype="int64"),
                  np.full(n_calls, INT64_MIN, dtype="int64")) for k in ("nsys", "all")}
     pairs: set[tuple[int, int]] = set()
     counts = {"unlinked": 0, "zero": 0, "negative_pid": 0, "graph": 0}

@@ -39,14 +39,15 @@ class CallIndex(NamedTuple):
 
 
 def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
-    tids = np.concatenate([calls["global_tid"].to_numpy(dtype="int64"),
-                           ranges["global_tid"].to_numpy(dtype="int64")])
-    uniq = np.unique(tids)
+    # distinct threads and the time range without concatenating the columns (millions of rows)
+    uniq = np.unique(np.concatenate([pd.unique(calls["global_tid"].to_numpy(dtype="int64")),
+                                     pd.unique(ranges["global_tid"].to_numpy(dtype="int64"))]))
     thread_of = {int(t): i for i, t in enumerate(uniq)}
-    times = np.concatenate([calls["start_ns"].to_numpy(dtype="int64"), calls["end_ns"].to_numpy(dtype="int64"),
-                            ranges["start_ns"].to_numpy(dtype="int64"), ranges["end_ns"].to_numpy(dtype="int64")])
-    t0 = int(times.min()) if len(times) else 0
-    span = (int(times.max()) - t0 + 2) if len(times) else 2
+    cols = [frame[c].to_numpy(dtype="int64") for frame in (calls, ranges) for c in ("start_ns", "end_ns")]
+    cols = [c for c in cols if len(c)]
+    t0 = min(int(c.min()) for c in cols) if cols else 0
+    span = (max(int(c.max()) for c in cols) - t0 + 2) if cols else 2
+    del cols
     if span * max(len(uniq), 1) >= 2 ** 62:
         raise ValueError("trace too long for the (thread, time) key: "
                          f"{len(uniq)} threads x {span} ns")
@@ -433,7 +434,7 @@ class CallKeys(NamedTuple):
     pids: pd.Index          # distinct processes of the calls
     corr_lo: int
     span: int               # correlation id range of the calls
-    keys: pd.Index          # distinct call keys
+    keys: pd.Index | None   # distinct call keys (None: ``pos`` is a direct table by key)
     pos: np.ndarray         # sorted position of the first call of each key
 
 
@@ -451,6 +452,11 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     sorted_pos = np.empty(len(index.order), dtype="int64")
     sorted_pos[index.order] = np.arange(len(index.order))
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
+        # dense correlation ids: a direct table (see link_op_arrays), keys None
+        table = np.full(span * len(pids) + 1, -1, dtype="int64")
+        table[c_key[::-1]] = sorted_pos[::-1]
+        return CallKeys(pids, lo, span, None, table)
     uk, first = np.unique(c_key, return_index=True)       # first call of every key
     return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
 
@@ -460,6 +466,8 @@ def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndar
     op_p = keys.pids.get_indexer(pid).astype("int64")      # -1: a process without calls
     rel = corr - keys.corr_lo
     ok = (op_p >= 0) & (rel >= 0) & (rel < keys.span)
+    if keys.keys is None:                                   # direct table
+        return keys.pos[np.where(ok, op_p * keys.span + rel, len(keys.pos) - 1)]
     op_key = np.where(ok, op_p * keys.span + rel, -1)
     at = keys.keys.get_indexer(op_key)
     out = np.full(len(pid), -1, dtype="int64")
