@@ -307,3 +307,35 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
             conn.close()
         for a, b in zip(whole, chunked):
             pd.testing.assert_frame_equal(a, b, obj=name)
+
+
+def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
+    """Ops are linked to calls by a direct (process, correlation id) table when ids are dense and by a
+    hash lookup when they are not (and chunk by chunk through call_keys): the same call for every op,
+    -1 for ops whose id or process has no call, the first call when an id repeats."""
+    from analyze import projection
+
+    rng = np.random.default_rng(5)
+    pids = np.array([100 << 24, 200 << 24], dtype="int64")
+    c_pid = rng.choice(pids, 5_000)
+    c_corr = rng.integers(1, 3_000, 5_000)
+    calls = pd.DataFrame({"global_tid": c_pid + 1, "global_pid": c_pid, "correlation_id": c_corr,
+                          "start_ns": np.arange(5_000) * 10, "end_ns": np.arange(5_000) * 10 + 5})
+    ranges = pd.DataFrame({"global_tid": np.zeros(0, dtype="int64"), "start_ns": np.zeros(0, dtype="int64"),
+                           "end_ns": np.zeros(0, dtype="int64")})
+    index = projection.build_call_index(calls, ranges)
+    o_pid = np.concatenate([rng.choice(pids, 20_000), np.full(10, 300 << 24)])
+    o_corr = np.concatenate([rng.integers(-5, 3_100, 20_000), np.arange(10)])
+    direct = projection.link_op_arrays(o_pid, o_corr, calls, index)
+    keys_direct = projection.call_keys(calls, index)
+    assert keys_direct.keys is None
+    monkeypatch.setattr(projection, "DIRECT_TABLE_FACTOR", 0)
+    monkeypatch.setattr(projection, "DIRECT_TABLE_MIN", 0)
+    hashed = projection.link_op_arrays(o_pid, o_corr, calls, index)
+    keys_hashed = projection.call_keys(calls, index)
+    assert keys_hashed.keys is not None
+    merged = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    assert (direct == merged).all() and (hashed == merged).all()
+    assert (projection.link_with_keys(o_pid, o_corr, keys_direct) == merged).all()
+    assert (projection.link_with_keys(o_pid, o_corr, keys_hashed) == merged).all()
+    assert (merged[-10:] == -1).all() and (merged >= 0).sum() > 10_000
