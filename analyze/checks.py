@@ -12,7 +12,10 @@ REPLACEMENT_CHAR = "\ufffd"
 
 
 def unlinked_ops(op_call: np.ndarray) -> list[str]:
-    missing = int((op_call < 0).sum())
+    return unlinked_note(int((op_call < 0).sum()))
+
+
+def unlinked_note(missing: int) -> list[str]:
     if not missing:
         return []
     return [f"{missing} GPU ops had no launching API call (sliced capture?): phase by kernel name only, "
@@ -20,7 +23,10 @@ def unlinked_ops(op_call: np.ndarray) -> list[str]:
 
 
 def zero_length_ops(ops: pd.DataFrame) -> list[str]:
-    zero = int((ops["end_ns"] == ops["start_ns"]).sum())
+    return zero_length_note(int((ops["end_ns"] == ops["start_ns"]).sum()))
+
+
+def zero_length_note(zero: int) -> list[str]:
     return [f"{zero} GPU ops have zero duration (counted, add no time)"] if zero else []
 
 
@@ -57,9 +63,11 @@ def marks_only(ranges: pd.DataFrame, marks: pd.DataFrame) -> list[str]:
     return []
 
 
-def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
+def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame,
+                 negative_ops: int | None = None) -> list[str]:
+    """``negative_ops``: the ops' count when counted chunk by chunk (then ``ops`` is not read)."""
     n = int((calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + \
-        int((ops["global_pid"] < 0).sum())
+        (int((ops["global_pid"] < 0).sum()) if negative_ops is None else negative_ops)
     return [f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, not dropped"] if n else []
 
 
@@ -83,8 +91,8 @@ def invalid_text(strings: pd.Series) -> list[str]:
     return [f"{n} strings were not valid UTF-8: shown with U+FFFD replacement characters"] if n else []
 
 
-def graph_level_trace(meta: dict, ops: pd.DataFrame) -> list[str]:
-    if (ops["kind"] == "graph").any():
+def graph_level_trace(meta: dict, ops: pd.DataFrame, graph_ops: int | None = None) -> list[str]:
+    if (graph_ops > 0) if graph_ops is not None else (ops["kind"] == "graph").any():
         return ["CUDA graphs traced at graph level: kernels inside graph replays are invisible (profile with "
                 "--cuda-graph-trace=node to see all-reduce kernels inside graphs)"]
     return []
@@ -114,19 +122,13 @@ def _notes_from_counts(tables, ranges: pd.DataFrame, c: dict) -> list[str]:
     """:func:`all_notes`, same lines in the same order, with the op checks from counts."""
     notes: list[str] = []
     notes += marks_only(ranges, tables.marks)
-    if c["unlinked"]:
-        notes += unlinked_ops(np.full(c["unlinked"], -1))
+    notes += unlinked_note(c["unlinked"])
     notes += unclosed_ranges(ranges)
     notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
     notes += identical_ranges(ranges)
-    if c["zero"]:
-        notes.append(f"{c['zero']} GPU ops have zero duration (counted, add no time)")
-    n = int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + c["negative_pid"]
-    if n:
-        notes.append(f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, not dropped")
+    notes += zero_length_note(c["zero"])
+    notes += negative_ids(tables.calls, ranges, None, negative_ops=c["negative_pid"])
     notes += shared_correlation_ids(tables.calls)
     notes += invalid_text(tables.strings)
-    if c["graph"]:
-        notes.append("CUDA graphs traced at graph level: kernels inside graph replays are invisible (profile "
-                     "with --cuda-graph-trace=node to see all-reduce kernels inside graphs)")
+    notes += graph_level_trace(tables.meta, None, graph_ops=c["graph"])
     return notes
