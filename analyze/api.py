@@ -240,7 +240,10 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
     fixed = FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     try:
-        return chunked.analyze_chunked(path, config, tables, tables.prepared, chunk_rows, stage, ReportResult)
+        # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
+        box = [tables]
+        del tables
+        return chunked.analyze_chunked(path, config, box, chunk_rows, stage, ReportResult)
     except chunked.NotTimeOrdered:
         notes.append("--memory-budget: the GPU op tables are not in time order, so the report was analysed "
                      "in one piece (only its read was chunked)")

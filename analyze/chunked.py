@@ -181,15 +181,16 @@ def _masked_sums(group: np.ndarray, values: np.ndarray, mask: np.ndarray, n: int
 
 # ------------------------------------------------------------------------------------------
 
-def analyze_chunked(path: str, config: PhaseConfig, tables: report.ReportTables, launches: Launches,
-                    chunk_rows: int, stage, result_type):
-    """The map step of api.analyze_report, chunk by chunk (see the module doc). Raises
-    NotTimeOrdered when an op table is not in start order."""
+def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, stage, result_type):
+    """The map step of api.analyze_report, chunk by chunk (see the module doc). ``box``: a list
+    holding the report's tables (read without ops, ``prepared`` = launches.Launches), emptied here
+    so the call-side arrays can be freed once used. Raises NotTimeOrdered when an op table is not
+    in start order."""
     conn = safety.open_report(path, quick_check=False)
     spill = Path(tempfile.mkdtemp(prefix="specprof-chunks-"))
     try:
         chunks, times = plan_chunks(conn, chunk_rows)
-        return _analyze(path, config, tables, launches, conn, chunks, times, spill, stage, result_type)
+        return _analyze(path, config, box, conn, chunks, times, spill, stage, result_type)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         from . import fastread
@@ -207,7 +208,10 @@ def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
         own.close()
 
 
-def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spill: Path, stage, result_type):
+def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, result_type):
+    tables = box.pop()
+    launches: Launches = tables.prepared
+    tables = tables._replace(prepared=None)
     ranges, index = launches.ranges, launches.index
     n_calls = len(index.key)
     n_ph = len(config.names)
@@ -368,6 +372,10 @@ def _analyze(path, config, tables, launches: Launches, conn, chunks, times, spil
     phases, totals = attribution.phase_tables(figures, ranges, painted.outermost, ranks, config)
     windows = cycles.cycle_windows(launches.cycle_owner, *spans["all"])
     del spans
+    # the range layout and the call index served the projections: gone before the second pass
+    launches = launches._replace(layout=None, index=None, painted=None, cycle_owner=None)
+    index = painted = keys = None
+    memory.release()
     ranges["is_cycle"] = launches.is_cycle
     ranges = ranges.rename_axis("range_id").reset_index()
 

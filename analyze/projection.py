@@ -160,7 +160,7 @@ def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.
         yield members, ok
 
 
-SLOW_BATCH = 4_000_000   # (range, call) pairs expanded at once on the exact path
+SLOW_BATCH = 1_000_000   # (range, call) pairs expanded at once on the exact path
 
 
 def _slow_pairs(members: np.ndarray, lo: np.ndarray, hi: np.ndarray, slow):
@@ -324,21 +324,29 @@ def full_range_names(ranges: pd.DataFrame) -> pd.Series:
 
 
 def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
-    """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style)."""
-    frame = pd.DataFrame({
-        "range": full_range_names(ranges),
-        "style": pd.Series(ranges["style"].to_numpy(dtype=object), dtype=object, index=ranges.index),
-        "proj": projected["gpu_end_ns"] - projected["gpu_start_ns"],
-        "range_ns": ranges["end_ns"] - ranges["start_ns"],
-        "gpu_ops": projected["gpu_ops"],
-    })
-    frame = frame[frame["gpu_ops"] > 0]
+    """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style). Grouped on integer
+    codes of the projected ranges only (millions of ranges, a few names)."""
     cols = ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"]
-    if frame.empty:
+    n_ops = projected["gpu_ops"].to_numpy(dtype="int64")
+    sel = np.flatnonzero(n_ops > 0)
+    if not len(sel):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    summary = frame.groupby(["range", "style"], sort=False).agg(
-        instances=("proj", "size"), total_projected_ns=("proj", "sum"),
-        total_range_ns=("range_ns", "sum"), gpu_ops=("gpu_ops", "sum")).reset_index()
+    rcode, runiq = pd.factorize(np.asarray(full_range_names(ranges).to_numpy(dtype=object))[sel])
+    scode, suniq = pd.factorize(np.asarray(ranges["style"].to_numpy(dtype=object))[sel])
+    code, uniq = pd.factorize(rcode.astype("int64") * (len(suniq) + 1) + scode)   # first appearance
+    proj = (projected["gpu_end_ns"].to_numpy(dtype="int64") - projected["gpu_start_ns"].to_numpy(dtype="int64"))[sel]
+    range_ns = (ranges["end_ns"].to_numpy(dtype="int64") - ranges["start_ns"].to_numpy(dtype="int64"))[sel]
+    order = np.argsort(code, kind="stable")
+    c = code[order]
+    run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
+    uniq = np.asarray(uniq, dtype="int64")
+    summary = pd.DataFrame({
+        "range": pd.Series(np.asarray(runiq, dtype=object)[uniq // (len(suniq) + 1)], dtype=object),
+        "style": pd.Series(np.asarray(suniq, dtype=object)[uniq % (len(suniq) + 1)], dtype=object),
+        "instances": np.diff(np.r_[run, len(c)]),
+        "total_projected_ns": np.add.reduceat(proj[order], run),
+        "total_range_ns": np.add.reduceat(range_ns[order], run),
+        "gpu_ops": np.add.reduceat(n_ops[sel][order], run)})
     summary = summary.sort_values(["total_projected_ns", "range"], ascending=[False, True], kind="stable")
     return summary[cols].reset_index(drop=True)
 
