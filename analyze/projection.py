@@ -281,9 +281,13 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
     n_ops = np.zeros(n, dtype="int64")
     g_start = np.full(n, INT64_MAX, dtype="int64")
     g_end = np.full(n, INT64_MIN, dtype="int64")
-    v_has = np.append(has.astype("int64"), 0)
-    v_first = np.append(np.where(has > 0, first, INT64_MAX), INT64_MAX)
-    v_last = np.append(np.where(has > 0, last, INT64_MIN), INT64_MIN)
+    # the per-call values with one neutral slot at the end (reduceat bounds may point there)
+    v_has = np.zeros(len(has) + 1, dtype="int64")
+    v_has[:-1] = has
+    v_first = np.full(len(has) + 1, INT64_MAX, dtype="int64")
+    np.copyto(v_first[:-1], first, where=has > 0)
+    v_last = np.full(len(has) + 1, INT64_MIN, dtype="int64")
+    np.copyto(v_last[:-1], last, where=has > 0)
     for bounds, good, nonempty, bad in groups:
         if len(good):
             keep = good[nonempty]
@@ -299,9 +303,12 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
                 n_ops[at] += np.add.reduceat(v_has[calls], run)
                 g_start[at] = np.minimum(g_start[at], np.minimum.reduceat(v_first[calls], run))
                 g_end[at] = np.maximum(g_end[at], np.maximum.reduceat(v_last[calls], run))
-    return pd.DataFrame({"gpu_ops": n_ops,
-                         "gpu_start_ns": np.where(n_ops > 0, g_start, -1),
-                         "gpu_end_ns": np.where(n_ops > 0, g_end, -1)}, index=ranges.index)
+    del v_has, v_first, v_last
+    none = n_ops == 0
+    g_start[none] = -1
+    g_end[none] = -1
+    return pd.DataFrame({"gpu_ops": n_ops, "gpu_start_ns": g_start, "gpu_end_ns": g_end}, index=ranges.index,
+                        copy=False)
 
 
 def full_range_names(ranges: pd.DataFrame) -> pd.Series:
