@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import attribution, checks, cycles, projection, report, safety
+from . import attribution, checks, cycles, memory, projection, report, safety
 from . import collectives as coll_mod
 from .launches import cycle_of_ops, prepare_launches
 from .phases import OTHER, PhaseConfig
@@ -237,13 +237,15 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
                                     "(was it captured with -t cuda?)")
     if not report_has_ops(path):
         raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
-    fixed = FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
+    fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     try:
         # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
         box = [tables]
         del tables
-        return chunked.analyze_chunked(path, config, box, chunk_rows, stage, ReportResult)
+        result = chunked.analyze_chunked(path, config, box, chunk_rows, stage, ReportResult)
+        memory.release()          # the freed working heap, before the reports are combined
+        return result
     except chunked.NotTimeOrdered:
         notes.append("--memory-budget: the GPU op tables are not in time order, so the report was analysed "
                      "in one piece (only its read was chunked)")
@@ -318,7 +320,11 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     files = expand_inputs(paths)
     results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
                           memory_budget=memory_budget, scheduler=scheduler)
-    return multirank.combine(results, config)
+    analysis = multirank.combine(results, config)
+    del results
+    if memory_budget:
+        memory.release()       # what combining left on the heap, before plots and tables are drawn
+    return analysis
 
 
 def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False,
@@ -354,10 +360,12 @@ def _progress(items, enabled: bool, total: int | None = None):
 # bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)
 READ_BYTES_PER_OP = 200
 # chunked analysis: bytes per op of a chunk in flight (the chunk read ahead, its arrays, sorted
-# copies and masks), and what the calls and ranges held for the whole run cost per row
+# copies and masks); what the calls and ranges keep in memory per row while the chunks go by (the
+# range frame itself waits on disk); and the interpreter with its libraries
 CHUNK_BYTES_PER_OP = 600
-FIXED_BYTES_PER_CALL = 150
-FIXED_BYTES_PER_RANGE = 300
+FIXED_BYTES_PER_CALL = 60
+FIXED_BYTES_PER_RANGE = 40
+BASE_BYTES = 150_000_000
 # smallest read chunk (rows); tests lower it to force many chunk boundaries
 MIN_CHUNK_ROWS = 50_000
 

@@ -139,8 +139,10 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
     levels = proj.nesting_levels(tidx, starts, ends)
     labels = phase_ranges.index.to_numpy(dtype="int64")
-    owner = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key))
-    owner = np.append(owner, -1)       # op_call -1 (no launching call) picks this slot: one gather
+    # range ids as int32 when they fit: held per call for the whole analysis
+    label_t = "int32" if len(ranges) < 2 ** 31 - 1 and (not len(labels) or labels.max() < 2 ** 31 - 1) else "int64"
+    owner = np.full(n_calls + 1, -1, dtype=label_t)   # op_call -1 (no launching call) picks the last slot
+    owner[:-1] = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key), dtype=label_t)
 
     code_of = {n: i for i, n in enumerate(config.names)}
     other = len(config.names)
@@ -163,14 +165,16 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
             top = sel[lv == 0]
             outermost[phase_ranges.index.to_numpy()[top]] = True
             marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
-                                      exact[top], np.ones(len(top), dtype="int64"),
-                                      (index.end_key, end_key[top]))
+                                      exact[top], np.ones(len(top), dtype="int8"),
+                                      (index.end_key, end_key[top]), dtype="int8")
             members[i] = marks > 0
+            del marks
     call_bits = None
     if bits_t is not None:
         call_bits = np.zeros(n_calls + 1, dtype=bits_t)
         for i, m in members.items():
             call_bits[:-1][m] |= call_bits.dtype.type(1 << i)
+        members = {}         # the bits say it all (members serve beyond 64 phases only)
     return PaintedCalls(owner, range_code, call_bits, members, outermost)
 
 
@@ -179,7 +183,7 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     """The op side of :func:`assign_phase_codes`: (phase code, range id, inclusive membership) per
     op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
     n_ops = len(op_call)
-    range_id = painted.owner[op_call]
+    range_id = painted.owner[op_call].astype("int64", copy=False)
     by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
     phase = np.where(by_kernel >= 0, by_kernel, painted.range_code[range_id]).astype("int8")
     if painted.call_bits is not None:
@@ -310,16 +314,22 @@ def phase_tables(fig: RankFigures, ranges: pd.DataFrame, outermost: np.ndarray, 
     rank_list = ranks["rank"].to_numpy(dtype="int64")
     rows = []
     range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
-    top = ranges[outermost]
-    top_rank = top["global_pid"].map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    # the outermost phase ranges, column by column (not a copy of every column of the frame)
+    top = np.flatnonzero(outermost)
+
+    def column(name: str, dtype="int64") -> np.ndarray:
+        return ranges[name].to_numpy(dtype=dtype)[top]
+
+    top_rank = pd.Series(column("global_pid")).map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    top_phase = column("phase", object)
+    cpu_ns = column("end_ns") - column("start_ns")
+    projected_ns = np.where(column("gpu_ops_all") > 0, column("gpu_end_all") - column("gpu_start_all"), 0)
     for i_phase, name in enumerate(config.names):
-        mine = (top["phase"] == name).to_numpy()
+        mine = top_phase == name
         for i, rank in enumerate(rank_list):
             sel = mine & (top_rank == rank)
-            r = top[sel]
-            projected = np.where(r["gpu_ops_all"] > 0, r["gpu_end_all"] - r["gpu_start_all"], 0).sum()
             rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
-                         "cpu_ns": int((r["end_ns"] - r["start_ns"]).sum()), "projected_ns": int(projected),
+                         "cpu_ns": int(cpu_ns[sel].sum()), "projected_ns": int(projected_ns[sel].sum()),
                          "busy_ns": int(fig.phase_busy[i_phase][i]), "exclusive_ns": int(fig.exclusive[i_phase][i]),
                          "kernel_ns": int(fig.kernel_ns[i_phase][i])})
     busy, cumulative = fig.busy, fig.attributed

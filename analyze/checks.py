@@ -68,6 +68,10 @@ def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame,
     """``negative_ops``: the ops' count when counted chunk by chunk (then ``ops`` is not read)."""
     n = int((calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + \
         (int((ops["global_pid"] < 0).sum()) if negative_ops is None else negative_ops)
+    return negative_ids_note(n)
+
+
+def negative_ids_note(n: int) -> list[str]:
     return [f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, not dropped"] if n else []
 
 
@@ -120,15 +124,25 @@ def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFra
 
 def _notes_from_counts(tables, ranges: pd.DataFrame, c: dict) -> list[str]:
     """:func:`all_notes`, same lines in the same order, with the op checks from counts."""
-    notes: list[str] = []
-    notes += marks_only(ranges, tables.marks)
-    notes += unlinked_note(c["unlinked"])
-    notes += unclosed_ranges(ranges)
-    notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
-    notes += identical_ranges(ranges)
-    notes += zero_length_note(c["zero"])
-    notes += negative_ids(tables.calls, ranges, None, negative_ops=c["negative_pid"])
-    notes += shared_correlation_ids(tables.calls)
-    notes += invalid_text(tables.strings)
-    notes += graph_level_trace(tables.meta, None, graph_ops=c["graph"])
-    return notes
+    return notes_from_counts(input_notes(tables, ranges), c)
+
+
+def input_notes(tables, ranges: pd.DataFrame) -> dict:
+    """The checks that look at the calls, ranges, marks and strings only (not at the GPU ops),
+    for :func:`notes_from_counts`: worked out before the ops are read, so the call and range
+    tables can be let go of (chunked.py)."""
+    return {"marks_only": marks_only(ranges, tables.marks),
+            "unclosed": unclosed_ranges(ranges),
+            "cross_thread": cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0)),
+            "identical": identical_ranges(ranges),
+            "negative_ids": int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()),
+            "shared_correlation": shared_correlation_ids(tables.calls),
+            "invalid_text": invalid_text(tables.strings)}
+
+
+def notes_from_counts(pre: dict, c: dict) -> list[str]:
+    """:func:`all_notes` from :func:`input_notes` and the op figures counted chunk by chunk
+    (unlinked, zero, negative_pid, graph)."""
+    return (pre["marks_only"] + unlinked_note(c["unlinked"]) + pre["unclosed"] + pre["cross_thread"]
+            + pre["identical"] + zero_length_note(c["zero"]) + negative_ids_note(pre["negative_ids"] + c["negative_pid"])
+            + pre["shared_correlation"] + pre["invalid_text"] + graph_level_trace({}, None, graph_ops=c["graph"]))

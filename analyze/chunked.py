@@ -18,6 +18,7 @@ every other table (tests/test_chunked.py).
 """
 from __future__ import annotations
 
+import pickle
 import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -211,12 +212,19 @@ def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
 def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, result_type):
     tables = box.pop()
     launches: Launches = tables.prepared
-    tables = tables._replace(prepared=None)
-    ranges, index = launches.ranges, launches.index
-    n_calls = len(index.key)
+    tables = tables._replace(prepared=None, ranges=None)
+    n_calls = len(launches.index.key)
     n_ph = len(config.names)
     painted = launches.painted
-    keys = projection.call_keys(launches.calls, index)
+    # what the calls and ranges alone say, before they are let go of
+    input_notes = checks.input_notes(tables, launches.ranges)
+    keys = projection.call_keys(launches.calls, launches.index)
+    if keys is not None:      # ops are linked through the keys: the calls and their sort keys can go
+        launches = launches._replace(calls=None, index=launches.index._replace(order=None, key=None))
+        tables = tables._replace(calls=None)
+    # the ranges are not looked at again until every chunk is in: on disk meanwhile
+    _spill_frame(launches.ranges, spill / "ranges.pkl")
+    launches = launches._replace(ranges=None, full_name=None)
     coll_phase = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
     names = _Names(tables.strings, config, coll_phase.kernel_regex() if coll_phase else None)
     groups = _Groups()
@@ -261,7 +269,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
             pairs.update((int(p), int(d)) for p, d in pair_key)
             name_code = names.codes(kind, col["name_id"])
             op_call = projection.link_with_keys(pid, col["correlation_id"], keys) if keys is not None else \
-                projection.link_op_arrays(pid, col["correlation_id"], launches.calls, index)
+                projection.link_op_arrays(pid, col["correlation_id"], launches.calls, launches.index)
             counts["unlinked"] += int((op_call < 0).sum())
             counts["zero"] += int((end == start).sum())
             counts["negative_pid"] += int((pid < 0).sum())
@@ -326,8 +334,11 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
             n_spilled += 1
             del g, s, e, ph, nc, incl, covered, dur, is_kernel
 
+    keys = None
+    launches = launches._replace(calls=None)
     memory.release()
     stage("combining chunks")
+    ranges = _load_frame(spill / "ranges.pkl")
     pairs_df = pd.DataFrame(sorted(pairs), columns=["global_pid", "device_id"], dtype="int64")
     ranks = identify_ranks(pairs_df, tables.marks, ranges, tables.processes, path)
     rank_values = ranks["rank"].to_numpy(dtype="int64")
@@ -359,12 +370,12 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
 
     # projections from the accumulated per-call spans
     stage("projecting NVTX ranges")
-    nsys_proj = projection.project_ranges(ranges, index, *spans["nsys"], launches.layout)
-    all_proj = projection.project_ranges(ranges, index, *spans["all"], launches.layout)
+    nsys_proj = projection.project_ranges(ranges, launches.index, *spans["nsys"], launches.layout)
+    all_proj = projection.project_ranges(ranges, launches.index, *spans["all"], launches.layout)
     ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
                            gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
                            gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
-    ranges["full_name"] = launches.full_name
+    del all_proj
     nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
     rank_of_pid = dict(zip(rank_pids.tolist(), rank_values.tolist()))
     ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
@@ -374,7 +385,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
     del spans
     # the range layout and the call index served the projections: gone before the second pass
     launches = launches._replace(layout=None, index=None, painted=None, cycle_owner=None)
-    index = painted = keys = None
+    painted = None
     memory.release()
     ranges["is_cycle"] = launches.is_cycle
     ranges = ranges.rename_axis("range_id").reset_index()
@@ -409,11 +420,22 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
         del grp, name_c, c_start, c_end, c_prev, c_prev_coll, order
 
     gpu_ops = _empty_ops()
-    notes = checks.all_notes(tables, gpu_ops, np.zeros(0, dtype="int64"), ranges, op_counts=counts)
+    notes = checks.notes_from_counts(input_notes, counts)
     notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunk{'s' if len(chunks) != 1 else ''}; "
                  "the per-op table (gpu_ops) is not kept")
     return result_type(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
+
+
+def _spill_frame(frame: pd.DataFrame, path: Path) -> None:
+    """Pickled: the object columns hold a few distinct strings, each written once (pickle's memo)."""
+    with open(path, "wb") as f:
+        pickle.dump(frame, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _load_frame(path: Path) -> pd.DataFrame:
+    with open(path, "rb") as f:
+        return pickle.load(f)      # our own file, written by _spill_frame in this run
 
 
 def _load(spill: Path, k: int, c: str) -> np.ndarray:

@@ -53,29 +53,38 @@ def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:
 
 def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:
     """The reduce step: collective ops of every rank (:func:`collective_ops`, any report order,
-    each rank's rows in start order) -> one row per (collective instance, rank)."""
+    each rank's rows in start order) -> one row per (collective instance, rank). The i-th collective
+    of every rank is instance i (as many instances as the rank with the fewest); built on arrays in
+    (instance, rank) order: millions of ops at scale, no sorted copies of the frame."""
     if coll is None or coll.empty or "prev_phase" not in coll.columns:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    coll = coll.sort_values(["rank", "start_ns"], kind="stable")
-    ranks = sorted(coll["rank"].unique())
-    if len(ranks) < 2:
+    rank = coll["rank"].to_numpy(dtype="int64")
+    start = coll["start_ns"].to_numpy(dtype="int64")
+    order = np.lexsort((start, rank))                   # stable by (rank, start)
+    rank_sorted = rank[order]
+    first = np.r_[0, np.flatnonzero(rank_sorted[1:] != rank_sorted[:-1]) + 1]
+    if len(first) < 2:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    coll = coll.assign(collective=coll.groupby("rank").cumcount())
-    n = coll.groupby("rank")["collective"].max().min() + 1
-    coll = coll[coll["collective"] < n]
-    last = coll.groupby("collective")["start_ns"].transform("max")
-    duration = coll["end_ns"] - coll["start_ns"]
-    lag = last - coll["start_ns"]
+    ranks = rank_sorted[first]
+    n = int(np.diff(np.r_[first, len(rank_sorted)]).min())
+    del rank_sorted
+    # row (instance i, rank j) = the i-th op of rank j: instance-major, ranks ascending
+    pick = order[(first[None, :] + np.arange(n)[:, None]).ravel()]
+    del order
+    start = start[pick]
+    end = coll["end_ns"].to_numpy(dtype="int64")[pick]
+    lag = (start.reshape(n, len(ranks)).max(axis=1, keepdims=True) - start.reshape(n, len(ranks))).ravel()
+    duration = end - start
     wait = np.minimum(lag, duration)
-    out = pd.DataFrame({
-        "collective": coll["collective"].to_numpy(), "rank": coll["rank"].to_numpy(),
-        "name": coll["name"].to_numpy(), "start_ns": coll["start_ns"].to_numpy(),
-        "end_ns": coll["end_ns"].to_numpy(), "duration_ns": duration.to_numpy(),
-        "arrival_lag_ns": lag.to_numpy(), "wait_ns": wait.to_numpy(),
-        "transfer_ns": (duration - wait).to_numpy(), "phase": coll["prev_phase"].to_numpy(),
-        "last_arrival": (lag == 0).to_numpy(),
-    })
-    return out.sort_values(["collective", "rank"]).reset_index(drop=True)
+    return pd.DataFrame({
+        "collective": np.repeat(np.arange(n, dtype="int64"), len(ranks)), "rank": np.tile(ranks, n),
+        # object columns of the few distinct strings (pandas 3 would copy every name into a str column)
+        "name": pd.Series(coll["name"].to_numpy(dtype=object)[pick], dtype=object, copy=False),
+        "start_ns": start, "end_ns": end,
+        "duration_ns": duration, "arrival_lag_ns": lag, "wait_ns": wait, "transfer_ns": duration - wait,
+        "phase": pd.Series(coll["prev_phase"].to_numpy(dtype=object)[pick], dtype=object, copy=False),
+        "last_arrival": lag == 0,
+    }, copy=False)
 
 
 SIGNIFICANT_SPREAD = 5.0      # a collective is "late" when its arrival spread exceeds 5x the median

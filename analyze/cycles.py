@@ -41,8 +41,10 @@ def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseCon
     if top.empty:
         return None
     lo, hi, exact, end_key = proj.subset_blocks(index, ranges, top, layout)
+    labels = top.index.to_numpy(dtype="int64")
+    label_t = "int32" if labels.max() < 2 ** 31 - 1 else "int64"     # held per call: narrow when it fits
     return proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
-                             top.index.to_numpy(dtype="int64"), (index.end_key, end_key))
+                             labels, (index.end_key, end_key), dtype=label_t)
 
 
 def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallIndex,
@@ -75,7 +77,8 @@ def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
         z = np.zeros(0, dtype="int64")
         return z, z, z
     run = np.r_[0, np.flatnonzero(o[1:] != o[:-1]) + 1]
-    return (o[run], np.minimum.reduceat(first[sel][srt], run), np.maximum.reduceat(last[sel][srt], run))
+    return (o[run].astype("int64"), np.minimum.reduceat(first[sel][srt], run),
+            np.maximum.reduceat(last[sel][srt], run))
 
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",

@@ -43,4 +43,4 @@ def cycle_of_ops(launches: Launches, op_call: np.ndarray) -> np.ndarray:
     """Per op, the id of the cycle range enclosing its launching call, else -1."""
     if launches.cycle_owner is None:
         return np.full(len(op_call), -1, dtype="int64")
-    return np.append(launches.cycle_owner, -1)[op_call]
+    return np.append(launches.cycle_owner, -1)[op_call].astype("int64", copy=False)

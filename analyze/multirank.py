@@ -6,6 +6,7 @@ rank on one clock (see alignment.py).
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from . import alignment, cycles as cycles_mod, collectives as coll_mod
@@ -51,10 +52,17 @@ def renumber_ranks(results) -> None:
                     table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype("int64")
 
 
+def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
+    """The report each row came from, as a categorical over every report of the analysis (millions
+    of ranges: one byte per row instead of a copy of the path; concatenation keeps the dtype)."""
+    return pd.Categorical.from_codes(np.full(n, paths.index(path), dtype="int16"), categories=paths)
+
+
 def combine(results, config: PhaseConfig):
     from .api import Analysis
 
     renumber_ranks(results)
+    paths = list(dict.fromkeys(r.path for r in results))
     offsets = alignment.align(results)
     inputs = []
     for res in results:
@@ -81,7 +89,7 @@ def combine(results, config: PhaseConfig):
                        "ranks": res.ranks["rank"].astype(int).tolist(), "notes": res.notes})
     ranks = _concat([r.ranks for r in results]).sort_values("rank").reset_index(drop=True)
     gpu_ops = _concat([r.gpu_ops for r in results])
-    ranges = _concat([r.ranges.assign(input=r.path) for r in results])
+    ranges = _concat([r.ranges.assign(input=_input_column(r.path, len(r.ranges), paths)) for r in results])
     marks = _concat([r.marks.assign(input=r.path, rank=r.marks["global_pid"].map(
         dict(zip(r.ranks["global_pid"], r.ranks["rank"])))) for r in results])
     phases = _concat([r.phases for r in results]).sort_values(["rank"], kind="stable").reset_index(drop=True)

@@ -221,9 +221,10 @@ def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.
 
 
 def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
-                 labels: np.ndarray, slow) -> np.ndarray:
-    """Label every sorted call with the label of its deepest enclosing range (or -1)."""
-    owner = np.full(n_calls, -1, dtype="int64")
+                 labels: np.ndarray, slow, dtype="int64") -> np.ndarray:
+    """Label every sorted call with the label of its deepest enclosing range (or -1), in an array
+    of ``dtype`` (narrower than int64 when the labels fit)."""
+    owner = np.full(n_calls, -1, dtype=dtype)
     for members, ok in _level_groups(levels, lo, hi, exact):   # outermost level first
         good = members[ok]
         lens = hi[good] - lo[good]
@@ -255,20 +256,23 @@ def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.nda
 
 def range_layout(index: CallIndex, ranges: pd.DataFrame):
     """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
-    levels, end_key, groups), groups = per nesting level (reduceat bounds of the ranges whose blocks
+    None, end_key, groups), groups = per nesting level (reduceat bounds of the ranges whose blocks
     are contiguous, those ranges, which of them have calls, the ranges for the exact path).
-    Compute once, project several times."""
+    Compute once, project several times. Call positions are int32 when the calls fit (millions of
+    ranges: half the bytes held for the whole analysis)."""
     lo, hi, exact = range_blocks(index, ranges)
     tidx, _, end_key = range_keys(index, ranges)
     levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
                             ranges["end_ns"].to_numpy(dtype="int64"))
+    del tidx
+    pos_t = "int32" if len(index.key) < 2 ** 31 - 1 else "int64"
     groups = []
     for members, ok in _level_groups(levels, lo, hi, exact):
         good = members[ok]
-        bounds = np.empty(2 * len(good), dtype="int64")
+        bounds = np.empty(2 * len(good), dtype=pos_t)
         bounds[0::2], bounds[1::2] = lo[good], hi[good]
-        groups.append((bounds, good, hi[good] > lo[good], members[~ok]))
-    return lo, hi, exact, levels, end_key, groups
+        groups.append((bounds, good.astype(pos_t), hi[good] > lo[good], members[~ok]))
+    return lo.astype(pos_t), hi.astype(pos_t), exact, None, end_key, groups
 
 
 def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
@@ -330,30 +334,45 @@ def full_range_names(ranges: pd.DataFrame) -> pd.Series:
     return pd.Series(names[codes], index=ranges.index, name=None, dtype=object)
 
 
+SUMMARY_SLICE = 1 << 20    # projected ranges grouped at once (the temporaries scale with it)
+
+
 def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
     """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style). Grouped on integer
-    codes of the projected ranges only (millions of ranges, a few names)."""
+    codes of the projected ranges only (millions of ranges, a few names), a slice at a time; the
+    groups keep the order in which they first appear (ties in the final sort)."""
     cols = ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"]
     n_ops = projected["gpu_ops"].to_numpy(dtype="int64")
     sel = np.flatnonzero(n_ops > 0)
     if not len(sel):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    rcode, runiq = pd.factorize(np.asarray(full_range_names(ranges).to_numpy(dtype=object))[sel])
-    scode, suniq = pd.factorize(np.asarray(ranges["style"].to_numpy(dtype=object))[sel])
-    code, uniq = pd.factorize(rcode.astype("int64") * (len(suniq) + 1) + scode)   # first appearance
-    proj = (projected["gpu_end_ns"].to_numpy(dtype="int64") - projected["gpu_start_ns"].to_numpy(dtype="int64"))[sel]
-    range_ns = (ranges["end_ns"].to_numpy(dtype="int64") - ranges["start_ns"].to_numpy(dtype="int64"))[sel]
-    order = np.argsort(code, kind="stable")
-    c = code[order]
-    run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
-    uniq = np.asarray(uniq, dtype="int64")
+    full = full_range_names(ranges).to_numpy(dtype=object)
+    style = ranges["style"].to_numpy(dtype=object)
+    g_start, g_end = (projected[c].to_numpy(dtype="int64") for c in ("gpu_start_ns", "gpu_end_ns"))
+    r_start, r_end = (ranges[c].to_numpy(dtype="int64") for c in ("start_ns", "end_ns"))
+    code_of: dict[tuple, int] = {}
+    sums = np.zeros((4, 0), dtype="int64")      # instances, projected, range time, ops per group
+    for a in range(0, len(sel), SUMMARY_SLICE):
+        part = sel[a:a + SUMMARY_SLICE]
+        rcode, runiq = pd.factorize(full[part], use_na_sentinel=False)
+        scode, suniq = pd.factorize(style[part], use_na_sentinel=False)
+        local, luniq = pd.factorize(rcode.astype("int64") * len(suniq) + scode)   # first appearance
+        del rcode, scode
+        luniq = np.asarray(luniq, dtype="int64")
+        lookup = np.array([code_of.setdefault((runiq[u // len(suniq)], suniq[u % len(suniq)]), len(code_of))
+                           for u in luniq.tolist()], dtype="int64")
+        if sums.shape[1] < len(code_of):
+            sums = np.concatenate([sums, np.zeros((4, len(code_of) - sums.shape[1]), dtype="int64")], axis=1)
+        g = lookup[local]
+        del local
+        for row, values in enumerate((np.ones(len(part), dtype="int64"), g_end[part] - g_start[part],
+                                      r_end[part] - r_start[part], n_ops[part])):
+            np.add.at(sums[row], g, values)
+    keys = list(code_of)
     summary = pd.DataFrame({
-        "range": pd.Series(np.asarray(runiq, dtype=object)[uniq // (len(suniq) + 1)], dtype=object),
-        "style": pd.Series(np.asarray(suniq, dtype=object)[uniq % (len(suniq) + 1)], dtype=object),
-        "instances": np.diff(np.r_[run, len(c)]),
-        "total_projected_ns": np.add.reduceat(proj[order], run),
-        "total_range_ns": np.add.reduceat(range_ns[order], run),
-        "gpu_ops": np.add.reduceat(n_ops[sel][order], run)})
+        "range": pd.Series([k[0] for k in keys], dtype=object),
+        "style": pd.Series([k[1] for k in keys], dtype=object),
+        "instances": sums[0], "total_projected_ns": sums[1], "total_range_ns": sums[2], "gpu_ops": sums[3]})
     summary = summary.sort_values(["total_projected_ns", "range"], ascending=[False, True], kind="stable")
     return summary[cols].reset_index(drop=True)
 

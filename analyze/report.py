@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from . import fastread, safety
+from . import fastread, memory, safety
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
@@ -513,7 +513,9 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():
-            return prepare(calls.result(), nvtx.result()[0])
+            read_calls_and_nvtx = (calls.result(), nvtx.result()[0])
+            memory.release()          # the read buffers, before the preparation's own arrays
+            return prepare(*read_calls_and_nvtx)
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
