@@ -239,12 +239,18 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
+    floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
+    floor_note = [] if floor <= int(memory_budget) else [
+        f"--memory-budget {_size(int(memory_budget))} is below what this report's API calls and NVTX ranges "
+        f"take whatever the chunk size (about {_size(floor)}: they are prepared whole and the ranges are a "
+        "result table): the GPU ops went in the smallest chunks"]
     try:
         # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
         box = [tables]
         del tables
         result = chunked.analyze_chunked(path, config, box, chunk_rows, stage, ReportResult)
         memory.release()          # the freed working heap, before the reports are combined
+        result.notes.extend(floor_note)
         return result
     except chunked.NotTimeOrdered:
         notes.append("--memory-budget: the GPU op tables are not in time order, so the report was analysed "
@@ -366,6 +372,17 @@ CHUNK_BYTES_PER_OP = 600
 FIXED_BYTES_PER_CALL = 60
 FIXED_BYTES_PER_RANGE = 40
 BASE_BYTES = 150_000_000
+# the peak of a chunked analysis whatever its chunk size, per API call and per NVTX range (the
+# preparation holds both whole; the ranges come back as a result table): measured 0.96 GB for
+# 2.2M calls and 2.5M ranges (10M kernels), see docs/performance.md
+FLOOR_BYTES_PER_CALL = 150
+FLOOR_BYTES_PER_RANGE = 200
+
+
+def _size(n_bytes: int) -> str:
+    if n_bytes < 10 ** 6:
+        return f"{n_bytes} bytes"
+    return f"{n_bytes / 1e6:.0f} MB" if n_bytes < 10 ** 9 else f"{n_bytes / 1e9:.2f} GB"
 # smallest read chunk (rows); tests lower it to force many chunk boundaries
 MIN_CHUNK_ROWS = 50_000
 

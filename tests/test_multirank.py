@@ -80,3 +80,14 @@ def test_eight_rank_report_fits_120_columns(tmp_path):
     assert all(f"rank {r}" in header for r in range(8))
     assert "straggler rank(s): 5" in proc.stdout
     assert "Clock alignment of separate reports" in proc.stdout
+
+
+def test_range_input_is_one_categorical_over_every_report(single_and_split):
+    _, split, _ = single_and_split
+    inputs = split.ranges["input"]
+    assert isinstance(inputs.dtype, pd.CategoricalDtype)
+    assert list(inputs.cat.categories) == [i["path"] for i in split.inputs]
+    # each report's ranges carry its own path: the ranks of a report's ranges are that report's
+    per_input = split.ranges.groupby("input", observed=True)["rank"].unique()
+    for inp in split.inputs:
+        assert sorted(per_input[inp["path"]]) == sorted(inp["ranks"])

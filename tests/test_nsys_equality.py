@@ -148,3 +148,14 @@ def test_default_run_without_arguments_uses_bundled_trace():
     assert "h200_4proc_eager.sqlite" in proc.stdout
     assert "Exclusive GPU time per phase" in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+
+
+def test_nvtx_projection_in_slices_equals_nsys_stats(traced, monkeypatch):
+    """The summary grouped a few ranges at a time (projection.SUMMARY_SLICE) is the same table."""
+    from analyze import projection
+
+    name, result = traced
+    monkeypatch.setattr(projection, "SUMMARY_SLICE", 3)
+    sliced = analyze.load(REAL / f"{name}.sqlite")
+    pd.testing.assert_frame_equal(sliced.nvtx_projection, result.nvtx_projection)
+    assert len(sliced.nvtx_projection) == len(pd.read_csv(REAL / f"{name}.stats_nvtx_gpu_proj_sum.csv"))

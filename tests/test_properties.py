@@ -96,3 +96,50 @@ def test_streamed_union_equals_union(data, cuts):
         union_step(g[idx], s[idx], e[idx], reach, total)
     for k in range(4):
         assert total[k] == union_length(s[g == k], e[g == k])
+
+
+def _collective_table_reference(coll):
+    """The collective table by pandas groupby, as first written (the array version must agree)."""
+    import numpy as np
+
+    coll = coll.sort_values(["rank", "start_ns"], kind="stable")
+    coll = coll.assign(collective=coll.groupby("rank").cumcount())
+    n = coll.groupby("rank")["collective"].max().min() + 1
+    coll = coll[coll["collective"] < n]
+    last = coll.groupby("collective")["start_ns"].transform("max")
+    duration = coll["end_ns"] - coll["start_ns"]
+    lag = last - coll["start_ns"]
+    wait = np.minimum(lag, duration)
+    import pandas as pd
+    out = pd.DataFrame({"collective": coll["collective"].to_numpy(), "rank": coll["rank"].to_numpy(),
+                        "name": coll["name"].to_numpy(), "start_ns": coll["start_ns"].to_numpy(),
+                        "end_ns": coll["end_ns"].to_numpy(), "duration_ns": duration.to_numpy(),
+                        "arrival_lag_ns": lag.to_numpy(), "wait_ns": wait.to_numpy(),
+                        "transfer_ns": (duration - wait).to_numpy(), "phase": coll["prev_phase"].to_numpy(),
+                        "last_arrival": (lag == 0).to_numpy()})
+    return out.sort_values(["collective", "rank"]).reset_index(drop=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 50), st.integers(0, 20),
+                               st.sampled_from(["a", "b"]), st.sampled_from(["draft", "verify", "other"])),
+                     max_size=60))
+def test_collective_table_equals_groupby_reference(rows):
+    """collectives.collective_table_from (arrays, instance-major) equals the groupby version on any
+    ops: uneven counts per rank, equal start times, one rank only."""
+    import pandas as pd
+
+    from analyze import collectives
+
+    coll = pd.DataFrame({"rank": pd.Series([r[0] for r in rows], dtype="int64"),
+                         "name": pd.Series([r[3] for r in rows], dtype=object),
+                         "start_ns": pd.Series([r[1] for r in rows], dtype="int64"),
+                         "end_ns": pd.Series([r[1] + r[2] for r in rows], dtype="int64"),
+                         "prev_phase": pd.Series([r[4] for r in rows], dtype=object)})
+    got = collectives.collective_table_from(coll)
+    if coll["rank"].nunique() < 2:
+        assert got.empty
+        return
+    want = _collective_table_reference(coll)
+    pd.testing.assert_frame_equal(got, want, check_dtype=False)
+    assert got["name"].dtype == object and got["phase"].dtype == object

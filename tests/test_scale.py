@@ -99,8 +99,16 @@ def test_chunked_analysis_gives_identical_results(scale_file):
     # 60k ops in chunks of 50k rows (the smallest chunk)
     chunked = api.load(path, memory_budget=1)
     assert chunk_notes(chunked) == ["--memory-budget: analysed in 2 time-ordered chunks; the per-op table "
-                                    "(gpu_ops) is not kept"]
+                                    "(gpu_ops) is not kept",
+                                    "--memory-budget 1 bytes is below what this report's API calls and NVTX "
+                                    "ranges take whatever the chunk size (about 155 MB: they are prepared whole "
+                                    "and the ranges are a result table): the GPU ops went in the smallest chunks"]
     same(whole, chunked, ops=False)
+    # a budget above that floor: no such note, and the 60k ops fit one chunk
+    roomy = api.load(path, memory_budget=10 ** 9)
+    assert chunk_notes(roomy) == ["--memory-budget: analysed in 1 time-ordered chunk; the per-op table "
+                                  "(gpu_ops) is not kept"]
+    same(whole, roomy, ops=False)
     assert chunked.gpu_ops.empty and list(chunked.gpu_ops.columns) == list(whole.gpu_ops.columns)
     t = report.read_report(path, chunk_rows=7_000)
     pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
