@@ -88,7 +88,7 @@ def combine(results, config: PhaseConfig):
                        "utc_start_ns": res.meta.get("utc_start_ns"), "offset_ns": int(off),
                        "ranks": res.ranks["rank"].astype(int).tolist(), "notes": res.notes})
     ranks = _concat([r.ranks for r in results]).sort_values("rank").reset_index(drop=True)
-    gpu_ops = _concat([r.gpu_ops for r in results])
+    gpu_ops = _concat([r.gpu_ops.assign(input=_input_column(r.path, len(r.gpu_ops), paths)) for r in results])
     ranges = _concat([r.ranges.assign(input=_input_column(r.path, len(r.ranges), paths)) for r in results])
     marks = _concat([r.marks.assign(input=r.path, rank=r.marks["global_pid"].map(
         dict(zip(r.ranks["global_pid"], r.ranks["rank"])))) for r in results])

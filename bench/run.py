@@ -133,6 +133,9 @@ def write_outputs(rows: list[dict], budget: str) -> None:
     ch = [(x, r["chunked"]["peak_mib"] / 1024) for x, r in zip(xs, rows) if r.get("chunked")]
     if ch:
         ax2.plot(*zip(*ch), "s--", label=f"--memory-budget {budget}")
+        from analyze.cli import parse_size
+        ax2.axhline(parse_size(budget) / 2**30, color="grey", linestyle=":", linewidth=1,
+                    label=f"the budget ({budget})")
     ax2.set_xscale("log"), ax2.set_xlabel("kernels (8 ranks)"), ax2.set_ylabel("peak RSS (GiB)")
     ax2.set_title("memory"), ax2.legend(fontsize=8)
     fig.tight_layout()
@@ -151,7 +154,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse-nsys", action="store_true",
                     help="take the nsys stats measurements of the same sizes from the previous bench/results.json "
                          "instead of running nsys (it takes minutes per 20k kernels)")
+    ap.add_argument("--replot", action="store_true",
+                    help="rewrite results.md and scaling.png from bench/results.json (no run)")
     a = ap.parse_args(argv)
+    if a.replot:
+        write_outputs(json.loads((HERE / "results.json").read_text()), a.budget)
+        print((HERE / "results.md").read_text())
+        return 0
     data = Path(a.data)
     data.mkdir(parents=True, exist_ok=True)
     sizes = [int(float(s)) for s in a.sizes.split(",")]

@@ -84,9 +84,12 @@ def test_eight_rank_report_fits_120_columns(tmp_path):
 
 def test_range_input_is_one_categorical_over_every_report(single_and_split):
     _, split, _ = single_and_split
-    inputs = split.ranges["input"]
-    assert isinstance(inputs.dtype, pd.CategoricalDtype)
-    assert list(inputs.cat.categories) == [i["path"] for i in split.inputs]
+    for inputs in (split.ranges["input"], split.gpu_ops["input"]):
+        assert isinstance(inputs.dtype, pd.CategoricalDtype)
+        assert list(inputs.cat.categories) == [i["path"] for i in split.inputs]
+    ops_per_input = split.gpu_ops.groupby("input", observed=True)["rank"].unique()
+    for inp in split.inputs:
+        assert sorted(ops_per_input[inp["path"]]) == sorted(inp["ranks"])
     # each report's ranges carry its own path: the ranks of a report's ranges are that report's
     per_input = split.ranges.groupby("input", observed=True)["rank"].unique()
     for inp in split.inputs:
