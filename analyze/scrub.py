@@ -17,6 +17,8 @@ What is blanked, and why, is listed in docs/bad_input.md ("Sharing a trace"). In
   unless the whole string is an absolute path.
 * DIAGNOSTIC_EVENT.text, ANALYSIS_FILE.filename, PROCESSES.name: generic text rules.
 * NVTX_EVENTS.text: only a text that is entirely an absolute path (-> basename).
+* NVTX_EVENTS.jsonText and the StringIds its jsonTextId points to (NVTX payload JSON, not read by
+  the analysis): the generic text rules on every string value inside the JSON.
 * TARGET_INFO_GPU.uuid: replaced by a same-length pseudonym (consistently, also inside
   TARGET_INFO_SYSTEM_ENV) unless ``keep_names``.
 
@@ -35,6 +37,7 @@ bytes do not survive in free pages, and renamed onto the output path atomically.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sqlite3
@@ -45,15 +48,18 @@ from pathlib import Path
 from analyze.safety import (OutputError, TraceError, atomic_path, has_table, open_report,
                             table_columns)
 
-__all__ = ["scrub", "ScrubReport", "main_scrub", "scrub_text", "SCRUBBED", "HOST", "USER"]
+__all__ = ["scrub", "ScrubReport", "main_scrub", "scrub_text", "scrub_json_text", "SCRUBBED", "HOST", "USER"]
 
 SCRUBBED = "<scrubbed>"
 HOST = "<host>"
 USER = "<user>"
 
 # columns (in any table) that hold StringIds ids the analysis reads: their text is kept
-PROTECTED_ID_COLUMNS = {"nameId", "textId", "jsonTextId", "demangledName", "shortName",
+PROTECTED_ID_COLUMNS = {"nameId", "textId", "demangledName", "shortName",
                         "mangledName", "symbol", "domainNameId", "categoryNameId"}
+# columns holding StringIds ids of NVTX payload JSON (not read by the analysis): every string value
+# inside the JSON gets the generic text rules (scrub_json_text)
+JSON_ID_COLUMNS = {"jsonTextId"}
 # StringIds ids of the program's own stdout/stderr contents (ProcessStreams, ANALYSIS_FILE)
 STREAM_CONTENT_COLUMNS = (("ProcessStreams", "contentId"), ("ANALYSIS_FILE", "contentId"))
 
@@ -123,6 +129,35 @@ def scrub_text(s: str, tokens: dict[str, str] | None = None, *, protected: bool 
                              m.group(1), s)
         out = WIN_PATH.sub(lambda m: _basename(m.group(1)), out)
     return _replace_tokens(out, tokens or {})
+
+
+def scrub_json_text(s: str, tokens: dict[str, str] | None = None) -> str:
+    """NVTX payload JSON (``NVTX_EVENTS.jsonText``): the generic text rules applied to every string
+    value inside it, keys and numbers kept; text that is not JSON gets the generic rules whole.
+    Unchanged values keep their exact bytes."""
+    if s is None or not isinstance(s, str) or not s:
+        return s
+    try:
+        doc = json.loads(s)
+    except ValueError:
+        return scrub_text(s, tokens)
+
+    changed = False
+
+    def walk(v):
+        nonlocal changed
+        if isinstance(v, str):
+            new = scrub_text(v, tokens)
+            changed |= new != v
+            return new
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    doc = walk(doc)
+    return json.dumps(doc, ensure_ascii=False) if changed else s
 
 
 @dataclass
@@ -204,14 +239,15 @@ def _collect_identity(conn: sqlite3.Connection, keep_names: bool) -> tuple[dict,
     return tokens, len(hosts), len(users)
 
 
-def _protected_string_ids(conn: sqlite3.Connection) -> set[int]:
+def _protected_string_ids(conn: sqlite3.Connection, columns=PROTECTED_ID_COLUMNS) -> set[int]:
+    """StringIds ids referenced from ``columns`` of any table."""
     ids: set[int] = set()
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     for t in tables:
         if t == "StringIds" or t.startswith("ENUM_"):
             continue
         for c in table_columns(conn, t):
-            if c in PROTECTED_ID_COLUMNS:
+            if c in columns:
                 ids.update(r[0] for r in conn.execute(
                     f"SELECT DISTINCT {_quote(c)} FROM {_quote(t)} "
                     f"WHERE typeof({_quote(c)})='integer'"))
@@ -343,11 +379,14 @@ def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) 
     if has_table(conn, "StringIds"):
         protected = _protected_string_ids(conn)
         streams = _stream_content_ids(conn) - protected
+        payloads = _protected_string_ids(conn, JSON_ID_COLUMNS) - protected
         for sid, value in conn.execute("SELECT id, value FROM StringIds").fetchall():
             if not isinstance(value, str):
                 continue
             if sid in streams:
                 new = SCRUBBED if value else value
+            elif sid in payloads:
+                new = scrub_json_text(value, tokens)
             else:
                 new = scrub_text(value, tokens, protected=sid in protected)
             if new != value:
@@ -358,6 +397,7 @@ def _edit_copy(conn: sqlite3.Connection, report: ScrubReport, keep_names: bool) 
     _scrub_column(ed, "ANALYSIS_FILE", "filename", generic)
     _scrub_column(ed, "PROCESSES", "name", generic)
     _scrub_column(ed, "NVTX_EVENTS", "text", lambda v: scrub_text(v, protected=True))
+    _scrub_column(ed, "NVTX_EVENTS", "jsonText", lambda v: scrub_json_text(v, tokens))
     if uuids:
         _scrub_column(ed, "TARGET_INFO_GPU", "uuid", lambda v: uuids.get(v, v))
 

@@ -4,6 +4,7 @@ input untouched."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from analyze.safety import (NotSqlite, OutputError, export_schema_version, open_report,
                             table_columns)
-from analyze.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_text
+from analyze.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_json_text, scrub_text
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -29,7 +30,7 @@ SCRUBBED_COLUMNS = {
     ("StringIds", "value"), ("META_DATA_CAPTURE", "value"), ("META_DATA_EXPORT", "value"),
     ("EXPORT_META_DATA", "value"), ("TARGET_INFO_SYSTEM_ENV", "value"),
     ("DIAGNOSTIC_EVENT", "text"), ("ANALYSIS_FILE", "filename"), ("PROCESSES", "name"),
-    ("NVTX_EVENTS", "text"), ("TARGET_INFO_GPU", "uuid"),
+    ("NVTX_EVENTS", "text"), ("NVTX_EVENTS", "jsonText"), ("TARGET_INFO_GPU", "uuid"),
 }
 
 
@@ -185,7 +186,12 @@ def _plant(path: Path) -> None:
         (top + 3, "python3 /home/alice_secret/project/train.py --token=hunter2"),
         (top + 4, "USER=alice_secret\x00SPECPROF_TEST_SECRET=hunter2\x00PATH=/usr/bin"),
         (top + 5, "deleted row hunter3 kept in a free page"),
+        (top + 6, '{"dir": "/home/alice_secret/ckpt/step_9", "env": "SPECPROF_TEST_SECRET=hunter2"}'),
     ])
+    # NVTX payload JSON, inline and through jsonTextId (the analysis reads neither)
+    c.execute("UPDATE NVTX_EVENTS SET jsonText=?, jsonTextId=? WHERE rowid = (SELECT min(rowid) FROM NVTX_EVENTS)",
+              ('{"file": "/home/alice_secret/data/shard.bin", "note": "SPECPROF_TEST_SECRET=hunter2", '
+               '"n": 3, "cmd": ["python3 /home/alice_secret/x.py --token=hunter2"]}', top + 6))
     c.execute("INSERT INTO META_DATA_CAPTURE(name, value) VALUES "
               "('PROCESS_0:ENVIRONMENT_VARIABLE', 'SPECPROF_TEST_SECRET=\"hunter2\"')")
     c.execute("INSERT INTO DIAGNOSTIC_EVENT(timestamp, timestampType, source, severity, text, "
@@ -222,6 +228,11 @@ def test_planted_secrets_are_gone_from_the_bytes(tmp_path, fixture):
     assert b.execute("SELECT name FROM PROCESSES WHERE rowid = (SELECT max(rowid) FROM PROCESSES)"
                      ).fetchone()[0] == "python"
     assert rep.users_found == 1
+    payload, payload_id = b.execute("SELECT jsonText, jsonTextId FROM NVTX_EVENTS "
+                                    "WHERE rowid = (SELECT min(rowid) FROM NVTX_EVENTS)").fetchone()
+    assert json.loads(payload) == {"file": "shard.bin", "note": SCRUBBED, "n": 3, "cmd": [SCRUBBED]}
+    assert json.loads(b.execute("SELECT value FROM StringIds WHERE id=?", (payload_id,)).fetchone()[0]) == \
+        {"dir": "step_9", "env": SCRUBBED}
     assert b.execute("PRAGMA freelist_count").fetchone()[0] == 0
     assert sorted(p.name for p in out.parent.iterdir()) == ["shared.sqlite"]
 
@@ -284,6 +295,11 @@ def test_scrub_text_rules():
     assert scrub_text("void at::native::f<float>(T1 /* x */)", protected=True) == \
         "void at::native::f<float>(T1 /* x */)"
     assert scrub_text("/data/secret/range", protected=True) == "range"
+    # NVTX payload JSON: every string value, keys and numbers kept; untouched JSON keeps its bytes
+    assert json.loads(scrub_json_text('{"path": "/home/u/a.bin", "k": [1, "HF_TOKEN=x"], "ok": "fine"}')) == \
+        {"path": "a.bin", "k": [1, SCRUBBED], "ok": "fine"}
+    assert scrub_json_text('{"a":  1,"b":"x"}') == '{"a":  1,"b":"x"}'
+    assert scrub_json_text("not json /home/u/a.bin") == "not json a.bin"
 
 
 def test_output_equal_to_input_refused(tmp_path):
