@@ -347,3 +347,32 @@ def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
     assert (projection.link_with_keys(o_pid, o_corr, keys_direct) == merged).all()
     assert (projection.link_with_keys(o_pid, o_corr, keys_hashed) == merged).all()
     assert (merged[-10:] == -1).all() and (merged >= 0).sum() > 10_000
+
+
+PUBLIC = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "public-traces")
+PUBLIC_NCCL = ["GindaChen_nsys-ai__h100_2gpu_1s", "GindaChen_nsys-ai__mfu_2gpu_after",
+               "GindaChen_nsys-ai__mfu_2gpu_before"]
+
+
+@pytest.mark.parametrize("name", PUBLIC_NCCL)
+def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch):
+    """Third-party 2-GPU exports (read from ../shared, never copied here; sliced captures with
+    missing runtime rows), cut into 300-row chunks: every table, NVTX ranges included, the same as
+    the whole analysis. Their NCCL SendRecv kernels are taken as the collectives (a phase option),
+    so the pairing of collectives across chunk boundaries is exercised too."""
+    from analyze import phases
+
+    path = os.path.join(PUBLIC, name + ".sqlite")
+    if not os.path.exists(path):
+        pytest.skip("../shared/public-traces not present")
+    config = phases.load_config(options=["allreduce=kernels:ncclDevKernel_*"])
+    whole = api.load(path, config)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 300)
+    chunked = api.load(path, config, memory_budget=1)
+    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    assert n >= 10        # chunks cut the biggest op table (kernels) every 300 rows
+    same(whole, chunked, ops=False)
+    pd.testing.assert_frame_equal(whole.ranges, chunked.ranges, obj="ranges")
+    assert whole.ranks["rank"].nunique() == 2
+    n_nccl = int(whole.gpu_ops["name"].str.startswith("ncclDevKernel_").sum())
+    assert len(whole.collectives) == (n_nccl if "mfu" in name else 0)
