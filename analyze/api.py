@@ -7,6 +7,7 @@ files, time alignment, collectives).
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -318,8 +319,11 @@ def expand_inputs(paths, *, export: bool = True) -> list[str]:
 
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
-         cache: bool = False, memory_budget: int | None = None, scheduler: str | None = None) -> Analysis:
-    """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`."""
+         cache: bool = False, memory_budget: int | str | None = "auto",
+         scheduler: str | None = None) -> Analysis:
+    """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
+    ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
+    unless a report would not fit in the available memory (:func:`auto_budget`)."""
     from . import multirank  # late import: multirank builds on this module's types
 
     config = config or PhaseConfig()
@@ -327,30 +331,95 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
                           memory_budget=memory_budget, scheduler=scheduler)
     analysis = multirank.combine(results, config)
+    chunked = any(n.startswith("--memory-budget: analysed in") for r in results for n in r.notes)
     del results
-    if memory_budget:
+    if chunked:
         memory.release()       # what combining left on the heap, before plots and tables are drawn
     return analysis
 
 
 def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False,
-                cache: bool = False, memory_budget: int | None = None,
+                cache: bool = False, memory_budget: int | str | None = None,
                 scheduler: str | None = None) -> list[ReportResult]:
     """Map step over reports: in this process (jobs=1), a process pool (jobs=N) or on a Dask
-    cluster (scheduler=ADDRESS, see distributed.py). Results come back in the order of ``files``."""
+    cluster (scheduler=ADDRESS, see distributed.py). Results come back in the order of ``files``.
+    ``memory_budget="auto"``: each report whole, unless it would not fit in this machine's
+    available memory (shared by the reports analysed at once): then in chunks, with a note
+    (:func:`auto_budget`)."""
     if scheduler:
         from . import distributed
         return distributed.map_reports(files, config, scheduler, progress=progress, cache=cache,
-                                       memory_budget=memory_budget)
-    if jobs <= 1 or len(files) <= 1:
-        return [analyze_report(f, config, cache=cache, memory_budget=memory_budget, progress=progress)
-                for f in _progress(files, progress and len(files) > 1)]
-    from concurrent.futures import ProcessPoolExecutor
+                                       memory_budget=None if memory_budget == AUTO else memory_budget)
+    at_once = 1 if jobs <= 1 or len(files) <= 1 else min(jobs, len(files))
+    budgets, auto_notes = [memory_budget] * len(files), [None] * len(files)
+    if memory_budget == AUTO:
+        budgets, auto_notes = map(list, zip(*(auto_budget(f, at_once, cache) for f in files))) if files \
+            else ([], [])
+    if at_once == 1:
+        results = [analyze_report(f, config, cache=cache, memory_budget=b, progress=progress)
+                   for f, b in zip(_progress(files, progress and len(files) > 1), budgets)]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=memory_budget)
-                   for f in files]
-        return [f.result() for f in _progress(futures, progress, total=len(files))]
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=b)
+                       for f, b in zip(files, budgets)]
+            results = [f.result() for f in _progress(futures, progress, total=len(files))]
+    for result, note in zip(results, auto_notes):
+        if note:
+            result.notes.append(note)
+    return results
+
+
+AUTO = "auto"
+# the whole analysis' peak per GPU op (over the floor of calls and ranges), measured 3.3 GiB at 10M
+# kernels and 8.9 GiB at 30M (bench/results.md): the estimate errs on the high side
+WHOLE_BYTES_PER_OP = 250
+# a report is analysed whole when its estimate is below this share of the available memory; else
+# in chunks under a budget of AUTO_BUDGET_SHARE of it
+AUTO_FIT_SHARE = 0.8
+AUTO_BUDGET_SHARE = 0.5
+
+
+def estimate_whole_bytes(path: str) -> int | None:
+    """What the whole analysis of ``path`` is expected to peak at (row counts from rowid bounds, a
+    few seeks), or None when the report cannot be opened (the analysis then says why)."""
+    try:
+        conn = safety.open_report(path, quick_check=False)
+    except (safety.TraceError, OSError, sqlite3.Error):
+        return None
+    try:
+        def rows(table: str) -> int:
+            if not safety.has_table(conn, table):
+                return 0
+            lo, hi = report.rowid_bounds(conn, table)
+            return 0 if lo is None else int(hi) - int(lo) + 1
+        ops = sum(rows(p.table) for p in report.plan_gpu_op_reads(conn))
+        return (BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * rows("CUPTI_ACTIVITY_KIND_RUNTIME")
+                + FLOOR_BYTES_PER_RANGE * rows("NVTX_EVENTS"))
+    except (safety.TraceError, sqlite3.Error):
+        return None
+    finally:
+        conn.close()
+
+
+def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int | None, str | None]:
+    """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
+    the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
+    ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
+    note that says so. Whole too when the memory or the estimate is unknown, or with ``cache``."""
+    available = memory.available_bytes()
+    need = None if cache or available is None else estimate_whole_bytes(path)
+    if need is None:
+        return None, None
+    share = available // max(at_once, 1)
+    if need <= AUTO_FIT_SHARE * share:
+        return None, None
+    budget = max(int(AUTO_BUDGET_SHARE * share), 1)
+    per = f" ({at_once} reports at once)" if at_once > 1 else ""
+    return budget, (f"the whole analysis would need about {_size(need)} and {_size(share)} of memory is "
+                    f"available{per}: analysed as under --memory-budget {_size(budget)} (time-ordered "
+                    "chunks; the per-op table gpu_ops is not kept; --memory-budget none analyses it whole)")
 
 
 def _progress(items, enabled: bool, total: int | None = None):

@@ -52,16 +52,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reports analyzed in parallel processes (default: the number of CPU cores)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
-    p.add_argument("--memory-budget", metavar="SIZE", type=parse_size,
+    p.add_argument("--memory-budget", metavar="SIZE", type=parse_budget, default="auto",
                    help="analyse each report in time-ordered chunks of GPU ops sized to SIZE (e.g. 1GB, "
                         "512MB): the same tables, without the per-op table (plots of single ops need it); the "
-                        "API calls and NVTX ranges are held whole (about 150 bytes per call, 200 per range)")
+                        "API calls and NVTX ranges are held whole (about 150 bytes per call, 200 per range). "
+                        "Default 'auto': whole, unless a report would not fit in the available memory "
+                        "(then chunked, with a note); 'none': always whole")
     p.add_argument("--cache", action="store_true",
                    help="cache the extracted tables as Parquet next to the report (else ~/.cache/specprof) "
                         "so a re-open is instant; the report itself is never written")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
+
+
+def parse_budget(text: str) -> int | str | None:
+    """``--memory-budget``: a size (:func:`parse_size`), ``auto`` or ``none``."""
+    word = text.strip().lower()
+    if word == "auto":
+        return "auto"
+    if word in ("none", "off", "whole"):
+        return None
+    return parse_size(text)
 
 
 def parse_size(text: str) -> int:

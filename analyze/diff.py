@@ -59,8 +59,11 @@ def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
 def side_from_analysis(result, label: str = "") -> Side:
     kernels, notes = result.kernels, list(result.notes)
     ops = result.gpu_ops
-    if len(result.cycles) and ops is not None and "cycle_range" in ops.columns:
+    if len(result.cycles) and ops is not None and len(ops) and "cycle_range" in ops.columns:
         kernels = cycle_kernels(ops)
+    elif len(result.cycles) and (ops is None or not len(ops)):
+        notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
+                     "not only those inside decode cycles")
     return Side(label, result.cycles, kernels, list(result.phase_names), result.ranges, ops, notes)
 
 

@@ -25,3 +25,16 @@ def release() -> None:
             _LIBC = False
     if _LIBC:
         _LIBC.malloc_trim(0)
+
+
+def available_bytes() -> int | None:
+    """What the kernel says can be allocated without swapping (``MemAvailable``), or None where
+    /proc/meminfo is not there."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -200,3 +200,18 @@ def test_real_diff_moves_the_changed_phase():
     # the two recordings differ in the target model's depth (4 -> 8 layers): the verify pass moves
     assert moved["figure"] == "verify_ns"
     assert moved["delta"] > 0
+
+
+def test_side_of_a_chunked_analysis_keeps_kernels_and_says_so(monkeypatch):
+    """A report analysed in chunks (no per-op table, e.g. when it would not fit in memory) still
+    gives diff its kernel list: the whole report's, with a note (not an empty list)."""
+    from analyze import memory
+
+    path = REAL / "h200_diff_after.sqlite"
+    whole = D.load_side(path)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1)
+    side = D.load_side(path)
+    assert side.gpu_ops.empty and len(side.kernels) > 0
+    assert side.notes[-1].startswith("no per-op table (chunked analysis)")
+    assert set(side.kernels["name"]) >= set(whole.kernels["name"])
+    assert side.kernels["total_ns"].sum() >= whole.kernels["total_ns"].sum()

@@ -376,3 +376,52 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     assert whole.ranks["rank"].nunique() == 2
     n_nccl = int(whole.gpu_ops["name"].str.startswith("ncclDevKernel_").sum())
     assert len(whole.collectives) == (n_nccl if "mfu" in name else 0)
+
+
+def test_auto_budget_chunks_only_what_would_not_fit(scale_file, monkeypatch):
+    """The default memory_budget="auto": whole while the estimate fits the available memory; in
+    time-ordered chunks (same tables, a note saying why) when it does not."""
+    import sqlite3
+
+    from analyze import memory
+
+    path, _ = scale_file
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as c:
+        count = {t: c.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+                 for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                           "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")}
+    ops = count["CUPTI_ACTIVITY_KIND_KERNEL"] + count["CUPTI_ACTIVITY_KIND_MEMCPY"] + count["CUPTI_ACTIVITY_KIND_MEMSET"]
+    need = api.estimate_whole_bytes(path)
+    assert need == (api.BASE_BYTES + api.WHOLE_BYTES_PER_OP * ops + api.FLOOR_BYTES_PER_CALL
+                    * count["CUPTI_ACTIVITY_KIND_RUNTIME"] + api.FLOOR_BYTES_PER_RANGE * count["NVTX_EVENTS"])
+    whole = api.load(path, memory_budget=None)
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10 * need)
+    roomy = api.load(path)                                   # default: auto
+    assert len(roomy.gpu_ops) == len(whole.gpu_ops) and not chunk_notes(roomy)
+    assert not any("would need" in n for n in roomy.notes)
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)     # needs more than 80% of it
+    short = api.load(path)
+    assert short.gpu_ops.empty
+    assert chunk_notes(short)[0].startswith("--memory-budget: analysed in")
+    assert short.notes[-1] == (f"the whole analysis would need about {api._size(need)} and {api._size(need)} of "
+                               f"memory is available: analysed as under --memory-budget {api._size(need // 2)} "
+                               "(time-ordered chunks; the per-op table gpu_ops is not kept; --memory-budget none "
+                               "analyses it whole)")
+    same(whole, short, ops=False)
+    forced = api.load(path, memory_budget=None)              # none: whole whatever the memory
+    assert len(forced.gpu_ops) == len(whole.gpu_ops)
+    # reports analysed at once share the memory: budgets and notes per report
+    assert api.auto_budget(path, at_once=2)[0] == need // 4
+    assert "(2 reports at once)" in api.auto_budget(path, at_once=2)[1]
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)     # unknown: whole
+    assert api.auto_budget(path) == (None, None)
+
+
+def test_memory_budget_option_words():
+    from analyze.cli import build_parser, parse_budget
+
+    assert parse_budget("auto") == "auto" and parse_budget("None") is None and parse_budget("1GB") == 10 ** 9
+    assert build_parser().parse_args(["r.sqlite"]).memory_budget == "auto"
+    assert build_parser().parse_args(["r.sqlite", "--memory-budget", "none"]).memory_budget is None
