@@ -242,9 +242,8 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
     floor_note = [] if floor <= int(memory_budget) else [
-        f"--memory-budget {_size(int(memory_budget))} is below what this report's API calls and NVTX ranges "
-        f"take whatever the chunk size (about {_size(floor)}: they are prepared whole and the ranges are a "
-        "result table): the GPU ops went in the smallest chunks"]
+        f"--memory-budget {_size(int(memory_budget))} is below this report's floor, about {_size(floor)} "
+        "(its API calls and NVTX ranges are held whole): the GPU ops went in the smallest chunks"]
     try:
         # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
         box = [tables]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 
@@ -162,6 +163,6 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                        us(r.residual_ns) if r.residual_ns is not None and r.residual_ns == r.residual_ns else "-"]
                       for r in result.alignment.itertuples()], "llrrr")
         out.append("")
-    for note in result.notes:
-        out.append(clip(f"note: {note}", WIDTH))
+    for note in result.notes:       # wrapped, not clipped: a note is read whole
+        out += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ", break_on_hyphens=False) or ["note:"]
     return "\n".join(line[:WIDTH] for line in out).rstrip() + "\n"

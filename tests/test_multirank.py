@@ -94,3 +94,21 @@ def test_range_input_is_one_categorical_over_every_report(single_and_split):
     per_input = split.ranges.groupby("input", observed=True)["rank"].unique()
     for inp in split.inputs:
         assert sorted(per_input[inp["path"]]) == sorted(inp["ranks"])
+
+
+def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
+    """Notes of several reports carry their path: wrapped onto indented lines, never clipped."""
+    from analyze import render
+
+    import dataclasses
+
+    _, split, _ = single_and_split
+    long = ("/very/long/path/to/a/report/of/rank/three/that/someone/recorded/on/a/busy/server/report_3.sqlite: "
+            "the whole analysis would need about 12.34 GB and 8.00 GB of memory is available: analysed as "
+            "under --memory-budget 4.00 GB (time-ordered chunks; the per-op table gpu_ops is not kept)")
+    result = dataclasses.replace(split, notes=split.notes + [long])
+    lines = render.render(result).splitlines()
+    assert max(map(len, lines)) <= 120
+    flat = " ".join(" ".join(line.split()) for line in lines)
+    for note in result.notes:
+        assert f"note: {' '.join(note.split())}" in flat

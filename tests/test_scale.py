@@ -100,9 +100,8 @@ def test_chunked_analysis_gives_identical_results(scale_file):
     chunked = api.load(path, memory_budget=1)
     assert chunk_notes(chunked) == ["--memory-budget: analysed in 2 time-ordered chunks; the per-op table "
                                     "(gpu_ops) is not kept",
-                                    "--memory-budget 1 bytes is below what this report's API calls and NVTX "
-                                    "ranges take whatever the chunk size (about 155 MB: they are prepared whole "
-                                    "and the ranges are a result table): the GPU ops went in the smallest chunks"]
+                                    "--memory-budget 1 bytes is below this report's floor, about 155 MB (its API "
+                                    "calls and NVTX ranges are held whole): the GPU ops went in the smallest chunks"]
     same(whole, chunked, ops=False)
     # a budget above that floor: no such note, and the 60k ops fit one chunk
     roomy = api.load(path, memory_budget=10 ** 9)
