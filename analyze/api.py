@@ -41,6 +41,7 @@ class ReportResult:
     notes: list[str] = field(default_factory=list)
     cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
     collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
+    window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
 
 
 @dataclass
@@ -60,6 +61,9 @@ class Analysis:
     alignment: pd.DataFrame
     phase_names: list[str]
     notes: list[str] = field(default_factory=list)
+    # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
+    # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
+    window_ops: pd.DataFrame | None = None
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)

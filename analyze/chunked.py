@@ -401,6 +401,8 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
     cycle_tab = _cycle_table(spill, n_spilled, row_of_group, rank_values, cycle_rows,
                              windows, tables.marks.assign(input=path), config)
 
+    window_ops = _window_ops(spill, n_spilled, row_of_group, rank_values, cycle_tab, phase_names, texts)
+
     memory.release()
     stage("collectives and notes")
     coll_ops = None
@@ -424,7 +426,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
     notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunk{'s' if len(chunks) != 1 else ''}; "
                  "the per-op table (gpu_ops) is not kept")
     return result_type(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
-                       nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
+                       nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
 
 
 def _spill_frame(frame: pd.DataFrame, path: Path) -> None:
@@ -513,6 +515,32 @@ def _cycle_table(spill: Path, n: int, row_of_group: np.ndarray, rank_values: np.
                 covered |= phase == i
                 union_step(win[covered], start[covered], end[covered], reach[1 + i], total[1 + i])
     return cycles.cycle_frame(cyc, lo, hi, total[0], total[1:], marks, config)
+
+
+def _window_ops(spill: Path, n: int, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
+                phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
+    """The spilled ops overlapping the window plots.cycle_timeline draws by default (the
+    :func:`cycles.default_window_cycles` of every rank): rank, start_ns, end_ns, phase, name, in
+    (rank, start) order; None without cycles (the default window is then the whole trace)."""
+    chosen = cycles.default_window_cycles(cycle_tab)
+    if not chosen:
+        return None
+    sel = cycle_tab[cycle_tab["cycle"].isin(chosen)]
+    w0, w1 = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+    parts = []
+    for k in range(n):
+        s, e = _load(spill, k, "s"), _load(spill, k, "e")
+        hit = np.flatnonzero((e > w0) & (s < w1))
+        if len(hit):
+            parts.append((rank_values[row_of_group[_load(spill, k, "g")[hit]]], s[hit], e[hit],
+                          _load(spill, k, "ph")[hit], _load(spill, k, "nc")[hit]))
+    rank, start, end, phase, name = (np.concatenate(c) for c in zip(*parts)) if parts else \
+        (np.zeros(0, dtype="int64"),) * 3 + (np.zeros(0, dtype="int8"), np.zeros(0, dtype="int32"))
+    order = np.lexsort((start, rank))
+    return pd.DataFrame({"rank": rank[order].astype("int64"), "start_ns": start[order], "end_ns": end[order],
+                         "phase": pd.Series(np.array(phase_names, dtype=object)[phase[order]], dtype=object),
+                         "name": pd.Series(texts[name[order]] if len(texts) else np.zeros(0, dtype=object),
+                                           dtype=object)})
 
 
 def _empty_ops() -> pd.DataFrame:

@@ -109,6 +109,10 @@ def combine(results, config: PhaseConfig):
         cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
         collectives = coll_mod.collective_table(gpu_ops, config)
     notes = [f"{r.path}: {n}" if len(results) > 1 else n for r in results for n in r.notes]
+    # the default timeline window is chosen over all ranks: one report's window is the analysis' only
+    # when it is the only report (then on its own clock: offset 0)
+    window_ops = results[0].window_ops if len(results) == 1 else None
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
-                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes)
+                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
+                    window_ops=window_ops)

@@ -30,6 +30,7 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from . import cycles as cycles_mod
 from .phases import OTHER
 
 __all__ = ["PALETTE", "EXTRA_COLORS", "IDLE", "NoData", "FIGURES", "phase_colors", "short_name",
@@ -261,11 +262,7 @@ def _cycle_window(a, cycles) -> tuple[int, int, list[int], str]:
         return int(ops["start_ns"].min()), int(ops["end_ns"].max()), [], "whole trace (no decode_cycle ranges)"
     numbers = sorted(int(c) for c in cyc["cycle"].unique())
     if cycles is None:
-        per_cycle = cyc.groupby("cycle")["duration_ns"].max()
-        steady = per_cycle.iloc[1:] if len(per_cycle) > 2 else per_cycle  # cycle 0 is often warm-up
-        median = steady.median()
-        first = int((steady - median).abs().idxmin())
-        chosen = [c for c in numbers if first <= c < first + 2]
+        chosen = cycles_mod.default_window_cycles(cyc)
     elif isinstance(cycles, (int, np.integer)):
         chosen = [int(cycles)]
     elif isinstance(cycles, slice):
@@ -308,6 +305,12 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     default: two consecutive cycles starting at the cycle of median duration (ignoring cycle 0,
     usually warm-up). Without decode_cycle ranges the whole trace is drawn."""
     ops = a.gpu_ops
+    kept = getattr(a, "window_ops", None)
+    if (ops is None or ops.empty) and kept is not None and len(kept):
+        # a chunked analysis keeps the ops of the default window only
+        if cycles is not None:
+            raise NoData("the per-op table was not kept (--memory-budget): only the default cycles can be drawn")
+        ops = kept
     if ops is None or ops.empty:
         raise NoData("no GPU ops")
     w0, w1, chosen, label = _cycle_window(a, cycles)

@@ -424,3 +424,31 @@ def test_memory_budget_option_words():
     assert parse_budget("auto") == "auto" and parse_budget("None") is None and parse_budget("1GB") == 10 ** 9
     assert build_parser().parse_args(["r.sqlite"]).memory_budget == "auto"
     assert build_parser().parse_args(["r.sqlite", "--memory-budget", "none"]).memory_budget is None
+
+
+def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
+    """Without the per-op table, a chunked analysis keeps the ops of the cycles the timeline draws
+    by default: the same ops as the whole table has there, so the figure can still be drawn."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from analyze import cycles, plots
+
+    path = os.path.join(REAL, "h200_shim_4rank_single.sqlite")
+    whole = api.load(path)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 200)
+    chunked = api.load(path, memory_budget=1)
+    assert chunked.gpu_ops.empty and whole.window_ops is None
+    chosen = cycles.default_window_cycles(whole.cycles)
+    assert len(chosen) == 2
+    sel = whole.cycles[whole.cycles["cycle"].isin(chosen)]
+    w0, w1 = sel["start_ns"].min(), sel["end_ns"].max()
+    ops = whole.gpu_ops
+    want = ops[(ops["end_ns"] > w0) & (ops["start_ns"] < w1)].sort_values(["rank", "start_ns"], kind="stable")
+    got = chunked.window_ops
+    assert len(got) == len(want) > 0 and got["rank"].nunique() == 4
+    for c in ("rank", "start_ns", "end_ns", "phase", "name"):
+        assert list(got[c]) == list(want[c]), c
+    fig = plots.cycle_timeline(chunked)
+    assert fig.axes[0].get_title() == f"GPU timeline per rank, cycles {chosen[0]}-{chosen[1]}"
+    with pytest.raises(plots.NoData, match="only the default cycles"):
+        plots.cycle_timeline(chunked, cycles=chosen[0])
