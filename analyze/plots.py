@@ -498,11 +498,33 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
     return fig
 
 
+MAX_CYCLE_BARS = 300     # beyond this, cycle_breakdown draws one bar per run of cycles
+
+
+def _cycles_per_bar(n: int) -> int:
+    return max(1, int(np.ceil(n / MAX_CYCLE_BARS)))
+
+
+def _binned_cycles(c: pd.DataFrame, per_bar: int, order: list[str]) -> pd.DataFrame:
+    """One row per run of ``per_bar`` consecutive cycles: phase times, busy and gap as means, the
+    period (or duration) as the maximum (a slow cycle stays visible), ``cycle`` the run's first."""
+    run = np.arange(len(c)) // per_bar
+    g = c.reset_index(drop=True).groupby(run, sort=True)
+    means = [f"{p}_ns" for p in order] + [k for k in ("busy_ns", "gap_ns") if k in c]
+    out = g[means].mean()
+    for k in ("period_ns", "duration_ns"):
+        if k in c:
+            out[k] = g[k].max()
+    out["cycle"] = g["cycle"].first()
+    return out.reset_index(drop=True)
+
+
 @_styled
 def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figure:
     """Per decode cycle of one rank (default: the first): top, exclusive GPU time per phase (stacked);
     bottom, the cycle's GPU window split into busy and gap (GPU idle inside the window: launch-bound
-    time) and, when known, its period. The ``top_slowest`` cycles by period are marked."""
+    time) and, when known, its period. The ``top_slowest`` cycles by period are marked. Beyond ``MAX_CYCLE_BARS`` cycles a bar
+    is a run of consecutive cycles (means; the period is the run's slowest)."""
     cyc = a.cycles
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
@@ -512,7 +534,16 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
         raise NoData(f"no decode cycles on rank {rank}")
     order = _distribution_columns(a, c)
     colors = phase_colors(order)
+    per_bar = _cycles_per_bar(len(c))
+    title_bars = ""
+    if per_bar > 1:          # thousands of cycles: one bar per run of cycles (means; period: the max)
+        c, title_bars = _binned_cycles(c, per_bar, order), f"; mean of {per_bar} cycles per bar"
     n = len(c)
+
+    def bar_style(color) -> dict:
+        # runs of cycles: bars touch (no white moire between hundreds of thin bars)
+        return {"width": 0.8} if per_bar == 1 else {"width": 1.0, "edgecolor": color, "linewidth": 0.3}
+
     fig = _new_figure(max(7.0, min(16.0, 2.5 + 0.22 * n)), 6.2)
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     x = np.arange(n)
@@ -521,10 +552,11 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     bottom = np.zeros(n)
     for p in order:
         vals = c[f"{p}_ns"].to_numpy(dtype="float64") / div
-        ax1.bar(x, vals, bottom=bottom, color=colors[p], label=p, width=0.8)
+        ax1.bar(x, vals, bottom=bottom, color=colors[p], label=p, **bar_style(colors[p]))
         bottom += vals
     ax1.set_ylabel(f"GPU time ({unit})")
-    ax1.set_title(f"Where each decode cycle's GPU time went ({_rank_label(rank)}, exclusive per phase)")
+    ax1.set_title(f"Where each decode cycle's GPU time went ({_rank_label(rank)}, exclusive per phase"
+                  f"{title_bars})")
     ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase")
     _log_if_spread(ax1, bottom)
 
@@ -532,9 +564,9 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     unit2, div2 = _unit(c[col].quantile(0.9))
     busy = c["busy_ns"].to_numpy(dtype="float64") / div2 if "busy_ns" in c else busy_total * div / div2
     gap = c["gap_ns"].to_numpy(dtype="float64") / div2 if "gap_ns" in c else np.zeros(n)
-    ax2.bar(x, busy, color=PALETTE[OTHER], label="GPU busy", width=0.8)
-    ax2.bar(x, gap, bottom=busy, color=PALETTE[IDLE], label="gap (GPU idle)", width=0.8,
-            edgecolor="#BBBBBB", linewidth=0.4)
+    ax2.bar(x, busy, color=PALETTE[OTHER], label="GPU busy", **bar_style(PALETTE[OTHER]))
+    ax2.bar(x, gap, bottom=busy, color=PALETTE[IDLE], label="gap (GPU idle)",
+            **({"width": 0.8, "edgecolor": "#BBBBBB", "linewidth": 0.4} if per_bar == 1 else bar_style(PALETTE[IDLE])))
     wall = c[col].to_numpy(dtype="float64") / div2
     if col != "duration_ns":
         ax2.plot(x, wall, marker="_", markersize=12, linestyle="none", color="black", label="period")

@@ -216,6 +216,32 @@ def test_cycle_breakdown_and_variability(real4):
     assert vfig.axes[0].get_xlabel() == "GPU time per cycle and rank (µs)"
 
 
+def test_cycle_breakdown_bins_thousands_of_cycles(real4, monkeypatch):
+    """Beyond MAX_CYCLE_BARS cycles a bar is a run of consecutive cycles: phase heights are the
+    run's means, the period mark its slowest; drawing stays fast (a 10M-kernel report has 35k
+    cycles per rank: one bar each took minutes)."""
+    import dataclasses
+
+    monkeypatch.setattr(plots, "MAX_CYCLE_BARS", 5)
+    c = real4.cycles[real4.cycles["rank"] == 1].sort_values("cycle").reset_index(drop=True)
+    n = len(c)
+    per_bar = -(-n // 5)
+    fig = plots.cycle_breakdown(real4, rank=1)
+    ax1, ax2 = fig.axes
+    assert f"mean of {per_bar} cycles per bar" in ax1.get_title()
+    verify = next(b for b in ax1.containers if b.get_label() == "verify")
+    want = c["verify_ns"].groupby(c.index // per_bar).mean() / 1e3
+    assert [p.get_height() for p in verify.patches] == pytest.approx(want.tolist())
+    period = next(line for line in ax2.lines if line.get_label() == "period")
+    unit_div = {"µs": 1e3, "ms": 1e6, "s": 1e9}[ax2.get_ylabel().split("(")[1].rstrip(")")]
+    assert list(period.get_ydata()) == pytest.approx((c["period_ns"].groupby(c.index // per_bar).max()
+                                                     / unit_div).tolist())
+    # unchanged below the limit: one bar per cycle
+    monkeypatch.setattr(plots, "MAX_CYCLE_BARS", 300)
+    one = plots.cycle_breakdown(dataclasses.replace(real4), rank=1)
+    assert len(next(b for b in one.axes[0].containers if b.get_label() == "verify").patches) == n
+
+
 def test_no_collectives_is_nodata(real4, real1):
     with pytest.raises(plots.NoData, match="no collectives"):
         plots.allreduce_heatmap(real4)
