@@ -590,11 +590,14 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     return fig
 
 
-def ops_by_cycle(a, phase: str | None = None) -> pd.DataFrame:
+def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
-    rank, with that cycle's number in a ``cycle`` column."""
+    rank, with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
+    (plus ``cycle``; millions of ops: the figures take the few they need)."""
     ops, cyc = a.gpu_ops, a.cycles
-    cols = list(ops.columns) + ["cycle"]
+    if ops is not None and columns is not None:
+        ops = ops[list(dict.fromkeys(list(columns) + ["rank", "start_ns"] + (["phase"] if phase else [])))]
+    cols = (list(ops.columns) if ops is not None else []) + ["cycle"]
     if ops is None or ops.empty or cyc is None or cyc.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     if phase is not None:
@@ -619,7 +622,7 @@ def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
     """Per kernel of ``phase``: its GPU time per (rank, cycle), summarised over cycles: ``mean_ns``,
     ``std_ns``, ``cv`` (std / mean), ``min_ns``, ``max_ns``, ``max_cycle`` / ``max_rank`` (where it
     took longest) and ``share`` of the phase's kernel time; sorted by total time."""
-    per = ops_by_cycle(a, phase)
+    per = ops_by_cycle(a, phase, columns=["name", "rank", "start_ns", "end_ns"])
     cols = ["name", "cycles", "total_ns", "mean_ns", "std_ns", "cv", "min_ns", "max_ns", "max_rank", "max_cycle",
             "share"]
     if per.empty:
@@ -644,7 +647,7 @@ def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
 def kernel_variability(a, *, phase: str = "verify", top: int = 8, width: int = 48) -> Figure:
     """Box plot per kernel of ``phase`` (the ``top`` ones by GPU time): its GPU time in each decode cycle
     of each rank. A wide box or high whisker = a kernel whose time varies between cycles."""
-    per = ops_by_cycle(a, phase)
+    per = ops_by_cycle(a, phase, columns=["name", "rank", "start_ns", "end_ns"])
     if per.empty:
         raise NoData(f"no {phase} GPU ops inside decode cycles")
     per = per.assign(duration_ns=per["end_ns"] - per["start_ns"])

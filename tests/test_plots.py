@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 
 import analyze
@@ -214,6 +215,14 @@ def test_cycle_breakdown_and_variability(real4):
     vfig = plots.kernel_variability(real4, top=5)
     assert tick_texts(vfig.axes[0], "y")[0] == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT"
     assert vfig.axes[0].get_xlabel() == "GPU time per cycle and rank (µs)"
+
+
+def test_ops_by_cycle_with_a_few_columns_is_the_same_rows(real4):
+    full = plots.ops_by_cycle(real4, "verify")
+    lean = plots.ops_by_cycle(real4, "verify", columns=["name", "end_ns"])
+    assert list(lean.columns) == ["name", "end_ns", "rank", "start_ns", "phase", "cycle"]
+    assert len(full) > 0
+    pd.testing.assert_frame_equal(lean, full[list(lean.columns)])
 
 
 def test_cycle_breakdown_bins_thousands_of_cycles(real4, monkeypatch):
