@@ -54,27 +54,63 @@ def _plain(value):
     return value
 
 
+def _column_values(column: pd.Series) -> list:
+    """A column as plain Python values (:func:`_plain`'s rules): integer, bool and float columns
+    converted by NumPy in one go (NaN -> None), anything else value by value."""
+    if not isinstance(column.dtype, np.dtype):          # nullable ints, categoricals, str: by value
+        return [_plain(v) for v in column.tolist()]
+    values = column.to_numpy()
+    kind = values.dtype.kind
+    if kind in "iub":
+        return values.tolist()
+    if kind == "f":
+        return [None if v != v else v for v in values.tolist()]
+    return [_plain(v) for v in values.tolist()]
+
+
 def records(frame: pd.DataFrame) -> list[dict]:
     cols = list(frame.columns)
-    return [{c: _plain(v) for c, v in zip(cols, row)} for row in frame.itertuples(index=False, name=None)]
+    return [dict(zip(cols, row)) for row in zip(*(_column_values(frame[c]) for c in cols))]
+
+
+def _json_parts(result) -> list[tuple[str, object]]:
+    """The JSON document's keys in order, tables as DataFrames (records when written)."""
+    parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", result.inputs),
+                                       ("phase_names", result.phase_names)]
+    parts += list(tables(result).items())
+    parts += [("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
+              ("tokens", summary.tokens_summary(result.cycles)),
+              ("stragglers", coll_mod.stragglers(result.collectives)),
+              ("notes", result.notes)]
+    return parts
 
 
 def to_json_dict(result) -> dict:
-    data = {"schema": JSON_SCHEMA, "inputs": result.inputs, "phase_names": result.phase_names}
-    for name, frame in tables(result).items():
-        data[name] = records(frame)
-    data["cycle_distribution"] = records(summary.cycle_distribution(result.cycles, result.phase_names))
-    data["tokens"] = summary.tokens_summary(result.cycles)
-    data["stragglers"] = coll_mod.stragglers(result.collectives)
-    data["notes"] = result.notes
-    return data
+    return {key: records(value) if isinstance(value, pd.DataFrame) else value
+            for key, value in _json_parts(result)}
+
+
+JSON_RECORDS_PER_WRITE = 20_000
 
 
 def write_json(result, path) -> None:
-    data = to_json_dict(result)
+    """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
+    line (millions of cycle and collective rows: bounded memory, the C encoder)."""
+    parts = _json_parts(result)
     with atomic_write(path) as f:
-        json.dump(data, f, indent=1, default=_plain)
-        f.write("\n")
+        f.write("{")
+        for i, (key, value) in enumerate(parts):
+            f.write(("\n " if i == 0 else ",\n ") + json.dumps(key) + ": ")
+            if not isinstance(value, pd.DataFrame):
+                f.write(json.dumps(value, indent=1, default=_plain).replace("\n", "\n "))
+                continue
+            f.write("[")
+            for at in range(0, len(value), JSON_RECORDS_PER_WRITE):
+                rows = records(value.iloc[at:at + JSON_RECORDS_PER_WRITE])
+                f.write(("\n  " if at == 0 else ",\n  ")
+                        + ",\n  ".join(json.dumps(r, default=_plain) for r in rows))
+            f.write("\n ]" if len(value) else "]")
+        f.write("\n}\n")
 
 
 def write_csv(result, directory) -> list[str]:

@@ -128,6 +128,30 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
         assert rows == outputs.records(frame), name      # the API's DataFrames, value for value
 
 
+def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
+    """write_json streams the tables a slice of rows at a time (slices of 7 rows here): the file
+    parses to exactly to_json_dict; records() gives the plain values of every dtype."""
+    import math
+
+    import numpy as np
+
+    from analyze import outputs
+
+    result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
+    monkeypatch.setattr(outputs, "JSON_RECORDS_PER_WRITE", 7)
+    outputs.write_json(result, tmp_path / "r.json")
+    data = json.loads((tmp_path / "r.json").read_text())
+    want = json.loads(json.dumps(outputs.to_json_dict(result), default=outputs._plain))
+    assert data == want and list(data) == list(want)
+    assert len(data["cycles"]) > 7 and len(data["kernels"]) > 7      # several slices each
+    odd = pd.DataFrame({"i": np.array([1, 2], dtype="int64"), "f": [1.5, math.nan], "b": [True, False],
+                        "o": pd.Series(["x", None], dtype=object), "n": pd.array([3, None], dtype="Int64"),
+                        "c": pd.Categorical(["a", "b"]), "s": pd.Series(["p", None], dtype="str")})
+    assert outputs.records(odd) == [{"i": 1, "f": 1.5, "b": True, "o": "x", "n": 3, "c": "a", "s": "p"},
+                                    {"i": 2, "f": None, "b": False, "o": None, "n": None, "c": "b", "s": None}]
+    assert [type(v) for v in outputs.records(odd)[0].values()] == [int, float, bool, str, int, str, str]
+
+
 def test_csv_and_parquet_hold_the_same_tables(tmp_path):
     from analyze import outputs
 
