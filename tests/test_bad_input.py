@@ -129,10 +129,15 @@ def test_failed_output_leaves_no_partial_file(tmp_path, monkeypatch):
     target = tmp_path / "r.json"
     target.write_text("previous run\n")
 
-    def boom(*a, **k):
-        raise KeyboardInterrupt
+    real_dumps, calls = outputs.json.dumps, []
 
-    monkeypatch.setattr(outputs.json, "dump", boom)
+    def boom(*a, **k):          # interrupted half-way through the (streamed) document
+        calls.append(1)
+        if len(calls) > 5:
+            raise KeyboardInterrupt
+        return real_dumps(*a, **k)
+
+    monkeypatch.setattr(outputs.json, "dumps", boom)
     with pytest.raises(KeyboardInterrupt):
         outputs.write_json(analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite"), target)
     assert target.read_text() == "previous run\n"
