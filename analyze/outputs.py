@@ -121,12 +121,28 @@ def write_csv(result, directory) -> list[str]:
         return d.names
 
 
+PARQUET_ROWS_PER_GROUP = 200_000
+
+
+def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
+    """``frame.to_parquet(path, index=False)`` a row group at a time: one schema (with pandas'
+    metadata) from the whole frame, each slice converted to Arrow only while it is written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    with pq.ParquetWriter(path, schema) as writer:
+        for at in range(0, max(len(frame), 1), PARQUET_ROWS_PER_GROUP):
+            part = frame.iloc[at:at + PARQUET_ROWS_PER_GROUP]
+            writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
+
+
 def write_parquet(result, directory) -> list[str]:
     with atomic_dir_write(directory) as d:
         for name, frame in tables(result).items():
-            frame = frame.copy()
-            for c in frame.columns:
-                if frame[c].dtype == object:
-                    frame[c] = frame[c].map(lambda v: None if v is None else str(v))
-            frame.to_parquet(d.path(f"{name}.parquet"), index=False)
+            # object columns as text (None kept); the other columns shared, not copied
+            text = {c: frame[c].map(lambda v: None if v is None else str(v))
+                    for c in frame.columns if frame[c].dtype == object}
+            frame = frame.assign(**text) if text else frame
+            _write_parquet_slices(frame, d.path(f"{name}.parquet"))
         return d.names

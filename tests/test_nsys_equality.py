@@ -166,6 +166,25 @@ def test_csv_and_parquet_hold_the_same_tables(tmp_path):
     assert not list((tmp_path / "csv").glob("*.tmp*"))
 
 
+def test_parquet_in_row_groups_equals_one_piece(tmp_path, monkeypatch):
+    """write_parquet writes row groups of PARQUET_ROWS_PER_GROUP rows (7 here): every table reads
+    back equal to pandas' own to_parquet of the same frame, empty tables included."""
+    from analyze import outputs
+
+    result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
+    monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 7)
+    outputs.write_parquet(result, tmp_path / "pq")
+    for name, frame in outputs.tables(result).items():
+        text = {c: frame[c].map(lambda v: None if v is None else str(v))
+                for c in frame.columns if frame[c].dtype == object}
+        frame.assign(**text).to_parquet(tmp_path / f"{name}.whole.parquet", index=False)
+        got = pd.read_parquet(tmp_path / "pq" / f"{name}.parquet")
+        pd.testing.assert_frame_equal(got, pd.read_parquet(tmp_path / f"{name}.whole.parquet"), obj=name)
+    import pyarrow.parquet as pq
+    n_cycles = len(outputs.tables(result)["cycles"])
+    assert pq.ParquetFile(tmp_path / "pq" / "cycles.parquet").num_row_groups == -(-n_cycles // 7) > 1
+
+
 def test_default_run_without_arguments_uses_bundled_trace():
     proc = subprocess.run([sys.executable, "-m", "analyze.cli"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
