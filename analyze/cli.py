@@ -14,7 +14,6 @@ import argparse
 import os
 import sys
 import warnings
-from importlib import resources
 
 from . import safety
 
@@ -28,7 +27,10 @@ class UsageError(safety.TraceError):
 
 
 def default_trace() -> str:
-    return str(resources.files("fixtures") / "real" / "h200_4proc_eager.sqlite")
+    """The bundled demo trace (unpacked into the user's cache on first use)."""
+    from .demo import demo_trace
+
+    return demo_trace()
 
 
 def build_parser() -> argparse.ArgumentParser:
