@@ -6,6 +6,13 @@ workers are spawned processes), ``--cuda-graph-trace=node`` (kernels inside grap
 ``--sglang-url`` it calls SGLang's ``/start_profile`` with ``CUDA_PROFILER`` once the server
 answers).  Sets ``SPECPROF_NVTX=1`` and makes sure the ``.pth`` hook is installed in the Python
 that runs CMD, exports SQLite next to the report and prints the ``analyze-trace`` command.
+
+``--drive`` profiles a server in one command: CMD (``python -m sglang.launch_server ...``) is
+started, profile-trace waits for it to answer, sends warm-up requests, starts SGLang's profiler
+(``--capture cudaprofilerapi``: exactly SGLang's ``/start_profile`` window of ``--sglang-steps``
+forward steps), drives ``--requests`` ``/generate`` requests of token ids, writes what SGLang
+reported per request to ``BASE.load.json`` and stops the server as Ctrl-C would
+(``nvtx_annotate/serve.py``).  An existing report is never overwritten without ``--force``.
 """
 
 from __future__ import annotations
@@ -86,6 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrub", action="store_true",
                    help="also write BASE.scrubbed.sqlite: a shareable copy without the machine's "
                         "environment, command line, paths and host names (timing rows untouched)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing BASE.nsys-rep / BASE.sqlite (default: refuse, exit 8)")
+    d = p.add_argument_group("driving a server (--drive)")
+    d.add_argument("--drive", action="store_true",
+                   help="CMD is an SGLang server: wait for it, warm it up, start its profiler "
+                        "(--capture cudaprofilerapi), send the load, then stop it")
+    d.add_argument("--requests", type=int, default=16, help="requests sent (default 16)")
+    d.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    d.add_argument("--input-len", type=int, default=32, help="prompt token ids per request (default 32)")
+    d.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
+    d.add_argument("--warmup-requests", type=int, default=2, help="untimed requests first (default 2)")
+    d.add_argument("--stop-grace", type=float, default=300,
+                   help="seconds nsys may take to write its report after the server is stopped")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD...")
     return p
@@ -97,9 +117,10 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
         "-t", a.trace,
         "--trace-fork-before-exec=true",
         f"--cuda-graph-trace={a.cuda_graph_trace}",
-        "--force-overwrite=true",
-        "-o", base,
     ]
+    if getattr(a, "force", False):
+        cmd.append("--force-overwrite=true")
+    cmd += ["-o", base]
     if a.delay is not None and a.capture == "all":
         cmd.append(f"--delay={a.delay:g}")
     if a.duration is not None:
@@ -111,8 +132,17 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
 
 
 def export_command(nsys: str, base: str) -> List[str]:
+    # the .sqlite was checked absent (or --force given) before profiling: this export owns it
     return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
             "-o", base + ".sqlite", base + ".nsys-rep"]
+
+
+OUTPUT_SUFFIXES = (".nsys-rep", ".sqlite", ".scrubbed.sqlite", ".load.json")
+
+
+def existing_outputs(base: str) -> List[str]:
+    """Outputs of an earlier run at ``base`` that this run would replace."""
+    return [base + s for s in OUTPUT_SUFFIXES if os.path.lexists(base + s)]
 
 
 def stats_reports(version: Optional[Tuple[int, ...]]) -> str:
@@ -170,6 +200,46 @@ def _start_profile_thread(url: str, steps: int, wait: float, delay: Optional[flo
     return t
 
 
+def _log(text: str) -> None:
+    print(f"profile-trace: {text}", file=sys.stderr, flush=True)
+
+
+def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
+    """Starts the server under nsys in its own process group, drives it, stops it; returns 0, or 3
+    when the server never answered or no request succeeded."""
+    from . import serve
+
+    url = serve.server_url(a.cmd, a.sglang_url)
+    load = serve.Load(requests=a.requests, concurrency=a.concurrency, input_len=a.input_len,
+                      output_len=a.output_len, warmup_requests=a.warmup_requests)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    failed = False
+    try:
+        waited = serve.wait_ready(url, a.sglang_wait, alive=lambda: proc.poll() is None)
+        _log(f"{url} is up after {waited:.0f} s")
+        result = serve.drive(url, load, profile_steps=a.sglang_steps,
+                             start=a.capture == "cudaprofilerapi", log=_log)
+        path = base + ".load.json"
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result.to_json(), f, indent=1)
+        os.replace(tmp, path)
+        _log(f"wrote {path} (what SGLang reported per request)")
+        failed = result.totals()["succeeded"] == 0
+    except serve.ServerError as exc:
+        _log(f"error: {exc}")
+        failed = True
+    except KeyboardInterrupt:
+        _log("interrupted: stopping the server")
+        failed = True
+    finally:
+        nsys_rc = serve.stop_process_group(proc, grace_s=a.stop_grace, log=_log)
+        _log(f"nsys exited with status {nsys_rc}")
+    # nsys passes on the server's status, non-zero after SIGINT: the load's outcome decides (3 = the
+    # server did not come up or no request succeeded; the report, if any, is still exported)
+    return 3 if failed else 0
+
+
 def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -177,6 +247,8 @@ def main(argv=None) -> int:
         a.cmd = a.cmd[1:]
     if not a.cmd:
         p.error("no command given: profile-trace [options] -- CMD...")
+    if a.drive and a.delay is not None:
+        p.error("--drive starts the profile itself (after warm-up): --delay does not apply")
     base = a.output or time.strftime("specprof-%Y%m%d-%H%M%S")
     base = re.sub(r"\.(nsys-rep|qdrep|sqlite)$", "", base)
     nsys = find_nsys(a.nsys)
@@ -217,11 +289,20 @@ def main(argv=None) -> int:
                 print(f"profile-trace: warning: cannot install the .pth hook ({e}); TP workers "
                       f"will not be annotated unless `python -m nvtx_annotate install-pth` is run "
                       f"for the Python that runs the server", file=sys.stderr)
-    if a.capture == "cudaprofilerapi" and a.sglang_url:
-        _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
+    if not a.force:
+        clash = existing_outputs(base)
+        if clash:
+            print(f"profile-trace: error: {clash[0]} exists (an earlier run?): choose another -o, or "
+                  f"--force to replace it", file=sys.stderr)
+            return 8
     cmd = profile_command(a, nsys, base)
     print("profile-trace:", shlex.join(cmd), file=sys.stderr)
-    rc = subprocess.call(cmd, env=env)
+    if a.drive:
+        rc = _run_driven(a, cmd, env, base)
+    else:
+        if a.capture == "cudaprofilerapi" and a.sglang_url:
+            _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
+        rc = subprocess.call(cmd, env=env)
     rep = base + ".nsys-rep"
     if not os.path.exists(rep):
         print(f"profile-trace: error: nsys wrote no report ({rep}); exit status {rc}", file=sys.stderr)
