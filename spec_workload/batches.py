@@ -45,11 +45,12 @@ def make_batches(reqs: int, reqs_min: int, cycles: int, seed: int, finish_p: flo
                  vocab: int) -> List[ScheduleBatch]:
     """One ScheduleBatch per cycle: the running requests' current tokens, in slot order."""
     _check(reqs, reqs_min, finish_p, arrive_p)
-    rng = np.random.default_rng([seed, _STREAM])
+    rng = np.random.default_rng([seed, _STREAM, 0])      # batch sizes: independent of the vocabulary
+    tokens = np.random.default_rng([seed, _STREAM, 1])
     busy = np.ones(reqs, dtype=bool)
     out = []
     for _ in range(cycles):
-        ids = rng.integers(0, vocab, size=reqs)  # drawn for every slot: tokens do not shift with the batch
+        ids = tokens.integers(0, vocab, size=reqs)  # drawn for every slot: tokens do not shift with the batch
         out.append(ScheduleBatch([int(t) for t in ids[busy]]))
         u = rng.random(reqs)
         if reqs_min < reqs:

@@ -28,13 +28,15 @@ from .srt.distributed.parallel_state import tensor_model_parallel_all_reduce
 
 
 def _randn(shape, scale: float, g: torch.Generator, device, dtype) -> torch.Tensor:
-    return (torch.randn(*shape, generator=g, device=device, dtype=torch.float32) * scale).to(dtype)
+    """N(0, scale^2) drawn on the device in the final dtype (no float32 copy of the expert weights)."""
+    return torch.randn(*shape, generator=g, device=device, dtype=dtype).mul_(scale)
 
 
 def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """Routing weights and expert ids per token, both [tokens, top_k]: softmax of ``x @ router``
     over the experts, the top_k largest, renormalized to sum to 1 per token."""
-    probs = torch.softmax((x @ router).float(), dim=-1)
+    logits = x @ router
+    probs = torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)  # bf16 -> fp32
     weights, ids = torch.topk(probs, top_k, dim=-1)
     weights = weights / weights.sum(dim=-1, keepdim=True)
     return weights.to(x.dtype), ids
