@@ -11,8 +11,9 @@ Targets (``--target``):
   dense (default)  ``--verify-layers`` (4) MLP layers, hidden x ffn: verify costs about the same
                    for any token count (memory bound).
   moe              ``--verify-layers`` (2) MoE layers: each verified token goes to ``--top-k`` (4)
-                   of ``--experts`` (128 on GPU, 32 on CPU) experts of ``--expert-ffn`` (= hidden)
-                   chosen by a router (matmul + top-k on the token's hidden state) and only the
+                   of ``--experts`` (128 on GPU, 32 on CPU) experts of intermediate size
+                   ``--expert-ffn`` (3*hidden/2: 6144 on GPU, 101 MB of bf16 weights per expert)
+                   chosen by a router (matmul + top-k on the token's hidden state); only the
                    experts hit run, so verify grows with the distinct experts touched, i.e. with
                    reqs x (steps+1).  Always eager (the expert loop reads expert counts on the
                    host); the draft still uses CUDA graphs.  See spec_workload/moe.py.
@@ -70,7 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=None, help="default 8192 on GPU, 128 on CPU")
     p.add_argument("--experts", type=int, default=None, help="moe: experts per layer (default 128 on GPU, 32 on CPU)")
     p.add_argument("--top-k", type=int, default=4, help="moe: experts per token (default 4)")
-    p.add_argument("--expert-ffn", type=int, default=None, help="moe: expert intermediate size (default hidden)")
+    p.add_argument("--expert-ffn", type=int, default=None,
+                   help="moe: expert intermediate size (default 3*hidden/2: 6144 on GPU)")
     p.add_argument("--reqs", type=int, default=8, help="batch slots: the most requests in a cycle (default 8)")
     p.add_argument("--reqs-min", type=int, default=None,
                    help="fewest requests in a cycle; below --reqs the batch varies (default: --reqs for "
@@ -151,7 +153,7 @@ def _target(a, hidden, ffn, vocab, world, device, dtype, use_cuda):
         from .moe import MoEModel
 
         experts = a.experts or (128 if use_cuda else 32)
-        return MoEModel(a.verify_layers, hidden, a.expert_ffn or hidden, experts, a.top_k, vocab,
+        return MoEModel(a.verify_layers, hidden, a.expert_ffn or 3 * hidden // 2, experts, a.top_k, vocab,
                         world, device, dtype)
     return Model(a.verify_layers, hidden, ffn, vocab, world, device, dtype, tp=True)
 
