@@ -10,10 +10,10 @@
 #
 # Workload (GPU): MoE target, 2 layers of 128 experts, top-4 routing, hidden 4096, expert
 # intermediate 6144 (two 4096x6144 bf16 matrices, 101 MB per expert, 26 GB in all: an expert's
-# two GEMMs should take longer on the GPU, ~30 us, than launching them, profiled or not); dense 1-layer draft in a CUDA graph
-# (hidden 4096, ffn 16384); verify eager (the expert loop reads expert counts on the host); 8 batch
+# two GEMMs should take longer on the GPU, ~30 us, than launching them, profiled or not); dense
+# 1-layer draft in a CUDA graph (hidden 4096, ffn 16384); verify eager (the expert loop reads expert counts on the host); 8 batch
 # slots, 1..8 running requests per cycle (seeded finish/arrival process, finish_p = arrive_p = 0.3,
-# mean 4.0; the same batches for every step count); accept lengths drawn from ACCEPT_DIST, default
+# mean 3.9; the same batches for every step count); accept lengths drawn from ACCEPT_DIST, default
 # P(0..6) = 0.05,0.05,0.6,0.2,0.067,0.022,0.011: conditional rates 0.95, 0.95, then 1/3 at every
 # later position (a geometric tail, so extrapolating acceptance past the profiled 3 steps is not
 # what is being tested). With verify growing with the tokens, 2 steps should come out best and a

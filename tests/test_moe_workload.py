@@ -116,14 +116,14 @@ def test_distinct_experts_touched_grow_with_the_tokens_verified():
             hits[n] = float(np.mean(per))
     ns = sorted(hits)
     assert all(hits[a] < hits[b] for a, b in zip(ns, ns[1:])), hits
-    # 2 layers x E (1 - (1 - k/E)^n), E = 128, k = 4: 30.8 at n = 4, 145 at n = 28, 209 at n = 56
-    for n, expect in ((4, 30.8), (28, 145.3), (56, 208.8)):
-        assert hits[n] == pytest.approx(expect, rel=0.12), (n, hits[n])
+    # 2 layers x E (1 - (1 - k/E)^n), E = 128, k = 4: 30.5 at n = 4, 150.8 at n = 28, 212.7 at n = 56
+    for n, expect in ((4, 30.5), (28, 150.8), (56, 212.7)):
+        assert hits[n] == pytest.approx(expect, rel=0.08), (n, hits[n])
 
 
 def test_verify_time_grows_with_the_tokens_on_cpu():
     """Coarse: the best of 7 timings of a 2-layer pass over 28 tokens is well above that over 4
-    (about 4.7x as many experts run; asserted only 1.5x so a loaded machine cannot fail it)."""
+    (about 4.9x as many experts run; asserted only 1.5x so a loaded machine cannot fail it)."""
     torch.set_num_threads(1)
     model = _model()
     x4, x28 = (model.embed(torch.arange(n) * 17 % 512) for n in (4, 28))
