@@ -21,7 +21,8 @@ Targets (``--target``):
 Batch: ``--reqs`` batch slots; with ``--reqs-min`` below ``--reqs`` the number of running
 requests changes from cycle to cycle (seeded finish/arrival process, ``--finish-p``,
 ``--arrive-p``; spec_workload/batches.py), the same sequence for every step count, so one
-profile holds cycles of different verified-token counts.  Default: constant for the dense target,
+profile holds cycles of different verified-token counts; ``--batch-period P`` repeats the first
+P timed batches (an unprofiled sweep then sees exactly the batch mix of a P-cycle profile).  Default: constant for the dense target,
 varying (``--reqs-min`` 1) for the MoE target; ``--reqs-min`` equal to ``--reqs`` fixes it.
 
 Writes its own measured tokens/s and per-cycle timings (with the batch size, verified tokens and,
@@ -79,6 +80,9 @@ def parse_args(argv=None):
                         "the dense target, 1 for moe)")
     p.add_argument("--finish-p", type=float, default=0.3, help="varying batch: P(a request finishes) per cycle")
     p.add_argument("--arrive-p", type=float, default=0.3, help="varying batch: P(a free slot gets a request) per cycle")
+    p.add_argument("--batch-period", type=int, default=0, metavar="P",
+                   help="timed cycle j runs the batch of timed cycle j mod P (0: no repeat); a sweep with "
+                        "P = a profile's --cycles and a multiple of P cycles sees the profile's batch mix exactly")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: tokens/s per step count + baseline")
     p.add_argument("--out-json", default=None)
@@ -91,6 +95,8 @@ def parse_args(argv=None):
         a.reqs_min = 1 if a.target == "moe" else a.reqs
     if not 1 <= a.reqs_min <= a.reqs:
         p.error(f"--reqs-min {a.reqs_min} must be in 1..--reqs {a.reqs}")
+    if a.batch_period < 0:
+        p.error("--batch-period must be >= 0")
     for name in ("finish_p", "arrive_p"):
         if not 0.0 <= getattr(a, name) <= 1.0:
             p.error(f"--{name.replace('_', '-')} must be in [0, 1]")
@@ -211,7 +217,9 @@ def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
     from .batches import make_batches
 
     sync = torch.cuda.synchronize if use_cuda else (lambda: None)
-    batches = make_batches(a.reqs, a.reqs_min, a.warmup + a.cycles, a.seed, a.finish_p, a.arrive_p, vocab)
+    period = a.batch_period or a.cycles
+    batches = make_batches(a.reqs, a.reqs_min, a.warmup + period, a.seed, a.finish_p, a.arrive_p, vocab)
+    timed = [batches[a.warmup + j % period] for j in range(a.cycles)] if period else []
     target = worker.target
     for batch in batches[: a.warmup]:
         worker.forward_batch_generation(batch)
@@ -220,7 +228,7 @@ def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
     tokens = 0
     t_start = time.perf_counter_ns()
     prev = t_start
-    for i, batch in enumerate(batches[a.warmup:]):
+    for i, batch in enumerate(timed):
         res = worker.forward_batch_generation(batch)
         now = time.perf_counter_ns()
         m = batch.batch_size()
@@ -245,6 +253,7 @@ def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
         "warmup": a.warmup,
         "reqs": a.reqs,
         "reqs_min": a.reqs_min,
+        "batch_period": a.batch_period,
         "mean_reqs": sum(sizes) / max(len(sizes), 1),
         "tokens": tokens,
         "wall_ns": total,

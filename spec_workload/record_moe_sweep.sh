@@ -23,15 +23,18 @@
 # Outputs, in this order (the profiled runs other than steps 3 and nospec are skipped once the
 # script has run BUDGET seconds, default 230, so that the repeat sweep and the packing always fit):
 #   ${PREFIX}_unprofiled.json         no profiler: tokens/s of no-spec and K=1..6, SWEEPC cycles each
-#   ${PREFIX}_steps3.sqlite           profile-trace, --steps 3, CYC3 timed cycles (the one-profile input)
+#   ${PREFIX}_steps3.sqlite           profile-trace, --steps 3 (the one-profile input)
 #   ${PREFIX}_nospec.sqlite           profile-trace, --no-spec
-#   ${PREFIX}_steps{1,2,4,5,6}.sqlite profile-trace, --steps K, CYC timed cycles (if time allows)
+#   ${PREFIX}_steps{1,2,4,5,6}.sqlite profile-trace, --steps K (if time allows)
 #   ${PREFIX}_unprofiled_repeat.json  the same unprofiled sweep again (measurement noise)
 #   ${PREFIX}_*.workload.json         the workload's own per-cycle record of each profiled run
-# Traces: -t cuda,nvtx, --cuda-graph-trace=node, no CPU sampling, no context switches; few cycles
-# (3 warm-up + 32 or 24) so that each export stays around 3 MB before xz (the script prints the
+# Every profiled run has 3 warm-up + CYC (28) timed cycles: the same 28 batches (1..7 requests,
+# mean 3.75: 4 to 28 verified tokens at 3 steps); the unprofiled sweeps run SWEEPC = 10 x CYC
+# cycles with --batch-period CYC, i.e. those 28 batches 10 times: profiles and truth hold exactly
+# the same batch mix. Traces: -t cuda,nvtx, --cuda-graph-trace=node, no CPU sampling, no context
+# switches; few cycles so that each export stays around 3 MB before xz (the script prints the
 # sizes). Scrub before committing: analyze-trace scrub IN -o fixtures/real/IN.
-# PREFIX (default h200_moe) names the outputs; ACCEPT_DIST, BUDGET, CYC, CYC3, SWEEPC override.
+# PREFIX (default h200_moe) names the outputs; ACCEPT_DIST, BUDGET, CYC, SWEEPC override.
 set -u
 PREFIX="${PREFIX:-h200_moe}"
 ACCEPT_DIST="${ACCEPT_DIST:-0.05,0.05,0.6,0.2,0.067,0.022,0.011}"
@@ -58,31 +61,33 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw,memo
 
 if [ "${SMALL:-0}" = 1 ]; then
   SIZE=(--hidden 64 --vocab 128 --experts 32 --expert-ffn 64)
-  TRACE="-t nvtx"; GR="--eager"; : "${CYC:=12}" "${CYC3:=16}" "${SWEEPC:=30}"
+  TRACE="-t nvtx"; GR="--eager"; : "${CYC:=12}"
 else
   SIZE=(--hidden 4096 --experts 128 --expert-ffn 6144)
-  TRACE="-t cuda,nvtx"; GR="--cuda-graphs"; : "${CYC:=24}" "${CYC3:=32}" "${SWEEPC:=300}"
+  TRACE="-t cuda,nvtx"; GR="--cuda-graphs"; : "${CYC:=28}"
 fi
+: "${SWEEPC:=$((10 * CYC))}"
 PT=("$PY" -m nvtx_annotate.profile_trace --package spec_workload $TRACE
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none)
 W=("$PY" -m spec_workload --target moe "${SIZE[@]}" --verify-layers 2 --top-k 4 --reqs 8 --reqs-min 1
-   --finish-p 0.3 --arrive-p 0.3 --warmup 3 --seed 0 --world 1 $GR --accept-dist "$ACCEPT_DIST")
+   --finish-p 0.3 --arrive-p 0.3 --batch-period "$CYC" --warmup 3 --seed 0 --world 1 $GR
+   --accept-dist "$ACCEPT_DIST")
 step() { echo "=== $(date +%T) +${SECONDS}s $*"; }
-profiled() {  # NAME CYCLES ARGS...
-  local name=$1 cycles=$2; shift 2
+profiled() {  # NAME ARGS...
+  local name=$1; shift
   step profiled "$name"
-  timeout 100 "${PT[@]}" -o "${PREFIX}_$name" -- "${W[@]}" "$@" --cycles "$cycles" \
+  timeout 100 "${PT[@]}" -o "${PREFIX}_$name" -- "${W[@]}" "$@" --cycles "$CYC" \
     --out-json "${PREFIX}_$name.workload.json"
   echo "rc=$? $(ls -la "${PREFIX}_$name.sqlite" 2>/dev/null)"
 }
 
 step unprofiled sweep
 timeout 150 "${W[@]}" --sweep-steps 1,2,3,4,5,6 --cycles "$SWEEPC" --out-json "${PREFIX}_unprofiled.json"
-profiled steps3 "$CYC3" --steps 3
-profiled nospec "$CYC" --no-spec
+profiled steps3 --steps 3
+profiled nospec --no-spec
 for K in 2 4 1 5 6; do
   if [ "$SECONDS" -ge "$BUDGET" ]; then step "skipped steps$K (past BUDGET=${BUDGET}s)"; continue; fi
-  profiled "steps$K" "$CYC" --steps "$K"
+  profiled "steps$K" --steps "$K"
 done
 step unprofiled sweep again
 timeout 150 "${W[@]}" --sweep-steps 1,2,3,4,5,6 --cycles "$SWEEPC" --out-json "${PREFIX}_unprofiled_repeat.json"

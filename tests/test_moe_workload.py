@@ -284,3 +284,14 @@ def test_moe_workload_under_nsys_marks_read_back_by_the_analyzer(tmp_path):
     assert [_parse(t)[1] for t in texts] == batch_sizes(8, 1, 9, seed=4)
     w = json.loads(out.read_text())["ranks"][0]["runs"][0]
     assert [_parse(t)[0] for t in texts[1:]] == [c["accepted_tokens"] for c in w["per_cycle"]]
+
+
+def test_batch_period_repeats_the_first_timed_batches(tmp_path):
+    """--batch-period P: timed cycle j runs timed batch j mod P (warm-up untouched), so a long
+    unprofiled run has exactly the batch mix of a P-cycle profile."""
+    d, marks = _record(["--steps", "1", "--cycles", "10", "--warmup", "2", "--batch-period", "4"], tmp_path)
+    seq = batch_sizes(8, 1, 6, seed=4)
+    expect = seq[:2] + [seq[2 + j % 4] for j in range(10)]
+    assert [_parse(t)[1] for t, _ in marks if t.startswith("accept_len=")] == expect
+    run = d["ranks"][0]["runs"][0]
+    assert [c["reqs"] for c in run["per_cycle"]] == expect[2:] and run["batch_period"] == 4
