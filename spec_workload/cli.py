@@ -22,8 +22,9 @@ Batch: ``--reqs`` batch slots; with ``--reqs-min`` below ``--reqs`` the number o
 requests changes from cycle to cycle (seeded finish/arrival process, ``--finish-p``,
 ``--arrive-p``; spec_workload/batches.py), the same sequence for every step count, so one
 profile holds cycles of different verified-token counts; ``--batch-period P`` repeats the first
-P timed batches (an unprofiled sweep then sees exactly the batch mix of a P-cycle profile).  Default: constant for the dense target,
-varying (``--reqs-min`` 1) for the MoE target; ``--reqs-min`` equal to ``--reqs`` fixes it.
+P timed batches (an unprofiled sweep then sees exactly the batch mix of a P-cycle profile).
+Default: constant for the dense target, varying (``--reqs-min`` 1) for the MoE target;
+``--reqs-min`` equal to ``--reqs`` fixes it.
 
 Writes its own measured tokens/s and per-cycle timings (with the batch size, verified tokens and,
 for the MoE target, the experts hit per layer) to ``--out-json`` (rank 0).  With
