@@ -1,8 +1,9 @@
 #!/bin/bash
 # Issue 20: the draft-step sweep of the MoE-like target (spec_workload --target moe) with a batch
 # that changes from cycle to cycle, for a whatif that models verify time as a function of the
-# verified tokens from ONE profile. ONE device call (about 4-5 min wall on an H200, at most ~6):
-# the profiled runs and the unprofiled truth come from one machine state. Packs the results into
+# verified tokens from ONE profile, in ONE device call (not yet run on the H200: estimated 4-5 min;
+# no optional profiled run starts after BUDGET s, so it should end within ~6 min unless a run hangs
+# to its timeout): the profiled runs and the unprofiled truth come from one machine state. Packs the results into
 # $OUT/moe_sweep.tar.xz and the log into $OUT/moe_sweep.log.
 #
 #   device: carry [".device-kit"], command: "bash spec_workload/record_moe_sweep.sh"
