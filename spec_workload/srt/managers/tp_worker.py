@@ -1,4 +1,8 @@
-"""Mirror of sglang.srt.managers.tp_worker: plain decode without speculation (baseline)."""
+"""Mirror of sglang.srt.managers.tp_worker: plain decode without speculation (baseline).
+
+One token per running request per step; a token-dependent (MoE) target runs eagerly on the
+embeddings of the requests' current tokens, the dense one on fixed hidden states (a CUDA graph
+captured at ``reqs`` requests, smaller batches padded to it)."""
 
 from __future__ import annotations
 
@@ -11,14 +15,21 @@ class TpModelWorker:
     def __init__(self, target, reqs: int, hidden: int, device, dtype, use_graph: bool):
         self.target = target
         self.reqs = reqs
+        self.device = device
+        self.token_inputs = hasattr(target, "embed")
         g = torch.Generator(device="cpu").manual_seed(8)
         self.hidden = torch.randn(reqs, hidden, generator=g).to(device, dtype)
-        self.cuda_graph_runner = CudaGraphRunner(target, self.hidden, use_graph)
+        self.cuda_graph_runner = CudaGraphRunner(target, self.hidden, use_graph and not self.token_inputs)
 
     def forward_batch_generation(self, batch):
-        if self.cuda_graph_runner._cap.graph is not None:
-            _, logits = self.cuda_graph_runner.replay(self.hidden)
+        m = self.reqs if batch is None else batch.batch_size()
+        if self.token_inputs and batch is not None:
+            x = self.target.embed(torch.tensor(batch.input_ids, dtype=torch.long).to(self.device, non_blocking=True))
         else:
-            _, logits = self.target(self.hidden)
+            x = self.hidden[:m]
+        if self.cuda_graph_runner._cap.graph is not None:
+            _, logits = self.cuda_graph_runner.replay(x)
+        else:
+            _, logits = self.target(x)
         next_ids = torch.argmax(logits, dim=-1).tolist()  # host read-back per step
         return len(next_ids)
