@@ -4,21 +4,22 @@ A cycle is an outermost NVTX range named like ``decode_cycle`` (config ``cycle_r
 belong to the cycle whose range encloses their launching call. Per cycle: exclusive GPU time per
 phase (same rule as per rank), ``gap_ns`` = GPU idle between the cycle's first and last op (time
 the GPU waited for the CPU: launch-bound time), accepted tokens from the shim's ``accept_len=N``
-marks (or an integer payload on the cycle range), tokens per second over the cycle's wall time.
+marks, tokens per second over the cycle's wall time. A mark with ``cycle=K`` belongs to the cycle
+range of the same process whose int64 payload is K (SGLang's v2 workers resolve accept lengths
+after the cycle's range closed); a mark without it to the cycle range that contains it
+(nvtx_annotate.protocol).
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pandas as pd
 
+from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
+
 from . import projection as proj
 from .intervals import sorted_union_length
 from .phases import OTHER, PhaseConfig
-
-ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?"
-                         r"(?:\s+lens=(?P<lens>\d+(?:,\d+)*))?")
 
 
 def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -297,52 +298,87 @@ def cycle_frame(cyc: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: np.ndar
 
 
 def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:
-    """The marks that carry ``accept_len=N``, with ``n``, ``reqs`` and ``lens`` parsed (each
-    distinct text once, one compiled regex, no per-row pandas work)."""
+    """The marks that carry ``accept_len=N``, with ``n``, ``reqs``, ``cycle`` (NaN: none) and
+    ``lens`` parsed (each distinct text once, one compiled regex, no per-row pandas work)."""
     codes, texts = pd.factorize(np.asarray(marks["text"].to_numpy(dtype=object)), use_na_sentinel=False)
     n_of = np.full(len(texts) + 1, np.nan)
     reqs_of = np.full(len(texts) + 1, np.nan)
+    cycle_of = np.full(len(texts) + 1, np.nan)
     lens_of = np.full(len(texts) + 1, None, dtype=object)
     for i, text in enumerate(texts):
         m = ACCEPT_MARK.search(text) if isinstance(text, str) else None
         if m:
             n_of[i] = float(m["n"])
             reqs_of[i] = float(m["reqs"]) if m["reqs"] is not None else np.nan
+            cycle_of[i] = float(m["cycle"]) if m["cycle"] is not None else np.nan
             lens_of[i] = m["lens"]
     keep = ~np.isnan(n_of[codes])
     sel = marks[keep]
-    return sel.assign(n=n_of[codes][keep], reqs=reqs_of[codes][keep],
+    return sel.assign(n=n_of[codes][keep], reqs=reqs_of[codes][keep], cycle=cycle_of[codes][keep],
                       lens=pd.Series(lens_of[codes][keep], index=sel.index, dtype=object))
 
 
 def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
-    """Accepted draft tokens, requests and per-request accept lengths (comma-separated) per cycle,
-    from ``accept_len=N reqs=M [lens=a,b,...]`` marks inside the cycle range (same process, time
-    within the range), else the cycle range's integer payload."""
+    """Accepted draft tokens, requests and per-request accept lengths (comma-separated) per cycle
+    from ``accept_len=N reqs=M [cycle=K] [lens=a,b,...]`` marks of the same process: by ``cycle=K``
+    the cycle range whose payload is K, else the cycle range containing the mark in time. A cycle
+    with both kinds sums them. Marks naming a cycle outside the trace (a capture window that opened
+    or closed mid-run) belong to no cycle."""
     accepted = pd.Series(np.nan, index=cyc.index, dtype="float64")
     requests = pd.Series(np.nan, index=cyc.index, dtype="float64")
     lengths = pd.Series(None, index=cyc.index, dtype=object)
-    if marks is not None and not marks.empty:
-        acc = _accept_marks(marks)
-        for (pid, inp), group in cyc.groupby(["global_pid", "input"]):
-            same = acc[(acc["global_pid"] == pid) & (acc["input"] == inp)]
-            if same.empty:
-                continue
-            same = same.sort_values("time_ns", kind="stable")
-            t = same["time_ns"].to_numpy(dtype="int64")
-            n_sum = np.r_[0.0, np.cumsum(same["n"].to_numpy(dtype="float64"))]
-            has_reqs = same["reqs"].notna().to_numpy()
-            r_sum = np.r_[0.0, np.cumsum(same["reqs"].fillna(0).to_numpy(dtype="float64"))]
-            r_cnt = np.r_[0, np.cumsum(has_reqs)]
-            lo = np.searchsorted(t, group["start_ns"].to_numpy(dtype="int64"), side="left")
-            hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
-            accepted.loc[group.index] = np.where(hi > lo, n_sum[hi] - n_sum[lo], np.nan)
-            requests.loc[group.index] = np.where(r_cnt[hi] > r_cnt[lo], r_sum[hi] - r_sum[lo], np.nan)
-            lens = same["lens"].to_numpy(dtype=object)
-            if pd.notna(lens).any():
-                joined = [",".join(x for x in lens[a:b] if isinstance(x, str)) or None for a, b in zip(lo, hi)]
-                lengths.loc[group.index] = joined
-    if "int_value" in cyc.columns:
-        payload = pd.to_numeric(cyc["int_value"], errors="coerce")
-        accepted = accepted.where(accepted.notna(), payload)
+    if marks is None or marks.empty:
+        return accepted.astype("Int64"), requests.astype("Int64"), lengths
+    acc = _accept_marks(marks)
+    if acc.empty:
+        return accepted.astype("Int64"), requests.astype("Int64"), lengths
+    numbered = acc["cycle"].notna().to_numpy()
+    by_number = _matched_by_number(cyc, acc[numbered])
+    contained = _matched_by_time(cyc, acc[~numbered])
+    pieces = [p for p in (contained, by_number) if p is not None and not p.empty]
+    if not pieces:
+        return accepted.astype("Int64"), requests.astype("Int64"), lengths
+    hit = pd.concat(pieces).sort_values(["_row", "time_ns"], kind="stable")
+    g = hit.groupby("_row", sort=True)
+    n = g["n"].sum()
+    reqs = g["reqs"].sum(min_count=1)
+    accepted.loc[n.index] = n.to_numpy()
+    requests.loc[reqs.index] = reqs.to_numpy()
+    if hit["lens"].notna().any():
+        joined = g["lens"].agg(lambda s: ",".join(x for x in s if isinstance(x, str)) or None)
+        lengths.loc[joined.index] = joined.to_numpy()
     return accepted.astype("Int64"), requests.astype("Int64"), lengths
+
+
+def _matched_by_number(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | None:
+    """``cycle=K`` marks joined to the cycle range of the same process and input with payload K
+    (column ``_row``: the cycle's row label)."""
+    if acc.empty or "int_value" not in cyc.columns:
+        return None
+    payload = pd.to_numeric(cyc["int_value"], errors="coerce")
+    keyed = pd.DataFrame({"global_pid": cyc["global_pid"].to_numpy(), "input": cyc["input"].to_numpy(),
+                          "cycle": payload.to_numpy(dtype="float64"), "_row": cyc.index.to_numpy()})
+    keyed = keyed[keyed["cycle"].notna()].drop_duplicates(["global_pid", "input", "cycle"], keep="first")
+    if keyed.empty:
+        return None
+    return acc.merge(keyed, on=["global_pid", "input", "cycle"], how="inner")
+
+
+def _matched_by_time(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | None:
+    """Marks without a cycle number joined to the cycle range containing them (same process and
+    input, start <= time <= end)."""
+    if acc.empty:
+        return None
+    out = []
+    for (pid, inp), group in cyc.groupby(["global_pid", "input"]):
+        same = acc[(acc["global_pid"] == pid) & (acc["input"] == inp)]
+        if same.empty:
+            continue
+        same = same.sort_values("time_ns", kind="stable")
+        t = same["time_ns"].to_numpy(dtype="int64")
+        lo = np.searchsorted(t, group["start_ns"].to_numpy(dtype="int64"), side="left")
+        hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
+        rows = np.repeat(group.index.to_numpy(), hi - lo)
+        take = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(rows) else np.zeros(0, dtype="int64")
+        out.append(same.iloc[take].assign(_row=rows))
+    return pd.concat(out) if out else None

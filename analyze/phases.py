@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nvtx_annotate import protocol
+
 OTHER = "other"
 
 
@@ -50,15 +52,16 @@ ALLREDUCE_KERNELS = (
     "*oneshot_allreduce*", "*twoshot_allreduce*", "*lamport*allreduce*",
 )
 
-DEFAULT_PHASES: tuple[Phase, ...] = (
-    Phase("draft", ranges=("draft", "draft_step", "graph_replay_draft")),
-    Phase("verify", ranges=("verify", "graph_replay_verify")),
-    Phase("draft_extend", ranges=("draft_extend", "graph_replay_draft_extend")),
-    Phase("allreduce", ranges=("allreduce",), kernels=ALLREDUCE_KERNELS),
-)
+# the shim's ranges per phase (nvtx_annotate.protocol, the one definition shared with the shim),
+# plus `draft_step` (per-step draft ranges of other instrumentations) and the all-reduce kernels
+_EXTRA_RANGES = {"draft": ("draft_step",)}
+_KERNELS = {"allreduce": ALLREDUCE_KERNELS}
+DEFAULT_PHASES: tuple[Phase, ...] = tuple(
+    Phase(name, ranges=ranges[:1] + _EXTRA_RANGES.get(name, ()) + ranges[1:], kernels=_KERNELS.get(name, ()))
+    for name, ranges in protocol.PHASE_RANGES.items())
 
 # the range that delimits one decode cycle (speculative step) in the shim's output
-CYCLE_RANGES = ("decode_cycle",)
+CYCLE_RANGES = protocol.CYCLE_RANGES
 
 
 @dataclass

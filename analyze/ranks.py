@@ -10,9 +10,10 @@ import re
 
 import pandas as pd
 
+from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
+
 from .safety import TraceError
 
-RANK_MARK = re.compile(r"(?:^|\s)rank=(\d+)(?:\s+world=(\d+))?(?:\s+device=(\S+))?")
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
 
 

@@ -8,7 +8,8 @@ import sys
 import time
 
 from . import _nvtx
-from .targets import REQUIRED_ROLES, ROLES, find_source_root, resolve_static, sglang_version
+from .check import find_source_root, resolve_static, sglang_version, summarize
+from .targets import ROLES
 
 
 def check(source=None, package="sglang", as_json=False, out=sys.stdout) -> int:
@@ -19,32 +20,33 @@ def check(source=None, package="sglang", as_json=False, out=sys.stdout) -> int:
         return 2
     rows = resolve_static(root, package)
     version = sglang_version(root, package)
-    roles = {r: any(x["found"] for x in rows if x["role"] == r) for r in ROLES}
-    missing_required = [r for r in REQUIRED_ROLES if not roles[r]]
+    summary = summarize(rows)
+    roles, missing_required = summary["roles"], summary["missing_required"]
     if as_json:
-        json.dump(
-            {
-                "package": package,
-                "version": version,
-                "root": root,
-                "targets": rows,
-                "roles": roles,
-                "missing_required": missing_required,
-                "ok": not missing_required,
-            },
-            out,
-            indent=1,
-        )
+        json.dump({"package": package, "version": version, "root": root, "targets": rows, **summary,
+                   "ok": not missing_required}, out, indent=1)
         out.write("\n")
     else:
         print(f"{package} {version or '(version unknown)'} at {root}", file=out)
         for r in ROLES:
             print(f"{r:<26} {'found' if roles[r] else 'MISSING'}", file=out)
             for x in rows:
-                if x["role"] == r:
-                    state = "found  " if x["found"] else "missing"
-                    why = "" if x["found"] else f"  ({x['why']})"
-                    print(f"    {state} {x['target']}{why}", file=out)
+                if x["role"] != r:
+                    continue
+                if not x["found"]:
+                    print(f"    missing {x['target']}  ({x['why']})", file=out)
+                    continue
+                reads = "; ".join(f"{k}: {v or 'NOT FOUND'}" for k, v in x["reads"].items())
+                names = x["params"]
+                params = "" if names is None else "(" + ", ".join(names[:5]) + (", ..." if len(names) > 5 else "") + ")"
+                print(f"    found   {x['target']}  [{x['shape']}{params}]" + (f"  reads {reads}" if reads else ""),
+                      file=out)
+        print("will record:", file=out)
+        for line in summary["will_record"]:
+            print(f"    {line}", file=out)
+        print("will not record:", file=out)
+        for line in summary["will_not_record"] or ["(nothing)"]:
+            print(f"    {line}", file=out)
         if missing_required:
             print(f"cannot annotate: {', '.join(missing_required)}", file=out)
         else:
@@ -53,19 +55,44 @@ def check(source=None, package="sglang", as_json=False, out=sys.stdout) -> int:
 
 
 def bench(n=200_000, backend=None, out=sys.stdout) -> dict:
-    """ns per push+pop pair of the emitter and of a wrapped call vs. a plain call."""
-    from .shim import _wrap
-    from .targets import RANGE, Target
+    """ns per call: the emitter's push+pop pair, a plain method call, and the same method wrapped as
+    a range (draft/verify/replays), as a TP all-reduce (per-stream capture check) and as a decode
+    cycle (forward-mode read, cycle number, result tag); the capture guard alone; and, when CUDA is
+    available, ``torch.cuda.is_current_stream_capturing()``. Best of 3 runs of ``n`` calls."""
+    from . import guard, wrappers
+    from .targets import ALLREDUCE_TP, CYCLE, RANGE, Target
 
-    if backend is not None:
-        prev = _nvtx.set_backend(_nvtx.make_backend(backend))
+    prev = _nvtx.set_backend(_nvtx.make_backend(backend)) if backend is not None else None
     b = _nvtx.get_backend()
 
-    def f(x):
-        return x
+    class Mode:
+        def is_extend(self):
+            return False
 
-    t = Target("bench", "bench", "bench", "f", RANGE)
-    w = _wrap(f, t)
+    class Result:
+        pass
+
+    class Obj:
+        unique_name = "tp:0"
+        batch = type("Batch", (), {"forward_mode": Mode(), "is_extend_in_batch": False})()
+
+        def f(self, x):
+            return x
+
+        def cycle(self, batch):
+            return Result()
+
+    def wrapped(attr, kind, name):
+        return wrappers.make_wrapper(Obj.__dict__[attr], Target("bench", name, "bench", f"Obj.{attr}", kind),
+                                     skip_first=True)
+
+    class Wrapped(Obj):
+        f = wrapped("f", RANGE, "bench")
+        ar = wrapped("f", ALLREDUCE_TP, "allreduce")
+        cycle = wrapped("cycle", CYCLE, "decode_cycle")
+
+    o, w = Obj(), Wrapped()
+    batch = Obj.batch
     push, pop = _nvtx.push, _nvtx.pop
 
     def timeit(fn):
@@ -81,24 +108,39 @@ def bench(n=200_000, backend=None, out=sys.stdout) -> dict:
             push("bench")
             pop()
 
-    def loop_plain():
-        for i in range(n):
-            f(i)
+    def loop(call):
+        def run():
+            for i in range(n):
+                call(i)
+        return run
 
-    def loop_wrapped():
-        for i in range(n):
-            w(i)
+    def loop_cycle(call):
+        def run():
+            for _ in range(n):
+                call(batch)
+        return run
 
-    res = {
-        "backend": b.name,
-        "active": bool(b.active),
-        "n": n,
-        "push_pop_ns": timeit(loop_pp),
-        "plain_call_ns": timeit(loop_plain),
-        "wrapped_call_ns": timeit(loop_wrapped),
-    }
+    res = {"backend": b.name, "active": bool(b.active), "n": n, "push_pop_ns": timeit(loop_pp)}
+    res["plain_call_ns"] = timeit(loop(o.f))
+    res["wrapped_call_ns"] = timeit(loop(w.f))
+    res["wrapped_allreduce_ns"] = timeit(loop(w.ar))
+    res["plain_cycle_ns"] = timeit(loop_cycle(o.cycle))
+    res["wrapped_cycle_ns"] = timeit(loop_cycle(w.cycle))
     res["wrapper_overhead_ns"] = res["wrapped_call_ns"] - res["plain_call_ns"]
-    if backend is not None:
+    res["allreduce_overhead_ns"] = res["wrapped_allreduce_ns"] - res["plain_call_ns"]
+    res["cycle_overhead_ns"] = res["wrapped_cycle_ns"] - res["plain_cycle_ns"]
+    res["guard_skip_ns"] = timeit(loop(lambda i: guard.skip()))
+    res["guard_skip_exact_ns"] = timeit(loop(lambda i: guard.skip_exact()))
+    res["is_current_stream_capturing_ns"] = None
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.init()
+            cap = torch.cuda.is_current_stream_capturing
+            res["is_current_stream_capturing_ns"] = timeit(loop(lambda i: cap()))
+    except Exception:  # pragma: no cover - a broken CUDA setup
+        pass
+    if prev is not None or backend is not None:
         _nvtx.set_backend(prev)
     json.dump(res, out)
     out.write("\n")

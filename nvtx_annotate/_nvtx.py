@@ -26,14 +26,14 @@ from __future__ import annotations
 import ctypes as C
 import os
 import threading
-from typing import Callable, Optional
+from typing import Optional
 
-DOMAIN = "sglang"
+from .protocol import DOMAIN
 
 # NVTX v3 protocol constants (nvtxTypes.h)
 _MODULE_SIZES = {1: 16, 2: 9, 3: 15, 4: 7, 5: 16, 6: 7}  # CORE, CUDA, OPENCL, CUDART, CORE2, SYNC
-_CORE_MARK_A, _CORE_RANGE_PUSH_A, _CORE_RANGE_POP = 2, 9, 11
-_CORE2_MARK_EX, _CORE2_PUSH_EX, _CORE2_POP, _CORE2_CREATE_A = 1, 4, 5, 12
+_CORE_MARK_A, _CORE_RANGE_START_A, _CORE_RANGE_END, _CORE_RANGE_PUSH_A, _CORE_RANGE_POP = 2, 5, 7, 9, 11
+_CORE2_MARK_EX, _CORE2_START_EX, _CORE2_END, _CORE2_PUSH_EX, _CORE2_POP, _CORE2_CREATE_A = 1, 2, 3, 4, 5, 12
 _ETID_CALLBACKS, _ETID_VERSIONINFO = 1, 3
 _NVTX_VERSION = 3
 _COLOR_ARGB = 1
@@ -90,15 +90,22 @@ COLORS = {
 
 
 class Backend:
-    """Interface: push(name), pop(), mark(text, payload=None)."""
+    """Interface: push(name, payload=None), pop(), start(name) -> id, end(id),
+    mark(text, payload=None). Payloads are int64."""
 
     name = "none"
     active = False
 
-    def push(self, name: str) -> None:  # pragma: no cover - trivial
+    def push(self, name: str, payload: Optional[int] = None) -> None:  # pragma: no cover - trivial
         pass
 
     def pop(self) -> None:  # pragma: no cover - trivial
+        pass
+
+    def start(self, name: str) -> int:  # pragma: no cover - trivial
+        return 0
+
+    def end(self, range_id: int) -> None:  # pragma: no cover - trivial
         pass
 
     def mark(self, text: str, payload: Optional[int] = None) -> None:  # pragma: no cover
@@ -160,16 +167,21 @@ class CtypesBackend(Backend):
         core, core2 = slots[1], slots[5]
         self._push_a = self._fn(core[_CORE_RANGE_PUSH_A], C.c_int, C.c_char_p)
         self._pop = self._fn(core[_CORE_RANGE_POP], C.c_int)
+        self._start_a = self._fn(core[_CORE_RANGE_START_A], C.c_uint64, C.c_char_p)
+        self._end = self._fn(core[_CORE_RANGE_END], None, C.c_uint64)
         self._mark_a = self._fn(core[_CORE_MARK_A], None, C.c_char_p)
         create = self._fn(core2[_CORE2_CREATE_A], C.c_void_p, C.c_char_p)
         self._dpush = self._fn(core2[_CORE2_PUSH_EX], C.c_int, C.c_void_p, C.POINTER(_Attr))
         self._dpop = self._fn(core2[_CORE2_POP], C.c_int, C.c_void_p)
+        self._dstart = self._fn(core2[_CORE2_START_EX], C.c_uint64, C.c_void_p, C.POINTER(_Attr))
+        self._dend = self._fn(core2[_CORE2_END], None, C.c_void_p, C.c_uint64)
         self._dmark = self._fn(core2[_CORE2_MARK_EX], None, C.c_void_p, C.POINTER(_Attr))
         self._domain = create(domain.encode()) if create else None
         self._use_domain = bool(self._domain and self._dpush and self._dpop)
         if not (self._use_domain or (self._push_a and self._pop)):
             return
         self._attr_cache = {}
+        self._tls = threading.local()  # per thread: one attribute struct per name for payload pushes
         self.active = True
 
     @staticmethod
@@ -189,28 +201,42 @@ class CtypesBackend(Backend):
         except (OSError, AttributeError):
             return None
 
-    def _attr(self, name: str, payload: Optional[int] = None) -> "C.pointer":
-        key = (name, payload)
-        a = self._attr_cache.get(key)
-        if a is None:
-            a = _Attr()
-            a.version = _NVTX_VERSION
-            a.size = C.sizeof(_Attr)
-            a.colorType = _COLOR_ARGB
-            a.color = COLORS.get(name, 0xFFC8D6E5)
-            if payload is not None:
-                a.payloadType = _PAYLOAD_INT64
-                a.payload = int(payload)
-            a.messageType = _MESSAGE_ASCII
-            a.message = name.encode("utf-8", "replace")
-            a = C.byref(a)
-            if len(self._attr_cache) < 4096:
-                self._attr_cache[key] = a
+    @staticmethod
+    def _new_attr(name: str, payload: Optional[int] = None) -> _Attr:
+        a = _Attr()
+        a.version = _NVTX_VERSION
+        a.size = C.sizeof(_Attr)
+        a.colorType = _COLOR_ARGB
+        a.color = COLORS.get(name, 0xFFC8D6E5)
+        if payload is not None:
+            a.payloadType = _PAYLOAD_INT64
+            a.payload = int(payload)
+        a.messageType = _MESSAGE_ASCII
+        a.message = name.encode("utf-8", "replace")
         return a
 
-    def push(self, name: str) -> None:
+    def _attr(self, name: str):
+        """The (cached) attributes of a range name without payload."""
+        a = self._attr_cache.get(name)
+        if a is None:
+            a = C.byref(self._new_attr(name))
+            if len(self._attr_cache) < 4096:
+                self._attr_cache[name] = a
+        return a
+
+    def _payload_attr(self, name: str, payload: int):
+        """This thread's attribute struct of ``name`` with its payload set to ``payload``."""
+        cache = self._tls.__dict__
+        entry = cache.get(name)
+        if entry is None:
+            a = self._new_attr(name, 0)
+            entry = cache[name] = (a, C.byref(a))
+        entry[0].payload = payload
+        return entry[1]
+
+    def push(self, name: str, payload: Optional[int] = None) -> None:
         if self._use_domain:
-            self._dpush(self._domain, self._attr(name))
+            self._dpush(self._domain, self._attr(name) if payload is None else self._payload_attr(name, payload))
         else:
             self._push_a(name.encode())
 
@@ -220,9 +246,23 @@ class CtypesBackend(Backend):
         else:
             self._pop()
 
+    def start(self, name: str) -> int:
+        if self._use_domain and self._dstart:
+            return self._dstart(self._domain, self._attr(name))
+        if self._start_a:
+            return self._start_a(name.encode())
+        return 0
+
+    def end(self, range_id: int) -> None:
+        if self._use_domain and self._dend:
+            self._dend(self._domain, range_id)
+        elif self._end:
+            self._end(range_id)
+
     def mark(self, text: str, payload: Optional[int] = None) -> None:
         if self._use_domain and self._dmark:
-            self._dmark(self._domain, self._attr(text, payload))
+            # marks carry per-cycle text: a fresh struct each, never cached
+            self._dmark(self._domain, C.byref(self._new_attr(text, payload)))
         elif self._mark_a:
             self._mark_a(text.encode())
 
@@ -241,15 +281,22 @@ class TorchBackend(Backend):
             if type(getattr(nv, "_nvtx", None)).__name__ == "_NVTXStub":
                 return  # CPU build of torch: no NVTX
             self._push, self._pop, self._mark = nv.range_push, nv.range_pop, nv.mark
+            self._start, self._end = nv.range_start, nv.range_end
             self.active = True
         except Exception:
             pass
 
-    def push(self, name):
+    def push(self, name, payload=None):
         self._push(name)
 
     def pop(self):
         self._pop()
+
+    def start(self, name):
+        return self._start(name)
+
+    def end(self, range_id):
+        self._end(range_id)
 
     def mark(self, text, payload=None):
         self._mark(text)
@@ -271,18 +318,27 @@ class NvtxPackageBackend(Backend):
         except Exception:
             pass
 
-    def push(self, name):
-        self._nvtx.push_range(name, domain=self._domain, color=COLORS.get(name, 0xC8D6E5) & 0xFFFFFF)
+    def push(self, name, payload=None):
+        self._nvtx.push_range(name, domain=self._domain, color=COLORS.get(name, 0xC8D6E5) & 0xFFFFFF,
+                              payload=payload)
 
     def pop(self):
         self._nvtx.pop_range(domain=self._domain)
+
+    def start(self, name):
+        return self._nvtx.start_range(name, domain=self._domain, color=COLORS.get(name, 0xC8D6E5) & 0xFFFFFF)
+
+    def end(self, range_id):
+        self._nvtx.end_range(range_id)
 
     def mark(self, text, payload=None):
         self._nvtx.mark(text, domain=self._domain, payload=payload)
 
 
 class RecordingBackend(Backend):
-    """Keeps events in memory: ('push', name, tid), ('pop', None, tid), ('mark', text, payload)."""
+    """Keeps events in memory (tests): ``(kind, text, thread id, value)`` with kind ``push``
+    (value: payload), ``pop``, ``start`` (value: range id), ``end`` (value: range id), ``mark``
+    (value: payload)."""
 
     name = "record"
 
@@ -290,32 +346,70 @@ class RecordingBackend(Backend):
         self.active = True
         self.events = []
         self._lock = threading.Lock()
+        self._next_id = 0
 
-    def push(self, name):
+    def _add(self, kind, text, value):
         with self._lock:
-            self.events.append(("push", name, threading.get_ident()))
+            self.events.append((kind, text, threading.get_ident(), value))
+
+    def push(self, name, payload=None):
+        self._add("push", name, payload)
 
     def pop(self):
+        self._add("pop", None, None)
+
+    def start(self, name):
         with self._lock:
-            self.events.append(("pop", None, threading.get_ident()))
+            self._next_id += 1
+            rid = self._next_id
+            self.events.append(("start", name, threading.get_ident(), rid))
+        return rid
+
+    def end(self, range_id):
+        self._add("end", None, range_id)
 
     def mark(self, text, payload=None):
-        with self._lock:
-            self.events.append(("mark", text, payload))
+        self._add("mark", text, payload)
 
     def ranges(self):
-        """Completed ranges as (name, depth) in push order."""
-        out, stack = [], []
-        for kind, name, _ in self.events:
+        """Completed push/pop and start/end ranges as (name, depth) in start order; depth is the
+        push/pop nesting on the range's thread (start/end ranges: 0)."""
+        out, stacks = [], {}
+        for kind, name, tid, _ in self.events:
             if kind == "push":
-                out.append((name, len(stack)))
-                stack.append(name)
+                st = stacks.setdefault(tid, [])
+                out.append((name, len(st)))
+                st.append(name)
             elif kind == "pop":
-                stack.pop()
+                stacks[tid].pop()
+            elif kind == "start":
+                out.append((name, 0))
         return out
 
+    def payloads(self, name):
+        """Payloads of the pushes of ``name``, in order."""
+        return [v for kind, text, _, v in self.events if kind == "push" and text == name]
+
+    def balanced(self) -> bool:
+        """Every push popped on its thread, no pop without push, every start ended once."""
+        depth, open_ids = {}, set()
+        for kind, _, tid, value in self.events:
+            if kind == "push":
+                depth[tid] = depth.get(tid, 0) + 1
+            elif kind == "pop":
+                if depth.get(tid, 0) == 0:
+                    return False
+                depth[tid] -= 1
+            elif kind == "start":
+                open_ids.add(value)
+            elif kind == "end":
+                if value not in open_ids:
+                    return False
+                open_ids.discard(value)
+        return not open_ids and not any(depth.values())
+
     def marks(self):
-        return [(t, p) for k, t, p in self.events if k == "mark"]
+        return [(t, p) for k, t, _, p in self.events if k == "mark"]
 
 
 _backend: Optional[Backend] = None
@@ -385,12 +479,20 @@ def set_backend(backend: Optional[Backend]) -> Optional[Backend]:
     return prev
 
 
-def push(name: str) -> None:
-    (_backend or get_backend()).push(name)
+def push(name: str, payload: Optional[int] = None) -> None:
+    (_backend or get_backend()).push(name, payload)
 
 
 def pop() -> None:
     (_backend or get_backend()).pop()
+
+
+def start(name: str) -> int:
+    return (_backend or get_backend()).start(name)
+
+
+def end(range_id: int) -> None:
+    (_backend or get_backend()).end(range_id)
 
 
 def mark(text: str, payload: Optional[int] = None) -> None:

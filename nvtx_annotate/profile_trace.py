@@ -4,8 +4,9 @@ Adds what a tensor-parallel, CUDA-graph server needs: ``--trace-fork-before-exec
 workers are spawned processes), ``--cuda-graph-trace=node`` (kernels inside graph replays),
 ``-t cuda,nvtx,osrt``; capture everything, by delay/duration, or by ``cudaProfilerApi`` (with
 ``--sglang-url`` it calls SGLang's ``/start_profile`` with ``CUDA_PROFILER`` once the server
-answers).  Sets ``SPECPROF_NVTX=1`` and makes sure the ``.pth`` hook is installed in the Python
-that runs CMD, exports SQLite next to the report and prints the ``analyze-trace`` command.
+answers).  Sets ``SPECPROF_NVTX=1`` (the ``.pth`` hook that ``pip install specprof`` put into
+site-packages then loads the shim in every process; nothing is written into site-packages here),
+exports SQLite next to the report and prints the ``analyze-trace`` command.
 
 ``--drive`` profiles a server in one command: CMD (``python -m sglang.launch_server ...``) is
 started, profile-trace waits for it to answer, sends warm-up requests, starts SGLang's profiler
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--package", default=None, help="package the shim patches (default sglang)")
     p.add_argument("--no-shim", action="store_true", help="do not set SPECPROF_NVTX=1")
     p.add_argument("--no-install-pth", action="store_true",
-                   help="do not install the .pth hook into this Python's site-packages")
+                   help="do not warn when this Python has no .pth hook (nothing is installed either way)")
     p.add_argument("--no-export", action="store_true", help="skip the SQLite export")
     p.add_argument("--stats", action="store_true",
                    help="also write nsys stats CSVs (cuda_gpu_kern_sum, nvtx_gpu_proj_sum)")
@@ -280,15 +281,12 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     if not a.no_shim and not a.no_install_pth:
-        from .pth import install_pth, is_installed
+        from .pth import is_installed
 
-        if not is_installed():
-            try:
-                print(f"profile-trace: installed the shim's .pth hook: {install_pth()}", file=sys.stderr)
-            except OSError as e:
-                print(f"profile-trace: warning: cannot install the .pth hook ({e}); TP workers "
-                      f"will not be annotated unless `python -m nvtx_annotate install-pth` is run "
-                      f"for the Python that runs the server", file=sys.stderr)
+        if not is_installed():  # a source checkout: pip installs the hook with the wheel
+            print("profile-trace: warning: this Python has no specprof_nvtx.pth hook, so only SGLang >= 0.5.11 "
+                  "(its plugin entry point) annotates its TP workers; `pip install specprof` installs the hook, "
+                  "`python -m nvtx_annotate install-pth` adds it to a source checkout's Python", file=sys.stderr)
     if not a.force:
         clash = existing_outputs(base)
         if clash:

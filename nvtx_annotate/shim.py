@@ -1,312 +1,50 @@
 """Wraps SGLang's methods in NVTX ranges, in every process, without editing SGLang.
 
 ``install()`` registers a lazy post-import hook (a ``sys.meta_path`` finder) for each module of
-the target table: when SGLang imports ``sglang.srt.speculative.eagle_worker`` (in the launcher or
-in a spawned TP worker), the module is executed normally and the listed methods are wrapped right
-after, before anyone else can bind them.  Modules already imported are patched at once.  The
-``.pth`` hook (see ``nvtx_annotate.pth``) and SGLang's plugin entry point both call ``install()``.
+the target table: when SGLang imports ``sglang.srt.speculative.eagle_worker_v2`` (in the launcher
+or in a spawned TP worker), the module is executed normally and the listed attributes are
+replaced right after by wrappers of the same kind (``wrappers.py``), before anyone else can bind
+them. Modules already imported are patched at once. The ``.pth`` hook (``nvtx_annotate.pth``)
+and SGLang's plugin entry point both call ``install()``.
 
-A missing target never breaks the server: after the first decode cycle (or at exit) one warning
-names the roles that could not be annotated.  While a CUDA graph is being captured or
-torch.compile/dynamo is tracing no NVTX call is made (such ranges would appear once, at capture).
+Nothing here can break the server: patching errors are logged and skipped, the wrappers never
+change a call's result. The one warning about roles that could not be annotated is printed only
+by a process that runs a speculative worker, at that worker's first decode cycle, and only for
+the roles that worker has (its draft / verify / draft-extend methods, the all-reduce when the TP
+group has more than one rank, the accept marks).
 """
 
 from __future__ import annotations
 
-import atexit
-import functools
 import importlib.abc
-import importlib.machinery
 import logging
 import os
 import sys
 import threading
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from . import _nvtx
-from .targets import (
-    ACCEPT_CPU_ARG,
-    ACCEPT_RESOLVE,
-    ALLREDUCE_FN,
-    ALLREDUCE_TP,
-    CYCLE,
-    RANGE,
-    RANK_INIT,
-    REQUIRED_ROLES,
-    VERIFY_V1,
-    Target,
-    by_module,
-)
+from . import _nvtx, guard, wrappers  # noqa: F401 (_nvtx: the emitter, for callers)
+from .targets import REQUIRED_ROLES, TARGETS, WORKER_ROLES, Target, by_module, method_names
+from .wrappers import emit_rank_mark, emit_rank_mark_for_group, is_wrapped, stats  # noqa: F401 (API)
 
 log = logging.getLogger("nvtx_annotate")
 ENV_ON = "SPECPROF_NVTX"
 ENV_PACKAGE = "SPECPROF_NVTX_PACKAGE"
-_WRAPPED = "__specprof_nvtx_wrapped__"
 
 
 def enabled() -> bool:
     return os.environ.get(ENV_ON, "") not in ("", "0", "false", "False", "no")
 
 
-# ------------------------------------------------------------------ capture / compile guards
-
-_capture_depth = 0  # CUDA graph captures in progress (torch.cuda.CUDAGraph.capture_begin/end)
-
-
-def _hook_graph_capture(torch) -> None:
-    """Counts captures through torch.cuda.CUDAGraph (what torch.cuda.graph, SGLang's graph
-    runners and torch's cudagraph trees use): a global int is far cheaper to read than
-    torch.cuda.is_current_stream_capturing() (~1.5 us on an H200 host)."""
-    cls = getattr(getattr(getattr(torch, "cuda", None), "graphs", None), "CUDAGraph", None)
-    if cls is None or getattr(cls, "__specprof_capture_hook__", False):
-        return
-    begin, end = cls.capture_begin, cls.capture_end
-
-    def capture_begin(self, *a, **k):
-        global _capture_depth
-        _capture_depth += 1
-        try:
-            return begin(self, *a, **k)
-        except BaseException:
-            _capture_depth -= 1
-            raise
-
-    def capture_end(self, *a, **k):
-        global _capture_depth
-        try:
-            return end(self, *a, **k)
-        finally:
-            _capture_depth = max(0, _capture_depth - 1)
-
-    functools.update_wrapper(capture_begin, begin)
-    functools.update_wrapper(capture_end, end)
-    cls.capture_begin, cls.capture_end = capture_begin, capture_end
-    cls.__specprof_capture_hook__ = True
-
-
-def _make_capture_check(exact: bool) -> Callable[[], bool]:
-    """Returns a function telling whether NVTX must be skipped right now: a CUDA graph is being
-    captured or torch.compile/dynamo is tracing.  ``exact`` adds the per-call stream query
-    (used for the all-reduce targets, which run inside captured forwards)."""
-    state = {"fn": None}
-
-    def check() -> bool:
-        fn = state["fn"]
-        if fn is None:
-            torch = sys.modules.get("torch")
-            if torch is None or not hasattr(torch, "cuda"):
-                return False  # torch not (fully) imported yet: nothing can be capturing
-            try:
-                _hook_graph_capture(torch)
-            except Exception:  # pragma: no cover - defensive
-                pass
-            comp = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
-            capt = None
-            if exact:
-                cuda = torch.cuda
-                try:
-                    if cuda.is_available():
-                        capt = cuda.is_current_stream_capturing
-                except Exception:  # pragma: no cover
-                    capt = None
-            mod = sys.modules[__name__]
-            if capt is None:
-                def fn():
-                    return mod._capture_depth > 0 or comp()
-            else:
-                def fn():
-                    return mod._capture_depth > 0 or comp() or capt()
-            state["fn"] = fn
-        return fn()
-
-    return check
-
-
-skip_nvtx = _make_capture_check(exact=False)
-skip_nvtx_exact = _make_capture_check(exact=True)
-
-
-# ------------------------------------------------------------------ per-thread state
-
-class _State(threading.local):
-    def __init__(self):
-        self.accept: Optional[List[int]] = None
-        self.depth = 0
-
-
-_tls = _State()
-_stats = {"cycles": 0, "marks": 0, "rank_marks": 0}
-
-
-ACCEPT_LENS_MAX_REQS = 64  # per-request lengths are added to the mark up to this batch size
-
-
-def _accept_mark(lengths) -> None:
-    """``accept_len=N reqs=M lens=l1,...,lM``: N = sum of the accepted draft tokens over the M
-    requests (what older readers parse), then each request's accepted length in request order
-    (only for M <= ACCEPT_LENS_MAX_REQS, to bound the string). Payload: N."""
-    try:
-        vals = [int(x) for x in lengths]
-    except Exception:
-        return
-    n = sum(vals)
-    text = f"accept_len={n} reqs={len(vals)}"
-    if 0 < len(vals) <= ACCEPT_LENS_MAX_REQS:
-        text += " lens=" + ",".join(map(str, vals))
-    _nvtx.mark(text, n)
-    _stats["marks"] += 1
-
-
-def _find_accept(ret):
-    """accept_length_per_req_cpu from a v1 verify return value (object or tuple of objects)."""
-    v = getattr(ret, "accept_length_per_req_cpu", None)
-    if v is not None:
-        return v
-    if isinstance(ret, (tuple, list)):
-        for item in ret:
-            v = getattr(item, "accept_length_per_req_cpu", None)
-            if v is not None:
-                return v
-    return None
-
-
-# ------------------------------------------------------------------ wrappers
-
-def _wrap(fn: Callable, target: Target, package: Optional[str] = None) -> Callable:
-    name = target.range_name
-    kind = target.kind
-    nv = _nvtx
-    _shim = sys.modules[__name__]
-
-    exact = kind in (ALLREDUCE_TP, ALLREDUCE_FN)
-
-    def backend():
-        """The active backend, or None when nothing records (no profiler) or while a CUDA
-        graph is captured / torch.compile traces."""
-        b = nv._backend or nv.get_backend()
-        if not b.active:
-            return None
-        if (_shim.skip_nvtx_exact if exact else _shim.skip_nvtx)():
-            return None
-        return b
-
-    if kind in (RANGE, ALLREDUCE_FN):
-        def wrapper(*args, **kwargs):
-            b = backend()
-            if b is None:
-                return fn(*args, **kwargs)
-            b.push(name)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                b.pop()
-
-    elif kind == CYCLE:
-        def wrapper(*args, **kwargs):
-            b = backend()
-            if b is None:
-                return fn(*args, **kwargs)
-            st = _tls
-            st.accept = None
-            b.push(name)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                acc, st.accept = st.accept, None
-                if acc is not None:
-                    _accept_mark(acc)
-                _stats["cycles"] += 1
-                b.pop()
-                if _stats["cycles"] == 1:
-                    report_missing_once(package)
-
-    elif kind == VERIFY_V1:
-        def wrapper(*args, **kwargs):
-            b = backend()
-            if b is None:
-                return fn(*args, **kwargs)
-            b.push(name)
-            try:
-                ret = fn(*args, **kwargs)
-            finally:
-                b.pop()
-            acc = _find_accept(ret)
-            if acc is not None:
-                _tls.accept = acc
-            return ret
-
-    elif kind == ALLREDUCE_TP:
-        def wrapper(self, *args, **kwargs):
-            uname = getattr(self, "unique_name", None) or getattr(self, "group_name", "")
-            b = backend() if str(uname).startswith("tp") else None
-            if b is None:
-                return fn(self, *args, **kwargs)
-            b.push(name)
-            try:
-                return fn(self, *args, **kwargs)
-            finally:
-                b.pop()
-
-    elif kind == ACCEPT_RESOLVE:
-        def wrapper(self, result, *args, **kwargs):
-            ret = fn(self, result, *args, **kwargs)
-            acc = getattr(result, "accept_length_per_req_cpu", None)
-            if acc is not None:
-                _accept_mark(acc)
-            return ret
-
-    elif kind == ACCEPT_CPU_ARG:
-        def wrapper(self, lengths, *args, **kwargs):
-            ret = fn(self, lengths, *args, **kwargs)
-            if isinstance(lengths, (list, tuple)):
-                _accept_mark(lengths)
-            return ret
-
-    elif kind == RANK_INIT:
-        def wrapper(self, *args, **kwargs):
-            ret = fn(self, *args, **kwargs)
-            try:
-                emit_rank_mark_for_group(self)
-            except Exception:  # never break the server
-                log.debug("rank mark failed", exc_info=True)
-            return ret
-
-    else:  # pragma: no cover - table is static
-        raise ValueError(kind)
-
-    functools.update_wrapper(wrapper, fn)
-    setattr(wrapper, _WRAPPED, fn)
-    return wrapper
-
-
-def _device_index(dev) -> str:
-    if isinstance(dev, int):
-        return str(dev)
-    idx = None if isinstance(dev, str) else getattr(dev, "index", None)
-    if isinstance(idx, int):
-        return str(idx)
-    s = str(dev)
-    return s.split(":", 1)[1] if ":" in s else s
-
-
-def emit_rank_mark(rank: int, world: int, device) -> None:
-    """The per-process mark ``rank=R world=W device=D`` the analyzer reads."""
-    _nvtx.mark(f"rank={int(rank)} world={int(world)} device={_device_index(device)}")
-    _stats["rank_marks"] += 1
-
-
-def emit_rank_mark_for_group(group) -> None:
-    uname = str(getattr(group, "unique_name", None) or getattr(group, "group_name", ""))
-    if not uname.startswith("tp") or _stats["rank_marks"]:
-        return
-    emit_rank_mark(group.rank_in_group, group.world_size, getattr(group, "device", "?"))
+def _package(package: Optional[str]) -> str:
+    return package or os.environ.get(ENV_PACKAGE) or "sglang"
 
 
 # ------------------------------------------------------------------ patching
 
 _installed: Dict[str, object] = {}  # package -> finder
 _patched: Dict[str, List[Target]] = {}  # full module -> patched targets
-_missing_reported = False
+_skipped: Dict[str, str] = {}  # "module:attr" -> why it was found but left alone
 _install_lock = threading.RLock()
 
 
@@ -321,28 +59,31 @@ def _resolve(obj, attr: str):
 
 
 def patch_module(module, targets: List[Target]) -> List[Target]:
-    """Wraps the targets present in ``module``; returns those patched."""
+    """Wraps the targets present in ``module``; returns those patched (now or before)."""
     done = []
     for t in targets:
         owner, name = _resolve(module, t.attr)
         if owner is None:
             continue
-        if isinstance(owner, type):
-            raw = owner.__dict__.get(name)  # only methods the class itself defines
-        else:
-            raw = getattr(owner, name, None)
-        if raw is None or not callable(raw) or getattr(raw, _WRAPPED, None) is not None:
-            if raw is not None and getattr(raw, _WRAPPED, None) is not None:
-                done.append(t)
+        in_class = isinstance(owner, type)
+        raw = owner.__dict__.get(name) if in_class else getattr(owner, name, None)  # own attributes only
+        if raw is None:
             continue
-        suffix = "." + t.module
-        package = module.__name__[: -len(suffix)] if module.__name__.endswith(suffix) else None
+        if is_wrapped(raw):
+            done.append(t)
+            continue
         try:
-            setattr(owner, name, _wrap(raw, t, package))
+            new = wrappers.wrap_attribute(raw, t, in_class)
+            if new is None:
+                _skipped[f"{module.__name__}:{t.attr}"] = wrappers.describe_kind(raw, in_class)
+                log.debug("left %s alone (%s)", t.attr, _skipped[f"{module.__name__}:{t.attr}"])
+                continue
+            setattr(owner, name, new)
             done.append(t)
         except Exception:  # never break the server
             log.debug("could not wrap %s", t.attr, exc_info=True)
-    _patched.setdefault(module.__name__, []).extend(d for d in done if d not in _patched.get(module.__name__, []))
+    have = _patched.setdefault(module.__name__, [])
+    have.extend(d for d in done if d not in have)
     return done
 
 
@@ -357,6 +98,7 @@ class _PatchingLoader(importlib.abc.Loader):
     def exec_module(self, module):
         self._loader.exec_module(module)
         try:
+            guard.install_hook()
             patch_module(module, self._targets)
         except Exception:  # never break the server
             log.debug("patching %s failed", module.__name__, exc_info=True)
@@ -393,7 +135,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
 def install(package: Optional[str] = None) -> bool:
     """Idempotent: hook the package's modules (default ``$SPECPROF_NVTX_PACKAGE`` or ``sglang``)."""
-    package = package or os.environ.get(ENV_PACKAGE) or "sglang"
+    package = _package(package)
     with _install_lock:
         if package in _installed:
             return False
@@ -401,17 +143,18 @@ def install(package: Optional[str] = None) -> bool:
         finder = _PostImportFinder(modules)
         sys.meta_path.insert(0, finder)
         _installed[package] = finder
+        wrappers.on_first_cycle = check_worker
+        guard.install_hook()
         for name, targets in modules.items():
             mod = sys.modules.get(name)
             if mod is not None:
                 patch_module(mod, targets)
-        atexit.register(report_missing_once)
     return True
 
 
 def uninstall(package: Optional[str] = None) -> None:
     """Removes the import hook and unwraps what was patched (tests)."""
-    package = package or os.environ.get(ENV_PACKAGE) or "sglang"
+    package = _package(package)
     with _install_lock:
         finder = _installed.pop(package, None)
         if finder is not None and finder in sys.meta_path:
@@ -426,46 +169,102 @@ def uninstall(package: Optional[str] = None) -> None:
                 if owner is None:
                     continue
                 cur = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
-                orig = getattr(cur, _WRAPPED, None)
+                orig = wrappers.unwrap_attribute(cur)
                 if orig is not None:
                     setattr(owner, name, orig)
+        for key in [k for k in _skipped if k.startswith(prefix)]:
+            del _skipped[key]
+        _checked.clear()
 
 
 def patched_roles(package: Optional[str] = None) -> Dict[str, List[str]]:
-    package = package or os.environ.get(ENV_PACKAGE) or "sglang"
+    """Role -> labels of the targets patched in this process."""
+    package = _package(package)
     out: Dict[str, List[str]] = {}
-    from .targets import TARGETS
-
     for t in TARGETS:
         if any(p.attr == t.attr for p in _patched.get(t.full_module(package), [])):
             out.setdefault(t.role, []).append(t.label)
     return out
 
 
-def report_missing_once(package: Optional[str] = None) -> Optional[str]:
-    """Logs one warning naming the required roles nothing was patched for (if SGLang's EAGLE
-    modules were imported at all); returns the message."""
-    global _missing_reported
-    if _missing_reported:
+# ------------------------------------------------------------------ per-worker roles check
+
+_checked: set = set()
+
+
+def _effective(obj, name: str):
+    """(defining class, attribute) of ``name`` on ``obj``'s class, looked up in the MRO without
+    calling anything (no properties, no __getattr__)."""
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            return klass, klass.__dict__[name]
+    return None, None
+
+
+def _draft_workers(worker) -> list:
+    """The worker and the draft workers it holds (v2: ``_draft_worker``), from instance attributes
+    only (properties are not called)."""
+    out = [worker]
+    d = getattr(worker, "__dict__", {})
+    for key in ("_draft_worker", "draft_worker"):
+        dw = d.get(key)
+        if dw is not None and all(dw is not o for o in out):
+            out.append(dw)
+    return out
+
+
+def worker_roles(worker) -> Dict[str, str]:
+    """Per worker role: ``annotated``, ``absent`` (this worker has no such method: nothing to do)
+    or ``missing: Class.method`` (it has one and it is not wrapped)."""
+    objs = _draft_workers(worker)
+    out = {}
+    for role in WORKER_ROLES:
+        found = []
+        for obj in objs:
+            for name in method_names(role):
+                klass, raw = _effective(obj, name)
+                if klass is not None and klass is not object and (
+                        callable(raw) or isinstance(raw, (staticmethod, classmethod))):
+                    found.append((klass, name, raw))  # (a class that sets it to None has none)
+        if not found:
+            out[role] = "absent"
+        elif any(is_wrapped(raw) for _, _, raw in found):
+            out[role] = "annotated"
+        else:
+            k, n, _ = found[0]
+            out[role] = f"missing: {k.__name__}.{n}"
+    return out
+
+
+def check_worker(worker, package: Optional[str] = None) -> Optional[str]:
+    """At a speculative worker's first decode cycle: one warning naming the roles it needs that
+    could not be annotated (returns it), nothing when all are there. Once per worker class."""
+    cls = type(worker)
+    if cls in _checked:
         return None
-    package = package or os.environ.get(ENV_PACKAGE) or "sglang"
-    if not any(m.startswith(package + ".") for m in _patched) and not any(
-        m.startswith(package + ".srt.speculative") for m in sys.modules
-    ):
-        return None  # the server never loaded speculative decoding: nothing to say
-    _missing_reported = True
+    _checked.add(cls)
+    if package is None:  # the package the worker's class comes from, when the shim hooks it
+        top = str(getattr(cls, "__module__", "")).split(".", 1)[0]
+        package = top if top in _installed else None
+    package = _package(package)
+    missing = []
+    for role, state in worker_roles(worker).items():
+        if state.startswith("missing"):
+            missing.append(f"{role} ({state.split(': ', 1)[1]})")
     roles = patched_roles(package)
-    missing = [r for r in REQUIRED_ROLES if r not in roles]
+    world = wrappers.tp_world()
+    if "allreduce" in REQUIRED_ROLES and world is not None and world > 1 and "allreduce" not in roles:
+        missing.append("allreduce")
+    if "accept" not in roles:
+        missing.append("accept (tokens per cycle)")
     if not missing:
         return None
-    msg = (
-        f"nvtx_annotate: could not annotate {', '.join(missing)} in this {package} "
-        f"(run `python -m nvtx_annotate --check`); the server runs unchanged"
-    )
-    log.warning(msg)
-    print(msg, file=sys.stderr)
-    return msg
+    return wrappers.warn_once(
+        f"roles:{cls.__module__}.{cls.__qualname__}",
+        f"nvtx_annotate: {cls.__name__}: could not annotate {', '.join(missing)} in this {package} "
+        f"(run `python -m nvtx_annotate --check`); the server runs unchanged")
 
 
-def stats() -> dict:
-    return dict(_stats)
+def skipped() -> Dict[str, str]:
+    """Targets found but left alone (property, generator, ...), with what they are."""
+    return dict(_skipped)

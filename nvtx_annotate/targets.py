@@ -1,38 +1,64 @@
-"""What the shim annotates, per SGLang version (read from the released wheels 0.4.6 ... 0.5.23).
+"""What the shim annotates, per SGLang version (read from the released wheels 0.4.9 ... 0.5.23).
 
-Every target is (role, module relative to the package root, attribute path, kind).  A role is
-annotated when at least one of its targets exists in the installed SGLang; the others are
-simply absent in that version.  ``--check`` resolves the same table against the installed
-package or an unpacked source tree (by parsing, without importing SGLang).
+Every target is (role, range, module relative to the package root, attribute path, kind). A
+role is annotated when at least one of its targets exists in the installed SGLang; the others
+are simply absent in that version. Subclasses that override a target are targets themselves
+(wrapping the base class does not reach an override). ``--check`` resolves the same table
+against an unpacked source tree by parsing, without importing SGLang (see ``check.py``).
 
-| role | range | where (versions) |
+| role | range / mark | where (versions) |
 |---|---|---|
-| decode_cycle | ``decode_cycle`` | v1 ``EAGLEWorker.forward_batch_speculative_generation`` (0.4.x), ``.forward_batch_generation`` (0.5.0-0.5.12); v2 ``EAGLEWorkerV2.forward_batch_generation`` (0.5.6+) |
-| draft | ``draft`` | ``EAGLEWorker.draft`` (to 0.5.12), ``EagleDraftWorker.draft`` (0.5.6+) |
-| draft_extend | ``draft_extend`` | ``EAGLEWorker.forward_draft_extend_after_decode``, ``EagleDraftWorker._draft_extend_for_decode`` |
-| verify | ``verify`` | ``EAGLEWorker.verify``, ``EAGLEWorkerV2.verify`` |
+| decode_cycle | ``decode_cycle`` (payload: cycle number), ``prefill`` for extend batches | v1 ``EAGLEWorker.forward_batch_speculative_generation`` (0.4.x), ``.forward_batch_generation`` (0.5.0-0.5.12), ``MultiLayerEagleWorker`` (0.5.10-0.5.12); v2 ``EAGLEWorkerV2.forward_batch_generation`` (0.5.6+) and the v2 workers that override it (``MultiLayerEagleWorkerV2``, ``FrozenKVMTPWorkerV2``, ``DFlashWorkerV2``, ``DSparkWorkerV2``, ``UnoWorkerV2``, ``NGRAMWorker``) |
+| draft | ``draft`` | ``EAGLEWorker.draft``, ``EagleDraftWorker.draft`` (0.5.6+), ``MultiLayerEagle(Draft)Worker.draft``, ``FrozenKVMTPDraftWorker.draft`` |
+| draft_extend | ``draft_extend`` | ``EAGLEWorker.forward_draft_extend_after_decode``, ``EagleDraftWorker._draft_extend_for_decode`` and the overrides |
+| verify | ``verify`` | ``EAGLEWorker.verify``, ``EAGLEWorkerV2.verify``, ``MultiLayerEagleWorker(V2).verify`` |
 | allreduce | ``allreduce`` | ``GroupCoordinator.all_reduce`` (TP group only), ``flashinfer_allreduce_residual_rmsnorm`` |
-| graph_replay_* | ``graph_replay_draft`` / ``_draft_extend`` / ``_verify`` | ``EAGLEDraftCudaGraphRunner.replay`` / ``.execute`` (0.5.2x), ``EAGLEDraftExtendCudaGraphRunner.replay`` / ``.execute``, ``CudaGraphRunner.replay`` (<= 0.5.1x), ``DecodeCudaGraphRunner.execute`` (0.5.2x) |
-| accept | mark ``accept_len=N reqs=M`` | v1: return value of ``EAGLEWorker.verify``; v2: ``Scheduler._resolve_spec_overlap_token_ids`` (<= 0.5.1x), ``EAGLEWorkerV2.on_verify_complete_cpu`` (0.5.2x) |
+| graph_replay_* | ``graph_replay_draft`` / ``_draft_extend`` / ``_verify`` | ``EAGLEDraftCudaGraphRunner.replay`` / ``.execute`` (0.5.2x), ``EAGLEDraftExtendCudaGraphRunner.replay`` / ``.execute``, ``CudaGraphRunner.replay`` (<= 0.5.1x), ``DecodeCudaGraphRunner.execute`` (0.5.17+) |
+| accept | mark ``accept_len=N reqs=M [cycle=K] lens=...`` | v1: return value of ``EAGLEWorker.verify`` (inside the cycle); v2: ``SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids`` (<= 0.5.1x), ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens`` (0.5.17+) with ``cycle=K``; ``EAGLEWorkerV2.on_verify_complete_cpu`` when no resolver wraps it |
 | rank | mark ``rank=R world=W device=D`` | ``GroupCoordinator.__init__`` of the TP group |
+| profile_start | the rank mark again | ``Scheduler.start_profile`` (0.4.x), ``SchedulerProfilerMixin.start_profile`` (0.5.x), ``SchedulerProfilerManager._start_profile`` (0.5.17+), ``_ProfilerCudart.start`` (0.5.10+) |
 """
 
 from __future__ import annotations
 
-import ast
-import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
-# kinds
+from . import protocol as P
+from .binding import Read
+
+# kinds: what the wrapper does
 RANGE = "range"  # push/pop around the call
-CYCLE = "cycle"  # range; emits the accept mark recorded by a nested v1 verify
-VERIFY_V1 = "verify_v1"  # range; reads accept_length_per_req_cpu from the return value
+CYCLE = "cycle"  # decode_cycle (payload K) or prefill range; tags the result with K
+VERIFY_V1 = "verify_v1"  # range; accept lengths from the return value (v1: inside the cycle)
 ALLREDUCE_TP = "allreduce_tp"  # range only for the TP group, never while capturing
-ALLREDUCE_FN = "allreduce_fn"  # range, never while capturing
-ACCEPT_RESOLVE = "accept_resolve"  # no range; mark from result.accept_length_per_req_cpu
-ACCEPT_CPU_ARG = "accept_cpu_arg"  # no range; mark from the first argument (list of ints)
+ALLREDUCE_FN = "allreduce_fn"  # range, never while capturing (also per-stream check)
+ACCEPT_RESOLVE = "accept_resolve"  # no range; accept mark (cycle=K) from the result after the call
+ACCEPT_CPU_ARG = "accept_cpu_arg"  # no range; accept mark from an argument (no cycle)
 RANK_INIT = "rank_init"  # no range; rank mark after GroupCoordinator.__init__ of the TP group
+PROFILE_START = "profile_start"  # no range; the rank mark again once profiling has started
+
+INSTANCE = Read("the instance", (), None)
+BATCH = Read("the batch (forward mode)", ("batch", "model_worker_batch", "schedule_batch", "forward_batch"), 0)
+RESULT = Read("the batch result", ("result", "batch_result", "generation_result", "output", "res"), 0)
+LENGTHS = Read("the accept lengths", ("num_correct_drafts_per_req", "num_correct_drafts_per_req_cpu",
+                                      "accept_length_per_req", "accept_length_per_req_cpu",
+                                      "accept_lens", "accept_lengths"), 0)
+
+KIND_READS: Dict[str, Tuple[Read, ...]] = {
+    CYCLE: (INSTANCE, BATCH),
+    ALLREDUCE_TP: (INSTANCE,),
+    ACCEPT_RESOLVE: (RESULT,),
+    ACCEPT_CPU_ARG: (LENGTHS,),
+    RANK_INIT: (INSTANCE,),
+}
+"""What each kind reads from its call (bound from the signature at patch time)."""
+
+RESULT_ACCEPT_ATTRS = ("num_correct_drafts_per_req_cpu", "accept_length_per_req_cpu")
+"""Per-request accepted draft tokens (bonus excluded) on a resolved batch result, first found wins:
+0.5.17+ ``num_correct_drafts_per_req_cpu``, <= 0.5.1x ``accept_length_per_req_cpu``."""
+VERIFY_ACCEPT_ATTRS = ("accept_length_per_req_cpu",)
+"""The same on the value a v1 ``verify`` returns (an object or a tuple holding one)."""
 
 
 @dataclass(frozen=True)
@@ -50,48 +76,93 @@ class Target:
     def label(self) -> str:
         return f"{self.module.rsplit('.', 1)[-1]}.{self.attr}"
 
+    @property
+    def reads(self) -> Tuple[Read, ...]:
+        return KIND_READS.get(self.kind, ())
+
+
+_SPEC = "srt.speculative"
+_V1, _V2 = f"{_SPEC}.eagle_worker", f"{_SPEC}.eagle_worker_v2"
+_ML1, _ML2 = f"{_SPEC}.multi_layer_eagle_worker", f"{_SPEC}.multi_layer_eagle_worker_v2"
+_FROZEN = f"{_SPEC}.frozen_kv_mtp_worker_v2"
+_DC, _DR, _DE, _VE, _AR = P.DECODE_CYCLE, P.DRAFT, P.DRAFT_EXTEND, P.VERIFY, P.ALLREDUCE
 
 TARGETS: List[Target] = [
-    # decode cycle
-    Target("decode_cycle", "decode_cycle", "srt.speculative.eagle_worker", "EAGLEWorker.forward_batch_generation", CYCLE),
-    Target("decode_cycle", "decode_cycle", "srt.speculative.eagle_worker", "EAGLEWorker.forward_batch_speculative_generation", CYCLE),
-    Target("decode_cycle", "decode_cycle", "srt.speculative.eagle_worker_v2", "EAGLEWorkerV2.forward_batch_generation", CYCLE),
+    # decode cycle (and prefill): every speculative worker's forward_batch_generation
+    Target("decode_cycle", _DC, _V1, "EAGLEWorker.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, _V1, "EAGLEWorker.forward_batch_speculative_generation", CYCLE),
+    Target("decode_cycle", _DC, _ML1, "MultiLayerEagleWorker.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, _V2, "EAGLEWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, _ML2, "MultiLayerEagleWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, _FROZEN, "FrozenKVMTPWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, f"{_SPEC}.dflash_worker_v2", "DFlashWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, f"{_SPEC}.dspark_components.dspark_worker_v2",
+           "DSparkWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, f"{_SPEC}.uno_worker_v2", "UnoWorkerV2.forward_batch_generation", CYCLE),
+    Target("decode_cycle", _DC, f"{_SPEC}.ngram_worker", "NGRAMWorker.forward_batch_generation", CYCLE),
     # draft
-    Target("draft", "draft", "srt.speculative.eagle_worker", "EAGLEWorker.draft"),
-    Target("draft", "draft", "srt.speculative.eagle_worker_v2", "EagleDraftWorker.draft"),
+    Target("draft", _DR, _V1, "EAGLEWorker.draft"),
+    Target("draft", _DR, _ML1, "MultiLayerEagleWorker.draft"),
+    Target("draft", _DR, _V2, "EagleDraftWorker.draft"),
+    Target("draft", _DR, _ML2, "MultiLayerEagleDraftWorker.draft"),
+    Target("draft", _DR, _FROZEN, "FrozenKVMTPDraftWorker.draft"),
     # draft extend
-    Target("draft_extend", "draft_extend", "srt.speculative.eagle_worker", "EAGLEWorker.forward_draft_extend_after_decode"),
-    Target("draft_extend", "draft_extend", "srt.speculative.eagle_worker_v2", "EagleDraftWorker._draft_extend_for_decode"),
+    Target("draft_extend", _DE, _V1, "EAGLEWorker.forward_draft_extend_after_decode"),
+    Target("draft_extend", _DE, _ML1, "MultiLayerEagleWorker.forward_draft_extend_after_decode"),
+    Target("draft_extend", _DE, _V2, "EagleDraftWorker._draft_extend_for_decode"),
+    Target("draft_extend", _DE, _ML2, "MultiLayerEagleDraftWorker._draft_extend_for_decode"),
+    Target("draft_extend", _DE, _FROZEN, "FrozenKVMTPDraftWorker._draft_extend_for_decode"),
     # verify
-    Target("verify", "verify", "srt.speculative.eagle_worker", "EAGLEWorker.verify", VERIFY_V1),
-    Target("verify", "verify", "srt.speculative.eagle_worker_v2", "EAGLEWorkerV2.verify"),
+    Target("verify", _VE, _V1, "EAGLEWorker.verify", VERIFY_V1),
+    Target("verify", _VE, _ML1, "MultiLayerEagleWorker.verify", VERIFY_V1),
+    Target("verify", _VE, _V2, "EAGLEWorkerV2.verify"),
+    Target("verify", _VE, _ML2, "MultiLayerEagleWorkerV2.verify"),
     # allreduce
-    Target("allreduce", "allreduce", "srt.distributed.parallel_state", "GroupCoordinator.all_reduce", ALLREDUCE_TP),
-    Target("allreduce", "allreduce", "srt.layers.flashinfer_comm_fusion", "flashinfer_allreduce_residual_rmsnorm", ALLREDUCE_FN),
+    Target("allreduce", _AR, "srt.distributed.parallel_state", "GroupCoordinator.all_reduce", ALLREDUCE_TP),
+    Target("allreduce", _AR, "srt.layers.flashinfer_comm_fusion", "flashinfer_allreduce_residual_rmsnorm", ALLREDUCE_FN),
     # CUDA graph replays
-    Target("graph_replay_draft", "graph_replay_draft", "srt.speculative.eagle_draft_cuda_graph_runner", "EAGLEDraftCudaGraphRunner.replay"),
-    Target("graph_replay_draft", "graph_replay_draft", "srt.speculative.eagle_draft_cuda_graph_runner", "EAGLEDraftCudaGraphRunner.execute"),
-    Target("graph_replay_draft_extend", "graph_replay_draft_extend", "srt.speculative.eagle_draft_extend_cuda_graph_runner", "EAGLEDraftExtendCudaGraphRunner.replay"),
-    Target("graph_replay_draft_extend", "graph_replay_draft_extend", "srt.speculative.eagle_draft_extend_cuda_graph_runner", "EAGLEDraftExtendCudaGraphRunner.execute"),
-    Target("graph_replay_verify", "graph_replay_verify", "srt.model_executor.cuda_graph_runner", "CudaGraphRunner.replay"),
-    Target("graph_replay_verify", "graph_replay_verify", "srt.model_executor.runner.decode_cuda_graph_runner", "DecodeCudaGraphRunner.execute"),
+    Target("graph_replay_draft", P.GRAPH_REPLAY_DRAFT, f"{_SPEC}.eagle_draft_cuda_graph_runner",
+           "EAGLEDraftCudaGraphRunner.replay"),
+    Target("graph_replay_draft", P.GRAPH_REPLAY_DRAFT, f"{_SPEC}.eagle_draft_cuda_graph_runner",
+           "EAGLEDraftCudaGraphRunner.execute"),
+    Target("graph_replay_draft_extend", P.GRAPH_REPLAY_DRAFT_EXTEND, f"{_SPEC}.eagle_draft_extend_cuda_graph_runner",
+           "EAGLEDraftExtendCudaGraphRunner.replay"),
+    Target("graph_replay_draft_extend", P.GRAPH_REPLAY_DRAFT_EXTEND, f"{_SPEC}.eagle_draft_extend_cuda_graph_runner",
+           "EAGLEDraftExtendCudaGraphRunner.execute"),
+    Target("graph_replay_verify", P.GRAPH_REPLAY_VERIFY, "srt.model_executor.cuda_graph_runner",
+           "CudaGraphRunner.replay"),
+    Target("graph_replay_verify", P.GRAPH_REPLAY_VERIFY, "srt.model_executor.runner.decode_cuda_graph_runner",
+           "DecodeCudaGraphRunner.execute"),
     # accepted tokens per cycle
-    Target("accept", None, "srt.speculative.eagle_worker", "EAGLEWorker.verify", VERIFY_V1),
-    Target("accept", None, "srt.managers.scheduler_output_processor_mixin", "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", ACCEPT_RESOLVE),
-    Target("accept", None, "srt.speculative.eagle_worker_v2", "EAGLEWorkerV2.on_verify_complete_cpu", ACCEPT_CPU_ARG),
-    # rank
+    Target("accept", None, _V1, "EAGLEWorker.verify", VERIFY_V1),
+    Target("accept", None, _ML1, "MultiLayerEagleWorker.verify", VERIFY_V1),
+    Target("accept", None, "srt.managers.scheduler_output_processor_mixin",
+           "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", ACCEPT_RESOLVE),
+    Target("accept", None, "srt.managers.scheduler_components.batch_result_processor",
+           "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", ACCEPT_RESOLVE),
+    Target("accept", None, _V2, "EAGLEWorkerV2.on_verify_complete_cpu", ACCEPT_CPU_ARG),
+    # rank, and again when profiling starts (a cudaProfilerApi capture window misses the first)
     Target("rank", None, "srt.distributed.parallel_state", "GroupCoordinator.__init__", RANK_INIT),
+    Target("profile_start", None, "srt.managers.scheduler", "Scheduler.start_profile", PROFILE_START),
+    Target("profile_start", None, "srt.managers.scheduler_profiler_mixin", "SchedulerProfilerMixin.start_profile",
+           PROFILE_START),
+    Target("profile_start", None, "srt.managers.scheduler_components.profiler_manager",
+           "SchedulerProfilerManager._start_profile", PROFILE_START),
+    Target("profile_start", None, "srt.utils.profile_utils", "_ProfilerCudart.start", PROFILE_START),
 ]
 
 ROLES = [
     "decode_cycle", "draft", "draft_extend", "verify", "allreduce",
-    "graph_replay_draft", "graph_replay_draft_extend", "graph_replay_verify", "accept", "rank",
+    "graph_replay_draft", "graph_replay_draft_extend", "graph_replay_verify", "accept", "rank", "profile_start",
 ]
 REQUIRED_ROLES = ("draft", "verify", "allreduce")
+WORKER_ROLES = ("draft", "verify", "draft_extend")
+"""Roles whose methods live on the speculative worker (or its draft worker): checked per worker
+class at its first decode cycle."""
 
 
 def patch_targets() -> List[Target]:
-    """Targets to patch, without duplicates (the v1 verify appears for two roles)."""
+    """Targets to patch, without duplicates (a v1 verify appears for two roles)."""
     seen, out = set(), []
     for t in TARGETS:
         key = (t.module, t.attr)
@@ -108,123 +179,6 @@ def by_module(package: str) -> Dict[str, List[Target]]:
     return out
 
 
-# ---------------------------------------------------------------- static resolution (--check)
-
-def _module_file(root: str, package: str, module: str) -> Optional[str]:
-    base = os.path.join(root, package, *module.split("."))
-    for cand in (base + ".py", os.path.join(base, "__init__.py")):
-        if os.path.isfile(cand):
-            return cand
-    return None
-
-
-def _defs_in(path: str) -> Dict[str, set]:
-    """{'': top-level function names, 'Class': method names} of a Python file."""
-    with open(path, "rb") as f:
-        tree = ast.parse(f.read(), filename=path)
-    out: Dict[str, set] = {"": set()}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[""].add(node.name)
-        elif isinstance(node, ast.ClassDef):
-            out[node.name] = {
-                n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            }
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            # `name = something` at module level (aliases, wrapped functions)
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                if isinstance(t, ast.Name):
-                    out[""].add(t.id)
-    return out
-
-
-def find_source_root(source: Optional[str], package: str = "sglang") -> Optional[str]:
-    """Directory that contains ``<package>/``: an unpacked tree, a wheel unpack, or the
-    installed package (when ``source`` is None)."""
-    if source is None:
-        import importlib.util
-
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        return os.path.dirname(list(spec.submodule_search_locations)[0])
-    source = os.path.abspath(source)
-    for cand in (source, os.path.join(source, "python")):  # repo checkout keeps it in python/
-        if os.path.isdir(os.path.join(cand, package)):
-            return cand
-    if os.path.basename(source) == package:
-        return os.path.dirname(source)
-    return None
-
-
-def resolve_static(root: str, package: str = "sglang") -> List[dict]:
-    """For every target: found or not, with the file it was looked up in."""
-    cache: Dict[str, Optional[Dict[str, set]]] = {}
-    rows = []
-    for t in TARGETS:
-        path = _module_file(root, package, t.module)
-        found = False
-        why = ""
-        if path is None:
-            why = "module not found"
-        else:
-            if path not in cache:
-                try:
-                    cache[path] = _defs_in(path)
-                except SyntaxError as e:  # pragma: no cover - real releases parse
-                    cache[path] = None
-                    why = f"unparsable: {e}"
-            defs = cache[path]
-            if defs is not None:
-                if "." in t.attr:
-                    cls, meth = t.attr.split(".", 1)
-                    if cls not in defs:
-                        why = f"class {cls} not found"
-                    elif meth not in defs[cls]:
-                        why = f"{cls}.{meth} not defined"
-                    else:
-                        found = True
-                else:
-                    found = t.attr in defs[""]
-                    why = "" if found else f"{t.attr} not defined"
-        rows.append(
-            {
-                "role": t.role,
-                "range": t.range_name,
-                "target": f"{t.full_module(package)}:{t.attr}",
-                "kind": t.kind,
-                "found": found,
-                "why": why,
-                "file": os.path.relpath(path, root) if path else None,
-            }
-        )
-    return rows
-
-
-def sglang_version(root: str, package: str = "sglang") -> Optional[str]:
-    """The version of the SGLang tree under ``root`` (read, never executed): ``_version.py``,
-    a ``*.dist-info/METADATA`` beside the package, or a top-level constant in ``version.py``."""
-    import glob
-
-    def const_version(path):
-        try:
-            with open(path, "rb") as f:
-                tree = ast.parse(f.read())
-        except (OSError, SyntaxError):
-            return None
-        for node in tree.body:  # top level only: skips fallbacks inside try/except
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                if any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
-                    return str(node.value.value)
-        return None
-
-    v = const_version(os.path.join(root, package, "_version.py"))
-    if v:
-        return v
-    for meta in sorted(glob.glob(os.path.join(root, f"{package}-*.dist-info", "METADATA"))):
-        with open(meta, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip()
-    return const_version(os.path.join(root, package, "version.py"))
+def method_names(role: str) -> Tuple[str, ...]:
+    """The method names the targets of ``role`` patch (e.g. verify -> ("verify",))."""
+    return tuple(dict.fromkeys(t.attr.rsplit(".", 1)[-1] for t in TARGETS if t.role == role))

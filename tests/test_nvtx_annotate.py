@@ -16,13 +16,14 @@ import pytest
 
 import nvtx_annotate
 from nvtx_annotate import _nvtx, shim
+from nvtx_annotate import wrappers
 from nvtx_annotate.__main__ import check
 from nvtx_annotate.pth import PTH_LINE
-from nvtx_annotate.targets import TARGETS, resolve_static
+from nvtx_annotate.targets import TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SPECPROF_SGLANG_CACHE", Path.home() / ".cache" / "specprof" / "sglang"))
-VERSIONS = ["0.4.9.post6", "0.5.3", "0.5.10", "0.5.23"]
+VERSIONS = ["0.4.9.post6", "0.5.3", "0.5.10", "0.5.17", "0.5.23"]
 
 
 # ----------------------------------------------------------------------------- real SGLang sources
@@ -62,15 +63,33 @@ EXPECTED = {
         "EAGLEWorker.forward_draft_extend_after_decode", "GroupCoordinator.all_reduce",
         "flashinfer_allreduce_residual_rmsnorm", "EAGLEDraftCudaGraphRunner.replay",
         "EAGLEDraftExtendCudaGraphRunner.replay", "CudaGraphRunner.replay", "GroupCoordinator.__init__",
+        "Scheduler.start_profile",
     ],
     "0.5.3": [
         "EAGLEWorker.forward_batch_generation", "EAGLEWorker.draft", "EAGLEWorker.verify",
         "GroupCoordinator.all_reduce", "CudaGraphRunner.replay", "EAGLEDraftCudaGraphRunner.replay",
+        "SchedulerProfilerMixin.start_profile",
     ],
     "0.5.10": [
         "EAGLEWorker.forward_batch_generation", "EAGLEWorkerV2.forward_batch_generation",
         "EagleDraftWorker.draft", "EagleDraftWorker._draft_extend_for_decode", "EAGLEWorkerV2.verify",
         "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", "GroupCoordinator.all_reduce",
+        "MultiLayerEagleWorker.forward_batch_generation", "MultiLayerEagleWorker.verify",
+        "MultiLayerEagleWorkerV2.forward_batch_generation", "SchedulerProfilerMixin.start_profile",
+        "_ProfilerCudart.start",
+    ],
+    "0.5.17": [
+        "EAGLEWorkerV2.forward_batch_generation", "EagleDraftWorker.draft",
+        "EagleDraftWorker._draft_extend_for_decode", "EAGLEWorkerV2.verify",
+        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", "EAGLEWorkerV2.on_verify_complete_cpu",
+        "GroupCoordinator.all_reduce", "flashinfer_allreduce_residual_rmsnorm", "EAGLEDraftCudaGraphRunner.execute",
+        "EAGLEDraftExtendCudaGraphRunner.execute", "DecodeCudaGraphRunner.execute", "GroupCoordinator.__init__",
+        "MultiLayerEagleWorkerV2.forward_batch_generation", "MultiLayerEagleWorkerV2.verify",
+        "MultiLayerEagleDraftWorker.draft", "MultiLayerEagleDraftWorker._draft_extend_for_decode",
+        "FrozenKVMTPWorkerV2.forward_batch_generation", "FrozenKVMTPDraftWorker.draft",
+        "FrozenKVMTPDraftWorker._draft_extend_for_decode", "DFlashWorkerV2.forward_batch_generation",
+        "DSparkWorkerV2.forward_batch_generation", "NGRAMWorker.forward_batch_generation",
+        "SchedulerProfilerManager._start_profile", "_ProfilerCudart.start",
     ],
     "0.5.23": [
         "EAGLEWorkerV2.forward_batch_generation", "EagleDraftWorker.draft",
@@ -78,14 +97,23 @@ EXPECTED = {
         "EAGLEWorkerV2.on_verify_complete_cpu", "GroupCoordinator.all_reduce",
         "flashinfer_allreduce_residual_rmsnorm", "EAGLEDraftCudaGraphRunner.execute",
         "EAGLEDraftExtendCudaGraphRunner.execute", "DecodeCudaGraphRunner.execute",
+        "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", "UnoWorkerV2.forward_batch_generation",
+        "SchedulerProfilerManager._start_profile", "_ProfilerCudart.start",
     ],
 }
 ABSENT = {
     "0.4.9.post6": ["EAGLEWorker.forward_batch_generation", "EAGLEWorkerV2.verify"],
     "0.5.3": ["EAGLEWorker.forward_batch_speculative_generation", "EAGLEWorkerV2.verify"],
-    "0.5.10": ["DecodeCudaGraphRunner.execute", "EAGLEWorkerV2.on_verify_complete_cpu"],
+    "0.5.10": ["DecodeCudaGraphRunner.execute", "EAGLEWorkerV2.on_verify_complete_cpu",
+               "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"],
+    "0.5.17": ["EAGLEWorker.verify", "CudaGraphRunner.replay", "EAGLEDraftCudaGraphRunner.replay",
+               "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids", "UnoWorkerV2.forward_batch_generation"],
     "0.5.23": ["EAGLEWorker.verify", "CudaGraphRunner.replay"],  # v1 worker removed in 0.5.13
 }
+
+
+def _rows(res, attr):
+    return [r for r in res["targets"] if r["target"].split(":", 1)[1] == attr and r["found"]]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -103,6 +131,91 @@ def test_check_resolves_real_sglang_release(version):
         assert t in found, f"{t} not found in sglang {version}"
     for t in ABSENT[version]:
         assert t not in found, f"{t} unexpectedly found in sglang {version}"
+    assert res["roles"]["profile_start"] and res["will_record"]
+
+
+SHAPES = {  # (version, target): (shape, {read: where}) as read from the released sources
+    ("0.4.9.post6", "EAGLEWorker.forward_batch_speculative_generation"):
+        ("method", {"the instance": "argument 0", "the batch (forward mode)": "parameter 'batch' (argument 1)"}),
+    ("0.5.10", "EAGLEWorkerV2.forward_batch_generation"):
+        ("method", {"the instance": "argument 0",
+                    "the batch (forward mode)": "parameter 'model_worker_batch' (argument 1)"}),
+    ("0.5.10", "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"):
+        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+    ("0.5.17", "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"):
+        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+    ("0.5.17", "EAGLEWorkerV2.on_verify_complete_cpu"):
+        ("method", {"the accept lengths": "parameter 'num_correct_drafts_per_req' (argument 1)"}),
+    ("0.5.17", "GroupCoordinator.__init__"): ("method", {"the instance": "argument 0"}),
+    ("0.5.17", "_ProfilerCudart.start"): ("method", {}),
+    ("0.5.23", "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"):
+        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_check_reports_shapes_and_what_is_recorded(version):
+    """--check reads each target's shape (method/static/class/async/property) and binds what the
+    shim reads exactly as the running shim does; on every release the accept marks are tied to
+    their cycle (v1: inside it; v2: cycle=K from the resolved batch result)."""
+    buf = io.StringIO()
+    check(str(_unpacked(version)), as_json=True, out=buf)
+    res = json.loads(buf.getvalue())
+    for (v, attr), (shape, reads) in SHAPES.items():
+        if v != version:
+            continue
+        (row,) = _rows(res, attr)
+        assert row["shape"] == shape and row["reads"] == reads, row
+        assert row["annotatable"]
+    for row in res["targets"]:
+        if row["found"]:
+            assert row["shape"] in ("method", "function", "assigned name"), row  # none static/async/property
+    will = "\n".join(res["will_record"])
+    assert "decode_cycle: range decode_cycle (payload: cycle number); range prefill for extend batches" in will
+    assert "cycle=K" in will
+    assert "rank: rank mark" in will and "profile_start: rank mark again when profiling starts" in will
+    assert not any(line.startswith(("draft:", "verify:", "allreduce:", "accept:")) for line in res["will_not_record"])
+
+
+def test_check_names_what_it_cannot_record(tmp_path):
+    """A tree whose targets changed shape: a property verify is left alone, a resolver without a
+    result parameter records no accept mark, a cycle without a batch cannot tell prefill apart."""
+    spec = tmp_path / "sglang" / "srt" / "speculative"
+    spec.mkdir(parents=True)
+    (spec / "eagle_worker_v2.py").write_text(textwrap.dedent("""
+        class EAGLEWorkerV2:
+            @staticmethod
+            def forward_batch_generation(*, on_publish=None):
+                pass
+            @property
+            def verify(self):
+                return None
+        class EagleDraftWorker:
+            async def draft(self, batch):
+                pass
+    """))
+    mgr = tmp_path / "sglang" / "srt" / "managers" / "scheduler_components"
+    mgr.mkdir(parents=True)
+    (mgr / "batch_result_processor.py").write_text(textwrap.dedent("""
+        class SchedulerBatchResultProcessor:
+            def _resolve_spec_v2_tokens(self, *, batch):
+                pass
+    """))
+    buf = io.StringIO()
+    rc = check(str(tmp_path), as_json=True, out=buf)
+    res = json.loads(buf.getvalue())
+    assert rc == 1 and res["missing_required"] == ["verify", "allreduce"]
+    (cyc,) = _rows(res, "EAGLEWorkerV2.forward_batch_generation")
+    assert cyc["shape"] == "staticmethod" and cyc["reads"] == {"the instance": None, "the batch (forward mode)": None}
+    (ver,) = _rows(res, "EAGLEWorkerV2.verify")
+    assert ver["shape"] == "property" and not ver["annotatable"]
+    (dr,) = _rows(res, "EagleDraftWorker.draft")
+    assert dr["shape"] == "async method" and dr["annotatable"]
+    wont = "\n".join(res["will_not_record"])
+    assert "prefill: no batch parameter in eagle_worker_v2.EAGLEWorkerV2.forward_batch_generation" in wont
+    assert "verify: eagle_worker_v2.EAGLEWorkerV2.verify is a property, left alone" in wont
+    assert "accept: batch_result_processor.SchedulerBatchResultProcessor._resolve_spec_v2_tokens has no batch-result" \
+           " parameter" in wont
 
 
 def test_check_cli_exit_codes(tmp_path):
@@ -194,12 +307,13 @@ def fake_pkg(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     rec = _nvtx.RecordingBackend()
     prev = _nvtx.set_backend(rec)
-    monkeypatch.setattr(shim, "_stats", {"cycles": 0, "marks": 0, "rank_marks": 0})
+    wrappers.reset_for_tests()
     yield name, rec
     shim.uninstall(name)
     for m in [m for m in sys.modules if m.startswith(name)]:
         del sys.modules[m]
     _nvtx.set_backend(prev)
+    wrappers.reset_for_tests()
 
 
 def test_lazy_hook_wraps_methods_with_ranges_and_marks(fake_pkg):
@@ -216,11 +330,12 @@ def test_lazy_hook_wraps_methods_with_ranges_and_marks(fake_pkg):
         ("decode_cycle", 0), ("draft", 1), ("verify", 1), ("graph_replay_verify", 2),
         ("allreduce", 2), ("draft_extend", 1),
     ]
-    assert rec.marks() == [("rank=2 world=8 device=2", None), ("accept_len=5 reqs=3 lens=2,0,3", 5)]
-    # accept mark is emitted inside decode_cycle, after draft_extend
-    kinds = [(k, t) for k, t, _ in rec.events]
-    assert kinds.index(("mark", "accept_len=5 reqs=3 lens=2,0,3")) == len(kinds) - 2
-    assert kinds[-1] == ("pop", None)
+    assert rec.payloads("decode_cycle") == [1]  # the process's first decode cycle
+    assert rec.marks() == [("rank=2 world=8 device=2", None), ("accept_len=5 reqs=3 cycle=1 lens=2,0,3", 5)]
+    # v1: the accept mark is emitted inside decode_cycle, after draft_extend
+    kinds = [(k, t) for k, t, _, _ in rec.events]
+    assert kinds.index(("mark", "accept_len=5 reqs=3 cycle=1 lens=2,0,3")) == len(kinds) - 2
+    assert kinds[-1] == ("pop", None) and rec.balanced()
     roles = shim.patched_roles(name)
     for r in ("decode_cycle", "draft", "draft_extend", "verify", "allreduce", "graph_replay_verify",
               "accept", "rank"):
@@ -256,47 +371,127 @@ def test_no_nvtx_while_capturing(fake_pkg, monkeypatch):
     shim.install(name)
     import importlib
 
+    from nvtx_annotate import guard
+
     ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker")
     w = ew.EAGLEWorker()
-    monkeypatch.setattr(shim, "skip_nvtx", lambda: True)
-    monkeypatch.setattr(shim, "skip_nvtx_exact", lambda: True)
-    # the wrappers read shim.skip_nvtx at call time through the module global
-    w.forward_batch_generation([1])
+    monkeypatch.setattr(guard, "skip", lambda: True)
+    monkeypatch.setattr(guard, "skip_exact", lambda: True)
+    assert w.forward_batch_generation([1])[0] == "logits"
     assert rec.ranges() == []
     assert [m for m in rec.marks() if m[0].startswith("accept")] == []
 
 
-def test_missing_targets_warn_once_and_never_break(tmp_path, monkeypatch, capsys):
-    name = "fakesgl_missing_" + tmp_path.name.replace("-", "_")[-12:]
-    spec = tmp_path / name / "srt" / "speculative"
-    spec.mkdir(parents=True)
-    for d in (tmp_path / name, tmp_path / name / "srt", spec):
-        (d / "__init__.py").write_text("")
-    (spec / "eagle_worker.py").write_text(textwrap.dedent("""
-        class EAGLEWorker:
-            def forward_batch_generation(self, b):
-                return self.draft(b)
-            def draft(self, b):
-                return b
-    """))
+WORKERS = {
+    "srt/__init__.py": "",
+    "srt/speculative/__init__.py": "",
+    "srt/distributed/__init__.py": "",
+    "srt/distributed/parallel_state.py": """
+        class GroupCoordinator:
+            def __init__(self, name, rank, world):
+                self.unique_name, self.rank_in_group, self.world_size, self.device = name + ":0", rank, world, "cpu"
+            def all_reduce(self, x):
+                return x
+    """,
+    "srt/speculative/eagle_worker_v2.py": """
+        class EagleDraftWorker:
+            def draft(self, batch):
+                return "v"
+            def _draft_extend_for_decode(self, batch, out):
+                return None
+        class EAGLEWorkerV2:
+            def __init__(self):
+                self._draft_worker = EagleDraftWorker()
+            def forward_batch_generation(self, batch):
+                v = self._draft_worker.draft(batch)
+                out = self.verify(batch)
+                self._draft_worker._draft_extend_for_decode(batch, out)
+                return out
+            def verify(self, batch):
+                return [batch]
+            def on_verify_complete_cpu(self, num_correct_drafts_per_req, batch_size=0):
+                return None
+        class SubclassWorker(EAGLEWorkerV2):     # overrides verify: not a target
+            def verify(self, batch):
+                return [batch, batch]
+        class NoVerifyWorker(EAGLEWorkerV2):     # verifies inline, like DFlashWorkerV2
+            verify = None
+            def forward_batch_generation(self, batch):
+                return EAGLEWorkerV2.forward_batch_generation.__wrapped__(self, batch) if False else [batch]
+    """,
+}
+
+
+def _pkg(tmp_path, monkeypatch, files, stem):
+    name = f"{stem}_" + tmp_path.name.replace("-", "_")[-12:]
+    for rel, src in files.items():
+        p = tmp_path / name / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(src))
+    (tmp_path / name / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_roles_warning_only_at_a_workers_first_decode_cycle(tmp_path, monkeypatch, capsys):
+    """The launcher imports SGLang's distributed and speculative modules but never runs a decode cycle:
+    it says nothing (neither at import nor at exit). A worker process says, at its first decode cycle
+    and once, which of ITS roles could not be annotated: an override of verify that is not wrapped; a
+    worker without a verify method (verifying inline) has no verify role to miss; the all-reduce is
+    needed only when the TP group has more than one rank."""
+    import importlib
+
+    name = _pkg(tmp_path, monkeypatch, WORKERS, "fakesgl_roles")
     rec = _nvtx.RecordingBackend()
     prev = _nvtx.set_backend(rec)
-    monkeypatch.setattr(shim, "_missing_reported", False)
-    monkeypatch.setattr(shim, "_stats", {"cycles": 0, "marks": 0, "rank_marks": 0})
+    wrappers.reset_for_tests()
     try:
         shim.install(name)
-        import importlib
-
-        ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker")
-        assert ew.EAGLEWorker().forward_batch_generation(7) == 7
-        assert ew.EAGLEWorker().forward_batch_generation(8) == 8
+        ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
+        ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
+        assert capsys.readouterr().err == ""  # the launcher: imports only
+        ps.GroupCoordinator("tp", 0, 1)  # TP 1: no all-reduce to miss
+        assert ew.EAGLEWorkerV2().forward_batch_generation("b") == ["b"]
+        assert ew.EAGLEWorkerV2().forward_batch_generation("b") == ["b"]
+        assert capsys.readouterr().err == ""  # draft, verify, draft_extend, accept all annotated
+        assert ew.SubclassWorker().forward_batch_generation("b") == ["b", "b"]
+        assert ew.SubclassWorker().forward_batch_generation("b") == ["b", "b"]
         err = capsys.readouterr().err
-        assert err.count("could not annotate verify, allreduce") == 1
-        assert rec.ranges() == [("decode_cycle", 0), ("draft", 1), ("decode_cycle", 0), ("draft", 1)]
+        assert err.count("nvtx_annotate: SubclassWorker: could not annotate verify (SubclassWorker.verify)") == 1
+        assert "allreduce" not in err
+        assert ew.NoVerifyWorker().forward_batch_generation("b") == ["b"]
+        assert capsys.readouterr().err == ""
+        assert shim.worker_roles(ew.NoVerifyWorker()) == {"draft": "annotated", "verify": "absent",
+                                                          "draft_extend": "annotated"}
     finally:
         shim.uninstall(name)
         _nvtx.set_backend(prev)
+        wrappers.reset_for_tests()
+
+
+def test_roles_warning_names_a_missing_allreduce_when_tp_is_wider_than_one(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    files = dict(WORKERS)
+    files["srt/distributed/parallel_state.py"] = files["srt/distributed/parallel_state.py"].replace(
+        "def all_reduce", "def renamed_all_reduce")
+    name = _pkg(tmp_path, monkeypatch, files, "fakesgl_tp2")
+    rec = _nvtx.RecordingBackend()
+    prev = _nvtx.set_backend(rec)
+    wrappers.reset_for_tests()
+    try:
+        shim.install(name)
+        ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
+        ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
+        ps.GroupCoordinator("tp", 1, 2)
+        ew.EAGLEWorkerV2().forward_batch_generation("b")
+        err = capsys.readouterr().err
+        assert "EAGLEWorkerV2: could not annotate allreduce in this" in err
+        assert rec.marks()[0] == ("rank=1 world=2 device=cpu", None)
+    finally:
+        shim.uninstall(name)
+        _nvtx.set_backend(prev)
+        wrappers.reset_for_tests()
 
 
 def test_v2_accept_marks_from_cpu_values(tmp_path, monkeypatch):
@@ -322,6 +517,7 @@ def test_v2_accept_marks_from_cpu_values(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     rec = _nvtx.RecordingBackend()
     prev = _nvtx.set_backend(rec)
+    wrappers.reset_for_tests()
     try:
         shim.install(name)
         import importlib
@@ -330,13 +526,17 @@ def test_v2_accept_marks_from_cpu_values(tmp_path, monkeypatch):
         v2 = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
         mx = importlib.import_module(f"{name}.srt.managers.scheduler_output_processor_mixin")
         assert v2.EAGLEWorkerV2().on_verify_complete_cpu([3, 1], batch_size=2) == 2
-        mx.SchedulerOutputProcessorMixin()._resolve_spec_overlap_token_ids(
-            SimpleNamespace(accept_lens=[4, 1, 2]), None)
-        assert rec.marks() == [("accept_len=4 reqs=2 lens=3,1", 4), ("accept_len=4 reqs=3 lens=3,0,1", 4)]
+        assert mx.SchedulerOutputProcessorMixin()._resolve_spec_overlap_token_ids(
+            SimpleNamespace(accept_lens=[4, 1, 2]), None) == []
+        tagged = SimpleNamespace(accept_lens=[2, 2], _specprof_nvtx_cycle=17)  # what a decode cycle returned
+        mx.SchedulerOutputProcessorMixin()._resolve_spec_overlap_token_ids(tagged, None)
+        assert rec.marks() == [("accept_len=4 reqs=2 lens=3,1", 4), ("accept_len=4 reqs=3 lens=3,0,1", 4),
+                               ("accept_len=2 reqs=2 cycle=17 lens=1,1", 2)]
         assert rec.ranges() == []
     finally:
         shim.uninstall(name)
         _nvtx.set_backend(prev)
+        wrappers.reset_for_tests()
 
 
 # ----------------------------------------------------------------------------- emitters
@@ -427,19 +627,17 @@ def test_plugin_entry_point_declared_and_gated(monkeypatch):
     assert calls == [1]
 
 
-def test_every_target_names_a_known_range():
-    names = set(nvtx_annotate.RANGE_NAMES)
-    for t in TARGETS:
-        assert t.range_name is None or t.range_name in names
-    assert {t.role for t in TARGETS} >= {"draft", "verify", "allreduce", "accept", "rank"}
-
-
-def test_graph_capture_counter_skips_nvtx(monkeypatch):
-    """The counter hooked onto torch.cuda.CUDAGraph.capture_begin/end makes skip_nvtx true
-    exactly while a capture is open (a stand-in torch: CPU builds cannot capture)."""
+def test_graph_capture_counter_is_per_thread_and_caches_no_negative(monkeypatch):
+    """The counter hooked onto torch.cuda.CUDAGraph.capture_begin/end makes skip() true exactly
+    while a capture is open on THIS thread (another thread keeps its ranges); before torch is
+    complete the guard answers False without remembering it (a stand-in torch: CPU builds cannot
+    capture)."""
+    import threading
     import types
 
-    calls = []
+    from nvtx_annotate import guard
+
+    calls, stream = [], {"capturing": False}
 
     class CUDAGraph:
         def capture_begin(self, pool=None):
@@ -448,45 +646,40 @@ def test_graph_capture_counter_skips_nvtx(monkeypatch):
         def capture_end(self):
             calls.append("end")
 
+    monkeypatch.setattr(guard, "_state", {"compiling": None, "cuda": None, "capturing": None})
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())  # half-imported: no cuda yet
+    assert guard.skip() is False and guard._state["compiling"] is None
     fake = types.SimpleNamespace(cuda=types.SimpleNamespace(graphs=types.SimpleNamespace(CUDAGraph=CUDAGraph),
-                                                            is_available=lambda: False),
+                                                            _initialized=True, is_current_stream_capturing=lambda: stream["capturing"]),
                                  compiler=types.SimpleNamespace(is_compiling=lambda: False))
     monkeypatch.setitem(sys.modules, "torch", fake)
-    monkeypatch.setattr(shim, "_capture_depth", 0)
-    check = shim._make_capture_check(exact=True)
-    assert check() is False
+    assert guard.skip() is False and guard._state["compiling"] is not None  # found now
     g = CUDAGraph()
     g.capture_begin()
-    assert check() is True and shim._capture_depth == 1
+    seen = {}
+    t = threading.Thread(target=lambda: seen.update(other=guard.skip(), other_exact=guard.skip_exact()))
+    t.start()
+    t.join()
+    assert guard.skip() is True and guard.capture_depth() == 1
+    assert seen == {"other": False, "other_exact": False}  # the capture is on this thread only
     g.capture_end()
-    assert check() is False and calls == ["begin", "end"]
-    fake.compiler.is_compiling = lambda: True  # a fresh check reads the new is_compiling
-    check2 = shim._make_capture_check(exact=False)
-    assert check2() is True  # torch.compile tracing
+    assert guard.skip() is False and calls == ["begin", "end"]
+    stream["capturing"] = True  # a capture torch.cuda.graph did not open
+    assert guard.skip() is False and guard.skip_exact() is True
+    fake.cuda._initialized = False  # CUDA not initialised: the stream is not even asked
+    assert guard.skip_exact() is False
+    fake.compiler.is_compiling = lambda: True
+    monkeypatch.setattr(guard, "_state", {"compiling": None, "cuda": None, "capturing": None})
+    assert guard.skip() is True  # torch.compile tracing
 
 
-def test_accept_mark_carries_per_request_lengths_up_to_64_requests(monkeypatch):
-    """``accept_len=N reqs=M lens=...``: the sum and count stay first (older readers), the lengths in
-    request order follow for M <= 64 only; the analyzer's mark regex reads all three back."""
-    from analyze.cycles import ACCEPT_MARK
+def test_every_target_names_a_known_range_and_kind():
+    from nvtx_annotate import protocol
+    from nvtx_annotate.targets import KIND_READS
 
-    rec = _nvtx.RecordingBackend()
-    prev = _nvtx.set_backend(rec)
-    monkeypatch.setattr(shim, "_stats", {"cycles": 0, "marks": 0, "rank_marks": 0})
-    try:
-        shim._accept_mark([3, 0, 12, 1])
-        shim._accept_mark(list(range(64)))
-        shim._accept_mark([1] * 65)
-        shim._accept_mark([])
-    finally:
-        _nvtx.set_backend(prev)
-    marks = rec.marks()
-    assert marks[0] == ("accept_len=16 reqs=4 lens=3,0,12,1", 16)
-    assert marks[1] == ("accept_len=2016 reqs=64 lens=" + ",".join(str(i) for i in range(64)), 2016)
-    assert marks[2] == ("accept_len=65 reqs=65", 65)          # too many requests: no lens
-    assert marks[3] == ("accept_len=0 reqs=0", 0)
-    assert shim.stats()["marks"] == 4
-    m = ACCEPT_MARK.search(marks[0][0])
-    assert (m["n"], m["reqs"], m["lens"]) == ("16", "4", "3,0,12,1")
-    m = ACCEPT_MARK.search(marks[2][0])
-    assert (m["n"], m["reqs"], m["lens"]) == ("65", "65", None)
+    names = set(nvtx_annotate.RANGE_NAMES)
+    assert names == set(protocol.RANGE_NAMES)
+    for t in TARGETS:
+        assert t.range_name is None or t.range_name in names
+        assert t.kind in set(KIND_READS) | {"range", "allreduce_fn", "verify_v1", "profile_start"}
+    assert {t.role for t in TARGETS} >= {"draft", "verify", "allreduce", "accept", "rank", "profile_start"}

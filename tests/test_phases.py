@@ -28,7 +28,7 @@ def test_parse_phase_option():
 def test_kernel_pattern_phase_takes_its_kernels_from_every_range():
     base = analyze.load(TRACE)
     config = load_config(options=[f"sampling=kernels:{SAMPLING}"])
-    assert config.names == ["draft", "verify", "draft_extend", "allreduce", "sampling"]
+    assert config.names == ["draft", "verify", "draft_extend", "allreduce", "prefill", "sampling"]
     custom = analyze.load(TRACE, config)
     kernels = base.gpu_ops[base.gpu_ops["name"].str.contains("distribution_elementwise_grid_stride_kernel")]
     for rank in range(4):

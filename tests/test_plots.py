@@ -357,7 +357,7 @@ def test_html_report_content(synth8, tmp_path):
         assert f">{label}<" in text
     assert "<?xml" not in text and "<!DOCTYPE svg" not in text
     t = html.tables(synth8)
-    assert list(t["phases"]["phase"]) == ["draft", "verify", "draft_extend", "allreduce", "other", "busy"]
+    assert list(t["phases"]["phase"]) == ["draft", "verify", "draft_extend", "allreduce", "prefill", "other", "busy"]
     assert t["phases"].iloc[-1]["share"] == 1.0
     assert t["phases"]["rank 3"].iloc[:-1].sum() == pytest.approx(t["phases"]["rank 3"].iloc[-1])
     assert list(t["skew"]["rank"]) == list(range(8))

@@ -86,16 +86,21 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
     pytest.importorskip("torch")
     if shutil.which("nsys") is None:
         pytest.skip("nsys not on PATH")
-    from nvtx_annotate.pth import is_installed
+    from nvtx_annotate.pth import PTH_LINE
 
-    if not is_installed() and not os.access(pt_site(), os.W_OK):
-        pytest.skip("the .pth hook is not installed and site-packages is not writable")
+    # the .pth hook that `pip install specprof` puts into site-packages, here in a site dir of its own
+    # (a sitecustomize on PYTHONPATH adds it): profile-trace itself writes nothing into site-packages
+    site_dir, boot = tmp_path / "site", tmp_path / "boot"
+    site_dir.mkdir()
+    boot.mkdir()
+    (site_dir / "specprof_nvtx.pth").write_text(PTH_LINE)
+    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
     secret = "hunter2-specprof-secret"
     r = run_pt(["-o", "t", "--package", "spec_workload", "-t", "nvtx,osrt", "--scrub",
                 "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "--",
                 sys.executable, "-m", "spec_workload", "--world", "2", "--device", "cpu", "--hidden", "32",
                 "--vocab", "64", "--reqs", "2", "--steps", "2", "--cycles", "2", "--warmup", "0", "--eager"],
-               cwd=tmp_path, env={"SPECPROF_TEST_TOKEN": secret})
+               cwd=tmp_path, env={"SPECPROF_TEST_TOKEN": secret, "PYTHONPATH": str(boot)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("analyze-trace t.sqlite --json t.json")
     # --scrub: the shareable copy has no trace of the environment, the original still does
@@ -114,13 +119,13 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
         marks = [t for e, t, p in rows if p == pid and e == 34]
         assert marks[0] in ("rank=0 world=2 device=cpu", "rank=1 world=2 device=cpu")
         assert len([m for m in marks if m.startswith("accept_len=")]) == 2
+        assert all(" cycle=" in m for m in marks if m.startswith("accept_len="))
+        payloads = [v for (v,) in con.execute(
+            "SELECT e.int64Value FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId WHERE eventType = 59 "
+            "AND COALESCE(e.text, s.value) = 'decode_cycle' AND (globalTid >> 24) & 16777215 = ?", (pid,))]
+        assert payloads == [1, 2]  # the cycle numbers, recorded by nsys 2022.4 as the push payload
     scrubbed = sqlite3.connect(tmp_path / "t.scrubbed.sqlite").execute(
         "SELECT eventType, COALESCE(e.text, s.value), (globalTid >> 24) & 16777215 "
         "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId").fetchall()
     assert scrubbed == rows
 
-
-def pt_site():
-    from nvtx_annotate.pth import default_site_dir
-
-    return default_site_dir()

@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from nvtx_annotate.pth import PTH_LINE  # noqa: E402
-from nvtx_annotate.targets import TARGETS, resolve_static  # noqa: E402
+from nvtx_annotate.check import resolve_static  # noqa: E402
+from nvtx_annotate.targets import TARGETS  # noqa: E402
 from spec_workload.cli import accept_sampler, expected_accept  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,8 +75,9 @@ def test_two_spawned_ranks_are_annotated_through_the_pth_hook(tmp_path):
         assert set(r["patched"]) >= {"decode_cycle", "draft", "draft_extend", "verify", "allreduce",
                                      "graph_replay_draft", "graph_replay_draft_extend",
                                      "graph_replay_verify", "accept", "rank"}
-        # 1 warmup + 4 cycles, one accept mark each, one rank mark per process
-        assert r["shim_stats"] == {"cycles": 5, "marks": 5, "rank_marks": 1}
+        # 1 warmup + 4 cycles, one accept mark each, one rank mark per process, no shim fault
+        assert r["shim_stats"] == {"cycles": 5, "prefills": 0, "marks": 5, "rank_marks": 1, "faults": 0,
+                                   "faults_by_target": {}}
         (run,) = r["runs"]
         assert run["steps"] == 3 and run["cycles"] == 4 and len(run["per_cycle"]) == 4
         for c in run["per_cycle"]:

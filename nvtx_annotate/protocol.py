@@ -1,0 +1,151 @@
+"""The shim's NVTX protocol: domain, range names, mark formats (emitting and parsing).
+
+The one definition shared by the shim (``nvtx_annotate``), the analyzer's default phases and
+accept-mark matching (``analyze.phases``, ``analyze.cycles``, ``analyze.ranks``) and the synthetic
+trace generator (``fixtures.synth``). Standard library only: it is imported at server start.
+
+Ranges (NVTX push/pop in domain ``sglang``; async targets use start/end ranges):
+
+``decode_cycle``
+    One speculative decode step of a worker (``forward_batch_generation`` of a decode batch).
+    Its int64 payload is ``K``, the process's decode-cycle number: 1, 2, ... counted from the
+    shim's start in that process (so numbers survive a capture window that opens mid-run).
+``prefill``
+    A ``forward_batch_generation`` call on an extend (prefill) batch: kept apart from the decode
+    cycles.
+``draft``, ``verify``, ``draft_extend``, ``allreduce``, ``graph_replay_*``
+    The phases inside a cycle (see :data:`PHASE_RANGES`).
+
+Marks:
+
+``rank=R world=W device=D``
+    Once per process when the TP group is created, again when SGLang starts profiling.
+``accept_len=N reqs=M [cycle=K] [lens=l1,...,lM]`` (int64 payload ``N``)
+    The accepted *draft* tokens of one decode cycle: ``N`` summed over the ``M`` requests of the
+    batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
+    bonus token is not counted: tokens produced = ``N + M`` (SGLang's ``accept_lens`` include
+    it, its ``num_correct_drafts`` / ``accept_length_per_req_cpu`` do not; the mark carries the
+    latter). ``cycle=K`` names the ``decode_cycle`` range (same process, payload ``K``) the mark
+    belongs to: SGLang's v2 workers resolve accept lengths on the CPU after the cycle's range has
+    closed (with the overlap scheduler after the next cycle was launched). A mark without
+    ``cycle=`` belongs to the cycle range that contains it (v1 workers, older traces).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Optional, Sequence, Tuple
+
+DOMAIN = "sglang"
+
+# ---------------------------------------------------------------------------------- ranges
+DECODE_CYCLE = "decode_cycle"
+PREFILL = "prefill"
+DRAFT = "draft"
+DRAFT_EXTEND = "draft_extend"
+VERIFY = "verify"
+ALLREDUCE = "allreduce"
+GRAPH_REPLAY_DRAFT = "graph_replay_draft"
+GRAPH_REPLAY_DRAFT_EXTEND = "graph_replay_draft_extend"
+GRAPH_REPLAY_VERIFY = "graph_replay_verify"
+
+RANGE_NAMES = (
+    DECODE_CYCLE, PREFILL, DRAFT, DRAFT_EXTEND, VERIFY, ALLREDUCE,
+    GRAPH_REPLAY_DRAFT, GRAPH_REPLAY_DRAFT_EXTEND, GRAPH_REPLAY_VERIFY,
+)
+"""Every range name the shim emits."""
+
+CYCLE_RANGES = (DECODE_CYCLE,)
+"""The ranges that delimit one decode cycle."""
+
+PHASE_RANGES = {
+    "draft": (DRAFT, GRAPH_REPLAY_DRAFT),
+    "verify": (VERIFY, GRAPH_REPLAY_VERIFY),
+    "draft_extend": (DRAFT_EXTEND, GRAPH_REPLAY_DRAFT_EXTEND),
+    "allreduce": (ALLREDUCE,),
+    "prefill": (PREFILL,),
+}
+"""Phase -> the shim's ranges that feed it, in the analyzer's default phase order."""
+
+CYCLE_ATTR = "_specprof_nvtx_cycle"
+"""Attribute the shim sets on the object a decode cycle returns (SGLang's GenerationBatchResult):
+the cycle number K, read back where the accept lengths are resolved."""
+
+# ---------------------------------------------------------------------------------- marks
+ACCEPT_PREFIX = "accept_len="
+ACCEPT_LENS_MAX_REQS = 64
+"""Per-request lengths are added to the accept mark up to this batch size (bounds the string)."""
+
+
+class RankMark(NamedTuple):
+    rank: int
+    world: Optional[int]
+    device: Optional[str]
+
+
+class AcceptMark(NamedTuple):
+    accepted: int                 # N: accepted draft tokens over the batch (bonus excluded)
+    requests: Optional[int]       # M
+    cycle: Optional[int]          # K: the decode_cycle payload it belongs to, None: by containment
+    lens: Optional[Tuple[int, ...]]  # per request, request order (None when not carried)
+
+
+RANK_MARK_RE = re.compile(r"(?:^|\s)rank=(?P<rank>\d+)(?:\s+world=(?P<world>\d+))?(?:\s+device=(?P<device>\S+))?")
+ACCEPT_MARK_RE = re.compile(
+    r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?(?:\s+cycle=(?P<cycle>\d+))?"
+    r"(?:\s+lens=(?P<lens>\d+(?:,\d+)*))?")
+
+
+def device_index(device) -> str:
+    """``cuda:3`` / ``torch.device('cuda', 3)`` / ``3`` -> ``"3"``; ``cpu`` -> ``"cpu"``."""
+    if isinstance(device, bool):
+        return str(device)
+    if isinstance(device, int):
+        return str(device)
+    idx = None if isinstance(device, str) else getattr(device, "index", None)
+    if isinstance(idx, int):
+        return str(idx)
+    s = str(device)
+    return s.split(":", 1)[1] if ":" in s else s
+
+
+def rank_mark(rank: int, world: int, device) -> str:
+    """``rank=R world=W device=D``."""
+    return f"rank={int(rank)} world={int(world)} device={device_index(device)}"
+
+
+def parse_rank_mark(text) -> Optional[RankMark]:
+    m = RANK_MARK_RE.search(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    return RankMark(int(m["rank"]), int(m["world"]) if m["world"] else None, m["device"])
+
+
+def format_accept_mark(accepted: int, requests: Optional[int] = None, cycle: Optional[int] = None,
+                       lens: Optional[Sequence[int]] = None) -> str:
+    """``accept_len=N [reqs=M] [cycle=K] [lens=...]`` from its fields."""
+    text = f"{ACCEPT_PREFIX}{int(accepted)}"
+    if requests is not None:
+        text += f" reqs={int(requests)}"
+    if cycle is not None:
+        text += f" cycle={int(cycle)}"
+    if lens:
+        text += " lens=" + ",".join(str(int(x)) for x in lens)
+    return text
+
+
+def accept_mark(lengths: Sequence[int], cycle: Optional[int] = None) -> Tuple[str, int]:
+    """(text, payload) of the mark for one cycle's per-request accepted draft tokens."""
+    vals = [int(x) for x in lengths]
+    n = sum(vals)
+    lens = vals if 0 < len(vals) <= ACCEPT_LENS_MAX_REQS else None
+    return format_accept_mark(n, len(vals), cycle, lens), n
+
+
+def parse_accept_mark(text) -> Optional[AcceptMark]:
+    m = ACCEPT_MARK_RE.search(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    return AcceptMark(int(m["n"]), int(m["reqs"]) if m["reqs"] is not None else None,
+                      int(m["cycle"]) if m["cycle"] is not None else None,
+                      tuple(int(x) for x in m["lens"].split(",")) if m["lens"] else None)
