@@ -2,6 +2,7 @@
 
 Adds what a tensor-parallel, CUDA-graph server needs: ``--trace-fork-before-exec=true`` (TP
 workers are spawned processes), ``--cuda-graph-trace=node`` (kernels inside graph replays),
+``--cuda-flush-interval=1000`` (SGLang kills its workers at shutdown: unsaved CUDA buffers would be lost),
 ``-t cuda,nvtx,osrt``; capture everything, by delay/duration, or by ``cudaProfilerApi`` (with
 ``--sglang-url`` it calls SGLang's ``/start_profile`` with ``CUDA_PROFILER`` once the server
 answers).  Sets ``SPECPROF_NVTX=1`` (the ``.pth`` hook that ``pip install specprof`` put into
@@ -81,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-steps", type=int, default=20, help="num_steps for /start_profile")
     p.add_argument("--sglang-wait", type=float, default=600, help="seconds to wait for the server")
     p.add_argument("--cuda-graph-trace", choices=["node", "graph"], default="node")
+    p.add_argument("--cuda-flush-interval", type=int, default=1000, metavar="MS",
+                   help="nsys saves buffered CUDA data every MS milliseconds (default 1000; 0: only when a "
+                        "buffer is full). SGLang kills its TP workers at shutdown, so data still buffered then "
+                        "is lost: on a real SGLang 0.5.17 run the last 3 s of kernels (and with eager mode, "
+                        "every kernel) were missing without it")
     p.add_argument("-t", "--trace", default="cuda,nvtx,osrt")
     p.add_argument("--nsys", default=None, help="nsys binary (default $NSYS, then nsys on PATH)")
     p.add_argument("--package", default=None, help="package the shim patches (default sglang)")
@@ -119,6 +125,8 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
         "--trace-fork-before-exec=true",
         f"--cuda-graph-trace={a.cuda_graph_trace}",
     ]
+    if getattr(a, "cuda_flush_interval", 0) and "cuda" in a.trace.split(","):
+        cmd.append(f"--cuda-flush-interval={a.cuda_flush_interval}")
     if getattr(a, "force", False):
         cmd.append("--force-overwrite=true")
     cmd += ["-o", base]
