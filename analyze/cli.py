@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from . import safety
+from analyze import safety
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
 
@@ -28,7 +28,7 @@ class UsageError(safety.TraceError):
 
 def default_trace() -> str:
     """The bundled demo trace (unpacked into the user's cache on first use)."""
-    from .demo import demo_trace
+    from analyze.demo import demo_trace
 
     return demo_trace()
 
@@ -101,7 +101,9 @@ def parse_size(text: str) -> int:
 
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from . import api, outputs, phases, render
+    from analyze.run import api
+    from analyze.render import outputs, text as render
+    from analyze.attribute import phases
 
     try:
         config = phases.load_config(args.config, args.phase)
@@ -124,13 +126,13 @@ def run_analyze(argv: list[str]) -> int:
         outputs.write_parquet(result, args.parquet)
     if args.plots or args.html:
         try:
-            from . import plots
+            from analyze.render import plots
         except ImportError as exc:  # pragma: no cover
             raise UsageError(f"plots unavailable: {exc}") from exc
         if args.plots:
             plots.write_all(result, args.plots)
         if args.html:
-            from . import html
+            from analyze.render import html
             html.write_html(result, args.html)
     if not args.quiet:
         sys.stdout.write(render.render(result, top=args.top))
@@ -141,7 +143,7 @@ def show_nvtx_only(path: str, args) -> None:
     """What an NVTX-only export holds (ranks, CPU range statistics), before the exit-7 error line."""
     import json
 
-    from . import nvtx_only
+    from analyze.tools import nvtx_only
 
     ov = nvtx_only.overview(path)
     if args.json:
@@ -155,13 +157,13 @@ def show_nvtx_only(path: str, args) -> None:
 
 def dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "scrub":
-        from .scrub import main_scrub
+        from analyze.tools.scrub import main_scrub
         return main_scrub(argv[1:]) or 0
     if argv and argv[0] == "diff":
-        from .diff import main_diff
+        from analyze.tools.diff import main_diff
         return main_diff(argv[1:]) or 0
     if argv and argv[0] == "whatif":
-        from .whatif import main_whatif
+        from analyze.tools.whatif import main_whatif
         return main_whatif(argv[1:]) or 0
     return run_analyze(argv)
 

@@ -236,7 +236,7 @@ def main(argv=None) -> int:
         print(f"profile-trace: wrote {rep} and {base}.sqlite", file=sys.stderr)
         if a.scrub:
             from analyze.safety import TraceError
-            from analyze.scrub import scrub
+            from analyze.tools.scrub import scrub
 
             try:
                 scrub(base + ".sqlite", base + ".scrubbed.sqlite")

@@ -124,7 +124,7 @@ def test_inputs_unchanged_by_every_command(tmp_path):
 
 
 def test_failed_output_leaves_no_partial_file(tmp_path, monkeypatch):
-    from analyze import outputs
+    from analyze.render import outputs
 
     target = tmp_path / "r.json"
     target.write_text("previous run\n")

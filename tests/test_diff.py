@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import diff as D
-from analyze.outputs import to_json_dict, write_json
+from analyze.tools import diff as D
+from analyze.render.outputs import to_json_dict, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"

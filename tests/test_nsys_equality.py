@@ -52,7 +52,7 @@ def test_kernel_totals_equal_cuda_gpu_kern_sum(traced):
 
 
 def test_nvtx_range_summary_equals_nvtx_sum(traced):
-    from analyze.summary import nvtx_range_summary
+    from analyze.views.summary import nvtx_range_summary
 
     name, result = traced
     ref = pd.read_csv(REAL / f"{name}.stats_nvtx_sum.csv")
@@ -120,7 +120,7 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     assert {"range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"} <= \
         set(data["nvtx_projection"][0])
     api = analyze.load(REAL / "h200_4proc_eager.sqlite")
-    from analyze import outputs
+    from analyze.render import outputs
 
     for name, frame in outputs.tables(api).items():
         rows = data[name]
@@ -135,7 +135,7 @@ def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
 
     import numpy as np
 
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
     monkeypatch.setattr(outputs, "JSON_RECORDS_PER_WRITE", 7)
@@ -153,7 +153,7 @@ def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
 
 
 def test_csv_and_parquet_hold_the_same_tables(tmp_path):
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     outputs.write_csv(result, tmp_path / "csv")
@@ -169,7 +169,7 @@ def test_csv_and_parquet_hold_the_same_tables(tmp_path):
 def test_parquet_in_row_groups_equals_one_piece(tmp_path, monkeypatch):
     """write_parquet writes row groups of PARQUET_ROWS_PER_GROUP rows (7 here): every table reads
     back equal to pandas' own to_parquet of the same frame, empty tables included."""
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
     monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 7)
@@ -195,7 +195,7 @@ def test_default_run_without_arguments_uses_bundled_trace():
 
 def test_nvtx_projection_in_slices_equals_nsys_stats(traced, monkeypatch):
     """The summary grouped a few ranges at a time (projection.SUMMARY_SLICE) is the same table."""
-    from analyze import projection
+    from analyze.project import projection
 
     name, result = traced
     monkeypatch.setattr(projection, "SUMMARY_SLICE", 3)

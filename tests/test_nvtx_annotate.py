@@ -468,7 +468,7 @@ def test_graph_capture_counter_skips_nvtx(monkeypatch):
 def test_accept_mark_carries_per_request_lengths_up_to_64_requests(monkeypatch):
     """``accept_len=N reqs=M lens=...``: the sum and count stay first (older readers), the lengths in
     request order follow for M <= 64 only; the analyzer's mark regex reads all three back."""
-    from analyze.cycles import ACCEPT_MARK
+    from analyze.timeline.cycles import ACCEPT_MARK
 
     rec = _nvtx.RecordingBackend()
     prev = _nvtx.set_backend(rec)

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import cli, html, plots
-from analyze.phases import OTHER
+from analyze import cli
+from analyze.render import html, plots
+from analyze.attribute.phases import OTHER
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL4 = ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite"

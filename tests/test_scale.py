@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze import api, cache, fastread, report
+from analyze.run import api
+from analyze.read import cache, fastread, report
 from analyze.cli import parse_size
 from fixtures.synth import TraceSpec, write_trace
 
@@ -257,7 +258,7 @@ def test_cache_falls_back_to_user_dir_when_report_dir_is_read_only(tmp_path, mon
 
 
 def test_vectorised_exact_path_matches_per_range_loop():
-    from analyze import projection as proj
+    from analyze.project import projection as proj
     rng = np.random.default_rng(1)
     values = rng.integers(0, 100, size=200)
     call_end = np.sort(rng.integers(0, 1000, size=200))[rng.permutation(200)]
@@ -287,7 +288,7 @@ def test_long_analysis_reports_its_stages(monkeypatch, capsys):
     """A report big enough to take over a second shows its stages on stderr (with --quiet, nothing)."""
     from pathlib import Path
 
-    import analyze.api as api
+    import analyze.run.api as api
 
     trace = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
     monkeypatch.setattr(api, "STAGES_MIN_BYTES", 0)
@@ -320,7 +321,7 @@ def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
     """Ops are linked to calls by a direct (process, correlation id) table when ids are dense and by a
     hash lookup when they are not (and chunk by chunk through call_keys): the same call for every op,
     -1 for ops whose id or process has no call, the first call when an id repeats."""
-    from analyze import projection
+    from analyze.project import projection
 
     rng = np.random.default_rng(5)
     pids = np.array([100 << 24, 200 << 24], dtype="int64")
@@ -359,7 +360,7 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     missing runtime rows), cut into 300-row chunks: every table, NVTX ranges included, the same as
     the whole analysis. Their NCCL SendRecv kernels are taken as the collectives (a phase option),
     so the pairing of collectives across chunk boundaries is exercised too."""
-    from analyze import phases
+    from analyze.attribute import phases
 
     path = os.path.join(PUBLIC, name + ".sqlite")
     if not os.path.exists(path):
@@ -431,7 +432,8 @@ def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
     by default: the same ops as the whole table has there, so the figure can still be drawn."""
     import matplotlib
     matplotlib.use("Agg")
-    from analyze import cycles, plots
+    from analyze.timeline import cycles
+    from analyze.render import plots
 
     path = os.path.join(REAL, "h200_shim_4rank_single.sqlite")
     whole = api.load(path)

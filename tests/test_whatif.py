@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import acceptance as A
-from analyze import whatif as W
-from analyze.diff import Side
+from analyze.tools import acceptance as A
+from analyze.tools import whatif as W
+from analyze.tools.diff import Side
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -253,7 +253,7 @@ def test_measured_baseline_from_verify_ranges(synth_runs):
 
 
 def test_cli_whatif(synth_runs, tmp_path):
-    from analyze.outputs import write_json
+    from analyze.render.outputs import write_json
 
     src = tmp_path / "k3.json"
     write_json(synth_runs[3], src)
@@ -429,7 +429,7 @@ def test_calibration_shifts_the_overhead_only(tmp_path):
 
 
 def test_cli_calibrate(synth_runs, tmp_path):
-    from analyze.outputs import write_json
+    from analyze.render.outputs import write_json
 
     src = tmp_path / "k3.json"
     write_json(synth_runs[3], src)

@@ -9,64 +9,24 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from . import attribution, checks, cycles, memory, projection, report, safety
-from . import collectives as coll_mod
-from .launches import cycle_of_ops, prepare_launches
-from .phases import OTHER, PhaseConfig
-from .ranks import identify_ranks
+from analyze.attribute import attribution
+from analyze.run import checks
+from analyze.timeline import cycles
+from analyze import memory, safety
+from analyze.project import projection
+from analyze.read import report
+from analyze.timeline import collectives as coll_mod
+from analyze.project.launches import cycle_of_ops, prepare_launches
+from analyze.attribute.phases import OTHER, PhaseConfig
+from analyze.ranks.identify import identify_ranks
+from analyze.results import Analysis, ReportResult
 
 TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives")
-
-
-@dataclass
-class ReportResult:
-    """What one report yields before reports are combined (times on the report's own clock)."""
-
-    path: str
-    meta: dict
-    ranks: pd.DataFrame
-    gpu_ops: pd.DataFrame
-    ranges: pd.DataFrame
-    marks: pd.DataFrame
-    phases: pd.DataFrame
-    kernels: pd.DataFrame
-    totals: pd.DataFrame
-    nvtx_projection: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
-    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
-    collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
-    window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
-
-
-@dataclass
-class Analysis:
-    """All tables of an analysis; every figure the CLI prints comes from one of these."""
-
-    inputs: list[dict]
-    ranks: pd.DataFrame
-    gpu_ops: pd.DataFrame
-    ranges: pd.DataFrame
-    phases: pd.DataFrame
-    kernels: pd.DataFrame
-    totals: pd.DataFrame
-    nvtx_projection: pd.DataFrame
-    cycles: pd.DataFrame
-    collectives: pd.DataFrame
-    alignment: pd.DataFrame
-    phase_names: list[str]
-    notes: list[str] = field(default_factory=list)
-    # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
-    # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
-    window_ops: pd.DataFrame | None = None
-
-    def table(self, name: str) -> pd.DataFrame:
-        return getattr(self, name)
 
 
 # reports larger than this take over a second: their analysis shows its stages
@@ -233,7 +193,7 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
     """The map step in time-ordered chunks of GPU ops sized to ``memory_budget`` (chunked.py);
     None, with a note, when the report's op tables are not in time order (then the caller reads the
     ops whole, in rowid chunks)."""
-    from . import chunked
+    from analyze.run import chunked
 
     tables = report.read_report(path, prepare=prepare, ops=False,
                                 nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
@@ -327,7 +287,7 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
     ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
     unless a report would not fit in the available memory (:func:`auto_budget`)."""
-    from . import multirank  # late import: multirank builds on this module's types
+    from analyze.run import multirank  # late import: multirank builds on this module's types
 
     config = config or PhaseConfig()
     files = expand_inputs(paths)
@@ -350,7 +310,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
     available memory (shared by the reports analysed at once): then in chunks, with a note
     (:func:`auto_budget`)."""
     if scheduler:
-        from . import distributed
+        from analyze.run import distributed
         return distributed.map_reports(files, config, scheduler, progress=progress, cache=cache,
                                        memory_budget=None if memory_budget == AUTO else memory_budget)
     at_once = 1 if jobs <= 1 or len(files) <= 1 else min(jobs, len(files))
@@ -470,7 +430,7 @@ def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = N
 
     if not cache:
         return reader(path)
-    from . import cache as cache_mod
+    from analyze.read import cache as cache_mod
     tables, note = cache_mod.load_or_read(path, reader)
     if note and notes is not None:
         notes.append(note)

@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from .safety import TraceError
+from analyze.safety import TraceError
 
 RANK_MARK = re.compile(r"(?:^|\s)rank=(\d+)(?:\s+world=(\d+))?(?:\s+device=(\S+))?")
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .phases import OTHER
+from analyze.attribute.phases import OTHER
 
 OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
 N_BOOT = 2000
@@ -80,7 +80,7 @@ def side_from_json(data: dict, label: str = "") -> Side:
 
 def load_side(path, config=None) -> Side:
     """A report, a directory of reports, or a ``--json`` result (``.json``)."""
-    from . import safety
+    from analyze import safety
 
     p = Path(path)
     if p.is_file() and p.suffix.lower() == ".json":
@@ -92,7 +92,7 @@ def load_side(path, config=None) -> Side:
             return side_from_json(data, str(p))
         except ValueError as exc:
             raise safety.TraceError(str(exc)) from exc
-    from . import api
+    from analyze.run import api
 
     return side_from_analysis(api.load(str(p), config), str(p))
 
@@ -367,7 +367,7 @@ def _label(fig: str) -> str:
 
 
 def render_diff(d: dict, max_ranks: int = 8, top: int = 10) -> str:
-    from .render import clip, table
+    from analyze.render.text import clip, table
 
     out = ["specprof diff: what moved (95% bootstrap CI of the delta; * = significant, CI excludes 0)",
            clip(f"  before: {d['inputs']['before']}", 120), clip(f"  after:  {d['inputs']['after']}", 120), ""]
@@ -416,7 +416,7 @@ def render_diff(d: dict, max_ranks: int = 8, top: int = 10) -> str:
 
 
 def to_json(d: dict) -> dict:
-    from .outputs import records
+    from analyze.render.outputs import records
 
     return {"inputs": d["inputs"], "n_boot": d["n_boot"], "seed": d["seed"], "level": d["level"],
             "summary": records(d["summary"]) if len(d["summary"]) else [],
@@ -457,7 +457,7 @@ def plot_diff(d: dict, path, top: int = 10) -> None:
     ax.set_xlabel("after - before (us per cycle per rank)")
     ax.set_title("Kernels that changed most")
     fig.tight_layout()
-    from .safety import atomic_path
+    from analyze.safety import atomic_path
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
@@ -485,8 +485,8 @@ def main_diff(argv: list[str]) -> int:
     d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
                      top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
     if args.json:
-        from .outputs import _plain
-        from .safety import atomic_write
+        from analyze.render.outputs import _plain
+        from analyze.safety import atomic_write
 
         with atomic_write(args.json) as f:
             json.dump(to_json(d), f, indent=1, default=_plain)

@@ -16,7 +16,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from . import fastread, memory, safety
+from analyze.read import fastread
+from analyze import memory, safety
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import collectives as coll_mod
-from . import summary
-from .safety import atomic_dir_write, atomic_write
+from analyze.timeline import collectives as coll_mod
+from analyze.views import summary
+from analyze.safety import atomic_dir_write, atomic_write
 
 JSON_SCHEMA = 1
 # the tables written by --csv and --parquet, one file each

@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import alignment, cycles as cycles_mod, collectives as coll_mod
-from .phases import PhaseConfig
-from .ranks import RankConflict
+from analyze.ranks import alignment
+from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
+from analyze.attribute.phases import PhaseConfig
+from analyze.ranks.identify import RankConflict
+from analyze.results import Analysis
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -59,8 +61,6 @@ def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
 
 
 def combine(results, config: PhaseConfig):
-    from .api import Analysis
-
     renumber_ranks(results)
     paths = list(dict.fromkeys(r.path for r in results))
     offsets = alignment.align(results)

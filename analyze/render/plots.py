@@ -1,4 +1,4 @@
-"""Figures of an :class:`~analyze.api.Analysis` (matplotlib, no pyplot state).
+"""Figures of an :class:`~analyze.results.Analysis` (matplotlib, no pyplot state).
 
 Every figure function takes an Analysis (plus options) and returns a ``matplotlib.figure.Figure``;
 it raises :class:`NoData` when the analysis holds nothing to draw (e.g. no collectives in a one-rank
@@ -30,8 +30,8 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from . import cycles as cycles_mod
-from .phases import OTHER
+from analyze.timeline import cycles as cycles_mod
+from analyze.attribute.phases import OTHER
 
 __all__ = ["PALETTE", "EXTRA_COLORS", "IDLE", "NoData", "FIGURES", "phase_colors", "short_name",
            "phase_bars", "cycle_timeline", "top_kernels", "cycle_distributions", "cycle_breakdown",
@@ -763,7 +763,7 @@ def write_all(result, directory, *, names: Iterable[str] | None = None, formats:
     missing; all files renamed into place only when every figure was written). Figures without data
     are skipped; why is added to ``result.notes`` (printed by the CLI). ``names``: only these figures
     (keys of :data:`FIGURES`). Returns the file names."""
-    from .safety import atomic_dir_write
+    from analyze.safety import atomic_dir_write
 
     formats = tuple(formats)
     figs, notes = figures(result, names)

@@ -322,7 +322,7 @@ def full_range_names(ranges: pd.DataFrame) -> pd.Series:
         return ranges["full_name"]
     if len(ranges) < 1000:
         return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
-    from .attribution import text_codes
+    from analyze.attribute.attribution import text_codes
 
     ncode, nuniq = text_codes(ranges["name"])
     dcode, duniq = text_codes(ranges["domain"])

@@ -27,12 +27,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import attribution, checks, cycles, memory, projection, report, safety
-from . import collectives as coll_mod
-from .intervals import INT64_MIN, union_step
-from .launches import Launches
-from .phases import OTHER, PhaseConfig, kernel_phase
-from .ranks import identify_ranks
+from analyze.attribute import attribution
+from analyze.run import checks
+from analyze.timeline import cycles
+from analyze import memory, safety
+from analyze.project import projection
+from analyze.read import report
+from analyze.timeline import collectives as coll_mod
+from analyze.attribute.intervals import INT64_MIN, union_step
+from analyze.project.launches import Launches
+from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
+from analyze.ranks.identify import identify_ranks
 
 INT64_MAX = np.iinfo(np.int64).max
 KINDS = attribution.KIND_NAMES
@@ -194,7 +199,7 @@ def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, 
         return _analyze(path, config, box, conn, chunks, times, spill, stage, result_type)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
-        from . import fastread
+        from analyze.read import fastread
         fastread.close(conn)
         conn.close()
 
@@ -204,7 +209,7 @@ def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
     try:
         return [(r, report.read_op_part(own, r)) for r in reads]
     finally:
-        from . import fastread
+        from analyze.read import fastread
         fastread.close(own)
         own.close()
 

@@ -29,8 +29,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from . import acceptance as acc_mod
-from .diff import OUTLIER_FACTOR, Side, as_side, drop_outliers, load_side, per_cycle, time_column
+from analyze.tools import acceptance as acc_mod
+from analyze.tools.diff import OUTLIER_FACTOR, Side, as_side, drop_outliers, load_side, per_cycle, time_column
 
 N_BOOT = 200
 LEVEL = 0.95
@@ -520,7 +520,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
 # outputs
 # ---------------------------------------------------------------------------------------------
 def render_whatif(r: dict) -> str:
-    from .render import clip, table
+    from analyze.render.text import clip, table
 
     out = ["specprof whatif: tokens/s per draft step count (EAGLE)", ""]
     rows = []
@@ -589,7 +589,7 @@ def _wrap(text: str, width: int = 120) -> str:
 
 
 def to_json(r: dict) -> dict:
-    from .outputs import records
+    from analyze.render.outputs import records
 
     return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
             "acceptance_method": r.get("acceptance_method"), "calibration": r.get("calibration"),
@@ -604,7 +604,7 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     import matplotlib.pyplot as plt
     from pathlib import Path
 
-    from .safety import atomic_path
+    from analyze.safety import atomic_path
 
     p = r["predictions"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
@@ -641,7 +641,7 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     del prof
     ax = axes[1]
     comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
-    from .plots import phase_colors   # the phase palette of every other figure
+    from analyze.render.plots import phase_colors   # the phase palette of every other figure
 
     colors = phase_colors([c[:-3] for c in comps])
     colors.setdefault("overhead", colors.get("other", "#8C8C8C"))
@@ -744,7 +744,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main_whatif(argv: list[str]) -> int:
-    from . import safety
+    from analyze import safety
 
     args = build_parser().parse_args(argv)
     try:
@@ -769,8 +769,8 @@ def main_whatif(argv: list[str]) -> int:
     except ValueError as exc:
         raise safety.TraceError(str(exc)) from exc
     if args.json:
-        from .outputs import _plain
-        from .safety import atomic_write
+        from analyze.render.outputs import _plain
+        from analyze.safety import atomic_write
 
         with atomic_write(args.json) as f:
             json.dump(to_json(r), f, indent=1, default=_plain)

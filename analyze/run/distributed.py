@@ -1,8 +1,8 @@
 """The map step on a Dask cluster (``analyze-trace --scheduler ADDRESS``).
 
-The same pure function as on one machine (:func:`analyze.api.analyze_report`: path and config in,
-a picklable :class:`~analyze.api.ReportResult` out) runs on the cluster's workers, one task per
-report; the reduce step (:func:`analyze.multirank.combine`) runs here. Workers must see the report
+The same pure function as on one machine (:func:`analyze.run.api.analyze_report`: path and config in,
+a picklable :class:`~analyze.results.ReportResult` out) runs on the cluster's workers, one task per
+report; the reduce step (:func:`analyze.run.multirank.combine`) runs here. Workers must see the report
 paths (a shared filesystem) and have specprof installed. ``scheduler`` is a scheduler address
 (``tcp://host:8786``) or a ``distributed.Client`` / ``LocalCluster`` object.
 
@@ -12,8 +12,8 @@ paths (a shared filesystem) and have specprof installed. ``scheduler`` is a sche
 """
 from __future__ import annotations
 
-from .phases import PhaseConfig
-from .safety import TraceError
+from analyze.attribute.phases import PhaseConfig
+from analyze.safety import TraceError
 
 
 class SchedulerError(TraceError):
@@ -36,8 +36,8 @@ def _client(scheduler):
 
 def map_reports(files: list[str], config: PhaseConfig, scheduler, *, progress: bool = False,
                 cache: bool = False, memory_budget: int | None = None) -> list:
-    """:func:`analyze.api.analyze_report` of every file on the cluster; results in file order."""
-    from .api import _progress, analyze_report
+    """:func:`analyze.run.api.analyze_report` of every file on the cluster; results in file order."""
+    from analyze.run.api import _progress, analyze_report
 
     client, owned = _client(scheduler)
     try:

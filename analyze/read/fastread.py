@@ -1,6 +1,6 @@
 """Fast column reads from an nsys SQLite export: SQLite -> Arrow -> NumPy, read-only.
 
-:func:`analyze.report._read` is the one place rows are fetched; it calls :func:`read_frame` here.
+:func:`analyze.read.report._read` is the one place rows are fetched; it calls :func:`read_frame` here.
 Backends, fastest first (measured, docs/performance.md; 1M kernels x 8 columns, warm cache):
 
 =============  =======  ===========================================================================

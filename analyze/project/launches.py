@@ -13,8 +13,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from . import attribution, cycles, projection
-from .phases import PhaseConfig
+from analyze.attribute import attribution
+from analyze.timeline import cycles
+from analyze.project import projection
+from analyze.attribute.phases import PhaseConfig
 
 
 class Launches(NamedTuple):

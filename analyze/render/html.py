@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import collectives as coll_mod
-from . import plots, summary
-from .phases import OTHER
+from analyze.timeline import collectives as coll_mod
+from analyze.render import plots
+from analyze.views import summary
+from analyze.attribute.phases import OTHER
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 
@@ -367,7 +368,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
 
 def write_html(result, path, *, top: int = 5) -> Path:
     """Write the self-contained HTML report to ``path`` atomically; returns the path."""
-    from .safety import atomic_write
+    from analyze.safety import atomic_write
 
     text = render_html(result, top=top)
     with atomic_write(path) as f:

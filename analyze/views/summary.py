@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .phases import OTHER
+from analyze.attribute.phases import OTHER
 
 
 def cross_rank(phases: pd.DataFrame) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """Share a trace safely: blank the profiling machine's environment and identity in a COPY of an
 nsys SQLite export, leave every timing row untouched.
 
-    from analyze.scrub import scrub
+    from analyze.tools.scrub import scrub
     rep = scrub("run.sqlite", "run.scrubbed.sqlite")
     print("\\n".join(rep.lines()))
 

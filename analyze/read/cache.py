@@ -1,7 +1,7 @@
 """Optional cache of the tables extracted from a report, as Parquet (``--cache``).
 
 Reading a big export is most of the cost of an analysis; the extracted tables
-(:class:`analyze.report.ReportTables`) are small in comparison and load from Parquet in a
+(:class:`analyze.read.report.ReportTables`) are small in comparison and load from Parquet in a
 fraction of the time. The cache sits next to the report, in ``<report>.specprof-cache/<key>/``;
 when the report's directory is not writable it goes to ``~/.cache/specprof/<key>/`` (or
 ``$SPECPROF_CACHE_DIR``) and :func:`load_or_read` says so in its note. The report itself is never
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import report
+from analyze.read import report
 
 FORMAT = 1
 HEADER_BYTES = 1 << 20

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import report, summary
-from .ranks import identify_ranks
+from analyze.read import report
+from analyze.views import summary
+from analyze.ranks.identify import identify_ranks
 
 
 class NvtxOverview:
@@ -27,7 +28,7 @@ def overview(path: str) -> NvtxOverview:
 
 
 def render(ov: NvtxOverview) -> str:
-    from .render import ms, table
+    from analyze.render.text import ms, table
 
     lines = [f"specprof: {ov.path} holds NVTX but no CUDA activity (nsys {ov.meta.get('nsys_version') or '?'}, "
              f"schema {ov.meta.get('schema_version') or '?'}): NVTX ranges only", "", "Processes"]
@@ -40,7 +41,7 @@ def render(ov: NvtxOverview) -> str:
 
 
 def to_json_dict(ov: NvtxOverview) -> dict:
-    from .outputs import JSON_SCHEMA, records
+    from analyze.render.outputs import JSON_SCHEMA, records
 
     return {"schema": JSON_SCHEMA, "gpu_activity": False,
             "inputs": [{"path": ov.path, "schema_version": ov.meta.get("schema_version"),
