@@ -15,15 +15,11 @@ import os
 import sys
 import warnings
 
-from analyze import safety
+from analyze.atomic import atomic_write
+from analyze.errors import NoCudaActivity, SchemaWarning, TraceError, UsageError
+from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
-
-
-class UsageError(safety.TraceError):
-    """A bad option value (phase configuration, plot request): exit code 10."""
-
-    exit_code = 10
 
 
 def default_trace() -> str:
@@ -114,9 +110,9 @@ def run_analyze(argv: list[str]) -> int:
     try:
         result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                           cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
-    except safety.NoCudaActivity as exc:
-        if "NVTX only" in str(exc) and len(api.expand_inputs(reports)) == 1:
-            show_nvtx_only(api.expand_inputs(reports)[0], args)
+    except NoCudaActivity as exc:
+        if "NVTX only" in str(exc) and len(expand_inputs(reports)) == 1:
+            show_nvtx_only(expand_inputs(reports)[0], args)
         raise
     if args.json:
         outputs.write_json(result, args.json)
@@ -147,7 +143,7 @@ def show_nvtx_only(path: str, args) -> None:
 
     ov = nvtx_only.overview(path)
     if args.json:
-        with safety.atomic_write(args.json) as f:
+        with atomic_write(args.json) as f:
             json.dump(nvtx_only.to_json_dict(ov), f, indent=1)
             f.write("\n")
     if not args.quiet:
@@ -160,10 +156,10 @@ def dispatch(argv: list[str]) -> int:
         from analyze.tools.scrub import main_scrub
         return main_scrub(argv[1:]) or 0
     if argv and argv[0] == "diff":
-        from analyze.tools.diff import main_diff
+        from analyze.tools.diff.command import main_diff
         return main_diff(argv[1:]) or 0
     if argv and argv[0] == "whatif":
-        from analyze.tools.whatif import main_whatif
+        from analyze.tools.whatif.command import main_whatif
         return main_whatif(argv[1:]) or 0
     return run_analyze(argv)
 
@@ -172,11 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
-    warnings.simplefilter("default", safety.SchemaWarning)
+    warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
     try:
         return dispatch(argv)
-    except safety.TraceError as exc:
+    except TraceError as exc:
         print(f"analyze-trace: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ from pathlib import Path
 import adbc_driver_sqlite.dbapi as dbapi
 
 from analyze.read import fastread, report
-from analyze import safety
+from analyze.read.connection import open_report
 
 
 def statements(path: str) -> list[str]:
@@ -49,5 +49,5 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    safety.open_report(sys.argv[1]).close()
+    open_report(sys.argv[1]).close()
     main(sys.argv[1])

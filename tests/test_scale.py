@@ -77,7 +77,7 @@ def test_fast_reader_equals_stdlib_and_is_read_only(scale_file, monkeypatch):
 
 def test_adbc_opens_read_only(scale_file):
     path, _ = scale_file
-    conn = report.safety.open_report(path)
+    conn = report.open_report(path)
     try:
         assert "mode=ro" in fastread.readonly_uri(conn)
         aconn = fastread._adbc_conn(conn)
@@ -182,8 +182,8 @@ def test_parallel_readers_give_the_same_tables(scale_file, monkeypatch):
     path, _ = scale_file
     monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1_000)
     one, two = report.read_report(path, threads=1), report.read_report(path, threads=2)
-    assert len(report.plan_gpu_op_reads(report.safety.open_report(path), split=2)) > \
-        len(report.plan_gpu_op_reads(report.safety.open_report(path), split=1))
+    assert len(report.plan_gpu_op_reads(report.open_report(path), split=2)) > \
+        len(report.plan_gpu_op_reads(report.open_report(path), split=1))
     for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name), obj=name)
 
@@ -192,7 +192,7 @@ def test_streamed_reader_equals_table_reader(scale_file):
     """The streaming ADBC reader (batches copied into preallocated arrays, grown when the size
     hint is short) types and fills columns exactly like the whole-table reader, NULLs included."""
     path, _ = scale_file
-    conn = report.safety.open_report(path)
+    conn = report.open_report(path)
     try:
         sql = ("SELECT globalPid, correlationId, graphNodeId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL "
                "WHERE start IS NOT NULL AND end IS NOT NULL")
@@ -306,7 +306,7 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
     """NVTX events read in rowid chunks (domain names from every domain-create event first, missing
     ends filled with the report's largest timestamp afterwards): the same ranges and marks."""
     for name in ("h200_4proc_eager", "cpu2022_shim", "h200_shim_4rank_single"):
-        conn = report.safety.open_report(os.path.join(REAL, name + ".sqlite"))
+        conn = report.open_report(os.path.join(REAL, name + ".sqlite"))
         try:
             strings = report.read_strings(conn)
             whole, chunked = report.read_nvtx(conn, strings), report.read_nvtx(conn, strings, chunk_rows=rows)

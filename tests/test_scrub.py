@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analyze.safety import (NotSqlite, OutputError, export_schema_version, open_report,
-                            table_columns)
+from analyze.errors import NotSqlite, OutputError
+from analyze.read.connection import export_schema_version, open_report, table_columns
 from analyze.tools.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_json_text, scrub_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,14 +10,10 @@ import re
 
 import pandas as pd
 
-from analyze.safety import TraceError
+from analyze.errors import RankConflict
 
 RANK_MARK = re.compile(r"(?:^|\s)rank=(\d+)(?:\s+world=(\d+))?(?:\s+device=(\S+))?")
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
-
-
-class RankConflict(TraceError):
-    exit_code = 9
 
 
 def _marked_ranks(marks: pd.DataFrame) -> dict[int, tuple[int, int | None]]:

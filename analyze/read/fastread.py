@@ -15,7 +15,7 @@ stdlib         1.95 s   ``sqlite3`` cursor, ``fetchmany`` (3.4 s with one ``fetc
 pandas         6.27 s   ``pandas.read_sql``
 =============  =======  ===========================================================================
 
-The ADBC connection opens the same URI as :func:`analyze.safety.open_report` (``mode=ro``, plus
+The ADBC connection opens the same URI as :func:`analyze.open_report` (``mode=ro``, plus
 ``immutable=1`` when no journal/WAL sits next to the file), sets ``trusted_schema=OFF`` and
 ``query_only=ON`` and is closed with the report. Whatever ADBC cannot type (a column whose type
 changes mid-table, text that is not UTF-8) falls back to the stdlib cursor, so results never depend
@@ -48,7 +48,7 @@ def backend() -> str:
 
 
 def readonly_uri(conn) -> str | None:
-    """The read-only URI the report was opened with (None for a connection not from safety)."""
+    """The read-only URI the report was opened with (None for a connection not from analyze.read.connection)."""
     path = getattr(conn, "path", "")
     if not path:
         return None

@@ -17,7 +17,10 @@ import numpy as np
 import pandas as pd
 
 from analyze.read import fastread
-from analyze import memory, safety
+from analyze import memory
+from analyze.errors import CorruptReport
+from analyze.read import connection
+from analyze.read.connection import export_schema_version, open_report
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
@@ -56,7 +59,7 @@ class ReportTables(NamedTuple):
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return safety.table_columns(conn, table)
+    return connection.table_columns(conn, table)
 
 
 def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True,
@@ -419,7 +422,7 @@ def read_devices(conn: sqlite3.Connection) -> pd.DataFrame:
 def read_meta(conn: sqlite3.Connection) -> dict:
     meta: dict = {"schema_version": None, "nsys_version": None, "utc_start_ns": None,
                   "cuda_graph_trace": None}
-    version = safety.export_schema_version(conn)
+    version = export_schema_version(conn)
     meta["schema_version"] = ".".join(map(str, version)) if version else None
     for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if {"name", "value"} <= set(table_columns(conn, table)):
@@ -469,7 +472,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     is ``prepared``. ``ops=False`` leaves the GPU ops out (an empty table; chunked analysis reads
     them itself)."""
     threads = read_threads() if threads is None else threads
-    conn = safety.open_report(path)
+    conn = open_report(path)
     try:
         strings = read_strings(conn)
         # twice as many op parts as readers: the reader done with NVTX and the preparation takes
@@ -488,7 +491,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
                             meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
                             prepared=prepared)
     except sqlite3.DatabaseError as exc:
-        raise safety.CorruptReport(f"{path}: cannot read the report ({exc})") from exc
+        raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
         fastread.close(conn)
         conn.close()
@@ -501,7 +504,7 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
     from concurrent.futures import ThreadPoolExecutor
 
     def on_own_connection(fn, *args):
-        own = safety.open_report(path, immutable=immutable, quick_check=False)
+        own = open_report(path, immutable=immutable, quick_check=False)
         try:
             return fn(own, *args)
         finally:

@@ -368,7 +368,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
 
 def write_html(result, path, *, top: int = 5) -> Path:
     """Write the self-contained HTML report to ``path`` atomically; returns the path."""
-    from analyze.safety import atomic_write
+    from analyze.atomic import atomic_write
 
     text = render_html(result, top=top)
     with atomic_write(path) as f:

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
-from analyze.safety import atomic_dir_write, atomic_write
+from analyze.atomic import atomic_dir_write, atomic_write
 
 JSON_SCHEMA = 1
 # the tables written by --csv and --parquet, one file each

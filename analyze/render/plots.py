@@ -763,7 +763,7 @@ def write_all(result, directory, *, names: Iterable[str] | None = None, formats:
     missing; all files renamed into place only when every figure was written). Figures without data
     are skipped; why is added to ``result.notes`` (printed by the CLI). ``names``: only these figures
     (keys of :data:`FIGURES`). Returns the file names."""
-    from analyze.safety import atomic_dir_write
+    from analyze.atomic import atomic_dir_write
 
     formats = tuple(formats)
     figs, notes = figures(result, names)

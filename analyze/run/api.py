@@ -17,7 +17,10 @@ import pandas as pd
 from analyze.attribute import attribution
 from analyze.run import checks
 from analyze.timeline import cycles
-from analyze import memory, safety
+from analyze import memory
+from analyze.errors import NoCudaActivity, TraceError
+from analyze.read.connection import has_table, open_report
+from analyze.read.nsys_export import expand_inputs
 from analyze.project import projection
 from analyze.read import report
 from analyze.timeline import collectives as coll_mod
@@ -85,9 +88,9 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
     ops = tables.gpu_ops
     if ops.empty:
         if tables.ranges.empty and tables.marks.empty:
-            raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
+            raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                         "(was it captured with -t cuda?)")
-        raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+        raise NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
     path = str(path)
     cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
     kind = attribution.kind_codes(ops["kind"])
@@ -198,10 +201,10 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
     tables = report.read_report(path, prepare=prepare, ops=False,
                                 nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
     if tables.ranges.empty and tables.marks.empty and not report_has_ops(path):
-        raise safety.NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
+        raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                     "(was it captured with -t cuda?)")
     if not report_has_ops(path):
-        raise safety.NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+        raise NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
@@ -223,7 +226,7 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
 
 
 def report_has_ops(path: str) -> bool:
-    conn = safety.open_report(path, quick_check=False)
+    conn = open_report(path, quick_check=False)
     try:
         return any(report.rowid_bounds(conn, p.table)[0] is not None for p in report.plan_gpu_op_reads(conn))
     finally:
@@ -257,28 +260,6 @@ def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
     rx = phase.kernel_regex()
     inverse, uniq = attribution.name_codes(names)      # match each distinct name once
     return np.array([bool(rx.fullmatch(u)) for u in uniq] + [False], dtype=bool)[inverse]
-
-
-def expand_inputs(paths, *, export: bool = True) -> list[str]:
-    """Files as given; a directory stands for the reports inside it. A ``.nsys-rep``/``.qdrep``
-    (given, or the only reports of a directory) is exported to SQLite with ``nsys export`` when nsys
-    is on PATH (progress on stderr; the export lands beside it and is reused next time); without
-    nsys, NsysRepGiven names the command to run."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out: list[str] = []
-    for p in paths:
-        try:
-            found = safety.find_reports(p)
-        except safety.NsysRepGiven:
-            if not export or not Path(p).is_dir():
-                raise
-            found = sorted(q for q in Path(p).iterdir() if q.name.endswith(safety.NSYS_REP_SUFFIXES))
-        for f in found:
-            if export and str(f).endswith(safety.NSYS_REP_SUFFIXES):
-                f = safety.export_nsys_rep(f, progress=sys.stderr.isatty())
-            out.append(str(f))
-    return out
 
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
@@ -348,19 +329,19 @@ def estimate_whole_bytes(path: str) -> int | None:
     """What the whole analysis of ``path`` is expected to peak at (row counts from rowid bounds, a
     few seeks), or None when the report cannot be opened (the analysis then says why)."""
     try:
-        conn = safety.open_report(path, quick_check=False)
-    except (safety.TraceError, OSError, sqlite3.Error):
+        conn = open_report(path, quick_check=False)
+    except (TraceError, OSError, sqlite3.Error):
         return None
     try:
         def rows(table: str) -> int:
-            if not safety.has_table(conn, table):
+            if not has_table(conn, table):
                 return 0
             lo, hi = report.rowid_bounds(conn, table)
             return 0 if lo is None else int(hi) - int(lo) + 1
         ops = sum(rows(p.table) for p in report.plan_gpu_op_reads(conn))
         return (BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * rows("CUPTI_ACTIVITY_KIND_RUNTIME")
                 + FLOOR_BYTES_PER_RANGE * rows("NVTX_EVENTS"))
-    except (safety.TraceError, sqlite3.Error):
+    except (TraceError, sqlite3.Error):
         return None
     finally:
         conn.close()

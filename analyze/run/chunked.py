@@ -30,7 +30,8 @@ import pandas as pd
 from analyze.attribute import attribution
 from analyze.run import checks
 from analyze.timeline import cycles
-from analyze import memory, safety
+from analyze import memory
+from analyze.read.connection import open_report
 from analyze.project import projection
 from analyze.read import report
 from analyze.timeline import collectives as coll_mod
@@ -192,7 +193,7 @@ def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, 
     holding the report's tables (read without ops, ``prepared`` = launches.Launches), emptied here
     so the call-side arrays can be freed once used. Raises NotTimeOrdered when an op table is not
     in start order."""
-    conn = safety.open_report(path, quick_check=False)
+    conn = open_report(path, quick_check=False)
     spill = Path(tempfile.mkdtemp(prefix="specprof-chunks-"))
     try:
         chunks, times = plan_chunks(conn, chunk_rows)
@@ -205,7 +206,7 @@ def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, 
 
 
 def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
-    own = safety.open_report(conn_path, immutable=immutable, quick_check=False)
+    own = open_report(conn_path, immutable=immutable, quick_check=False)
     try:
         return [(r, report.read_op_part(own, r)) for r in reads]
     finally:

@@ -13,11 +13,7 @@ paths (a shared filesystem) and have specprof installed. ``scheduler`` is a sche
 from __future__ import annotations
 
 from analyze.attribute.phases import PhaseConfig
-from analyze.safety import TraceError
-
-
-class SchedulerError(TraceError):
-    exit_code = 2
+from analyze.errors import SchedulerError
 
 
 def _client(scheduler):

@@ -29,7 +29,7 @@ its basename; host and user names found elsewhere in the report -> ``<host>`` / 
 ``keep_names=True`` keeps host names, user names and GPU uuids (environment, command lines and
 directories are still removed).
 
-The input is opened read-only through :func:`analyze.safety.open_report` and copied with the
+The input is opened read-only through :func:`analyze.open_report` and copied with the
 SQLite backup API; only the copy is edited, then VACUUMed (with ``secure_delete``) so the old
 bytes do not survive in free pages, and renamed onto the output path atomically.
 """
@@ -45,8 +45,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyze.safety import (OutputError, TraceError, atomic_path, has_table, open_report,
-                            table_columns)
+from analyze.atomic import atomic_path
+from analyze.errors import OutputError, TraceError
+from analyze.read.connection import has_table, open_report, table_columns
 
 __all__ = ["scrub", "ScrubReport", "main_scrub", "scrub_text", "scrub_json_text", "SCRUBBED", "HOST", "USER"]
 
