@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.project import projection as proj
+from analyze.project.projection import text_codes
 from analyze.attribute.intervals import segment_union_length, sorted_union_length
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
 
@@ -29,14 +30,6 @@ def name_codes(names) -> tuple[np.ndarray, list]:
     codes, uniq = pd.factorize(pd.Series(names, copy=False), use_na_sentinel=True)
     codes = np.where(codes < 0, len(uniq), codes)
     return codes, [str(u) for u in uniq]
-
-
-def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
-    """(code per row, distinct texts as an object array of str): ``pd.factorize(texts.astype(str))``
-    without converting every row to a new string column (pandas 3 copies each text into Arrow)."""
-    codes, uniq = pd.factorize(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
-                               use_na_sentinel=False)
-    return codes, np.array([str(u) for u in uniq], dtype=object)
 
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:

@@ -315,6 +315,14 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
                         copy=False)
 
 
+def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, distinct texts as an object array of str): ``pd.factorize(texts.astype(str))``
+    without converting every row to a new string column (pandas 3 copies each text into Arrow)."""
+    codes, uniq = pd.factorize(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
+                               use_na_sentinel=False)
+    return codes, np.array([str(u) for u in uniq], dtype=object)
+
+
 def full_range_names(ranges: pd.DataFrame) -> pd.Series:
     """nsys' spelling: ``domain:name``, ``:name`` for the default domain (built once per distinct
     pair: millions of ranges share a few names)."""
@@ -322,8 +330,6 @@ def full_range_names(ranges: pd.DataFrame) -> pd.Series:
         return ranges["full_name"]
     if len(ranges) < 1000:
         return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
-    from analyze.attribute.attribution import text_codes
-
     ncode, nuniq = text_codes(ranges["name"])
     dcode, duniq = text_codes(ranges["domain"])
     codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from analyze.attribute import attribution
 from analyze.run import checks
+from analyze.run.progress import progress as _progress
 from analyze.timeline import cycles
 from analyze import memory
 from analyze.errors import NoCudaActivity, TraceError
@@ -215,7 +216,7 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
         box = [tables]
         del tables
-        result = chunked.analyze_chunked(path, config, box, chunk_rows, stage, ReportResult)
+        result = chunked.analyze_chunked(path, config, box, chunk_rows, stage)
         memory.release()          # the freed working heap, before the reports are combined
         result.notes.extend(floor_note)
         return result
@@ -292,7 +293,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
     (:func:`auto_budget`)."""
     if scheduler:
         from analyze.run import distributed
-        return distributed.map_reports(files, config, scheduler, progress=progress, cache=cache,
+        return distributed.map_reports(analyze_report, files, config, scheduler, progress=progress, cache=cache,
                                        memory_budget=None if memory_budget == AUTO else memory_budget)
     at_once = 1 if jobs <= 1 or len(files) <= 1 else min(jobs, len(files))
     budgets, auto_notes = [memory_budget] * len(files), [None] * len(files)
@@ -364,16 +365,6 @@ def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int |
     return budget, (f"the whole analysis would need about {_size(need)} and {_size(share)} of memory is "
                     f"available{per}: analysed as under --memory-budget {_size(budget)} (time-ordered "
                     "chunks; the per-op table gpu_ops is not kept; --memory-budget none analyses it whole)")
-
-
-def _progress(items, enabled: bool, total: int | None = None):
-    if not enabled:
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
-        return items
-    return tqdm(items, total=total, desc="reports", unit="report", file=None, leave=False, delay=1.0)
 
 
 # bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)

@@ -39,6 +39,7 @@ from analyze.attribute.intervals import INT64_MIN, union_step
 from analyze.project.launches import Launches
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
 from analyze.ranks.identify import identify_ranks
+from analyze.results import ReportResult
 
 INT64_MAX = np.iinfo(np.int64).max
 KINDS = attribution.KIND_NAMES
@@ -188,7 +189,7 @@ def _masked_sums(group: np.ndarray, values: np.ndarray, mask: np.ndarray, n: int
 
 # ------------------------------------------------------------------------------------------
 
-def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, stage, result_type):
+def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, stage) -> ReportResult:
     """The map step of api.analyze_report, chunk by chunk (see the module doc). ``box``: a list
     holding the report's tables (read without ops, ``prepared`` = launches.Launches), emptied here
     so the call-side arrays can be freed once used. Raises NotTimeOrdered when an op table is not
@@ -197,7 +198,7 @@ def analyze_chunked(path: str, config: PhaseConfig, box: list, chunk_rows: int, 
     spill = Path(tempfile.mkdtemp(prefix="specprof-chunks-"))
     try:
         chunks, times = plan_chunks(conn, chunk_rows)
-        return _analyze(path, config, box, conn, chunks, times, spill, stage, result_type)
+        return _analyze(path, config, box, conn, chunks, times, spill, stage)
     finally:
         shutil.rmtree(spill, ignore_errors=True)
         from analyze.read import fastread
@@ -215,7 +216,7 @@ def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
         own.close()
 
 
-def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, result_type):
+def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -> ReportResult:
     tables = box.pop()
     launches: Launches = tables.prepared
     tables = tables._replace(prepared=None, ranges=None)
@@ -431,7 +432,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage, r
     notes = checks.notes_from_counts(input_notes, counts)
     notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunk{'s' if len(chunks) != 1 else ''}; "
                  "the per-op table (gpu_ops) is not kept")
-    return result_type(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
+    return ReportResult(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
 
 

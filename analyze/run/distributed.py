@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from analyze.attribute.phases import PhaseConfig
 from analyze.errors import SchedulerError
+from analyze.run.progress import progress as progress_bar
 
 
 def _client(scheduler):
@@ -30,19 +31,18 @@ def _client(scheduler):
         raise SchedulerError(f"cannot reach the Dask scheduler at {address} ({exc})") from exc
 
 
-def map_reports(files: list[str], config: PhaseConfig, scheduler, *, progress: bool = False,
+def map_reports(mapper, files: list[str], config: PhaseConfig, scheduler, *, progress: bool = False,
                 cache: bool = False, memory_budget: int | None = None) -> list:
-    """:func:`analyze.run.api.analyze_report` of every file on the cluster; results in file order."""
-    from analyze.run.api import _progress, analyze_report
-
+    """``mapper(file, config=..., cache=..., memory_budget=...)`` (the map step,
+    :func:`analyze.run.api.analyze_report`) of every file on the cluster; results in file order."""
     client, owned = _client(scheduler)
     try:
         # paths go as given (the workers must see them: give absolute paths for a remote cluster),
         # so every label in the result is the same as in a local run
-        futures = client.map(analyze_report, list(files), config=config, cache=cache,
+        futures = client.map(mapper, list(files), config=config, cache=cache,
                              memory_budget=memory_budget, pure=False)
         # in file order; the first task error is raised here, as with the process pool
-        results = [f.result() for f in _progress(futures, progress, total=len(futures))]
+        results = [f.result() for f in progress_bar(futures, progress, total=len(futures))]
         return results
     finally:
         if owned:

@@ -83,16 +83,14 @@ def to_json(d: dict) -> dict:
 
 
 def plot_diff(d: dict, path, top: int = 10) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure   # no pyplot: nothing registered with a GUI backend
 
     s = d["summary"]
     s = s[(s["rank"] == "all") & s["figure"].str.endswith("_ns")] if len(s) else s
     k = d["kernels"]
     k = k[k["status"] == "changed"].head(top) if len(k) else k
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [1, 1.3]})
+    fig = Figure(figsize=(13, 4.8))
+    axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
     ax = axes[0]
     if len(s):
         y = np.arange(len(s))
@@ -120,4 +118,3 @@ def plot_diff(d: dict, path, top: int = 10) -> None:
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
-    plt.close(fig)

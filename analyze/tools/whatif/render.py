@@ -84,16 +84,15 @@ def to_json(r: dict) -> dict:
 
 
 def plot_whatif(r: dict, path, title: str | None = None) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from pathlib import Path
+
+    from matplotlib.figure import Figure   # no pyplot: nothing registered with a GUI backend
 
     from analyze.atomic import atomic_path
 
     p = r["predictions"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
+    fig = Figure(figsize=(12, 5.4))
+    axes = fig.subplots(1, 2)
     ax = axes[0]
     s = p["steps"].to_numpy()
     ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
@@ -144,4 +143,3 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")
-    plt.close(fig)
