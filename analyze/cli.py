@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from analyze.atomic import atomic_write
-from analyze.errors import NoCudaActivity, SchemaWarning, TraceError, UsageError
+from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
 from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
@@ -110,8 +110,8 @@ def run_analyze(argv: list[str]) -> int:
     try:
         result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                           cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
-    except NoCudaActivity as exc:
-        if "NVTX only" in str(exc) and len(expand_inputs(reports)) == 1:
+    except NvtxOnly:
+        if len(expand_inputs(reports)) == 1:
             show_nvtx_only(expand_inputs(reports)[0], args)
         raise
     if args.json:

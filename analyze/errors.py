@@ -10,7 +10,8 @@ code  class               situation
 4     NotSqlite           the file is not an SQLite database (text, binary, ...)
 5     NotNsysExport       an SQLite database without any Nsight Systems table
 6     CorruptReport       truncated / corrupt / empty file: SQLite cannot read it
-7     NoCudaActivity      a valid export that holds no GPU activity (raised by the analyzer)
+7     NoCudaActivity      a valid export that holds no GPU activity (raised by the analyzer);
+                          its subclass NvtxOnly: NVTX ranges or marks but no CUDA activity
 8     OutputError         an output cannot be written (read-only, not a directory, ...)
 9     RankConflict        two processes or reports claim the same rank
 10    UsageError          a bad option value (phase configuration, plot request)
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 
 __all__ = ["EXIT_INTERNAL_ERROR", "TraceError", "MissingInput", "NsysRepGiven", "NotSqlite", "NotNsysExport",
-           "CorruptReport", "NoCudaActivity", "OutputError", "RankConflict", "UsageError",
+           "CorruptReport", "NoCudaActivity", "NvtxOnly", "OutputError", "RankConflict", "UsageError",
            "SchedulerError", "SchemaWarning"]
 
 EXIT_INTERNAL_ERROR = 1
@@ -65,6 +66,10 @@ class CorruptReport(TraceError):
 
 class NoCudaActivity(TraceError):
     exit_code = 7
+
+
+class NvtxOnly(NoCudaActivity):
+    """NVTX ranges or marks but no CUDA activity: the CLI shows what the NVTX holds, then this error."""
 
 
 class OutputError(TraceError):

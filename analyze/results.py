@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analyze.notes import Note
+
 
 @dataclass
 class ReportResult:
@@ -23,7 +25,7 @@ class ReportResult:
     kernels: pd.DataFrame
     totals: pd.DataFrame
     nvtx_projection: pd.DataFrame
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
     collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
@@ -45,7 +47,7 @@ class Analysis:
     collectives: pd.DataFrame
     alignment: pd.DataFrame
     phase_names: list[str]
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
     # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
     # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
     window_ops: pd.DataFrame | None = None

@@ -111,4 +111,4 @@ def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
     assert max(map(len, lines)) <= 120
     flat = " ".join(" ".join(line.split()) for line in lines)
     for note in result.notes:
-        assert f"note: {' '.join(note.split())}" in flat
+        assert f"note: {' '.join(str(note).split())}" in flat

@@ -97,7 +97,8 @@ def test_graph_level_trace_reports_graph_launches_as_gpu_work():
     result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     graphs = result.gpu_ops[result.gpu_ops["kind"] == "graph"]
     assert len(graphs) == 80       # rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE
-    assert any("graph level" in n for n in result.notes)
+    note = next(n for n in result.notes if n.code == "graph_level_trace")
+    assert note.count == 80 and "graph level" in note.message
     # graph launches sit inside draft and verify ranges, so those phases own GPU time
     ph = result.phases.set_index("phase")
     assert ph.loc["verify", "exclusive_ns"] > 0 and ph.loc["draft", "exclusive_ns"] > 0
@@ -109,7 +110,12 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
                            "--json", str(out), "-q"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["schema"] == 1
+    assert data["schema"] == 2
+    # notes are objects: a code code may test, the count, the readable message
+    assert data["notes"] == [{"code": "shared_correlation_ids", "count": 2714, "input": None, "rank": None,
+                              "message": "2714 correlation ids occur in several processes: ops joined to calls "
+                                         "per process"}]
+    assert data["inputs"][0]["notes"] == data["notes"]
     for key in ("inputs", "ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives"):
         assert key in data
     for row in data["phases"]:

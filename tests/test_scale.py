@@ -90,8 +90,16 @@ def test_adbc_opens_read_only(scale_file):
         conn.close()
 
 
+BUDGET_CODES = ("chunked", "not_time_ordered", "budget_below_floor")
+
+
 def chunk_notes(a) -> list[str]:
-    return [n for n in a.notes if n.startswith("--memory-budget")]
+    """The messages of the notes about --memory-budget, in order."""
+    return [n.message for n in a.notes if n.code in BUDGET_CODES]
+
+
+def chunk_count(a) -> int:
+    return next(n.count for n in a.notes if n.code == "chunked")
 
 
 def test_chunked_analysis_gives_identical_results(scale_file):
@@ -123,7 +131,7 @@ def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch, r
     whole = api.load(path)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", rows)
     chunked = api.load(path, memory_budget=1)
-    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    n = chunk_count(chunked)
     assert n >= 60_000 // rows
     same(whole, chunked, ops=False)
     tot = chunked.totals.set_index("rank")
@@ -151,7 +159,7 @@ def test_chunked_analysis_of_real_exports_is_identical(name, monkeypatch):
     chunked = api.load(path, memory_budget=1)
     assert chunk_notes(chunked) and "time-ordered chunk" in chunk_notes(chunked)[0]
     same(whole, chunked, ops=False)
-    assert [n for n in whole.notes] == [n for n in chunked.notes if not n.startswith("--memory-budget")]
+    assert [n for n in whole.notes] == [n for n in chunked.notes if n.code not in BUDGET_CODES]
 
 
 def test_ops_out_of_time_order_fall_back_to_one_piece(tmp_path, monkeypatch):
@@ -250,8 +258,8 @@ def test_cache_falls_back_to_user_dir_when_report_dir_is_read_only(tmp_path, mon
         b = api.load(str(paths[0]), cache=True)
     finally:
         os.chmod(src, stat.S_IRWXU)
-    assert any("not writable" in n for n in a.notes)
-    assert any("cache: read from" in n for n in b.notes)
+    assert any(n.code == "cache_written_elsewhere" and "not writable" in n.message for n in a.notes)
+    assert any(n.code == "cache_read_elsewhere" and n.message.startswith("cache: read from") for n in b.notes)
     assert not (src / (paths[0].name + ".specprof-cache")).exists()
     assert any((tmp_path / "user-cache").rglob("gpu_ops.parquet"))
     pd.testing.assert_frame_equal(a.phases, b.phases, check_dtype=False)
@@ -369,7 +377,7 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     whole = api.load(path, config)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 300)
     chunked = api.load(path, config, memory_budget=1)
-    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    n = chunk_count(chunked)
     assert n >= 10        # chunks cut the biggest op table (kernels) every 300 rows
     same(whole, chunked, ops=False)
     pd.testing.assert_frame_equal(whole.ranges, chunked.ranges, obj="ranges")
@@ -399,13 +407,14 @@ def test_auto_budget_chunks_only_what_would_not_fit(scale_file, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: 10 * need)
     roomy = api.load(path)                                   # default: auto
     assert len(roomy.gpu_ops) == len(whole.gpu_ops) and not chunk_notes(roomy)
-    assert not any("would need" in n for n in roomy.notes)
+    assert not any(n.code == "auto_budget" for n in roomy.notes)
 
     monkeypatch.setattr(memory, "available_bytes", lambda: need)     # needs more than 80% of it
     short = api.load(path)
     assert short.gpu_ops.empty
     assert chunk_notes(short)[0].startswith("--memory-budget: analysed in")
-    assert short.notes[-1] == (f"the whole analysis would need about {api._size(need)} and {api._size(need)} of "
+    assert short.notes[-1].code == "auto_budget"
+    assert short.notes[-1].message == (f"the whole analysis would need about {api._size(need)} and {api._size(need)} of "
                                f"memory is available: analysed as under --memory-budget {api._size(need // 2)} "
                                "(time-ordered chunks; the per-op table gpu_ops is not kept; --memory-budget none "
                                "analyses it whole)")
@@ -414,7 +423,7 @@ def test_auto_budget_chunks_only_what_would_not_fit(scale_file, monkeypatch):
     assert len(forced.gpu_ops) == len(whole.gpu_ops)
     # reports analysed at once share the memory: budgets and notes per report
     assert api.auto_budget(path, at_once=2)[0] == need // 4
-    assert "(2 reports at once)" in api.auto_budget(path, at_once=2)[1]
+    assert "(2 reports at once)" in api.auto_budget(path, at_once=2)[1].message
     monkeypatch.setattr(memory, "available_bytes", lambda: None)     # unknown: whole
     assert api.auto_budget(path) == (None, None)
 

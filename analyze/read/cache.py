@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from analyze import notes as N
+from analyze.notes import Note
 from analyze.read import report
 
 FORMAT = 1
@@ -96,27 +98,29 @@ def _load(path: str, entry: Path) -> report.ReportTables:
     return report.ReportTables(path=str(path), strings=strings, meta=meta, **frames)
 
 
-def load_or_read(path: str, reader=None) -> tuple[report.ReportTables, str]:
+def load_or_read(path: str, reader=None) -> tuple[report.ReportTables, Note | None]:
     """Tables of ``path`` from the cache, else read (``reader(path)``) and cached. Returns
-    (tables, note): note says where the entry came from or went, '' when next to the report."""
+    (tables, note): note says where the entry came from or went, None when next to the report."""
     reader = reader or report.read_report
     near, far = candidates(path)
     for entry in (near, far):
         if (entry / "meta.json").is_file():
             try:
-                return _load(path, entry), ("" if entry == near else f"cache: read from {entry}")
+                return _load(path, entry), (None if entry == near else
+                                            Note(N.CACHE_READ_ELSEWHERE, f"cache: read from {entry}"))
             except Exception:  # noqa: BLE001 - unreadable entry: read the report again
                 shutil.rmtree(entry, ignore_errors=True)
     tables = reader(path)
     if _writable(near.parent.parent):
         try:
             _save(tables, near)
-            return tables, ""
+            return tables, None
         except OSError:
             pass
     try:
         _save(tables, far)
-        note = (f"cache: {near.parent.parent} is not writable; cached the tables in {far.parent} instead")
+        note = Note(N.CACHE_WRITTEN_ELSEWHERE, f"cache: {near.parent.parent} is not writable; cached the tables in "
+                    f"{far.parent} instead")
     except OSError as exc:
-        note = f"cache: could not write a cache entry ({exc}); analysis not affected"
+        note = Note(N.CACHE_NOT_WRITTEN, f"cache: could not write a cache entry ({exc}); analysis not affected")
     return tables, note

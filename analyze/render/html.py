@@ -337,7 +337,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
                          "allreduce phase's kernel patterns</p>"))
     sections.append(("ranks", "Ranks", TABLE_TITLES["ranks"],
                      _table_html(t["ranks"], left=("device", "source"), table_id="t-ranks")))
-    sections.append(("notes", "Notes", "Notes", ('<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in notes)
+    sections.append(("notes", "Notes", "Notes", ('<ul class="notes">' + "".join(f"<li>{_esc(str(n))}</li>" for n in notes)
                                                  + "</ul>") if notes else '<p class="sub">none</p>'))
 
     inputs = "<br>".join(

@@ -11,7 +11,7 @@ from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
 from analyze.atomic import atomic_dir_write, atomic_write
 
-JSON_SCHEMA = 1
+JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each
 FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
                "alignment", "cross_rank", "skew", "nvtx_sum")
@@ -73,15 +73,21 @@ def records(frame: pd.DataFrame) -> list[dict]:
     return [dict(zip(cols, row)) for row in zip(*(_column_values(frame[c]) for c in cols))]
 
 
+def note_records(notes) -> list[dict]:
+    """Notes as JSON objects (:meth:`analyze.notes.Note.to_dict`)."""
+    return [n.to_dict() for n in notes]
+
+
 def _json_parts(result) -> list[tuple[str, object]]:
     """The JSON document's keys in order, tables as DataFrames (records when written)."""
-    parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", result.inputs),
+    inputs = [{**i, "notes": note_records(i.get("notes") or [])} for i in result.inputs]
+    parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
                                        ("phase_names", result.phase_names)]
     parts += list(tables(result).items())
     parts += [("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
               ("tokens", summary.tokens_summary(result.cycles)),
               ("stragglers", coll_mod.stragglers(result.collectives)),
-              ("notes", result.notes)]
+              ("notes", note_records(result.notes))]
     return parts
 
 

@@ -30,6 +30,8 @@ from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from analyze import notes as N
+from analyze.notes import Note
 from analyze.timeline import cycles as cycles_mod
 from analyze.attribute.phases import OTHER
 
@@ -726,7 +728,7 @@ FIGURES: dict[str, tuple[Callable, str]] = {
 }
 
 
-def figures(a, names: Iterable[str] | None = None) -> tuple[dict[str, Figure], list[str]]:
+def figures(a, names: Iterable[str] | None = None) -> tuple[dict[str, Figure], list[Note]]:
     """Every figure that has data, by name, and one note per figure skipped for lack of data."""
     out, notes = {}, []
     for name in (FIGURES if names is None else list(names)):
@@ -736,7 +738,7 @@ def figures(a, names: Iterable[str] | None = None) -> tuple[dict[str, Figure], l
         try:
             out[name] = fn(a)
         except NoData as exc:
-            notes.append(f"figure {name} skipped: {exc}")
+            notes.append(Note(N.FIGURE_SKIPPED, f"figure {name} skipped: {exc}"))
     return out, notes
 
 
@@ -749,7 +751,7 @@ def to_bytes(fig: Figure, fmt: str = "png", dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
-def _add_notes(a, notes: list[str]) -> None:
+def _add_notes(a, notes: list[Note]) -> None:
     existing = getattr(a, "notes", None)
     if isinstance(existing, list):
         for n in notes:

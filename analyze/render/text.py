@@ -164,5 +164,5 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                       for r in result.alignment.itertuples()], "llrrr")
         out.append("")
     for note in result.notes:       # wrapped, not clipped: a note is read whole
-        out += textwrap.wrap(f"note: {note}", WIDTH, subsequent_indent="      ", break_on_hyphens=False) or ["note:"]
+        out += textwrap.wrap(f"note: {note!s}", WIDTH, subsequent_indent="      ", break_on_hyphens=False) or ["note:"]
     return "\n".join(line[:WIDTH] for line in out).rstrip() + "\n"

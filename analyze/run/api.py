@@ -15,11 +15,13 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute import attribution
-from analyze.run import checks
+from analyze.run import checks, multirank
 from analyze.run.progress import progress as _progress
 from analyze.timeline import cycles
 from analyze import memory
-from analyze.errors import NoCudaActivity, TraceError
+from analyze import notes as N
+from analyze.errors import NoCudaActivity, NvtxOnly, TraceError
+from analyze.notes import Note
 from analyze.read.connection import has_table, open_report
 from analyze.read.nsys_export import expand_inputs
 from analyze.project import projection
@@ -76,7 +78,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
 
 def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage) -> ReportResult:
     stage("reading")
-    read_notes: list[str] = []     # where the tables came from (cache), see read_tables
+    read_notes: list[Note] = []    # where the tables came from (cache), see read_tables
 
     def prepare(calls, ranges):
         return prepare_launches(calls, ranges, config)
@@ -91,7 +93,7 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
         if tables.ranges.empty and tables.marks.empty:
             raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                         "(was it captured with -t cuda?)")
-        raise NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
     path = str(path)
     cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
     kind = attribution.kind_codes(ops["kind"])
@@ -193,7 +195,7 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
 
 
 def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage, prepare,
-                       notes: list[str]) -> ReportResult | None:
+                       notes: list[Note]) -> ReportResult | None:
     """The map step in time-ordered chunks of GPU ops sized to ``memory_budget`` (chunked.py);
     None, with a note, when the report's op tables are not in time order (then the caller reads the
     ops whole, in rowid chunks)."""
@@ -205,13 +207,13 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                     "(was it captured with -t cuda?)")
     if not report_has_ops(path):
-        raise NoCudaActivity(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx")
+        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
-    floor_note = [] if floor <= int(memory_budget) else [
-        f"--memory-budget {_size(int(memory_budget))} is below this report's floor, about {_size(floor)} "
-        "(its API calls and NVTX ranges are held whole): the GPU ops went in the smallest chunks"]
+    floor_note = [] if floor <= int(memory_budget) else [Note(
+        N.BELOW_FLOOR, f"--memory-budget {_size(int(memory_budget))} is below this report's floor, about "
+        f"{_size(floor)} (its API calls and NVTX ranges are held whole): the GPU ops went in the smallest chunks")]
     try:
         # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
         box = [tables]
@@ -221,8 +223,8 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         result.notes.extend(floor_note)
         return result
     except chunked.NotTimeOrdered:
-        notes.append("--memory-budget: the GPU op tables are not in time order, so the report was analysed "
-                     "in one piece (only its read was chunked)")
+        notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
+                          "report was analysed in one piece (only its read was chunked)"))
         return None
 
 
@@ -269,14 +271,12 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
     ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
     unless a report would not fit in the available memory (:func:`auto_budget`)."""
-    from analyze.run import multirank  # late import: multirank builds on this module's types
-
     config = config or PhaseConfig()
     files = expand_inputs(paths)
     results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
                           memory_budget=memory_budget, scheduler=scheduler)
     analysis = multirank.combine(results, config)
-    chunked = any(n.startswith("--memory-budget: analysed in") for r in results for n in r.notes)
+    chunked = any(N.has(r.notes, N.CHUNKED) for r in results)
     del results
     if chunked:
         memory.release()       # what combining left on the heap, before plots and tables are drawn
@@ -348,7 +348,7 @@ def estimate_whole_bytes(path: str) -> int | None:
         conn.close()
 
 
-def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int | None, str | None]:
+def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
@@ -362,9 +362,9 @@ def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int |
         return None, None
     budget = max(int(AUTO_BUDGET_SHARE * share), 1)
     per = f" ({at_once} reports at once)" if at_once > 1 else ""
-    return budget, (f"the whole analysis would need about {_size(need)} and {_size(share)} of memory is "
-                    f"available{per}: analysed as under --memory-budget {_size(budget)} (time-ordered "
-                    "chunks; the per-op table gpu_ops is not kept; --memory-budget none analyses it whole)")
+    return budget, Note(N.AUTO_BUDGET, f"the whole analysis would need about {_size(need)} and {_size(share)} of "
+                        f"memory is available{per}: analysed as under --memory-budget {_size(budget)} (time-ordered "
+                        "chunks; the per-op table gpu_ops is not kept; --memory-budget none analyses it whole)")
 
 
 # bytes a GPU op costs while it is read (Arrow buffers + NumPy columns + the DataFrame)
@@ -392,7 +392,7 @@ MIN_CHUNK_ROWS = 50_000
 
 
 def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
-                notes: list[str] | None = None, prepare=None) -> report.ReportTables:
+                notes: list[Note] | None = None, prepare=None) -> report.ReportTables:
     """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
     chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
     chunk_rows = max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None

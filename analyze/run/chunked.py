@@ -31,6 +31,7 @@ from analyze.attribute import attribution
 from analyze.run import checks
 from analyze.timeline import cycles
 from analyze import memory
+from analyze import notes as N
 from analyze.read.connection import open_report
 from analyze.project import projection
 from analyze.read import report
@@ -39,6 +40,7 @@ from analyze.attribute.intervals import INT64_MIN, union_step
 from analyze.project.launches import Launches
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
 from analyze.ranks.identify import identify_ranks
+from analyze.notes import Note
 from analyze.results import ReportResult
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -430,8 +432,8 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
 
     gpu_ops = _empty_ops()
     notes = checks.notes_from_counts(input_notes, counts)
-    notes.append(f"--memory-budget: analysed in {len(chunks)} time-ordered chunk{'s' if len(chunks) != 1 else ''}; "
-                 "the per-op table (gpu_ops) is not kept")
+    notes.append(Note(N.CHUNKED, f"--memory-budget: analysed in {len(chunks)} time-ordered "
+                      f"chunk{'s' if len(chunks) != 1 else ''}; the per-op table (gpu_ops) is not kept", len(chunks)))
     return ReportResult(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
 

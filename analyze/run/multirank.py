@@ -108,7 +108,7 @@ def combine(results, config: PhaseConfig):
     else:
         cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
         collectives = coll_mod.collective_table(gpu_ops, config)
-    notes = [f"{r.path}: {n}" if len(results) > 1 else n for r in results for n in r.notes]
+    notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]
     # the default timeline window is chosen over all ranks: one report's window is the analysis' only
     # when it is the only report (then on its own clock: offset 0)
     window_ops = results[0].window_ops if len(results) == 1 else None

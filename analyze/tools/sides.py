@@ -12,6 +12,7 @@ import pandas as pd
 
 from analyze.attribute.phases import OTHER
 from analyze.errors import TraceError
+from analyze.notes import text_of
 
 OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
 
@@ -41,7 +42,7 @@ def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def side_from_analysis(result, label: str = "") -> Side:
-    kernels, notes = result.kernels, list(result.notes)
+    kernels, notes = result.kernels, [text_of(n) for n in result.notes]
     ops = result.gpu_ops
     if len(result.cycles) and ops is not None and len(ops) and "cycle_range" in ops.columns:
         kernels = cycle_kernels(ops)
@@ -59,7 +60,7 @@ def side_from_json(data: dict, label: str = "") -> Side:
         if c in cycles.columns:
             cycles[c] = pd.to_numeric(cycles[c], errors="coerce").astype("Int64")
     return Side(label, cycles, pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
-                notes=list(data.get("notes") or []))
+                notes=[text_of(n) for n in data.get("notes") or []])
 
 
 def load_side(path, config=None) -> Side:
