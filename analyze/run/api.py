@@ -32,8 +32,6 @@ from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.ranks.identify import identify_ranks
 from analyze.results import Analysis, ReportResult
 
-TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives")
-
 
 # reports larger than this take over a second: their analysis shows its stages
 STAGES_MIN_BYTES = 50 * 2**20
@@ -253,16 +251,6 @@ def collective_names(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
         return np.zeros(len(names), dtype=bool)
     rx = phase.kernel_regex()
     return np.array([bool(rx.fullmatch(u)) if isinstance(u, str) else False for u in names], dtype=bool)
-
-
-def collective_mask(names: pd.Series, config: PhaseConfig) -> np.ndarray:
-    """Ops that are collectives: names matching the kernel patterns of the ``allreduce`` phase."""
-    phase = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
-    if phase is None:
-        return np.zeros(len(names), dtype=bool)
-    rx = phase.kernel_regex()
-    inverse, uniq = attribution.name_codes(names)      # match each distinct name once
-    return np.array([bool(rx.fullmatch(u)) for u in uniq] + [False], dtype=bool)[inverse]
 
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,

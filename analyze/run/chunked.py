@@ -14,7 +14,7 @@ because chunks come in time order. What needs every op of a rank at once is spil
 temporary directory, a few bytes per op (rank, start, end, phase, name), and read back chunk by
 chunk: the per-cycle split (the cycles' GPU windows are known only after all ops) and the
 per-kernel median and p99. The per-op table (``gpu_ops``) is not kept: the result is the same in
-every other table (tests/test_chunked.py).
+every other table (tests/test_scale.py, tests/test_properties.py).
 """
 from __future__ import annotations
 

@@ -90,24 +90,18 @@ def combine(results, config: PhaseConfig):
     ranks = _concat([r.ranks for r in results]).sort_values("rank").reset_index(drop=True)
     gpu_ops = _concat([r.gpu_ops.assign(input=_input_column(r.path, len(r.gpu_ops), paths)) for r in results])
     ranges = _concat([r.ranges.assign(input=_input_column(r.path, len(r.ranges), paths)) for r in results])
-    marks = _concat([r.marks.assign(input=r.path, rank=r.marks["global_pid"].map(
-        dict(zip(r.ranks["global_pid"], r.ranks["rank"])))) for r in results])
     phases = _concat([r.phases for r in results]).sort_values(["rank"], kind="stable").reset_index(drop=True)
     kernels = _concat([r.kernels for r in results])
     totals = _concat([r.totals for r in results]).sort_values("rank").reset_index(drop=True)
     nvtx = _concat([r.nvtx_projection.assign(input=r.path) for r in results])
-    if all(r.cycles is not None for r in results):
-        # computed per report in the map step (a rank lives in one report): only sort by rank
-        cycles = _concat([r.cycles for r in results])
-        if len(results) > 1 and len(cycles):
-            cycles = cycles.sort_values("rank", kind="stable").reset_index(drop=True)
-        if not len(cycles):
-            cycles = cycles_mod._empty(config)
-        collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
-                                                              if r.collective_ops is not None]))
-    else:
-        cycles = cycles_mod.cycle_table(gpu_ops, ranges, marks, config)
-        collectives = coll_mod.collective_table(gpu_ops, config)
+    # computed per report in the map step (a rank lives in one report): only sort by rank
+    cycles = _concat([r.cycles for r in results])
+    if len(results) > 1 and len(cycles):
+        cycles = cycles.sort_values("rank", kind="stable").reset_index(drop=True)
+    if not len(cycles):
+        cycles = cycles_mod._empty(config)
+    collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
+                                                          if r.collective_ops is not None]))
     notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]
     # the default timeline window is chosen over all ranks: one report's window is the analysis' only
     # when it is the only report (then on its own clock: offset 0)

@@ -20,7 +20,7 @@ COLLECTIVE_OP_COLUMNS = ["rank", "name", "start_ns", "end_ns", "prev_phase"]
 
 def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray,
                    is_coll: np.ndarray, name: np.ndarray, order: np.ndarray) -> pd.DataFrame:
-    """The map step's share of :func:`collective_table`: the collective ops of one report, in
+    """The map step's share of :func:`collective_table_from`: the collective ops of one report, in
     (rank, start) order, with the phase of the op just before each on its rank (``allreduce`` when
     that op is a collective too, ``other`` for a rank's first op). ``order``: the ops' stable order
     by (rank, start); ``phase`` and ``name`` may be codes' lookups (arrays indexed like the ops)."""
@@ -37,18 +37,6 @@ def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: 
     return pd.DataFrame({"rank": r[sel], "name": pd.Series(np.asarray(name[ops], dtype=object), dtype=object),
                          "start_ns": start[ops], "end_ns": end[ops],
                          "prev_phase": pd.Series(prev_phase, dtype=object)})
-
-
-def collective_table(gpu_ops: pd.DataFrame, config=None) -> pd.DataFrame:
-    if gpu_ops.empty or "collective" not in gpu_ops.columns:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
-    rank = gpu_ops["rank"].to_numpy(dtype="int64")
-    start = gpu_ops["start_ns"].to_numpy(dtype="int64")
-    order = np.lexsort((start, rank))
-    return collective_table_from(collective_ops(rank, start, gpu_ops["end_ns"].to_numpy(dtype="int64"),
-                                                gpu_ops["phase"].to_numpy(dtype=object),
-                                                gpu_ops["collective"].to_numpy(dtype=bool),
-                                                gpu_ops["name"].to_numpy(dtype=object), order))
 
 
 def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:

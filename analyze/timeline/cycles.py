@@ -150,29 +150,6 @@ def _sorted_pairs(win: np.ndarray, start: np.ndarray) -> bool:
     return bool(((dw > 0) | (start[1:] >= start[:-1])).all())
 
 
-def cycle_table(gpu_ops: pd.DataFrame, ranges: pd.DataFrame, marks: pd.DataFrame,
-                config: PhaseConfig) -> pd.DataFrame:
-    """Per rank and cycle. The cycle's GPU window runs from the first start to the last end of the ops
-    launched inside its range; everything the rank's GPU ran in that window is split by phase (the
-    same exclusive rule as per rank), so ``sum(<phase>_ns) + gap_ns == duration_ns``."""
-    if "cycle_range" not in gpu_ops.columns or "is_cycle" not in ranges.columns:
-        return _empty(config)
-    names = list(config.names) + [OTHER]
-    phase = pd.Categorical(gpu_ops["phase"], categories=names).codes.astype("int16")
-    phase[phase < 0] = len(names)          # a phase outside the configuration: counts as busy only
-    if "input" in gpu_ops.columns and "input" in ranges.columns:
-        inputs = pd.Index(pd.unique(ranges["input"].astype(str)))
-        op_input = inputs.get_indexer(gpu_ops["input"].astype(str)).astype("int64")
-        range_input = inputs.get_indexer(ranges["input"].astype(str)).astype("int64")
-    else:
-        op_input = np.zeros(len(gpu_ops), dtype="int64")
-        range_input = np.zeros(len(ranges), dtype="int64")
-    return cycle_table_arrays(gpu_ops["rank"].to_numpy(dtype="int64"), gpu_ops["start_ns"].to_numpy(dtype="int64"),
-                              gpu_ops["end_ns"].to_numpy(dtype="int64"), phase,
-                              gpu_ops["cycle_range"].to_numpy(dtype="int64"), op_input,
-                              ranges, range_input, marks, config)
-
-
 def _empty(config: PhaseConfig) -> pd.DataFrame:
     phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
     return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[:9] + phase_cols + COLUMNS[9:]})
@@ -182,7 +159,10 @@ def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.nda
                        op_cycle: np.ndarray, op_input: np.ndarray, ranges: pd.DataFrame,
                        range_input: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
                        op_order: np.ndarray | None = None, windows=None, presorted=None) -> pd.DataFrame:
-    """:func:`cycle_table` on arrays: ``op_phase`` codes into ``config.names + [other]``,
+    """Per rank and cycle, on arrays. The cycle's GPU window runs from the first start to the last end
+    of the ops launched inside its range; everything the rank's GPU ran in that window is split by
+    phase (the same exclusive rule as per rank), so ``sum(<phase>_ns) + gap_ns == duration_ns``.
+    ``op_phase`` codes into ``config.names + [other]``,
     ``op_cycle`` the cycle range id (-1 none), ``op_input`` / ``range_input`` which report (codes),
     ``op_order`` the ops' stable order by (rank, start) when known."""
     if "is_cycle" not in ranges.columns:
