@@ -1,5 +1,6 @@
 """The shape of the package: the import graph of ``analyze/`` has no cycle (imports at module level
-and inside functions both count), and no module uses pyplot (one figure convention: a
+and inside functions both count), each pipeline stage (folder) imports only from earlier stages
+(docs/ARCHITECTURE.md), and no module uses pyplot (one figure convention: a
 ``matplotlib.figure.Figure`` drawn on an Agg canvas, no global pyplot state)."""
 from __future__ import annotations
 
@@ -110,6 +111,29 @@ def test_no_import_cycle_in_analyze():
     detail = ["; ".join(f"{m} -> {t} (line {graph[m][t]})" for m in comp for t in graph[m] if t in comp)
               for comp in cycles]
     assert not cycles, "import cycles: " + " | ".join(detail)
+
+
+# the pipeline's stages in order: a module imports only from its own stage or a lower one
+STAGE = {"errors": 0, "notes": 0, "memory": 0, "demo": 0, "atomic": 1, "results": 1,
+         "read": 2, "project": 3, "attribute": 4, "ranks": 4, "timeline": 5, "run": 6, "views": 7,
+         "render": 8, "tools": 9, "cli": 10, "": 10}
+
+
+def stage_of(module: str) -> str:
+    """``analyze.read.report`` -> ``read``; ``analyze.errors`` -> ``errors``; ``analyze`` -> ``""``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_every_module_has_a_stage():
+    assert {stage_of(m) for m in modules()} <= set(STAGE), "a new folder or top-level module: give it a STAGE"
+
+
+def test_stages_import_only_earlier_stages():
+    graph = import_graph(modules())
+    upward = [f"{m} -> {t} (line {line})" for m, targets in graph.items() for t, line in targets.items()
+              if stage_of(m) != stage_of(t) and STAGE[stage_of(t)] >= STAGE[stage_of(m)]]
+    assert not upward, "imports against the pipeline order: " + "; ".join(upward)
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))

@@ -60,6 +60,15 @@ def test_exit_codes_are_distinct_and_documented():
     doc = (ROOT / "docs" / "bad_input.md").read_text()
     for c in classes:
         assert f"| {c.exit_code} | `{c.__name__}`" in doc
+    # every error class of analyze/errors.py is in the table, with its own code or under its parent's
+    from analyze import errors
+
+    every = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, TraceError) and c is not TraceError]
+    assert len(every) == 11
+    for c in every:
+        own = f"| {c.exit_code} | `{c.__name__}`" in doc
+        under_parent = c.exit_code == c.__mro__[1].exit_code and f"`{c.__name__}`" in doc
+        assert own or under_parent, c.__name__
 
 
 def test_message_is_one_line():

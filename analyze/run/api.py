@@ -27,7 +27,7 @@ from analyze.read.nsys_export import expand_inputs
 from analyze.project import projection
 from analyze.read import report
 from analyze.timeline import collectives as coll_mod
-from analyze.project.launches import cycle_of_ops, prepare_launches
+from analyze.run.launches import cycle_of_ops, prepare_launches
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.ranks.identify import identify_ranks
 from analyze.results import Analysis, ReportResult

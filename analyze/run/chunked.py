@@ -37,7 +37,7 @@ from analyze.project import projection
 from analyze.read import report
 from analyze.timeline import collectives as coll_mod
 from analyze.attribute.intervals import INT64_MIN, union_step
-from analyze.project.launches import Launches
+from analyze.run.launches import Launches
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
 from analyze.ranks.identify import identify_ranks
 from analyze.notes import Note
