@@ -97,9 +97,9 @@ def parse_size(text: str) -> int:
 
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from analyze.run import api
-    from analyze.render import outputs, text as render
     from analyze.attribute import phases
+    from analyze.render import outputs, text as render
+    from analyze.run import api
 
     try:
         config = phases.load_config(args.config, args.phase)

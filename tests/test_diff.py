@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 import analyze
+from analyze.render.outputs import to_json_dict, write_json
 from analyze.tools import sides
 from analyze.tools.diff import model as D
-from analyze.render.outputs import to_json_dict, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"

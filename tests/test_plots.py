@@ -11,8 +11,8 @@ import pytest
 
 import analyze
 from analyze import cli
-from analyze.render import html, plots
 from analyze.attribute.phases import OTHER
+from analyze.render import html, plots
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL4 = ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite"

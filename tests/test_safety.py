@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from analyze.atomic import _umask
-from analyze.errors import EXIT_INTERNAL_ERROR
-from analyze.read.connection import NSYS_REP_MAGIC, reading, table_names
 from analyze.atomic import atomic_dir_write, atomic_path, atomic_write
 from analyze.errors import CorruptReport, MissingInput, NoCudaActivity, NotNsysExport, NotSqlite, NsysRepGiven, OutputError, SchemaWarning, TraceError
+from analyze.errors import EXIT_INTERNAL_ERROR
+from analyze.read.connection import NSYS_REP_MAGIC, reading, table_names
 from analyze.read.connection import export_schema_version, open_report, table_columns
 from analyze.read.inputs import find_reports
 from analyze.read.nsys_export import export_nsys_rep

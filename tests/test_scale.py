@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze.run import api
-from analyze.read import cache, fastread, report
 from analyze.cli import parse_size
+from analyze.read import cache, fastread, report
+from analyze.run import api
 from fixtures.synth import TraceSpec, write_trace
 
 TABLES = ("phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "ranks")
@@ -441,8 +441,8 @@ def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
     by default: the same ops as the whole table has there, so the figure can still be drawn."""
     import matplotlib
     matplotlib.use("Agg")
-    from analyze.timeline import cycles
     from analyze.render import plots
+    from analyze.timeline import cycles
 
     path = os.path.join(REAL, "h200_shim_4rank_single.sqlite")
     whole = api.load(path)

@@ -14,10 +14,10 @@ import pytest
 
 import analyze
 from analyze.tools import sides
+from analyze.tools.sides import Side
 from analyze.tools.whatif import acceptance as A
 from analyze.tools.whatif import command as WC
 from analyze.tools.whatif import model as W
-from analyze.tools.sides import Side
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"

@@ -15,10 +15,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.project import projection as proj
-from analyze.project.projection import text_codes
 from analyze.attribute.intervals import segment_union_length, sorted_union_length
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
+from analyze.project import projection as proj
+from analyze.project.projection import text_codes
 
 OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
 

@@ -16,10 +16,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.read import fastread
 from analyze import memory
 from analyze.errors import CorruptReport
 from analyze.read import connection
+from analyze.read import fastread
 from analyze.read.connection import export_schema_version, open_report
 
 TID_MASK = 0xFFFFFF

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.timeline import collectives as coll_mod
-from analyze.render import plots
-from analyze.views import summary
 from analyze.attribute.phases import OTHER
+from analyze.render import plots
+from analyze.timeline import collectives as coll_mod
+from analyze.views import summary
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 

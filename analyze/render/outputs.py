@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
-from analyze.atomic import atomic_dir_write, atomic_write
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each

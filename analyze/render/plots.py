@@ -31,9 +31,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analyze import notes as N
+from analyze.attribute.phases import OTHER
 from analyze.notes import Note
 from analyze.timeline import cycles as cycles_mod
-from analyze.attribute.phases import OTHER
 
 __all__ = ["PALETTE", "EXTRA_COLORS", "IDLE", "NoData", "FIGURES", "phase_colors", "short_name",
            "phase_bars", "cycle_timeline", "top_kernels", "cycle_distributions", "cycle_breakdown",

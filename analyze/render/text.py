@@ -6,9 +6,9 @@ import textwrap
 
 import pandas as pd
 
+from analyze.attribute.phases import OTHER
 from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
-from analyze.attribute.phases import OTHER
 
 WIDTH = 120
 

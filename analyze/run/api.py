@@ -14,23 +14,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.attribute import attribution
-from analyze.run import checks, multirank
-from analyze.run.progress import progress as _progress
-from analyze.timeline import cycles
 from analyze import memory
 from analyze import notes as N
+from analyze.attribute import attribution
+from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.errors import NoCudaActivity, NvtxOnly, TraceError
 from analyze.notes import Note
+from analyze.project import projection
+from analyze.ranks.identify import identify_ranks
+from analyze.read import report
 from analyze.read.connection import has_table, open_report
 from analyze.read.nsys_export import expand_inputs
-from analyze.project import projection
-from analyze.read import report
-from analyze.timeline import collectives as coll_mod
-from analyze.run.launches import cycle_of_ops, prepare_launches
-from analyze.attribute.phases import OTHER, PhaseConfig
-from analyze.ranks.identify import identify_ranks
 from analyze.results import Analysis, ReportResult
+from analyze.run import checks, multirank
+from analyze.run.launches import cycle_of_ops, prepare_launches
+from analyze.run.progress import progress as _progress
+from analyze.timeline import collectives as coll_mod
+from analyze.timeline import cycles
 
 
 # reports larger than this take over a second: their analysis shows its stages

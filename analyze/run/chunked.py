@@ -27,21 +27,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.attribute import attribution
-from analyze.run import checks
-from analyze.timeline import cycles
 from analyze import memory
 from analyze import notes as N
-from analyze.read.connection import open_report
-from analyze.project import projection
-from analyze.read import report
-from analyze.timeline import collectives as coll_mod
+from analyze.attribute import attribution
 from analyze.attribute.intervals import INT64_MIN, union_step
-from analyze.run.launches import Launches
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
-from analyze.ranks.identify import identify_ranks
 from analyze.notes import Note
+from analyze.project import projection
+from analyze.ranks.identify import identify_ranks
+from analyze.read import report
+from analyze.read.connection import open_report
 from analyze.results import ReportResult
+from analyze.run import checks
+from analyze.run.launches import Launches
+from analyze.timeline import collectives as coll_mod
+from analyze.timeline import cycles
 
 INT64_MAX = np.iinfo(np.int64).max
 KINDS = attribution.KIND_NAMES

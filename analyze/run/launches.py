@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute import attribution
-from analyze.timeline import cycles
-from analyze.project import projection
 from analyze.attribute.phases import PhaseConfig
+from analyze.project import projection
+from analyze.timeline import cycles
 
 
 class Launches(NamedTuple):

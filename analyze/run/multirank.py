@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.ranks import alignment
-from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
 from analyze.attribute.phases import PhaseConfig
+from analyze.ranks import alignment
 from analyze.ranks.identify import RankConflict
 from analyze.results import Analysis
+from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -13,9 +13,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyze.project import projection as proj
 from analyze.attribute.intervals import sorted_union_length
 from analyze.attribute.phases import OTHER, PhaseConfig
+from analyze.project import projection as proj
 
 ACCEPT_MARK = re.compile(r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?"
                          r"(?:\s+lens=(?P<lens>\d+(?:,\d+)*))?")

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyze.ranks.identify import identify_ranks
 from analyze.read import report
 from analyze.views import summary
-from analyze.ranks.identify import identify_ranks
 
 
 class NvtxOverview:

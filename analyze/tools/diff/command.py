@@ -42,8 +42,8 @@ def main_diff(argv: list[str]) -> int:
     d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
                      top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
     if args.json:
-        from analyze.render.outputs import _plain
         from analyze.atomic import atomic_write
+        from analyze.render.outputs import _plain
 
         with atomic_write(args.json) as f:
             json.dump(to_json(d), f, indent=1, default=_plain)

@@ -118,8 +118,8 @@ def main_whatif(argv: list[str]) -> int:
     except ValueError as exc:
         raise TraceError(str(exc)) from exc
     if args.json:
-        from analyze.render.outputs import _plain
         from analyze.atomic import atomic_write
+        from analyze.render.outputs import _plain
 
         with atomic_write(args.json) as f:
             json.dump(to_json(r), f, indent=1, default=_plain)
