@@ -322,8 +322,8 @@ def main(argv=None) -> int:
             subprocess.call(stats_command(nsys, base, ver))
         print(f"profile-trace: wrote {rep} and {base}.sqlite", file=sys.stderr)
         if a.scrub:
-            from analyze.safety import TraceError
-            from analyze.scrub import scrub
+            from analyze.errors import TraceError
+            from analyze.tools.scrub import scrub
 
             try:
                 scrub(base + ".sqlite", base + ".scrubbed.sqlite")

@@ -213,7 +213,7 @@ def _record(args, tmp_path):
 
 
 def _parse(text):
-    from analyze.cycles import ACCEPT_MARK  # the analyzer's own reader of the mark
+    from analyze.timeline.cycles import ACCEPT_MARK  # the analyzer's own reader of the mark
 
     m = ACCEPT_MARK.search(text)
     assert m, text
