@@ -267,7 +267,7 @@ def test_dense_target_keeps_a_constant_batch_by_default(tmp_path):
 def test_moe_workload_under_nsys_marks_read_back_by_the_analyzer(tmp_path):
     """profile-trace + nsys (2022.4 on this CPU machine: -t nvtx): the export's decode cycles and
     accept marks, read with the analyzer's report reader, give the seeded request counts."""
-    from analyze import report
+    from analyze.read import report
 
     out = tmp_path / "w.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
