@@ -66,6 +66,8 @@ class CapturedBySize:
     ``example`` holds at least max(sizes) rows; the graph for n rows is captured on a copy of its
     first n rows.  Without graphs (CPU, eager, or an all-reduce that cannot be captured) ``run`` calls
     fn on x.  A row count with no graph is an error (never padded: the work must track the batch).
+    Sharing the pool means one graph's outputs are valid until the next replay of ANY graph of the
+    set (another graph's scratch may overlap them): read or copy them first, as the workers do.
     ``capture(fn, example_rows, pool)`` builds one graph (default: a ``Captured`` in the shared
     CUDA pool); tests pass a stand-in to check the per-size replay without a GPU."""
 

@@ -463,3 +463,28 @@ def test_batch_period_repeats_the_first_timed_batches(tmp_path):
     assert [_parse(t)[1] for t, _ in marks if t.startswith("accept_len=")] == expect
     run = d["ranks"][0]["runs"][0]
     assert [c["reqs"] for c in run["per_cycle"]] == expect[2:] and run["batch_period"] == 4
+
+
+def _sweep_doc(cycle_us):
+    runs = [{"steps": None if k == 0 else k, "mean_cycle_ns": us * 1e3, "tokens_per_s": 1e6 / us, "cycles": 10}
+            for k, us in enumerate(cycle_us)]
+    return {"ranks": [{"runs": runs}]}
+
+
+def test_sweep_diff_prints_the_per_step_difference_of_two_sweeps(tmp_path, capsys):
+    from spec_workload import sweep_diff
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_sweep_doc([2000.0, 4000.0, 5000.0])))
+    b.write_text(json.dumps(_sweep_doc([2100.0, 3800.0, 5000.0])))
+    rows = sweep_diff.compare(json.loads(a.read_text()), json.loads(b.read_text()))
+    assert [r["run"] for r in rows] == ["nospec", "steps1", "steps2"]
+    assert [round(r["cycle_diff"], 6) for r in rows] == [0.05, -0.05, 0.0]
+    assert sweep_diff.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert ["steps1", "4000.0", "3800.0", "-5.0%", "250.0", "263.2"] in [line.split() for line in out.splitlines()]
+    assert out.splitlines()[-1] == "max |diff| 5.0% (nospec)"
+    b.write_text(json.dumps(_sweep_doc([2100.0, 3800.0])))
+    assert sweep_diff.main([str(a), str(b)]) == 2
+    assert "different runs" in capsys.readouterr().err
+    assert sweep_diff.main([str(a), str(tmp_path / "missing.json")]) == 2
