@@ -38,6 +38,7 @@ baseline in one process, without needing a profiler (the unprofiled truth for is
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -188,6 +189,7 @@ def run_rank(a, rank: int, world: int) -> dict:
     runs = []
 
     def release():  # the previous worker's graphs and their memory pool go before the next is captured
+        gc.collect()  # a worker is in a reference cycle (its graph runners hold its bound methods)
         if use_cuda:
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
