@@ -11,12 +11,15 @@ Targets (``--target``):
   dense (default)  ``--verify-layers`` (4) MLP layers, hidden x ffn: verify costs about the same
                    for any token count (memory bound).
   moe              ``--verify-layers`` (2) MoE layers: each verified token goes to ``--top-k`` (4)
-                   of ``--experts`` (128 on GPU, 32 on CPU) experts of intermediate size
-                   ``--expert-ffn`` (3*hidden/2: 6144 on GPU, 101 MB of bf16 weights per expert)
-                   chosen by a router (matmul + top-k on the token's hidden state); only the
-                   experts hit run, so verify grows with the distinct experts touched, i.e. with
-                   reqs x (steps+1).  Always eager (the expert loop reads expert counts on the
-                   host); the draft still uses CUDA graphs.  See spec_workload/moe.py.
+                   of ``--experts`` (64 on GPU, 32 on CPU) experts of intermediate size
+                   ``--expert-ffn`` (default hidden: 4096 on GPU, 67 MB of bf16 weights per
+                   expert) chosen by a router (matmul + top-k on the token's hidden state); every
+                   (token, expert) pair gathers its expert's weights and applies them (bmm), so
+                   verify grows linearly with reqs x (steps+1) x top-k; plus a dense shared expert
+                   of intermediate ``--shared-ffn`` (default 48*hidden) read once per layer (the
+                   token-independent part).  No host sync, the same kernels for any token count:
+                   verify is a CUDA graph replay, one graph per batch size (M (steps+1) rows,
+                   M = 1..reqs).  See spec_workload/moe.py.
 
 Batch: ``--reqs`` batch slots; with ``--reqs-min`` below ``--reqs`` the number of running
 requests changes from cycle to cycle (seeded finish/arrival process, ``--finish-p``,
@@ -35,6 +38,7 @@ baseline in one process, without needing a profiler (the unprofiled truth for is
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -71,10 +75,12 @@ def parse_args(argv=None):
     p.add_argument("--hidden", type=int, default=None, help="default 4096 on GPU, 64 on CPU")
     p.add_argument("--ffn", type=int, default=None, help="default 4*hidden")
     p.add_argument("--vocab", type=int, default=None, help="default 8192 on GPU, 128 on CPU")
-    p.add_argument("--experts", type=int, default=None, help="moe: experts per layer (default 128 on GPU, 32 on CPU)")
+    p.add_argument("--experts", type=int, default=None, help="moe: experts per layer (default 64 on GPU, 32 on CPU)")
     p.add_argument("--top-k", type=int, default=4, help="moe: experts per token (default 4)")
     p.add_argument("--expert-ffn", type=int, default=None,
-                   help="moe: expert intermediate size (default 3*hidden/2: 6144 on GPU)")
+                   help="moe: expert intermediate size (default hidden: 4096 on GPU)")
+    p.add_argument("--shared-ffn", type=int, default=None,
+                   help="moe: shared expert intermediate size, 0 for none (default 48*hidden)")
     p.add_argument("--reqs", type=int, default=8, help="batch slots: the most requests in a cycle (default 8)")
     p.add_argument("--reqs-min", type=int, default=None,
                    help="fewest requests in a cycle; below --reqs the batch varies (default: --reqs for "
@@ -159,9 +165,10 @@ def _target(a, hidden, ffn, vocab, world, device, dtype, use_cuda):
     if a.target == "moe":
         from .moe import MoEModel
 
-        experts = a.experts or (128 if use_cuda else 32)
-        return MoEModel(a.verify_layers, hidden, a.expert_ffn or 3 * hidden // 2, experts, a.top_k, vocab,
-                        world, device, dtype)
+        experts = a.experts or (64 if use_cuda else 32)
+        shared = 48 * hidden if a.shared_ffn is None else a.shared_ffn
+        return MoEModel(a.verify_layers, hidden, a.expert_ffn or hidden, experts, a.top_k, vocab,
+                        world, device, dtype, shared_ffn=shared)
     return Model(a.verify_layers, hidden, ffn, vocab, world, device, dtype, tp=True)
 
 
@@ -175,21 +182,32 @@ def run_rank(a, rank: int, world: int) -> dict:
 
     hidden, ffn, vocab = _sizes(a, use_cuda)
     graphs = use_cuda if a.graphs is None else (a.graphs and use_cuda)
-    verify_graph = (backend == "nccl" or world == 1) and a.target == "dense"  # moe: always eager
+    verify_graph = backend == "nccl" or world == 1  # a gloo all-reduce of CUDA tensors cannot be captured
     probs = [float(x) for x in a.accept_dist.split(",")]
     target = _target(a, hidden, ffn, vocab, world, device, dtype, use_cuda)
     step_list = [int(x) for x in a.sweep_steps.split(",")] if a.sweep_steps else [a.steps]
     runs = []
+
+    def release():  # the previous worker's graphs and their memory pool go before the next is captured
+        gc.collect()  # a worker is in a reference cycle (its graph runners hold its bound methods)
+        if use_cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
     with torch.inference_mode():
         if a.no_spec or a.sweep_steps:
             worker = TpModelWorker(target, a.reqs, hidden, device, dtype, graphs and verify_graph)
             runs.append(_loop(a, torch, use_cuda, worker, None, 0, vocab))
+            del worker
+            release()
         if not a.no_spec:
             draft = Model(1, hidden, ffn, vocab, world, device, dtype, tp=False)
             for steps in step_list:
                 worker = EAGLEWorker(target, draft, a.reqs, steps, hidden, device, dtype, graphs,
                                      verify_graph, accept_sampler(probs, steps, a.seed))
                 runs.append(_loop(a, torch, use_cuda, worker, steps, expected_accept(probs, steps), vocab))
+                del worker
+                release()
     if use_cuda:
         torch.cuda.synchronize()
     dist.barrier()
@@ -216,12 +234,13 @@ def run_rank(a, rank: int, world: int) -> dict:
 
 def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
     from .batches import make_batches
+    from .moe import distinct_experts
 
     sync = torch.cuda.synchronize if use_cuda else (lambda: None)
     period = a.batch_period or a.cycles
     batches = make_batches(a.reqs, a.reqs_min, a.warmup + period, a.seed, a.finish_p, a.arrive_p, vocab)
     timed = [batches[a.warmup + j % period] for j in range(a.cycles)] if period else []
-    target = worker.target
+    routed = []  # MoE target: each timed cycle's verify expert ids, copied on the device (no host read)
     for batch in batches[: a.warmup]:
         worker.forward_batch_generation(batch)
     sync()
@@ -240,12 +259,14 @@ def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
         tokens += n
         row = {"cycle": i, "duration_ns": now - prev, "accepted_tokens": acc, "tokens": n,
                "reqs": m, "verified_tokens": m * (1 + (steps or 0))}
-        if hasattr(target, "experts_hit"):
-            row["experts_hit"] = target.experts_hit  # distinct experts per layer, last target pass (verify)
+        if getattr(worker, "last_expert_ids", None) is not None:
+            routed.append(worker.last_expert_ids.clone())
         cycles.append(row)
         prev = now
     sync()
     total = time.perf_counter_ns() - t_start
+    for row, ids in zip(cycles, routed):  # read on the host after the timed cycles
+        row["experts_hit"] = distinct_experts(ids)  # distinct experts per layer in the cycle's verify
     sizes = [c["reqs"] for c in cycles]
     return {
         "mode": "nospec" if steps is None else "spec",

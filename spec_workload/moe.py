@@ -1,21 +1,25 @@
 """An MoE-like tensor-parallel target (``--target moe``): verify cost grows with the tokens verified.
 
 Each layer routes every token to ``top_k`` of ``experts`` experts (router: a real matmul + softmax +
-top-k on the hidden state, so which experts are hit depends on the tokens) and runs only the experts
-hit at least once, grouped per expert: the tokens routed to an expert are gathered, go through that
-expert's up GEMM, ReLU and down GEMM, are scaled by their routing weight and scatter-added back.
-An expert's weights are read once per layer whatever the number of its tokens, so a layer's cost
-grows with the number of *distinct* experts touched, i.e. with the tokens in the pass
-(reqs x (steps + 1) in verify); with E experts and uniform-looking routing that is about
-``E (1 - (1 - k/E)^n)`` for n tokens: sublinear, like a real MoE target.
+top-k on the hidden state, so which experts are hit depends on the tokens), then, for every
+(token, slot) pair, gathers that expert's up and down weights (``up[ids]``, ``down[ids]``: one
+index_select each over all pairs) and applies them with batched matmuls (bmm, ReLU between), and
+sums the pairs of a token weighted by their routing weights.  Every pair reads its expert's
+weights, so the layer's memory traffic and GPU time grow linearly with tokens x top_k (a fused-MoE
+kernel reads each *distinct* expert once; that needs a custom kernel, not done here).
 
-Tensor parallel like SGLang's TP MoE: every expert's intermediate dimension is sharded over the
-ranks (up column-parallel, down row-parallel), the router is replicated, and the TP all-reduce
-follows every layer, as in the dense target.
+A dense *shared expert* (``shared_ffn``, as in DeepSeek-V3 / Kimi-K2; 0 turns it off) runs on every
+token: its weights are read once per layer whatever the token count, the token-independent part of
+a layer's cost (what attention over the KV cache and dense layers are in a real MoE verify).
 
-The per-expert loop needs the expert counts on the host (one device-to-host read per layer), so
-the MoE target always runs eagerly: it cannot be captured in a CUDA graph (the draft model, dense,
-still can).  Random weights; only the timing and the routing matter.
+No host synchronisation and a fixed sequence of kernels for any token count (no data-dependent
+shapes, no loop over experts): the forward can be captured in a CUDA graph, one graph per token
+count (spec_workload/graphs.py ``CapturedBySize``).
+
+Tensor parallel like SGLang's TP MoE: every expert's and the shared expert's intermediate
+dimension is sharded over the ranks (up column-parallel, down row-parallel), the router is
+replicated, and the TP all-reduce follows every layer, as in the dense target.  Random weights;
+only the timing and the routing matter.
 """
 
 from __future__ import annotations
@@ -43,72 +47,73 @@ def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> Tuple[torch.Tens
 
 
 def run_experts(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor,
-                up: torch.Tensor, down: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:
-    """sum_j weights[t, j] * relu(x[t] @ up[e]) @ down[e] with e = ids[t, j], for every token t,
-    computed expert by expert over the experts hit at least once.  Returns the output [tokens, H]
-    and the experts hit (ascending).
+                up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    """sum_j weights[t, j] * relu(x[t] @ up[e]) @ down[e] with e = ids[t, j], for every token t:
+    [tokens, H].
 
-    Per layer: sort of the (token, slot) assignments by expert, expert counts read on the host,
-    one gather; per hit expert: up GEMM, ReLU, down GEMM (3 kernels); then the routing-weight
-    scaling and one scatter-add."""
+    Kernels, the same for any token count: up gather ([pairs, H, F]), bmm, ReLU, down gather
+    ([pairs, F, H]), bmm, weight multiply, sum over the slots.  Each gather reads the expert
+    weights of every (token, slot) pair, so the bytes read grow with tokens x top_k."""
     n_tokens, top_k = ids.shape
     flat = ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=up.shape[0]).tolist()  # host sync: which experts run
-    token_of = order // top_k
-    xs = x.index_select(0, token_of)
-    out = torch.empty((xs.shape[0], down.shape[2]), device=x.device, dtype=x.dtype)
-    hit: List[int] = []
-    start = 0
-    for e, c in enumerate(counts):
-        if c == 0:
-            continue
-        seg = slice(start, start + c)
-        h = torch.mm(xs[seg], up[e]).relu_()
-        torch.mm(h, down[e], out=out[seg])
-        hit.append(e)
-        start += c
-    out.mul_(weights.reshape(-1).index_select(0, order).unsqueeze(1))
-    y = torch.zeros((n_tokens, down.shape[2]), device=x.device, dtype=x.dtype)
-    y.index_add_(0, token_of, out)
-    return y, hit
+    xs = x.unsqueeze(1).expand(-1, top_k, -1).reshape(-1, 1, x.shape[1])  # [pairs, 1, H], pair t*top_k+j
+    h = torch.bmm(xs, up.index_select(0, flat)).relu_()          # [pairs, 1, F]
+    out = torch.bmm(h, down.index_select(0, flat))               # [pairs, 1, H]
+    out = out.view(n_tokens, top_k, -1) * weights.unsqueeze(-1)
+    return out.sum(dim=1)
+
+
+def distinct_experts(expert_ids: torch.Tensor) -> List[int]:
+    """Distinct experts chosen per layer, from ``expert_ids`` [layers, tokens, top_k] (a host read:
+    call it after the timed work, never inside a forward)."""
+    return [int(torch.unique(layer).numel()) for layer in expert_ids.detach().cpu()]
 
 
 class MoELayer(torch.nn.Module):
-    """x + all_reduce(MoE(x)); ``experts_hit`` holds the experts the last forward ran."""
+    """``forward(x) -> (x + all_reduce(MoE(x) + shared(x)), expert ids [tokens, top_k])``."""
 
     def __init__(self, hidden: int, expert_ffn: int, experts: int, top_k: int, world: int,
-                 device, dtype, seed: int):
+                 device, dtype, seed: int, shared_ffn: int = 0):
         super().__init__()
         if not 1 <= top_k <= experts:
             raise ValueError(f"top_k={top_k} must be in 1..experts={experts}")
         shard = expert_ffn // world
         if shard < 1:
             raise ValueError(f"expert_ffn={expert_ffn} smaller than the world size {world}")
+        if shared_ffn < 0 or 0 < shared_ffn < world:
+            raise ValueError(f"shared_ffn={shared_ffn} must be 0 or at least the world size {world}")
         g = torch.Generator(device=device).manual_seed(seed)  # same seed on every rank: same router
         self.router = torch.nn.Parameter(_randn((hidden, experts), hidden ** -0.5, g, device, dtype))
         self.up = torch.nn.Parameter(_randn((experts, hidden, shard), hidden ** -0.5, g, device, dtype))
         self.down = torch.nn.Parameter(_randn((experts, shard, hidden), shard ** -0.5, g, device, dtype))
+        self.shared_up = self.shared_down = None
+        if shared_ffn:
+            s = shared_ffn // world
+            self.shared_up = torch.nn.Parameter(_randn((hidden, s), hidden ** -0.5, g, device, dtype))
+            self.shared_down = torch.nn.Parameter(_randn((s, hidden), s ** -0.5, g, device, dtype))
         self.top_k = top_k
-        self.experts_hit: List[int] = []
 
     def forward(self, x):
         weights, ids = route(x, self.router, self.top_k)
-        y, self.experts_hit = run_experts(x, weights, ids, self.up, self.down)
-        return x + tensor_model_parallel_all_reduce(y)
+        y = run_experts(x, weights, ids, self.up, self.down)
+        if self.shared_up is not None:
+            y = y + torch.mm(torch.mm(x, self.shared_up).relu_(), self.shared_down)
+        return x + tensor_model_parallel_all_reduce(y), ids
 
 
 class MoEModel(torch.nn.Module):
-    """Embedding + MoE layers + LM head; ``forward(x) -> (hidden, logits)`` like the dense Model.
+    """Embedding + MoE layers + LM head; ``forward(x) -> (hidden, logits, expert_ids)`` with
+    ``expert_ids`` [layers, tokens, top_k] (the dense Model returns the first two only).
 
     ``embed(ids)`` turns token ids into the hidden states verify routes on (the workers feed it
     the tokens being verified, so the experts hit change from cycle to cycle)."""
 
     def __init__(self, layers: int, hidden: int, expert_ffn: int, experts: int, top_k: int, vocab: int,
-                 world: int, device, dtype):
+                 world: int, device, dtype, shared_ffn: int = 0):
         super().__init__()
         self.layers = torch.nn.ModuleList(
-            MoELayer(hidden, expert_ffn, experts, top_k, world, device, dtype, seed=4321 + i)
+            MoELayer(hidden, expert_ffn, experts, top_k, world, device, dtype, seed=4321 + i,
+                     shared_ffn=shared_ffn)
             for i in range(layers))
         g = torch.Generator(device=device).manual_seed(98)
         self.embedding = torch.nn.Parameter(_randn((vocab, hidden), 1.0, g, device, dtype))
@@ -117,12 +122,9 @@ class MoEModel(torch.nn.Module):
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.embedding.index_select(0, ids.reshape(-1))
 
-    @property
-    def experts_hit(self) -> List[int]:
-        """Distinct experts run per layer in the last forward."""
-        return [len(layer.experts_hit) for layer in self.layers]
-
     def forward(self, x):
+        ids = []
         for layer in self.layers:
-            x = layer(x)
-        return x, x @ self.head
+            x, layer_ids = layer(x)
+            ids.append(layer_ids)
+        return x, x @ self.head, torch.stack(ids)
