@@ -71,6 +71,7 @@ class LoadResult:
     load: Load
     profile_started: Optional[bool] = None
     profile_message: Optional[str] = None
+    profile_stop_message: Optional[str] = None
     seconds: float = 0.0
     requests: List[RequestResult] = field(default_factory=list)
 
@@ -96,7 +97,8 @@ class LoadResult:
 
     def to_json(self) -> dict:
         return {"url": self.url, "load": asdict(self.load), "profile_started": self.profile_started,
-                "profile_message": self.profile_message, "seconds": self.seconds,
+                "profile_message": self.profile_message,
+                "profile_stop_message": self.profile_stop_message, "seconds": self.seconds,
                 "totals": self.totals(), "requests": [asdict(r) for r in self.requests]}
 
 
@@ -191,6 +193,11 @@ def start_profile(url: str, num_steps: Optional[int], timeout_s: float = 120) ->
     return out if isinstance(out, str) else json.dumps(out)
 
 
+def stop_profile(url: str, timeout_s: float = 300) -> str:
+    out = _post(url + "/stop_profile", {}, timeout_s)
+    return out if isinstance(out, str) else json.dumps(out)
+
+
 def drive(url: str, load: Load, profile_steps: Optional[int] = None, start: bool = False,
           log: Callable[[str], None] = lambda s: None) -> LoadResult:
     """Warm-up requests, then (``start``) ``/start_profile``, then the load; every request's
@@ -236,6 +243,15 @@ def drive(url: str, load: Load, profile_steps: Optional[int] = None, start: bool
         t.join()
     result.seconds = time.monotonic() - t0
     result.requests = sorted(rows, key=lambda r: r.index)
+    if start and result.profile_started:
+        # a window still open (the load ended before num_steps): SGLang's cudaProfilerStop makes nsys
+        # save its CUDA buffers now; stopping the server later kills the workers with SIGKILL, and
+        # nsys loses what it has not saved (seen on real SGLang 0.5.17)
+        try:
+            result.profile_stop_message = stop_profile(url).strip()
+        except (urllib.error.URLError, OSError, ValueError) as exc:  # already stopped by num_steps
+            result.profile_stop_message = f"not stopped here: {str(exc)[:200]}"
+        log(f"/stop_profile: {result.profile_stop_message}")
     tot = result.totals()
     log(f"{tot['succeeded']}/{tot['requests']} requests in {result.seconds:.1f} s, "
         f"{tot['completion_tokens']} tokens, SGLang's accept length {tot['spec_accept_length']}")

@@ -8,8 +8,9 @@
 # steps (default all): eager graphs server vocab scripts
 #   eager   sglang.Engine, no CUDA graphs           -> sglang_eager.{sqlite,stats_*.csv,requests.json}
 #   graphs  sglang.Engine, CUDA graphs (node trace) -> sglang_graphs.*
-#   server  python -m sglang.launch_server (graphs) driven by `profile-trace --drive --capture
-#           cudaprofilerapi`: exactly SGLang's /start_profile window      -> sglang_server.*, .load.json
+#   server  python -m sglang.launch_server (graphs, 64-token vocabulary) driven by `profile-trace --drive
+#           --capture cudaprofilerapi`: exactly SGLang's /start_profile window, holding the whole load
+#                                                                         -> sglang_server.*, .load.json
 #   vocab   eager with a 64-token vocabulary, so random weights accept some draft tokens
 #   scripts nsys 2025.3's own stats scripts + its sqlite (for the side-by-side benchmark, issue 19;
 #           NVIDIA's files: unpack outside the repository, never commit them)
@@ -68,8 +69,8 @@ python3 -m nvtx_annotate install-pth
 python3 -m nvtx_annotate --check | tee "$W/check.txt"
 PT=(python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --stats --force
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none)
-SERVER=(python3 -m sglang.launch_server --model-path /tmp/tiny/target --load-format dummy --skip-tokenizer-init
-  --speculative-algorithm EAGLE3 --speculative-draft-model-path /tmp/tiny/eagle3 --speculative-num-steps 3
+SERVER=(python3 -m sglang.launch_server --model-path /tmp/tiny64/target --load-format dummy --skip-tokenizer-init
+  --speculative-algorithm EAGLE3 --speculative-draft-model-path /tmp/tiny64/eagle3 --speculative-num-steps 3
   --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --attention-backend triton --sampling-backend pytorch
   --grammar-backend none --mem-fraction-static 0.5 --tp-size 1 --max-running-requests 8
   --host 127.0.0.1 --port 30000 --log-level info)
@@ -87,9 +88,12 @@ for step in "${STEPS[@]}"; do
       stats_more "$W/sglang_$step"
       (cd "$W" && pack "$step" sglang_$step.sqlite sglang_$step.stats_*.csv sglang_$step.requests.json) ;;
     server)
-      deep_gemm_stub on
-      timeout 300 "${PT[@]}" -o "$W/sglang_server" --capture cudaprofilerapi --sglang-steps 40 --drive \
-        --requests 16 --concurrency 8 --input-len 32 --output-len 48 --sglang-wait 240 --stop-grace 120 -- \
+      # the 64-token vocabulary (random weights then accept some drafts) and a window (num_steps 400) longer
+      # than the load: the whole load is captured, so tokens per cycle can be checked against what SGLang
+      # reports per request (BASE.load.json); profile-trace closes the window with /stop_profile
+      deep_gemm_stub on; tiny 64
+      timeout 300 "${PT[@]}" -o "$W/sglang_server" --capture cudaprofilerapi --sglang-steps 400 --drive \
+        --requests 8 --concurrency 8 --input-len 32 --output-len 32 --sglang-wait 240 --stop-grace 120 -- \
         "${SERVER[@]}" 2>&1 | grep -v -e '^\[[0-9]/[0-9]\]' -e 'Generat' | tail -30
       stats_more "$W/sglang_server"
       (cd "$W" && pack server sglang_server.sqlite sglang_server.stats_*.csv sglang_server.load.json) ;;

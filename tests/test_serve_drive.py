@@ -61,8 +61,9 @@ def test_drive_records_what_the_server_reports(tmp_path):
     start = [e for e in events["events"] if "start_profile" in e]
     assert start == [{"start_profile": {"activities": ["CUDA_PROFILER"], "num_steps": 7}}]
     # warm-up requests come before /start_profile, the load after it
-    kinds = ["s" if "start_profile" in e else "g" for e in events["events"]]
-    assert kinds == ["g", "g", "s"] + ["g"] * 5
+    kinds = ["s" if "start_profile" in e else "t" if "stop_profile" in e else "g" for e in events["events"]]
+    assert kinds == ["g", "g", "s"] + ["g"] * 5 + ["t"]  # the window closed after the load: nsys saves its data
+    assert res.profile_stop_message.startswith("Stop profiling")
 
 
 def test_a_server_that_dies_is_reported_not_awaited():

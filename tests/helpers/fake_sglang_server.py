@@ -48,6 +48,9 @@ def main():
             if self.path == "/start_profile":
                 events.append({"start_profile": body})
                 return self._send(200, "Start profiling.\n")
+            if self.path == "/stop_profile":
+                events.append({"stop_profile": body})
+                return self._send(200, "Stop profiling. This will take some time.\n")
             if self.path == "/generate":
                 n = int(body["sampling_params"]["max_new_tokens"])
                 verify = math.ceil((n - 1) / a.accept)  # the first token comes from prefill
