@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--input-len", type=int, default=32, help="prompt token ids per request (default 32)")
     d.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
     d.add_argument("--warmup-requests", type=int, default=2, help="untimed requests first (default 2)")
+    d.add_argument("--prompt-vocab", type=int, default=1000,
+                   help="prompt token ids are drawn from [3, 3 + N) (default 1000; keep it below the model's vocabulary)")
     d.add_argument("--stop-grace", type=float, default=300,
                    help="seconds nsys may take to write its report after the server is stopped")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -220,7 +222,7 @@ def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
 
     url = serve.server_url(a.cmd, a.sglang_url)
     load = serve.Load(requests=a.requests, concurrency=a.concurrency, input_len=a.input_len,
-                      output_len=a.output_len, warmup_requests=a.warmup_requests)
+                      output_len=a.output_len, warmup_requests=a.warmup_requests, vocab=a.prompt_vocab)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     failed = False
     try:

@@ -93,7 +93,7 @@ for step in "${STEPS[@]}"; do
       # reports per request (BASE.load.json); profile-trace closes the window with /stop_profile
       deep_gemm_stub on; tiny 64
       timeout 300 "${PT[@]}" -o "$W/sglang_server" --capture cudaprofilerapi --sglang-steps 400 --drive \
-        --requests 8 --concurrency 8 --input-len 32 --output-len 32 --sglang-wait 240 --stop-grace 120 -- \
+        --requests 8 --concurrency 8 --input-len 32 --output-len 32 --prompt-vocab 60 --sglang-wait 240 --stop-grace 120 -- \
         "${SERVER[@]}" 2>&1 | grep -v -e '^\[[0-9]/[0-9]\]' -e 'Generat' | tail -30
       stats_more "$W/sglang_server"
       (cd "$W" && pack server sglang_server.sqlite sglang_server.stats_*.csv sglang_server.load.json) ;;
