@@ -15,20 +15,16 @@ import os
 import sys
 import warnings
 
-from . import safety
+from analyze.atomic import atomic_write
+from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
+from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
 
 
-class UsageError(safety.TraceError):
-    """A bad option value (phase configuration, plot request): exit code 10."""
-
-    exit_code = 10
-
-
 def default_trace() -> str:
     """The bundled demo trace (unpacked into the user's cache on first use)."""
-    from .demo import demo_trace
+    from analyze.demo import demo_trace
 
     return demo_trace()
 
@@ -101,7 +97,9 @@ def parse_size(text: str) -> int:
 
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from . import api, outputs, phases, render
+    from analyze.attribute import phases
+    from analyze.render import outputs, text as render
+    from analyze.run import api
 
     try:
         config = phases.load_config(args.config, args.phase)
@@ -112,9 +110,9 @@ def run_analyze(argv: list[str]) -> int:
     try:
         result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                           cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
-    except safety.NoCudaActivity as exc:
-        if "NVTX only" in str(exc) and len(api.expand_inputs(reports)) == 1:
-            show_nvtx_only(api.expand_inputs(reports)[0], args)
+    except NvtxOnly:
+        if len(expand_inputs(reports)) == 1:
+            show_nvtx_only(expand_inputs(reports)[0], args)
         raise
     if args.json:
         outputs.write_json(result, args.json)
@@ -124,13 +122,13 @@ def run_analyze(argv: list[str]) -> int:
         outputs.write_parquet(result, args.parquet)
     if args.plots or args.html:
         try:
-            from . import plots
+            from analyze.render import plots
         except ImportError as exc:  # pragma: no cover
             raise UsageError(f"plots unavailable: {exc}") from exc
         if args.plots:
             plots.write_all(result, args.plots)
         if args.html:
-            from . import html
+            from analyze.render import html
             html.write_html(result, args.html)
     if not args.quiet:
         sys.stdout.write(render.render(result, top=args.top))
@@ -141,11 +139,11 @@ def show_nvtx_only(path: str, args) -> None:
     """What an NVTX-only export holds (ranks, CPU range statistics), before the exit-7 error line."""
     import json
 
-    from . import nvtx_only
+    from analyze.tools import nvtx_only
 
     ov = nvtx_only.overview(path)
     if args.json:
-        with safety.atomic_write(args.json) as f:
+        with atomic_write(args.json) as f:
             json.dump(nvtx_only.to_json_dict(ov), f, indent=1)
             f.write("\n")
     if not args.quiet:
@@ -155,13 +153,13 @@ def show_nvtx_only(path: str, args) -> None:
 
 def dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "scrub":
-        from .scrub import main_scrub
+        from analyze.tools.scrub import main_scrub
         return main_scrub(argv[1:]) or 0
     if argv and argv[0] == "diff":
-        from .diff import main_diff
+        from analyze.tools.diff.command import main_diff
         return main_diff(argv[1:]) or 0
     if argv and argv[0] == "whatif":
-        from .whatif import main_whatif
+        from analyze.tools.whatif.command import main_whatif
         return main_whatif(argv[1:]) or 0
     return run_analyze(argv)
 
@@ -170,11 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
-    warnings.simplefilter("default", safety.SchemaWarning)
+    warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
     try:
         return dispatch(argv)
-    except safety.TraceError as exc:
+    except TraceError as exc:
         print(f"analyze-trace: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

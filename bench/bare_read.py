@@ -2,7 +2,7 @@
 
     python bench/bare_read.py REPORT.sqlite
 
-The statements are recorded from analyze.report on a tiny export of the same schema, so the
+The statements are recorded from analyze.read.report on a tiny export of the same schema, so the
 columns are exactly those the analysis reads; nothing is converted to pandas or analysed.
 """
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import adbc_driver_sqlite.dbapi as dbapi
 
-from analyze import fastread, report, safety
+from analyze.read import fastread, report
+from analyze.read.connection import open_report
 
 
 def statements(path: str) -> list[str]:
@@ -48,5 +49,5 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    safety.open_report(sys.argv[1]).close()
+    open_report(sys.argv[1]).close()
     main(sys.argv[1])

@@ -2,11 +2,19 @@
 
 Adds what a tensor-parallel, CUDA-graph server needs: ``--trace-fork-before-exec=true`` (TP
 workers are spawned processes), ``--cuda-graph-trace=node`` (kernels inside graph replays),
+``--cuda-flush-interval=1000`` (SGLang kills its workers at shutdown: unsaved CUDA buffers would be lost),
 ``-t cuda,nvtx,osrt``; capture everything, by delay/duration, or by ``cudaProfilerApi`` (with
 ``--sglang-url`` it calls SGLang's ``/start_profile`` with ``CUDA_PROFILER`` once the server
 answers).  Sets ``SPECPROF_NVTX=1`` (the ``.pth`` hook that ``pip install specprof`` put into
 site-packages then loads the shim in every process; nothing is written into site-packages here),
 exports SQLite next to the report and prints the ``analyze-trace`` command.
+
+``--drive`` profiles a server in one command: CMD (``python -m sglang.launch_server ...``) is
+started, profile-trace waits for it to answer, sends warm-up requests, starts SGLang's profiler
+(``--capture cudaprofilerapi``: exactly SGLang's ``/start_profile`` window of ``--sglang-steps``
+forward steps), drives ``--requests`` ``/generate`` requests of token ids, writes what SGLang
+reported per request to ``BASE.load.json`` and stops the server as Ctrl-C would
+(``nvtx_annotate/serve.py``).  An existing report is never overwritten without ``--force``.
 """
 
 from __future__ import annotations
@@ -74,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sglang-steps", type=int, default=20, help="num_steps for /start_profile")
     p.add_argument("--sglang-wait", type=float, default=600, help="seconds to wait for the server")
     p.add_argument("--cuda-graph-trace", choices=["node", "graph"], default="node")
+    p.add_argument("--cuda-flush-interval", type=int, default=1000, metavar="MS",
+                   help="nsys saves buffered CUDA data every MS milliseconds (default 1000; 0: only when a "
+                        "buffer is full). SGLang kills its TP workers at shutdown, so data still buffered then "
+                        "is lost: on a real SGLang 0.5.17 run the last 3 s of kernels (and with eager mode, "
+                        "every kernel) were missing without it")
     p.add_argument("-t", "--trace", default="cuda,nvtx,osrt")
     p.add_argument("--nsys", default=None, help="nsys binary (default $NSYS, then nsys on PATH)")
     p.add_argument("--package", default=None, help="package the shim patches (default sglang)")
@@ -87,6 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scrub", action="store_true",
                    help="also write BASE.scrubbed.sqlite: a shareable copy without the machine's "
                         "environment, command line, paths and host names (timing rows untouched)")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite an existing BASE.nsys-rep / BASE.sqlite (default: refuse, exit 8)")
+    d = p.add_argument_group("driving a server (--drive)")
+    d.add_argument("--drive", action="store_true",
+                   help="CMD is an SGLang server: wait for it, warm it up, start its profiler "
+                        "(--capture cudaprofilerapi), send the load, then stop it")
+    d.add_argument("--requests", type=int, default=16, help="requests sent (default 16)")
+    d.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    d.add_argument("--input-len", type=int, default=32, help="prompt token ids per request (default 32)")
+    d.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
+    d.add_argument("--warmup-requests", type=int, default=2, help="untimed requests first (default 2)")
+    d.add_argument("--prompt-vocab", type=int, default=1000,
+                   help="prompt token ids are drawn from [3, 3 + N) (default 1000; keep it below the model's vocabulary)")
+    d.add_argument("--stop-grace", type=float, default=300,
+                   help="seconds nsys may take to write its report after the server is stopped")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD...")
     return p
@@ -98,9 +126,12 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
         "-t", a.trace,
         "--trace-fork-before-exec=true",
         f"--cuda-graph-trace={a.cuda_graph_trace}",
-        "--force-overwrite=true",
-        "-o", base,
     ]
+    if getattr(a, "cuda_flush_interval", 0) and "cuda" in a.trace.split(","):
+        cmd.append(f"--cuda-flush-interval={a.cuda_flush_interval}")
+    if getattr(a, "force", False):
+        cmd.append("--force-overwrite=true")
+    cmd += ["-o", base]
     if a.delay is not None and a.capture == "all":
         cmd.append(f"--delay={a.delay:g}")
     if a.duration is not None:
@@ -112,8 +143,17 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
 
 
 def export_command(nsys: str, base: str) -> List[str]:
+    # the .sqlite was checked absent (or --force given) before profiling: this export owns it
     return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
             "-o", base + ".sqlite", base + ".nsys-rep"]
+
+
+OUTPUT_SUFFIXES = (".nsys-rep", ".sqlite", ".scrubbed.sqlite", ".load.json")
+
+
+def existing_outputs(base: str) -> List[str]:
+    """Outputs of an earlier run at ``base`` that this run would replace."""
+    return [base + s for s in OUTPUT_SUFFIXES if os.path.lexists(base + s)]
 
 
 def stats_reports(version: Optional[Tuple[int, ...]]) -> str:
@@ -171,6 +211,46 @@ def _start_profile_thread(url: str, steps: int, wait: float, delay: Optional[flo
     return t
 
 
+def _log(text: str) -> None:
+    print(f"profile-trace: {text}", file=sys.stderr, flush=True)
+
+
+def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
+    """Starts the server under nsys in its own process group, drives it, stops it; returns 0, or 3
+    when the server never answered or no request succeeded."""
+    from . import serve
+
+    url = serve.server_url(a.cmd, a.sglang_url)
+    load = serve.Load(requests=a.requests, concurrency=a.concurrency, input_len=a.input_len,
+                      output_len=a.output_len, warmup_requests=a.warmup_requests, vocab=a.prompt_vocab)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    failed = False
+    try:
+        waited = serve.wait_ready(url, a.sglang_wait, alive=lambda: proc.poll() is None)
+        _log(f"{url} is up after {waited:.0f} s")
+        result = serve.drive(url, load, profile_steps=a.sglang_steps,
+                             start=a.capture == "cudaprofilerapi", log=_log)
+        path = base + ".load.json"
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(result.to_json(), f, indent=1)
+        os.replace(tmp, path)
+        _log(f"wrote {path} (what SGLang reported per request)")
+        failed = result.totals()["succeeded"] == 0
+    except serve.ServerError as exc:
+        _log(f"error: {exc}")
+        failed = True
+    except KeyboardInterrupt:
+        _log("interrupted: stopping the server")
+        failed = True
+    finally:
+        nsys_rc = serve.stop_process_group(proc, grace_s=a.stop_grace, log=_log)
+        _log(f"nsys exited with status {nsys_rc}")
+    # nsys passes on the server's status, non-zero after SIGINT: the load's outcome decides (3 = the
+    # server did not come up or no request succeeded; the report, if any, is still exported)
+    return 3 if failed else 0
+
+
 def main(argv=None) -> int:
     p = build_parser()
     a = p.parse_args(sys.argv[1:] if argv is None else argv)
@@ -178,6 +258,8 @@ def main(argv=None) -> int:
         a.cmd = a.cmd[1:]
     if not a.cmd:
         p.error("no command given: profile-trace [options] -- CMD...")
+    if a.drive and a.delay is not None:
+        p.error("--drive starts the profile itself (after warm-up): --delay does not apply")
     base = a.output or time.strftime("specprof-%Y%m%d-%H%M%S")
     base = re.sub(r"\.(nsys-rep|qdrep|sqlite)$", "", base)
     nsys = find_nsys(a.nsys)
@@ -215,11 +297,20 @@ def main(argv=None) -> int:
             print("profile-trace: warning: this Python has no specprof_nvtx.pth hook, so only SGLang >= 0.5.11 "
                   "(its plugin entry point) annotates its TP workers; `pip install specprof` installs the hook, "
                   "`python -m nvtx_annotate install-pth` adds it to a source checkout's Python", file=sys.stderr)
-    if a.capture == "cudaprofilerapi" and a.sglang_url:
-        _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
+    if not a.force:
+        clash = existing_outputs(base)
+        if clash:
+            print(f"profile-trace: error: {clash[0]} exists (an earlier run?): choose another -o, or "
+                  f"--force to replace it", file=sys.stderr)
+            return 8
     cmd = profile_command(a, nsys, base)
     print("profile-trace:", shlex.join(cmd), file=sys.stderr)
-    rc = subprocess.call(cmd, env=env)
+    if a.drive:
+        rc = _run_driven(a, cmd, env, base)
+    else:
+        if a.capture == "cudaprofilerapi" and a.sglang_url:
+            _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
+        rc = subprocess.call(cmd, env=env)
     rep = base + ".nsys-rep"
     if not os.path.exists(rep):
         print(f"profile-trace: error: nsys wrote no report ({rep}); exit status {rc}", file=sys.stderr)
@@ -233,8 +324,8 @@ def main(argv=None) -> int:
             subprocess.call(stats_command(nsys, base, ver))
         print(f"profile-trace: wrote {rep} and {base}.sqlite", file=sys.stderr)
         if a.scrub:
-            from analyze.safety import TraceError
-            from analyze.scrub import scrub
+            from analyze.errors import TraceError
+            from analyze.tools.scrub import scrub
 
             try:
                 scrub(base + ".sqlite", base + ".scrubbed.sqlite")

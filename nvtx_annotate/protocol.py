@@ -1,7 +1,7 @@
 """The shim's NVTX protocol: domain, range names, mark formats (emitting and parsing).
 
 The one definition shared by the shim (``nvtx_annotate``), the analyzer's default phases and
-accept-mark matching (``analyze.phases``, ``analyze.cycles``, ``analyze.ranks``) and the synthetic
+accept-mark matching (``analyze.attribute.phases``, ``analyze.timeline.cycles``, ``analyze.ranks.identify``) and the synthetic
 trace generator (``fixtures.synth``). Standard library only: it is imported at server start.
 
 Ranges (NVTX push/pop in domain ``sglang``; async targets use start/end ranges):

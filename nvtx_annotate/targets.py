@@ -40,6 +40,7 @@ PROFILE_START = "profile_start"  # no range; the rank mark again once profiling 
 INSTANCE = Read("the instance", (), None)
 BATCH = Read("the batch (forward mode)", ("batch", "model_worker_batch", "schedule_batch", "forward_batch"), 0)
 RESULT = Read("the batch result", ("result", "batch_result", "generation_result", "output", "res"), 0)
+REQS_BATCH = Read("the batch (its requests)", ("batch", "schedule_batch"), 1)
 LENGTHS = Read("the accept lengths", ("num_correct_drafts_per_req", "num_correct_drafts_per_req_cpu",
                                       "accept_length_per_req", "accept_length_per_req_cpu",
                                       "accept_lens", "accept_lengths"), 0)
@@ -47,7 +48,7 @@ LENGTHS = Read("the accept lengths", ("num_correct_drafts_per_req", "num_correct
 KIND_READS: dict[str, tuple[Read, ...]] = {
     CYCLE: (INSTANCE, BATCH),
     ALLREDUCE_TP: (INSTANCE,),
-    ACCEPT_RESOLVE: (RESULT,),
+    ACCEPT_RESOLVE: (RESULT, REQS_BATCH),
     ACCEPT_CPU_ARG: (LENGTHS,),
     RANK_INIT: (INSTANCE,),
 }

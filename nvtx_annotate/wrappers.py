@@ -362,27 +362,57 @@ def _hooks_verify_v1(name: str) -> Hooks:
     return Hooks(enter, leave, fail)
 
 
-def _hooks_accept_resolve(get_result, label: str) -> Hooks:
+def _done_flags(batch) -> Optional[list]:
+    """Per request of a schedule batch, whether it had already finished (or was retracted) before
+    this result was resolved: with the overlap scheduler one more cycle runs for requests that the
+    previous result finished, and SGLang discards what it produced for them (its ``spec_verify_ct``
+    does not count it). None when the batch does not say."""
+    reqs = getattr(batch, "reqs", None)
+    if not isinstance(reqs, (list, tuple)):
+        return None
+    out = []
+    for req in reqs:
+        done = bool(getattr(req, "is_retracted", False))
+        finished = getattr(req, "finished", None)
+        if callable(finished):
+            done = done or bool(finished())
+        out.append(done)
+    return out
+
+
+def _hooks_accept_resolve(get_result, label: str, get_batch=None) -> Hooks:
     def enter(args, kwargs):
         b = _active(False)
         if b is None:
             return None
         _tls.resolving += 1
-        return b
+        done = None
+        if get_batch is not None:
+            try:
+                batch = get_batch(args, kwargs)
+                done = None if batch is MISSING else _done_flags(batch)
+            except Exception as exc:  # the batch is read before the call: never break it
+                fault(label + " (requests)", exc)
+        return b, done
 
-    def leave(b, args, kwargs, ret):
+    def leave(state, args, kwargs, ret):
         _tls.resolving -= 1
+        b, done = state
         result = get_result(args, kwargs)
         if result is MISSING:
             return
         k = _cycle_of(result)
-        emit_accept(_first_attr(result, RESULT_ACCEPT_ATTRS), k, b)
+        lengths = _first_attr(result, RESULT_ACCEPT_ATTRS)
+        if done is not None and isinstance(lengths, (list, tuple)) and len(done) == len(lengths) and any(done):
+            # only the requests SGLang counts: those not finished before this cycle
+            lengths = [n for n, d in zip(lengths, done) if not d]
+        emit_accept(lengths, k, b)
         if k is None and _stats["cycles"] == 0:
             warn_once("uncycled", f"nvtx_annotate: accept lengths resolved by {label} belong to no annotated "
                                   f"decode cycle (this worker's forward_batch_generation is not annotated): "
                                   f"marks carry no cycle number")
 
-    def fail(b):
+    def fail(state):
         _tls.resolving -= 1
 
     return Hooks(enter, leave, fail)
@@ -552,6 +582,8 @@ def _unbound_consequence(kind: str, what: str) -> str:
         return "prefill batches are recorded as decode cycles"
     if kind == CYCLE:
         return "its worker's roles are not checked"
+    if kind == ACCEPT_RESOLVE and "requests" in what:
+        return "requests that had already finished are counted in the accept mark"
     if kind == ALLREDUCE_TP:
         return "all-reduce ranges are recorded for every group"
     if kind == RANK_INIT:
@@ -572,7 +604,7 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
         return _hooks_verify_v1(name)
     if kind == ACCEPT_RESOLVE:
         get = g.get("the batch result")
-        return _hooks_accept_resolve(get, label) if get is not None else None
+        return _hooks_accept_resolve(get, label, g.get("the batch (its requests)")) if get is not None else None
     if kind == ACCEPT_CPU_ARG:
         get = g.get("the accept lengths")
         return _hooks_accept_arg(get) if get is not None else None

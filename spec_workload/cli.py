@@ -7,7 +7,30 @@ target model over reqs x (steps+1) tokens with a TP all-reduce after every layer
 replay when the all-reduce can be captured, i.e. nccl or world 1), host read-back of the accept
 lengths (drawn from a fixed, seeded distribution), then ``forward_draft_extend_after_decode``.
 
-Writes its own measured tokens/s and per-cycle timings to ``--out-json`` (rank 0).  With
+Targets (``--target``):
+  dense (default)  ``--verify-layers`` (4) MLP layers, hidden x ffn: verify costs about the same
+                   for any token count (memory bound).
+  moe              ``--verify-layers`` (2) MoE layers: each verified token goes to ``--top-k`` (4)
+                   of ``--experts`` (64 on GPU, 32 on CPU) experts of intermediate size
+                   ``--expert-ffn`` (default hidden: 4096 on GPU, 67 MB of bf16 weights per
+                   expert) chosen by a router (matmul + top-k on the token's hidden state); every
+                   (token, expert) pair gathers its expert's weights and applies them (bmm), so
+                   verify grows linearly with reqs x (steps+1) x top-k; plus a dense shared expert
+                   of intermediate ``--shared-ffn`` (default 48*hidden) read once per layer (the
+                   token-independent part).  No host sync, the same kernels for any token count:
+                   verify is a CUDA graph replay, one graph per batch size (M (steps+1) rows,
+                   M = 1..reqs).  See spec_workload/moe.py.
+
+Batch: ``--reqs`` batch slots; with ``--reqs-min`` below ``--reqs`` the number of running
+requests changes from cycle to cycle (seeded finish/arrival process, ``--finish-p``,
+``--arrive-p``; spec_workload/batches.py), the same sequence for every step count, so one
+profile holds cycles of different verified-token counts; ``--batch-period P`` repeats the first
+P timed batches (an unprofiled sweep then sees exactly the batch mix of a P-cycle profile).
+Default: constant for the dense target, varying (``--reqs-min`` 1) for the MoE target;
+``--reqs-min`` equal to ``--reqs`` fixes it.
+
+Writes its own measured tokens/s and per-cycle timings (with the batch size, verified tokens and,
+for the MoE target, the experts hit per layer) to ``--out-json`` (rank 0).  With
 ``--sweep-steps 1,2,...`` it measures tokens/s for each draft step count and the no-speculation
 baseline in one process, without needing a profiler (the unprofiled truth for issue 7).
 """
@@ -15,6 +38,7 @@ baseline in one process, without needing a profiler (the unprofiled truth for is
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -46,17 +70,43 @@ def parse_args(argv=None):
                    help="P(k accepted draft tokens), k=0,1,...; k is capped at --steps")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-spec", action="store_true", help="baseline: plain decode, no speculation")
-    p.add_argument("--verify-layers", type=int, default=4, help="target model layers")
+    p.add_argument("--target", choices=["dense", "moe"], default="dense", help="target model (default dense)")
+    p.add_argument("--verify-layers", type=int, default=None, help="target model layers (default 4 dense, 2 moe)")
     p.add_argument("--hidden", type=int, default=None, help="default 4096 on GPU, 64 on CPU")
     p.add_argument("--ffn", type=int, default=None, help="default 4*hidden")
     p.add_argument("--vocab", type=int, default=None, help="default 8192 on GPU, 128 on CPU")
-    p.add_argument("--reqs", type=int, default=8, help="requests in the batch")
+    p.add_argument("--experts", type=int, default=None, help="moe: experts per layer (default 64 on GPU, 32 on CPU)")
+    p.add_argument("--top-k", type=int, default=4, help="moe: experts per token (default 4)")
+    p.add_argument("--expert-ffn", type=int, default=None,
+                   help="moe: expert intermediate size (default hidden: 4096 on GPU)")
+    p.add_argument("--shared-ffn", type=int, default=None,
+                   help="moe: shared expert intermediate size, 0 for none (default 48*hidden)")
+    p.add_argument("--reqs", type=int, default=8, help="batch slots: the most requests in a cycle (default 8)")
+    p.add_argument("--reqs-min", type=int, default=None,
+                   help="fewest requests in a cycle; below --reqs the batch varies (default: --reqs for "
+                        "the dense target, 1 for moe)")
+    p.add_argument("--finish-p", type=float, default=0.3, help="varying batch: P(a request finishes) per cycle")
+    p.add_argument("--arrive-p", type=float, default=0.3, help="varying batch: P(a free slot gets a request) per cycle")
+    p.add_argument("--batch-period", type=int, default=0, metavar="P",
+                   help="timed cycle j runs the batch of timed cycle j mod P (0: no repeat); a sweep with "
+                        "P = a profile's --cycles and a multiple of P cycles sees the profile's batch mix exactly")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--sweep-steps", default=None, help="e.g. 1,2,3,4,5,6: tokens/s per step count + baseline")
     p.add_argument("--out-json", default=None)
     a = p.parse_args(argv)
     if a.rank is not None and a.master_port is None:
         p.error("--rank needs --master-port (the same for every rank)")
+    if a.verify_layers is None:
+        a.verify_layers = 2 if a.target == "moe" else 4
+    if a.reqs_min is None:
+        a.reqs_min = 1 if a.target == "moe" else a.reqs
+    if not 1 <= a.reqs_min <= a.reqs:
+        p.error(f"--reqs-min {a.reqs_min} must be in 1..--reqs {a.reqs}")
+    if a.batch_period < 0:
+        p.error("--batch-period must be >= 0")
+    for name in ("finish_p", "arrive_p"):
+        if not 0.0 <= getattr(a, name) <= 1.0:
+            p.error(f"--{name.replace('_', '-')} must be in [0, 1]")
     return a
 
 
@@ -109,6 +159,19 @@ def _sizes(a, use_cuda):
     return hidden, a.ffn or 4 * hidden, a.vocab or (8192 if use_cuda else 128)
 
 
+def _target(a, hidden, ffn, vocab, world, device, dtype, use_cuda):
+    from .model import Model
+
+    if a.target == "moe":
+        from .moe import MoEModel
+
+        experts = a.experts or (64 if use_cuda else 32)
+        shared = 48 * hidden if a.shared_ffn is None else a.shared_ffn
+        return MoEModel(a.verify_layers, hidden, a.expert_ffn or hidden, experts, a.top_k, vocab,
+                        world, device, dtype, shared_ffn=shared)
+    return Model(a.verify_layers, hidden, ffn, vocab, world, device, dtype, tp=True)
+
+
 def run_rank(a, rank: int, world: int) -> dict:
     torch, device, dtype, backend, tp, use_cuda = _setup(a, rank, world)
     import torch.distributed as dist
@@ -119,21 +182,32 @@ def run_rank(a, rank: int, world: int) -> dict:
 
     hidden, ffn, vocab = _sizes(a, use_cuda)
     graphs = use_cuda if a.graphs is None else (a.graphs and use_cuda)
-    verify_graph = backend == "nccl" or world == 1
+    verify_graph = backend == "nccl" or world == 1  # a gloo all-reduce of CUDA tensors cannot be captured
     probs = [float(x) for x in a.accept_dist.split(",")]
-    target = Model(a.verify_layers, hidden, ffn, vocab, world, device, dtype, tp=True)
+    target = _target(a, hidden, ffn, vocab, world, device, dtype, use_cuda)
     step_list = [int(x) for x in a.sweep_steps.split(",")] if a.sweep_steps else [a.steps]
     runs = []
+
+    def release():  # the previous worker's graphs and their memory pool go before the next is captured
+        gc.collect()  # a worker is in a reference cycle (its graph runners hold its bound methods)
+        if use_cuda:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
     with torch.inference_mode():
         if a.no_spec or a.sweep_steps:
             worker = TpModelWorker(target, a.reqs, hidden, device, dtype, graphs and verify_graph)
-            runs.append(_loop(a, torch, use_cuda, worker, None, 0))
+            runs.append(_loop(a, torch, use_cuda, worker, None, 0, vocab))
+            del worker
+            release()
         if not a.no_spec:
             draft = Model(1, hidden, ffn, vocab, world, device, dtype, tp=False)
             for steps in step_list:
                 worker = EAGLEWorker(target, draft, a.reqs, steps, hidden, device, dtype, graphs,
                                      verify_graph, accept_sampler(probs, steps, a.seed))
-                runs.append(_loop(a, torch, use_cuda, worker, steps, expected_accept(probs, steps)))
+                runs.append(_loop(a, torch, use_cuda, worker, steps, expected_accept(probs, steps), vocab))
+                del worker
+                release()
     if use_cuda:
         torch.cuda.synchronize()
     dist.barrier()
@@ -145,6 +219,7 @@ def run_rank(a, rank: int, world: int) -> dict:
         "pid": os.getpid(),
         "device": str(device),
         "backend": backend,
+        "target": a.target,
         "cuda_graphs": bool(graphs),
         "verify_graph": bool(graphs and verify_graph),
         "shim_installed": bool(shim._installed),
@@ -157,33 +232,51 @@ def run_rank(a, rank: int, world: int) -> dict:
     return info
 
 
-def _loop(a, torch, use_cuda, worker, steps, exp_accept) -> dict:
+def _loop(a, torch, use_cuda, worker, steps, exp_accept, vocab) -> dict:
+    from .batches import make_batches
+    from .moe import distinct_experts
+
     sync = torch.cuda.synchronize if use_cuda else (lambda: None)
-    for _ in range(a.warmup):
-        worker.forward_batch_generation(None)
+    period = a.batch_period or a.cycles
+    batches = make_batches(a.reqs, a.reqs_min, a.warmup + period, a.seed, a.finish_p, a.arrive_p, vocab)
+    timed = [batches[a.warmup + j % period] for j in range(a.cycles)] if period else []
+    routed = []  # MoE target: each timed cycle's verify expert ids, copied on the device (no host read)
+    for batch in batches[: a.warmup]:
+        worker.forward_batch_generation(batch)
     sync()
     cycles = []
     tokens = 0
     t_start = time.perf_counter_ns()
     prev = t_start
-    for i in range(a.cycles):
-        res = worker.forward_batch_generation(None)
+    for i, batch in enumerate(timed):
+        res = worker.forward_batch_generation(batch)
         now = time.perf_counter_ns()
+        m = batch.batch_size()
         if steps is None:
             n, acc = res, None
         else:
             n, acc = res.num_tokens, sum(res.accept_length_per_req_cpu)
         tokens += n
-        cycles.append({"cycle": i, "duration_ns": now - prev, "accepted_tokens": acc, "tokens": n})
+        row = {"cycle": i, "duration_ns": now - prev, "accepted_tokens": acc, "tokens": n,
+               "reqs": m, "verified_tokens": m * (1 + (steps or 0))}
+        if getattr(worker, "last_expert_ids", None) is not None:
+            routed.append(worker.last_expert_ids.clone())
+        cycles.append(row)
         prev = now
     sync()
     total = time.perf_counter_ns() - t_start
+    for row, ids in zip(cycles, routed):  # read on the host after the timed cycles
+        row["experts_hit"] = distinct_experts(ids)  # distinct experts per layer in the cycle's verify
+    sizes = [c["reqs"] for c in cycles]
     return {
         "mode": "nospec" if steps is None else "spec",
         "steps": steps,
         "cycles": a.cycles,
         "warmup": a.warmup,
         "reqs": a.reqs,
+        "reqs_min": a.reqs_min,
+        "batch_period": a.batch_period,
+        "mean_reqs": sum(sizes) / max(len(sizes), 1),
         "tokens": tokens,
         "wall_ns": total,
         "tokens_per_s": tokens / (total / 1e9),

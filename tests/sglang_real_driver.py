@@ -299,11 +299,22 @@ try:
     prof.start()
     worker.forward_batch_generation(make_batch(False))  # the rank mark once more at the next cycle
 
+    n_events = len(rec.events)  # what the other checks read ends here
+    stats_before = wrappers.stats()
+    # overlap scheduling: one more cycle runs for a request the previous result finished; SGLang
+    # discards it (no spec_verify_ct), so the accept mark leaves it out
+    done_batch = make_batch(False)
+    done_batch.reqs[1].finished = lambda: True
+    done_result = worker.forward_batch_generation(done_batch)
+    out["done_cycle"] = getattr(done_result, "_specprof_nvtx_cycle", None)
+    proc._resolve_spec_v2_tokens(done_result, done_batch)
+    out["done_marks"] = [t for k, t, _, v in rec.events[n_events:] if k == "mark"]
+
     out["calls"] = calls
-    out["events"] = [[k, t, v] for k, t, _, v in rec.events]
+    out["events"] = [[k, t, v] for k, t, _, v in rec.events[:n_events]]
     out["events_before_decode"] = events_before_decode
     out["balanced"] = rec.balanced()
-    out["stats"] = wrappers.stats()
+    out["stats"] = stats_before
 except Exception:
     out["errors"].append(traceback.format_exc())
 

@@ -124,7 +124,7 @@ def test_inputs_unchanged_by_every_command(tmp_path):
 
 
 def test_failed_output_leaves_no_partial_file(tmp_path, monkeypatch):
-    from analyze import outputs
+    from analyze.render import outputs
 
     target = tmp_path / "r.json"
     target.write_text("previous run\n")
@@ -158,7 +158,8 @@ def test_sliced_two_gpu_capture_counts_kernels_without_launch_call():
     assert len(kernels) == 3442
     unlinked = int(((result.gpu_ops["call_pos"] < 0)).sum())
     assert unlinked > 0
-    assert any(f"{unlinked} GPU ops had no launching API call" in n for n in result.notes)
+    note = next(n for n in result.notes if n.code == "unlinked_ops")
+    assert note.count == unlinked and note.message.startswith(f"{unlinked} GPU ops had no launching API call")
     t = result.totals.set_index("rank")
     named = result.phases[result.phases["phase"] != "other"].groupby("rank")["exclusive_ns"].sum()
     assert (named + t["unattributed_ns"] == t["busy_ns"]).all()

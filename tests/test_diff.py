@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import diff as D
-from analyze.outputs import to_json_dict, write_json
+from analyze.render.outputs import to_json_dict, write_json
+from analyze.tools import sides
+from analyze.tools.diff import model as D
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -101,8 +102,8 @@ def test_new_and_vanished_kernels():
                        "name": ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "void foo<int>(int)"]})
     ka = pd.DataFrame({"rank": 0, "phase": ["allreduce", "verify"], "instances": [2, 2], "total_ns": [600, 300],
                        "name": ["ncclDevKernel_AllReduce_Sum_bf16_TREE_LL128", "triton_poi_fused_add_3"]})
-    b = D.Side("b", cyc, kb, ["draft", "verify", "allreduce"])
-    a = D.Side("a", cyc, ka, ["draft", "verify", "allreduce"])
+    b = sides.Side("b", cyc, kb, ["draft", "verify", "allreduce"])
+    a = sides.Side("a", cyc, ka, ["draft", "verify", "allreduce"])
     k = D.kernel_diff(b, a).set_index(["phase", "kernel"])
     row = k.loc[("allreduce", "ncclDevKernel_AllReduce_Sum_bf16")]
     assert (row["before_ns"], row["after_ns"], row["delta_ns"], row["status"]) == (500, 300, -200, "changed")
@@ -152,7 +153,7 @@ def test_json_inputs_equal_reports(pair, tmp_path):
     jb, ja = tmp_path / "b.json", tmp_path / "a.json"
     write_json(before, jb)
     write_json(after, ja)
-    via = D.diff_results(D.load_side(jb), D.load_side(ja), n_boot=300)
+    via = D.diff_results(sides.load_side(jb), sides.load_side(ja), n_boot=300)
     pd.testing.assert_frame_equal(direct["summary"], via["summary"], check_dtype=False)
     cols = ["phase", "kernel", "before_ns", "after_ns", "delta_ns", "status"]
     pd.testing.assert_frame_equal(direct["kernels"][cols].reset_index(drop=True),
@@ -208,9 +209,9 @@ def test_side_of_a_chunked_analysis_keeps_kernels_and_says_so(monkeypatch):
     from analyze import memory
 
     path = REAL / "h200_diff_after.sqlite"
-    whole = D.load_side(path)
+    whole = sides.load_side(path)
     monkeypatch.setattr(memory, "available_bytes", lambda: 1)
-    side = D.load_side(path)
+    side = sides.load_side(path)
     assert side.gpu_ops.empty and len(side.kernels) > 0
     assert side.notes[-1].startswith("no per-op table (chunked analysis)")
     assert set(side.kernels["name"]) >= set(whole.kernels["name"])

@@ -98,7 +98,7 @@ def test_range_input_is_one_categorical_over_every_report(single_and_split):
 
 def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
     """Notes of several reports carry their path: wrapped onto indented lines, never clipped."""
-    from analyze import render
+    from analyze.render import text as render
 
     import dataclasses
 
@@ -111,4 +111,4 @@ def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
     assert max(map(len, lines)) <= 120
     flat = " ".join(" ".join(line.split()) for line in lines)
     for note in result.notes:
-        assert f"note: {' '.join(note.split())}" in flat
+        assert f"note: {' '.join(str(note).split())}" in flat

@@ -52,7 +52,7 @@ def test_kernel_totals_equal_cuda_gpu_kern_sum(traced):
 
 
 def test_nvtx_range_summary_equals_nvtx_sum(traced):
-    from analyze.summary import nvtx_range_summary
+    from analyze.views.summary import nvtx_range_summary
 
     name, result = traced
     ref = pd.read_csv(REAL / f"{name}.stats_nvtx_sum.csv")
@@ -97,7 +97,8 @@ def test_graph_level_trace_reports_graph_launches_as_gpu_work():
     result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     graphs = result.gpu_ops[result.gpu_ops["kind"] == "graph"]
     assert len(graphs) == 80       # rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE
-    assert any("graph level" in n for n in result.notes)
+    note = next(n for n in result.notes if n.code == "graph_level_trace")
+    assert note.count == 80 and "graph level" in note.message
     # graph launches sit inside draft and verify ranges, so those phases own GPU time
     ph = result.phases.set_index("phase")
     assert ph.loc["verify", "exclusive_ns"] > 0 and ph.loc["draft", "exclusive_ns"] > 0
@@ -109,7 +110,12 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
                            "--json", str(out), "-q"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["schema"] == 1
+    assert data["schema"] == 2
+    # notes are objects: a code code may test, the count, the readable message
+    assert data["notes"] == [{"code": "shared_correlation_ids", "count": 2714, "input": None, "rank": None,
+                              "message": "2714 correlation ids occur in several processes: ops joined to calls "
+                                         "per process"}]
+    assert data["inputs"][0]["notes"] == data["notes"]
     for key in ("inputs", "ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives"):
         assert key in data
     for row in data["phases"]:
@@ -120,7 +126,7 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     assert {"range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"} <= \
         set(data["nvtx_projection"][0])
     api = analyze.load(REAL / "h200_4proc_eager.sqlite")
-    from analyze import outputs
+    from analyze.render import outputs
 
     for name, frame in outputs.tables(api).items():
         rows = data[name]
@@ -135,7 +141,7 @@ def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
 
     import numpy as np
 
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
     monkeypatch.setattr(outputs, "JSON_RECORDS_PER_WRITE", 7)
@@ -153,7 +159,7 @@ def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
 
 
 def test_csv_and_parquet_hold_the_same_tables(tmp_path):
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     outputs.write_csv(result, tmp_path / "csv")
@@ -169,7 +175,7 @@ def test_csv_and_parquet_hold_the_same_tables(tmp_path):
 def test_parquet_in_row_groups_equals_one_piece(tmp_path, monkeypatch):
     """write_parquet writes row groups of PARQUET_ROWS_PER_GROUP rows (7 here): every table reads
     back equal to pandas' own to_parquet of the same frame, empty tables included."""
-    from analyze import outputs
+    from analyze.render import outputs
 
     result = analyze.load(REAL / "h200_shim_4rank_single.sqlite")
     monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 7)
@@ -195,7 +201,7 @@ def test_default_run_without_arguments_uses_bundled_trace():
 
 def test_nvtx_projection_in_slices_equals_nsys_stats(traced, monkeypatch):
     """The summary grouped a few ranges at a time (projection.SUMMARY_SLICE) is the same table."""
-    from analyze import projection
+    from analyze.project import projection
 
     name, result = traced
     monkeypatch.setattr(projection, "SUMMARY_SLICE", 3)

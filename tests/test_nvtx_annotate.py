@@ -141,15 +141,18 @@ SHAPES = {  # (version, target): (shape, {read: where}) as read from the release
         ("method", {"the instance": "argument 0",
                     "the batch (forward mode)": "parameter 'model_worker_batch' (argument 1)"}),
     ("0.5.10", "SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids"):
-        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+        ("method", {"the batch result": "parameter 'result' (argument 1)",
+                    "the batch (its requests)": "parameter 'batch' (argument 2)"}),
     ("0.5.17", "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"):
-        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+        ("method", {"the batch result": "parameter 'result' (argument 1)",
+                    "the batch (its requests)": "parameter 'batch' (argument 2)"}),
     ("0.5.17", "EAGLEWorkerV2.on_verify_complete_cpu"):
         ("method", {"the accept lengths": "parameter 'num_correct_drafts_per_req' (argument 1)"}),
     ("0.5.17", "GroupCoordinator.__init__"): ("method", {"the instance": "argument 0"}),
     ("0.5.17", "_ProfilerCudart.start"): ("method", {}),
     ("0.5.23", "SchedulerBatchResultProcessor._resolve_spec_v2_tokens"):
-        ("method", {"the batch result": "parameter 'result' (argument 1)"}),
+        ("method", {"the batch result": "parameter 'result' (argument 1)",
+                    "the batch (its requests)": "parameter 'batch' (argument 2)"}),
 }
 
 

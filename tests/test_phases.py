@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.phases import Phase, load_config, parse_phase_option
+from analyze.attribute.phases import Phase, load_config, parse_phase_option
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 TRACE = REAL / "h200_4proc_eager.sqlite"

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import cli, html, plots
-from analyze.phases import OTHER
+from analyze import cli
+from analyze.attribute.phases import OTHER
+from analyze.render import html, plots
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL4 = ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite"
@@ -258,7 +259,8 @@ def test_no_collectives_is_nodata(real4, real1):
         plots.allreduce_heatmap(real1)
     figs, notes = plots.figures(real1)
     assert "allreduce_wait" not in figs and "phases" in figs
-    assert notes == ["figure allreduce_wait skipped: no collectives (one rank)"]
+    assert [(n.code, n.message) for n in notes] == [("figure_skipped",
+                                                     "figure allreduce_wait skipped: no collectives (one rank)")]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -307,10 +309,10 @@ def test_write_all_png_svg(real4, tmp_path):
     svg = (tmp_path / "figs" / "phases.svg").read_text()
     for text in ("exclusive GPU time (ms)", "rank 0", "rank 3", "draft", "verify", "allreduce", "other"):
         assert f">{text}<" in svg
-    assert "figure allreduce_wait skipped: no collectives" in " ".join(a.notes)
+    assert "figure allreduce_wait skipped: no collectives" in " ".join(map(str, a.notes))
     again = plots.write_all(a, tmp_path / "again", names=["allreduce_wait", "phases"], formats=("svg",))
     assert again == ["phases.svg"]  # the note is not added twice
-    assert sum("allreduce_wait skipped" in n for n in a.notes) == 1
+    assert sum("allreduce_wait skipped" in n.message for n in a.notes) == 1
     # SVG output is reproducible
     assert plots.to_bytes(plots.phase_bars(real4), "svg") == plots.to_bytes(plots.phase_bars(real4), "svg")
 

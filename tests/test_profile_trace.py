@@ -39,7 +39,7 @@ def test_dry_run_prints_the_full_nsys_command(tmp_path):
     lines = r.stdout.strip().splitlines()
     assert lines[0] == (
         f"SPECPROF_NVTX=1 SPECPROF_NVTX_PACKAGE=spec_workload {nsys} profile -t cuda,nvtx,osrt "
-        "--trace-fork-before-exec=true --cuda-graph-trace=node --force-overwrite=true -o run1 --delay=5 "
+        "--trace-fork-before-exec=true --cuda-graph-trace=node --cuda-flush-interval=1000 -o run1 --delay=5 "
         "--duration=30 python3 -m sglang.launch_server --tp 8")
     assert lines[1] == f"{nsys} export --type sqlite --force-overwrite true -o run1.sqlite run1.nsys-rep"
     assert lines[2].startswith(f"{nsys} stats -r cuda_gpu_kern_sum,nvtx_gpu_proj_sum --format csv")

@@ -2,7 +2,7 @@
 
 - fixtures/real/h200_shim_*.sqlite, h200_steps{1..6}, h200_nospec, h200_diff_*: nsys 2025.3.1 on
   one H200, recorded by spec_workload/record_all.sh through profile-trace (node-level CUDA graph
-  tracing, the ctypes NVTX client in domain ``sglang``), scrubbed with analyze.scrub.
+  tracing, the ctypes NVTX client in domain ``sglang``), scrubbed with analyze.tools.scrub.
 - fixtures/real/cpu2022_shim.sqlite: nsys 2022.4.2 on a CPU-only machine (export schema 3.0),
   two spawned ranks reached through the .pth hook.
 Each ``*.workload.json`` beside a trace is what the workload itself measured (rank 0).

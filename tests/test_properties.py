@@ -59,7 +59,7 @@ def test_chunked_analysis_equals_whole_on_any_trace(spec, rows):
     equals the analysis in one piece."""
     import pandas as pd
 
-    from analyze import api
+    from analyze.run import api
 
     with tempfile.TemporaryDirectory() as out:
         paths, _ = write_trace(spec, out)
@@ -70,7 +70,7 @@ def test_chunked_analysis_equals_whole_on_any_trace(spec, rows):
             chunked = analyze.load(paths, memory_budget=1)
         finally:
             api.MIN_CHUNK_ROWS = saved
-    assert any("time-ordered chunk" in n for n in chunked.notes)
+    assert any(n.code == "chunked" and "time-ordered chunk" in n.message for n in chunked.notes)
     for name in ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment"):
         pd.testing.assert_frame_equal(whole.table(name).reset_index(drop=True),
                                       chunked.table(name).reset_index(drop=True), check_dtype=False, obj=name)
@@ -83,7 +83,7 @@ def test_streamed_union_equals_union(data, cuts):
     """intervals.union_step over time-ordered chunks (any cut points) gives each group's union."""
     import numpy as np
 
-    from analyze.intervals import INT64_MIN, union_length, union_step
+    from analyze.attribute.intervals import INT64_MIN, union_length, union_step
 
     g = np.array([d[0] for d in data], dtype="int64")
     s = np.array([d[1] for d in data], dtype="int64")
@@ -129,7 +129,7 @@ def test_collective_table_equals_groupby_reference(rows):
     ops: uneven counts per rank, equal start times, one rank only."""
     import pandas as pd
 
-    from analyze import collectives
+    from analyze.timeline import collectives
 
     coll = pd.DataFrame({"rank": pd.Series([r[0] for r in rows], dtype="int64"),
                          "name": pd.Series([r[3] for r in rows], dtype=object),

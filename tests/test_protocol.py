@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import cycles as acycles
-from analyze import phases as aphases
-from analyze import ranks as aranks
+from analyze.timeline import cycles as acycles
+from analyze.attribute import phases as aphases
+from analyze.ranks import identify as aranks
 from fixtures import synth
 from fixtures.synth import TraceSpec, write_trace
 from nvtx_annotate import _nvtx, protocol as P, wrappers

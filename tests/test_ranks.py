@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analyze.ranks import RankConflict, identify_ranks
+from analyze.ranks.identify import RankConflict, identify_ranks
 
 PIDS = [1 << 24, 2 << 24, 3 << 24]
 

@@ -1,5 +1,6 @@
-"""analyze.safety: every error class from a real file situation, the read-only guarantees,
-and atomic outputs."""
+"""Opening reports (analyze/read/connection.py, inputs.py, nsys_export.py), errors (analyze/errors.py) and
+atomic outputs (analyze/atomic.py): every error class from a real file situation, the read-only
+guarantees, and atomic outputs."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from analyze import safety
-from analyze.safety import (CorruptReport, MissingInput, NoCudaActivity, NotNsysExport, NotSqlite,
-                            NsysRepGiven, OutputError, SchemaWarning, TraceError, atomic_dir_write,
-                            atomic_path, atomic_write, export_nsys_rep, export_schema_version,
-                            find_reports, open_report, table_columns)
+from analyze.atomic import _umask
+from analyze.atomic import atomic_dir_write, atomic_path, atomic_write
+from analyze.errors import CorruptReport, MissingInput, NoCudaActivity, NotNsysExport, NotSqlite, NsysRepGiven, OutputError, SchemaWarning, TraceError
+from analyze.errors import EXIT_INTERNAL_ERROR
+from analyze.read.connection import NSYS_REP_MAGIC, reading, table_names
+from analyze.read.connection import export_schema_version, open_report, table_columns
+from analyze.read.inputs import find_reports
+from analyze.read.nsys_export import export_nsys_rep
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -52,10 +56,19 @@ def test_exit_codes_are_distinct_and_documented():
                NoCudaActivity, OutputError]
     codes = [c.exit_code for c in classes]
     assert codes == [2, 3, 4, 5, 6, 7, 8]
-    assert TraceError.exit_code == safety.EXIT_INTERNAL_ERROR == 1
+    assert TraceError.exit_code == EXIT_INTERNAL_ERROR == 1
     doc = (ROOT / "docs" / "bad_input.md").read_text()
     for c in classes:
         assert f"| {c.exit_code} | `{c.__name__}`" in doc
+    # every error class of analyze/errors.py is in the table, with its own code or under its parent's
+    from analyze import errors
+
+    every = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, TraceError) and c is not TraceError]
+    assert len(every) == 11
+    for c in every:
+        own = f"| {c.exit_code} | `{c.__name__}`" in doc
+        under_parent = c.exit_code == c.__mro__[1].exit_code and f"`{c.__name__}`" in doc
+        assert own or under_parent, c.__name__
 
 
 def test_message_is_one_line():
@@ -109,7 +122,7 @@ def test_nsys_rep_given(tmp_path):
 
 def test_nsys_rep_renamed_to_sqlite_is_recognised_by_content(tmp_path):
     fake = tmp_path / "report.sqlite"
-    fake.write_bytes(safety.NSYS_REP_MAGIC + b"filer\0" + b"\1" * 4000)
+    fake.write_bytes(NSYS_REP_MAGIC + b"filer\0" + b"\1" * 4000)
     with pytest.raises(NsysRepGiven):
         open_report(fake)
 
@@ -201,14 +214,14 @@ def test_damaged_data_page_found_by_quick_check(tmp_path):
     with pytest.raises(CorruptReport):
         conn = open_report(bad)
         # if the probe missed it, reading everything must still end in CorruptReport
-        with safety.reading(bad):
+        with reading(bad):
             for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
                 conn.execute(f'SELECT * FROM "{t}"').fetchall()
 
 
 def test_reading_turns_database_error_into_corrupt_report():
     with pytest.raises(CorruptReport, match="x.sqlite: cannot read the report"):
-        with safety.reading("x.sqlite"):
+        with reading("x.sqlite"):
             raise sqlite3.DatabaseError("database disk image is malformed")
 
 
@@ -303,7 +316,7 @@ def test_amir_no_metadata_and_invalid_utf8():
 def test_2022_reexport_schema_3_0():
     conn = open_report(need(AMIR_2022))
     assert export_schema_version(conn) == (3, 0, 0)
-    assert "EXPORT_META_DATA" in safety.table_names(conn)
+    assert "EXPORT_META_DATA" in table_names(conn)
 
 
 def test_schema_3_25_accepted_without_warning():
@@ -383,7 +396,7 @@ def test_atomic_write_success(tmp_path):
     assert p.read_text() == "a,b\n1,2\n"
     assert leftovers(tmp_path) == []
     mode = p.stat().st_mode & 0o777
-    assert mode == 0o666 & ~safety._umask()
+    assert mode == 0o666 & ~_umask()
 
 
 def test_atomic_write_failure_keeps_old_file(tmp_path):

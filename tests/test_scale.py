@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze import api, cache, fastread, report
 from analyze.cli import parse_size
+from analyze.read import cache, fastread, report
+from analyze.run import api
 from fixtures.synth import TraceSpec, write_trace
 
 TABLES = ("phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "ranks")
@@ -76,7 +77,7 @@ def test_fast_reader_equals_stdlib_and_is_read_only(scale_file, monkeypatch):
 
 def test_adbc_opens_read_only(scale_file):
     path, _ = scale_file
-    conn = report.safety.open_report(path)
+    conn = report.open_report(path)
     try:
         assert "mode=ro" in fastread.readonly_uri(conn)
         aconn = fastread._adbc_conn(conn)
@@ -89,8 +90,16 @@ def test_adbc_opens_read_only(scale_file):
         conn.close()
 
 
+BUDGET_CODES = ("chunked", "not_time_ordered", "budget_below_floor")
+
+
 def chunk_notes(a) -> list[str]:
-    return [n for n in a.notes if n.startswith("--memory-budget")]
+    """The messages of the notes about --memory-budget, in order."""
+    return [n.message for n in a.notes if n.code in BUDGET_CODES]
+
+
+def chunk_count(a) -> int:
+    return next(n.count for n in a.notes if n.code == "chunked")
 
 
 def test_chunked_analysis_gives_identical_results(scale_file):
@@ -122,7 +131,7 @@ def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch, r
     whole = api.load(path)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", rows)
     chunked = api.load(path, memory_budget=1)
-    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    n = chunk_count(chunked)
     assert n >= 60_000 // rows
     same(whole, chunked, ops=False)
     tot = chunked.totals.set_index("rank")
@@ -150,7 +159,7 @@ def test_chunked_analysis_of_real_exports_is_identical(name, monkeypatch):
     chunked = api.load(path, memory_budget=1)
     assert chunk_notes(chunked) and "time-ordered chunk" in chunk_notes(chunked)[0]
     same(whole, chunked, ops=False)
-    assert [n for n in whole.notes] == [n for n in chunked.notes if not n.startswith("--memory-budget")]
+    assert [n for n in whole.notes] == [n for n in chunked.notes if n.code not in BUDGET_CODES]
 
 
 def test_ops_out_of_time_order_fall_back_to_one_piece(tmp_path, monkeypatch):
@@ -181,8 +190,8 @@ def test_parallel_readers_give_the_same_tables(scale_file, monkeypatch):
     path, _ = scale_file
     monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1_000)
     one, two = report.read_report(path, threads=1), report.read_report(path, threads=2)
-    assert len(report.plan_gpu_op_reads(report.safety.open_report(path), split=2)) > \
-        len(report.plan_gpu_op_reads(report.safety.open_report(path), split=1))
+    assert len(report.plan_gpu_op_reads(report.open_report(path), split=2)) > \
+        len(report.plan_gpu_op_reads(report.open_report(path), split=1))
     for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name), obj=name)
 
@@ -191,7 +200,7 @@ def test_streamed_reader_equals_table_reader(scale_file):
     """The streaming ADBC reader (batches copied into preallocated arrays, grown when the size
     hint is short) types and fills columns exactly like the whole-table reader, NULLs included."""
     path, _ = scale_file
-    conn = report.safety.open_report(path)
+    conn = report.open_report(path)
     try:
         sql = ("SELECT globalPid, correlationId, graphNodeId, start, end FROM CUPTI_ACTIVITY_KIND_KERNEL "
                "WHERE start IS NOT NULL AND end IS NOT NULL")
@@ -249,15 +258,15 @@ def test_cache_falls_back_to_user_dir_when_report_dir_is_read_only(tmp_path, mon
         b = api.load(str(paths[0]), cache=True)
     finally:
         os.chmod(src, stat.S_IRWXU)
-    assert any("not writable" in n for n in a.notes)
-    assert any("cache: read from" in n for n in b.notes)
+    assert any(n.code == "cache_written_elsewhere" and "not writable" in n.message for n in a.notes)
+    assert any(n.code == "cache_read_elsewhere" and n.message.startswith("cache: read from") for n in b.notes)
     assert not (src / (paths[0].name + ".specprof-cache")).exists()
     assert any((tmp_path / "user-cache").rglob("gpu_ops.parquet"))
     pd.testing.assert_frame_equal(a.phases, b.phases, check_dtype=False)
 
 
 def test_vectorised_exact_path_matches_per_range_loop():
-    from analyze import projection as proj
+    from analyze.project import projection as proj
     rng = np.random.default_rng(1)
     values = rng.integers(0, 100, size=200)
     call_end = np.sort(rng.integers(0, 1000, size=200))[rng.permutation(200)]
@@ -287,7 +296,7 @@ def test_long_analysis_reports_its_stages(monkeypatch, capsys):
     """A report big enough to take over a second shows its stages on stderr (with --quiet, nothing)."""
     from pathlib import Path
 
-    import analyze.api as api
+    import analyze.run.api as api
 
     trace = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
     monkeypatch.setattr(api, "STAGES_MIN_BYTES", 0)
@@ -305,7 +314,7 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
     """NVTX events read in rowid chunks (domain names from every domain-create event first, missing
     ends filled with the report's largest timestamp afterwards): the same ranges and marks."""
     for name in ("h200_4proc_eager", "cpu2022_shim", "h200_shim_4rank_single"):
-        conn = report.safety.open_report(os.path.join(REAL, name + ".sqlite"))
+        conn = report.open_report(os.path.join(REAL, name + ".sqlite"))
         try:
             strings = report.read_strings(conn)
             whole, chunked = report.read_nvtx(conn, strings), report.read_nvtx(conn, strings, chunk_rows=rows)
@@ -320,7 +329,7 @@ def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
     """Ops are linked to calls by a direct (process, correlation id) table when ids are dense and by a
     hash lookup when they are not (and chunk by chunk through call_keys): the same call for every op,
     -1 for ops whose id or process has no call, the first call when an id repeats."""
-    from analyze import projection
+    from analyze.project import projection
 
     rng = np.random.default_rng(5)
     pids = np.array([100 << 24, 200 << 24], dtype="int64")
@@ -359,7 +368,7 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     missing runtime rows), cut into 300-row chunks: every table, NVTX ranges included, the same as
     the whole analysis. Their NCCL SendRecv kernels are taken as the collectives (a phase option),
     so the pairing of collectives across chunk boundaries is exercised too."""
-    from analyze import phases
+    from analyze.attribute import phases
 
     path = os.path.join(PUBLIC, name + ".sqlite")
     if not os.path.exists(path):
@@ -368,7 +377,7 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     whole = api.load(path, config)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 300)
     chunked = api.load(path, config, memory_budget=1)
-    n = int(chunk_notes(chunked)[0].split(" in ")[1].split()[0])
+    n = chunk_count(chunked)
     assert n >= 10        # chunks cut the biggest op table (kernels) every 300 rows
     same(whole, chunked, ops=False)
     pd.testing.assert_frame_equal(whole.ranges, chunked.ranges, obj="ranges")
@@ -398,13 +407,14 @@ def test_auto_budget_chunks_only_what_would_not_fit(scale_file, monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda: 10 * need)
     roomy = api.load(path)                                   # default: auto
     assert len(roomy.gpu_ops) == len(whole.gpu_ops) and not chunk_notes(roomy)
-    assert not any("would need" in n for n in roomy.notes)
+    assert not any(n.code == "auto_budget" for n in roomy.notes)
 
     monkeypatch.setattr(memory, "available_bytes", lambda: need)     # needs more than 80% of it
     short = api.load(path)
     assert short.gpu_ops.empty
     assert chunk_notes(short)[0].startswith("--memory-budget: analysed in")
-    assert short.notes[-1] == (f"the whole analysis would need about {api._size(need)} and {api._size(need)} of "
+    assert short.notes[-1].code == "auto_budget"
+    assert short.notes[-1].message == (f"the whole analysis would need about {api._size(need)} and {api._size(need)} of "
                                f"memory is available: analysed as under --memory-budget {api._size(need // 2)} "
                                "(time-ordered chunks; the per-op table gpu_ops is not kept; --memory-budget none "
                                "analyses it whole)")
@@ -413,7 +423,7 @@ def test_auto_budget_chunks_only_what_would_not_fit(scale_file, monkeypatch):
     assert len(forced.gpu_ops) == len(whole.gpu_ops)
     # reports analysed at once share the memory: budgets and notes per report
     assert api.auto_budget(path, at_once=2)[0] == need // 4
-    assert "(2 reports at once)" in api.auto_budget(path, at_once=2)[1]
+    assert "(2 reports at once)" in api.auto_budget(path, at_once=2)[1].message
     monkeypatch.setattr(memory, "available_bytes", lambda: None)     # unknown: whole
     assert api.auto_budget(path) == (None, None)
 
@@ -431,7 +441,8 @@ def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
     by default: the same ops as the whole table has there, so the figure can still be drawn."""
     import matplotlib
     matplotlib.use("Agg")
-    from analyze import cycles, plots
+    from analyze.render import plots
+    from analyze.timeline import cycles
 
     path = os.path.join(REAL, "h200_shim_4rank_single.sqlite")
     whole = api.load(path)

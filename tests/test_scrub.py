@@ -1,4 +1,4 @@
-"""analyze.scrub: secrets gone (down to the bytes), timing rows and analysis names unchanged,
+"""analyze.tools.scrub: secrets gone (down to the bytes), timing rows and analysis names unchanged,
 input untouched."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analyze.safety import (NotSqlite, OutputError, export_schema_version, open_report,
-                            table_columns)
-from analyze.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_json_text, scrub_text
+from analyze.errors import NotSqlite, OutputError
+from analyze.read.connection import export_schema_version, open_report, table_columns
+from analyze.tools.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_json_text, scrub_text
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"

@@ -174,6 +174,15 @@ def test_real_0517_resolve_spec_v2_tokens_emits_the_accept_mark_of_its_cycle(rea
     assert i_cycle_end < i_mark
 
 
+def test_real_0517_accept_mark_leaves_out_requests_finished_before_the_cycle(real017):
+    """With the overlap scheduler a cycle also runs for a request the previous result finished;
+    SGLang's resolver skips it (no spec_verify_ct, no accepted drafts), and so does the mark: of
+    lengths [2, 0, 3] with request 1 finished, `reqs=2 lens=2,3`."""
+    k = real017["done_cycle"]
+    assert isinstance(k, int)
+    assert f"accept_len=5 reqs=2 cycle={k} lens=2,3" in real017["done_marks"]
+
+
 def test_real_0517_rank_mark_from_group_coordinator_and_again_at_profile_start(real017):
     """A real one-rank GroupCoordinator (gloo on CPU) named `tp` emits `rank=0 world=1 device=cpu`
     and its all_reduce gets a range; the real `_ProfilerCudart.start` emits the mark again at once

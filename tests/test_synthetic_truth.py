@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import analyze
-from analyze import collectives as coll_mod
+from analyze.timeline import collectives as coll_mod
 from fixtures.synth import TraceSpec, write_trace
 
 PHASE_FIELDS = ("instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns")

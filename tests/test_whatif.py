@@ -13,9 +13,11 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze import acceptance as A
-from analyze import whatif as W
-from analyze.diff import Side
+from analyze.tools import sides
+from analyze.tools.sides import Side
+from analyze.tools.whatif import acceptance as A
+from analyze.tools.whatif import command as WC
+from analyze.tools.whatif import model as W
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -161,11 +163,11 @@ def test_predict_several_profiles_fits_lines():
 
 
 def test_parse_steps():
-    assert W.parse_steps("1..10") == list(range(1, 11))
-    assert W.parse_steps("2,3,5") == [2, 3, 5]
-    assert W.parse_steps("1-3,6") == [1, 2, 3, 6]
+    assert WC.parse_steps("1..10") == list(range(1, 11))
+    assert WC.parse_steps("2,3,5") == [2, 3, 5]
+    assert WC.parse_steps("1-3,6") == [1, 2, 3, 6]
     with pytest.raises(ValueError):
-        W.parse_steps("0..3")
+        WC.parse_steps("0..3")
 
 
 # ----------------------------------------------------------------------------------- synthetic traces
@@ -230,7 +232,7 @@ def test_steps_from_kernel_repetition(tmp_path):
     from fixtures.synth import write_trace
 
     paths, _ = write_trace(_spec(3, cycles=8, accept_lengths=[[1] * 8], cuda_graph_mode="node"), tmp_path)
-    side = W.as_side(analyze.load(paths))
+    side = sides.as_side(analyze.load(paths))
     assert W.draft_step_table(side).empty
     assert W.infer_steps(side) == (3, "repetitions of the draft kernel sequence per cycle")
     assert W._primitive_repeats(list("xABCABCABCy")) == (3, 3)
@@ -253,7 +255,7 @@ def test_measured_baseline_from_verify_ranges(synth_runs):
 
 
 def test_cli_whatif(synth_runs, tmp_path):
-    from analyze.outputs import write_json
+    from analyze.render.outputs import write_json
 
     src = tmp_path / "k3.json"
     write_json(synth_runs[3], src)
@@ -305,7 +307,7 @@ def test_real_sweep_predicted_from_three_steps(sweep):
     480 requests). So the pick must be one of the K within 1% of the measured best ({2, 3}); the
     model picks 3 (its K=2 is 1.1% lower, because the profile's 62 cycles accepted position 3 more
     often, 0.609, than the 0.6 of the workload's distribution: acceptance is sample noise here)."""
-    measured, nospec = W.read_measured(UNPROFILED)
+    measured, nospec = WC.read_measured(UNPROFILED)
     assert sorted(measured) == [1, 2, 3, 4, 5, 6]
     r = W.whatif(sweep[3], range(1, 7), calibrate_tps=measured[3], baseline_tps=nospec, measured=measured,
                  n_boot=100)
@@ -341,7 +343,7 @@ def test_real_sweep_other_unprofiled_measurements(sweep):
     the 'repeat' extrapolation of the acceptance rate (0.609 at position 3) overestimates the
     workload's declining tail (0.5, 0.33, 0)."""
     for path, worst in ((UNPROFILED_REPEAT, 9.7), (REAL / "h200_sweep_truth.json", 9.5)):
-        measured, _ = W.read_measured(path)
+        measured, _ = WC.read_measured(path)
         r = W.whatif(sweep[3], range(1, 7), calibrate_tps=measured[3], measured=measured, n_boot=0)
         err = r["predictions"].set_index("steps")["error_pct"]
         assert err.abs().max() <= 10.0, (path.name, err.to_dict())
@@ -353,7 +355,7 @@ def test_real_sweep_other_unprofiled_measurements(sweep):
 def test_real_sweep_uncalibrated_is_the_profiled_timing(sweep):
     """Without --calibrate-tps the prediction is of the profiled timing: at K=3 it is the profiled
     run's own tokens/s, and the unprofiled truth is 8-20% higher at every K (nsys's overhead)."""
-    measured, _ = W.read_measured(UNPROFILED)
+    measured, _ = WC.read_measured(UNPROFILED)
     r = W.whatif(sweep[3], range(1, 7), measured=measured, n_boot=0)
     p = r["predictions"].set_index("steps")
     assert p.loc[3, "tokens_per_s"] == pytest.approx(r["profiles"][0]["tokens_per_s"], rel=1e-9)
@@ -387,7 +389,7 @@ def test_real_sweep_cost_model_against_profiled_runs(sweep):
             assert 0 < tok_err < 0.07, (k, tok_err)
         gpu = ["draft_ns", "verify_ns", "draft_extend_ns"]
         assert sum(p.loc[k, g] for g in gpu) == pytest.approx(sum(c[g] for g in gpu), rel=0.01), k
-        d = W._draft_kernels(W.as_side(run))
+        d = W._draft_kernels(sides.as_side(run))
         spans[k] = d.groupby("cycle_range").apply(lambda g: g["end_ns"].max() - g["start_ns"].min()).median()
         overheads[k] = c["overhead_ns"]
     slope = np.polyfit(list(spans), list(spans.values()), 1)[0]
@@ -420,16 +422,16 @@ def test_calibration_shifts_the_overhead_only(tmp_path):
     assert (raw["overhead_ns"] - cal["overhead_ns"]).to_numpy() == pytest.approx(np.full(6, shift))
     for c in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "tokens_per_cycle"):
         assert cal[c].tolist() == raw[c].tolist()
-    assert W.parse_calibration("25614.4") == (None, 25614.4)
-    assert W.parse_calibration("3:25614.4") == (3, 25614.4)
-    assert W.parse_calibration(None) == (None, None)
+    assert WC.parse_calibration("25614.4") == (None, 25614.4)
+    assert WC.parse_calibration("3:25614.4") == (3, 25614.4)
+    assert WC.parse_calibration(None) == (None, None)
     for bad in ("0", "x", "0:100", "3:-1"):
         with pytest.raises(ValueError):
-            W.parse_calibration(bad)
+            WC.parse_calibration(bad)
 
 
 def test_cli_calibrate(synth_runs, tmp_path):
-    from analyze.outputs import write_json
+    from analyze.render.outputs import write_json
 
     src = tmp_path / "k3.json"
     write_json(synth_runs[3], src)
@@ -456,9 +458,9 @@ def test_read_measured(tmp_path):
     p.write_text(json.dumps({"schema": 1, "ranks": [{"runs": [
         {"mode": "nospec", "steps": None, "tokens_per_s": 100.0},
         {"mode": "spec", "steps": 2, "tokens_per_s": 150.0}, {"mode": "spec", "steps": 3, "tokens_per_s": 140.0}]}]}))
-    assert W.read_measured(p) == ({2: 150.0, 3: 140.0}, 100.0)
+    assert WC.read_measured(p) == ({2: 150.0, 3: 140.0}, 100.0)
     p.write_text(json.dumps({"1": 120.5, "2": 130.0, "nospec": 90}))
-    assert W.read_measured(p) == ({1: 120.5, 2: 130.0}, 90.0)
+    assert WC.read_measured(p) == ({1: 120.5, 2: 130.0}, 90.0)
 
 
 # --- the second real sweep: an acceptance distribution whose best step count stands out -----------
@@ -478,7 +480,7 @@ def test_real_sweep2_from_the_three_step_profile_alone(measured_path):
     per step count, two sweeps in the same session): 2 steps is best, >= 10% ahead of the runner-up in
     both sweeps, so picking it is a real test (unlike the first sweep, where 2 and 3 are 0.4% apart).
     The prediction must be within 10% of the measured tokens/s at every other step count."""
-    measured, _ = W.read_measured(measured_path)
+    measured, _ = WC.read_measured(measured_path)
     best = max(measured, key=measured.get)
     runner_up = max(v for k, v in measured.items() if k != best)
     assert best == 2 and measured[best] / runner_up > 1.10

@@ -9,5 +9,9 @@ class EAGLEDraftCudaGraphRunner:
     def __init__(self, multi_step_fn, example, use_graph: bool):
         self._cap = Captured(multi_step_fn, example, use_graph)
 
+    @property
+    def uses_graph(self) -> bool:
+        return self._cap.uses_graph
+
     def replay(self, forward_batch):
         return self._cap.run(forward_batch)

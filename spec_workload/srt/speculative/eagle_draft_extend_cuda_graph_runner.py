@@ -9,5 +9,9 @@ class EAGLEDraftExtendCudaGraphRunner:
     def __init__(self, extend_fn, example, use_graph: bool):
         self._cap = Captured(extend_fn, example, use_graph)
 
+    @property
+    def uses_graph(self) -> bool:
+        return self._cap.uses_graph
+
     def replay(self, forward_batch):
         return self._cap.run(forward_batch)

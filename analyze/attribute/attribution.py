@@ -1,0 +1,414 @@
+"""Attributing every GPU op of a rank to phases, and the per-rank, per-phase, per-kernel figures.
+
+* inclusive membership: an op is in phase P when its launching call lies inside any range of P, or
+  its name matches P's kernel patterns (``busy_ns``, ``kernel_ns``);
+* exclusive phase: kernel patterns first (phase order), then the innermost enclosing range that
+  belongs to a phase, else ``other``;
+* exclusive time: the rank's busy timeline split so every covered nanosecond has one owner; where
+  phases overlap the earlier-listed phase wins. Computed as differences of cumulative unions, so
+  ``sum(exclusive over phases) + unattributed == busy`` holds by construction and exactly.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from analyze.attribute.intervals import segment_union_length, sorted_union_length
+from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
+from analyze.project import projection as proj
+from analyze.project.projection import text_codes
+
+OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
+
+
+
+def name_codes(names) -> tuple[np.ndarray, list]:
+    """(code per op, distinct names as str) by hashing (pd.factorize); missing names get the last
+    code, one past the distinct names. Much faster than np.unique on an object array."""
+    codes, uniq = pd.factorize(pd.Series(names, copy=False), use_na_sentinel=True)
+    codes = np.where(codes < 0, len(uniq), codes)
+    return codes, [str(u) for u in uniq]
+
+
+def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
+    """The ranges with ``phase`` (the phase their name and domain give, or None) and ``full_name``
+    (nsys' ``domain:name``), both worked out once per distinct (name, domain) pair."""
+    ranges = ranges.copy(deep=False)   # copy-on-write: the columns are shared, not copied
+    ncode, nuniq = text_codes(ranges["name"])
+    dcode, duniq = text_codes(ranges["domain"])
+    codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
+    uniq = np.asarray(uniq, dtype="int64")
+    names, domains = list(nuniq[uniq // (len(duniq) + 1)]), list(duniq[uniq % (len(duniq) + 1)])
+    found = np.array(range_phase(names, domains, config) + [None], dtype=object)
+    full = np.array([f"{d}:{n}" for n, d in zip(names, domains)] + [""], dtype=object)
+    ranges["phase"] = pd.Series(found[codes] if len(codes) else found[:0], index=ranges.index, dtype=object)
+    ranges["full_name"] = pd.Series(full[codes] if len(codes) else full[:0], index=ranges.index, dtype=object)
+    return ranges
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Array versions (the map step's fast path): ops as NumPy arrays of integer codes, no per-op
+# Python objects. Names are codes into a per-report name table, phases codes into
+# ``config.names + [other]``, ranks codes into the report's sorted rank list.
+
+KIND_NAMES = ("kernel", "memcpy", "memset", "graph")
+
+
+def kind_codes(kind) -> np.ndarray:
+    """int8 code per op into :data:`KIND_NAMES` (-1 for anything else)."""
+    if isinstance(getattr(kind, "dtype", None), pd.CategoricalDtype):
+        cats = list(kind.cat.categories) if hasattr(kind, "cat") else list(kind.categories)
+        codes = kind.cat.codes.to_numpy() if hasattr(kind, "cat") else kind.codes
+        lookup = np.array([KIND_NAMES.index(k) if k in KIND_NAMES else -1 for k in cats] + [-1], dtype="int8")
+        return lookup[codes]
+    codes, uniq = pd.factorize(pd.Series(kind, copy=False))
+    lookup = np.array([KIND_NAMES.index(k) if k in KIND_NAMES else -1 for k in uniq] + [-1], dtype="int8")
+    return lookup[codes]
+
+
+def op_name_codes(kind_code: np.ndarray, name_id: np.ndarray, strings: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per op, distinct display names as an object array): the names :func:`op_names`
+    gives, without building a per-op object array. Codes follow first appearance; every distinct
+    string appears once in the table."""
+    if not len(kind_code):
+        return np.zeros(0, dtype="int32"), np.zeros(0, dtype=object)
+    ids = name_id.astype("int64", copy=False)
+    pair = kind_code.astype("int64") * (1 << 40) + (ids & ((1 << 40) - 1))
+    codes, uniq = pd.factorize(pair)
+    uniq = np.asarray(uniq)
+    u_kind = uniq >> 40
+    first = np.zeros(len(uniq), dtype="int64")
+    first[codes[::-1]] = np.arange(len(codes))[::-1]     # first op of every distinct pair
+    u_ids = ids[first]
+    u_names = np.empty(len(uniq), dtype=object)
+    is_kernel = u_kind == KIND_NAMES.index("kernel")
+    if is_kernel.any():
+        looked = np.array(strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object), dtype=object)
+        missing = pd.isna(looked)
+        looked[missing] = [f"<kernel {i}>" for i in u_ids[is_kernel][missing]]
+        u_names[is_kernel] = looked
+    for k, label in OP_KIND_LABEL.items():
+        u_names[u_kind == KIND_NAMES.index(k)] = label
+    is_graph = u_kind == KIND_NAMES.index("graph")
+    u_names[is_graph] = [f"[CUDA graph {i}]" for i in u_ids[is_graph]]
+    # one code per distinct string (two name ids may carry the same text)
+    dedup, names = pd.factorize(pd.Series(u_names, dtype=object))
+    names = np.asarray(names, dtype=object)
+    return dedup.astype("int32")[codes], names
+
+
+def kernel_phase_codes(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
+    """Per distinct name, the code of the phase its kernel pattern gives (-1 for none)."""
+    found = kernel_phase(list(names), config)
+    code_of = {n: i for i, n in enumerate(config.names)}
+    return np.array([code_of[f] if f is not None else -1 for f in found], dtype="int16")
+
+
+class PaintedCalls(NamedTuple):
+    """Per sorted API call, what its NVTX ranges say (from calls and ranges only, no GPU op)."""
+
+    owner: np.ndarray           # innermost phase range id per call, with a trailing -1 slot (no call)
+    range_code: np.ndarray      # phase code per range id, with a trailing ``other`` slot
+    call_bits: np.ndarray | None  # inclusive membership, bit i = phase i (None beyond 64 phases)
+    members: dict               # phase code -> bool per call (used beyond 64 phases)
+    outermost: np.ndarray       # per range: outermost among the ranges of its phase
+
+
+def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
+                      layout=None) -> PaintedCalls:
+    """The call side of :func:`assign_phase_codes`: every sorted call painted with its innermost
+    phase range and its inclusive phase bits (once per report, whatever the number of ops).
+    ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused)."""
+    n_calls = len(index.key)
+    # only the columns used (a boolean selection of the whole frame copies every column)
+    has_phase = ranges["phase"].notna().to_numpy()
+    phase_ranges = ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
+    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
+    tidx = proj.range_keys(index, phase_ranges)[0]
+    starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
+    ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
+    levels = proj.nesting_levels(tidx, starts, ends)
+    labels = phase_ranges.index.to_numpy(dtype="int64")
+    # range ids as int32 when they fit: held per call for the whole analysis
+    label_t = "int32" if len(ranges) < 2 ** 31 - 1 and (not len(labels) or labels.max() < 2 ** 31 - 1) else "int64"
+    owner = np.full(n_calls + 1, -1, dtype=label_t)   # op_call -1 (no launching call) picks the last slot
+    owner[:-1] = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key), dtype=label_t)
+
+    code_of = {n: i for i, n in enumerate(config.names)}
+    other = len(config.names)
+    pcode, puniq = pd.factorize(ranges["phase"], use_na_sentinel=True)   # per distinct phase
+    plookup = np.array([code_of.get(p, other) if isinstance(p, str) else other for p in puniq] + [other],
+                       dtype="int16")
+    range_code = np.append(plookup[np.where(pcode < 0, len(puniq), pcode)], np.int16(other))
+
+    # inclusive membership as one bit per phase, painted once per phase
+    n_ph = len(config.names)
+    bits_t = next((t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if np.dtype(t).itemsize * 8 >= n_ph),
+                  None)
+    outermost = np.zeros(len(ranges), dtype=bool)
+    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
+    members: dict[int, np.ndarray] = {}
+    for i, name in enumerate(config.names):
+        sel = np.flatnonzero(phase_col == name)
+        if len(sel):
+            lv = proj.nesting_levels(tidx[sel], starts[sel], ends[sel])
+            top = sel[lv == 0]
+            outermost[phase_ranges.index.to_numpy()[top]] = True
+            marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
+                                      exact[top], np.ones(len(top), dtype="int8"),
+                                      (index.end_key, end_key[top]), dtype="int8")
+            members[i] = marks > 0
+            del marks
+    call_bits = None
+    if bits_t is not None:
+        call_bits = np.zeros(n_calls + 1, dtype=bits_t)
+        for i, m in members.items():
+            call_bits[:-1][m] |= call_bits.dtype.type(1 << i)
+        members = {}         # the bits say it all (members serve beyond 64 phases only)
+    return PaintedCalls(owner, range_code, call_bits, members, outermost)
+
+
+def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.ndarray,
+                   name_phase: np.ndarray, config: PhaseConfig):
+    """The op side of :func:`assign_phase_codes`: (phase code, range id, inclusive membership) per
+    op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
+    n_ops = len(op_call)
+    range_id = painted.owner[op_call].astype("int64", copy=False)
+    by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
+    phase = np.where(by_kernel >= 0, by_kernel, painted.range_code[range_id]).astype("int8")
+    if painted.call_bits is not None:
+        op_bits = painted.call_bits[op_call]
+        kernel_bit = np.left_shift(np.ones(1, dtype=op_bits.dtype), np.maximum(by_kernel, 0).astype(op_bits.dtype))
+        op_bits |= np.where(by_kernel >= 0, kernel_bit, 0).astype(op_bits.dtype)
+        return phase, range_id, op_bits
+    inclusive: dict[str, np.ndarray] = {}
+    for i, name in enumerate(config.names):       # more phases than bits in a word: one mask each
+        m = painted.members.get(i)
+        in_range = np.append(m, False)[op_call] if m is not None else np.zeros(n_ops, dtype=bool)
+        inclusive[name] = in_range | (by_kernel == i)
+    return phase, range_id, inclusive
+
+
+def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: np.ndarray,
+                       ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig):
+    """Phases on codes: (phase code per op, range_id per op, inclusive membership, outermost flag
+    per range). Phase code ``len(config.names)`` is ``other``. Inclusive membership is an unsigned
+    int per op with bit i set when the op is in phase i (:func:`inclusive_mask`), or a
+    {phase: mask} dict beyond 64 phases."""
+    painted = paint_phase_calls(ranges, index, config)
+    phase, range_id, inclusive = op_phase_codes(painted, op_call, name_code, name_phase, config)
+    return phase, range_id, inclusive, painted.outermost
+
+
+def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The stable order by (code, start): ``np.lexsort((start, code))``, on one composite key."""
+    if not len(start):
+        return np.zeros(0, dtype="int64")
+    base = int(start.min())
+    span = int(start.max()) - base + 1
+    n = int(code.max()) + 1 if len(code) else 1
+    if span * max(n, 1) < 2 ** 62:
+        key = code.astype("int64") * span + (start - base)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((start, code))
+
+
+def inclusive_mask(inclusive, i: int, name: str) -> np.ndarray:
+    """Ops in phase ``i`` (``name``) from :func:`assign_phase_codes`' inclusive membership."""
+    if isinstance(inclusive, dict):
+        return inclusive[name]
+    return (inclusive & inclusive.dtype.type(1 << i)) != 0
+
+
+def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
+                       phase: np.ndarray, inclusive: dict[str, np.ndarray], ranges: pd.DataFrame,
+                       outermost: np.ndarray, ranks: pd.DataFrame,
+                       config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`phase_table` on arrays already sorted by (rank code, start): ``code`` indexes
+    ``ranks`` (sorted by rank), ``phase`` is the phase code, ``inclusive`` masks in sorted order."""
+    return phase_tables(rank_figures_sorted(code, start, end, is_kernel, phase, inclusive, len(ranks), config),
+                        ranges, outermost, ranks, config)
+
+
+def rank_figures_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
+                        phase: np.ndarray, inclusive, n: int, config: PhaseConfig) -> "RankFigures":
+    """The per-rank figures of :func:`phase_table_sorted` (unions and kernel sums), from the ops
+    alone: arrays sorted by (rank code, start), ``n`` ranks."""
+    dur = end - start
+    # rank segments of the sorted arrays: masks are applied per segment (no compress of the codes)
+    runs = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1] if len(code) else np.zeros(0, dtype="int64")
+    segs = [(int(code[a]), int(a), int(b)) for a, b in zip(runs.tolist(), np.r_[runs[1:], len(code)].tolist())]
+
+    def union(mask=None):
+        if mask is None:
+            return sorted_union_length(code, start, end, n)
+        out = np.zeros(n, dtype="int64")
+        for g, a, b in segs:
+            m = mask[a:b]
+            out[g] += segment_union_length(start[a:b][m], end[a:b][m])
+        return out
+
+    def ksum(mask):
+        out = np.zeros(n, dtype="int64")
+        for g, a, b in segs:
+            out[g] += int(dur[a:b].sum(where=mask[a:b]))
+        return out
+
+    busy = union()
+    cumulative = np.zeros(n, dtype="int64")
+    covered = np.zeros(len(code), dtype=bool)
+    p_busy, exclusive, k_ns = [], [], []
+    for i_phase, name in enumerate(config.names):
+        member = inclusive_mask(inclusive, i_phase, name)
+        p_busy.append(union(member))
+        covered |= phase == i_phase
+        upto = union(covered)
+        exclusive.append(upto - cumulative)
+        cumulative = upto
+        k_ns.append(ksum(member & is_kernel))
+    other = ~covered
+    k_other = ksum(other & is_kernel)
+    other_busy = union(other)
+    kernel_total = ksum(is_kernel)
+    win_start = np.full(n, -1, dtype="int64")
+    win_end = np.full(n, -1, dtype="int64")
+    if len(code):
+        run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
+        win_start[code[run]] = start[run]
+        win_end[code[run]] = np.maximum.reduceat(end, run)
+    return RankFigures(busy, p_busy, exclusive, k_ns, other_busy, k_other, cumulative, kernel_total,
+                       win_start, win_end, np.bincount(code, minlength=n))
+
+
+class RankFigures(NamedTuple):
+    """Per rank (arrays indexed like the ranks table, sorted by rank): what the phase and totals
+    tables are made of. Lists hold one array per configured phase."""
+
+    busy: np.ndarray
+    phase_busy: list
+    exclusive: list
+    kernel_ns: list
+    other_busy: np.ndarray
+    other_kernel_ns: np.ndarray
+    attributed: np.ndarray      # exclusive time of all phases (the last cumulative union)
+    kernel_total: np.ndarray
+    window_start: np.ndarray
+    window_end: np.ndarray
+    gpu_ops: np.ndarray
+
+
+def phase_tables(fig: RankFigures, ranges: pd.DataFrame, outermost: np.ndarray, ranks: pd.DataFrame,
+                 config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(phases, totals) tables from the per-rank figures and the ranges (instances, CPU time and
+    projected time of each phase's outermost ranges)."""
+    rank_list = ranks["rank"].to_numpy(dtype="int64")
+    rows = []
+    range_rank = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
+    # the outermost phase ranges, column by column (not a copy of every column of the frame)
+    top = np.flatnonzero(outermost)
+
+    def column(name: str, dtype="int64") -> np.ndarray:
+        return ranges[name].to_numpy(dtype=dtype)[top]
+
+    top_rank = pd.Series(column("global_pid")).map(range_rank).fillna(-1).to_numpy(dtype="int64")
+    top_phase = column("phase", object)
+    cpu_ns = column("end_ns") - column("start_ns")
+    projected_ns = np.where(column("gpu_ops_all") > 0, column("gpu_end_all") - column("gpu_start_all"), 0)
+    for i_phase, name in enumerate(config.names):
+        mine = top_phase == name
+        for i, rank in enumerate(rank_list):
+            sel = mine & (top_rank == rank)
+            rows.append({"rank": int(rank), "phase": name, "instances": int(sel.sum()),
+                         "cpu_ns": int(cpu_ns[sel].sum()), "projected_ns": int(projected_ns[sel].sum()),
+                         "busy_ns": int(fig.phase_busy[i_phase][i]), "exclusive_ns": int(fig.exclusive[i_phase][i]),
+                         "kernel_ns": int(fig.kernel_ns[i_phase][i])})
+    busy, cumulative = fig.busy, fig.attributed
+    for i, rank in enumerate(rank_list):
+        rows.append({"rank": int(rank), "phase": OTHER, "instances": 0, "cpu_ns": 0, "projected_ns": 0,
+                     "busy_ns": int(fig.other_busy[i]),
+                     "exclusive_ns": int(busy[i] - cumulative[i]), "kernel_ns": int(fig.other_kernel_ns[i])})
+    phases = pd.DataFrame(rows).sort_values(["rank"], kind="stable").reset_index(drop=True)
+    win_start, win_end = fig.window_start, fig.window_end
+    totals = pd.DataFrame({
+        "rank": rank_list, "kernel_ns": fig.kernel_total.astype("int64"), "busy_ns": busy,
+        "exclusive_attributed_ns": cumulative, "unattributed_ns": busy - cumulative,
+        "window_start_ns": win_start, "window_end_ns": win_end,
+        "idle_ns": np.where(win_end >= 0, win_end - win_start - busy, 0),
+        "gpu_ops": fig.gpu_ops,
+    })
+    return phases, totals
+
+
+def kernel_table_codes(rank_code: np.ndarray, rank_values: np.ndarray, phase: np.ndarray,
+                       phase_names: list[str], name_code: np.ndarray, names: np.ndarray,
+                       duration: np.ndarray) -> pd.DataFrame:
+    """:func:`kernel_table` on codes (same rows, same order)."""
+    cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
+    if not len(duration):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    n_phase, n_name = len(phase_names), max(len(names), 1)
+    key = (rank_code.astype("int64") * n_phase + phase) * n_name + name_code
+    d = duration.astype("int64", copy=False)
+    dmin = int(d.min())
+    dspan = int(d.max()) - dmin + 1
+    n_keys = int(key.max()) + 1
+    if dspan * n_keys < 2 ** 62:
+        combined = key * dspan + (d - dmin)
+        del key
+        combined.sort()
+        return kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, names)
+    order = np.lexsort((d, key))
+    k, v = key[order], d[order]
+    run = np.r_[0, np.flatnonzero(k[1:] != k[:-1]) + 1]
+    return _kernel_rows(k[run], run, v, rank_values, phase_names, names)
+
+
+def kernel_table_sorted(combined: np.ndarray, dmin: int, dspan: int, rank_values: np.ndarray,
+                        phase_names: list[str], names: np.ndarray) -> pd.DataFrame:
+    """:func:`kernel_table_codes` from ``key * dspan + (duration - dmin)`` per op, sorted (key =
+    (rank code * phases + phase) * names + name code). ``combined`` is overwritten with the
+    durations: one array of 8 bytes per op is the whole working set."""
+    # where the key changes, found block by block (no second array of 8 bytes per op)
+    starts = [np.zeros(1, dtype="int64")]
+    block = 1 << 20
+    for a in range(0, len(combined) - 1, block):
+        k = combined[a:a + block + 1] // dspan
+        starts.append(np.flatnonzero(k[1:] != k[:-1]) + a + 1)
+    run = np.concatenate(starts)
+    gk = combined[run] // dspan
+    np.remainder(combined, dspan, out=combined)
+    combined += dmin
+    return _kernel_rows(gk, run, combined, rank_values, phase_names, names)
+
+
+def _kernel_rows(gk: np.ndarray, run: np.ndarray, v: np.ndarray, rank_values: np.ndarray,
+                 phase_names: list[str], names: np.ndarray) -> pd.DataFrame:
+    """Rows of the kernel table: ``v`` durations sorted by (key, duration), ``run`` where each key's
+    run starts, ``gk`` the key of each run."""
+    cols = ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"]
+    n_phase, n_name = len(phase_names), max(len(names), 1)
+    n = np.diff(np.r_[run, len(v)])
+    total = np.add.reduceat(v, run)
+    lo_mid, hi_mid = run + (n - 1) // 2, run + n // 2
+    median = (v[lo_mid] + v[hi_mid]) / 2.0
+    pos = 0.99 * (n - 1)
+    below = np.floor(pos).astype("int64")
+    frac = pos - below
+    a = v[run + below].astype("float64")
+    b = v[np.minimum(run + below + 1, run + n - 1)].astype("float64")
+    p99 = a + (b - a) * frac
+    name_i = gk % n_name
+    phase_i = (gk // n_name) % n_phase
+    rank_i = gk // (n_name * n_phase)
+    table = pd.DataFrame({"rank": np.asarray(rank_values)[rank_i],
+                          "phase": np.asarray(phase_names, dtype=object)[phase_i],
+                          "name": np.asarray(names, dtype=object)[name_i], "instances": n, "total_ns": total,
+                          "mean_ns": total / n, "median_ns": median, "p99_ns": p99})
+    phase_total = table.groupby(["rank", "phase"])["total_ns"].transform("sum")
+    table["share"] = np.where(phase_total > 0, table["total_ns"] / phase_total, 0.0)
+    table = table.sort_values(["rank", "phase", "total_ns", "name"], ascending=[True, True, False, True],
+                              kind="stable").reset_index(drop=True)
+    return table[cols]

@@ -1,0 +1,94 @@
+"""The error vocabulary of specprof: every problem a user can fix is a :class:`TraceError` subclass
+with its own process exit code (exit code 1 is reserved for internal bugs); ``str(err)`` is one line.
+
+====  ==================  =====================================================================
+code  class               situation
+====  ==================  =====================================================================
+2     MissingInput        path does not exist / directory holding no ``.sqlite`` report
+2     SchedulerError      ``--scheduler``: Dask missing or the scheduler cannot be reached
+3     NsysRepGiven        a ``.nsys-rep`` / ``.qdrep`` was given (or ``nsys export`` failed)
+4     NotSqlite           the file is not an SQLite database (text, binary, ...)
+5     NotNsysExport       an SQLite database without any Nsight Systems table
+6     CorruptReport       truncated / corrupt / empty file: SQLite cannot read it
+7     NoCudaActivity      a valid export that holds no GPU activity (raised by the analyzer);
+                          its subclass NvtxOnly: NVTX ranges or marks but no CUDA activity
+8     OutputError         an output cannot be written (read-only, not a directory, ...)
+9     RankConflict        two processes or reports claim the same rank
+10    UsageError          a bad option value (phase configuration, plot request)
+====  ==================  =====================================================================
+"""
+from __future__ import annotations
+
+import os
+
+__all__ = ["EXIT_INTERNAL_ERROR", "TraceError", "MissingInput", "NsysRepGiven", "NotSqlite", "NotNsysExport",
+           "CorruptReport", "NoCudaActivity", "NvtxOnly", "OutputError", "RankConflict", "UsageError",
+           "SchedulerError", "SchemaWarning"]
+
+EXIT_INTERNAL_ERROR = 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class TraceError(Exception):
+    """A problem with the user's input or output that the user can fix. ``exit_code`` is the
+    process exit status the CLI returns; ``str(err)`` is a single line."""
+
+    exit_code = EXIT_INTERNAL_ERROR
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None):
+        self.path = None if path is None else str(path)
+        self.message = _one_line(message)
+        super().__init__(self.message)
+
+
+class MissingInput(TraceError):
+    exit_code = 2
+
+
+class NsysRepGiven(TraceError):
+    exit_code = 3
+
+
+class NotSqlite(TraceError):
+    exit_code = 4
+
+
+class NotNsysExport(TraceError):
+    exit_code = 5
+
+
+class CorruptReport(TraceError):
+    exit_code = 6
+
+
+class NoCudaActivity(TraceError):
+    exit_code = 7
+
+
+class NvtxOnly(NoCudaActivity):
+    """NVTX ranges or marks but no CUDA activity: the CLI shows what the NVTX holds, then this error."""
+
+
+class OutputError(TraceError):
+    exit_code = 8
+
+
+class RankConflict(TraceError):
+    exit_code = 9
+
+
+class UsageError(TraceError):
+    """A bad option value (phase configuration, plot request): exit code 10."""
+
+    exit_code = 10
+
+
+class SchedulerError(TraceError):
+    exit_code = 2
+
+
+class SchemaWarning(UserWarning):
+    """The export schema is newer than the newest one specprof was tested with."""

@@ -1,0 +1,75 @@
+"""Notes: what the analysis says about how it treated a report (odd rows, chunking, the cache, skipped
+figures). Each is structured data: a stable ``code`` that code may test, the ``count`` of rows or
+items it is about, one readable ``message`` line, and optionally the ``input`` and ``rank`` it is
+about. Code decides on codes, never on message text; the codes are listed in docs/bad_input.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+# report checks (run/checks.py)
+MARKS_ONLY = "marks_only"
+NO_NVTX_RANGES = "no_nvtx_ranges"
+UNLINKED_OPS = "unlinked_ops"
+UNCLOSED_RANGES = "unclosed_ranges"
+CROSS_THREAD_RANGES = "cross_thread_ranges"
+IDENTICAL_RANGES = "identical_ranges"
+ZERO_LENGTH_OPS = "zero_length_ops"
+NEGATIVE_IDS = "negative_ids"
+SHARED_CORRELATION_IDS = "shared_correlation_ids"
+INVALID_TEXT = "invalid_text"
+GRAPH_LEVEL_TRACE = "graph_level_trace"
+# memory budget (run/api.py, run/chunked.py)
+CHUNKED = "chunked"
+NOT_TIME_ORDERED = "not_time_ordered"
+BELOW_FLOOR = "budget_below_floor"
+AUTO_BUDGET = "auto_budget"
+# the Parquet cache (read/cache.py)
+CACHE_READ_ELSEWHERE = "cache_read_elsewhere"
+CACHE_WRITTEN_ELSEWHERE = "cache_written_elsewhere"
+CACHE_NOT_WRITTEN = "cache_not_written"
+# figures (render/plots.py)
+FIGURE_SKIPPED = "figure_skipped"
+
+CODES = (MARKS_ONLY, NO_NVTX_RANGES, UNLINKED_OPS, UNCLOSED_RANGES, CROSS_THREAD_RANGES, IDENTICAL_RANGES,
+         ZERO_LENGTH_OPS, NEGATIVE_IDS, SHARED_CORRELATION_IDS, INVALID_TEXT, GRAPH_LEVEL_TRACE, CHUNKED,
+         NOT_TIME_ORDERED, BELOW_FLOOR, AUTO_BUDGET, CACHE_READ_ELSEWHERE, CACHE_WRITTEN_ELSEWHERE,
+         CACHE_NOT_WRITTEN, FIGURE_SKIPPED)
+
+
+@dataclass(frozen=True)
+class Note:
+    code: str
+    message: str
+    count: int | None = None
+    input: str | None = None
+    rank: int | None = None
+
+    def __post_init__(self):
+        if self.code not in CODES:
+            raise ValueError(f"unknown note code {self.code!r}")
+
+    def __str__(self) -> str:
+        """The line shown to people: the message, after the input it is about when one is named."""
+        return f"{self.input}: {self.message}" if self.input else self.message
+
+    def about_input(self, path: str) -> "Note":
+        return dataclasses.replace(self, input=str(path))
+
+    def to_dict(self) -> dict:
+        """The JSON form: every field, ``message`` readable on its own."""
+        return {"code": self.code, "count": self.count, "message": self.message, "input": self.input,
+                "rank": self.rank}
+
+
+def has(notes, code: str) -> bool:
+    """Whether any of ``notes`` has ``code``."""
+    return any(getattr(n, "code", None) == code for n in notes)
+
+
+def text_of(note) -> str:
+    """The shown line of a Note, of its JSON object (``--json`` schema 2) or of a plain string (schema 1)."""
+    if isinstance(note, dict):
+        return f"{note['input']}: {note['message']}" if note.get("input") else str(note["message"])
+    return str(note)

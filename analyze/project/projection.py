@@ -1,0 +1,533 @@
+"""Projecting NVTX ranges onto the GPU work launched inside them.
+
+The rules are nsys' own (``nsys stats -r nvtx_gpu_proj_sum``):
+
+* a GPU op (kernel, memcpy, memset) belongs to the CUDA API call with the same correlation id in
+  the same process (correlation ids repeat across processes);
+* an API call belongs to every NVTX range on the same thread that encloses it
+  (``range.start <= call.start`` and ``call.end <= range.end``);
+* a range's projection runs from the first start to the last end of its ops; its GPU op count is
+  the number of distinct launching calls (a graph launch of eight kernels counts once).
+
+Everything is vectorised: API calls are sorted by (thread, start) on one integer key, every range
+becomes a contiguous block of calls, and blocks are reduced level by level (ranges at the same
+nesting depth on a thread never overlap, so each level is one ``reduceat`` pass). Ranges that break
+proper nesting (start/end ranges crossing each other) go through an exact slow path.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+PROJECTED_KINDS = ("kernel", "memcpy", "memset")
+INT64_MAX = np.iinfo(np.int64).max
+INT64_MIN = np.iinfo(np.int64).min
+
+
+class CallIndex(NamedTuple):
+    """API calls sorted by (thread, start), with one integer key per call."""
+
+    order: np.ndarray        # position in the original calls table, in sorted order
+    key: np.ndarray          # composite (thread, start) key, sorted
+    end_key: np.ndarray      # composite (thread, end) key
+    thread_of: dict          # global_tid -> dense thread index
+    t0: int
+    span: int
+    monotone_threads: np.ndarray  # dense thread index -> call ends non-decreasing in start order
+
+
+def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
+    # distinct threads and the time range without concatenating the columns (millions of rows)
+    uniq = np.unique(np.concatenate([pd.unique(calls["global_tid"].to_numpy(dtype="int64")),
+                                     pd.unique(ranges["global_tid"].to_numpy(dtype="int64"))]))
+    thread_of = {int(t): i for i, t in enumerate(uniq)}
+    cols = [frame[c].to_numpy(dtype="int64") for frame in (calls, ranges) for c in ("start_ns", "end_ns")]
+    cols = [c for c in cols if len(c)]
+    t0 = min(int(c.min()) for c in cols) if cols else 0
+    span = (max(int(c.max()) for c in cols) - t0 + 2) if cols else 2
+    del cols
+    if span * max(len(uniq), 1) >= 2 ** 62:
+        raise ValueError("trace too long for the (thread, time) key: "
+                         f"{len(uniq)} threads x {span} ns")
+    tidx = np.searchsorted(uniq, calls["global_tid"].to_numpy(dtype="int64"))
+    key = tidx * span + (calls["start_ns"].to_numpy(dtype="int64") - t0)
+    end_key = tidx * span + (calls["end_ns"].to_numpy(dtype="int64") - t0)
+    order = np.argsort(key, kind="stable")
+    key, end_key, tidx_sorted = key[order], end_key[order], tidx[order]
+    monotone = np.ones(len(uniq), dtype=bool)
+    if len(key) > 1:
+        same = tidx_sorted[1:] == tidx_sorted[:-1]
+        bad = same & (end_key[1:] < end_key[:-1])
+        monotone[np.unique(tidx_sorted[1:][bad])] = False
+    return CallIndex(order, key, end_key, thread_of, t0, span, monotone)
+
+
+def range_keys(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if len(ranges):
+        known = np.fromiter(index.thread_of.keys(), dtype="int64", count=len(index.thread_of))
+        dense = np.fromiter(index.thread_of.values(), dtype="int64", count=len(index.thread_of))
+        order = np.argsort(known)
+        tidx = dense[order][np.searchsorted(known[order], ranges["global_tid"].to_numpy(dtype="int64"))]
+    else:
+        tidx = np.zeros(0, dtype="int64")
+    start = tidx * index.span + (ranges["start_ns"].to_numpy(dtype="int64") - index.t0)
+    end = tidx * index.span + (ranges["end_ns"].to_numpy(dtype="int64") - index.t0)
+    return tidx, start, end
+
+
+def range_blocks(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every range, the block [lo, hi) of sorted calls it encloses, and an 'exact' flag.
+
+    A block holds the calls that start inside the range; calls that end after the range are cut
+    from its tail. That is exact when call ends on the thread are ordered like call starts
+    (sequential calls); where they are not, the flag is False and the caller must filter.
+    """
+    tidx, start_key, end_key = range_keys(index, ranges)
+    lo = np.searchsorted(index.key, start_key, side="left")
+    hi = np.searchsorted(index.key, end_key, side="right")
+    while True:
+        tail = hi > lo
+        over = np.zeros(len(hi), dtype=bool)
+        over[tail] = index.end_key[hi[tail] - 1] > end_key[tail]
+        if not over.any():
+            break
+        hi[over] -= 1
+    exact = index.monotone_threads[tidx] if len(tidx) else np.zeros(0, dtype=bool)
+    return lo, hi, exact
+
+
+def _thread_start_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``np.lexsort((-end, start, thread))``. NVTX ranges come in start order (nsys writes events
+    that way), so a stable radix partition by thread is usually already in (start, -end) order
+    within each thread: checked, and the full lexsort only when it is not."""
+    if len(thread) and 0 <= int(thread.min()) and int(thread.max()) < 2 ** 16:
+        order = np.argsort(thread.astype(np.uint16), kind="stable")      # radix sort
+        t, s, e = thread[order], start[order], end[order]
+        new = t[1:] != t[:-1]
+        later = s[1:] > s[:-1]
+        tie_ok = (s[1:] == s[:-1]) & (e[1:] <= e[:-1])
+        if bool((new | later | tie_ok).all()):
+            return order
+    return np.lexsort((-end, start, thread))
+
+
+def subset_blocks(index: CallIndex, ranges: pd.DataFrame, subset: pd.DataFrame, layout=None):
+    """(lo, hi, exact, end_key) of the ranges in ``subset`` (rows of ``ranges``): taken from
+    ``ranges``' :func:`range_layout` when given, else computed."""
+    if layout is None:
+        lo, hi, exact = range_blocks(index, subset)
+        return lo, hi, exact, range_keys(index, subset)[2]
+    pos = ranges.index.get_indexer(subset.index)
+    return layout[0][pos], layout[1][pos], layout[2][pos], layout[4][pos]
+
+
+def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Depth of every range among the given ranges of its thread (0 = outermost).
+
+    depth = ranges of the thread that started before it (in (start, -end) order) minus those that
+    ended strictly before its start.
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, dtype="int64")
+    order = _thread_start_order(thread, start, end)
+    pos_in_thread = np.empty(n, dtype="int64")
+    sorted_thread = thread[order]
+    first = np.r_[0, np.flatnonzero(sorted_thread[1:] != sorted_thread[:-1]) + 1]
+    seg_start = np.repeat(first, np.diff(np.r_[first, n]))
+    pos_in_thread[order] = np.arange(n) - seg_start
+    # ends strictly before my start, on my thread
+    span = int(max(end.max(), start.max()) - min(start.min(), end.min()) + 2)
+    base = int(min(start.min(), end.min()))
+    end_keys = np.sort(thread * span + (end - base))
+    thread_first = np.searchsorted(end_keys, thread * span, side="left")
+    ended_before = np.searchsorted(end_keys, thread * span + (start - base), side="left") - thread_first
+    return pos_in_thread - ended_before
+
+
+def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.ndarray):
+    """Yield (range positions, ok) per level, where ok marks ranges whose blocks are disjoint."""
+    for level in np.unique(levels):
+        members = np.flatnonzero(levels == level)
+        members = members[np.argsort(lo[members], kind="stable")]
+        ok = exact[members].copy()
+        if len(members) > 1:
+            clash = lo[members][1:] < hi[members][:-1]
+            ok[1:] &= ~clash
+            ok[:-1] &= ~clash
+        yield members, ok
+
+
+SLOW_BATCH = 1_000_000   # (range, call) pairs expanded at once on the exact path
+
+
+def _slow_pairs(members: np.ndarray, lo: np.ndarray, hi: np.ndarray, slow):
+    """Batches of (range position per pair, sorted call per pair) for the calls each range truly
+    encloses (exact path). ``slow`` is ``(call_end_key, range_end_key)`` (vectorised) or the old
+    per-range callable ``slow(i) -> mask``."""
+    if callable(slow):
+        for i in members:
+            calls = np.arange(lo[i], hi[i])[slow(i)]
+            yield np.full(len(calls), i, dtype="int64"), calls
+        return
+    call_end, range_end = slow
+    lens = np.maximum(hi[members] - lo[members], 0)
+    start = 0
+    while start < len(members):
+        csum = np.cumsum(lens[start:])
+        stop = start + max(1, int(np.searchsorted(csum, SLOW_BATCH, side="right")))
+        part, plen = members[start:stop], lens[start:stop]
+        total = int(plen.sum())
+        if total:
+            rid = np.repeat(part, plen)
+            calls = np.arange(total) - np.repeat(np.cumsum(plen) - plen, plen) + np.repeat(lo[part], plen)
+            keep = call_end[calls] <= range_end[rid]
+            yield rid[keep], calls[keep]
+        start = stop
+
+
+def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
+                  values: np.ndarray, how: str, slow) -> np.ndarray:
+    """Reduce ``values`` (per sorted call) over every range's block: how = 'sum' | 'min' | 'max'.
+
+    Ranges needing the exact path (blocks that are not contiguous runs of enclosed calls) are
+    filtered by ``slow``: ``(call_end_key, range_end_key)`` arrays (vectorised), or a callable
+    ``slow(i)`` returning the boolean mask of calls in block i.
+    """
+    ufunc = {"sum": np.add, "min": np.minimum, "max": np.maximum}[how]
+    neutral = {"sum": 0, "min": INT64_MAX, "max": INT64_MIN}[how]
+    out = np.full(len(lo), neutral, dtype="int64")
+    ext = np.append(values.astype("int64"), neutral)
+    for members, ok in _level_groups(levels, lo, hi, exact):
+        good = members[ok]
+        if len(good):
+            bounds = np.empty(2 * len(good), dtype="int64")
+            bounds[0::2], bounds[1::2] = lo[good], hi[good]
+            red = ufunc.reduceat(ext, bounds)[0::2]
+            nonempty = hi[good] > lo[good]
+            out[good[nonempty]] = red[nonempty]
+        bad = members[~ok]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                if not len(rid):
+                    continue
+                # pairs come grouped by range (in `bad` order): reduce each run
+                first = np.r_[0, np.flatnonzero(rid[1:] != rid[:-1]) + 1]
+                red = ufunc.reduceat(values[calls].astype("int64"), first)
+                out[rid[first]] = red if how == "sum" else ufunc(out[rid[first]], red)
+    return out
+
+
+def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
+                 labels: np.ndarray, slow, dtype="int64") -> np.ndarray:
+    """Label every sorted call with the label of its deepest enclosing range (or -1), in an array
+    of ``dtype`` (narrower than int64 when the labels fit)."""
+    owner = np.full(n_calls, -1, dtype=dtype)
+    for members, ok in _level_groups(levels, lo, hi, exact):   # outermost level first
+        good = members[ok]
+        lens = hi[good] - lo[good]
+        total = int(lens.sum())
+        if total:
+            offsets = np.repeat(lo[good] - np.r_[0, np.cumsum(lens)[:-1]], lens)
+            owner[offsets + np.arange(total)] = np.repeat(labels[good], lens)
+        bad = members[~ok]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                owner[calls] = labels[rid]     # later ranges (by block start) win, as before
+    return owner
+
+
+def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
+    """Per GPU op, the sorted position of its launching API call (-1 when the call is missing)."""
+    if len(ops) == 0:
+        return np.zeros(0, dtype="int64")
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    left = pd.DataFrame({"global_pid": ops["global_pid"].to_numpy(dtype="int64"),
+                         "correlation_id": ops["correlation_id"].to_numpy(dtype="int64")})
+    right = pd.DataFrame({"global_pid": calls["global_pid"].to_numpy(dtype="int64"),
+                          "correlation_id": calls["correlation_id"].to_numpy(dtype="int64"),
+                          "pos": sorted_pos}).drop_duplicates(["global_pid", "correlation_id"])
+    merged = left.merge(right, on=["global_pid", "correlation_id"], how="left", sort=False)
+    return merged["pos"].fillna(-1).to_numpy(dtype="int64")
+
+
+def range_layout(index: CallIndex, ranges: pd.DataFrame):
+    """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
+    None, end_key, groups), groups = per nesting level (reduceat bounds of the ranges whose blocks
+    are contiguous, those ranges, which of them have calls, the ranges for the exact path).
+    Compute once, project several times. Call positions are int32 when the calls fit (millions of
+    ranges: half the bytes held for the whole analysis)."""
+    lo, hi, exact = range_blocks(index, ranges)
+    tidx, _, end_key = range_keys(index, ranges)
+    levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
+                            ranges["end_ns"].to_numpy(dtype="int64"))
+    del tidx
+    pos_t = "int32" if len(index.key) < 2 ** 31 - 1 else "int64"
+    groups = []
+    for members, ok in _level_groups(levels, lo, hi, exact):
+        good = members[ok]
+        bounds = np.empty(2 * len(good), dtype=pos_t)
+        bounds[0::2], bounds[1::2] = lo[good], hi[good]
+        groups.append((bounds, good.astype(pos_t), hi[good] > lo[good], members[~ok]))
+    return lo.astype(pos_t), hi.astype(pos_t), exact, None, end_key, groups
+
+
+def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, first: np.ndarray,
+                   last: np.ndarray, layout=None) -> pd.DataFrame:
+    """Per range: gpu_ops (distinct launching calls), gpu_start_ns, gpu_end_ns (nsys' projection).
+    One pass over the nesting levels does the three reductions (count, min start, max end)."""
+    lo, hi, exact, levels, end_key, groups = layout if layout is not None else range_layout(index, ranges)
+    slow = (index.end_key, end_key)
+    n = len(lo)
+    n_ops = np.zeros(n, dtype="int64")
+    g_start = np.full(n, INT64_MAX, dtype="int64")
+    g_end = np.full(n, INT64_MIN, dtype="int64")
+    # the per-call values with one neutral slot at the end (reduceat bounds may point there)
+    v_has = np.zeros(len(has) + 1, dtype="int64")
+    v_has[:-1] = has
+    v_first = np.full(len(has) + 1, INT64_MAX, dtype="int64")
+    np.copyto(v_first[:-1], first, where=has > 0)
+    v_last = np.full(len(has) + 1, INT64_MIN, dtype="int64")
+    np.copyto(v_last[:-1], last, where=has > 0)
+    for bounds, good, nonempty, bad in groups:
+        if len(good):
+            keep = good[nonempty]
+            n_ops[keep] = np.add.reduceat(v_has, bounds)[0::2][nonempty]
+            g_start[keep] = np.minimum.reduceat(v_first, bounds)[0::2][nonempty]
+            g_end[keep] = np.maximum.reduceat(v_last, bounds)[0::2][nonempty]
+        if len(bad):
+            for rid, calls in _slow_pairs(bad, lo, hi, slow):
+                if not len(rid):
+                    continue
+                run = np.r_[0, np.flatnonzero(rid[1:] != rid[:-1]) + 1]
+                at = rid[run]
+                n_ops[at] += np.add.reduceat(v_has[calls], run)
+                g_start[at] = np.minimum(g_start[at], np.minimum.reduceat(v_first[calls], run))
+                g_end[at] = np.maximum(g_end[at], np.maximum.reduceat(v_last[calls], run))
+    del v_has, v_first, v_last
+    none = n_ops == 0
+    g_start[none] = -1
+    g_end[none] = -1
+    return pd.DataFrame({"gpu_ops": n_ops, "gpu_start_ns": g_start, "gpu_end_ns": g_end}, index=ranges.index,
+                        copy=False)
+
+
+def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, distinct texts as an object array of str): ``pd.factorize(texts.astype(str))``
+    without converting every row to a new string column (pandas 3 copies each text into Arrow)."""
+    codes, uniq = pd.factorize(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
+                               use_na_sentinel=False)
+    return codes, np.array([str(u) for u in uniq], dtype=object)
+
+
+def full_range_names(ranges: pd.DataFrame) -> pd.Series:
+    """nsys' spelling: ``domain:name``, ``:name`` for the default domain (built once per distinct
+    pair: millions of ranges share a few names)."""
+    if "full_name" in ranges.columns:
+        return ranges["full_name"]
+    if len(ranges) < 1000:
+        return ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+    ncode, nuniq = text_codes(ranges["name"])
+    dcode, duniq = text_codes(ranges["domain"])
+    codes, uniq = pd.factorize(ncode.astype("int64") * (len(duniq) + 1) + dcode)
+    uniq = np.asarray(uniq, dtype="int64")
+    nuniq, duniq = np.asarray(nuniq, dtype=object), np.asarray(duniq, dtype=object)
+    names = np.array([f"{d}:{n}" for n, d in zip(nuniq[uniq // (len(duniq) + 1)], duniq[uniq % (len(duniq) + 1)])],
+                     dtype=object)
+    return pd.Series(names[codes], index=ranges.index, name=None, dtype=object)
+
+
+SUMMARY_SLICE = 1 << 20    # projected ranges grouped at once (the temporaries scale with it)
+
+
+def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``nsys stats -r nvtx_gpu_proj_sum``: one per (range name, style). Grouped on integer
+    codes of the projected ranges only (millions of ranges, a few names), a slice at a time; the
+    groups keep the order in which they first appear (ties in the final sort)."""
+    cols = ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"]
+    n_ops = projected["gpu_ops"].to_numpy(dtype="int64")
+    sel = np.flatnonzero(n_ops > 0)
+    if not len(sel):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    full = full_range_names(ranges).to_numpy(dtype=object)
+    style = ranges["style"].to_numpy(dtype=object)
+    g_start, g_end = (projected[c].to_numpy(dtype="int64") for c in ("gpu_start_ns", "gpu_end_ns"))
+    r_start, r_end = (ranges[c].to_numpy(dtype="int64") for c in ("start_ns", "end_ns"))
+    code_of: dict[tuple, int] = {}
+    sums = np.zeros((4, 0), dtype="int64")      # instances, projected, range time, ops per group
+    for a in range(0, len(sel), SUMMARY_SLICE):
+        part = sel[a:a + SUMMARY_SLICE]
+        rcode, runiq = pd.factorize(full[part], use_na_sentinel=False)
+        scode, suniq = pd.factorize(style[part], use_na_sentinel=False)
+        local, luniq = pd.factorize(rcode.astype("int64") * len(suniq) + scode)   # first appearance
+        del rcode, scode
+        luniq = np.asarray(luniq, dtype="int64")
+        lookup = np.array([code_of.setdefault((runiq[u // len(suniq)], suniq[u % len(suniq)]), len(code_of))
+                           for u in luniq.tolist()], dtype="int64")
+        if sums.shape[1] < len(code_of):
+            sums = np.concatenate([sums, np.zeros((4, len(code_of) - sums.shape[1]), dtype="int64")], axis=1)
+        g = lookup[local]
+        del local
+        for row, values in enumerate((np.ones(len(part), dtype="int64"), g_end[part] - g_start[part],
+                                      r_end[part] - r_start[part], n_ops[part])):
+            np.add.at(sums[row], g, values)
+    keys = list(code_of)
+    summary = pd.DataFrame({
+        "range": pd.Series([k[0] for k in keys], dtype=object),
+        "style": pd.Series([k[1] for k in keys], dtype=object),
+        "instances": sums[0], "total_projected_ns": sums[1], "total_range_ns": sums[2], "gpu_ops": sums[3]})
+    summary = summary.sort_values(["total_projected_ns", "range"], ascending=[False, True], kind="stable")
+    return summary[cols].reset_index(drop=True)
+
+
+# a direct (process, correlation id) -> call table is used when it has at most this many slots per
+# call (plus a constant): nsys' correlation ids count up per process, so the table is dense
+DIRECT_TABLE_FACTOR = 8
+DIRECT_TABLE_MIN = 1 << 20
+
+
+def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
+    """:func:`link_ops` on arrays: one integer key per (process, correlation id), a hash lookup."""
+    if len(pid) == 0:
+        return np.zeros(0, dtype="int64")
+    c_pid = calls["global_pid"].to_numpy(dtype="int64")
+    c_corr = calls["correlation_id"].to_numpy(dtype="int64")
+    lo = min(int(corr.min()), int(c_corr.min())) if len(c_corr) else int(corr.min())
+    hi = max(int(corr.max()), int(c_corr.max())) if len(c_corr) else int(corr.max())
+    span = hi - lo + 1
+    pids = pd.Index(pd.unique(np.concatenate([c_pid, pid[:0]])))
+    if len(c_corr) == 0 or span * (len(pids) + 1) >= 2 ** 62:
+        ops = pd.DataFrame({"global_pid": pid, "correlation_id": corr})
+        return link_ops(ops, calls, index)
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
+        # correlation ids are dense per process: a direct table, one gather per op
+        table = np.full(span * len(pids) + 1, -1, dtype="int64")
+        table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
+        op_p = pids.get_indexer(pid).astype("int64")
+        rel = corr - lo
+        ok = (op_p >= 0) & (rel >= 0) & (rel < span)
+        return table[np.where(ok, op_p * span + rel, span * len(pids))]
+    # first call of every key (drop_duplicates keep='first')
+    uk, first = np.unique(c_key, return_index=True)
+    op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls
+    op_key = np.where(op_p >= 0, op_p * span + (corr - lo), -1)
+    at = pd.Index(uk).get_indexer(op_key)
+    out = np.full(len(pid), -1, dtype="int64")
+    hit = at >= 0
+    out[hit] = sorted_pos[first[at[hit]]]
+    return out
+
+
+def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                       n_calls: int):
+    """:func:`call_op_span_arrays` for all linked ops and for the ops ``sel`` marks, with one sort:
+    ((has, first, last) over ``sel``, (has, first, last) over all ops)."""
+    linked = op_call >= 0
+    pos = op_call[linked]
+    out_sel = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
+               np.full(n_calls, INT64_MIN, dtype="int64"))
+    out_all = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
+               np.full(n_calls, INT64_MIN, dtype="int64"))
+    if not len(pos):
+        return out_sel, out_all
+    order = np.argsort(pos, kind="stable")
+    p = pos[order]
+    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+    at = p[run]
+    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
+    out_all[0][at] = 1
+    out_all[1][at] = np.minimum.reduceat(s, run)
+    out_all[2][at] = np.maximum.reduceat(e, run)
+    out_sel[0][at] = np.maximum.reduceat(m.astype("int8"), run)
+    out_sel[1][at] = np.minimum.reduceat(np.where(m, s, INT64_MAX), run)
+    out_sel[2][at] = np.maximum.reduceat(np.where(m, e, INT64_MIN), run)
+    return out_sel, out_all
+
+
+def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                        n_calls: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sorted call: has ops (0/1), first op start, last op end, over the ops ``sel`` marks."""
+    sel = sel & (op_call >= 0)
+    pos = op_call[sel]
+    first = np.full(n_calls, INT64_MAX, dtype="int64")
+    last = np.full(n_calls, INT64_MIN, dtype="int64")
+    has = np.zeros(n_calls, dtype="int64")
+    if len(pos):
+        order = np.argsort(pos, kind="stable")
+        p = pos[order]
+        run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+        first[p[run]] = np.minimum.reduceat(start[sel][order], run)
+        last[p[run]] = np.maximum.reduceat(end[sel][order], run)
+        has[p[run]] = 1
+    return has, first, last
+
+
+class CallKeys(NamedTuple):
+    """The calls' (process, correlation id) keys, hashed once, for linking ops chunk by chunk."""
+
+    pids: pd.Index          # distinct processes of the calls
+    corr_lo: int
+    span: int               # correlation id range of the calls
+    keys: pd.Index | None   # distinct call keys (None: ``pos`` is a direct table by key)
+    pos: np.ndarray         # sorted position of the first call of each key
+
+
+def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
+    """None when the key space does not fit one int64 (link those with :func:`link_op_arrays`)."""
+    c_pid = calls["global_pid"].to_numpy(dtype="int64")
+    c_corr = calls["correlation_id"].to_numpy(dtype="int64")
+    if not len(c_corr):
+        return None
+    lo, hi = int(c_corr.min()), int(c_corr.max())
+    span = hi - lo + 1
+    pids = pd.Index(pd.unique(c_pid))
+    if span * (len(pids) + 1) >= 2 ** 62:
+        return None
+    sorted_pos = np.empty(len(index.order), dtype="int64")
+    sorted_pos[index.order] = np.arange(len(index.order))
+    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
+    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
+        # dense correlation ids: a direct table (see link_op_arrays), keys None
+        table = np.full(span * len(pids) + 1, -1, dtype="int64")
+        table[c_key[::-1]] = sorted_pos[::-1]
+        return CallKeys(pids, lo, span, None, table)
+    uk, first = np.unique(c_key, return_index=True)       # first call of every key
+    return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
+
+
+def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
+    """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
+    op_p = keys.pids.get_indexer(pid).astype("int64")      # -1: a process without calls
+    rel = corr - keys.corr_lo
+    ok = (op_p >= 0) & (rel >= 0) & (rel < keys.span)
+    if keys.keys is None:                                   # direct table
+        return keys.pos[np.where(ok, op_p * keys.span + rel, len(keys.pos) - 1)]
+    op_key = np.where(ok, op_p * keys.span + rel, -1)
+    at = keys.keys.get_indexer(op_key)
+    out = np.full(len(pid), -1, dtype="int64")
+    hit = (at >= 0) & ok
+    out[hit] = keys.pos[at[hit]]
+    return out
+
+
+def update_call_spans(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                      has: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
+    """:func:`call_op_span_arrays` accumulated in place over chunks of ops (min of starts, max of
+    ends, whether any op)."""
+    sel = sel & (op_call >= 0)
+    pos = op_call[sel]
+    if not len(pos):
+        return
+    order = np.argsort(pos, kind="stable")
+    p = pos[order]
+    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
+    at = p[run]
+    first[at] = np.minimum(first[at], np.minimum.reduceat(start[sel][order], run))
+    last[at] = np.maximum(last[at], np.maximum.reduceat(end[sel][order], run))
+    has[at] = 1

@@ -1,0 +1,265 @@
+"""Fast column reads from an nsys SQLite export: SQLite -> Arrow -> NumPy, read-only.
+
+:func:`analyze.read.report._read` is the one place rows are fetched; it calls :func:`read_frame` here.
+Backends, fastest first (measured, docs/performance.md; 1M kernels x 8 columns, warm cache):
+
+=============  =======  ===========================================================================
+backend        time     notes
+=============  =======  ===========================================================================
+sqlite3 CLI    0.48 s   no rows leave SQLite (``SELECT sum(...)``): the floor of any reader
+ADBC sqlite    0.69 s   ``adbc_driver_sqlite.dbapi`` + ``fetch_arrow_table``; opens a
+                        ``file:...?mode=ro`` URI, so the input stays read-only (**used**)
+connectorx     1.06 s   cannot open read-only: ``sqlite://path?mode=ro`` is taken as a file name
+                        (it creates an empty file of that name), so it is **not used**
+stdlib         1.95 s   ``sqlite3`` cursor, ``fetchmany`` (3.4 s with one ``fetchall``); fallback
+pandas         6.27 s   ``pandas.read_sql``
+=============  =======  ===========================================================================
+
+The ADBC connection opens the same URI as :func:`analyze.open_report` (``mode=ro``, plus
+``immutable=1`` when no journal/WAL sits next to the file), sets ``trusted_schema=OFF`` and
+``query_only=ON`` and is closed with the report. Whatever ADBC cannot type (a column whose type
+changes mid-table, text that is not UTF-8) falls back to the stdlib cursor, so results never depend
+on the backend. ``SPECPROF_READER=stdlib`` forces the fallback (tests compare both).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+EXACT_FLOAT = 2 ** 53
+
+_ADBC: dict[tuple, object] = {}    # (id(sqlite connection), its URI) -> ADBC connection
+_FAILED: set[tuple] = set()
+
+
+def backend() -> str:
+    """The backend :func:`read_frame` tries first: ``adbc`` when installed, else ``stdlib``."""
+    if os.environ.get("SPECPROF_READER", "").lower() == "stdlib":
+        return "stdlib"
+    try:
+        import adbc_driver_sqlite.dbapi  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return "stdlib"
+    return "adbc"
+
+
+def readonly_uri(conn) -> str | None:
+    """The read-only URI the report was opened with (None for a connection not from analyze.read.connection)."""
+    path = getattr(conn, "path", "")
+    if not path:
+        return None
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    return uri + ("&immutable=1" if getattr(conn, "immutable", False) else "")
+
+
+def _adbc_conn(conn):
+    # keyed by the connection and its file: a closed connection's id can be reused by a new one
+    uri = readonly_uri(conn)
+    key = (id(conn), uri)
+    if key in _ADBC:
+        return _ADBC[key]
+    if uri is None or key in _FAILED:
+        return None
+    try:
+        import adbc_driver_sqlite.dbapi as dbapi
+        aconn = dbapi.connect(uri)
+        cur = aconn.cursor()
+        cur.execute("PRAGMA trusted_schema=OFF")
+        cur.execute("PRAGMA query_only=ON")
+        cur.close()
+    except Exception:  # noqa: BLE001 - any failure: use the stdlib path
+        _FAILED.add(key)
+        return None
+    _ADBC[key] = aconn
+    return aconn
+
+
+def close(conn) -> None:
+    """Close the ADBC connection opened for ``conn`` (if any)."""
+    key = (id(conn), readonly_uri(conn))
+    _FAILED.discard(key)
+    aconn = _ADBC.pop(key, None)
+    if aconn is not None:
+        try:
+            aconn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def arrow_to_frame(table, columns: list[str], copy: bool = True) -> pd.DataFrame:
+    """Arrow table -> DataFrame typed like the stdlib path (ints; floats where NULLs; objects).
+    ``copy=False``: integer columns without NULLs are read-only views of the Arrow buffers."""
+    out = {name: _column_to_numpy(col, copy) for name, col in zip(columns, table.columns)}
+    return _frame(out, columns)
+
+
+def _frame(out: dict, columns: list[str]) -> pd.DataFrame:
+    """DataFrame of fresh NumPy columns, no copy; object columns stay ``object`` (pandas 3 would
+    otherwise infer its ``str`` dtype: a copy of every text into Arrow, seconds per million rows)."""
+    cols = {name: (pd.Series(v, dtype=object, copy=False) if v.dtype == object else v)
+            for name, v in out.items()}
+    return pd.DataFrame(cols, columns=columns, copy=False)
+
+
+def _column_to_numpy(col, copy: bool = True) -> np.ndarray:
+    """One Arrow column (chunked or not) -> NumPy, typed like the stdlib path."""
+    import pyarrow as pa
+
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if pa.types.is_integer(t):
+        if col.null_count == 0:
+            # a copy unless asked: zero-copy views of Arrow buffers are read-only
+            vals = col.to_numpy(zero_copy_only=False)
+            return np.array(vals, dtype="int64") if copy or vals.dtype != np.int64 else vals
+        vals = col.to_numpy(zero_copy_only=False)          # float64 with NaN
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+        if valid.any() and np.nanmax(np.abs(vals)) >= EXACT_FLOAT:
+            obj = np.full(len(col), None, dtype=object)
+            obj[valid] = np.asarray(col.drop_null().to_numpy(), dtype=object)
+            return obj
+        return np.array(vals, dtype="float64")
+    if pa.types.is_floating(t):
+        return np.array(col.to_numpy(zero_copy_only=False), dtype="float64")
+    if pa.types.is_null(t):
+        return np.full(len(col), None, dtype=object)
+    if len(col) < 4096:
+        return np.asarray(col.to_pylist(), dtype=object)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _strings_to_numpy(col)
+    return col.to_pandas(types_mapper=None).to_numpy(dtype=object)
+
+
+def _strings_to_numpy(col) -> np.ndarray:
+    """Text column -> object array in which equal texts share one Python string: dictionary-encoded
+    in Arrow (C++), the few distinct texts converted once, then one gather. NVTX names and marks
+    repeat a handful of texts millions of times; converting every row makes millions of strings."""
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(col)
+    uniq = np.asarray(enc.dictionary.to_pylist() + [None], dtype=object)
+    idx = enc.indices.fill_null(len(uniq) - 1).to_numpy(zero_copy_only=False)
+    return uniq[idx]
+
+
+def _stream_to_frame(cur, columns: list[str], rows_hint: int | None = None) -> pd.DataFrame | None:
+    """Record batches of an executed ADBC cursor -> DataFrame. Integer columns are copied batch by
+    batch into NumPy arrays sized ``rows_hint`` (grown when short), so the peak is the result
+    itself (``fetch_arrow_table`` + conversion holds the table twice, and the driver's thousands
+    of small batch buffers more). Typed exactly like :func:`arrow_to_frame`. None when no rows."""
+    import pyarrow as pa
+
+    reader = cur.fetch_record_batch()
+    schema = reader.schema
+    k = len(columns)
+    is_int = [pa.types.is_integer(schema.field(i).type) for i in range(k)]
+    cap = max(int(rows_hint or 0), 1024)
+    bufs = [np.empty(cap, dtype="int64") if is_int[i] else None for i in range(k)]
+    valid: list = [None] * k
+    others: list = [[] if not is_int[i] else None for i in range(k)]
+    pos = 0
+    for batch in reader:
+        m = batch.num_rows
+        if pos + m > cap:
+            cap = max(2 * cap, pos + m)
+            for i in range(k):
+                if bufs[i] is not None:
+                    grown = np.empty(cap, dtype="int64")
+                    grown[:pos] = bufs[i][:pos]
+                    bufs[i] = grown
+                if valid[i] is not None:
+                    grown = np.ones(cap, dtype=bool)
+                    grown[:pos] = valid[i][:pos]
+                    valid[i] = grown
+        for i in range(k):
+            arr = batch.column(i)
+            if not is_int[i]:
+                others[i].append(arr)
+            elif arr.null_count:
+                if valid[i] is None:
+                    valid[i] = np.ones(cap, dtype=bool)
+                valid[i][pos:pos + m] = arr.is_valid().to_numpy(zero_copy_only=False)
+                bufs[i][pos:pos + m] = arr.fill_null(0).to_numpy(zero_copy_only=False)
+            else:
+                bufs[i][pos:pos + m] = arr.to_numpy(zero_copy_only=False)
+        pos += m
+        del batch
+    if pos == 0:
+        return None
+    out = {}
+    for i, name in enumerate(columns):
+        if not is_int[i]:
+            out[name] = _column_to_numpy(pa.chunked_array(others[i], type=schema.field(i).type), copy=False)
+            others[i] = None
+            continue
+        vals = bufs[i][:pos] if cap == pos else bufs[i][:pos].copy()
+        bufs[i] = None
+        ok = valid[i][:pos] if valid[i] is not None else None
+        if ok is None or ok.all():
+            out[name] = vals
+        elif ok.any() and int(np.abs(vals[ok]).max()) >= EXACT_FLOAT:
+            obj = np.full(pos, None, dtype=object)
+            obj[ok] = vals[ok].astype(object)
+            out[name] = obj
+        else:
+            f = vals.astype("float64")
+            f[~ok] = np.nan
+            out[name] = f
+    return _frame(out, columns)
+
+
+# rows per Arrow batch when streaming a big table (the driver's default is 1024: ten thousand
+# Python-level batch steps per 10M rows; 64k measured 13% faster on a 10M-kernel read)
+STREAM_BATCH_ROWS = 65_536
+
+
+def _set_batch_rows(cur, rows: int) -> None:
+    try:
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(rows)})
+    except Exception:  # noqa: BLE001 - an older driver without the option: its default
+        pass
+
+
+def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
+    cur = conn.execute(sql, params)
+    parts = []
+    while True:
+        rows = cur.fetchmany(262_144)
+        if not rows:
+            break
+        parts.append(pd.DataFrame.from_records(rows, columns=columns))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+    return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+
+
+def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
+               rows_hint: int | None = None) -> pd.DataFrame:
+    """Rows of ``sql`` as a DataFrame with ``columns``: ADBC where it can, else the stdlib cursor."""
+    if backend() == "adbc":
+        aconn = _adbc_conn(conn)
+        if aconn is not None:
+            try:
+                cur = aconn.cursor()
+                try:
+                    if not copy:      # big tables: bigger batches (fewer Python steps per row)
+                        _set_batch_rows(cur, STREAM_BATCH_ROWS)
+                    cur.execute(sql, params) if params else cur.execute(sql)
+                    if not copy:      # big tables: streamed, column by column
+                        frame = _stream_to_frame(cur, columns, rows_hint)
+                        return frame if frame is not None else \
+                            pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                    table = cur.fetch_arrow_table()
+                finally:
+                    cur.close()
+                if table.num_rows == 0:
+                    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                return arrow_to_frame(table, columns, copy=copy)
+            except Exception:  # noqa: BLE001 - odd typing or text: the stdlib path reads anything
+                pass
+    return _read_stdlib(conn, sql, columns, params)

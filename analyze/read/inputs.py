@@ -1,0 +1,51 @@
+"""Finding the reports to read: a file is itself, a directory stands for the exports inside it; the
+names of Nsight Systems' own report files and the command that exports one to SQLite."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from analyze.errors import MissingInput, NsysRepGiven
+
+NSYS_REP_SUFFIXES = (".nsys-rep", ".qdrep")
+REPORT_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def nsys_export_command(path: str | os.PathLike) -> str:
+    """The exact command that turns a .nsys-rep into the .sqlite export specprof reads."""
+    p = Path(path)
+    out = _sqlite_name_for(p)
+    return f"nsys export --type sqlite -o {_shell_quote(str(out))} {_shell_quote(str(p))}"
+
+
+def _shell_quote(s: str) -> str:
+    import shlex
+    return shlex.quote(s)
+
+
+def _sqlite_name_for(rep: Path) -> Path:
+    name = rep.name
+    for suf in NSYS_REP_SUFFIXES:
+        if name.endswith(suf):
+            return rep.with_name(name[: -len(suf)] + ".sqlite")
+    return rep.with_name(name + ".sqlite")
+
+
+def find_reports(path: str | os.PathLike) -> list[Path]:
+    """A file -> [file]; a directory -> its ``*.sqlite`` files (not recursive), sorted by name.
+    Raises MissingInput when the path is missing or the directory holds no report, and
+    NsysRepGiven when a directory holds only .nsys-rep files."""
+    p = Path(path)
+    if not p.exists():
+        raise MissingInput(f"{p}: no such file or directory", p)
+    if not p.is_dir():
+        return [p]
+    found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in REPORT_SUFFIXES)
+    if found:
+        return found
+    reps = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(NSYS_REP_SUFFIXES))
+    if reps:
+        raise NsysRepGiven(
+            f"{p}: holds {len(reps)} .nsys-rep file(s) but no .sqlite export; run "
+            f"`{nsys_export_command(reps[0])}` for each", p)
+    raise MissingInput(f"{p}: directory holds no .sqlite report", p)

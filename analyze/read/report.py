@@ -1,0 +1,530 @@
+"""Reading one nsys SQLite export into plain DataFrames.
+
+Tables and columns are detected by name (``PRAGMA table_info``), never by position: exports from
+nsys 2022.4 (schema 3.0) to 2026.x (3.25) differ in both. A missing table means "no such events".
+Only the columns the analysis needs are read; strings stay integer ids until they are needed.
+
+Everything here is a small function returning a DataFrame; :func:`read_report` bundles them in a
+:class:`ReportTables` (a named tuple, nothing more).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from analyze import memory
+from analyze.errors import CorruptReport
+from analyze.read import connection
+from analyze.read import fastread
+from analyze.read.connection import export_schema_version, open_report
+
+TID_MASK = 0xFFFFFF
+# the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
+PID_OF_TID = ~np.int64(TID_MASK)
+
+RANGE_EVENT_STYLES = {59: "PushPop", 70: "PushPop", 60: "StartEnd", 71: "StartEnd"}
+MARK_EVENTS = (34,)
+DOMAIN_CREATE_EVENT = 75
+
+GPU_OP_TABLES = {
+    "kernel": "CUPTI_ACTIVITY_KIND_KERNEL",
+    "memcpy": "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
+    "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+}
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+
+GPU_OP_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id",
+                  "name_id", "start_ns", "end_ns"]
+
+
+class ReportTables(NamedTuple):
+    """What one export holds, as DataFrames (times in ns on the report's own clock)."""
+
+    path: str
+    strings: pd.Series          # index: string id, value: text
+    gpu_ops: pd.DataFrame       # GPU_OP_COLUMNS
+    calls: pd.DataFrame         # global_tid, global_pid, correlation_id, name_id, start_ns, end_ns
+    ranges: pd.DataFrame        # global_tid, global_pid, domain, name, style, start_ns, end_ns, end_missing
+    marks: pd.DataFrame         # global_tid, global_pid, domain, text, time_ns, int_value
+    processes: pd.DataFrame     # global_pid, pid, name
+    devices: pd.DataFrame       # pid, cuda_id, gpu_id, gpu_name, bus
+    meta: dict                  # schema_version, utc_start_ns, cuda_graph_trace, nsys_version
+    cross_thread_ranges: int = 0  # start/end ranges that end on another thread (left out, as nsys does)
+    prepared: object = None     # what read_report's ``prepare(calls, ranges)`` returned
+
+
+def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return connection.table_columns(conn, table)
+
+
+def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True,
+          rows_hint: int | None = None) -> pd.DataFrame:
+    """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
+
+    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py.
+    ``copy=False``: integer columns may be read-only views of the Arrow buffers."""
+    return fastread.read_frame(conn, sql, columns, copy=copy, rows_hint=rows_hint)
+
+
+def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
+    """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan)."""
+    lo, hi = rowid_bounds(conn, table)
+    return (int(hi) - int(lo) + 1) if lo is not None else None
+
+
+def rowid_bounds(conn: sqlite3.Connection, table: str) -> tuple[int | None, int | None]:
+    """(min rowid, max rowid) of ``table``: two B-tree seeks. (One ``SELECT min(rowid), max(rowid)``
+    is a full scan: SQLite's min/max shortcut takes a single aggregate only.)"""
+    lo = conn.execute(f"SELECT min(rowid) FROM {table}").fetchone()[0]
+    hi = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+    return lo, hi
+
+
+def _concat_columns(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(frames, ignore_index=True)``, one column at a time: every part's column is
+    released as soon as it is copied, so the peak is the result plus one column, not twice the
+    table. Columns of one dtype across parts are joined by NumPy; anything else by pandas."""
+    frames = [f for f in frames if len(f)] or frames[:1]
+    if len(frames) == 1:
+        return frames[0]
+    out = {}
+    for c in list(frames[0].columns):
+        parts = [f[c] for f in frames]
+        if all(p.dtype == np.int64 for p in parts):
+            out[c] = np.concatenate([p.to_numpy() for p in parts])
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+        del parts
+        for f in frames:
+            del f[c]
+    return pd.DataFrame(out, copy=False)
+
+
+def _int64(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    for c in cols:
+        if frame[c].dtype == np.int64:      # already clean (the usual case): no copy
+            continue
+        frame[c] = pd.to_numeric(frame[c], errors="coerce").fillna(-1).astype("int64")
+    return frame
+
+
+GPU_OP_KINDS = tuple(GPU_OP_TABLES)
+
+
+def kind_column(kind: str, n: int) -> pd.Categorical:
+    """The ``kind`` column: a categorical over the four op kinds (one byte per op, not a string)."""
+    return pd.Categorical.from_codes(np.full(n, GPU_OP_KINDS.index(kind), dtype="int8"),
+                                     categories=list(GPU_OP_KINDS))
+
+
+def read_strings(conn: sqlite3.Connection) -> pd.Series:
+    cols = table_columns(conn, "StringIds")
+    if not {"id", "value"} <= set(cols):
+        return pd.Series(dtype="object", name="value")
+    frame = _read(conn, "SELECT id, value FROM StringIds", ["id", "value"])
+    return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy(dtype="int64"),
+                     name="value")
+
+
+def _name_expr(cols: list[str]) -> str:
+    # nsys' kernel summaries name kernels by their demangled name; fall back to the short one
+    for c in ("demangledName", "shortName", "mangledName", "nameId", "name"):
+        if c in cols:
+            return c
+    return "NULL"
+
+
+class OpRead(NamedTuple):
+    """One SELECT of GPU ops: a table (an op kind), optionally one rowid range of it."""
+
+    kind: str
+    table: str
+    sql: str                    # has a WHERE clause
+    rowid_lo: int | None        # [rowid_lo, rowid_hi) or None for the whole table
+    rowid_hi: int | None
+    rows_hint: int | None
+
+
+def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
+                      split: int = 1) -> list[OpRead]:
+    """The SELECTs that read every GPU op, in the order their rows make the op table: one per op
+    table, or rowid ranges of ``chunk_rows`` rows (bounded memory), or the biggest table cut in
+    ``split`` rowid ranges (parallel readers).
+
+    rowid is the table's B-tree key, so every range is a seek (a ``start`` range would be a full
+    scan per chunk: nsys creates no index on start); ranges come in rowid order, the order of a
+    full scan, so the parts make the same table as one read."""
+    plan: list[OpRead] = []
+    for kind, table in GPU_OP_TABLES.items():
+        cols = table_columns(conn, table)
+        if not {"start", "end", "correlationId"} <= set(cols):
+            continue
+        pid = "globalPid" if "globalPid" in cols else ("(globalTid & ~16777215)" if "globalTid" in cols else "0")
+        dev = "deviceId" if "deviceId" in cols else "-1"
+        stream = "streamId" if "streamId" in cols else "-1"
+        node = "graphNodeId" if "graphNodeId" in cols else "NULL"
+        if kind == "kernel":
+            name = _name_expr(cols)
+        elif kind == "graph":
+            name = "graphId" if "graphId" in cols else "NULL"
+        else:
+            name = "NULL"
+        sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
+               f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
+        lo, hi = rowid_bounds(conn, table)
+        if lo is None:
+            plan.append(OpRead(kind, table, sql, None, None, None))
+            continue
+        lo, hi = int(lo), int(hi) + 1
+        step = int(chunk_rows) if chunk_rows else (-(-(hi - lo) // split) if split > 1 and hi - lo >= SPLIT_MIN_ROWS
+                                                   else None)
+        if not step:   # rowid bounds: the row count (upper bound), so arrays are sized once
+            plan.append(OpRead(kind, table, sql, None, None, hi - lo))
+            continue
+        plan += [OpRead(kind, table, sql, a, min(a + step, hi), min(step, hi - a)) for a in range(lo, hi, step)]
+    return plan
+
+
+# a table smaller than this is read by one reader (threads cost more than they save)
+SPLIT_MIN_ROWS = 1_000_000
+_OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
+
+
+def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
+    """The rows of one planned read (GPU_OP_COLUMNS but ``kind``)."""
+    sql = part.sql if part.rowid_lo is None else \
+        f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
+    return _int64(_read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint), _OP_INT_COLUMNS)
+
+
+def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order)."""
+    frames = []
+    for kind in GPU_OP_KINDS:
+        mine = [f for p, f in zip(plan, parts) if p.kind == kind]
+        if not mine:
+            continue
+        frame = _concat_columns(mine)
+        frame.insert(0, "kind", kind_column(kind, len(frame)))
+        frames.append(frame)
+    if not frames:
+        empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
+        empty["kind"] = kind_column("kernel", 0)
+        return empty
+    ops = _concat_columns(frames)
+    ops = _int64(ops, ["global_pid", "device_id", "stream_id", "correlation_id", "name_id",
+                       "start_ns", "end_ns"])
+    ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
+    return ops
+
+
+def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
+    """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
+    ``chunk_rows`` rows when given: bounded memory, same table)."""
+    plan = plan_gpu_op_reads(conn, chunk_rows)
+    return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+
+
+def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
+    """CUDA runtime and driver API calls (the launch side of every GPU op)."""
+    cols = table_columns(conn, RUNTIME_TABLE)
+    names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
+    if not {"start", "end", "globalTid", "correlationId"} <= set(cols):
+        frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
+    else:
+        name = "nameId" if "nameId" in cols else "NULL"
+        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE} "
+                            "WHERE start IS NOT NULL AND end IS NOT NULL", names, copy=False,
+                      rows_hint=_rows_hint(conn, RUNTIME_TABLE))
+        frame = _int64(frame, names)
+    frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
+    return frame
+
+
+def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
+              chunk_rows: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks (events read in rowid
+    chunks of ``chunk_rows`` when given: the same frames in less memory)."""
+    cols = set(table_columns(conn, "NVTX_EVENTS"))
+    range_cols = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns",
+                  "end_missing", "int_value"]
+    mark_cols = ["global_tid", "global_pid", "domain", "text", "time_ns", "int_value"]
+    if not {"start", "eventType"} <= cols:
+        return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
+                pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
+    sel = {
+        "start": "start",
+        "end": "end" if "end" in cols else "NULL",
+        "eventType": "eventType",
+        "text": "text" if "text" in cols else "NULL",
+        "textId": "textId" if "textId" in cols else "NULL",
+        "globalTid": "globalTid" if "globalTid" in cols else "0",
+        "endGlobalTid": "endGlobalTid" if "endGlobalTid" in cols else "NULL",
+        "domainId": "domainId" if "domainId" in cols else "0",
+        "intValue": ("COALESCE(" + ", ".join(c for c in ("int64Value", "uint64Value", "int32Value",
+                                                          "uint32Value") if c in cols) + ")")
+        if cols & {"int64Value", "uint64Value", "int32Value", "uint32Value"} else "NULL",
+    }
+    sql = "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS"
+    empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
+             pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
+    lo, hi = rowid_bounds(conn, "NVTX_EVENTS")
+    if not chunk_rows or lo is None or int(hi) - int(lo) < chunk_rows:
+        events = _read(conn, sql, list(sel), copy=False, rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
+        if events.empty:
+            return empty
+        range_frame, mark_frame, _ = _nvtx_frames(events, strings)
+        return range_frame, mark_frame
+    # in rowid chunks (bounded memory): domain names first, from every domain-create event
+    created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
+    domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
+    parts, max_ts = [], None
+    for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
+        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {a + int(chunk_rows)}", list(sel),
+                       copy=False, rows_hint=int(chunk_rows))
+        if len(events):
+            r, m, info = _nvtx_frames(events, strings, domain_names)
+            parts.append((r, m))
+            max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
+        del events
+    if not parts:
+        return empty
+    range_frame = _concat_columns([r for r, _ in parts])
+    mark_frame = _concat_columns([m for _, m in parts])
+    missing = range_frame["end_missing"].to_numpy(dtype=bool)
+    if missing.any():        # a missing end is the largest NVTX timestamp of the whole report
+        end = range_frame["end_ns"].to_numpy(dtype="int64").copy()
+        end[missing] = max_ts
+        range_frame["end_ns"] = end
+    for frame in (range_frame, mark_frame):
+        for c in ("domain", "name", "style", "text"):
+            if c in frame.columns and frame[c].dtype != object:
+                frame[c] = frame[c].astype(object)
+    return range_frame, mark_frame
+
+
+def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | None = None):
+    """(ranges, marks, {"max_ts", "domains"}) from a frame of NVTX events (all of them or a rowid
+    chunk; ``domain_names`` from every domain-create event when a chunk)."""
+    events = _int64(events, ["start", "eventType", "globalTid", "domainId"])
+    # plain NumPy from here: no boolean indexing of a frame with text columns, no str inference
+    etype = events["eventType"].to_numpy(dtype="int64")
+    tid = events["globalTid"].to_numpy(dtype="int64")
+    pid = tid & PID_OF_TID
+    dom = events["domainId"].to_numpy(dtype="int64")
+    start = events["start"].to_numpy(dtype="int64")
+    end_f = _float_or_nan(events["end"])
+    label = np.array(events["text"].to_numpy(dtype=object), dtype=object)   # a writable copy
+    text_ids = _float_or_nan(events["textId"])
+    need = pd.isna(label) & ~np.isnan(text_ids)
+    if need.any():      # registered strings: one hash lookup per event, texts shared
+        at = pd.Index(strings.index).get_indexer(text_ids[need].astype("int64"))
+        label[need] = np.append(strings.to_numpy(dtype=object), None)[at]
+    int_value = pd.to_numeric(events["intValue"], errors="coerce").to_numpy()
+    end_other_thread = pd.notna(events["endGlobalTid"].to_numpy())
+    del events
+
+    # domain names: a domain-create event per process ("domainId is unique only per process")
+    if domain_names is None:
+        created = np.flatnonzero(etype == DOMAIN_CREATE_EVENT)
+        domain_names = {(int(pid[i]), int(dom[i])): (str(label[i]) if label[i] is not None and label[i] == label[i]
+                                                       else "") for i in created}
+
+    def domain_of(sel: np.ndarray) -> np.ndarray:
+        # per distinct (process, domain) pair, not per event (millions of ranges)
+        pcode, puniq = pd.factorize(pid[sel])
+        dcode, duniq = pd.factorize(dom[sel])
+        codes, uniq = pd.factorize(pcode.astype("int64") * (len(duniq) + 1) + dcode)
+        uniq = [(int(np.asarray(puniq)[u // (len(duniq) + 1)]), int(np.asarray(duniq)[u % (len(duniq) + 1)]))
+                for u in np.asarray(uniq)]
+        names = np.array([("" if d == 0 else domain_names.get((int(p), int(d)), f"domain{d}"))
+                          for p, d in uniq] + [""], dtype=object)
+        return names[codes] if len(codes) else np.zeros(0, dtype=object)
+
+    def text_of(sel: np.ndarray) -> np.ndarray:
+        out = label[sel]
+        out[pd.isna(out)] = ""
+        return out
+
+    def obj(values: np.ndarray) -> pd.Series:
+        return pd.Series(values, dtype=object, copy=False)
+
+    # nsys' projection keeps ranges that end on their own thread; a missing end becomes the
+    # largest NVTX timestamp of the report
+    is_range = np.isin(etype, list(RANGE_EVENT_STYLES)) & ~end_other_thread
+    ranges = np.flatnonzero(is_range)
+    max_ts = int(max(start.max(), np.nanmax(end_f) if (~np.isnan(end_f)).any() else start.max()))
+    end = end_f[ranges]
+    style_of = np.array([RANGE_EVENT_STYLES.get(int(t)) for t in np.unique(etype[ranges])], dtype=object)
+    range_frame = pd.DataFrame({
+        "global_tid": tid[ranges],
+        "global_pid": pid[ranges],
+        "domain": obj(domain_of(ranges)),
+        "name": obj(text_of(ranges)),
+        "style": obj(style_of[np.searchsorted(np.unique(etype[ranges]), etype[ranges])]),
+        "start_ns": start[ranges],
+        "end_ns": np.where(np.isnan(end), max_ts, end).astype("int64"),
+        "end_missing": np.isnan(end),
+        "int_value": int_value[ranges],
+    }, copy=False)
+    marks = np.flatnonzero(np.isin(etype, MARK_EVENTS))
+    mark_frame = pd.DataFrame({
+        "global_tid": tid[marks],
+        "global_pid": pid[marks],
+        "domain": obj(domain_of(marks)),
+        "text": obj(text_of(marks)),
+        "time_ns": start[marks],
+        "int_value": int_value[marks],
+    }, copy=False)
+    return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
+            {"max_ts": max_ts, "domains": domain_names})
+
+
+def _float_or_nan(column: pd.Series) -> np.ndarray:
+    """A numeric column with NULLs as float64 NaN (ints stay exact below 2**53, like nsys' own)."""
+    if column.dtype == object:
+        return pd.to_numeric(column, errors="coerce").to_numpy(dtype="float64")
+    return column.to_numpy(dtype="float64")
+
+
+def read_processes(conn: sqlite3.Connection) -> pd.DataFrame:
+    cols = table_columns(conn, "PROCESSES")
+    names = ["global_pid", "pid", "name"]
+    if not {"globalPid", "pid"} <= set(cols):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in names})
+    frame = _read(conn, "SELECT globalPid, pid, " + ("name" if "name" in cols else "NULL")
+                  + " FROM PROCESSES", names)
+    return _int64(frame, ["global_pid", "pid"])
+
+
+def read_devices(conn: sqlite3.Connection) -> pd.DataFrame:
+    """CUDA ordinals as each process saw them, mapped to physical GPUs where nsys recorded it."""
+    names = ["pid", "cuda_id", "gpu_id", "gpu_name", "bus"]
+    gpu_cols = table_columns(conn, "TARGET_INFO_GPU")
+    gpus = pd.DataFrame(columns=["gpu_id", "gpu_name", "bus"])
+    if "id" in gpu_cols:
+        gpus = _read(conn, "SELECT id, " + ("name" if "name" in gpu_cols else "NULL") + ", "
+                     + ("busLocation" if "busLocation" in gpu_cols else "NULL") + " FROM TARGET_INFO_GPU",
+                     ["gpu_id", "gpu_name", "bus"])
+    dev_cols = table_columns(conn, "TARGET_INFO_CUDA_DEVICE")
+    if {"gpuId", "cudaId", "pid"} <= set(dev_cols):
+        mapping = _read(conn, "SELECT pid, cudaId, gpuId FROM TARGET_INFO_CUDA_DEVICE",
+                        ["pid", "cuda_id", "gpu_id"])
+        return mapping.merge(gpus, on="gpu_id", how="left")[names]
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in names})
+
+
+def read_meta(conn: sqlite3.Connection) -> dict:
+    meta: dict = {"schema_version": None, "nsys_version": None, "utc_start_ns": None,
+                  "cuda_graph_trace": None}
+    version = export_schema_version(conn)
+    meta["schema_version"] = ".".join(map(str, version)) if version else None
+    for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if {"name", "value"} <= set(table_columns(conn, table)):
+            row = conn.execute(f"SELECT value FROM {table} WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
+            if row:
+                meta["nsys_version"] = row[0]
+    if "utcEpochNs" in table_columns(conn, "TARGET_INFO_SESSION_START_TIME"):
+        row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        if row and row[0] is not None:
+            meta["utc_start_ns"] = int(row[0])
+    if {"name", "value"} <= set(table_columns(conn, "META_DATA_CAPTURE")):
+        row = conn.execute("SELECT value FROM META_DATA_CAPTURE "
+                           "WHERE name LIKE '%CUDA_GRAPH_TRACE_OPTIONS:MODE' LIMIT 1").fetchone()
+        if row:
+            meta["cuda_graph_trace"] = str(row[0]).lower()
+    return meta
+
+
+def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
+    if not {"endGlobalTid", "eventType"} <= set(table_columns(conn, "NVTX_EVENTS")):
+        return 0
+    types = ",".join(map(str, RANGE_EVENT_STYLES))
+    row = conn.execute(f"SELECT count(*) FROM NVTX_EVENTS WHERE endGlobalTid IS NOT NULL "
+                       f"AND eventType IN ({types})").fetchone()
+    return int(row[0] or 0)
+
+
+def read_threads() -> int:
+    """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
+    rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
+    overrides. The stdlib fallback reads in one thread."""
+    env = os.environ.get("SPECPROF_READ_THREADS")
+    if env:
+        return max(1, int(env))
+    if fastread.backend() != "adbc":
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
+                prepare=None, ops: bool = True, nvtx_chunk_rows: int | None = None) -> ReportTables:
+    """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
+    ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
+    (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
+    read-only connection: the same tables as one reader. ``prepare(calls, ranges)``, when given,
+    runs as soon as both are read (while GPU ops are still being read, with threads) and its result
+    is ``prepared``. ``ops=False`` leaves the GPU ops out (an empty table; chunked analysis reads
+    them itself)."""
+    threads = read_threads() if threads is None else threads
+    conn = open_report(path)
+    try:
+        strings = read_strings(conn)
+        # twice as many op parts as readers: the reader done with NVTX and the preparation takes
+        # the last parts, so both finish together
+        plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
+        if threads <= 1:
+            calls = read_calls(conn)
+            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
+            prepared = prepare(calls, ranges) if prepare else None
+            op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+        else:
+            op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
+                                                                        threads, prepare, nvtx_chunk_rows)
+        return ReportTables(path=str(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
+                            marks=marks, processes=read_processes(conn), devices=read_devices(conn),
+                            meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
+                            prepared=prepared)
+    except sqlite3.DatabaseError as exc:
+        raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
+    finally:
+        fastread.close(conn)
+        conn.close()
+
+
+def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
+                   prepare=None, nvtx_chunk_rows: int | None = None):
+    """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
+    connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def on_own_connection(fn, *args):
+        own = open_report(path, immutable=immutable, quick_check=False)
+        try:
+            return fn(own, *args)
+        finally:
+            fastread.close(own)
+            own.close()
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
+        # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
+        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows)
+        calls = pool.submit(on_own_connection, read_calls)
+
+        def prepared_after_reads():
+            read_calls_and_nvtx = (calls.result(), nvtx.result()[0])
+            memory.release()          # the read buffers, before the preparation's own arrays
+            return prepare(*read_calls_and_nvtx)
+
+        # queued behind NVTX, calls and the first op read: the reader done with the calls starts
+        # an op read, the one done with NVTX prepares
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
+        prepared = pool.submit(prepared_after_reads) if prepare else None
+        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
+        ops = assemble_gpu_ops(plan, [f.result() for f in parts]) if plan else assemble_gpu_ops([], [])
+        return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None

@@ -1,0 +1,1 @@
+"""Results to people and files: terminal text, HTML, figures, JSON/CSV/Parquet."""

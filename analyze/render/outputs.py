@@ -1,0 +1,154 @@
+"""JSON, CSV and Parquet outputs (written atomically: a failed run leaves no half file)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from analyze.atomic import atomic_dir_write, atomic_write
+from analyze.timeline import collectives as coll_mod
+from analyze.views import summary
+
+JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
+# the tables written by --csv and --parquet, one file each
+FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
+               "alignment", "cross_rank", "skew", "nvtx_sum")
+
+PUBLIC_COLUMNS = {
+    "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
+    "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
+    "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
+    "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
+               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops"],
+    "nvtx_projection": ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops", "input"],
+}
+
+
+def tables(result) -> dict[str, pd.DataFrame]:
+    """Every output table by name, with its public columns."""
+    out = {}
+    for name in ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment"):
+        frame = result.table(name)
+        cols = PUBLIC_COLUMNS.get(name)
+        if cols:
+            frame = frame[[c for c in cols if c in frame.columns]]
+        out[name] = frame.reset_index(drop=True)
+    out["cross_rank"] = summary.cross_rank(result.phases)
+    out["skew"] = coll_mod.skew_summary(result.collectives)
+    out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
+    return out
+
+
+def _plain(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        v = float(value)
+        return None if math.isnan(v) else v
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def _column_values(column: pd.Series) -> list:
+    """A column as plain Python values (:func:`_plain`'s rules): integer, bool and float columns
+    converted by NumPy in one go (NaN -> None), anything else value by value."""
+    if not isinstance(column.dtype, np.dtype):          # nullable ints, categoricals, str: by value
+        return [_plain(v) for v in column.tolist()]
+    values = column.to_numpy()
+    kind = values.dtype.kind
+    if kind in "iub":
+        return values.tolist()
+    if kind == "f":
+        return [None if v != v else v for v in values.tolist()]
+    return [_plain(v) for v in values.tolist()]
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    cols = list(frame.columns)
+    return [dict(zip(cols, row)) for row in zip(*(_column_values(frame[c]) for c in cols))]
+
+
+def note_records(notes) -> list[dict]:
+    """Notes as JSON objects (:meth:`analyze.notes.Note.to_dict`)."""
+    return [n.to_dict() for n in notes]
+
+
+def _json_parts(result) -> list[tuple[str, object]]:
+    """The JSON document's keys in order, tables as DataFrames (records when written)."""
+    inputs = [{**i, "notes": note_records(i.get("notes") or [])} for i in result.inputs]
+    parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
+                                       ("phase_names", result.phase_names)]
+    parts += list(tables(result).items())
+    parts += [("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
+              ("tokens", summary.tokens_summary(result.cycles)),
+              ("stragglers", coll_mod.stragglers(result.collectives)),
+              ("notes", note_records(result.notes))]
+    return parts
+
+
+def to_json_dict(result) -> dict:
+    return {key: records(value) if isinstance(value, pd.DataFrame) else value
+            for key, value in _json_parts(result)}
+
+
+JSON_RECORDS_PER_WRITE = 20_000
+
+
+def write_json(result, path) -> None:
+    """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
+    line (millions of cycle and collective rows: bounded memory, the C encoder)."""
+    parts = _json_parts(result)
+    with atomic_write(path) as f:
+        f.write("{")
+        for i, (key, value) in enumerate(parts):
+            f.write(("\n " if i == 0 else ",\n ") + json.dumps(key) + ": ")
+            if not isinstance(value, pd.DataFrame):
+                f.write(json.dumps(value, indent=1, default=_plain).replace("\n", "\n "))
+                continue
+            f.write("[")
+            for at in range(0, len(value), JSON_RECORDS_PER_WRITE):
+                rows = records(value.iloc[at:at + JSON_RECORDS_PER_WRITE])
+                f.write(("\n  " if at == 0 else ",\n  ")
+                        + ",\n  ".join(json.dumps(r, default=_plain) for r in rows))
+            f.write("\n ]" if len(value) else "]")
+        f.write("\n}\n")
+
+
+def write_csv(result, directory) -> list[str]:
+    with atomic_dir_write(directory) as d:
+        for name, frame in tables(result).items():
+            with d.open(f"{name}.csv", newline="") as f:
+                frame.to_csv(f, index=False)
+        return d.names
+
+
+PARQUET_ROWS_PER_GROUP = 200_000
+
+
+def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
+    """``frame.to_parquet(path, index=False)`` a row group at a time: one schema (with pandas'
+    metadata) from the whole frame, each slice converted to Arrow only while it is written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.Schema.from_pandas(frame, preserve_index=False)
+    with pq.ParquetWriter(path, schema) as writer:
+        for at in range(0, max(len(frame), 1), PARQUET_ROWS_PER_GROUP):
+            part = frame.iloc[at:at + PARQUET_ROWS_PER_GROUP]
+            writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
+
+
+def write_parquet(result, directory) -> list[str]:
+    with atomic_dir_write(directory) as d:
+        for name, frame in tables(result).items():
+            # object columns as text (None kept); the other columns shared, not copied
+            text = {c: frame[c].map(lambda v: None if v is None else str(v))
+                    for c in frame.columns if frame[c].dtype == object}
+            frame = frame.assign(**text) if text else frame
+            _write_parquet_slices(frame, d.path(f"{name}.parquet"))
+        return d.names

@@ -1,0 +1,56 @@
+"""The result types: what one report yields (:class:`ReportResult`, the map step's output) and what
+an analysis of one or more reports holds (:class:`Analysis`, the reducer's output). Kept apart from
+the code that builds them so that every stage and renderer imports them without importing the
+drivers (run/)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analyze.notes import Note
+
+
+@dataclass
+class ReportResult:
+    """What one report yields before reports are combined (times on the report's own clock)."""
+
+    path: str
+    meta: dict
+    ranks: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    ranges: pd.DataFrame
+    marks: pd.DataFrame
+    phases: pd.DataFrame
+    kernels: pd.DataFrame
+    totals: pd.DataFrame
+    nvtx_projection: pd.DataFrame
+    notes: list[Note] = field(default_factory=list)
+    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
+    collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
+    window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
+
+
+@dataclass
+class Analysis:
+    """All tables of an analysis; every figure the CLI prints comes from one of these."""
+
+    inputs: list[dict]
+    ranks: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    ranges: pd.DataFrame
+    phases: pd.DataFrame
+    kernels: pd.DataFrame
+    totals: pd.DataFrame
+    nvtx_projection: pd.DataFrame
+    cycles: pd.DataFrame
+    collectives: pd.DataFrame
+    alignment: pd.DataFrame
+    phase_names: list[str]
+    notes: list[Note] = field(default_factory=list)
+    # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
+    # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
+    window_ops: pd.DataFrame | None = None
+
+    def table(self, name: str) -> pd.DataFrame:
+        return getattr(self, name)

@@ -1,0 +1,112 @@
+"""Combining reports: rank identity across files and the cross-rank tables.
+
+A single report may hold every rank (one nsys run around the whole server); several reports may
+hold one rank each. Either way the result has one row per rank in ``ranks`` and times of every
+rank on one clock (see alignment.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyze.attribute.phases import PhaseConfig
+from analyze.ranks import alignment
+from analyze.ranks.identify import RankConflict
+from analyze.results import Analysis
+from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if f is not None and len(f.columns)]
+    if not frames:
+        return pd.DataFrame()
+    non_empty = [f for f in frames if len(f)] or frames[:1]
+    if len(non_empty) == 1:         # one report: no copy of its (possibly huge) table
+        f = non_empty[0]
+        return f if isinstance(f.index, pd.RangeIndex) and f.index.start == 0 and f.index.step == 1 \
+            else f.reset_index(drop=True)
+    return pd.concat(non_empty, ignore_index=True)
+
+
+def renumber_ranks(results) -> None:
+    """Make rank numbers unique across reports; two reports claiming one rank is an error."""
+    seen: dict[int, str] = {}
+    multi = len(results) > 1
+    next_free = 0
+    for res in results:
+        mapping = {}
+        for _, row in res.ranks.iterrows():
+            rank = int(row["rank"])
+            if multi and row["source"] == "order":
+                # process order means nothing across files: take the next free number
+                while next_free in seen:
+                    next_free += 1
+                mapping[rank] = next_free
+                rank = next_free
+            elif rank in seen:
+                raise RankConflict(f"{res.path} and {seen[rank]} both hold rank {rank} "
+                                   f"(from {row['source']}): give each rank once")
+            seen[rank] = res.path
+        if mapping:
+            for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals,
+                          res.cycles, res.collective_ops):
+                if table is not None and "rank" in table.columns:
+                    table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype("int64")
+
+
+def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
+    """The report each row came from, as a categorical over every report of the analysis (millions
+    of ranges: one byte per row instead of a copy of the path; concatenation keeps the dtype)."""
+    return pd.Categorical.from_codes(np.full(n, paths.index(path), dtype="int16"), categories=paths)
+
+
+def combine(results, config: PhaseConfig):
+    renumber_ranks(results)
+    paths = list(dict.fromkeys(r.path for r in results))
+    offsets = alignment.align(results)
+    inputs = []
+    for res in results:
+        off = offsets.set_index("input")["offset_ns"].get(res.path, 0)
+        for frame, cols in ((res.gpu_ops, ("start_ns", "end_ns")),
+                            (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
+                                          "gpu_start_all", "gpu_end_all")),
+                            (res.marks, ("time_ns",)),
+                            (res.cycles, ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")),
+                            (res.collective_ops, ("start_ns", "end_ns")),
+                            (res.totals, ("window_start_ns", "window_end_ns"))):
+            for c in cols:
+                if frame is not None and c in frame.columns and off:
+                    col = frame[c]
+                    if c.startswith("gpu_") or c.startswith("window"):
+                        frame[c] = col.where(col < 0, col + int(off))
+                    else:                      # a new column: the old may be a read-only view
+                        frame[c] = col + int(off)
+        res.ranks["offset_ns"] = int(off)
+        inputs.append({"path": res.path, "schema_version": res.meta.get("schema_version"),
+                       "nsys_version": res.meta.get("nsys_version"),
+                       "cuda_graph_trace": res.meta.get("cuda_graph_trace"),
+                       "utc_start_ns": res.meta.get("utc_start_ns"), "offset_ns": int(off),
+                       "ranks": res.ranks["rank"].astype(int).tolist(), "notes": res.notes})
+    ranks = _concat([r.ranks for r in results]).sort_values("rank").reset_index(drop=True)
+    gpu_ops = _concat([r.gpu_ops.assign(input=_input_column(r.path, len(r.gpu_ops), paths)) for r in results])
+    ranges = _concat([r.ranges.assign(input=_input_column(r.path, len(r.ranges), paths)) for r in results])
+    phases = _concat([r.phases for r in results]).sort_values(["rank"], kind="stable").reset_index(drop=True)
+    kernels = _concat([r.kernels for r in results])
+    totals = _concat([r.totals for r in results]).sort_values("rank").reset_index(drop=True)
+    nvtx = _concat([r.nvtx_projection.assign(input=r.path) for r in results])
+    # computed per report in the map step (a rank lives in one report): only sort by rank
+    cycles = _concat([r.cycles for r in results])
+    if len(results) > 1 and len(cycles):
+        cycles = cycles.sort_values("rank", kind="stable").reset_index(drop=True)
+    if not len(cycles):
+        cycles = cycles_mod._empty(config)
+    collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
+                                                          if r.collective_ops is not None]))
+    notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]
+    # the default timeline window is chosen over all ranks: one report's window is the analysis' only
+    # when it is the only report (then on its own clock: offset 0)
+    window_ops = results[0].window_ops if len(results) == 1 else None
+    return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
+                    kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
+                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
+                    window_ops=window_ops)

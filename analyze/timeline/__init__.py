@@ -1,0 +1,1 @@
+"""Figures over time: decode cycles (cycles.py) and collectives (collectives.py)."""

@@ -1,0 +1,116 @@
+"""All-reduce skew: per collective instance and rank, arrival, wait and transfer.
+
+The n-th collective kernel of every rank is one collective instance. The last rank to arrive
+(latest kernel start) sets when data can move: a rank that arrived earlier waits
+``arrival_lag = last_start - start`` (capped at its kernel's duration); the rest is transfer.
+``phase`` is the phase of the GPU work that ran just before the collective on that rank: for the
+last arriving rank, the phase that made it late.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "arrival_lag_ns",
+           "wait_ns", "transfer_ns", "phase", "last_arrival"]
+
+
+COLLECTIVE_OP_COLUMNS = ["rank", "name", "start_ns", "end_ns", "prev_phase"]
+
+
+def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray,
+                   is_coll: np.ndarray, name: np.ndarray, order: np.ndarray) -> pd.DataFrame:
+    """The map step's share of :func:`collective_table_from`: the collective ops of one report, in
+    (rank, start) order, with the phase of the op just before each on its rank (``allreduce`` when
+    that op is a collective too, ``other`` for a rank's first op). ``order``: the ops' stable order
+    by (rank, start); ``phase`` and ``name`` may be codes' lookups (arrays indexed like the ops)."""
+    r, c = rank[order], is_coll[order]
+    sel = np.flatnonzero(c)
+    prev = sel - 1
+    first = (prev < 0) | (r[np.maximum(prev, 0)] != r[sel])
+    prev_op = order[np.maximum(prev, 0)]
+    prev_phase = np.asarray(phase[prev_op], dtype=object)
+    prev_phase[c[np.maximum(prev, 0)]] = "allreduce"
+    prev_phase[first] = "other"
+    ops = order[sel]
+    # object columns stay object (pandas 3 would copy every text into its str dtype)
+    return pd.DataFrame({"rank": r[sel], "name": pd.Series(np.asarray(name[ops], dtype=object), dtype=object),
+                         "start_ns": start[ops], "end_ns": end[ops],
+                         "prev_phase": pd.Series(prev_phase, dtype=object)})
+
+
+def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:
+    """The reduce step: collective ops of every rank (:func:`collective_ops`, any report order,
+    each rank's rows in start order) -> one row per (collective instance, rank). The i-th collective
+    of every rank is instance i (as many instances as the rank with the fewest); built on arrays in
+    (instance, rank) order: millions of ops at scale, no sorted copies of the frame."""
+    if coll is None or coll.empty or "prev_phase" not in coll.columns:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    rank = coll["rank"].to_numpy(dtype="int64")
+    start = coll["start_ns"].to_numpy(dtype="int64")
+    order = np.lexsort((start, rank))                   # stable by (rank, start)
+    rank_sorted = rank[order]
+    first = np.r_[0, np.flatnonzero(rank_sorted[1:] != rank_sorted[:-1]) + 1]
+    if len(first) < 2:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS})
+    ranks = rank_sorted[first]
+    n = int(np.diff(np.r_[first, len(rank_sorted)]).min())
+    del rank_sorted
+    # row (instance i, rank j) = the i-th op of rank j: instance-major, ranks ascending
+    pick = order[(first[None, :] + np.arange(n)[:, None]).ravel()]
+    del order
+    start = start[pick]
+    end = coll["end_ns"].to_numpy(dtype="int64")[pick]
+    lag = (start.reshape(n, len(ranks)).max(axis=1, keepdims=True) - start.reshape(n, len(ranks))).ravel()
+    duration = end - start
+    wait = np.minimum(lag, duration)
+    return pd.DataFrame({
+        "collective": np.repeat(np.arange(n, dtype="int64"), len(ranks)), "rank": np.tile(ranks, n),
+        # object columns of the few distinct strings (pandas 3 would copy every name into a str column)
+        "name": pd.Series(coll["name"].to_numpy(dtype=object)[pick], dtype=object, copy=False),
+        "start_ns": start, "end_ns": end,
+        "duration_ns": duration, "arrival_lag_ns": lag, "wait_ns": wait, "transfer_ns": duration - wait,
+        "phase": pd.Series(coll["prev_phase"].to_numpy(dtype=object)[pick], dtype=object, copy=False),
+        "last_arrival": lag == 0,
+    }, copy=False)
+
+
+SIGNIFICANT_SPREAD = 5.0      # a collective is "late" when its arrival spread exceeds 5x the median
+MIN_SPREAD_NS = 1_000
+
+
+def late_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
+    """The last-arriving row of every collective whose arrival spread is significant: more than
+    ``SIGNIFICANT_SPREAD`` times the median spread (and over 1 us). Column ``spread_ns``."""
+    spread = collectives.groupby("collective")["arrival_lag_ns"].max()
+    threshold = max(SIGNIFICANT_SPREAD * float(spread.median()), MIN_SPREAD_NS)
+    late = collectives[collectives["last_arrival"]].copy()
+    late["spread_ns"] = late["collective"].map(spread)
+    return late[late["spread_ns"] > threshold]
+
+
+def skew_summary(collectives: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: collectives, total wait and transfer, how often it arrived last in a significantly
+    skewed collective (``times_late``), how long the others waited for it then (``late_by_ns``),
+    and the phase that ran just before on it (what made it late)."""
+    cols = ["rank", "collectives", "wait_ns", "transfer_ns", "times_late", "late_by_ns", "late_phase"]
+    if collectives.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
+    g = collectives.groupby("rank")
+    summary = pd.DataFrame({"collectives": g.size(), "wait_ns": g["wait_ns"].sum(),
+                            "transfer_ns": g["transfer_ns"].sum()})
+    late = late_collectives(collectives)
+    summary["times_late"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
+    summary["late_by_ns"] = late.groupby("rank")["spread_ns"].sum().reindex(summary.index).fillna(0) \
+        .astype("int64")
+    phase = late.groupby("rank")["phase"].agg(lambda s: s.value_counts().index[0]) if len(late) else pd.Series()
+    summary["late_phase"] = phase.reindex(summary.index)
+    return summary.reset_index()[cols]
+
+
+def stragglers(collectives: pd.DataFrame) -> list[int]:
+    """Ranks that arrived last in the most significantly skewed collectives (ties included)."""
+    s = skew_summary(collectives)
+    if s.empty or s["times_late"].max() <= 0:
+        return []
+    return [int(r) for r in s.loc[s["times_late"] == s["times_late"].max(), "rank"]]

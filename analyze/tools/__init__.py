@@ -1,0 +1,1 @@
+"""Subcommands beside the analysis: scrub, diff, whatif (and its acceptance model), the NVTX-only overview."""

@@ -1,0 +1,127 @@
+"""One measurement as diff and whatif see it (:class:`Side`): its decode cycles, kernels and phase
+names, loaded from a report, a directory of per-rank reports, an Analysis or a saved ``--json``
+result; and its per-cycle samples (one row per cycle, warm-up outliers left out)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyze.attribute.phases import OTHER
+from analyze.errors import TraceError
+from analyze.notes import text_of
+
+OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
+
+
+@dataclass
+class Side:
+    """What diff and whatif need from one measurement."""
+
+    label: str
+    cycles: pd.DataFrame
+    kernels: pd.DataFrame
+    phase_names: list
+    ranges: pd.DataFrame | None = None     # only for reports (not for JSON results)
+    gpu_ops: pd.DataFrame | None = None
+    notes: list = field(default_factory=list)
+
+
+def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles, so
+    set-up work (weight uploads, warm-up outside cycles) does not count as time per cycle."""
+    inside = gpu_ops[gpu_ops["cycle_range"].to_numpy() >= 0]
+    dur = inside["end_ns"].to_numpy() - inside["start_ns"].to_numpy()
+    frame = pd.DataFrame({"rank": inside["rank"].to_numpy(), "phase": inside["phase"].astype(str).to_numpy(),
+                          "name": inside["name"].astype(str).to_numpy(), "d": dur})
+    return frame.groupby(["rank", "phase", "name"], sort=False)["d"].agg(instances="size", total_ns="sum") \
+        .reset_index()
+
+
+def side_from_analysis(result, label: str = "") -> Side:
+    kernels, notes = result.kernels, [text_of(n) for n in result.notes]
+    ops = result.gpu_ops
+    if len(result.cycles) and ops is not None and len(ops) and "cycle_range" in ops.columns:
+        kernels = cycle_kernels(ops)
+    elif len(result.cycles) and (ops is None or not len(ops)):
+        notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
+                     "not only those inside decode cycles")
+    return Side(label, result.cycles, kernels, list(result.phase_names), result.ranges, ops, notes)
+
+
+def side_from_json(data: dict, label: str = "") -> Side:
+    if "cycles" not in data or "kernels" not in data:
+        raise ValueError(f"{label}: not an `analyze-trace --json` result (no cycles/kernels tables)")
+    cycles = pd.DataFrame(data["cycles"])
+    for c in ("accepted_tokens", "requests", "tokens"):
+        if c in cycles.columns:
+            cycles[c] = pd.to_numeric(cycles[c], errors="coerce").astype("Int64")
+    return Side(label, cycles, pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
+                notes=[text_of(n) for n in data.get("notes") or []])
+
+
+def load_side(path, config=None) -> Side:
+    """A report, a directory of reports, or a ``--json`` result (``.json``)."""
+    p = Path(path)
+    if p.is_file() and p.suffix.lower() == ".json":
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise TraceError(f"{p}: cannot read JSON result: {exc}") from exc
+        try:
+            return side_from_json(data, str(p))
+        except ValueError as exc:
+            raise TraceError(str(exc)) from exc
+    from analyze.run import api
+
+    return side_from_analysis(api.load(str(p), config), str(p))
+
+
+def as_side(x, label: str = "") -> Side:
+    if isinstance(x, Side):
+        return x
+    if isinstance(x, dict):
+        return side_from_json(x, label)
+    if hasattr(x, "cycles") and hasattr(x, "kernels"):
+        return side_from_analysis(x, label)
+    return load_side(x)
+
+
+def time_column(cycles: pd.DataFrame) -> str:
+    """The cycle's wall time: its period (start to next start on the host) when the table has it."""
+    return "period_ns" if "period_ns" in cycles.columns else "duration_ns"
+
+
+def figures(cycles: pd.DataFrame, phase_names: list) -> list[str]:
+    cols = [time_column(cycles)] + [f"{p}_ns" for p in list(phase_names) + [OTHER]] + ["gap_ns"]
+    return [c for c in dict.fromkeys(cols) if c in cycles.columns]
+
+
+def drop_outliers(cycles: pd.DataFrame, factor: float = OUTLIER_FACTOR) -> tuple[pd.DataFrame, int]:
+    """Leave out cycles (all ranks of a cycle index) whose wall time exceeds ``factor`` x median."""
+    if cycles.empty or not factor:
+        return cycles, 0
+    t = cycles.groupby("cycle")[time_column(cycles)].max()
+    bad = t.index[t > factor * t.median()]
+    return cycles[~cycles["cycle"].isin(bad)], int(len(bad))
+
+
+def per_cycle(cycles: pd.DataFrame, phase_names: list, rank=None) -> pd.DataFrame:
+    """One row per cycle: the figures of one rank, or (rank=None) the mean over ranks per cycle index;
+    tokens from the lowest rank that recorded accept marks."""
+    cols = figures(cycles, phase_names)
+    if rank is not None:
+        c = cycles[cycles["rank"] == rank].set_index("cycle")
+        out = c[cols].astype("float64")
+    else:
+        out = cycles.groupby("cycle")[cols].mean()
+    tok = cycles[cycles["tokens"].notna()] if "tokens" in cycles.columns else cycles.iloc[0:0]
+    if len(tok):
+        src = tok[tok["rank"] == (rank if rank is not None else tok["rank"].min())].set_index("cycle")
+        out["tokens"] = src["tokens"].astype("float64").reindex(out.index)
+    else:
+        out["tokens"] = np.nan
+    return out.reset_index()

@@ -1,0 +1,131 @@
+"""``analyze-trace whatif REPORT [...]``: the command line of the what-if model (docs/whatif.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from analyze.errors import TraceError
+from analyze.tools.sides import load_side
+from analyze.tools.whatif import acceptance as acc_mod
+from analyze.tools.whatif.model import N_BOOT, whatif
+from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
+
+
+def parse_steps(text: str) -> list[int]:
+    """``1..10``, ``1-6``, ``2,3,5``."""
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        for sep in ("..", "-", ":"):
+            if sep in part:
+                a, b = part.split(sep, 1)
+                out += list(range(int(a), int(b) + 1))
+                break
+        else:
+            if part:
+                out.append(int(part))
+    if not out or min(out) < 1:
+        raise ValueError(f"--steps {text!r}: step counts are integers >= 1, e.g. 1..10")
+    return sorted(set(out))
+
+
+def parse_calibration(text) -> tuple[int | None, float | None]:
+    """``--calibrate-tps``: ``X`` or ``K:X`` -> (K or None, X); None -> (None, None)."""
+    if text is None:
+        return None, None
+    k, _, x = str(text).rpartition(":")
+    try:
+        val = float(x)
+        kk = int(k) if k else None
+    except ValueError:
+        raise ValueError(f"--calibrate-tps {text!r}: give X or K:X (tokens/s, step count)") from None
+    if not val > 0 or (kk is not None and kk < 1):
+        raise ValueError(f"--calibrate-tps {text!r}: tokens/s > 0, step count >= 1")
+    return kk, val
+
+
+def read_measured(path) -> tuple[dict, float | None]:
+    """{steps: tokens/s} (+ the no-speculation tokens/s) from a JSON file: ``{"3": 1234.5, ...}``, or
+    the workload's ``--out-json`` (``ranks[0].runs``: [{mode, steps, tokens_per_s}])."""
+    data = json.loads(open(path).read())
+    if isinstance(data, dict) and isinstance(data.get("ranks"), list) and data["ranks"]:
+        data = data["ranks"][0]          # spec_workload --out-json: rank 0's runs
+    runs = data.get("runs") if isinstance(data, dict) else data
+    if isinstance(data, dict) and runs is None:
+        for key in ("rank0", "result", "info"):
+            if isinstance(data.get(key), dict) and "runs" in data[key]:
+                runs = data[key]["runs"]
+        if runs is None:
+            vals = {int(k): float(v) for k, v in data.items() if str(k).isdigit()}
+            return vals, (float(data["nospec"]) if "nospec" in data else None)
+    out, base = {}, None
+    for run in runs or []:
+        if run.get("mode") == "nospec" or run.get("steps") in (None, 0):
+            base = float(run["tokens_per_s"])
+        else:
+            out[int(run["steps"])] = float(run["tokens_per_s"])
+    return out, base
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="analyze-trace whatif",
+                                description="Predict cycle time, tokens per cycle and tokens/s for each draft "
+                                            "step count from profiled EAGLE decode cycles (see docs/whatif.md).")
+    p.add_argument("reports", nargs="+", help="profile(s): report, directory of per-rank reports or --json "
+                                              "result; several with different step counts refine the model")
+    p.add_argument("--steps", default="1..10", help="step counts to predict (default 1..10)")
+    p.add_argument("--profiled-steps", default=None,
+                   help="draft steps of each profile, comma separated (default: inferred from the trace)")
+    p.add_argument("--baseline", metavar="REPORT", help="a no-speculation report (else the baseline is estimated)")
+    p.add_argument("--extrapolate", choices=acc_mod.EXTRAPOLATIONS, default="repeat",
+                   help="acceptance beyond the profiled positions (default: the last rate repeats)")
+    p.add_argument("--measured", metavar="JSON", help="tokens/s measured without the profiler, to compare")
+    p.add_argument("--calibrate-tps", metavar="[K:]X",
+                   help="your tokens/s of the profiled configuration (K steps; default the profiled step count) "
+                        "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
+    p.add_argument("--baseline-tps", metavar="Y", type=float,
+                   help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
+    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--plot", metavar="PATH")
+    p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def main_whatif(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        steps = parse_steps(args.steps)
+        ks = [int(x) for x in args.profiled_steps.split(",")] if args.profiled_steps else None
+        if ks is not None and len(ks) == 1:
+            ks = ks * len(args.reports)
+        if ks is not None and len(ks) != len(args.reports):
+            raise ValueError("--profiled-steps: one step count per report")
+        cal_k, cal_x = parse_calibration(args.calibrate_tps)
+    except ValueError as exc:
+        raise TraceError(str(exc)) from exc
+    sides = [load_side(r) for r in args.reports]
+    baseline = load_side(args.baseline) if args.baseline else None
+    measured = measured_base = None
+    if args.measured:
+        measured, measured_base = read_measured(args.measured)
+    try:
+        r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
+                   n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
+                   calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base)
+    except ValueError as exc:
+        raise TraceError(str(exc)) from exc
+    if args.json:
+        from analyze.atomic import atomic_write
+        from analyze.render.outputs import _plain
+
+        with atomic_write(args.json) as f:
+            json.dump(to_json(r), f, indent=1, default=_plain)
+            f.write("\n")
+    if args.plot:
+        plot_whatif(r, args.plot)
+    if not args.quiet:
+        sys.stdout.write(render_whatif(r))
+    return 0

@@ -1,0 +1,514 @@
+"""``analyze-trace whatif REPORT``: predict tokens/s for every draft step count from one profile.
+
+The model (every assumption is printed with the result, see docs/whatif.md):
+
+* **Cycle time** T(s) for s draft steps = draft(s) + sum over the other phases of their exclusive
+  GPU time + overhead, where overhead = measured cycle wall time (its period, host start to next
+  start) minus the exclusive GPU time of all phases: other kernels, GPU idle gaps, host time.
+  - one profile (k steps): draft(s) = draft(k) + (s - k) d, with d the marginal cost of one draft
+    step: the start-to-start period of consecutive ``draft_step`` ranges on the GPU when the shim
+    recorded them (includes launch gaps), else draft GPU time / k. Verify, draft_extend,
+    allreduce and overhead are taken as measured (a decode batch of M(s+1) tokens is memory bound:
+    verify time does not depend on the verified token count).
+  - several profiles with different step counts: every component is a least-squares line, draft
+    in s, the others in the verified tokens n = M(s+1).
+* **Tokens per cycle** = M (1 + E[min(L, s)]) from the acceptance model (acceptance.py): M requests,
+  each accepting min(L, s) draft tokens plus the one token the verify pass always yields.
+* tokens/s = tokens per cycle / T(s); best = argmax; speed-up = tokens/s over the baseline's:
+  measured from a no-speculation report (``--baseline``), else *estimated* as one cycle without
+  draft and draft_extend (verify at M tokens + allreduce + overhead) yielding M tokens.
+* Confidence intervals: seeded bootstrap over cycles (costs and acceptance refit together).
+"""
+from __future__ import annotations
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from analyze.tools.sides import OUTLIER_FACTOR, Side, as_side, drop_outliers, per_cycle, time_column
+from analyze.tools.whatif import acceptance as acc_mod
+
+N_BOOT = 200
+LEVEL = 0.95
+DRAFT = "draft"
+NO_DRAFT_IN_BASELINE = ("draft", "draft_extend")
+
+
+# ---------------------------------------------------------------------------------------------
+# draft steps of a profile
+# ---------------------------------------------------------------------------------------------
+def _cycle_windows(cycles: pd.DataFrame, rank) -> pd.DataFrame:
+    c = cycles[cycles["rank"] == rank].sort_values("cycle")
+    lo = "cpu_start_ns" if "cpu_start_ns" in c.columns else "start_ns"
+    hi = "cpu_end_ns" if "cpu_end_ns" in c.columns else "end_ns"
+    return pd.DataFrame({"cycle": c["cycle"].to_numpy(), "lo": c[lo].to_numpy(dtype="int64"),
+                         "hi": c[hi].to_numpy(dtype="int64")})
+
+
+def draft_step_table(side: Side, rank=None) -> pd.DataFrame:
+    """Per cycle (one rank): number of ``draft_step`` ranges and their GPU start-to-start period."""
+    empty = pd.DataFrame({"cycle": pd.Series(dtype="int64"), "steps": pd.Series(dtype="int64"),
+                          "step_period_ns": pd.Series(dtype="float64")})
+    r = side.ranges
+    if r is None or r.empty or side.cycles.empty:
+        return empty
+    rank = side.cycles["rank"].min() if rank is None else rank
+    st = r[(r["rank"] == rank) & (r["name"] == "draft_step")]
+    if st.empty:
+        return empty
+    st = st.sort_values(["global_tid", "start_ns", "end_ns"], ascending=[True, True, False])
+    keep, last_tid, last_end = [], None, None
+    for tid, s, e in zip(st["global_tid"], st["start_ns"], st["end_ns"]):
+        outer = tid != last_tid or s >= last_end      # drop copies nested in another draft_step
+        keep.append(outer)
+        if outer:
+            last_tid, last_end = tid, e
+    st = st[np.array(keep)]
+    win = _cycle_windows(side.cycles, rank)
+    pos = np.searchsorted(win["lo"].to_numpy(), st["start_ns"].to_numpy(dtype="int64"), side="right") - 1
+    ok = (pos >= 0) & (st["end_ns"].to_numpy() <= win["hi"].to_numpy()[np.clip(pos, 0, None)])
+    gcol = "gpu_start_all" if "gpu_start_all" in st.columns else "gpu_start_ns"
+    st = st.assign(cycle=win["cycle"].to_numpy()[np.clip(pos, 0, None)])[ok]
+    rows = []
+    for cyc, g in st.groupby("cycle"):
+        gs = g[gcol].to_numpy(dtype="int64")
+        period = np.nan
+        if len(g) >= 2 and (gs >= 0).all():
+            period = (gs.max() - gs.min()) / (len(g) - 1)
+        rows.append((int(cyc), len(g), period))
+    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]) if rows else empty
+
+
+def _tandem_repeat(seq: list) -> tuple[int, int, int]:
+    """(start i, period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p, then
+    earliest i, on ties); r = 1 when no repeat covers at least half of ``seq``."""
+    n = len(seq)
+    best = (0, 0, 1, 1)  # coverage, i, p, r
+    for p in range(1, n // 2 + 1):
+        for i in range(0, n - 2 * p + 1):
+            block = seq[i:i + p]
+            r = 1
+            while seq[i + r * p:i + (r + 1) * p] == block:
+                r += 1
+            if r >= 2 and p * r > best[0]:
+                best = (p * r, i, p, r)
+    return (best[1], best[2], best[3]) if best[0] * 2 >= n else (0, best[2], 1)
+
+
+def _primitive_repeats(seq: list) -> tuple[int, int]:
+    """(period p, repeats r) of the tandem repeat covering most of ``seq`` (smallest p on ties)."""
+    _, p, r = _tandem_repeat(seq)
+    return p, r
+
+
+def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
+    ops = side.gpu_ops
+    if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
+        return ops.iloc[0:0] if ops is not None else pd.DataFrame()
+    rank = side.cycles["rank"].min() if rank is None else rank
+    d = ops[(ops["rank"] == rank) & (ops["phase"] == DRAFT) & (ops["cycle_range"] >= 0)]
+    if d.empty or (d["kind"] == "graph").any():
+        return d.iloc[0:0]
+    return d[d["kind"] == "kernel"].sort_values("start_ns")
+
+
+def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
+    """Per cycle (one rank), from the draft kernels (eager, or graphs traced per node): the repeats of
+    the draft kernel block and the GPU start-to-start period of one repeat, i.e. what one draft step
+    costs on the GPU including the gaps between its kernels (the CUDA-graph analogue of the
+    ``draft_step`` period: a graph replay has no per-step ranges)."""
+    empty = pd.DataFrame({"cycle": pd.Series(dtype="int64"), "steps": pd.Series(dtype="int64"),
+                          "step_period_ns": pd.Series(dtype="float64")})
+    d = _draft_kernels(side, rank)
+    if d.empty:
+        return empty
+    rank = side.cycles["rank"].min() if rank is None else rank
+    ops = side.gpu_ops
+    mine = ops[(ops["rank"] == rank) & (ops["cycle_range"] >= 0)]
+    first = mine.groupby("cycle_range")["start_ns"].min()           # = the cycle's GPU window start
+    cyc = side.cycles[side.cycles["rank"] == rank]
+    by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
+    rows = []
+    for cr, g in d.groupby("cycle_range", sort=False):
+        cycle = by_start.get(int(first.get(cr, -1)))
+        if cycle is None:
+            continue
+        i, p, r = _tandem_repeat(g["name"].tolist())
+        period = np.nan
+        if r >= 2:
+            st = g["start_ns"].to_numpy(dtype="int64")
+            period = (st[i + (r - 1) * p] - st[i]) / (r - 1)
+        rows.append((int(cycle), int(r), period))
+    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]).sort_values("cycle") if rows else empty
+
+
+def steps_from_kernels(side: Side, rank=None) -> int | None:
+    """Draft steps per cycle from the repetition of the draft phase's kernel sequence (eager runs
+    or graphs traced per node: one step's kernels repeat once per step). None when the draft phase
+    shows no kernels (graph-level trace)."""
+    d = _draft_kernels(side, rank)
+    if d.empty:
+        return None
+    counts = Counter()
+    for i, (_, g) in enumerate(d.groupby("cycle_range", sort=False)):
+        if i >= 50:
+            break
+        counts[_primitive_repeats(g["name"].tolist())[1]] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def infer_steps(side: Side) -> tuple[int | None, str]:
+    t = draft_step_table(side)
+    if len(t):
+        return int(t["steps"].mode().iloc[0]), "draft_step ranges per cycle"
+    k = steps_from_kernels(side)
+    if k is not None:
+        return k, "repetitions of the draft kernel sequence per cycle"
+    return None, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# costs of one profile
+# ---------------------------------------------------------------------------------------------
+def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR) -> tuple[pd.DataFrame, int]:
+    """Per cycle (mean over ranks): wall time ``t_ns``, exclusive ns per phase, accepted, requests,
+    the draft step period (when draft_step ranges exist)."""
+    cycles, dropped = drop_outliers(side.cycles, outlier_factor)
+    if cycles.empty:
+        raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
+    per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
+    acc = acc_mod.cycle_samples(cycles)
+    low = cycles[cycles["accepted_tokens"].notna()] if "accepted_tokens" in cycles.columns else cycles.iloc[0:0]
+    if len(low):
+        low = low[low["rank"] == low["rank"].min()].sort_values("cycle")
+        acc.index = low["cycle"].to_numpy()
+        per = per.join(acc, on="cycle")
+    else:
+        per["accepted"], per["requests"] = np.nan, np.nan
+    kept = Side(side.label, cycles, side.kernels, side.phase_names, side.ranges, side.gpu_ops)
+    steps, source = draft_step_table(kept), "draft_step"
+    if steps.empty or steps["step_period_ns"].isna().all():
+        steps, source = kernel_step_table(kept), "kernels"
+    per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
+        else per.assign(step_period_ns=np.nan)
+    per["step_period_source"] = source
+    return per.reset_index(drop=True), dropped
+
+
+def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
+    return [f"{p}_ns" for p in phase_names if f"{p}_ns" in samples.columns]
+
+
+def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names) -> dict:
+    """Mean costs per cycle of one profile (see the module docstring)."""
+    cols = _phase_cols(samples, phase_names)
+    t = float(samples["t_ns"].mean())
+    comp = {c[:-3]: float(samples[c].mean()) for c in cols}
+    overhead = t - sum(comp.values())
+    per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
+    src = samples["step_period_source"].iloc[0] if "step_period_source" in samples.columns and len(samples) \
+        else "draft_step"
+    if len(per) and steps >= 2:
+        d, how = float(per.mean()), ("draft_step period on the GPU (start to start)" if src == "draft_step" else
+                                     "period of the repeating draft kernel block on the GPU (start to start)")
+    else:
+        d, how = comp.get(DRAFT, 0.0) / max(steps, 1), "draft GPU time / steps"
+    req = samples["requests"].dropna()
+    m = float(req.mean()) if len(req) else 1.0
+    tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
+        if samples["accepted"].notna().any() else pd.Series(dtype=float)
+    tsum = samples.loc[samples["accepted"].notna(), "t_ns"].sum() if len(tok) else np.nan
+    return {"steps": int(steps), "cycles": int(len(samples)), "requests": m, "cycle_ns": t, **{f"{k}_ns": v for k, v in comp.items()},
+            "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
+            "verified_tokens": m * (steps + 1),
+            "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
+            "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan}
+
+
+def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+    """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
+    marginal cost of one draft step, requests, tokens. ``steps``: the profiled draft step count
+    (inferred from the trace when None)."""
+    side = as_side(analysis)
+    source = "given"
+    if steps is None:
+        steps, source = infer_steps(side)
+        if steps is None:
+            raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
+                             "no per-kernel draft trace): give it (--profiled-steps K)")
+    samples, dropped = profile_samples(side, outlier_factor)
+    c = costs_from_samples(samples, steps, side.phase_names)
+    c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
+             samples=samples)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+# prediction
+# ---------------------------------------------------------------------------------------------
+def _components(costs: list[dict]) -> list[str]:
+    names = list(dict.fromkeys(p for c in costs for p in c["phase_names"] if f"{p}_ns" in c))
+    return [p for p in names if p != DRAFT] + ["overhead"]
+
+
+def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
+    """Per step count: the time of each component (ns) and the cycle time."""
+    steps = np.asarray(list(steps), dtype="float64")
+    ks = np.array([c["steps"] for c in costs], dtype="float64")
+    out = pd.DataFrame({"steps": steps.astype(int)})
+    multi = len(np.unique(ks)) >= 2
+    if multi:
+        w = np.array([c["cycles"] for c in costs], dtype="float64")
+        draft = np.array([c.get(f"{DRAFT}_ns", 0.0) for c in costs])
+        slope, icpt = np.polyfit(ks, draft, 1, w=np.sqrt(w))
+        out[f"{DRAFT}_ns"] = icpt + slope * steps
+        n_obs = np.array([c["verified_tokens"] for c in costs])
+        n = requests * (steps + 1)
+        for comp in _components(costs):
+            y = np.array([c.get(f"{comp}_ns", 0.0) for c in costs])
+            b, a = np.polyfit(n_obs, y, 1, w=np.sqrt(w))
+            out[f"{comp}_ns"] = a + b * n
+    else:
+        c = costs[0]
+        out[f"{DRAFT}_ns"] = c.get(f"{DRAFT}_ns", 0.0) + (steps - c["steps"]) * c["draft_step_ns"]
+        for comp in _components(costs):
+            out[f"{comp}_ns"] = c.get(f"{comp}_ns", 0.0)
+    comp_cols = [f"{DRAFT}_ns"] + [f"{p}_ns" for p in _components(costs)]
+    out["cycle_ns"] = out[comp_cols].sum(axis=1)
+    return out
+
+
+def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[int, float]) -> float:
+    """ns to take off the overhead of every predicted cycle so that the model's tokens/s at step
+    count k equals X, the user's UNPROFILED measurement of that configuration (``calibrate=(k, X)``).
+
+    The whole profiled-vs-unprofiled difference is put on the overhead component (host time and GPU
+    idle), none on the kernels: CUPTI times kernels on the GPU, the profiler's cost is on the host
+    (API interception, NVTX, per-node graph tracing) and shows as GPU idle in a host-bound cycle."""
+    k, x = int(calibrate[0]), float(calibrate[1])
+    if not x > 0:
+        raise ValueError("--calibrate-tps: tokens/s must be > 0")
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    m = acceptance.requests
+    t_model = float(cost_model(costs, [k], m)["cycle_ns"].iloc[0])
+    t_target = m * (1.0 + acceptance.expected_accepted(k)) * 1e9 / x
+    return t_model - t_target
+
+
+def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
+            calibrate: tuple[int, float] | None = None) -> pd.DataFrame:
+    """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
+    shift every cycle's overhead so that tokens/s at k equals X (see :func:`calibration_shift`)."""
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    steps = list(steps)
+    m = acceptance.requests
+    out = cost_model(costs, steps, m)
+    if calibrate is not None:
+        shift = calibration_shift(costs, acceptance, calibrate)
+        out["overhead_ns"] -= shift
+        out["cycle_ns"] -= shift
+    out["accepted_per_request"] = [acceptance.expected_accepted(s) for s in steps]
+    out["tokens_per_cycle"] = m * (1.0 + out["accepted_per_request"])
+    out["tokens_per_s"] = out["tokens_per_cycle"] * 1e9 / out["cycle_ns"]
+    ks = sorted({c["steps"] for c in costs})
+    out["profiled"] = out["steps"].isin(ks)
+    out["extrapolated"] = (out["steps"] > max(ks)) | ((out["steps"] < min(ks)) & (len(ks) > 1))
+    return out
+
+
+def estimated_baseline(costs, requests: float) -> dict:
+    """No speculation, estimated: a cycle without draft and draft_extend (verify at M tokens)."""
+    costs = [costs] if isinstance(costs, dict) else list(costs)
+    comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
+    model = cost_model(costs, [0], requests).iloc[0]
+    t = float(sum(model[f"{p}_ns"] for p in comps))
+    return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
+            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan,
+            "method": "one cycle of the profile without draft and draft_extend ("
+                      + " + ".join(comps) + "), verify as at M tokens, yielding M tokens"}
+
+
+def measured_baseline(side: Side, requests: float, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+    """Decode step time of a no-speculation report: its cycles when it has them, else the start-to-
+    start interval of its outermost verify-phase ranges (the target forward, e.g. graph replays)."""
+    side = as_side(side)
+    if not side.cycles.empty:
+        cyc, _ = drop_outliers(side.cycles, outlier_factor)
+        t = float(per_cycle(cyc, side.phase_names)[time_column(cyc)].mean())
+        method = "mean decode cycle"
+    else:
+        r = side.ranges
+        if r is None or r.empty or "phase" not in r.columns:
+            raise ValueError(f"{side.label}: no decode steps found in the baseline (no cycles, no ranges)")
+        rank = r["rank"][r["rank"] >= 0].min()
+        v = r[(r["rank"] == rank) & (r["phase"] == "verify")]
+        if "outermost" in v.columns:
+            v = v[v["outermost"].astype(bool)]
+        starts = np.sort(v["start_ns"].to_numpy(dtype="int64"))
+        if len(starts) < 3:
+            raise ValueError(f"{side.label}: fewer than 3 decode steps (verify-phase ranges) in the baseline")
+        gaps = np.diff(starts).astype("float64")
+        gaps = gaps[gaps <= outlier_factor * np.median(gaps)] if outlier_factor else gaps
+        t = float(gaps.mean())
+        method = f"start-to-start interval of {len(starts)} '{v['name'].mode().iloc[0]}' ranges"
+    return {"source": "measured", "label": side.label, "cycle_ns": t, "tokens_per_cycle": requests,
+            "tokens_per_s": requests * 1e9 / t, "method": method}
+
+
+def _resample(samples: pd.DataFrame, rng) -> pd.DataFrame:
+    return samples.iloc[rng.integers(0, len(samples), len(samples))].reset_index(drop=True)
+
+
+def _acc_profiles(costs: list[dict], samples_list) -> list:
+    out = []
+    for c, s in zip(costs, samples_list):
+        s = s[s["accepted"].notna()]
+        lens = s["lens"].to_numpy(dtype=object) if "lens" in s.columns else np.full(len(s), None, dtype=object)
+        out.append((c["steps"], pd.DataFrame({"accepted": s["accepted"].astype("int64").to_numpy(),
+                                              "requests": s["requests"].fillna(1).astype("int64").to_numpy(),
+                                              "lens": pd.Series(lens, dtype=object)})))
+    return out
+
+
+def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, extrapolation: str = "repeat",
+           n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
+           measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
+           baseline_tps: float | None = None, measured_baseline_tps: float | None = None) -> dict:
+    """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
+    ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
+    ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
+
+    ``calibrate_tps``: the user's own tokens/s of the profiled configuration measured WITHOUT the
+    profiler (``calibrate_steps``: its step count; default the profiled one); every predicted cycle's
+    overhead is shifted by the same amount so that the model reproduces it (profiler overhead taken
+    as host/idle time, not kernel time). ``baseline_tps``: the no-speculation tokens/s measured
+    without the profiler (instead of ``baseline``). ``measured_baseline_tps``: only shown/plotted."""
+    profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
+    if profiled_steps is None or isinstance(profiled_steps, int):
+        profiled_steps = [profiled_steps] * len(profiles)
+    costs = [step_costs(p, k, outlier_factor=outlier_factor) for p, k in zip(profiles, profiled_steps)]
+    steps = sorted(set(int(s) for s in steps))
+    samples = [c["samples"] for c in costs]
+    acc_prof = _acc_profiles(costs, samples)
+    acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
+    calibrate = None
+    if calibrate_tps is not None:
+        ks = sorted({c["steps"] for c in costs})
+        if calibrate_steps is None:
+            if len(ks) != 1:
+                raise ValueError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
+                                 "measured (K:X)")
+            calibrate_steps = ks[0]
+        calibrate = (int(calibrate_steps), float(calibrate_tps))
+    pred = predict(costs, acc, steps, calibrate)
+    # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(n_boot):
+        bs = [_resample(s, rng) for s in samples]
+        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"])) for c, s in zip(costs, bs)]
+        try:
+            ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
+        except ValueError:
+            continue
+        boot.append(predict(bc, ba, steps, calibrate)["tokens_per_s"].to_numpy())
+    if boot:
+        q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
+        pred["tokens_per_s_lo"], pred["tokens_per_s_hi"] = q[0], q[1]
+    else:
+        pred["tokens_per_s_lo"] = pred["tokens_per_s_hi"] = pred["tokens_per_s"]
+    m = acc.requests
+    if baseline_tps is not None:
+        base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
+                "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
+    elif baseline is not None:
+        base = measured_baseline(baseline, m, outlier_factor)
+    else:
+        base = estimated_baseline(costs, m)
+    pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
+    if measured:
+        pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
+        pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
+    best = pred.loc[pred["tokens_per_s"].idxmax()]
+    result = {
+        "profiles": [{k: v for k, v in c.items() if k != "samples"} for c in costs],
+        "acceptance": acc.table(max(steps)),
+        "predictions": pred,
+        "baseline": base,
+        "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
+                 "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
+                 "baseline_source": base["source"]},
+        "notes": list(acc.notes),
+        "acceptance_method": acc.method,
+        "calibration": None,
+        "measured_baseline_tps": measured_baseline_tps,
+    }
+    if calibrate is not None:
+        shift = calibration_shift(costs, acc, calibrate)
+        row = cost_model(costs, [calibrate[0]], m).iloc[0]
+        result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
+                                 "profiled_cycle_ns": float(row["cycle_ns"]),
+                                 "overhead_ns": float(row["overhead_ns"]) - shift}
+        if float(row["overhead_ns"]) - shift < 0:
+            result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
+                                   "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
+                                   "only host time")
+    result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
+                                        profiled_baseline=baseline is not None and baseline_tps is None)
+    return result
+
+
+def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
+                calibration: dict | None = None, profiled_baseline: bool = False) -> list[str]:
+    ks = sorted({c["steps"] for c in costs})
+    out = []
+    for c in costs:
+        out.append(f"profile {c.get('label') or ''}: {c['steps']} draft steps ({c.get('steps_source', 'given')}), "
+                   f"{c['cycles']} cycles"
+                   + (f" ({c['outlier_cycles']} warm-up/outlier cycles > {OUTLIER_FACTOR:g}x median left out)"
+                      if c.get("outlier_cycles") else ""))
+    if len(ks) == 1:
+        c = costs[0]
+        out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
+                   "draft time is linear in the step count")
+        out.append("verify, draft_extend, allreduce and the other phases keep their measured time per cycle at any "
+                   "step count (small decode batches are memory bound: time independent of the "
+                   f"{c['verified_tokens']:.0f} verified tokens)")
+    else:
+        out.append(f"draft time linear in the step count, every other component linear in the verified tokens "
+                   f"M(s+1) (least squares over the profiled step counts {ks})")
+    out.append("overhead (cycle wall time minus GPU time of all phases: other kernels, GPU idle, host time) "
+               + ("is constant" if len(ks) == 1 else "is linear in the verified tokens"))
+    out.append(f"M = {acc.requests:.2f} requests per cycle at every step count; each yields min(L, s) accepted "
+               "draft tokens + 1")
+    out.append("acceptance: " + acc_mod.METHOD_TEXT.get(acc.method, acc.method))
+    if calibration is not None:
+        c = calibration
+        way = "shorter" if c["shift_ns"] >= 0 else "longer"
+        out.append(f"calibrated: the profiled configuration ({c['steps']} steps) runs at {c['tokens_per_s']:,.0f} "
+                   f"tokens/s WITHOUT the profiler (given); every predicted cycle is "
+                   f"{abs(c['shift_ns']) / 1e3:,.1f} us {way} (overhead {c['overhead_ns'] / 1e3:,.1f} us instead of "
+                   f"{(c['overhead_ns'] + c['shift_ns']) / 1e3:,.1f}): the profiler's cost is taken as host/idle "
+                   "time, the same in every cycle; kernel times are taken as unaffected")
+    else:
+        out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
+                   "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) to remove it")
+    K = acc.profiled_steps
+    rule = ("the last estimated rate repeats" if extrapolation == "repeat"
+            else "the rates continue the least-squares line through the estimated ones")
+    out.append(f"acceptance at draft positions 1..{K} is estimated (conditional rates); beyond position {K} it is "
+               f"unobserved (capped at {K}) and extrapolated: {rule}; rows marked 'extrapolated'")
+    if base["source"] == "estimated":
+        out.append("baseline ESTIMATED (no --baseline report): " + base["method"])
+    elif base["source"] == "given":
+        out.append(f"baseline given: {base['tokens_per_s']:,.0f} tokens/s, {base['method']}")
+    else:
+        out.append(f"baseline measured: {base['method']} of {base.get('label', '')}; M tokens per decode step"
+                   + ("; it was profiled, so speed-ups against it include the profiler's overhead on the "
+                      "baseline side (give --baseline-tps for an unprofiled one)" if calibration is not None
+                      and profiled_baseline else ""))
+    out.append("intervals: seeded bootstrap over cycles (costs and acceptance refit together); they cover "
+               "sampling noise, not model error")
+    return out

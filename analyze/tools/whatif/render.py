@@ -1,0 +1,145 @@
+"""A what-if prediction on the terminal, as JSON records and as a figure."""
+from __future__ import annotations
+
+import numpy as np
+
+from analyze.tools.whatif import acceptance as acc_mod
+
+def render_whatif(r: dict) -> str:
+    from analyze.render.text import clip, table
+
+    out = ["specprof whatif: tokens/s per draft step count (EAGLE)", ""]
+    rows = []
+    for c in r["profiles"]:
+        rows.append([clip(c.get("label") or "-", 44), c["steps"], c["cycles"], f"{c['requests']:.1f}",
+                     f"{c['cycle_ns'] / 1e3:,.1f}", f"{c['draft_step_ns'] / 1e3:,.1f}",
+                     "-" if np.isnan(c["tokens_per_cycle"]) else f"{c['tokens_per_cycle']:.2f}",
+                     "-" if np.isnan(c["tokens_per_s"]) else f"{c['tokens_per_s']:,.0f}"])
+    out.append("Profiles")
+    out += table(["report", "steps", "cycles", "reqs", "cycle us", "step us", "tok/cycle", "tok/s"], rows)
+    out.append("")
+    a = r["acceptance"]
+    out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
+    out.append(_wrap("  from: " + acc_mod.METHOD_TEXT.get(r.get("acceptance_method"), str(r.get("acceptance_method")))))
+    out += table(["position", "rate", "95% CI", "survival", ""],
+                 [[int(x.position), f"{x.rate:.3f}", f"[{x.rate_lo:.3f}, {x.rate_hi:.3f}]", f"{x.survival:.3f}",
+                   "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
+    out.append("")
+    p = r["predictions"]
+    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    heads = ["steps", "cycle us", "accepted/req", "tok/cycle", "tok/s", "95% CI", "speed-up"]
+    has_meas = "measured_tokens_per_s" in p.columns
+    if has_meas:
+        heads += ["measured tok/s", "error"]
+    rows = []
+    for x in p.itertuples(index=False):
+        row = [x.steps, f"{x.cycle_ns / 1e3:,.1f}", f"{x.accepted_per_request:.3f}", f"{x.tokens_per_cycle:.2f}",
+               f"{x.tokens_per_s:,.0f}", f"[{x.tokens_per_s_lo:,.0f}, {x.tokens_per_s_hi:,.0f}]", f"{x.speedup:.2f}x"]
+        if has_meas:
+            row += ["-" if np.isnan(x.measured_tokens_per_s) else f"{x.measured_tokens_per_s:,.0f}",
+                    "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]
+        flag = "profiled" if x.profiled else ("extrapolated" if x.extrapolated else "")
+        rows.append(row + [flag])
+    out.append("Prediction")
+    out += table(heads + [""], rows, "r" * len(heads) + "l")
+    out.append("")
+    out.append("Predicted cycle time by component (us per cycle)")
+    out += table(["steps"] + [c[:-3] for c in comps] + ["cycle"],
+                 [[x.steps] + [f"{getattr(x, c) / 1e3:,.1f}" for c in comps] + [f"{x.cycle_ns / 1e3:,.1f}"]
+                  for x in p.itertuples(index=False)])
+    b, base = r["best"], r["baseline"]
+    cal = r.get("calibration")
+    if cal:
+        out.append("")
+        out.append(_wrap(f"Calibrated to {cal['tokens_per_s']:,.0f} tokens/s (unprofiled) at {cal['steps']} steps: "
+                         f"profiled cycle {cal['profiled_cycle_ns'] / 1e3:,.1f} us -> "
+                         f"{(cal['profiled_cycle_ns'] - cal['shift_ns']) / 1e3:,.1f} us (overhead "
+                         f"{-cal['shift_ns'] / 1e3:+,.1f} us per cycle)"))
+    out.append("")
+    out.append(f"Best: {b['steps']} draft steps, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
+               f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
+               + (" [extrapolated]" if b["extrapolated"] else ""))
+    out.append("")
+    out.append("Assumptions")
+    for s in r["assumptions"]:
+        out.append(clip(f"- {s}", 120) if len(s) < 118 else _wrap(f"- {s}"))
+    for n in r["notes"]:
+        out.append(_wrap(f"note: {n}"))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _wrap(text: str, width: int = 120) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="  "))
+
+
+def to_json(r: dict) -> dict:
+    from analyze.render.outputs import records
+
+    return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
+            "acceptance_method": r.get("acceptance_method"), "calibration": r.get("calibration"),
+            "predictions": records(r["predictions"]), "baseline": r["baseline"], "best": r["best"],
+            "assumptions": r["assumptions"], "notes": r["notes"]}
+
+
+def plot_whatif(r: dict, path, title: str | None = None) -> None:
+    from pathlib import Path
+
+    from matplotlib.figure import Figure   # no pyplot: nothing registered with a GUI backend
+
+    from analyze.atomic import atomic_path
+
+    p = r["predictions"]
+    fig = Figure(figsize=(12, 5.4))
+    axes = fig.subplots(1, 2)
+    ax = axes[0]
+    s = p["steps"].to_numpy()
+    ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
+    inside = ~p["extrapolated"].to_numpy()
+    ax.plot(s, p["tokens_per_s"], "o-", color="tab:blue", label="predicted")
+    if (~inside).any():
+        ax.plot(s[~inside], p["tokens_per_s"][~inside], "o", mfc="white", color="tab:blue",
+                label="predicted (extrapolated)")
+    prof = p[p["profiled"]]
+    for c in r["profiles"]:
+        if not np.isnan(c["tokens_per_s"]):
+            ax.plot([c["steps"]], [c["tokens_per_s"]], "s", color="tab:orange", ms=9, mfc="none",
+                    label="profiled (under nsys)" if c is r["profiles"][0] else None)
+    if "measured_tokens_per_s" in p.columns and p["measured_tokens_per_s"].notna().any():
+        ax.plot(s, p["measured_tokens_per_s"], "x--", color="k", label="measured (no profiler)")
+    base = r["baseline"]
+    src = {"given": "given, no profiler", "measured": "measured under the profiler"}.get(base["source"], base["source"])
+    ax.axhline(base["tokens_per_s"], color="tab:gray", ls=":", label=f"no speculation ({src})")
+    mb = r.get("measured_baseline_tps")
+    if mb and not (base["source"] == "given" and abs(mb - base["tokens_per_s"]) < 0.5):
+        ax.axhline(mb, color="k", ls=":", lw=1, label="no speculation, measured (no profiler)")
+    b = r["best"]
+    ax.annotate(f"best: {b['steps']} steps", (b["steps"], b["tokens_per_s"]), textcoords="offset points",
+                xytext=(0, 10), ha="center")
+    ax.set_xlabel("draft steps")
+    ax.set_ylabel("tokens / s")
+    ax.set_xticks(s)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)  # below: never hides a point
+    cal = r.get("calibration")
+    ax.set_title(title or ("tokens/s vs draft steps" + (f" (calibrated at {cal['steps']} steps)" if cal else "")))
+    del prof
+    ax = axes[1]
+    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    from analyze.render.plots import phase_colors   # the phase palette of every other figure
+
+    colors = phase_colors([c[:-3] for c in comps])
+    colors.setdefault("overhead", colors.get("other", "#8C8C8C"))
+    bottom = np.zeros(len(p))
+    for c in comps:
+        v = p[c].to_numpy() / 1e3
+        ax.bar(s, v, bottom=bottom, label=c[:-3], color=colors.get(c[:-3]))
+        bottom += v
+    ax.set_xlabel("draft steps")
+    ax.set_ylabel("predicted cycle time (us)")
+    ax.set_xticks(s)
+    ax.legend(fontsize=8)
+    ax.set_title("cycle time by component")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=Path(path).suffix.lstrip(".") or "png")

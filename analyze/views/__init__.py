@@ -1,0 +1,1 @@
+"""Derived tables computed from an Analysis (cross-rank aggregates, cycle distributions, ...)."""

@@ -1,0 +1,107 @@
+"""``profile-trace --drive``: the one-command server profile, against a stand-in server
+(tests/helpers/fake_sglang_server.py) and, where nsys is installed, under a real ``nsys profile``."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nvtx_annotate import serve
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE = REPO / "tests" / "helpers" / "fake_sglang_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_server_url_from_the_command():
+    assert serve.server_url(["python", "-m", "sglang.launch_server", "--port", "31000"]) == "http://127.0.0.1:31000"
+    assert serve.server_url(["x", "--host=0.0.0.0", "--port=8000"]) == "http://127.0.0.1:8000"
+    assert serve.server_url(["x", "--host", "10.0.0.5"]) == "http://10.0.0.5:30000"
+    assert serve.server_url(["x", "--port", "1"], "http://h:2/") == "http://h:2"
+
+
+def test_prompts_are_seeded_and_sized():
+    load = serve.Load(requests=3, input_len=5, vocab=10, seed=7)
+    a, b = load.prompts(), load.prompts()
+    assert a == b and len(a) == 3 and all(len(p) == 5 and p[0] == 1 for p in a)
+    assert all(3 <= t < 13 for p in a for t in p[1:])
+
+
+def test_drive_records_what_the_server_reports(tmp_path):
+    port = free_port()
+    log = tmp_path / "events.json"
+    proc = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--accept", "3", "--log", str(log)],
+                            start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert serve.wait_ready(url, 30, alive=lambda: proc.poll() is None) >= 0
+        res = serve.drive(url, serve.Load(requests=5, concurrency=2, input_len=8, output_len=10), profile_steps=7,
+                          start=True)
+    finally:
+        serve.stop_process_group(proc, grace_s=10)
+    assert proc.poll() is not None
+    tot = res.totals()
+    # 10 tokens: 1 from prefill, 9 over ceil(9/3)=3 verify steps
+    assert tot["succeeded"] == 5 and tot["completion_tokens"] == 50 and tot["spec_verify_ct"] == 15
+    assert tot["spec_num_correct_drafts"] == 30 and tot["spec_accept_length"] == pytest.approx(50 / 15)
+    assert res.profile_started is True
+    events = json.loads(log.read_text())
+    assert events["signal"] == 2  # stopped as Ctrl-C stops it
+    start = [e for e in events["events"] if "start_profile" in e]
+    assert start == [{"start_profile": {"activities": ["CUDA_PROFILER"], "num_steps": 7}}]
+    # warm-up requests come before /start_profile, the load after it
+    kinds = ["s" if "start_profile" in e else "t" if "stop_profile" in e else "g" for e in events["events"]]
+    assert kinds == ["g", "g", "s"] + ["g"] * 5 + ["t"]  # the window closed after the load: nsys saves its data
+    assert res.profile_stop_message.startswith("Stop profiling")
+
+
+def test_a_server_that_dies_is_reported_not_awaited():
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    proc.wait()
+    with pytest.raises(serve.ServerError, match="exited before"):
+        serve.wait_ready(f"http://127.0.0.1:{free_port()}", 30, alive=lambda: proc.poll() is None)
+
+
+@pytest.mark.nsys
+@pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys not on PATH")
+def test_profile_trace_drive_under_real_nsys(tmp_path):
+    port = free_port()
+    base = tmp_path / "srv"
+    r = subprocess.run([sys.executable, "-m", "nvtx_annotate.profile_trace", "-o", str(base), "-t", "osrt",
+                        "--no-install-pth", "--drive", "--requests", "4", "--concurrency", "2", "--output-len", "6",
+                        "--sglang-wait", "60", "--stop-grace", "120", "--",
+                        sys.executable, str(FAKE), "--port", str(port)],
+                       capture_output=True, text=True, cwd=REPO, timeout=400)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (tmp_path / "srv.nsys-rep").exists() and (tmp_path / "srv.sqlite").exists()
+    load = json.loads((tmp_path / "srv.load.json").read_text())
+    assert load["totals"]["succeeded"] == 4 and load["totals"]["completion_tokens"] == 24
+    assert load["profile_started"] is None  # --capture all: SGLang's profiler is not asked
+    # a second run at the same -o is refused without --force (exit 8), and leaves the first intact
+    before = (tmp_path / "srv.sqlite").read_bytes()
+    r2 = subprocess.run([sys.executable, "-m", "nvtx_annotate.profile_trace", "-o", str(base), "--no-install-pth",
+                         "--", "true"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r2.returncode == 8 and "exists" in r2.stderr and "--force" in r2.stderr
+    assert (tmp_path / "srv.sqlite").read_bytes() == before
+
+
+def test_app_roots_skip_nsys_processes():
+    table = {10: (1, "/usr/bin/nsys profile -o x python -m sglang.launch_server"),
+             11: (10, "/opt/nsys/target-linux-x64/nsys-launcher /tmp/x 10"),
+             12: (11, "python -m sglang.launch_server --port 1"),
+             13: (12, "python -c from multiprocessing.spawn import spawn_main"),
+             14: (11, "nsys-tee 3 4 5 7"),
+             15: (1, "/opt/nsys/nsys --start-agent --session-name=profile-python-10")}
+    assert serve.app_roots(10, table) == [12]
+    assert serve.app_roots(12, table) == [13]
