@@ -25,7 +25,8 @@ Marks:
     batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
     bonus token is not counted: tokens produced = ``N + M`` (SGLang's ``accept_lens`` include
     it, its ``num_correct_drafts`` / ``accept_length_per_req_cpu`` do not; the mark carries the
-    latter). ``cycle=K`` names the ``decode_cycle`` range (same process, payload ``K``) the mark
+    latter). Requests that had already finished before the cycle (the overlap scheduler runs one
+    more cycle for them, and SGLang discards its tokens) are left out. ``cycle=K`` names the ``decode_cycle`` range (same process, payload ``K``) the mark
     belongs to: SGLang's v2 workers resolve accept lengths on the CPU after the cycle's range has
     closed (with the overlap scheduler after the next cycle was launched). A mark without
     ``cycle=`` belongs to the cycle range that contains it (v1 workers, older traces).

@@ -362,7 +362,7 @@ def _hooks_verify_v1(name: str) -> Hooks:
     return Hooks(enter, leave, fail)
 
 
-def _done_flags(batch) -> Optional[list]:
+def _done_flags(batch) -> list | None:
     """Per request of a schedule batch, whether it had already finished (or was retracted) before
     this result was resolved: with the overlap scheduler one more cycle runs for requests that the
     previous result finished, and SGLang discards what it produced for them (its ``spec_verify_ct``

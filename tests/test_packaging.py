@@ -1,6 +1,6 @@
 """What ``pip install .`` installs: the wheel holds only the ``analyze`` and ``nvtx_annotate`` packages
-(no ``fixtures``, no ``spec_workload``, no test traces) plus the demo trace as package data, under
-8 MB; and ``analyze-trace`` from that wheel, in a fresh virtual environment, runs the demo.
+(no ``fixtures``, no ``spec_workload``, no test traces) plus the demo trace as package data and the
+shim's ``specprof_nvtx.pth`` hook at the root of purelib, under 8 MB; and ``analyze-trace`` from that wheel, in a fresh virtual environment, runs the demo.
 
 The wheel is built offline from a copy of the checkout (``pip wheel . --no-deps
 --no-build-isolation``, so the build backend must be importable here; skipped otherwise). The fresh
@@ -54,7 +54,7 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_holds_only_the_two_packages_and_the_demo_trace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
-    assert top == {"analyze", "nvtx_annotate", next(t for t in top if t.endswith(".dist-info"))}
+    assert top == {"analyze", "nvtx_annotate", "specprof_nvtx.pth", next(t for t in top if t.endswith(".dist-info"))}
     assert not any(n.startswith(("fixtures/", "spec_workload/", "tests/", "bench/")) for n in names)
     assert [n for n in names if n.startswith("analyze/data/")] == ["analyze/data/h200_4proc_eager.sqlite.xz"]
     assert not any(n.endswith((".sqlite", ".sqlite.xz")) for n in names if not n.startswith("analyze/data/"))
