@@ -54,7 +54,9 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_holds_only_the_two_packages_and_the_demo_trace(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
-    assert top == {"analyze", "nvtx_annotate", next(t for t in top if t.endswith(".dist-info"))}
+    # the two packages, the shim's .pth hook at the root of site-packages (pip install/uninstall
+    # manage it: it loads the shim only when SPECPROF_NVTX is set) and the metadata
+    assert top == {"analyze", "nvtx_annotate", "specprof_nvtx.pth", next(t for t in top if t.endswith(".dist-info"))}
     assert not any(n.startswith(("fixtures/", "spec_workload/", "tests/", "bench/")) for n in names)
     assert [n for n in names if n.startswith("analyze/data/")] == ["analyze/data/h200_4proc_eager.sqlite.xz"]
     assert not any(n.endswith((".sqlite", ".sqlite.xz")) for n in names if not n.startswith("analyze/data/"))
@@ -95,4 +97,4 @@ def test_analyze_trace_from_the_wheel_runs_the_demo(wheel, tmp_path):
 
     for key in ("ranks", "phases", "kernels", "totals", "cycles", "notes"):
         assert rows(data[key]) == rows(here[key]), key
-    assert len(data["phases"]) == 20 and data["notes"][0]["code"] == "shared_correlation_ids"
+    assert len(data["phases"]) == 24 and data["notes"][0]["code"] == "shared_correlation_ids"

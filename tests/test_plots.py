@@ -392,7 +392,7 @@ def test_api_doc_examples_run(capsys):
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), scope)
     out = capsys.readouterr().out
-    assert "4 ranks; ['draft', 'verify', 'draft_extend', 'allreduce']" in out
+    assert "4 ranks; ['draft', 'verify', 'draft_extend', 'allreduce', 'prefill']" in out
     assert "skipped: no collectives" in out
     assert "['phases.png', 'phases.svg', 'timeline.png', 'timeline.svg'] report.html" in out
     assert scope["late"] == [] and scope["t"]["phases"]["phase"].iloc[-1] == "busy"
