@@ -12,7 +12,9 @@ import pytest
 import analyze
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-TRACES = ["h200_4proc_eager", "h200_1proc_graphs_graphlevel"]
+TRACES = ["h200_4proc_eager", "h200_1proc_graphs_graphlevel",
+          # real SGLang 0.5.17 EAGLE-3 on an H200 (recipes/sglang_h200.sh)
+          "sglang_server", "sglang_graphs", "sglang_eager", "sglang_vocab64"]
 
 
 @pytest.fixture(scope="module", params=TRACES)
