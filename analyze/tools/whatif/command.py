@@ -8,7 +8,7 @@ import sys
 from analyze.errors import TraceError
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
-from analyze.tools.whatif.model import N_BOOT, whatif
+from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
 from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
 
 
@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
     p.add_argument("--baseline-tps", metavar="Y", type=float,
                    help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
+    p.add_argument("--verify-scaling", metavar="F|constant|fit", default=None,
+                   help="one profile: how verify time grows with the verified tokens. Default 'fit': a line in the "
+                        "verified tokens over the profile's cycles when their batch sizes differ, else constant (said "
+                        "so); 'constant'; or F in [0, 1], the fraction of verify time proportional to the tokens")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH")
     p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
@@ -104,6 +108,7 @@ def main_whatif(argv: list[str]) -> int:
         if ks is not None and len(ks) != len(args.reports):
             raise ValueError("--profiled-steps: one step count per report")
         cal_k, cal_x = parse_calibration(args.calibrate_tps)
+        scaling = check_verify_scaling(args.verify_scaling)
     except ValueError as exc:
         raise TraceError(str(exc)) from exc
     sides = [load_side(r) for r in args.reports]
@@ -114,7 +119,8 @@ def main_whatif(argv: list[str]) -> int:
     try:
         r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                    n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
-                   calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base)
+                   calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
+                   verify_scaling=scaling)
     except ValueError as exc:
         raise TraceError(str(exc)) from exc
     if args.json:

@@ -7,9 +7,13 @@ The model (every assumption is printed with the result, see docs/whatif.md):
   start) minus the exclusive GPU time of all phases: other kernels, GPU idle gaps, host time.
   - one profile (k steps): draft(s) = draft(k) + (s - k) d, with d the marginal cost of one draft
     step: the start-to-start period of consecutive ``draft_step`` ranges on the GPU when the shim
-    recorded them (includes launch gaps), else draft GPU time / k. Verify, draft_extend,
-    allreduce and overhead are taken as measured (a decode batch of M(s+1) tokens is memory bound:
-    verify time does not depend on the verified token count).
+    recorded them (includes launch gaps), else draft GPU time / k. When the profile's cycles differ
+    in batch size (M_i requests, n_i = M_i (k+1) verified tokens), verify, draft_extend and allreduce
+    are each a least-squares line in the verified tokens over the cycles (:func:`token_fit`): what a
+    large MoE target needs, where more tokens touch more experts. With a constant batch one profile
+    cannot tell: they keep their measured time (memory bound), unless ``verify_scaling`` F says
+    which fraction of verify grows in proportion to the tokens. Overhead and the other phases keep
+    their measured time (they follow the requests in the batch, not the step count).
   - several profiles with different step counts: every component is a least-squares line, draft
     in s, the others in the verified tokens n = M(s+1).
 * **Tokens per cycle** = M (1 + E[min(L, s)]) from the acceptance model (acceptance.py): M requests,
@@ -34,6 +38,11 @@ N_BOOT = 200
 LEVEL = 0.95
 DRAFT = "draft"
 NO_DRAFT_IN_BASELINE = ("draft", "draft_extend")
+# the components whose work grows with the verified tokens (fitted in n when the batch varies)
+TOKEN_COMPONENTS = ("verify", "draft_extend", "allreduce")
+# one profile tells how they grow only when its cycles' verified tokens spread this much
+# (coefficient of variation of n over the cycles) over at least two batch sizes
+MIN_TOKEN_SPREAD = 0.10
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +210,68 @@ def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
     return [f"{p}_ns" for p in phase_names if f"{p}_ns" in samples.columns]
 
 
-def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names) -> dict:
+def verified_tokens(samples: pd.DataFrame, steps: int) -> np.ndarray:
+    """Per cycle: the tokens verified, M (k + 1) (M = the cycle's requests; NaN when unknown)."""
+    req = samples["requests"] if "requests" in samples.columns else pd.Series(np.nan, index=samples.index)
+    return pd.to_numeric(req, errors="coerce").to_numpy(dtype="float64") * (steps + 1)
+
+
+def batch_spread(samples: pd.DataFrame, steps: int) -> dict:
+    """How much the profile's cycles differ in verified tokens: whether one profile can tell how the
+    token-dependent components grow with them (``varies``: at least two batch sizes and a coefficient
+    of variation of n >= MIN_TOKEN_SPREAD, at least two batch sizes seen in two cycles or more;
+    cycles whose mark counts no request are left out)."""
+    n = verified_tokens(samples, steps)
+    n = n[np.isfinite(n) & (n > 0)]          # a mark with 0 requests counts no tokens: no point of the line
+    if not len(n):
+        return {"varies": False, "cycles": 0, "tokens_min": np.nan, "tokens_max": np.nan, "tokens_cv": np.nan,
+                "batch_sizes": 0}
+    cv = float(n.std() / n.mean())
+    values, counts = np.unique(n, return_counts=True)
+    repeated = int((counts >= 2).sum())      # batch sizes seen in two cycles or more: one odd cycle is no slope
+    return {"varies": bool(repeated >= 2 and cv >= MIN_TOKEN_SPREAD), "cycles": int(len(n)),
+            "tokens_min": float(n.min()), "tokens_max": float(n.max()), "tokens_cv": cv,
+            "batch_sizes": int(len(values))}
+
+
+def token_fit(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=None) -> dict | None:
+    """{component: {intercept_ns, per_token_ns, source}} for the token-dependent components, from ONE
+    profile: time = intercept + per_token * n with n = M (k+1) the cycle's verified tokens.
+
+    ``verify_scaling`` None: least squares over the cycles when the batch varies (:func:`batch_spread`),
+    else None (one profile cannot tell). ``"constant"``: None (every component keeps its measured
+    time). A number F in [0, 1]: verify's measured time v at the profile's mean n0 splits into
+    (1 - F) v constant and F v proportional to n (intercept (1 - F) v, per token F v / n0); the other
+    components keep their measured time."""
+    comps = [c for c in TOKEN_COMPONENTS if c in phase_names and f"{c}_ns" in samples.columns]
+    if verify_scaling == "constant" or not comps:
+        return None
+    n = verified_tokens(samples, steps)
+    ok = np.isfinite(n) & (n > 0)
+    if verify_scaling is not None:
+        f = float(verify_scaling)
+        if "verify" not in comps or not ok.any():
+            return None
+        v, n0 = float(samples["verify_ns"][ok].mean()), float(n[ok].mean())
+        return {"verify": {"intercept_ns": (1 - f) * v, "per_token_ns": f * v / n0 if n0 > 0 else 0.0,
+                           "source": "given"}}
+    if not batch_spread(samples, steps)["varies"]:
+        return None
+    out = {}
+    x = n[ok]
+    for c in comps:
+        y = samples[f"{c}_ns"].to_numpy(dtype="float64")[ok]
+        if not np.any(y):                  # no such work in this trace (allreduce at TP 1)
+            continue
+        if len(np.unique(x)) < 2:          # a bootstrap resample of one batch size: no slope to fit
+            b, a = 0.0, float(y.mean())
+        else:
+            b, a = np.polyfit(x, y, 1)
+        out[c] = {"intercept_ns": float(a), "per_token_ns": float(b), "source": "fit"}
+    return out
+
+
+def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=None) -> dict:
     """Mean costs per cycle of one profile (see the module docstring)."""
     cols = _phase_cols(samples, phase_names)
     t = float(samples["t_ns"].mean())
@@ -224,13 +294,17 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names) -> dict:
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
-            "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan}
+            "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
+            "batch": batch_spread(samples, steps),
+            "token_fit": token_fit(samples, steps, phase_names, verify_scaling)}
 
 
-def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR,
+               verify_scaling=None) -> dict:
     """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
-    marginal cost of one draft step, requests, tokens. ``steps``: the profiled draft step count
-    (inferred from the trace when None)."""
+    marginal cost of one draft step, requests, tokens, and (``token_fit``) how the token-dependent
+    components grow with the verified tokens. ``steps``: the profiled draft step count (inferred
+    from the trace when None); ``verify_scaling``: see :func:`token_fit`."""
     side = as_side(analysis)
     source = "given"
     if steps is None:
@@ -239,9 +313,9 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
     samples, dropped = profile_samples(side, outlier_factor)
-    c = costs_from_samples(samples, steps, side.phase_names)
+    c = costs_from_samples(samples, steps, side.phase_names, verify_scaling)
     c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
-             samples=samples)
+             samples=samples, verify_scaling=verify_scaling)
     return c
 
 
@@ -273,8 +347,13 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
     else:
         c = costs[0]
         out[f"{DRAFT}_ns"] = c.get(f"{DRAFT}_ns", 0.0) + (steps - c["steps"]) * c["draft_step_ns"]
+        fit = c.get("token_fit") or {}
+        n = requests * (steps + 1)
         for comp in _components(costs):
-            out[f"{comp}_ns"] = c.get(f"{comp}_ns", 0.0)
+            if comp in fit:      # grows with the verified tokens (linear: its mean over the batch mix)
+                out[f"{comp}_ns"] = fit[comp]["intercept_ns"] + fit[comp]["per_token_ns"] * n
+            else:
+                out[f"{comp}_ns"] = c.get(f"{comp}_ns", 0.0)
     comp_cols = [f"{DRAFT}_ns"] + [f"{p}_ns" for p in _components(costs)]
     out["cycle_ns"] = out[comp_cols].sum(axis=1)
     return out
@@ -375,7 +454,8 @@ def _acc_profiles(costs: list[dict], samples_list) -> list:
 def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, extrapolation: str = "repeat",
            n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
-           baseline_tps: float | None = None, measured_baseline_tps: float | None = None) -> dict:
+           baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
+           verify_scaling=None) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
     ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
@@ -384,11 +464,21 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     profiler (``calibrate_steps``: its step count; default the profiled one); every predicted cycle's
     overhead is shifted by the same amount so that the model reproduces it (profiler overhead taken
     as host/idle time, not kernel time). ``baseline_tps``: the no-speculation tokens/s measured
-    without the profiler (instead of ``baseline``). ``measured_baseline_tps``: only shown/plotted."""
+    without the profiler (instead of ``baseline``). ``measured_baseline_tps``: only shown/plotted.
+
+    ``verify_scaling`` (one profile only): None = fit verify, draft_extend and allreduce in the
+    verified tokens over the cycles when their batch sizes differ, else keep them constant and say
+    so; ``"constant"``; or F in [0, 1], the fraction of verify time proportional to the verified
+    tokens (:func:`token_fit`)."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
     if profiled_steps is None or isinstance(profiled_steps, int):
         profiled_steps = [profiled_steps] * len(profiles)
-    costs = [step_costs(p, k, outlier_factor=outlier_factor) for p, k in zip(profiles, profiled_steps)]
+    verify_scaling = check_verify_scaling(verify_scaling)
+    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling)
+             for p, k in zip(profiles, profiled_steps)]
+    if verify_scaling is not None and len({c["steps"] for c in costs}) > 1:
+        raise ValueError("--verify-scaling: profiles of several step counts fit verify in the verified tokens "
+                         "themselves; give it with one profile only")
     steps = sorted(set(int(s) for s in steps))
     samples = [c["samples"] for c in costs]
     acc_prof = _acc_profiles(costs, samples)
@@ -405,20 +495,26 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     pred = predict(costs, acc, steps, calibrate)
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
-    boot = []
+    boot, boot_slopes = [], []
     for _ in range(n_boot):
         bs = [_resample(s, rng) for s in samples]
-        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"])) for c, s in zip(costs, bs)]
+        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling")))
+              for c, s in zip(costs, bs)]
         try:
             ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
         except ValueError:
             continue
         boot.append(predict(bc, ba, steps, calibrate)["tokens_per_s"].to_numpy())
+        boot_slopes.append({k: v["per_token_ns"] for k, v in (bc[0].get("token_fit") or {}).items()})
     if boot:
         q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
         pred["tokens_per_s_lo"], pred["tokens_per_s_hi"] = q[0], q[1]
     else:
         pred["tokens_per_s_lo"] = pred["tokens_per_s_hi"] = pred["tokens_per_s"]
+    scaling = scaling_summary(costs, boot_slopes, level, verify_scaling)
+    if scaling.get("tokens_max") is not None:
+        n_pred = acc.requests * (pred["steps"] + 1)
+        pred["tokens_extrapolated"] = (n_pred > scaling["tokens_max"] + 1e-9) | (n_pred < scaling["tokens_min"] - 1e-9)
     m = acc.requests
     if baseline_tps is not None:
         base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
@@ -444,7 +540,10 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "acceptance_method": acc.method,
         "calibration": None,
         "measured_baseline_tps": measured_baseline_tps,
+        "verify_scaling": scaling,
     }
+    if scaling["method"] == "cannot_tell":
+        result["notes"].append(scaling["message"])
     if calibrate is not None:
         shift = calibration_shift(costs, acc, calibrate)
         row = cost_model(costs, [calibrate[0]], m).iloc[0]
@@ -456,12 +555,93 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
     result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
-                                        profiled_baseline=baseline is not None and baseline_tps is None)
+                                        profiled_baseline=baseline is not None and baseline_tps is None,
+                                        scaling=scaling)
     return result
 
 
+def check_verify_scaling(value):
+    """None, ``"constant"`` or a fraction in [0, 1] (``--verify-scaling``)."""
+    if value is None or value == "constant":
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("fit", "auto"):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"--verify-scaling {value!r}: give a fraction F in [0, 1] (share of verify time "
+                         "proportional to the verified tokens), 'constant' or 'fit'") from None
+    if not 0.0 <= f <= 1.0:
+        raise ValueError(f"--verify-scaling {value!r}: F must be in [0, 1]")
+    return f
+
+
+def scaling_summary(costs: list[dict], boot_slopes: list[dict], level: float, verify_scaling) -> dict:
+    """How the token-dependent components were modelled, as data (method, per component: the line
+    and the bootstrap interval of its slope; the verified-token range observed)."""
+    ks = sorted({c["steps"] for c in costs})
+    if len(ks) > 1:
+        return {"method": "profiles", "steps": ks, "components": {}, "tokens_min": None, "tokens_max": None}
+    c = costs[0]
+    batch = c.get("batch") or {}
+    fit = c.get("token_fit") or {}
+    comps = {}
+    for name, line in fit.items():
+        vals = np.array([b[name] for b in boot_slopes if name in b], dtype="float64")
+        lo, hi = (np.nanpercentile(vals, [50 * (1 - level), 50 * (1 + level)]).tolist() if len(vals)
+                  else (line["per_token_ns"], line["per_token_ns"]))
+        comps[name] = {**line, "per_token_lo_ns": float(lo), "per_token_hi_ns": float(hi)}
+    out = {"steps": ks, "components": comps, "tokens_min": batch.get("tokens_min"),
+           "tokens_max": batch.get("tokens_max"), "tokens_cv": batch.get("tokens_cv"),
+           "batch_sizes": batch.get("batch_sizes")}
+    if verify_scaling == "constant":
+        return {**out, "method": "constant"}
+    if verify_scaling is not None:
+        return {**out, "method": "given", "fraction": float(verify_scaling)}
+    if fit:
+        return {**out, "method": "fit"}
+    what = ("has no per-cycle request counts (no accept marks)" if not batch.get("cycles") else
+            f"verifies nearly the same number of tokens in every cycle ({batch.get('batch_sizes')} batch size(s), "
+            f"{batch.get('tokens_min', 0):.0f} to {batch.get('tokens_max', 0):.0f} tokens)")
+    return {**out, "method": "cannot_tell",
+            "message": f"one profile cannot tell how verify time grows with the verified tokens: its batch {what}; "
+                       "verify, draft_extend and allreduce are kept at their measured time (right for a memory-bound "
+                       "dense target; where verify grows with the tokens, as on a large MoE target, this picks too "
+                       "many steps). Give a second "
+                       "profile at another step count, or --verify-scaling F (the fraction of verify time "
+                       "proportional to the verified tokens)"}
+
+
+def _scaling_lines(c: dict, scaling: dict | None) -> list[str]:
+    """The one-profile assumption about verify (and draft_extend, allreduce) vs verified tokens."""
+    method = (scaling or {}).get("method")
+    comps = (scaling or {}).get("components") or {}
+    if method == "fit":
+        parts = []
+        for name, line in comps.items():
+            parts.append(f"{name} {line['intercept_ns'] / 1e3:,.1f} us + {line['per_token_ns'] / 1e3:,.2f} us "
+                         f"[{line['per_token_lo_ns'] / 1e3:,.2f}, {line['per_token_hi_ns'] / 1e3:,.2f}] per token")
+        return [f"the profile's cycles verify {scaling['tokens_min']:.0f} to {scaling['tokens_max']:.0f} tokens "
+                f"({scaling['batch_sizes']} batch sizes): each token-dependent component is a least-squares line in "
+                "the verified tokens n = M(s+1) over the cycles (95% CI of the slope): " + "; ".join(parts),
+                "the other phases keep their measured time per cycle (they follow the batch's requests, which do "
+                "not change with the step count)"]
+    if method == "given":
+        line = comps.get("verify") or {"intercept_ns": 0.0, "per_token_ns": 0.0}
+        return [f"given (--verify-scaling {scaling['fraction']:g}): {100 * scaling['fraction']:.0f}% of verify's "
+                f"measured time grows in proportion to the verified tokens: verify = {line['intercept_ns'] / 1e3:,.1f} "
+                f"us + {line['per_token_ns'] / 1e3:,.2f} us per token; draft_extend, allreduce and the other phases "
+                "keep their measured time per cycle"]
+    why = ("(--verify-scaling constant)" if method == "constant" else
+           "(one profile of a constant batch cannot tell; see the note)" if method == "cannot_tell" else "")
+    return ["verify, draft_extend, allreduce and the other phases keep their measured time per cycle at any "
+            "step count (small decode batches are memory bound: time independent of the "
+            f"{c['verified_tokens']:.0f} verified tokens)" + (f" {why}" if why else "")]
+
+
 def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
-                calibration: dict | None = None, profiled_baseline: bool = False) -> list[str]:
+                calibration: dict | None = None, profiled_baseline: bool = False,
+                scaling: dict | None = None) -> list[str]:
     ks = sorted({c["steps"] for c in costs})
     out = []
     for c in costs:
@@ -473,9 +653,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
         c = costs[0]
         out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
                    "draft time is linear in the step count")
-        out.append("verify, draft_extend, allreduce and the other phases keep their measured time per cycle at any "
-                   "step count (small decode batches are memory bound: time independent of the "
-                   f"{c['verified_tokens']:.0f} verified tokens)")
+        out += _scaling_lines(c, scaling)
     else:
         out.append(f"draft time linear in the step count, every other component linear in the verified tokens "
                    f"M(s+1) (least squares over the profiled step counts {ks})")

@@ -39,10 +39,22 @@ def render_whatif(r: dict) -> str:
             row += ["-" if np.isnan(x.measured_tokens_per_s) else f"{x.measured_tokens_per_s:,.0f}",
                     "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]
         flag = "profiled" if x.profiled else ("extrapolated" if x.extrapolated else "")
+        if getattr(x, "tokens_extrapolated", False):
+            flag = (flag + ", " if flag else "") + "tokens beyond the profile's"
         rows.append(row + [flag])
     out.append("Prediction")
     out += table(heads + [""], rows, "r" * len(heads) + "l")
     out.append("")
+    sc = r.get("verify_scaling") or {}
+    if sc.get("method") in ("fit", "given") and sc.get("components"):
+        how = ("fitted over the profile's cycles" if sc["method"] == "fit" else
+               f"given: --verify-scaling {sc.get('fraction', 0):g}")
+        out.append(f"Time per cycle vs verified tokens n ({how}; observed n = {sc['tokens_min']:.0f}..{sc['tokens_max']:.0f})")
+        out += table(["component", "at n = 0 us", "per token us", "95% CI"],
+                     [[name, f"{line['intercept_ns'] / 1e3:,.1f}", f"{line['per_token_ns'] / 1e3:,.2f}",
+                       f"[{line['per_token_lo_ns'] / 1e3:,.2f}, {line['per_token_hi_ns'] / 1e3:,.2f}]"]
+                      for name, line in sc["components"].items()])
+        out.append("")
     out.append("Predicted cycle time by component (us per cycle)")
     out += table(["steps"] + [c[:-3] for c in comps] + ["cycle"],
                  [[x.steps] + [f"{getattr(x, c) / 1e3:,.1f}" for c in comps] + [f"{x.cycle_ns / 1e3:,.1f}"]
@@ -80,7 +92,7 @@ def to_json(r: dict) -> dict:
     return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
             "acceptance_method": r.get("acceptance_method"), "calibration": r.get("calibration"),
             "predictions": records(r["predictions"]), "baseline": r["baseline"], "best": r["best"],
-            "assumptions": r["assumptions"], "notes": r["notes"]}
+            "assumptions": r["assumptions"], "notes": r["notes"], "verify_scaling": r.get("verify_scaling")}
 
 
 def plot_whatif(r: dict, path, title: str | None = None) -> None:
