@@ -4,6 +4,7 @@
     analyze-trace scrub IN.sqlite -o OUT.sqlite
     analyze-trace diff BEFORE AFTER
     analyze-trace whatif REPORT [--steps 1..10] [--baseline REPORT]
+    analyze-trace advise REPORT... [--json F]
 
 With no report, the bundled real H200 trace is analyzed. Errors are one line on stderr with a
 documented exit code (docs/bad_input.md).
@@ -19,7 +20,7 @@ from analyze.atomic import atomic_write
 from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
 from analyze.read.nsys_export import expand_inputs
 
-SUBCOMMANDS = ("scrub", "diff", "whatif")
+SUBCOMMANDS = ("scrub", "diff", "whatif", "advise")
 
 
 def default_trace() -> str:
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="analyze-trace",
         description="Attribute GPU time per phase (draft, verify, allreduce, ...), kernel and rank from "
-                    "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif (see `analyze-trace "
+                    "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif, advise (see `analyze-trace "
                     "SUBCOMMAND --help`).")
     p.add_argument("reports", nargs="*", help="nsys SQLite exports, or directories of them (one per rank); "
                                               "default: the bundled real H200 trace")
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", action="store_true",
                    help="cache the extracted tables as Parquet next to the report (else ~/.cache/specprof) "
                         "so a re-open is instant; the report itself is never written")
+    p.add_argument("--no-advice", action="store_true",
+                   help="leave out the Advice section (terminal, HTML) and the JSON key `advice`")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
@@ -114,8 +117,10 @@ def run_analyze(argv: list[str]) -> int:
         if len(expand_inputs(reports)) == 1:
             show_nvtx_only(expand_inputs(reports)[0], args)
         raise
+    advice = None if args.no_advice or not (args.json or args.html or not args.quiet) else \
+        report_advice(result, debug=args.debug)
     if args.json:
-        outputs.write_json(result, args.json)
+        outputs.write_json(result, args.json, advice=advice)
     if args.csv:
         outputs.write_csv(result, args.csv)
     if args.parquet:
@@ -129,10 +134,24 @@ def run_analyze(argv: list[str]) -> int:
             plots.write_all(result, args.plots)
         if args.html:
             from analyze.render import html
-            html.write_html(result, args.html)
+            html.write_html(result, args.html, advice=advice)
     if not args.quiet:
-        sys.stdout.write(render.render(result, top=args.top))
+        sys.stdout.write(render.render(result, top=args.top, advice=advice))
     return 0
+
+
+def report_advice(result, debug: bool = False) -> dict | None:
+    """The Advice section's data (analyze-trace advise's rules over ``result``); a failure of the
+    rules costs the report nothing but the section (its error is shown in place of the findings)."""
+    from analyze.tools.advise.model import advise
+
+    try:
+        return advise(result).to_dict()
+    except Exception as exc:  # noqa: BLE001
+        if debug:
+            raise
+        return {"findings": [], "checks": [], "cycle_ns": 0.0, "cycles": 0, "ranks": 0,
+                "error": f"advice not computed: {type(exc).__name__}: {exc}"}
 
 
 def show_nvtx_only(path: str, args) -> None:
@@ -161,6 +180,9 @@ def dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "whatif":
         from analyze.tools.whatif.command import main_whatif
         return main_whatif(argv[1:]) or 0
+    if argv and argv[0] == "advise":
+        from analyze.tools.advise.command import main_advise
+        return main_advise(argv[1:]) or 0
     return run_analyze(argv)
 
 

@@ -286,9 +286,10 @@ def _figure_html(name: str, fig) -> str:
             f"<figcaption><b>{_esc(label)}.</b> {_esc(_CAPTIONS.get(name, ''))}</figcaption></figure>")
 
 
-def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
+def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict | None = None) -> str:
     """The whole report as one HTML string (see :func:`write_html`): each table followed by its
-    figures; figures without data are left out and said so under Notes."""
+    figures; figures without data are left out and said so under Notes. ``advice``: the
+    :meth:`analyze.findings.Advice.to_dict` of ``analyze-trace advise`` (an Advice section)."""
     t = tables(a, top=top)
     colors = plots.phase_colors(a.phase_names)
     figs, fig_notes = plots.figures(a)
@@ -335,6 +336,11 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
         sections.append(("skew", "All-reduce skew", "All-reduce skew",
                          '<p class="sub">no collectives: one rank, or no all-reduce kernels matched the '
                          "allreduce phase's kernel patterns</p>"))
+    if advice is not None:
+        from analyze.render import advice as advice_render
+
+        sections.append(("advice", "Advice", "Advice: what to change, ranked by the cycle time it could save",
+                         advice_render.html_fragment(advice)))
     sections.append(("ranks", "Ranks", TABLE_TITLES["ranks"],
                      _table_html(t["ranks"], left=("device", "source"), table_id="t-ranks")))
     sections.append(("notes", "Notes", "Notes", ('<ul class="notes">' + "".join(f"<li>{_esc(str(n))}</li>" for n in notes)
@@ -366,11 +372,11 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
 """
 
 
-def write_html(result, path, *, top: int = 5) -> Path:
+def write_html(result, path, *, top: int = 5, advice: dict | None = None) -> Path:
     """Write the self-contained HTML report to ``path`` atomically; returns the path."""
     from analyze.atomic import atomic_write
 
-    text = render_html(result, top=top)
+    text = render_html(result, top=top, advice=advice)
     with atomic_write(path) as f:
         f.write(text)
     return Path(path)

@@ -78,8 +78,9 @@ def note_records(notes) -> list[dict]:
     return [n.to_dict() for n in notes]
 
 
-def _json_parts(result) -> list[tuple[str, object]]:
-    """The JSON document's keys in order, tables as DataFrames (records when written)."""
+def _json_parts(result, advice: dict | None = None) -> list[tuple[str, object]]:
+    """The JSON document's keys in order, tables as DataFrames (records when written); ``advice``:
+    :meth:`analyze.findings.Advice.to_dict`, written as key ``advice`` when given."""
     inputs = [{**i, "notes": note_records(i.get("notes") or [])} for i in result.inputs]
     parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
                                        ("phase_names", result.phase_names)]
@@ -88,21 +89,23 @@ def _json_parts(result) -> list[tuple[str, object]]:
               ("tokens", summary.tokens_summary(result.cycles)),
               ("stragglers", coll_mod.stragglers(result.collectives)),
               ("notes", note_records(result.notes))]
+    if advice is not None:
+        parts.append(("advice", advice))
     return parts
 
 
-def to_json_dict(result) -> dict:
+def to_json_dict(result, advice: dict | None = None) -> dict:
     return {key: records(value) if isinstance(value, pd.DataFrame) else value
-            for key, value in _json_parts(result)}
+            for key, value in _json_parts(result, advice)}
 
 
 JSON_RECORDS_PER_WRITE = 20_000
 
 
-def write_json(result, path) -> None:
+def write_json(result, path, advice: dict | None = None) -> None:
     """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
     line (millions of cycle and collective rows: bounded memory, the C encoder)."""
-    parts = _json_parts(result)
+    parts = _json_parts(result, advice)
     with atomic_write(path) as f:
         f.write("{")
         for i, (key, value) in enumerate(parts):

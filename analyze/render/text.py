@@ -57,7 +57,7 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> lis
     return [fmt(headers), line] + [fmt(r) for r in cells]
 
 
-def render(result, top: int = 5, max_ranks: int = 8) -> str:
+def render(result, top: int = 5, max_ranks: int = 8, advice: dict | None = None) -> str:
     out: list[str] = []
     out.append("specprof: GPU time per phase, kernel and rank")
     shown_inputs = result.inputs if len(result.inputs) <= 3 else result.inputs[:2]
@@ -163,6 +163,10 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                        us(r.residual_ns) if r.residual_ns is not None and r.residual_ns == r.residual_ns else "-"]
                       for r in result.alignment.itertuples()], "llrrr")
         out.append("")
+    if advice is not None:          # analyze-trace advise's findings (Advice.to_dict())
+        from analyze.render import advice as advice_render
+
+        out += advice_render.text_lines(advice) + [""]
     for note in result.notes:       # wrapped, not clipped: a note is read whole
         out += textwrap.wrap(f"note: {note!s}", WIDTH, subsequent_indent="      ", break_on_hyphens=False) or ["note:"]
     return "\n".join(line[:WIDTH] for line in out).rstrip() + "\n"

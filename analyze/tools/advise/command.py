@@ -1,0 +1,59 @@
+"""``analyze-trace advise REPORT...``: ranked findings with evidence and the settings to try
+(docs/advise.md)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from analyze.errors import TraceError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="analyze-trace advise",
+                                description="From the numbers to advice: findings ranked by the decode-cycle time "
+                                            "they could save, each with its evidence from the trace, the ceiling "
+                                            "of the gain and the settings to try (see docs/advise.md).")
+    p.add_argument("reports", nargs="+", help="nsys SQLite exports or directories of them (one per rank), analysed "
+                                              "together like `analyze-trace REPORT...`")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON)")
+    p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT")
+    p.add_argument("--json", metavar="PATH", help="write the advice as JSON (findings, checks)")
+    p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
+    p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
+    p.add_argument("--jobs", type=int, default=None, metavar="N")
+    p.add_argument("-q", "--quiet", action="store_true")
+    return p
+
+
+def main_advise(argv: list[str]) -> int:
+    import os
+
+    from analyze.attribute import phases
+    from analyze.errors import UsageError
+    from analyze.render.advice import text_lines
+    from analyze.run import api
+    from analyze.tools.advise.model import advise
+
+    args = build_parser().parse_args(argv)
+    try:
+        config = phases.load_config(args.config, args.phase)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"phase configuration: {exc}") from exc
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    result = api.load(args.reports, config, jobs=jobs, progress=False)
+    try:
+        adv = advise(result, whatif=not args.no_whatif).to_dict()
+    except ValueError as exc:
+        raise TraceError(str(exc)) from exc
+    if args.json:
+        from analyze.atomic import atomic_write
+
+        with atomic_write(args.json) as f:
+            json.dump(adv, f, indent=1)
+            f.write("\n")
+    if not args.quiet:
+        inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
+        lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence)
+        sys.stdout.write("\n".join(line[:120] for line in lines).rstrip() + "\n")
+    return 0

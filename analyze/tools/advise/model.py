@@ -1,0 +1,575 @@
+"""``advise``: from the numbers of one analysis to ranked, quantified findings (docs/advise.md).
+
+Every rule reads the same steady decode cycles (warm-up cycles left out: the cycle table's ``warmup``
+flag when it has one, else cycles longer than 5x the median), measures one component per cycle and
+returns a :class:`analyze.findings.Finding` when the component is large enough to matter, with the
+figures it used as ``evidence``; every rule also leaves a :class:`analyze.findings.RuleCheck`
+saying what it measured when it found nothing. Findings are ranked by ``saving_ns`` (cycle time per
+cycle), each with its ``ceiling_ns`` (Amdahl: the cycle if that component were free, or at its best
+observed value). The rules:
+
+* ``verify_dominated``: verify's exclusive GPU time >= 50% of the cycle; saving = the cycle time per
+  token that whatif's recommended step count saves (cycle x (1 - tok/s at k / tok/s at best));
+  ceiling = verify.
+* ``allreduce`` (one per phase the all-reduces run in): all-reduce transfer time (wait excluded:
+  that is the late rank's) >= 5% of the cycle; kind, algorithm and protocol from the kernel names,
+  message sizes from NCCL's NVTX payloads when nsys exported them; saving = ceiling = the transfer.
+* ``host_bound``: GPU idle within the cycle period (period - busy) >= 30% of the cycle; launch gaps,
+  CUDA graphs on or off, whether host work of the next cycle overlaps this cycle's GPU work;
+  saving = ceiling = the idle time.
+* ``straggler``: a rank that arrives last at the most significantly skewed all-reduces
+  (timeline.collectives.stragglers), the phase before them and how much longer it is on that rank
+  than on the median rank; saving = ceiling = the time the others waited for it per cycle.
+* ``draft_extend``: draft_extend >= 10% of the cycle; saving = what it costs beyond one draft step
+  (the same draft model, one forward); ceiling = draft_extend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analyze import findings as F
+from analyze.timeline import collectives as coll_mod
+from analyze.tools import sides
+from analyze.tools.advise import kinds as K
+from analyze.tools.advise import settings as S
+
+VERIFY_SHARE = 0.50
+ALLREDUCE_SHARE = 0.05
+IDLE_SHARE = 0.30
+DRAFT_EXTEND_SHARE = 0.10
+LAUNCH_GAP_NS = 5_000        # GPU idle between consecutive ops of a cycle longer than this: a launch gap
+MIN_LATE_SHARE = 0.10        # a straggler finding needs the rank late at >= 10% of the collectives (and twice)
+WHATIF_STEPS = range(1, 11)
+
+
+# ---------------------------------------------------------------------------------------------
+# what every rule reads
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Context:
+    analysis: object
+    cycles: pd.DataFrame               # steady (rank, cycle) rows
+    per_cycle: pd.DataFrame            # one row per steady cycle index: mean over ranks
+    time_col: str
+    cycle_ns: float
+    warmup_cycles: int
+    collectives: pd.DataFrame          # collective rows inside steady cycles, column ``cycle``
+    whatif: dict | None = None
+    whatif_error: str | None = None
+    message_sizes: pd.DataFrame | None = None    # per sized NCCL range: phase, message_bytes
+    message_info: dict = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> int:
+        return int(self.cycles["rank"].nunique()) if len(self.cycles) else 0
+
+    @property
+    def n_cycles(self) -> int:
+        return int(len(self.per_cycle))
+
+    def mean(self, col: str) -> float:
+        return float(self.per_cycle[col].mean()) if col in self.per_cycle.columns and len(self.per_cycle) else 0.0
+
+
+def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """The cycles without warm-up: the table's ``warmup`` flag when present, else the 5x-median rule."""
+    if cycles.empty:
+        return cycles, 0
+    if "warmup" in cycles.columns:
+        warm = cycles["warmup"].fillna(False).astype(bool)
+        return cycles[~warm], int(cycles.loc[warm, "cycle"].nunique())
+    return sides.drop_outliers(cycles, sides.OUTLIER_FACTOR)
+
+
+def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_ns") -> np.ndarray:
+    """Per row (rank, start): the steady cycle whose GPU window [start_ns, end_ns] holds the start, else -1."""
+    out = np.full(len(rows), -1, dtype="int64")
+    if rows.empty or cycles.empty:
+        return out
+    rank = rows["rank"].to_numpy()
+    start = rows[start_col].to_numpy(dtype="int64")
+    for r, c in cycles.groupby("rank"):
+        c = c.sort_values("start_ns")
+        lo, hi = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
+        sel = np.flatnonzero(rank == r)
+        pos = np.searchsorted(lo, start[sel], side="right") - 1
+        ok = (pos >= 0) & (start[sel] <= hi[np.clip(pos, 0, None)])
+        out[sel[ok]] = c["cycle"].to_numpy(dtype="int64")[pos[ok]]
+    return out
+
+
+def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
+    """The whatif prediction advise cites (point estimates unless ``n_boot``)."""
+    from analyze.tools.whatif import model as W
+
+    side = sides.as_side(analysis)
+    k, _ = W.infer_steps(side)
+    grid = sorted(set(steps) | ({k} if k else set()))
+    r = W.whatif(side, grid, n_boot=n_boot)
+    p = r["predictions"].set_index("steps")
+    prof = r["profiles"][0]
+    k = prof["steps"]
+    best = r["best"]["steps"]
+    return {"profiled_steps": int(k), "best_steps": int(best),
+            "tokens_per_s_profiled": float(p.loc[k, "tokens_per_s"]), "tokens_per_s_best": float(p.loc[best, "tokens_per_s"]),
+            "cycle_ns_best": float(p.loc[best, "cycle_ns"]), "draft_step_ns": float(prof["draft_step_ns"]),
+            "requests": float(prof["requests"]), "verified_tokens": float(prof["verified_tokens"]),
+            "verify_scaling": r["verify_scaling"], "acceptance_method": r["acceptance_method"],
+            "best_extrapolated": bool(r["best"]["extrapolated"])}
+
+
+def message_sizes_by_phase(analysis) -> tuple[pd.DataFrame, dict]:
+    """NCCL ranges with a decoded message size (read/nccl_payloads.py) and the phase of the innermost
+    phase range around each on its thread (None when there is none)."""
+    from analyze.read import nccl_payloads as NP
+
+    frames, info = [], {"reason": None, "events": 0, "undecoded": 0}
+    reasons = []
+    for inp in analysis.inputs:
+        frame, i = NP.message_sizes(inp["path"])
+        info["events"] += i["events"]
+        info["undecoded"] += i["undecoded"]
+        if i["reason"]:
+            reasons.append(i["reason"])
+        if len(frame):
+            off = int(inp.get("offset_ns") or 0)
+            frames.append(frame.assign(start_ns=frame["start_ns"] + off, end_ns=frame["end_ns"] + off,
+                                       input=inp["path"]))
+    if not frames:
+        info["reason"] = reasons[0] if reasons else "no NCCL payloads"
+        return pd.DataFrame(columns=["name", "message_bytes", "phase"]), info
+    sized = pd.concat(frames, ignore_index=True)
+    sized["phase"] = _enclosing_phase(sized, analysis.ranges)
+    return sized, info
+
+
+def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
+    """Per sized NCCL range: the phase of the latest-starting phase range (not ``allreduce``: the
+    shim's own range around the call) on its thread that encloses it, else None."""
+    out = [None] * len(sized)
+    if ranges is None or ranges.empty or "phase" not in ranges.columns:
+        return out
+    r = ranges[ranges["phase"].notna() & (ranges["phase"] != "allreduce")]
+    for (tid, inp), idx in sized.groupby(["global_tid", "input"]).groups.items():
+        mine = r[r["global_tid"] == tid]
+        if "input" in mine.columns:
+            mine = mine[mine["input"] == inp]
+        if mine.empty:
+            continue
+        mine = mine.sort_values("start_ns")
+        st, en = mine["start_ns"].to_numpy(dtype="int64"), mine["end_ns"].to_numpy(dtype="int64")
+        ph = mine["phase"].to_numpy(dtype=object)
+        for i in idx:
+            s0, e0 = int(sized.at[i, "start_ns"]), int(sized.at[i, "end_ns"])
+            j = int(np.searchsorted(st, s0, side="right")) - 1
+            for jj in range(j, max(j - 8, -1), -1):       # the innermost enclosing one is among the last few
+                if en[jj] >= e0:
+                    out[i] = ph[jj]
+                    break
+    return out
+
+
+def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0) -> Context:
+    cyc, warm = steady_cycles(analysis.cycles)
+    tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
+    cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
+                                                                         "cpu_end_ns")]
+    per = cyc.groupby("cycle")[cols].mean() if len(cyc) else pd.DataFrame(columns=cols)
+    if "requests" in cyc.columns and len(cyc):
+        per["requests"] = pd.to_numeric(cyc.groupby("cycle")["requests"].first(), errors="coerce")
+    cycle_ns = float(per[tcol].mean()) if len(per) and tcol in per.columns else 0.0
+    colls = analysis.collectives
+    if len(colls):
+        colls = colls.assign(cycle=_cycle_of(colls, cyc))
+        colls = colls[colls["cycle"] >= 0]
+    ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls)
+    if whatif and len(cyc):
+        try:
+            ctx.whatif = whatif_summary(analysis, n_boot=n_boot)
+        except (ValueError, KeyError, IndexError) as exc:
+            ctx.whatif_error = str(exc)
+    if message_sizes and len(analysis.collectives):
+        try:
+            ctx.message_sizes, ctx.message_info = message_sizes_by_phase(analysis)
+        except Exception as exc:  # noqa: BLE001 - an unreadable payload table must not stop the advice
+            ctx.message_sizes, ctx.message_info = None, {"reason": f"payloads not read: {exc}"}
+    return ctx
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.1f} us"
+
+
+# ---------------------------------------------------------------------------------------------
+# rules: each returns (findings, check)
+# ---------------------------------------------------------------------------------------------
+def rule_verify_dominated(ctx: Context):
+    rule = F.VERIFY_DOMINATED
+    verify = ctx.mean("verify_ns")
+    if verify <= 0:
+        return [], F.RuleCheck(rule, F.NO_DATA, "no verify time in the decode cycles")
+    share = verify / ctx.cycle_ns
+    figures = {"verify_ns": verify, "verify_share": share, "cycle_ns": ctx.cycle_ns, "threshold_share": VERIFY_SHARE}
+    if share < VERIFY_SHARE:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"verify is {_pct(share)} of the cycle (< {_pct(VERIFY_SHARE)})",
+                               figures)
+    ev = dict(figures, cycles=ctx.n_cycles)
+    w = ctx.whatif
+    saving, settings, basis = 0.0, (), "no step-count prediction: whatif could not model this trace"
+    if w:
+        ev.update(profiled_steps=w["profiled_steps"], recommended_steps=w["best_steps"],
+                  tokens_per_s_profiled=w["tokens_per_s_profiled"], tokens_per_s_recommended=w["tokens_per_s_best"],
+                  requests=w["requests"], verified_tokens=w["verified_tokens"],
+                  verify_scaling=w["verify_scaling"]["method"])
+        comp = (w["verify_scaling"].get("components") or {}).get("verify")
+        if comp:
+            ev.update(verify_per_token_ns=comp["per_token_ns"], verify_at_zero_tokens_ns=comp["intercept_ns"])
+        gain = 1 - w["tokens_per_s_profiled"] / w["tokens_per_s_best"] if w["tokens_per_s_best"] > 0 else 0.0
+        saving = max(0.0, ctx.cycle_ns * gain)
+        basis = (f"whatif (point estimate): {w['best_steps']} draft steps instead of {w['profiled_steps']} give the "
+                 f"same tokens in {_pct(gain)} less time" if w["best_steps"] != w["profiled_steps"] else
+                 f"whatif: the profiled {w['profiled_steps']} draft steps are already the predicted best")
+        if w["best_steps"] != w["profiled_steps"]:
+            settings = S.steps_settings(w["best_steps"])
+    elif ctx.whatif_error:
+        ev["whatif_error"] = ctx.whatif_error
+    if w and w["best_steps"] != w["profiled_steps"]:
+        scal = {"fit": "verify fitted in the verified tokens over this profile's batches",
+                "cannot_tell": "verify taken as constant: one profile of a constant batch cannot tell how it grows",
+                "given": "verify scaling as given", "constant": "verify taken as constant"}.get(
+            ev.get("verify_scaling"), "")
+        suggestion = (f"Verify takes {_pct(share)} of the cycle. whatif predicts {w['best_steps']} draft steps at "
+                      f"{w['tokens_per_s_best']:,.0f} tokens/s vs {w['tokens_per_s_profiled']:,.0f} at the profiled "
+                      f"{w['profiled_steps']} ({scal}); check it with `analyze-trace whatif` (intervals) and set "
+                      f"{' '.join(x.short() for x in settings)}.")
+    else:
+        suggestion = (f"Verify takes {_pct(share)} of the cycle: the target forward over "
+                      + (f"{w['verified_tokens']:.0f} verified tokens" if w else "the verified tokens")
+                      + "; fewer verified tokens per request (a smaller tree: "
+                      f"{S.SPEC_DRAFT_TOKENS}, {S.SPEC_TOPK}) or a faster target forward (kernels, quantization) "
+                      "are what is left; the step count is already the predicted best." if w else
+                      f"Verify takes {_pct(share)} of the cycle; run `analyze-trace whatif` for the step count.")
+    f = F.Finding(rule, f"verify dominates the cycle ({_pct(share)})", saving, verify, ctx.cycle_ns, basis,
+                  suggestion, ev, tuple(settings), phase="verify")
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"verify is {_pct(share)} of the cycle", figures)
+
+
+def _kind_rows(rows: pd.DataFrame) -> list[dict]:
+    """Per all-reduce kind in ``rows`` (collectives): count and transfer time, most time first."""
+    kinds = rows["name"].map(lambda n: K.kind_of(n))
+    frame = pd.DataFrame({"label": kinds.map(lambda k: k.label), "kind": kinds.map(lambda k: k.kind),
+                          "algorithm": kinds.map(lambda k: k.algorithm), "protocol": kinds.map(lambda k: k.protocol),
+                          "variant": kinds.map(lambda k: k.variant), "transfer_ns": rows["transfer_ns"].to_numpy(),
+                          "duration_ns": rows["duration_ns"].to_numpy()})
+    g = frame.groupby("label", sort=False)
+    out = g.agg(kind=("kind", "first"), algorithm=("algorithm", "first"), protocol=("protocol", "first"),
+                variant=("variant", "first"), count=("label", "size"), transfer_ns=("transfer_ns", "sum"),
+                duration_ns=("duration_ns", "sum")).reset_index()
+    out = out.sort_values("transfer_ns", ascending=False)
+    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
+            for r in out.to_dict("records")]
+
+
+def _allreduce_settings(main: dict, median_bytes: float | None) -> tuple[tuple, str]:
+    """(settings to try, why) for the dominant all-reduce kind of a phase."""
+    kind = main["kind"]
+    symm = F.Setting(F.SET, S.TORCH_SYMM_MEM, note="torch symmetric-memory all-reduce; SM90: TP 4, 6, 8")
+    if kind == K.NCCL:
+        sets, why = [], []
+        proto = S.nccl_proto_for(median_bytes)
+        if main["protocol"] in (None, "SIMPLE") or (main["protocol"] == "LL128" and proto == "LL"):
+            sets.append(F.Setting(F.SET, "NCCL_PROTO", proto))
+            why.append(f"protocol {main['protocol'] or 'unknown (generic kernel)'}: decode-sized messages "
+                       + (f"(median {median_bytes / 1024:,.1f} KiB) " if median_bytes else "")
+                       + f"move with less latency in {proto}")
+        if main["algorithm"] not in (None, "RING"):
+            sets.append(F.Setting(F.SET, "NCCL_ALGO", "Ring"))
+            why.append(f"algorithm {main['algorithm']}: within one node Ring has the lower latency for small "
+                       "messages")
+        sets.append(F.Setting(F.REMOVE, S.DISABLE_CUSTOM_AR, note="SGLang's custom all-reduce takes in-node "
+                              "decode-sized messages"))
+        sets.append(symm)
+        return tuple(sets), "; ".join(why) if why else "NCCL already runs Ring with a low-latency protocol"
+    if kind == K.CUSTOM:
+        return ((F.Setting(F.SET, S.FUSION_BACKEND, "auto", "fuses the all-reduce with residual + RMSNorm; MoE "
+                           "models, SM90"), symm,
+                 F.Setting(F.COMPARE, S.DISABLE_CUSTOM_AR, note="NCCL with NCCL_PROTO=LL NCCL_ALGO=Ring")),
+                f"SGLang's custom all-reduce ({main['variant']})")
+    if kind == K.FUSED:
+        return ((F.Setting(F.COMPARE, S.NO_FUSION, note="the unfused custom all-reduce"), symm),
+                "already fused with the residual RMSNorm")
+    if kind in (K.SYMM_MEM, K.MSCCLPP):
+        return ((F.Setting(F.COMPARE, S.DISABLE_CUSTOM_AR, note="NCCL with NCCL_PROTO=LL NCCL_ALGO=Ring"),),
+                main["label"])
+    return ((F.Setting(F.CHECK, "the all-reduce backend", note="an on-GPU all-reduce (NCCL or SGLang's custom "
+                       "all-reduce) instead of a round trip through the host"),),
+            "no collective kernel in the all-reduce phase (e.g. gloo: copies through the host)")
+
+
+def rule_allreduce(ctx: Context):
+    rule = F.ALLREDUCE
+    colls = ctx.collectives
+    ar_cycle = ctx.mean("allreduce_ns")
+    if colls.empty:
+        if ar_cycle <= 0:
+            return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "no all-reduce in the decode cycles (one rank, TP 1?)")
+        return _allreduce_without_collectives(ctx, ar_cycle)
+    per_rank_cycles = max(len(ctx.cycles), 1)
+    out, checked = [], {}
+    for phase, rows in colls.groupby(colls["phase"].fillna("other"), sort=False):
+        transfer = float(rows["transfer_ns"].sum()) / per_rank_cycles
+        wait = float(rows["wait_ns"].sum()) / per_rank_cycles
+        share = transfer / ctx.cycle_ns
+        checked[str(phase)] = {"transfer_ns": transfer, "wait_ns": wait, "transfer_share": share}
+        if share < ALLREDUCE_SHARE:
+            continue
+        kinds = _kind_rows(rows)
+        main = kinds[0]
+        sizes = None
+        if ctx.message_sizes is not None and len(ctx.message_sizes):
+            ms = ctx.message_sizes
+            mine = ms[ms["phase"] == phase]
+            from analyze.read.nccl_payloads import size_summary
+            sizes = size_summary((mine if len(mine) else ms)["message_bytes"].to_numpy())
+            sizes["matched_to_phase"] = bool(len(mine))
+        median = sizes.get("median_bytes") if sizes else None
+        settings, why = _allreduce_settings(main, median)
+        ev = {"phase": phase, "transfer_ns": transfer, "wait_ns": wait, "transfer_share": share,
+              "allreduce_ns": transfer + wait, "collectives_per_cycle": len(rows) / per_rank_cycles,
+              "kinds": kinds, "cycle_ns": ctx.cycle_ns,
+              "message_sizes": sizes, "message_sizes_reason": None if sizes else ctx.message_info.get("reason")}
+        size_txt = (f", messages {sizes['min_bytes']:,}..{sizes['max_bytes']:,} B (median {sizes['median_bytes']:,.0f})"
+                    if sizes and sizes.get("count") else "")
+        suggestion = (f"The all-reduces after {phase} move data for {_us(transfer)} per cycle ({_pct(share)} of the "
+                      f"cycle; another {_us(wait)} waiting for the last rank), {len(rows) / per_rank_cycles:.0f} per "
+                      f"cycle, mostly {main['label']}{size_txt}: {why}.")
+        out.append(F.Finding(rule, f"all-reduce in {phase}: {_pct(share)} of the cycle ({main['label']})", transfer,
+                             transfer, ctx.cycle_ns, "upper bound: the all-reduce transfer time per cycle (no model of "
+                             "how much a setting recovers)", suggestion, ev, settings, phase=str(phase)))
+    if out:
+        return out, F.RuleCheck(rule, F.TRIGGERED, f"{len(out)} phase(s) with all-reduce >= {_pct(ALLREDUCE_SHARE)}",
+                                checked)
+    return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"all-reduce transfer < {_pct(ALLREDUCE_SHARE)} of the cycle in "
+                           "every phase", checked)
+
+
+def _allreduce_without_collectives(ctx: Context, ar_cycle: float):
+    """All-reduce time but no cross-rank collectives (one rank's report, or no collective kernels)."""
+    rule = F.ALLREDUCE
+    share = ar_cycle / ctx.cycle_ns
+    figures = {"allreduce_ns": ar_cycle, "allreduce_share": share}
+    if share < ALLREDUCE_SHARE:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"all-reduce is {_pct(share)} of the cycle", figures)
+    k = ctx.analysis.kernels
+    k = k[k["phase"] == "allreduce"] if len(k) else k
+    names = k.groupby("name")["total_ns"].sum().sort_values(ascending=False) if len(k) else pd.Series(dtype=float)
+    rows = pd.DataFrame({"name": names.index, "transfer_ns": names.to_numpy(), "duration_ns": names.to_numpy()})
+    kinds = _kind_rows(rows) if len(rows) else [{"label": "other", "kind": K.OTHER, "algorithm": None, "protocol": None,
+                                                 "variant": None, "count": 0, "transfer_ns": 0, "duration_ns": 0}]
+    settings, why = _allreduce_settings(kinds[0], None)
+    ev = dict(figures, kinds=kinds, cycle_ns=ctx.cycle_ns, message_sizes=None,
+              message_sizes_reason="no cross-rank collectives to split wait from transfer")
+    suggestion = (f"The all-reduce phase takes {_us(ar_cycle)} per cycle ({_pct(share)}), mostly {kinds[0]['label']}: "
+                  f"{why}.")
+    f = F.Finding(rule, f"all-reduce: {_pct(share)} of the cycle ({kinds[0]['label']})", ar_cycle, ar_cycle,
+                  ctx.cycle_ns, "upper bound: the all-reduce phase's time per cycle (wait not separable)", suggestion,
+                  ev, settings)
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"all-reduce is {_pct(share)} of the cycle", figures)
+
+
+def launch_gaps(ctx: Context) -> dict:
+    """GPU idle between consecutive ops inside the steady cycles (per rank and cycle, all streams merged):
+    gaps > LAUNCH_GAP_NS per cycle and their time, the median gap, the share of ops that are CUDA graph
+    nodes or graph launches."""
+    ops = ctx.analysis.gpu_ops
+    if ops is None or ops.empty or "cycle_range" not in ops.columns:
+        return {}
+    inside = ops[ops["cycle_range"].to_numpy() >= 0]
+    inside = inside.assign(cycle=_cycle_of(inside, ctx.cycles))
+    inside = inside[inside["cycle"] >= 0]
+    if inside.empty:
+        return {}
+    frame = inside[["rank", "cycle", "start_ns", "end_ns"]].sort_values(["rank", "cycle", "start_ns"], kind="stable")
+    key = ["rank", "cycle"]
+    reach = frame.groupby(key, sort=False)["end_ns"].cummax()          # latest end so far in the cycle
+    nxt = frame.groupby(key, sort=False)["start_ns"].shift(-1)         # the next op's start in the same cycle
+    gaps = (nxt - reach).dropna().clip(lower=0).to_numpy(dtype="float64")
+    big = gaps[gaps > LAUNCH_GAP_NS]
+    n = max(len(ctx.cycles), 1)
+    graph_ops = int(inside["graph_node_id"].notna().sum()) if "graph_node_id" in inside.columns else 0
+    graph_ops += int((inside["kind"] == "graph").sum()) if "kind" in inside.columns else 0
+    return {"launch_gaps_per_cycle": len(big) / n, "launch_gap_per_cycle_ns": float(big.sum()) / n,
+            "median_gap_ns": float(np.median(gaps)) if len(gaps) else 0.0,
+            "graph_ops_share": graph_ops / len(inside), "ops_per_cycle": len(inside) / n}
+
+
+def host_overlap(ctx: Context) -> dict:
+    """Does the host start the next cycle before this cycle's GPU work ends? (median over ranks/cycles)"""
+    c = ctx.cycles
+    if c.empty or "cpu_start_ns" not in c.columns:
+        return {}
+    lead = []
+    for _, g in c.sort_values("cycle").groupby("rank"):
+        nxt = g["cpu_start_ns"].to_numpy(dtype="float64")[1:]
+        lead.append(g["end_ns"].to_numpy(dtype="float64")[:-1] - nxt)
+    lead = np.concatenate(lead) if lead else np.zeros(0)
+    if not len(lead):
+        return {}
+    return {"next_cycle_host_start_before_gpu_end_share": float((lead > 0).mean()),
+            "host_start_to_previous_gpu_end_median_ns": float(np.median(-lead))}
+
+
+def rule_host_bound(ctx: Context):
+    rule = F.HOST_BOUND
+    busy = ctx.mean("busy_ns")
+    idle = ctx.cycle_ns - busy
+    share = idle / ctx.cycle_ns if ctx.cycle_ns else 0.0
+    figures = {"idle_ns": idle, "idle_share": share, "busy_ns": busy, "cycle_ns": ctx.cycle_ns,
+               "threshold_share": IDLE_SHARE}
+    if share < IDLE_SHARE:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"the GPU is idle {_pct(share)} of the cycle "
+                               f"(< {_pct(IDLE_SHARE)})", figures)
+    gap = ctx.mean("gap_ns")
+    outside = ctx.cycle_ns - ctx.mean("duration_ns") if ctx.time_col == "period_ns" else 0.0
+    ev = dict(figures, gap_inside_gpu_window_ns=gap, host_outside_gpu_window_ns=outside, cycles=ctx.n_cycles)
+    ev.update(launch_gaps(ctx))
+    ev.update(host_overlap(ctx))
+    graphs = ev.get("graph_ops_share")
+    ev["cuda_graphs"] = None if graphs is None else bool(graphs > 0.5)
+    overlapped = ev.get("next_cycle_host_start_before_gpu_end_share")
+    settings, parts = [], []
+    if ev["cuda_graphs"] is False:
+        settings += [F.Setting(F.REMOVE, S.DISABLE_GRAPH, note="CUDA graphs: one replay instead of a launch per kernel"),
+                     F.Setting(F.REMOVE, S.DISABLE_DECODE_GRAPH),
+                     F.Setting(F.REMOVE, S.GRAPH_BACKEND_DECODE, "disabled"),
+                     F.Setting(F.SET, S.GRAPH_MAX_BS, ">= the running batch", "larger batches run without graphs")]
+        parts.append(f"CUDA graphs are off ({100 * (1 - graphs):.0f}% of the cycle's ops launched one by one from "
+                     "the host)")
+    elif ev["cuda_graphs"]:
+        parts.append(f"CUDA graphs are on ({100 * graphs:.0f}% of the ops are graph nodes): the idle time is host "
+                     "work between replays")
+    if overlapped is not None and overlapped < 0.5:
+        settings.append(F.Setting(F.REMOVE, S.DISABLE_OVERLAP, note="the overlap scheduler prepares the next batch "
+                                  "on the host while the GPU runs this one"))
+        parts.append(f"the host starts the next cycle {_us(ev['host_start_to_previous_gpu_end_median_ns'])} after "
+                     "the GPU finished this one (median): host and GPU take turns")
+    if ev.get("launch_gaps_per_cycle"):
+        parts.append(f"{ev['launch_gaps_per_cycle']:.0f} launch gaps > {_us(LAUNCH_GAP_NS)} per cycle "
+                     f"({_us(ev['launch_gap_per_cycle_ns'])})")
+    if not settings:
+        settings.append(F.Setting(F.CHECK, "the batch per cycle", note="more concurrent requests amortise the host's "
+                                  "per-cycle time"))
+    suggestion = (f"The GPU is idle {_us(idle)} of each {_us(ctx.cycle_ns)} cycle ({_pct(share)}; {_us(gap)} inside "
+                  f"its GPU window, {_us(outside)} outside it): the decode loop is host bound. " + "; ".join(parts)
+                  + ".")
+    f = F.Finding(rule, f"host-bound decode loop: GPU idle {_pct(share)} of the cycle", idle, idle, ctx.cycle_ns,
+                  "upper bound: the GPU idle time per cycle", suggestion, ev, tuple(settings))
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"the GPU is idle {_pct(share)} of the cycle", figures)
+
+
+def rule_straggler(ctx: Context):
+    rule = F.STRAGGLER
+    colls = ctx.collectives
+    if colls.empty:
+        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "no all-reduce across ranks (one rank, or no collectives)")
+    summary = coll_mod.skew_summary(colls)
+    late = coll_mod.stragglers(colls)
+    figures = {"max_times_late": int(summary["times_late"].max()) if len(summary) else 0,
+               "collectives": int(colls["collective"].nunique())}
+    need = max(2, MIN_LATE_SHARE * figures["collectives"])
+    late = [r for r in late if int(summary.loc[summary["rank"] == r, "times_late"].iloc[0]) >= need]
+    if not late:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "no rank arrives last at >= "
+                               f"{_pct(MIN_LATE_SHARE)} of the all-reduces with a significant arrival spread", figures)
+    out = []
+    n = max(ctx.n_cycles, 1)
+    for r in late:
+        row = summary[summary["rank"] == r].iloc[0]
+        phase = row["late_phase"] if isinstance(row["late_phase"], str) else None
+        per_cycle_wait = float(row["late_by_ns"]) / n
+        ev = {"rank": int(r), "times_late": int(row["times_late"]), "collectives": figures["collectives"],
+              "late_by_ns": per_cycle_wait, "late_phase": phase, "cycle_ns": ctx.cycle_ns}
+        col = f"{phase}_ns" if phase else None
+        if col and col in ctx.cycles.columns:
+            per_rank = ctx.cycles.groupby("rank")[col].mean()
+            others = per_rank.drop(index=r, errors="ignore")
+            ev.update({"phase_on_rank_ns": float(per_rank.get(r, np.nan)),
+                       "phase_median_other_ranks_ns": float(others.median()) if len(others) else None})
+            if len(others):
+                ev["phase_excess_ns"] = float(per_rank.get(r, np.nan) - others.median())
+        excess = ev.get("phase_excess_ns")
+        suggestion = (f"Rank {r} arrives last at {int(row['times_late'])} of {figures['collectives']} all-reduces, "
+                      f"after {phase or 'its work'}; every other rank waits {_us(per_cycle_wait)} per cycle for it"
+                      + (f"; its {phase} takes {_us(excess)} more per cycle than the median rank's" if excess else "")
+                      + f". Check that GPU (clocks and throttling: nvidia-smi -q -d CLOCK,PERFORMANCE; other "
+                        f"processes on it), the rank's CPU/NUMA binding, and its {phase or ''} kernels against the "
+                        "other ranks'.")
+        settings = (F.Setting(F.CHECK, f"the GPU of rank {r}", note="nvidia-smi -q -d CLOCK,PERFORMANCE: clocks, "
+                              "throttling; other processes on it"),
+                    F.Setting(F.CHECK, f"the CPU binding of rank {r}", note="numactl / taskset: each TP rank on its "
+                              "GPU's socket"))
+        out.append(F.Finding(rule, f"straggler: rank {r} late after {phase or '?'}", per_cycle_wait, per_cycle_wait,
+                             ctx.cycle_ns, "the time the other ranks wait for it per cycle (all ranks move at the "
+                             "slowest one's pace)", suggestion, ev, settings, rank=int(r), phase=phase))
+    return out, F.RuleCheck(rule, F.TRIGGERED, f"straggler rank(s) {', '.join(map(str, late))}", figures)
+
+
+def rule_draft_extend(ctx: Context):
+    rule = F.DRAFT_EXTEND
+    de = ctx.mean("draft_extend_ns")
+    if de <= 0:
+        return [], F.RuleCheck(rule, F.NO_DATA, "no draft_extend time in the decode cycles")
+    share = de / ctx.cycle_ns
+    figures = {"draft_extend_ns": de, "draft_extend_share": share, "threshold_share": DRAFT_EXTEND_SHARE}
+    if share < DRAFT_EXTEND_SHARE:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"draft_extend is {_pct(share)} of the cycle "
+                               f"(< {_pct(DRAFT_EXTEND_SHARE)})", figures)
+    step = ctx.whatif["draft_step_ns"] if ctx.whatif else None
+    ev = dict(figures, cycle_ns=ctx.cycle_ns, draft_step_ns=step,
+              draft_steps_equivalent=de / step if step else None)
+    gaps = launch_gaps(ctx)
+    graphs = gaps.get("graph_ops_share")
+    ev["cuda_graphs"] = None if graphs is None else bool(graphs > 0.5)
+    saving = max(0.0, de - step) if step else de
+    basis = ("down to the cost of one draft step (the same draft model, one forward)" if step else
+             "upper bound: draft_extend's time per cycle")
+    settings = []
+    if ev["cuda_graphs"] is False:
+        settings += [F.Setting(F.REMOVE, S.DISABLE_GRAPH, note="SGLang replays draft-extend as a CUDA graph when "
+                               "graphs are on"), F.Setting(F.REMOVE, S.DISABLE_DECODE_GRAPH)]
+    if ctx.whatif and ctx.whatif["best_steps"] < ctx.whatif["profiled_steps"]:
+        settings.append(F.Setting(F.SET, S.SPEC_STEPS, str(ctx.whatif["best_steps"]), "fewer steps: fewer tokens to "
+                                  "extend (whatif's pick)"))
+    suggestion = (f"draft_extend (the draft model over the verified batch's tokens after verify) takes {_us(de)} per "
+                  f"cycle ({_pct(share)})" + (f", {de / step:.1f}x one draft step ({_us(step)})" if step else "")
+                  + ".")
+    f = F.Finding(rule, f"draft_extend: {_pct(share)} of the cycle", saving, de, ctx.cycle_ns, basis, suggestion, ev,
+                  tuple(settings), phase="draft_extend")
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"draft_extend is {_pct(share)} of the cycle", figures)
+
+
+RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend)
+
+
+def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0) -> F.Advice:
+    """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule."""
+    if analysis.cycles is None or analysis.cycles.empty:
+        checks = [F.RuleCheck(r, F.NO_DATA, "no decode cycles (`decode_cycle` ranges): the rules measure per cycle")
+                  for r in F.RULES]
+        return F.Advice([], checks, cycle_ns=0.0, cycles=0, ranks=int(analysis.ranks["rank"].nunique())
+                        if len(analysis.ranks) else 0, warmup_cycles=0)
+    ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot)
+    found, checks = [], []
+    for fn in RULE_FUNCTIONS:
+        f, c = fn(ctx)
+        found += f
+        checks.append(c)
+    return F.Advice(F.ranked(found), checks, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, ranks=ctx.ranks,
+                    warmup_cycles=ctx.warmup_cycles, whatif=ctx.whatif, whatif_error=ctx.whatif_error)

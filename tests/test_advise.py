@@ -1,0 +1,386 @@
+"""analyze-trace advise (issue 20): every rule on a synthetic trace that triggers it and one that does
+not, with the figures checked against the generator; the done-when cases (8 ranks with SIMPLE
+all-reduces dominating verify, a late rank, a host-bound loop); the real SGLang server trace; the
+all-reduce kinds read from kernel names; NCCL payload message sizes; the SGLang flag names against
+the real 0.5.17 sources."""
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import struct
+import subprocess
+import sys
+import tarfile  # noqa: F401  (the bundle is read with the tar command: faster for one member)
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import analyze
+from analyze import findings as F
+from analyze.read import nccl_payloads as NP
+from analyze.tools.advise import kinds as K
+from analyze.tools.advise import settings as S
+from analyze.tools.advise.model import advise
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "fixtures" / "real"
+NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_{}(ncclDevKernelArgsStorage<(unsigned long)4096>)"
+
+
+def _trace(tmp_path, **kw):
+    from fixtures.synth import TraceSpec, write_trace
+
+    base = dict(ranks=1, cycles=10, jitter=0.0)
+    base.update(kw)
+    paths, truth = write_trace(TraceSpec(**base), tmp_path)
+    return analyze.load(paths), truth, paths
+
+
+def _check(adv, rule):
+    return next(c for c in adv.checks if c.rule == rule)
+
+
+def _one(adv, rule):
+    got = [f for f in adv.findings if f.rule == rule]
+    assert len(got) == 1, [f.rule for f in adv.findings]
+    return got[0]
+
+
+# ----------------------------------------------------------------------------------- kinds from names
+@pytest.mark.parametrize("name, kind, algo, proto, variant", [
+    (NCCL_KERNEL.format("RING_LL"), K.NCCL, "RING", "LL", None),
+    (NCCL_KERNEL.format("RING_LL128"), K.NCCL, "RING", "LL128", None),
+    (NCCL_KERNEL.format("TREE_SIMPLE"), K.NCCL, "TREE", "SIMPLE", None),
+    ("ncclDevKernel_AllReduce_Sum_f32_NVLS_TREE_SIMPLE", K.NCCL, "NVLS_TREE", "SIMPLE", None),
+    ("ncclDevKernel_AllReduce_Sum_bf16_NVLS_SIMPLE", K.NCCL, "NVLS", "SIMPLE", None),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", K.NCCL, "RING", "LL", None),
+    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<(unsigned long)4096>)", K.NCCL, None, None, None),
+    ("void sglang::cross_device_reduce_1stage<__nv_bfloat16, (int)8>(sglang::RankData *, sglang::RankSignals, "
+     "sglang::Signal *, __nv_bfloat16 *, int, int)", K.CUSTOM, None, None, "1stage"),
+    ("void vllm::cross_device_reduce_2stage<float, (int)4>(...)", K.CUSTOM, None, None, "2stage"),
+    ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_oneshot_lamport<...>(...)", K.FUSED, None,
+     None, "oneshot"),
+    ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::FillFunctor<float>>(int, T2, T3)", K.OTHER,
+     None, None, None),
+])
+def test_kind_of_kernel_names(name, kind, algo, proto, variant):
+    k = K.kind_of(name)
+    assert (k.kind, k.algorithm, k.protocol, k.variant) == (kind, algo, proto, variant)
+    assert k.label
+
+
+# ----------------------------------------------------------------------------------- verify_dominated
+def test_verify_dominated_triggers_with_the_step_count_of_whatif(tmp_path):
+    a, _, _ = _trace(tmp_path, verify_layers=8)
+    adv = advise(a)
+    f = _one(adv, F.VERIFY_DOMINATED)
+    cyc = a.cycles["period_ns"].mean()
+    assert adv.cycle_ns == pytest.approx(cyc)
+    assert f.ceiling_ns == pytest.approx(a.cycles["verify_ns"].mean())
+    assert f.evidence["verify_share"] == pytest.approx(a.cycles["verify_ns"].mean() / cyc)
+    assert f.evidence["verify_share"] >= 0.5
+    w = adv.whatif
+    assert f.evidence["profiled_steps"] == w["profiled_steps"] == 3
+    # the saving is the cycle time per token the recommended step count saves
+    assert f.saving_ns == pytest.approx(cyc * (1 - w["tokens_per_s_profiled"] / w["tokens_per_s_best"]))
+    if w["best_steps"] != 3:
+        assert f.setting_names() == [S.SPEC_STEPS, S.SPEC_TOPK, S.SPEC_DRAFT_TOKENS]
+        assert f.settings[0].value == str(w["best_steps"])
+
+
+def test_verify_dominated_quiet_below_half_the_cycle(tmp_path):
+    a, _, _ = _trace(tmp_path, host_gap_ns=1_000_000)
+    adv = advise(a)
+    c = _check(adv, F.VERIFY_DOMINATED)
+    assert c.status == F.BELOW_THRESHOLD and c.figures["verify_share"] < 0.5
+    assert F.VERIFY_DOMINATED not in adv.rules_triggered()
+
+
+# ----------------------------------------------------------------------------------- allreduce
+def _transfer_per_cycle(truth, ranks, cycles):
+    return sum(r["transfer_ns"] for c in truth["collectives"] for r in c["ranks"]) / (ranks * cycles)
+
+
+def test_simple_allreduces_dominating_verify_on_8_ranks_are_named_first(tmp_path):
+    """Done-when: 8 ranks, NCCL RING_SIMPLE all-reduces of 80 us x 4 per verify: advise names the
+    all-reduce first, in verify, with the protocol setting to try."""
+    a, truth, _ = _trace(tmp_path, ranks=8, allreduce_kernel=NCCL_KERNEL.format("RING_SIMPLE"), allreduce_ns=80_000,
+                         jitter=0.02)
+    adv = advise(a)
+    first = adv.findings[0]
+    assert first.rule == F.ALLREDUCE and first.phase == "verify"
+    assert "NCCL_PROTO" in first.setting_names()
+    assert next(s for s in first.settings if s.name == "NCCL_PROTO").value == "LL"
+    assert "NCCL_ALGO" not in first.setting_names()                     # Ring already
+    assert first.evidence["kinds"][0]["protocol"] == "SIMPLE" and first.evidence["kinds"][0]["algorithm"] == "RING"
+    assert first.evidence["kinds"][0]["count"] == 8 * 10 * 4
+    # the saving is the transfer time per cycle (wait excluded), as the generator made it
+    assert first.saving_ns == pytest.approx(_transfer_per_cycle(truth, 8, 10))
+    assert first.evidence["collectives_per_cycle"] == pytest.approx(4)
+    assert first.evidence["transfer_share"] > 0.3
+    assert first.evidence["message_sizes"] is None and "payload" in first.evidence["message_sizes_reason"]
+
+
+def test_tree_algorithm_suggests_ring_and_custom_suggests_fusion(tmp_path):
+    a, _, _ = _trace(tmp_path / "tree", ranks=2, allreduce_kernel=NCCL_KERNEL.format("TREE_LL"), allreduce_ns=60_000)
+    f = _one(advise(a), F.ALLREDUCE)
+    assert "NCCL_ALGO" in f.setting_names() and "NCCL_PROTO" not in f.setting_names()
+    custom = "void sglang::cross_device_reduce_1stage<__nv_bfloat16, (int)8>(sglang::RankData *, int)"
+    a, _, _ = _trace(tmp_path / "custom", ranks=2, allreduce_kernel=custom, allreduce_ns=60_000)
+    f = _one(advise(a), F.ALLREDUCE)
+    assert f.evidence["kinds"][0]["kind"] == K.CUSTOM and f.evidence["kinds"][0]["variant"] == "1stage"
+    assert S.FUSION_BACKEND in f.setting_names() and "NCCL_PROTO" not in f.setting_names()
+
+
+def test_allreduce_quiet_when_small_and_not_applicable_at_tp1(tmp_path):
+    a, _, _ = _trace(tmp_path / "small", ranks=2, allreduce_ns=1_000)
+    adv = advise(a)
+    assert _check(adv, F.ALLREDUCE).status == F.BELOW_THRESHOLD
+    assert F.ALLREDUCE not in adv.rules_triggered()
+    a = analyze.load(REAL / "h200_moe_steps3.sqlite")
+    adv = advise(a, whatif=False)
+    assert _check(adv, F.ALLREDUCE).status == F.NOT_APPLICABLE
+
+
+# ----------------------------------------------------------------------------------- NCCL message sizes
+def _add_nccl_payloads(path: Path, size_of) -> int:
+    """Write NCCL's payload schema and one ``ncclAllReduce`` range with a binaryData blob inside every
+    shim ``allreduce`` range of a synthetic export (the layout read/nccl_payloads.py documents)."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INTEGER, schemaId INTEGER, name TEXT, type INTEGER, "
+                "flags INTEGER, numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER)")
+    con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INTEGER, schemaId INTEGER, idx INTEGER, "
+                "flags INTEGER, type INTEGER, name TEXT, description TEXT, arrayOrUnionDetail INTEGER, offset INTEGER)")
+    sid = 16777221
+    con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (2, ?, NULL, 1, NULL, 3, 24, NULL)", (sid,))
+    con.executemany("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (2, ?, ?, NULL, ?, ?, NULL, NULL, ?)",
+                    [(sid, 0, 18, "NCCL communicator ID", None), (sid, 1, 22, NP.MESSAGE_SIZE, 8),
+                     (sid, 2, 16777236, "Reduction operation", 16)])
+    rows = con.execute("SELECT e.start, e.\"end\", e.globalTid FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                       "WHERE s.value = 'allreduce' AND e.domainId = 1 UNION ALL SELECT e.start, e.\"end\", e.globalTid "
+                       "FROM NVTX_EVENTS e WHERE e.text = 'allreduce' AND e.domainId = 1").fetchall()
+    for i, (start, end, tid) in enumerate(sorted(rows)):
+        blob = NP.HEADER.pack(2, 0, sid, 0, 24, 32 + 24) + struct.pack("<QQQ", 0xC0FFEE, size_of(i), 0)
+        con.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId, binaryData) "
+                    "VALUES (?, ?, 59, 'ncclAllReduce', ?, 2, ?)", (start + 100, end - 100, tid, blob))
+    con.commit()
+    con.close()
+    return len(rows)
+
+
+def test_decode_message_size():
+    blob = NP.HEADER.pack(2, 0, 7, 0, 24, 56) + struct.pack("<QQQ", 1, 458752, 0)
+    assert NP.decode_message_size(blob, {7: 8}) == 458752
+    assert NP.decode_message_size(blob.hex(), {7: 8}) == 458752          # a TEXT column holding hex
+    assert NP.decode_message_size(blob, {8: 8}) is None                   # another schema
+    assert NP.decode_message_size(blob[:40], {7: 8}) is None              # short blob
+    assert NP.decode_message_size(None, {7: 8}) is None
+
+
+def test_message_sizes_from_nccl_payloads(tmp_path):
+    from fixtures.synth import TraceSpec, write_trace
+
+    paths, _ = write_trace(TraceSpec(ranks=2, cycles=6, jitter=0.0, allreduce_kernel=NCCL_KERNEL.format("RING_LL128"),
+                                     allreduce_ns=60_000), tmp_path)
+    n = _add_nccl_payloads(paths[0], lambda i: 16384 * (1 + i % 3))
+    assert n == 2 * 6 * 4
+    frame, info = NP.message_sizes(paths[0])
+    assert len(frame) == n and info["reason"] is None and info["undecoded"] == 0
+    assert sorted(frame["message_bytes"].unique()) == [16384, 32768, 49152]
+    f = _one(advise(analyze.load(paths)), F.ALLREDUCE)
+    ms = f.evidence["message_sizes"]
+    assert ms["count"] == n and ms["min_bytes"] == 16384 and ms["max_bytes"] == 49152 and ms["matched_to_phase"]
+    assert ms["median_bytes"] == pytest.approx(np.median([16384 * (1 + i % 3) for i in range(n)]))
+    # LL128 with messages under 64 KiB: try LL
+    assert next(s for s in f.settings if s.name == "NCCL_PROTO").value == "LL"
+
+
+def test_real_exports_have_schemas_but_no_payload_bytes():
+    """nsys 2025.3.1 wrote NCCL's payload schemas but no event bytes: no size, and the reason says so."""
+    frame, info = NP.message_sizes(REAL / "h200_sweep_steps3.sqlite")
+    assert frame.empty and "binaryData" in info["reason"]
+
+
+# ----------------------------------------------------------------------------------- host_bound
+def test_host_bound_names_the_idle_time_and_the_flags(tmp_path):
+    """Done-when: a host-bound trace (2 ms of host work per cycle, eager): advise names the idle time
+    (exactly period - busy) and the flags (CUDA graphs on, the overlap scheduler on)."""
+    a, _, _ = _trace(tmp_path, host_gap_ns=2_000_000)
+    adv = advise(a)
+    f = adv.findings[0]
+    assert f.rule == F.HOST_BOUND
+    c = a.cycles
+    idle = float((c["period_ns"] - c["busy_ns"]).mean())
+    assert f.saving_ns == pytest.approx(idle) and f.evidence["idle_ns"] == pytest.approx(idle)
+    assert f.evidence["gap_inside_gpu_window_ns"] == pytest.approx(c["gap_ns"].mean())
+    assert f.evidence["cuda_graphs"] is False
+    assert f.evidence["launch_gaps_per_cycle"] >= 1
+    assert f.evidence["launch_gap_per_cycle_ns"] >= 2_000_000 * 0.95
+    names = f.setting_names()
+    assert S.DISABLE_GRAPH in names and S.DISABLE_OVERLAP in names
+    assert all(s.action == F.REMOVE for s in f.settings if s.name in (S.DISABLE_GRAPH, S.DISABLE_OVERLAP))
+    assert "idle" in f.suggestion and "host bound" in f.suggestion
+
+
+def test_host_bound_with_graphs_does_not_ask_for_graphs(tmp_path):
+    a, _, _ = _trace(tmp_path, host_gap_ns=2_000_000, cuda_graph_mode="node")
+    f = _one(advise(a), F.HOST_BOUND)
+    assert f.evidence["cuda_graphs"] is True
+    assert S.DISABLE_GRAPH not in f.setting_names()
+
+
+def test_host_bound_quiet_when_the_gpu_is_busy(tmp_path):
+    a, _, _ = _trace(tmp_path, verify_layers=8)
+    c = _check(advise(a), F.HOST_BOUND)
+    assert c.status == F.BELOW_THRESHOLD and c.figures["idle_share"] < 0.3
+
+
+# ----------------------------------------------------------------------------------- straggler
+def test_late_rank_is_named_with_its_phase(tmp_path):
+    """Done-when: rank 5 of 8 is 300 us late into every verify: advise names rank 5 and verify."""
+    a, truth, _ = _trace(tmp_path, ranks=8, straggler={5: 300_000}, jitter=0.02)
+    adv = advise(a)
+    f = adv.findings[0]
+    assert f.rule == F.STRAGGLER and f.rank == 5 and f.phase == "verify"
+    assert f.evidence["times_late"] >= 9                  # every cycle but the first (start-up skew)
+    assert f.evidence["phase_excess_ns"] == pytest.approx(300_000, rel=0.05)
+    assert f.saving_ns == pytest.approx(300_000, rel=0.15)
+    assert "Rank 5" in f.suggestion and "verify" in f.suggestion
+    assert len([x for x in adv.findings if x.rule == F.STRAGGLER]) == 1
+
+
+def test_no_straggler_on_balanced_ranks(tmp_path):
+    """The start-up skew (ranks start 150 us apart) makes one late collective: no finding."""
+    a, _, _ = _trace(tmp_path, ranks=4, jitter=0.02)
+    adv = advise(a)
+    assert _check(adv, F.STRAGGLER).status == F.BELOW_THRESHOLD
+    assert F.STRAGGLER not in adv.rules_triggered()
+
+
+# ----------------------------------------------------------------------------------- draft_extend
+def test_draft_extend_cost_beyond_one_draft_step(tmp_path):
+    a, _, _ = _trace(tmp_path, draft_extend_ns=120_000)
+    adv = advise(a)
+    f = _one(adv, F.DRAFT_EXTEND)
+    de = a.cycles["draft_extend_ns"].mean()
+    step = adv.whatif["draft_step_ns"]
+    assert f.ceiling_ns == pytest.approx(de)
+    assert f.saving_ns == pytest.approx(de - step)
+    assert f.evidence["draft_steps_equivalent"] == pytest.approx(de / step)
+    assert S.DISABLE_GRAPH in f.setting_names()                       # eager
+
+
+def test_draft_extend_quiet_when_small(tmp_path):
+    a, _, _ = _trace(tmp_path)
+    c = _check(advise(a), F.DRAFT_EXTEND)
+    assert c.status == F.BELOW_THRESHOLD and c.figures["draft_extend_share"] < 0.1
+
+
+# ----------------------------------------------------------------------------------- real traces
+def test_real_sglang_server_is_host_bound_and_has_no_allreduce_finding():
+    """SGLang 0.5.17, TP 1, a tiny model, CUDA graphs: the GPU is idle most of every cycle."""
+    a = analyze.load(REAL / "sglang_server.sqlite")
+    adv = advise(a)
+    f = adv.findings[0]
+    assert f.rule == F.HOST_BOUND
+    assert f.evidence["idle_share"] > 0.8
+    assert f.evidence["cuda_graphs"] is True                    # graphs on: no advice to turn them on
+    assert S.DISABLE_GRAPH not in f.setting_names()
+    assert S.DISABLE_OVERLAP in f.setting_names()
+    assert F.ALLREDUCE not in adv.rules_triggered() and F.STRAGGLER not in adv.rules_triggered()
+    assert _check(adv, F.ALLREDUCE).status == F.NOT_APPLICABLE
+    assert adv.warmup_cycles == 1                                # the first cycle (640 ms, prefill) left out
+
+
+def test_real_sglang_eager_asks_for_cuda_graphs():
+    adv = advise(analyze.load(REAL / "sglang_eager.sqlite"))
+    f = _one(adv, F.HOST_BOUND)
+    assert f.evidence["cuda_graphs"] is False and S.DISABLE_GRAPH in f.setting_names()
+
+
+def test_real_moe_profile_recommends_two_steps():
+    """The MoE-like H200 profile at 3 steps: verify is ~90% of the cycle, whatif (verify fitted in
+    the tokens) recommends 2 steps, the measured best."""
+    adv = advise(analyze.load(REAL / "h200_moe_steps3.sqlite"))
+    f = adv.findings[0]
+    assert f.rule == F.VERIFY_DOMINATED and f.evidence["verify_share"] > 0.85
+    assert f.evidence["recommended_steps"] == 2 and f.evidence["verify_scaling"] == "fit"
+    assert [s.short() for s in f.settings] == ["--speculative-num-steps 2", "--speculative-eagle-topk 1",
+                                               "--speculative-num-draft-tokens 3"]
+
+
+# ----------------------------------------------------------------------------------- outputs
+def test_findings_are_data_and_rank_by_saving():
+    f1 = F.Finding(F.HOST_BOUND, "a", 10.0, 20.0, 100.0, "b", "c")
+    f2 = F.Finding(F.ALLREDUCE, "a", 30.0, 30.0, 100.0, "b", "c")
+    assert F.ranked([f1, f2]) == [f2, f1]
+    assert f1.speedup_ceiling == pytest.approx(100 / 80)
+    d = f2.to_dict()
+    assert d["saving_share"] == pytest.approx(0.3) and json.dumps(d)
+    with pytest.raises(ValueError):
+        F.Finding("nope", "a", 0, 0, 1, "b", "c")
+    assert str(F.Setting(F.SET, "NCCL_PROTO", "LL")) == "NCCL_PROTO=LL"
+    assert str(F.Setting(F.REMOVE, S.DISABLE_OVERLAP)) == "remove --disable-overlap-schedule (if set)"
+
+
+def test_cli_advise_and_the_report_section(tmp_path):
+    a_dir = tmp_path / "t"
+    _, _, paths = _trace(a_dir, ranks=8, allreduce_kernel=NCCL_KERNEL.format("RING_SIMPLE"), allreduce_ns=80_000)
+    out = tmp_path / "adv.json"
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "advise", str(paths[0]), "--json", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+    assert re.search(r"^1\. all-reduce in verify", proc.stdout, re.M)
+    assert "try: NCCL_PROTO=LL" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["findings"][0]["rule"] == "allreduce" and data["findings"][0]["rank_order"] == 1
+    assert {c["rule"] for c in data["checks"]} == set(F.RULES)
+    # the main report: terminal section, JSON key, HTML section
+    rep, html = tmp_path / "r.json", tmp_path / "r.html"
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(paths[0]), "--json", str(rep), "--html", str(html)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "Advice: what to change" in proc.stdout and "try: NCCL_PROTO=LL" in proc.stdout
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 120
+    assert json.loads(rep.read_text())["advice"]["findings"][0]["rule"] == "allreduce"
+    page = html.read_text()
+    assert 'id="advice"' in page and "NCCL_PROTO=LL" in page
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(paths[0]), "--json", str(rep), "--no-advice"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert "Advice" not in proc.stdout and "advice" not in json.loads(rep.read_text())
+
+
+# ----------------------------------------------------------------------------------- SGLang flag names
+def _server_args() -> Path | None:
+    known = Path("/tmp/sglb/site/sglang/srt/server_args.py")
+    if known.exists():
+        return known
+    bundle = Path("/work/shared/sglang-h200/h200_bundle_sglang0.5.17.tar.xz")
+    if not bundle.exists():
+        return None
+    dest = Path("/tmp/specprof_sglang_args")
+    dest.mkdir(exist_ok=True)
+    got = list(dest.rglob("server_args.py"))
+    if not got:
+        subprocess.run(["tar", "-C", str(dest), "-xJf", str(bundle), "--wildcards", "*sglang/srt/server_args.py"],
+                       check=True, capture_output=True)
+        got = list(dest.rglob("server_args.py"))
+    return got[0] if got else None
+
+
+def test_sglang_flags_exist():
+    """Every SGLang flag advise suggests is a CLI flag of the real SGLang 0.5.17 (an explicit
+    add_argument name, or a ServerArgs field with a CLI form)."""
+    path = _server_args()
+    if path is None:
+        pytest.skip("SGLang 0.5.17 sources not available")
+    text = path.read_text()
+    for flag in S.SGLANG_FLAGS:
+        field = flag[2:].replace("-", "_")
+        explicit = f'"{flag}"' in text
+        m = re.search(rf"^    {field}: A\[(.*)$", text, re.M)
+        declared = m is not None and "no_cli=True" not in m.group(1)
+        assert explicit or declared, flag
