@@ -105,13 +105,16 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
     """The whatif prediction advise cites (point estimates unless ``n_boot``)."""
     from analyze.tools.whatif import model as W
 
-    side = sides.as_side(analysis)
-    k, _ = W.infer_steps(side)
-    grid = sorted(set(steps) | ({k} if k else set()))
-    r = W.whatif(side, grid, n_boot=n_boot)
-    p = r["predictions"].set_index("steps")
+    # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
+    side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
+                      analysis.gpu_ops)
+    r = W.whatif(side, steps, n_boot=n_boot)
     prof = r["profiles"][0]
     k = prof["steps"]
+    if k not in set(steps):                   # profiled beyond the grid: predict it too
+        r = W.whatif(side, sorted(set(steps) | {k}), profiled_steps=k, n_boot=n_boot)
+        prof = r["profiles"][0]
+    p = r["predictions"].set_index("steps")
     best = r["best"]["steps"]
     return {"profiled_steps": int(k), "best_steps": int(best),
             "tokens_per_s_profiled": float(p.loc[k, "tokens_per_s"]), "tokens_per_s_best": float(p.loc[best, "tokens_per_s"]),
@@ -263,18 +266,18 @@ def rule_verify_dominated(ctx: Context):
 
 def _kind_rows(rows: pd.DataFrame) -> list[dict]:
     """Per all-reduce kind in ``rows`` (collectives): count and transfer time, most time first."""
-    kinds = rows["name"].map(lambda n: K.kind_of(n))
-    frame = pd.DataFrame({"label": kinds.map(lambda k: k.label), "kind": kinds.map(lambda k: k.kind),
-                          "algorithm": kinds.map(lambda k: k.algorithm), "protocol": kinds.map(lambda k: k.protocol),
-                          "variant": kinds.map(lambda k: k.variant), "transfer_ns": rows["transfer_ns"].to_numpy(),
-                          "duration_ns": rows["duration_ns"].to_numpy()})
-    g = frame.groupby("label", sort=False)
-    out = g.agg(kind=("kind", "first"), algorithm=("algorithm", "first"), protocol=("protocol", "first"),
-                variant=("variant", "first"), count=("label", "size"), transfer_ns=("transfer_ns", "sum"),
-                duration_ns=("duration_ns", "sum")).reset_index()
-    out = out.sort_values("transfer_ns", ascending=False)
-    return [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.items()}
-            for r in out.to_dict("records")]
+    per_name = rows.groupby(rows["name"].astype(str), sort=False).agg(
+        count=("transfer_ns", "size"), transfer_ns=("transfer_ns", "sum"), duration_ns=("duration_ns", "sum"))
+    acc: dict[str, dict] = {}
+    for name, r in per_name.iterrows():                 # a few distinct names
+        k = K.kind_of(name)
+        a = acc.setdefault(k.label, {"label": k.label, "kind": k.kind, "algorithm": k.algorithm,
+                                     "protocol": k.protocol, "variant": k.variant, "count": 0, "transfer_ns": 0,
+                                     "duration_ns": 0})
+        a["count"] += int(r["count"])
+        a["transfer_ns"] += int(r["transfer_ns"])
+        a["duration_ns"] += int(r["duration_ns"])
+    return sorted(acc.values(), key=lambda a: -a["transfer_ns"])
 
 
 def _allreduce_settings(main: dict, median_bytes: float | None) -> tuple[tuple, str]:

@@ -80,14 +80,16 @@ def draft_step_table(side: Side, rank=None) -> pd.DataFrame:
     ok = (pos >= 0) & (st["end_ns"].to_numpy() <= win["hi"].to_numpy()[np.clip(pos, 0, None)])
     gcol = "gpu_start_all" if "gpu_start_all" in st.columns else "gpu_start_ns"
     st = st.assign(cycle=win["cycle"].to_numpy()[np.clip(pos, 0, None)])[ok]
-    rows = []
-    for cyc, g in st.groupby("cycle"):
-        gs = g[gcol].to_numpy(dtype="int64")
-        period = np.nan
-        if len(g) >= 2 and (gs >= 0).all():
-            period = (gs.max() - gs.min()) / (len(g) - 1)
-        rows.append((int(cyc), len(g), period))
-    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]) if rows else empty
+    if st.empty:
+        return empty
+    gs = pd.to_numeric(st[gcol], errors="coerce").fillna(-1).astype("int64")
+    g = pd.DataFrame({"cycle": st["cycle"].to_numpy(), "gs": gs.to_numpy()}).groupby("cycle")["gs"]
+    agg = g.agg(["size", "min", "max"])
+    n = agg["size"].to_numpy()
+    period = np.where((n >= 2) & (agg["min"].to_numpy() >= 0),
+                      (agg["max"].to_numpy() - agg["min"].to_numpy()) / np.maximum(n - 1, 1), np.nan)
+    return pd.DataFrame({"cycle": agg.index.to_numpy(dtype="int64"), "steps": n.astype("int64"),
+                         "step_period_ns": period.astype("float64")})
 
 
 def _tandem_repeat(seq: list) -> tuple[int, int, int]:
