@@ -294,6 +294,14 @@ def test_real_sglang_server_is_host_bound_and_has_no_allreduce_finding():
     assert adv.warmup_cycles == 1                                # the first cycle (640 ms, prefill) left out
 
 
+def test_real_sglang_engine_with_graphs_is_host_bound():
+    """SGLang 0.5.17 Engine, CUDA graphs, the whole run (load, capture, prefill) in the trace."""
+    adv = advise(analyze.load(REAL / "sglang_graphs.sqlite"))
+    f = adv.findings[0]
+    assert f.rule == F.HOST_BOUND and f.evidence["cuda_graphs"] is True and f.evidence["idle_share"] > 0.5
+    assert F.ALLREDUCE not in adv.rules_triggered()
+
+
 def test_real_sglang_eager_asks_for_cuda_graphs():
     adv = advise(analyze.load(REAL / "sglang_eager.sqlite"))
     f = _one(adv, F.HOST_BOUND)
