@@ -11,7 +11,6 @@ import sqlite3
 import struct
 import subprocess
 import sys
-import tarfile  # noqa: F401  (the bundle is read with the tar command: faster for one member)
 from pathlib import Path
 
 import numpy as np

@@ -3,7 +3,7 @@
 NCCL environment variables (documented by NCCL: NCCL_PROTO, NCCL_ALGO)."""
 from __future__ import annotations
 
-from analyze.findings import CHECK, COMPARE, REMOVE, SET, Setting  # noqa: F401 (re-exported)
+from analyze.findings import SET, Setting
 
 SGLANG_CHECKED = "0.5.17"
 
