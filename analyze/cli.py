@@ -15,8 +15,9 @@ import os
 import sys
 import warnings
 
+from analyze import output_policy
 from analyze.atomic import atomic_write
-from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
+from analyze.errors import NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
 from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", action="store_true",
                    help="cache the extracted tables as Parquet next to the report (else ~/.cache/specprof) "
                         "so a re-open is instant; the report itself is never written")
+    p.add_argument("--force", action="store_true",
+                   help="let an output replace an existing Nsight Systems report (never an input of this run)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
@@ -107,32 +110,48 @@ def run_analyze(argv: list[str]) -> int:
         raise UsageError(f"phase configuration: {exc}") from exc
     reports = args.reports or [default_trace()]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    try:
-        result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
-                          cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
-    except NvtxOnly:
-        if len(expand_inputs(reports)) == 1:
-            show_nvtx_only(expand_inputs(reports)[0], args)
-        raise
-    if args.json:
-        outputs.write_json(result, args.json)
-    if args.csv:
-        outputs.write_csv(result, args.csv)
-    if args.parquet:
-        outputs.write_parquet(result, args.parquet)
-    if args.plots or args.html:
+    files = expand_inputs(reports)
+    with output_policy.protect([*reports, *files, args.config], force=args.force):
+        check_outputs(file_outputs=(args.json, args.html), dir_outputs=(args.csv, args.parquet, args.plots))
         try:
-            from analyze.render import plots
-        except ImportError as exc:  # pragma: no cover
-            raise UsageError(f"plots unavailable: {exc}") from exc
-        if args.plots:
-            plots.write_all(result, args.plots)
-        if args.html:
-            from analyze.render import html
-            html.write_html(result, args.html)
+            result = api.load(files, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+                              cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
+        except NvtxOnly:
+            if len(files) == 1:
+                show_nvtx_only(files[0], args)
+            raise
+        if args.json:
+            outputs.write_json(result, args.json)
+        if args.csv:
+            outputs.write_csv(result, args.csv)
+        if args.parquet:
+            outputs.write_parquet(result, args.parquet)
+        if args.plots or args.html:
+            try:
+                from analyze.render import plots
+            except ImportError as exc:  # pragma: no cover
+                raise UsageError(f"plots unavailable: {exc}") from exc
+            if args.plots:
+                plots.write_all(result, args.plots)
+            if args.html:
+                from analyze.render import html
+                html.write_html(result, args.html)
     if not args.quiet:
         sys.stdout.write(render.render(result, top=args.top))
     return 0
+
+
+def check_outputs(file_outputs=(), dir_outputs=()) -> None:
+    """Every output path against the output policy before any work (analyze/output_policy.py): an
+    input, an existing report without --force, a directory given for a file are refused now, not
+    after the analysis. The writers check again when they write."""
+    for path in file_outputs:
+        if path:
+            output_policy.check_output(path)
+    for path in dir_outputs:
+        if path and output_policy.same_file_as_input(path):
+            raise OutputError(f"cannot write into {path}: it is an input of this run; choose another directory",
+                              path)
 
 
 def show_nvtx_only(path: str, args) -> None:

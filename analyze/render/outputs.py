@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyze import output_policy
 from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
@@ -103,7 +104,7 @@ def write_json(result, path) -> None:
     """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
     line (millions of cycle and collective rows: bounded memory, the C encoder)."""
     parts = _json_parts(result)
-    with atomic_write(path) as f:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_write(path) as f:
         f.write("{")
         for i, (key, value) in enumerate(parts):
             f.write(("\n " if i == 0 else ",\n ") + json.dumps(key) + ": ")
@@ -120,7 +121,7 @@ def write_json(result, path) -> None:
 
 
 def write_csv(result, directory) -> list[str]:
-    with atomic_dir_write(directory) as d:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
         for name, frame in tables(result).items():
             with d.open(f"{name}.csv", newline="") as f:
                 frame.to_csv(f, index=False)
@@ -144,7 +145,7 @@ def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
 
 
 def write_parquet(result, directory) -> list[str]:
-    with atomic_dir_write(directory) as d:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
         for name, frame in tables(result).items():
             # object columns as text (None kept); the other columns shared, not copied
             text = {c: frame[c].map(lambda v: None if v is None else str(v))
