@@ -18,6 +18,7 @@ import warnings
 from analyze import output_policy
 from analyze.atomic import atomic_write
 from analyze.errors import NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
+from analyze.processes import EXIT_TERMINATED, Terminated, terminate_as_interrupt
 from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
@@ -47,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
     p.add_argument("--top", type=int, default=5, help="kernels shown per phase (default 5)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="reports analyzed in parallel processes (default: the number of CPU cores)")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help="reports analyzed in parallel processes (default, and at most: the number of CPU "
+                        "cores, and of reports)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
     p.add_argument("--memory-budget", metavar="SIZE", type=parse_budget, default="auto",
@@ -65,6 +67,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
+
+
+def positive_int(text: str) -> int:
+    """``--jobs``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return value
 
 
 def parse_budget(text: str) -> int | str | None:
@@ -190,13 +203,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
     try:
-        return dispatch(argv)
+        with terminate_as_interrupt():
+            return dispatch(argv)
     except TraceError as exc:
         print(f"analyze-trace: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("analyze-trace: interrupted (no output file was left half-written)", file=sys.stderr)
         return 130
+    except Terminated:
+        print("analyze-trace: terminated (no output file was left half-written)", file=sys.stderr)
+        return EXIT_TERMINATED
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug of ours: say so in one line, traceback on request

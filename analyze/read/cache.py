@@ -8,10 +8,12 @@ when the report's directory is not writable it goes to ``~/.cache/specprof/<key>
 written to (it is only read, and opened read-only).
 
 The key is the report's size, its mtime (ns) and the SHA-256 of its first MiB (the SQLite header
-and the first pages, which change whenever SQLite rewrites the file), plus the cache format
+and the first pages, which change whenever SQLite rewrites the file), the same of a ``-wal`` file
+beside it (a WAL database's newest pages are there, not in the main file), plus the cache format
 version. Any change to the report gives a new key; stale entries are simply never read.
-Entries are written to a temporary directory and renamed into place, so a crash never leaves a
-half-written entry that would be read later.
+Entries are written to a fresh temporary directory and renamed into place, so a crash never leaves a
+half-written entry that would be read later, and no existing file is ever written over (the output
+policy of analyze/output_policy.py holds trivially: every file written is new).
 """
 from __future__ import annotations
 
@@ -34,12 +36,21 @@ TABLES = ("gpu_ops", "calls", "ranges", "marks", "processes", "devices")
 
 
 def cache_key(path: str | os.PathLike) -> str:
+    """The entry's name: the report's size, mtime and first MiB, and the same of any ``-wal`` file
+    beside it (a WAL database's newest pages live in the ``-wal``: a change there changes the key)."""
     p = Path(path)
     st = p.stat()
     h = hashlib.sha256()
     with open(p, "rb") as f:
         h.update(f.read(HEADER_BYTES))
-    return f"v{FORMAT}-{st.st_size}-{st.st_mtime_ns}-{h.hexdigest()[:24]}"
+    key = f"v{FORMAT}-{st.st_size}-{st.st_mtime_ns}"
+    wal = Path(str(p) + "-wal")
+    if wal.is_file():
+        wst = wal.stat()
+        with open(wal, "rb") as f:
+            h.update(f.read(HEADER_BYTES))
+        key += f"-wal{wst.st_size}-{wst.st_mtime_ns}"
+    return f"{key}-{h.hexdigest()[:24]}"
 
 
 def user_cache_dir() -> Path:

@@ -20,6 +20,7 @@ from analyze.attribute import attribution
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.errors import NoCudaActivity, NvtxOnly, TraceError
 from analyze.notes import Note
+from analyze.processes import bounded_jobs, worker_pool
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
 from analyze.read import report
@@ -283,7 +284,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
         from analyze.run import distributed
         return distributed.map_reports(analyze_report, files, config, scheduler, progress=progress, cache=cache,
                                        memory_budget=None if memory_budget == AUTO else memory_budget)
-    at_once = 1 if jobs <= 1 or len(files) <= 1 else min(jobs, len(files))
+    at_once = bounded_jobs(jobs, len(files))
     budgets, auto_notes = [memory_budget] * len(files), [None] * len(files)
     if memory_budget == AUTO:
         budgets, auto_notes = map(list, zip(*(auto_budget(f, at_once, cache) for f in files))) if files \
@@ -292,9 +293,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
         results = [analyze_report(f, config, cache=cache, memory_budget=b, progress=progress)
                    for f, b in zip(_progress(files, progress and len(files) > 1), budgets)]
     else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with worker_pool(at_once) as pool:
             futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=b)
                        for f, b in zip(files, budgets)]
             results = [f.result() for f in _progress(futures, progress, total=len(files))]
