@@ -29,8 +29,9 @@ import pandas as pd
 from analyze import notes as N
 from analyze.notes import Note
 from analyze.read import report
+from analyze.read.inputs import display_path
 
-FORMAT = 1
+FORMAT = 2      # 2: rows left out at the read (meta excluded_rows), session end, host name
 HEADER_BYTES = 1 << 20
 TABLES = ("gpu_ops", "calls", "ranges", "marks", "processes", "devices")
 
@@ -70,7 +71,7 @@ def candidates(path: str | os.PathLike) -> list[Path]:
     p = Path(path).resolve()
     key = cache_key(p)
     return [p.parent / (p.name + ".specprof-cache") / key,
-            user_cache_dir() / (hashlib.sha256(str(p).encode()).hexdigest()[:16] + "-" + p.name) / key]
+            user_cache_dir() / (hashlib.sha256(os.fsencode(str(p))).hexdigest()[:16] + "-" + p.name) / key]
 
 
 def _save(tables: report.ReportTables, entry: Path) -> None:
@@ -79,10 +80,11 @@ def _save(tables: report.ReportTables, entry: Path) -> None:
     try:
         for name in TABLES:
             frame = getattr(tables, name)
-            frame.reset_index(drop=True).to_parquet(tmp / f"{name}.parquet", index=False)
-        pd.DataFrame({"id": tables.strings.index.to_numpy(dtype="int64"),
-                      "value": tables.strings.to_numpy(dtype=object)}).to_parquet(tmp / "strings.parquet",
-                                                                                   index=False)
+            with open(tmp / f"{name}.parquet", "wb") as f:     # a file object: any path, UTF-8 or not
+                frame.reset_index(drop=True).to_parquet(f, index=False)
+        with open(tmp / "strings.parquet", "wb") as f:
+            pd.DataFrame({"id": tables.strings.index.to_numpy(dtype="int64"),
+                          "value": tables.strings.to_numpy(dtype=object)}).to_parquet(f, index=False)
         (tmp / "meta.json").write_text(json.dumps(tables.meta))
         try:
             os.rename(tmp, entry)
@@ -101,12 +103,17 @@ def _object_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _read_parquet(path: Path) -> pd.DataFrame:
+    with open(path, "rb") as f:
+        return pd.read_parquet(f)
+
+
 def _load(path: str, entry: Path) -> report.ReportTables:
-    frames = {name: _object_strings(pd.read_parquet(entry / f"{name}.parquet")) for name in TABLES}
-    s = pd.read_parquet(entry / "strings.parquet")
+    frames = {name: _object_strings(_read_parquet(entry / f"{name}.parquet")) for name in TABLES}
+    s = _read_parquet(entry / "strings.parquet")
     strings = pd.Series(s["value"].to_numpy(dtype=object), index=s["id"].to_numpy(dtype="int64"), name="value")
     meta = json.loads((entry / "meta.json").read_text())
-    return report.ReportTables(path=str(path), strings=strings, meta=meta, **frames)
+    return report.ReportTables(path=display_path(path), strings=strings, meta=meta, **frames)
 
 
 def load_or_read(path: str, reader=None) -> tuple[report.ReportTables, Note | None]:

@@ -138,7 +138,7 @@ def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
     import pyarrow.parquet as pq
 
     schema = pa.Schema.from_pandas(frame, preserve_index=False)
-    with pq.ParquetWriter(path, schema) as writer:
+    with open(path, "wb") as f, pq.ParquetWriter(f, schema) as writer:   # a file object: any path
         for at in range(0, max(len(frame), 1), PARQUET_ROWS_PER_GROUP):
             part = frame.iloc[at:at + PARQUET_ROWS_PER_GROUP]
             writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))

@@ -93,7 +93,7 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
             raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                                         "(was it captured with -t cuda?)")
         raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
-    path = str(path)
+    path = tables.path            # the report as results name it (read.inputs.display_path)
     cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
     kind = attribution.kind_codes(ops["kind"])
     graph_node = ops["graph_node_id"]

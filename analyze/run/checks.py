@@ -11,6 +11,8 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
+from analyze.read import validate
+from analyze.read.report import EXCLUDED
 
 REPLACEMENT_CHAR = "\ufffd"
 
@@ -112,13 +114,18 @@ def graph_level_trace(meta: dict, ops: pd.DataFrame, graph_ops: int | None = Non
     return []
 
 
+def excluded_rows(tables) -> list:
+    """What the read left out (read/validate.py), as the report's meta carries it."""
+    return list((tables.meta or {}).get(EXCLUDED, []) or [])
+
+
 def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame,
               op_counts: dict | None = None) -> list[Note]:
-    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph): the op
+    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph, excluded): the op
     figures counted chunk by chunk, when ``ops`` is not the whole op table (chunked.py)."""
     if op_counts is not None:
         return _notes_from_counts(tables, ranges, op_counts)
-    notes: list[Note] = []
+    notes: list[Note] = validate.exclusion_notes(excluded_rows(tables))
     notes += marks_only(ranges, tables.marks)
     notes += unlinked_ops(op_call)
     notes += unclosed_ranges(ranges)
@@ -147,12 +154,14 @@ def input_notes(tables, ranges: pd.DataFrame) -> dict:
             "identical": identical_ranges(ranges),
             "negative_ids": int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()),
             "shared_correlation": shared_correlation_ids(tables.calls),
-            "invalid_text": invalid_text(tables.strings)}
+            "invalid_text": invalid_text(tables.strings),
+            "excluded": excluded_rows(tables)}
 
 
 def notes_from_counts(pre: dict, c: dict) -> list[Note]:
     """:func:`all_notes` from :func:`input_notes` and the op figures counted chunk by chunk
     (unlinked, zero, negative_pid, graph)."""
-    return (pre["marks_only"] + unlinked_note(c["unlinked"]) + pre["unclosed"] + pre["cross_thread"]
+    return (validate.exclusion_notes(pre.get("excluded", []) + c.get("excluded", []))
+            + pre["marks_only"] + unlinked_note(c["unlinked"]) + pre["unclosed"] + pre["cross_thread"]
             + pre["identical"] + zero_length_note(c["zero"]) + negative_ids_note(pre["negative_ids"] + c["negative_pid"])
             + pre["shared_correlation"] + pre["invalid_text"] + graph_level_trace({}, None, graph_ops=c["graph"]))
