@@ -28,7 +28,7 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
-from analyze.read import report
+from analyze.read import connection, report
 from analyze.read.inputs import display_path
 
 FORMAT = 2      # 2: rows left out at the read (meta excluded_rows), session end, host name
@@ -40,6 +40,7 @@ def cache_key(path: str | os.PathLike) -> str:
     """The entry's name: the report's size, mtime and first MiB, and the same of any ``-wal`` file
     beside it (a WAL database's newest pages live in the ``-wal``: a change there changes the key)."""
     p = Path(path)
+    connection.require_regular_file(p)      # a FIFO would block the read below
     st = p.stat()
     h = hashlib.sha256()
     with open(p, "rb") as f:

@@ -19,6 +19,7 @@ import pandas as pd
 from analyze import memory
 from analyze.errors import CorruptReport
 from analyze.read import connection
+from analyze.read import capture
 from analyze.read import fastread
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
@@ -524,6 +525,9 @@ def read_meta(conn: sqlite3.Connection) -> dict:
                 meta["nsys_version"] = row[0]
     meta["session_end_ns"] = session_end_ns(conn)
     meta["hostname"] = read_hostname(conn)
+    meta["diagnostics"] = capture.diagnostics(conn)
+    meta["uvm_migrations"] = capture.uvm_migrations(conn)
+    meta["unified_memory_events"] = capture.unified_memory_events(conn)
     if "utcEpochNs" in table_columns(conn, "TARGET_INFO_SESSION_START_TIME"):
         row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0] is not None:

@@ -18,12 +18,12 @@ from analyze import memory
 from analyze import notes as N
 from analyze.attribute import attribution
 from analyze.attribute.phases import OTHER, PhaseConfig
-from analyze.errors import NoCudaActivity, NvtxOnly, TraceError
+from analyze.errors import TraceError
 from analyze.notes import Note
 from analyze.processes import bounded_jobs, worker_pool
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
-from analyze.read import report
+from analyze.read import capture, report
 from analyze.read.connection import has_table, open_report
 from analyze.read.nsys_export import expand_inputs
 from analyze.results import Analysis, ReportResult
@@ -68,6 +68,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
     end. Cycles and the collective ops are computed here too, so the reducer only sees per-rank,
     per-cycle and per-collective rows (plus the op table, for plots and notebooks)."""
     config = config or PhaseConfig()
+    capture.require_gpu_activity(path)        # else the error that says why (nsys' own words)
     stage = _Stages(progress, str(path))
     try:
         return _analyze_report(path, config, cache, memory_budget, stage)
@@ -88,11 +89,8 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
             return result
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes, prepare=prepare)
     ops = tables.gpu_ops
-    if ops.empty:
-        if tables.ranges.empty and tables.marks.empty:
-            raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
-                                        "(was it captured with -t cuda?)")
-        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
+    if ops.empty:                             # the read left every op out (read/validate.py)
+        capture.require_gpu_activity(path, usable_ops=0)
     path = tables.path            # the report as results name it (read.inputs.display_path)
     cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
     kind = attribution.kind_codes(ops["kind"])
@@ -202,11 +200,6 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
 
     tables = report.read_report(path, prepare=prepare, ops=False,
                                 nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
-    if tables.ranges.empty and tables.marks.empty and not report_has_ops(path):
-        raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
-                                    "(was it captured with -t cuda?)")
-    if not report_has_ops(path):
-        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
@@ -225,14 +218,6 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
                           "report was analysed in one piece (only its read was chunked)"))
         return None
-
-
-def report_has_ops(path: str) -> bool:
-    conn = open_report(path, quick_check=False)
-    try:
-        return any(report.rowid_bounds(conn, p.table)[0] is not None for p in report.plan_gpu_op_reads(conn))
-    finally:
-        conn.close()
 
 
 def _pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:

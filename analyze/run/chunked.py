@@ -35,7 +35,7 @@ from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
 from analyze.notes import Note
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
-from analyze.read import report
+from analyze.read import capture, report
 from analyze.read.connection import open_report
 from analyze.results import ReportResult
 from analyze.run import checks
@@ -345,6 +345,8 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
             n_spilled += 1
             del g, s, e, ph, nc, incl, covered, dur, is_kernel
 
+    if not n_spilled:                 # the read left every op out (read/validate.py)
+        capture.require_gpu_activity(path, usable_ops=0)
     keys = None
     launches = launches._replace(calls=None)
     memory.release()
