@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "so a re-open is instant; the report itself is never written")
     p.add_argument("--force", action="store_true",
                    help="let an output replace an existing Nsight Systems report (never an input of this run)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="combine reports that do not look like one run (other hosts, sessions that never "
+                        "overlapped; the same report twice is then analysed once)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at a report of a directory that cannot be analysed (default: leave it out, "
+                        "with a note)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
@@ -127,8 +133,9 @@ def run_analyze(argv: list[str]) -> int:
     with output_policy.protect([*reports, *files, args.config], force=args.force):
         check_outputs(file_outputs=(args.json, args.html), dir_outputs=(args.csv, args.parquet, args.plots))
         try:
-            result = api.load(files, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
-                              cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
+            result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+                              cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler,
+                              allow_mixed=args.allow_mixed, strict=args.strict)
         except NvtxOnly:
             if len(files) == 1:
                 show_nvtx_only(files[0], args)

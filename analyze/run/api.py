@@ -23,9 +23,8 @@ from analyze.notes import Note
 from analyze.processes import bounded_jobs, worker_pool
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
-from analyze.read import capture, report
+from analyze.read import capture, report, runset
 from analyze.read.connection import has_table, open_report
-from analyze.read.nsys_export import expand_inputs
 from analyze.results import Analysis, ReportResult
 from analyze.run import checks, multirank
 from analyze.run.launches import cycle_of_ops, prepare_launches
@@ -241,15 +240,19 @@ def collective_names(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
          cache: bool = False, memory_budget: int | str | None = "auto",
-         scheduler: str | None = None) -> Analysis:
+         scheduler: str | None = None, allow_mixed: bool = False, strict: bool = False) -> Analysis:
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
     ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
-    unless a report would not fit in the available memory (:func:`auto_budget`)."""
+    unless a report would not fit in the available memory (:func:`auto_budget`). The reports are
+    checked first (read/runset.py): the same report twice or reports of different runs are refused
+    unless ``allow_mixed``; a report of a directory that cannot be analysed is left out with a note
+    unless ``strict``."""
     config = config or PhaseConfig()
-    files = expand_inputs(paths)
-    results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
+    run = runset.collect(paths, allow_mixed=allow_mixed, strict=strict)
+    results = map_reports(run.files, config, jobs=jobs, progress=progress, cache=cache,
                           memory_budget=memory_budget, scheduler=scheduler)
     analysis = multirank.combine(results, config)
+    analysis.notes.extend(run.notes)
     chunked = any(N.has(r.notes, N.CHUNKED) for r in results)
     del results
     if chunked:
