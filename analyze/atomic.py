@@ -82,9 +82,13 @@ def _copy_to_stream(tmp: Path, path) -> None:
     try:
         if os.fspath(path) == policy.STDOUT:
             sys.stdout.flush()
+            out = getattr(sys.stdout, "buffer", None)
             with open(tmp, "rb") as src:
-                shutil.copyfileobj(src, sys.stdout.buffer)
-            sys.stdout.buffer.flush()
+                if out is None:          # a text-only stdout (redirected in-process): text, as is
+                    sys.stdout.write(src.read().decode("utf-8", "replace"))
+                    return
+                shutil.copyfileobj(src, out)
+            out.flush()
             return
         with open(tmp, "rb") as src, open(path, "wb") as dst:
             shutil.copyfileobj(src, dst)
