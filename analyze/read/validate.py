@@ -115,9 +115,38 @@ def duplicate_mask(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray:
         candidates = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
     else:
         candidates = np.arange(n)
-    sub = frame.iloc[candidates]
-    dup[candidates[sub.duplicated(keep="first").to_numpy()]] = True
+    # a 64-bit mix of every column first (sorted, neighbours compared: no hash table); only rows
+    # whose mix repeats are compared exactly
+    mixed = row_mix(frame.iloc[candidates] if len(candidates) < n else frame)
+    ordered = np.sort(mixed)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not len(repeated):
+        return dup
+    suspects = candidates[np.isin(mixed, repeated)]
+    dup[suspects[frame.iloc[suspects].duplicated(keep="first").to_numpy()]] = True
     return dup
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def row_mix(frame: pd.DataFrame) -> np.ndarray:
+    """One uint64 per row from every column (equal rows give equal values; unequal rows almost never
+    do, and every repeat is checked exactly by the caller)."""
+    out = np.zeros(len(frame), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for i, c in enumerate(frame.columns):
+            col = frame[c]
+            values = col.to_numpy()
+            if values.dtype.kind in "iu":
+                v = values.astype(np.int64, copy=False).view(np.uint64)
+            elif values.dtype.kind == "f":
+                v = np.where(np.isnan(values), -1.0, values).view(np.uint64)
+            else:
+                v = pd.util.hash_array(values.astype(object))
+            out = (out ^ (v + np.uint64(i))) * _MIX
+            out ^= out >> np.uint64(29)
+    return out
 
 
 def exclusions(table: str, counts: dict[str, int]) -> list[Exclusion]:
