@@ -29,7 +29,7 @@ from analyze import cli
 from analyze.render import outputs
 
 def slow_report(*a, **k):
-    print("worker", os.getpid(), file=sys.stderr, flush=True)
+    os.write(2, f"worker {os.getpid()}\\n".encode())    # one write: lines of workers never interleave
     time.sleep(120)
 
 real_dumps, calls = outputs.json.dumps, []
@@ -58,13 +58,20 @@ def start(tmp_path: Path, slow: str, *args) -> subprocess.Popen:
 
 
 def wait_for(proc: subprocess.Popen, word: str, n: int = 1, timeout: float = 60) -> list[str]:
+    """Lines of stderr until ``word`` was said ``n`` times (workers write at once: lines may interleave)."""
     lines, deadline = [], time.monotonic() + timeout
-    while sum(word in line for line in lines) < n:
+    while "".join(lines).count(word) < n:
         assert time.monotonic() < deadline, lines
         line = proc.stderr.readline()
         assert line or proc.poll() is None, lines
         lines.append(line)
     return lines
+
+
+def worker_pids(lines: list[str]) -> list[int]:
+    import re
+
+    return [int(p) for p in re.findall(r"^worker (\d+)$", "".join(lines), re.M)]
 
 
 def alive(pid: int) -> bool:
@@ -113,7 +120,7 @@ def test_sigterm_of_the_parent_ends_every_worker(tmp_path):
     proc = start(tmp_path, "map", d, "--jobs", "2", "-q")
     n = min(2, os.cpu_count() or 1)
     lines = wait_for(proc, "worker", n)
-    workers = [int(line.split()[1]) for line in lines if line.startswith("worker")]
+    workers = worker_pids(lines)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert gone_within(workers, 10), workers
@@ -125,7 +132,7 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     d = reports_dir(tmp_path)
     proc = start(tmp_path, "map", d, "--jobs", "2", "-q")
     lines = wait_for(proc, "worker", min(2, os.cpu_count() or 1))
-    workers = [int(line.split()[1]) for line in lines if line.startswith("worker")]
+    workers = worker_pids(lines)
     proc.kill()
     proc.wait(timeout=30)
     assert gone_within(workers, 10), workers
