@@ -1,17 +1,26 @@
 """Atomic outputs: every file specprof writes goes through :func:`atomic_write`, :func:`atomic_path`
-or :func:`atomic_dir_write`: written under a temporary name in the target directory and renamed into
-place when complete, removed on any exception (KeyboardInterrupt included), so no output is ever left
-half-written and an existing file is only replaced by a complete one. A location that cannot be
-written raises OutputError (one line)."""
+or :func:`atomic_dir_write`, under the one output policy of :mod:`analyze.output_policy` (never an input,
+no existing report replaced without ``--force``, only regular files renamed over).
+
+A regular-file target is written under a temporary name in its directory and renamed into place when
+complete (through a symbolic link: onto the link's target, so the link stays), removed on any
+exception (KeyboardInterrupt and SIGTERM included), so no output is ever left half-written and an
+existing file is only replaced by a complete one. A stream target (``-`` for standard output, a
+device such as ``/dev/null``, a FIFO) is staged in a temporary file and copied into the stream when
+complete: it is written to, never renamed over or replaced. A location that cannot be written raises
+OutputError (one line)."""
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from analyze import output_policy as policy
 from analyze.errors import OutputError
 
 __all__ = ["atomic_write", "atomic_path", "atomic_dir_write", "AtomicDir", "check_dir_writable"]
@@ -47,13 +56,46 @@ def _mkstemp_near(path: Path, binary: bool = True) -> tuple[int, Path]:
     return fd, Path(tmp)
 
 
-def _commit(tmp: Path, path: Path) -> None:
+def _mkstemp_for_stream(path) -> tuple[int, Path]:
+    """A temporary file (in the system's temporary directory) staging a stream output."""
+    name = Path(os.fspath(path)).name or "stdout"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".specprof-{name}.", suffix=".tmp" + Path(name).suffix)
+    except OSError as e:
+        raise _output_error(Path(os.fspath(path)), e) from None
+    return fd, Path(tmp)
+
+
+def _commit(tmp: Path, path: Path, overwrite: str = "reports") -> None:
+    """Rename ``tmp`` onto ``path`` (a regular-file target), the policy checked once more first."""
+    policy.check_output(path, overwrite=overwrite)
     try:
         mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp, path)
+        os.replace(tmp, policy.resolved_file(path))
     except OSError as e:
         raise _output_error(path, e) from None
+
+
+def _copy_to_stream(tmp: Path, path) -> None:
+    """The staged bytes into ``path`` (``-``: standard output), written as a stream."""
+    try:
+        if os.fspath(path) == policy.STDOUT:
+            sys.stdout.flush()
+            out = getattr(sys.stdout, "buffer", None)
+            with open(tmp, "rb") as src:
+                if out is None:          # a text-only stdout (redirected in-process): text, as is
+                    sys.stdout.write(src.read().decode("utf-8", "replace"))
+                    return
+                shutil.copyfileobj(src, out)
+            out.flush()
+            return
+        with open(tmp, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise _output_error(Path(os.fspath(path)), e) from None
 
 
 def _umask() -> int:
@@ -62,19 +104,36 @@ def _umask() -> int:
     return m
 
 
+def _stage(path, overwrite: str) -> tuple[str, int, Path]:
+    """(kind, fd, temporary path) for one output, after the policy's checks."""
+    kind = policy.check_output(path, overwrite=overwrite)
+    if kind == policy.STREAM:
+        return (kind, *_mkstemp_for_stream(path))
+    return (kind, *_mkstemp_near(policy.resolved_file(path)))
+
+
+def _finish(kind: str, tmp: Path, path, overwrite: str) -> None:
+    if kind == policy.STREAM:
+        try:
+            _copy_to_stream(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    else:
+        _commit(tmp, Path(path), overwrite)
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *, overwrite: str = "reports") -> Iterator[Path]:
     """Yield a temporary path next to ``path`` for writers that want a file name (pyarrow,
-    sqlite, nsys); on success it is renamed onto ``path``, on any exception (KeyboardInterrupt
-    included) it is removed and ``path`` is left as it was."""
-    target = Path(path)
-    if target.is_dir():
-        raise OutputError(f"cannot write {target}: it is a directory", target)
-    fd, tmp = _mkstemp_near(target)
+    sqlite, nsys); on success it is renamed onto ``path`` (copied into it when ``path`` is a
+    stream), on any exception (KeyboardInterrupt included) it is removed and ``path`` is left as it
+    was. ``overwrite``: see :func:`analyze.output_policy.check_output`."""
+    kind, fd, tmp = _stage(path, overwrite)
     os.close(fd)
     try:
         yield tmp
-        _commit(tmp, target)
+        _finish(kind, tmp, path, overwrite)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -83,19 +142,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str | None = "utf-8",
-                 newline: str | None = None) -> Iterator[IO]:
+                 newline: str | None = None, overwrite: str = "reports") -> Iterator[IO]:
     """``with atomic_write(p) as f: f.write(...)``: writes a temp file in the same directory and
-    ``os.replace``s it onto ``p`` when the block succeeds; on any exception (KeyboardInterrupt
-    included) the temp file is removed and an existing ``p`` is left untouched. Raises
-    OutputError (one line) when the location cannot be written."""
+    ``os.replace``s it onto ``p`` when the block succeeds (``p`` a stream: copies it into ``p``);
+    on any exception (KeyboardInterrupt included) the temp file is removed and an existing ``p`` is
+    left untouched. Mode ``x``: ``p`` must not exist (``overwrite="never"``). Raises OutputError
+    (one line) when the location cannot be written or the policy refuses it."""
     if mode not in ("w", "wb", "wt", "x", "xb", "xt"):
         raise ValueError(f"atomic_write: unsupported mode {mode!r}")
-    target = Path(path)
-    if mode.startswith("x") and target.exists():
-        raise OutputError(f"cannot write {target}: it already exists", target)
-    if target.is_dir():
-        raise OutputError(f"cannot write {target}: it is a directory", target)
-    fd, tmp = _mkstemp_near(target)
+    if mode.startswith("x"):
+        overwrite = "never"
+    kind, fd, tmp = _stage(path, overwrite)
     binary = "b" in mode
     try:
         f = os.fdopen(fd, "wb" if binary else "w",
@@ -109,15 +166,24 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str | No
         with f:
             yield f
             f.flush()
-            try:
-                os.fsync(f.fileno())
-            except OSError as e:
-                raise _output_error(target, e) from None
-        _commit(tmp, target)
+            if kind == policy.FILE:
+                try:
+                    os.fsync(f.fileno())
+                except OSError as e:
+                    raise _output_error(Path(path), e) from None
+        _finish(kind, tmp, path, overwrite)
+    except OutputError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     except OSError as e:  # a failed write/flush of the output (ENOSPC, EIO, ...)
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise _output_error(target, e) from None
+        raise _output_error(Path(path), e) from None
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -126,12 +192,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, encoding: str | No
 
 class AtomicDir:
     """Files staged by :func:`atomic_dir_write`. ``open(name)`` / ``path(name)`` stage one file;
-    all staged files are renamed into place (each rename atomic) when the ``with`` block ends
-    without an exception, and all removed otherwise."""
+    all staged files are put into place (each rename atomic; a file of the directory that is a
+    device or FIFO is written to as a stream) when the ``with`` block ends without an exception,
+    and all removed otherwise."""
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self._staged: dict[str, Path] = {}
+        self._staged: dict[str, tuple[str, Path]] = {}
         self._files: list[IO] = []
 
     def _stage(self, name: str) -> Path:
@@ -139,9 +206,9 @@ class AtomicDir:
             raise ValueError(f"AtomicDir: plain file name expected, got {name!r}")
         if name in self._staged:
             raise ValueError(f"AtomicDir: {name!r} written twice")
-        fd, tmp = _mkstemp_near(self.directory / name)
+        kind, fd, tmp = _stage(self.directory / name, "reports")
         os.close(fd)
-        self._staged[name] = tmp
+        self._staged[name] = (kind, tmp)
         return tmp
 
     def path(self, name: str) -> Path:
@@ -178,14 +245,15 @@ class AtomicDir:
             self._close_files()
         except OSError as e:
             raise _output_error(self.directory, e) from None
-        for name, tmp in self._staged.items():
-            _commit(tmp, self.directory / name)
-        self._staged.clear()
+        for name in list(self._staged):
+            kind, tmp = self._staged[name]
+            _finish(kind, tmp, self.directory / name, "reports")
+            del self._staged[name]
 
     def _discard(self) -> None:
         with contextlib.suppress(OSError):
             self._close_files()
-        for tmp in self._staged.values():
+        for _, tmp in self._staged.values():
             with contextlib.suppress(OSError):
                 tmp.unlink()
         self._staged.clear()

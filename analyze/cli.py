@@ -16,8 +16,10 @@ import os
 import sys
 import warnings
 
+from analyze import output_policy
 from analyze.atomic import atomic_write
-from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
+from analyze.errors import NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
+from analyze.processes import EXIT_TERMINATED, Terminated, terminate_as_interrupt
 from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif", "advise")
@@ -47,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
     p.add_argument("--top", type=int, default=5, help="kernels shown per phase (default 5)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="reports analyzed in parallel processes (default: the number of CPU cores)")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                   help="reports analyzed in parallel processes (default, and at most: the number of CPU "
+                        "cores, and of reports)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
     p.add_argument("--memory-budget", metavar="SIZE", type=parse_budget, default="auto",
@@ -62,9 +65,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "so a re-open is instant; the report itself is never written")
     p.add_argument("--no-advice", action="store_true",
                    help="leave out the Advice section (terminal, HTML) and the JSON key `advice`")
+    p.add_argument("--force", action="store_true",
+                   help="let an output replace an existing Nsight Systems report (never an input of this run)")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="combine reports that do not look like one run (other hosts, sessions that never "
+                        "overlapped; the same report twice is then analysed once)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at a report of a directory that cannot be analysed (default: leave it out, "
+                        "with a note)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
+
+
+def positive_int(text: str) -> int:
+    """``--jobs``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
+    return value
 
 
 def parse_budget(text: str) -> int | str | None:
@@ -110,31 +132,35 @@ def run_analyze(argv: list[str]) -> int:
         raise UsageError(f"phase configuration: {exc}") from exc
     reports = args.reports or [default_trace()]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    try:
-        result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
-                          cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler)
-    except NvtxOnly:
-        if len(expand_inputs(reports)) == 1:
-            show_nvtx_only(expand_inputs(reports)[0], args)
-        raise
-    advice = None if args.no_advice or not (args.json or args.html or not args.quiet) else \
-        report_advice(result, debug=args.debug)
-    if args.json:
-        outputs.write_json(result, args.json, advice=advice)
-    if args.csv:
-        outputs.write_csv(result, args.csv)
-    if args.parquet:
-        outputs.write_parquet(result, args.parquet)
-    if args.plots or args.html:
+    files = expand_inputs(reports)
+    with output_policy.protect([*reports, *files, args.config], force=args.force):
+        check_outputs(file_outputs=(args.json, args.html), dir_outputs=(args.csv, args.parquet, args.plots))
         try:
-            from analyze.render import plots
-        except ImportError as exc:  # pragma: no cover
-            raise UsageError(f"plots unavailable: {exc}") from exc
-        if args.plots:
-            plots.write_all(result, args.plots)
-        if args.html:
-            from analyze.render import html
-            html.write_html(result, args.html, advice=advice)
+            result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+                              cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler,
+                              allow_mixed=args.allow_mixed, strict=args.strict)
+        except NvtxOnly:
+            if len(files) == 1:
+                show_nvtx_only(files[0], args)
+            raise
+        advice = None if args.no_advice or not (args.json or args.html or not args.quiet) else \
+            report_advice(result, debug=args.debug)
+        if args.json:
+            outputs.write_json(result, args.json, advice=advice)
+        if args.csv:
+            outputs.write_csv(result, args.csv)
+        if args.parquet:
+            outputs.write_parquet(result, args.parquet)
+        if args.plots or args.html:
+            try:
+                from analyze.render import plots
+            except ImportError as exc:  # pragma: no cover
+                raise UsageError(f"plots unavailable: {exc}") from exc
+            if args.plots:
+                plots.write_all(result, args.plots)
+            if args.html:
+                from analyze.render import html
+                html.write_html(result, args.html, advice=advice)
     if not args.quiet:
         sys.stdout.write(render.render(result, top=args.top, advice=advice))
     return 0
@@ -152,6 +178,19 @@ def report_advice(result, debug: bool = False) -> dict | None:
             raise
         return {"findings": [], "checks": [], "cycle_ns": 0.0, "cycles": 0, "ranks": 0,
                 "error": f"advice not computed: {type(exc).__name__}: {exc}"}
+
+
+def check_outputs(file_outputs=(), dir_outputs=()) -> None:
+    """Every output path against the output policy before any work (analyze/output_policy.py): an
+    input, an existing report without --force, a directory given for a file are refused now, not
+    after the analysis. The writers check again when they write."""
+    for path in file_outputs:
+        if path:
+            output_policy.check_output(path)
+    for path in dir_outputs:
+        if path and output_policy.same_file_as_input(path):
+            raise OutputError(f"cannot write into {path}: it is an input of this run; choose another directory",
+                              path)
 
 
 def show_nvtx_only(path: str, args) -> None:
@@ -193,13 +232,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
     try:
-        return dispatch(argv)
+        with terminate_as_interrupt():
+            return dispatch(argv)
     except TraceError as exc:
         print(f"analyze-trace: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("analyze-trace: interrupted (no output file was left half-written)", file=sys.stderr)
         return 130
+    except Terminated:
+        print("analyze-trace: terminated (no output file was left half-written)", file=sys.stderr)
+        return EXIT_TERMINATED
     except BrokenPipeError:
         return 0
     except Exception as exc:  # a bug of ours: say so in one line, traceback on request

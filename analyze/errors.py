@@ -4,26 +4,29 @@ with its own process exit code (exit code 1 is reserved for internal bugs); ``st
 ====  ==================  =====================================================================
 code  class               situation
 ====  ==================  =====================================================================
-2     MissingInput        path does not exist / directory holding no ``.sqlite`` report
+2     MissingInput        path does not exist / directory holding no ``.sqlite`` report; its
+                          subclass NotAFile: a FIFO, device or socket given as a report
 2     SchedulerError      ``--scheduler``: Dask missing or the scheduler cannot be reached
 3     NsysRepGiven        a ``.nsys-rep`` / ``.qdrep`` was given (or ``nsys export`` failed)
 4     NotSqlite           the file is not an SQLite database (text, binary, ...)
 5     NotNsysExport       an SQLite database without any Nsight Systems table
 6     CorruptReport       truncated / corrupt / empty file: SQLite cannot read it
-7     NoCudaActivity      a valid export that holds no GPU activity (raised by the analyzer);
-                          its subclass NvtxOnly: NVTX ranges or marks but no CUDA activity
+7     NoCudaActivity      a valid export that holds no GPU activity (read/capture.py); its
+                          subclasses NvtxOnly (NVTX ranges or marks but no CUDA activity) and
+                          KernelsMissing (kernel launches traced, no kernel rows)
 8     OutputError         an output cannot be written (read-only, not a directory, ...)
 9     RankConflict        two processes or reports claim the same rank
 10    UsageError          a bad option value (phase configuration, plot request)
+11    MixedInputs         reports that do not belong together (same file twice, other host, ...)
 ====  ==================  =====================================================================
 """
 from __future__ import annotations
 
 import os
 
-__all__ = ["EXIT_INTERNAL_ERROR", "TraceError", "MissingInput", "NsysRepGiven", "NotSqlite", "NotNsysExport",
-           "CorruptReport", "NoCudaActivity", "NvtxOnly", "OutputError", "RankConflict", "UsageError",
-           "SchedulerError", "SchemaWarning"]
+__all__ = ["EXIT_INTERNAL_ERROR", "TraceError", "MissingInput", "NotAFile", "NsysRepGiven", "NotSqlite",
+           "NotNsysExport", "CorruptReport", "NoCudaActivity", "NvtxOnly", "KernelsMissing", "OutputError",
+           "RankConflict", "UsageError", "MixedInputs", "SchedulerError", "SchemaWarning"]
 
 EXIT_INTERNAL_ERROR = 1
 
@@ -46,6 +49,11 @@ class TraceError(Exception):
 
 class MissingInput(TraceError):
     exit_code = 2
+
+
+class NotAFile(MissingInput):
+    """The input exists but is not a regular file (a FIFO, a device such as /dev/zero, a socket):
+    refused at once, before anything reads from it (a FIFO would block)."""
 
 
 class NsysRepGiven(TraceError):
@@ -72,6 +80,10 @@ class NvtxOnly(NoCudaActivity):
     """NVTX ranges or marks but no CUDA activity: the CLI shows what the NVTX holds, then this error."""
 
 
+class KernelsMissing(NoCudaActivity):
+    """Kernel launches were traced but the export holds no kernel rows: kernel time would read 0."""
+
+
 class OutputError(TraceError):
     exit_code = 8
 
@@ -84,6 +96,13 @@ class UsageError(TraceError):
     """A bad option value (phase configuration, plot request): exit code 10."""
 
     exit_code = 10
+
+
+class MixedInputs(TraceError):
+    """Reports that do not belong to one run (the same file twice, different hosts, sessions that
+    never overlapped in time): refused unless ``--allow-mixed``; exit code 11."""
+
+    exit_code = 11
 
 
 class SchedulerError(TraceError):

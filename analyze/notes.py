@@ -20,6 +20,19 @@ NEGATIVE_IDS = "negative_ids"
 SHARED_CORRELATION_IDS = "shared_correlation_ids"
 INVALID_TEXT = "invalid_text"
 GRAPH_LEVEL_TRACE = "graph_level_trace"
+# rows left out at the read (read/validate.py)
+BAD_TIMESTAMPS = "bad_timestamps"
+NEGATIVE_DURATIONS = "negative_durations"
+OUTSIDE_SESSION = "outside_session"
+DUPLICATE_ROWS = "duplicate_rows"
+# the capture itself (read/capture.py, run/checks.py)
+UVM_MIGRATIONS = "uvm_migrations"
+NSYS_DIAGNOSTICS = "nsys_diagnostics"
+LOST_CUDA_TAIL = "lost_cuda_tail"
+# several reports (read/runset.py)
+SKIPPED_INPUT = "skipped_input"
+DUPLICATE_INPUT = "duplicate_input"
+MIXED_INPUTS = "mixed_inputs"
 # memory budget (run/api.py, run/chunked.py)
 CHUNKED = "chunked"
 NOT_TIME_ORDERED = "not_time_ordered"
@@ -33,7 +46,9 @@ CACHE_NOT_WRITTEN = "cache_not_written"
 FIGURE_SKIPPED = "figure_skipped"
 
 CODES = (MARKS_ONLY, NO_NVTX_RANGES, UNLINKED_OPS, UNCLOSED_RANGES, CROSS_THREAD_RANGES, IDENTICAL_RANGES,
-         ZERO_LENGTH_OPS, NEGATIVE_IDS, SHARED_CORRELATION_IDS, INVALID_TEXT, GRAPH_LEVEL_TRACE, CHUNKED,
+         ZERO_LENGTH_OPS, NEGATIVE_IDS, SHARED_CORRELATION_IDS, INVALID_TEXT, GRAPH_LEVEL_TRACE,
+         BAD_TIMESTAMPS, NEGATIVE_DURATIONS, OUTSIDE_SESSION, DUPLICATE_ROWS, UVM_MIGRATIONS, NSYS_DIAGNOSTICS,
+         LOST_CUDA_TAIL, SKIPPED_INPUT, DUPLICATE_INPUT, MIXED_INPUTS, CHUNKED,
          NOT_TIME_ORDERED, BELOW_FLOOR, AUTO_BUDGET, CACHE_READ_ELSEWHERE, CACHE_WRITTEN_ELSEWHERE,
          CACHE_NOT_WRITTEN, FIGURE_SKIPPED)
 

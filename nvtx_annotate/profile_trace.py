@@ -151,9 +151,18 @@ def export_command(nsys: str, base: str) -> List[str]:
 OUTPUT_SUFFIXES = (".nsys-rep", ".sqlite", ".scrubbed.sqlite", ".load.json")
 
 
-def existing_outputs(base: str) -> List[str]:
-    """Outputs of an earlier run at ``base`` that this run would replace."""
-    return [base + s for s in OUTPUT_SUFFIXES if os.path.lexists(base + s)]
+def refuse_outputs(base: str, force: bool) -> Optional[str]:
+    """Why this run may not write its outputs at ``base`` (the output policy of
+    analyze/output_policy.py: no earlier report replaced without ``--force``), or None. The policy
+    module imports no pandas: this runs before the server starts."""
+    from analyze.errors import OutputError
+    from analyze.output_policy import refuse_existing
+
+    try:
+        refuse_existing([base + s for s in OUTPUT_SUFFIXES], force=force)
+    except OutputError as exc:
+        return f"{exc} (an earlier run?)"
+    return None
 
 
 def stats_reports(version: Optional[Tuple[int, ...]]) -> str:
@@ -230,11 +239,11 @@ def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
         _log(f"{url} is up after {waited:.0f} s")
         result = serve.drive(url, load, profile_steps=a.sglang_steps,
                              start=a.capture == "cudaprofilerapi", log=_log)
+        from analyze.atomic import atomic_write
+
         path = base + ".load.json"
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
+        with atomic_write(path) as f:
             json.dump(result.to_json(), f, indent=1)
-        os.replace(tmp, path)
         _log(f"wrote {path} (what SGLang reported per request)")
         failed = result.totals()["succeeded"] == 0
     except serve.ServerError as exc:
@@ -297,12 +306,10 @@ def main(argv=None) -> int:
             print("profile-trace: warning: this Python has no specprof_nvtx.pth hook, so only SGLang >= 0.5.11 "
                   "(its plugin entry point) annotates its TP workers; `pip install specprof` installs the hook, "
                   "`python -m nvtx_annotate install-pth` adds it to a source checkout's Python", file=sys.stderr)
-    if not a.force:
-        clash = existing_outputs(base)
-        if clash:
-            print(f"profile-trace: error: {clash[0]} exists (an earlier run?): choose another -o, or "
-                  f"--force to replace it", file=sys.stderr)
-            return 8
+    refused = refuse_outputs(base, a.force)
+    if refused:
+        print(f"profile-trace: error: {refused}", file=sys.stderr)
+        return 8
     cmd = profile_command(a, nsys, base)
     print("profile-trace:", shlex.join(cmd), file=sys.stderr)
     if a.drive:

@@ -306,8 +306,10 @@ def test_output_equal_to_input_refused(tmp_path):
     copy = tmp_path / "r.sqlite"
     shutil.copy(GRAPHS, copy)
     before = sha256(copy)
-    with pytest.raises(OutputError, match="is the input report"):
+    with pytest.raises(OutputError, match="it is an input of this run"):
         scrub(copy, copy)
+    with pytest.raises(OutputError, match="it is an input of this run"):
+        scrub(copy, copy, force=True)          # --force never makes an input an output
     assert sha256(copy) == before
 
 

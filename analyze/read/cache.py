@@ -8,10 +8,12 @@ when the report's directory is not writable it goes to ``~/.cache/specprof/<key>
 written to (it is only read, and opened read-only).
 
 The key is the report's size, its mtime (ns) and the SHA-256 of its first MiB (the SQLite header
-and the first pages, which change whenever SQLite rewrites the file), plus the cache format
+and the first pages, which change whenever SQLite rewrites the file), the same of a ``-wal`` file
+beside it (a WAL database's newest pages are there, not in the main file), plus the cache format
 version. Any change to the report gives a new key; stale entries are simply never read.
-Entries are written to a temporary directory and renamed into place, so a crash never leaves a
-half-written entry that would be read later.
+Entries are written to a fresh temporary directory and renamed into place, so a crash never leaves a
+half-written entry that would be read later, and no existing file is ever written over (the output
+policy of analyze/output_policy.py holds trivially: every file written is new).
 """
 from __future__ import annotations
 
@@ -26,20 +28,31 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
-from analyze.read import report
+from analyze.read import connection, report
+from analyze.read.inputs import display_path
 
-FORMAT = 1
+FORMAT = 2      # 2: rows left out at the read (meta excluded_rows), session end, host name
 HEADER_BYTES = 1 << 20
 TABLES = ("gpu_ops", "calls", "ranges", "marks", "processes", "devices")
 
 
 def cache_key(path: str | os.PathLike) -> str:
+    """The entry's name: the report's size, mtime and first MiB, and the same of any ``-wal`` file
+    beside it (a WAL database's newest pages live in the ``-wal``: a change there changes the key)."""
     p = Path(path)
+    connection.require_regular_file(p)      # a FIFO would block the read below
     st = p.stat()
     h = hashlib.sha256()
     with open(p, "rb") as f:
         h.update(f.read(HEADER_BYTES))
-    return f"v{FORMAT}-{st.st_size}-{st.st_mtime_ns}-{h.hexdigest()[:24]}"
+    key = f"v{FORMAT}-{st.st_size}-{st.st_mtime_ns}"
+    wal = Path(str(p) + "-wal")
+    if wal.is_file():
+        wst = wal.stat()
+        with open(wal, "rb") as f:
+            h.update(f.read(HEADER_BYTES))
+        key += f"-wal{wst.st_size}-{wst.st_mtime_ns}"
+    return f"{key}-{h.hexdigest()[:24]}"
 
 
 def user_cache_dir() -> Path:
@@ -59,7 +72,7 @@ def candidates(path: str | os.PathLike) -> list[Path]:
     p = Path(path).resolve()
     key = cache_key(p)
     return [p.parent / (p.name + ".specprof-cache") / key,
-            user_cache_dir() / (hashlib.sha256(str(p).encode()).hexdigest()[:16] + "-" + p.name) / key]
+            user_cache_dir() / (hashlib.sha256(os.fsencode(str(p))).hexdigest()[:16] + "-" + p.name) / key]
 
 
 def _save(tables: report.ReportTables, entry: Path) -> None:
@@ -68,10 +81,11 @@ def _save(tables: report.ReportTables, entry: Path) -> None:
     try:
         for name in TABLES:
             frame = getattr(tables, name)
-            frame.reset_index(drop=True).to_parquet(tmp / f"{name}.parquet", index=False)
-        pd.DataFrame({"id": tables.strings.index.to_numpy(dtype="int64"),
-                      "value": tables.strings.to_numpy(dtype=object)}).to_parquet(tmp / "strings.parquet",
-                                                                                   index=False)
+            with open(tmp / f"{name}.parquet", "wb") as f:     # a file object: any path, UTF-8 or not
+                frame.reset_index(drop=True).to_parquet(f, index=False)
+        with open(tmp / "strings.parquet", "wb") as f:
+            pd.DataFrame({"id": tables.strings.index.to_numpy(dtype="int64"),
+                          "value": tables.strings.to_numpy(dtype=object)}).to_parquet(f, index=False)
         (tmp / "meta.json").write_text(json.dumps(tables.meta))
         try:
             os.rename(tmp, entry)
@@ -90,12 +104,17 @@ def _object_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _read_parquet(path: Path) -> pd.DataFrame:
+    with open(path, "rb") as f:
+        return pd.read_parquet(f)
+
+
 def _load(path: str, entry: Path) -> report.ReportTables:
-    frames = {name: _object_strings(pd.read_parquet(entry / f"{name}.parquet")) for name in TABLES}
-    s = pd.read_parquet(entry / "strings.parquet")
+    frames = {name: _object_strings(_read_parquet(entry / f"{name}.parquet")) for name in TABLES}
+    s = _read_parquet(entry / "strings.parquet")
     strings = pd.Series(s["value"].to_numpy(dtype=object), index=s["id"].to_numpy(dtype="int64"), name="value")
     meta = json.loads((entry / "meta.json").read_text())
-    return report.ReportTables(path=str(path), strings=strings, meta=meta, **frames)
+    return report.ReportTables(path=display_path(path), strings=strings, meta=meta, **frames)
 
 
 def load_or_read(path: str, reader=None) -> tuple[report.ReportTables, Note | None]:

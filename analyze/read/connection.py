@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import struct
 import warnings
 from pathlib import Path
 from typing import Iterator
 
-from analyze.errors import (CorruptReport, MissingInput, NotNsysExport, NotSqlite, NsysRepGiven, SchemaWarning,
-                            TraceError)
+from analyze.errors import (CorruptReport, MissingInput, NotAFile, NotNsysExport, NotSqlite, NsysRepGiven,
+                            SchemaWarning, TraceError)
 from analyze.read.inputs import NSYS_REP_SUFFIXES, find_reports, nsys_export_command
 
 NEWEST_TESTED_SCHEMA = (3, 25)
@@ -52,6 +53,27 @@ class ReportConnection(sqlite3.Connection):
     path: str = ""
     schema_version: tuple | None = None
     immutable: bool = False
+
+
+FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+              (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def require_regular_file(path: str | os.PathLike) -> int:
+    """The size of ``path`` when it is a regular file (through symbolic links); NotAFile for a FIFO,
+    device or socket (refused before anything opens it: reading a FIFO blocks, /dev/zero never
+    ends), MissingInput when it cannot be looked at."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as e:
+        raise MissingInput(f"{p}: cannot stat ({e.strerror})", p) from None
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size
+    if stat.S_ISDIR(st.st_mode):
+        raise MissingInput(f"{p}: is a directory, not a report file", p)
+    kind = next((what for test, what in FILE_KINDS if test(st.st_mode)), "not a regular file")
+    raise NotAFile(f"{p}: is {kind}, not a report file: give the .sqlite export itself", p)
 
 
 def _read_header(p: Path, size: int) -> bytes:
@@ -179,10 +201,7 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
     if p.name.endswith(NSYS_REP_SUFFIXES):
         raise NsysRepGiven(f"{p}: is an Nsight Systems report, not its SQLite export; run "
                            f"`{nsys_export_command(p)}`", p)
-    try:
-        size = p.stat().st_size
-    except OSError as e:
-        raise MissingInput(f"{p}: cannot stat ({e.strerror})", p) from None
+    size = require_regular_file(p)
     sidecars = _sidecars(p)
     wal_present = any(str(q).endswith(("-wal", "-shm")) for q in sidecars)
     _check_header(p, _read_header(p, size), size, wal_present)

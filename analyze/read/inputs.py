@@ -11,6 +11,20 @@ NSYS_REP_SUFFIXES = (".nsys-rep", ".qdrep")
 REPORT_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
 
+def display_path(path: str | os.PathLike) -> str:
+    """``path`` as results and messages name it: the same text, except that bytes of the file name
+    that are not UTF-8 (which Python carries as lone surrogates, and which no UTF-8 writer accepts)
+    are shown as ``\\xNN`` escapes. Files are always opened by the path itself."""
+    text = os.fspath(path)
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "backslashreplace")
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
 def nsys_export_command(path: str | os.PathLike) -> str:
     """The exact command that turns a .nsys-rep into the .sqlite export specprof reads."""
     p = Path(path)

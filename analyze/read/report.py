@@ -19,8 +19,11 @@ import pandas as pd
 from analyze import memory
 from analyze.errors import CorruptReport
 from analyze.read import connection
+from analyze.read import capture
 from analyze.read import fastread
+from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
+from analyze.read.inputs import display_path
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
@@ -45,7 +48,7 @@ GPU_OP_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_i
 class ReportTables(NamedTuple):
     """What one export holds, as DataFrames (times in ns on the report's own clock)."""
 
-    path: str
+    path: str                   # the report as results name it: read.inputs.display_path (UTF-8 always)
     strings: pd.Series          # index: string id, value: text
     gpu_ops: pd.DataFrame       # GPU_OP_COLUMNS
     calls: pd.DataFrame         # global_tid, global_pid, correlation_id, name_id, start_ns, end_ns
@@ -174,8 +177,9 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
             name = "graphId" if "graphId" in cols else "NULL"
         else:
             name = "NULL"
+        # every row is read, NULL timestamps too: read_op_part counts what it leaves out
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
-               f"FROM {table} WHERE start IS NOT NULL AND end IS NOT NULL")
+               f"FROM {table} WHERE 1")
         lo, hi = rowid_bounds(conn, table)
         if lo is None:
             plan.append(OpRead(kind, table, sql, None, None, None))
@@ -195,31 +199,81 @@ SPLIT_MIN_ROWS = 1_000_000
 _OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
 
 
+def session_end_ns(conn: sqlite3.Connection) -> int | None:
+    """The capture session's length (``ANALYSIS_DETAILS.duration``, ns from t=0); None when the
+    export does not say (older exports, synthetic ones)."""
+    if "duration" not in table_columns(conn, "ANALYSIS_DETAILS"):
+        return None
+    row = conn.execute("SELECT max(duration) FROM ANALYSIS_DETAILS WHERE typeof(duration) = 'integer'").fetchone()
+    return int(row[0]) if row and row[0] is not None and int(row[0]) > 0 else None
+
+
+# where the rows a read left out travel with the rows (a list of validate.Exclusion)
+EXCLUDED = "excluded_rows"
+
+
 def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
-    """The rows of one planned read (GPU_OP_COLUMNS but ``kind``)."""
+    """The rows of one planned read (GPU_OP_COLUMNS but ``kind``), without the rows nsys never writes
+    (read/validate.py: bad timestamps, end < start, outside the session, exact duplicates), which
+    are counted in ``frame.attrs["excluded_rows"]``."""
     sql = part.sql if part.rowid_lo is None else \
         f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    return _int64(_read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint), _OP_INT_COLUMNS)
+    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint)
+    frame, excluded = _valid_ops(frame, part.kind, session_end_ns(conn))
+    frame = _int64(frame, _OP_INT_COLUMNS)
+    frame.attrs[EXCLUDED] = excluded
+    return frame
+
+
+def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple[pd.DataFrame, list]:
+    """(the valid rows with int64 timestamps, what was left out)."""
+    if not len(frame):
+        return frame, []
+    start, end, ok, negative = validate.timestamp_mask(frame["start_ns"], frame["end_ns"])
+    inside = validate.session_mask(start, end, session_end)
+    keep = ok & ~negative & inside
+    counts = {validate.BAD_TIMESTAMPS: int((~ok).sum()), validate.NEGATIVE_DURATION: int(negative.sum()),
+              validate.OUTSIDE_SESSION: int((ok & ~negative & ~inside).sum())}
+    if not keep.all():
+        frame = frame[keep].reset_index(drop=True)
+        start, end = start[keep], end[keep]
+    if frame["start_ns"].dtype != np.int64:
+        frame["start_ns"], frame["end_ns"] = start, end
+    dup = validate.duplicate_mask(frame, start)
+    if dup.any():
+        counts[validate.DUPLICATE_ROWS] = int(dup.sum())
+        frame = frame[~dup].reset_index(drop=True)
+    return frame, validate.exclusions(kind, counts)
 
 
 def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order)."""
-    frames = []
+    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order); what the parts left
+    out (and duplicates across the parts of one table) in ``attrs["excluded_rows"]``."""
+    frames, excluded = [], []
     for kind in GPU_OP_KINDS:
         mine = [f for p, f in zip(plan, parts) if p.kind == kind]
         if not mine:
             continue
+        for f in mine:
+            excluded += f.attrs.get(EXCLUDED, [])
         frame = _concat_columns(mine)
+        if len(mine) > 1:             # a table read in several rowid ranges: duplicates across them
+            dup = validate.duplicate_mask(frame, frame["start_ns"].to_numpy(dtype="int64"))
+            if dup.any():
+                excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
+                frame = frame[~dup].reset_index(drop=True)
         frame.insert(0, "kind", kind_column(kind, len(frame)))
         frames.append(frame)
     if not frames:
         empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
         empty["kind"] = kind_column("kernel", 0)
+        empty.attrs[EXCLUDED] = validate.merge(excluded)
         return empty
     ops = _concat_columns(frames)
     ops = _int64(ops, ["global_pid", "device_id", "stream_id", "correlation_id", "name_id",
                        "start_ns", "end_ns"])
     ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
+    ops.attrs[EXCLUDED] = validate.merge(excluded)
     return ops
 
 
@@ -238,12 +292,32 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
         name = "nameId" if "nameId" in cols else "NULL"
-        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE} "
-                            "WHERE start IS NOT NULL AND end IS NOT NULL", names, copy=False,
-                      rows_hint=_rows_hint(conn, RUNTIME_TABLE))
+        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}", names,
+                      copy=False, rows_hint=_rows_hint(conn, RUNTIME_TABLE))
+        frame, excluded = _valid_calls(frame)
         frame = _int64(frame, names)
+        frame.attrs[EXCLUDED] = excluded
     frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
     return frame
+
+
+def _valid_calls(frame: pd.DataFrame) -> tuple[pd.DataFrame, list]:
+    """API calls with integer timestamps, end >= start; what was left out."""
+    if not len(frame):
+        return frame, []
+    start, end, ok, negative = validate.timestamp_mask(frame["start_ns"], frame["end_ns"])
+    keep = ok & ~negative
+    if not keep.all():
+        frame = frame[keep].reset_index(drop=True)
+    if frame["start_ns"].dtype != np.int64:
+        frame["start_ns"], frame["end_ns"] = start[keep], end[keep]
+    return frame, validate.exclusions("api_call", {validate.BAD_TIMESTAMPS: int((~ok).sum()),
+                                                   validate.NEGATIVE_DURATION: int(negative.sum())})
+
+
+RANGE_COLUMNS = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns", "end_missing",
+                 "int_value"]
+MARK_COLUMNS = ["global_tid", "global_pid", "domain", "text", "time_ns", "int_value"]
 
 
 def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
@@ -251,9 +325,7 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
     """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks (events read in rowid
     chunks of ``chunk_rows`` when given: the same frames in less memory)."""
     cols = set(table_columns(conn, "NVTX_EVENTS"))
-    range_cols = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns",
-                  "end_missing", "int_value"]
-    mark_cols = ["global_tid", "global_pid", "domain", "text", "time_ns", "int_value"]
+    range_cols, mark_cols = RANGE_COLUMNS, MARK_COLUMNS
     if not {"start", "eventType"} <= cols:
         return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
                 pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
@@ -278,21 +350,25 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
         events = _read(conn, sql, list(sel), copy=False, rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
         if events.empty:
             return empty
-        range_frame, mark_frame, _ = _nvtx_frames(events, strings)
+        range_frame, mark_frame, info = _nvtx_frames(events, strings)
+        range_frame.attrs[EXCLUDED] = info["excluded"]
         return range_frame, mark_frame
     # in rowid chunks (bounded memory): domain names first, from every domain-create event
     created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
     domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
-    parts, max_ts = [], None
+    parts, max_ts, excluded = [], None, []
     for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
         events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {a + int(chunk_rows)}", list(sel),
                        copy=False, rows_hint=int(chunk_rows))
         if len(events):
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
-            max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
+            excluded += info["excluded"]
+            if info["max_ts"] is not None:
+                max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
         del events
     if not parts:
+        empty[0].attrs[EXCLUDED] = validate.merge(excluded)
         return empty
     range_frame = _concat_columns([r for r, _ in parts])
     mark_frame = _concat_columns([m for _, m in parts])
@@ -305,12 +381,30 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
         for c in ("domain", "name", "style", "text"):
             if c in frame.columns and frame[c].dtype != object:
                 frame[c] = frame[c].astype(object)
+    range_frame.attrs[EXCLUDED] = validate.merge(excluded)
     return range_frame, mark_frame
 
 
 def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | None = None):
-    """(ranges, marks, {"max_ts", "domains"}) from a frame of NVTX events (all of them or a rowid
-    chunk; ``domain_names`` from every domain-create event when a chunk)."""
+    """(ranges, marks, {"max_ts", "domains", "excluded"}) from a frame of NVTX events (all of them or a
+    rowid chunk; ``domain_names`` from every domain-create event when a chunk). Events whose start is
+    not an integer, and ranges that end before they start, are left out and counted."""
+    start_values, start_ok = validate.integer_values(events["start"])
+    end_values, end_ok = validate.integer_values(events["end"])
+    backwards = start_ok & end_ok & (end_values < start_values)
+    end_bad = ~end_ok & pd.notna(events["end"]).to_numpy()       # a text or fractional end (NULL is unclosed)
+    keep = start_ok & ~backwards & ~end_bad
+    excluded = validate.exclusions("nvtx", {validate.BAD_TIMESTAMPS: int((~start_ok | end_bad).sum()),
+                                            validate.NEGATIVE_DURATION: int((backwards & ~end_bad).sum())})
+    if not keep.all():
+        events = events[keep].reset_index(drop=True)
+        start_values = start_values[keep]
+    if events["start"].dtype != np.int64:
+        events["start"] = start_values
+    if not len(events):
+        empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in RANGE_COLUMNS}),
+                 pd.DataFrame({c: pd.Series(dtype="object") for c in MARK_COLUMNS}))
+        return (*empty, {"max_ts": None, "domains": domain_names or {}, "excluded": excluded})
     events = _int64(events, ["start", "eventType", "globalTid", "domainId"])
     # plain NumPy from here: no boolean indexing of a frame with text columns, no str inference
     etype = events["eventType"].to_numpy(dtype="int64")
@@ -382,7 +476,7 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
         "int_value": int_value[marks],
     }, copy=False)
     return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
-            {"max_ts": max_ts, "domains": domain_names})
+            {"max_ts": max_ts, "domains": domain_names, "excluded": excluded})
 
 
 def _float_or_nan(column: pd.Series) -> np.ndarray:
@@ -429,6 +523,11 @@ def read_meta(conn: sqlite3.Connection) -> dict:
             row = conn.execute(f"SELECT value FROM {table} WHERE name='EXPORT_PRODUCT_VERSION'").fetchone()
             if row:
                 meta["nsys_version"] = row[0]
+    meta["session_end_ns"] = session_end_ns(conn)
+    meta["hostname"] = read_hostname(conn)
+    meta["diagnostics"] = capture.diagnostics(conn)
+    meta["uvm_migrations"] = capture.uvm_migrations(conn)
+    meta["unified_memory_events"] = capture.unified_memory_events(conn)
     if "utcEpochNs" in table_columns(conn, "TARGET_INFO_SESSION_START_TIME"):
         row = conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         if row and row[0] is not None:
@@ -439,6 +538,14 @@ def read_meta(conn: sqlite3.Connection) -> dict:
         if row:
             meta["cuda_graph_trace"] = str(row[0]).lower()
     return meta
+
+
+def read_hostname(conn: sqlite3.Connection) -> str | None:
+    """The profiled machine's name (``TARGET_INFO_SYSTEM_ENV`` ``Hostname``; ``<host>`` once scrubbed)."""
+    if not {"name", "value"} <= set(table_columns(conn, "TARGET_INFO_SYSTEM_ENV")):
+        return None
+    row = conn.execute("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname' LIMIT 1").fetchone()
+    return str(row[0]) if row and row[0] is not None else None
 
 
 def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
@@ -460,6 +567,14 @@ def read_threads() -> int:
     if fastread.backend() != "adbc":
         return 1
     return max(1, min(2, os.cpu_count() or 1))
+
+
+def take_excluded(frame: pd.DataFrame | None) -> list:
+    """What the read of ``frame`` left out (validate.Exclusion list), removed from the frame (pandas
+    would copy ``attrs`` into every frame derived from it)."""
+    if frame is None:
+        return []
+    return list(frame.attrs.pop(EXCLUDED, None) or [])
 
 
 def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
@@ -486,9 +601,12 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
                                                                         threads, prepare, nvtx_chunk_rows)
-        return ReportTables(path=str(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
+        meta = read_meta(conn)
+        meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
+                                                          + take_excluded(ranges))]
+        return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
-                            meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
+                            meta=meta, cross_thread_ranges=count_cross_thread_ranges(conn),
                             prepared=prepared)
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc

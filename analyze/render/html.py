@@ -374,9 +374,10 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
 
 def write_html(result, path, *, top: int = 5, advice: dict | None = None) -> Path:
     """Write the self-contained HTML report to ``path`` atomically; returns the path."""
+    from analyze import output_policy
     from analyze.atomic import atomic_write
 
     text = render_html(result, top=top, advice=advice)
-    with atomic_write(path) as f:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_write(path) as f:
         f.write(text)
     return Path(path)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyze import output_policy
 from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.timeline import collectives as coll_mod
 from analyze.views import summary
@@ -106,7 +107,7 @@ def write_json(result, path, advice: dict | None = None) -> None:
     """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
     line (millions of cycle and collective rows: bounded memory, the C encoder)."""
     parts = _json_parts(result, advice)
-    with atomic_write(path) as f:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_write(path) as f:
         f.write("{")
         for i, (key, value) in enumerate(parts):
             f.write(("\n " if i == 0 else ",\n ") + json.dumps(key) + ": ")
@@ -123,7 +124,7 @@ def write_json(result, path, advice: dict | None = None) -> None:
 
 
 def write_csv(result, directory) -> list[str]:
-    with atomic_dir_write(directory) as d:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
         for name, frame in tables(result).items():
             with d.open(f"{name}.csv", newline="") as f:
                 frame.to_csv(f, index=False)
@@ -140,14 +141,14 @@ def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
     import pyarrow.parquet as pq
 
     schema = pa.Schema.from_pandas(frame, preserve_index=False)
-    with pq.ParquetWriter(path, schema) as writer:
+    with open(path, "wb") as f, pq.ParquetWriter(f, schema) as writer:   # a file object: any path
         for at in range(0, max(len(frame), 1), PARQUET_ROWS_PER_GROUP):
             part = frame.iloc[at:at + PARQUET_ROWS_PER_GROUP]
             writer.write_table(pa.Table.from_pandas(part, schema=schema, preserve_index=False))
 
 
 def write_parquet(result, directory) -> list[str]:
-    with atomic_dir_write(directory) as d:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
         for name, frame in tables(result).items():
             # object columns as text (None kept); the other columns shared, not copied
             text = {c: frame[c].map(lambda v: None if v is None else str(v))

@@ -765,12 +765,13 @@ def write_all(result, directory, *, names: Iterable[str] | None = None, formats:
     missing; all files renamed into place only when every figure was written). Figures without data
     are skipped; why is added to ``result.notes`` (printed by the CLI). ``names``: only these figures
     (keys of :data:`FIGURES`). Returns the file names."""
+    from analyze import output_policy
     from analyze.atomic import atomic_dir_write
 
     formats = tuple(formats)
     figs, notes = figures(result, names)
     _add_notes(result, notes)
-    with atomic_dir_write(directory) as d:
+    with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
         for name, fig in figs.items():
             for fmt in formats:
                 with d.open(f"{name}.{fmt}", "wb") as f:

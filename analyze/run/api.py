@@ -18,13 +18,13 @@ from analyze import memory
 from analyze import notes as N
 from analyze.attribute import attribution
 from analyze.attribute.phases import OTHER, PhaseConfig
-from analyze.errors import NoCudaActivity, NvtxOnly, TraceError
+from analyze.errors import TraceError
 from analyze.notes import Note
+from analyze.processes import bounded_jobs, worker_pool
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
-from analyze.read import report
+from analyze.read import capture, report, runset
 from analyze.read.connection import has_table, open_report
-from analyze.read.nsys_export import expand_inputs
 from analyze.results import Analysis, ReportResult
 from analyze.run import checks, multirank
 from analyze.run.launches import cycle_of_ops, prepare_launches
@@ -67,6 +67,7 @@ def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool 
     end. Cycles and the collective ops are computed here too, so the reducer only sees per-rank,
     per-cycle and per-collective rows (plus the op table, for plots and notebooks)."""
     config = config or PhaseConfig()
+    capture.require_gpu_activity(path)        # else the error that says why (nsys' own words)
     stage = _Stages(progress, str(path))
     try:
         return _analyze_report(path, config, cache, memory_budget, stage)
@@ -87,12 +88,9 @@ def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage
             return result
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes, prepare=prepare)
     ops = tables.gpu_ops
-    if ops.empty:
-        if tables.ranges.empty and tables.marks.empty:
-            raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
-                                        "(was it captured with -t cuda?)")
-        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
-    path = str(path)
+    if ops.empty:                             # the read left every op out (read/validate.py)
+        capture.require_gpu_activity(path, usable_ops=0)
+    path = tables.path            # the report as results name it (read.inputs.display_path)
     cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
     kind = attribution.kind_codes(ops["kind"])
     graph_node = ops["graph_node_id"]
@@ -201,11 +199,6 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
 
     tables = report.read_report(path, prepare=prepare, ops=False,
                                 nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
-    if tables.ranges.empty and tables.marks.empty and not report_has_ops(path):
-        raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
-                                    "(was it captured with -t cuda?)")
-    if not report_has_ops(path):
-        raise NvtxOnly(f"{path}: NVTX only, no CUDA activity: profile with -t cuda,nvtx", path)
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
@@ -224,14 +217,6 @@ def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage
         notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
                           "report was analysed in one piece (only its read was chunked)"))
         return None
-
-
-def report_has_ops(path: str) -> bool:
-    conn = open_report(path, quick_check=False)
-    try:
-        return any(report.rowid_bounds(conn, p.table)[0] is not None for p in report.plan_gpu_op_reads(conn))
-    finally:
-        conn.close()
 
 
 def _pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
@@ -255,15 +240,19 @@ def collective_names(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
          cache: bool = False, memory_budget: int | str | None = "auto",
-         scheduler: str | None = None) -> Analysis:
+         scheduler: str | None = None, allow_mixed: bool = False, strict: bool = False) -> Analysis:
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
     ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
-    unless a report would not fit in the available memory (:func:`auto_budget`)."""
+    unless a report would not fit in the available memory (:func:`auto_budget`). The reports are
+    checked first (read/runset.py): the same report twice or reports of different runs are refused
+    unless ``allow_mixed``; a report of a directory that cannot be analysed is left out with a note
+    unless ``strict``."""
     config = config or PhaseConfig()
-    files = expand_inputs(paths)
-    results = map_reports(files, config, jobs=jobs, progress=progress, cache=cache,
+    run = runset.collect(paths, allow_mixed=allow_mixed, strict=strict)
+    results = map_reports(run.files, config, jobs=jobs, progress=progress, cache=cache,
                           memory_budget=memory_budget, scheduler=scheduler)
     analysis = multirank.combine(results, config)
+    analysis.notes.extend(run.notes)
     chunked = any(N.has(r.notes, N.CHUNKED) for r in results)
     del results
     if chunked:
@@ -283,7 +272,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
         from analyze.run import distributed
         return distributed.map_reports(analyze_report, files, config, scheduler, progress=progress, cache=cache,
                                        memory_budget=None if memory_budget == AUTO else memory_budget)
-    at_once = 1 if jobs <= 1 or len(files) <= 1 else min(jobs, len(files))
+    at_once = bounded_jobs(jobs, len(files))
     budgets, auto_notes = [memory_budget] * len(files), [None] * len(files)
     if memory_budget == AUTO:
         budgets, auto_notes = map(list, zip(*(auto_budget(f, at_once, cache) for f in files))) if files \
@@ -292,9 +281,7 @@ def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progres
         results = [analyze_report(f, config, cache=cache, memory_budget=b, progress=progress)
                    for f, b in zip(_progress(files, progress and len(files) > 1), budgets)]
     else:
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with worker_pool(at_once) as pool:
             futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=b)
                        for f, b in zip(files, budgets)]
             results = [f.result() for f in _progress(futures, progress, total=len(files))]

@@ -11,19 +11,84 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
+from analyze.read import capture, validate
+from analyze.read.report import EXCLUDED
 
 REPLACEMENT_CHAR = "\ufffd"
 
 
-def unlinked_ops(op_call: np.ndarray) -> list[Note]:
-    return unlinked_note(int((op_call < 0).sum()))
+def unlinked_ops(op_call: np.ndarray, uvm_migrations: int = 0) -> list[Note]:
+    return unlinked_note(int((op_call < 0).sum()), uvm_migrations)
 
 
-def unlinked_note(missing: int) -> list[Note]:
-    if not missing:
+def unlinked_note(missing: int, uvm_migrations: int = 0) -> list[Note]:
+    """GPU ops without a launching API call: the unified-memory migrations among them (memcpy rows
+    of copy kinds 11-13, which no call launches) named as such, the others (a sliced capture)."""
+    uvm = min(int(uvm_migrations or 0), missing)
+    notes = []
+    if uvm:
+        notes.append(Note(N.UVM_MIGRATIONS, f"{uvm} GPU ops are unified-memory migrations (page faults, prefetches, "
+                          "evictions: memcpys no API call launches): phase `other`", uvm))
+    rest = missing - uvm
+    if rest:
+        notes.append(Note(N.UNLINKED_OPS, f"{rest} GPU ops had no launching API call (sliced capture?): phase by "
+                          "kernel name only, else `other`", rest))
+    return notes
+
+
+def unified_memory_events(meta: dict) -> list[Note]:
+    n = int((meta or {}).get("unified_memory_events") or 0)
+    return [Note(N.UVM_MIGRATIONS, f"{n} unified-memory counter events (page faults, migrations; "
+                 "CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER) are not GPU ops: not in busy or kernel time", n)] if n else []
+
+
+def nsys_errors(meta: dict) -> list[Note]:
+    """nsys' own error-level diagnostics of the capture, passed on (warnings only where they explain a
+    failure: read/capture.py, :func:`lost_cuda_tail`)."""
+    errors = [d for d in (meta or {}).get("diagnostics") or [] if d.get("severity", 0) >= capture.ERROR]
+    if not errors:
         return []
-    return [Note(N.UNLINKED_OPS, f"{missing} GPU ops had no launching API call (sliced capture?): phase by "
-                 "kernel name only, else `other`", missing)]
+    n = sum(int(d.get("count") or 1) for d in errors)
+    return [Note(N.NSYS_DIAGNOSTICS, f"nsys reported errors during the capture: {capture.said(errors, limit=4)}", n)]
+
+
+def lost_cuda_tail(ranges: pd.DataFrame, totals: pd.DataFrame, meta: dict) -> list[Note]:
+    """Decode cycles that come after the last GPU op of their rank: NVTX without any GPU op, the CUDA
+    data of the end of the run lost (the process exited before nsys saved its CUDA buffers). They
+    are missing from the cycle table; the note counts them, says how much time they span and what
+    nsys said, and points at --cuda-flush-interval."""
+    if ranges is None or totals is None or not len(ranges) or "is_cycle" not in ranges.columns \
+            or "window_end_ns" not in totals.columns:
+        return []
+    cyc = ranges[ranges["is_cycle"].to_numpy(dtype=bool)]
+    if not len(cyc):
+        return []
+    last_op = dict(zip(totals["rank"].astype("int64").tolist(), totals["window_end_ns"].astype("int64").tolist()))
+    lost, parts, pids = 0, [], []
+    for rank, mine in cyc.groupby("rank", sort=True):
+        end = last_op.get(int(rank))
+        if end is None or end < 0:
+            continue
+        after = mine[mine["start_ns"].to_numpy(dtype="int64") > end]
+        if not len(after):
+            continue
+        lost += len(after)
+        span_s = (int(after["end_ns"].max()) - end) / 1e9
+        parts.append(f"rank {int(rank)}: {len(after)} of {len(mine)} cycles, the last {span_s:.1f} s")
+        pids += [int(p) for p in after["global_pid"].unique()]
+    if not lost:
+        return []
+    words = capture.said([d for d in (meta or {}).get("diagnostics") or [] if "CUDA" in d.get("text", "")],
+                         pids, limit=1)
+    return [Note(N.LOST_CUDA_TAIL, f"{lost} decode cycles come after the last GPU op ({'; '.join(parts)}): NVTX "
+                 "without GPU ops, the CUDA data of the end of the run was lost (the process exited before nsys "
+                 f"saved its CUDA buffers{'; nsys said: ' + words if words else ''}); they are not in the cycle "
+                 f"table; {capture.FLUSH_HINT}", lost)]
+
+
+def report_notes(result) -> list[Note]:
+    """What a report's results (whole or chunked: the same tables) say about its capture."""
+    return lost_cuda_tail(result.ranges, result.totals, result.meta) + nsys_errors(result.meta)
 
 
 def zero_length_ops(ops: pd.DataFrame) -> list[Note]:
@@ -112,15 +177,21 @@ def graph_level_trace(meta: dict, ops: pd.DataFrame, graph_ops: int | None = Non
     return []
 
 
+def excluded_rows(tables) -> list:
+    """What the read left out (read/validate.py), as the report's meta carries it."""
+    return list((tables.meta or {}).get(EXCLUDED, []) or [])
+
+
 def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame,
               op_counts: dict | None = None) -> list[Note]:
-    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph): the op
+    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph, excluded): the op
     figures counted chunk by chunk, when ``ops`` is not the whole op table (chunked.py)."""
     if op_counts is not None:
         return _notes_from_counts(tables, ranges, op_counts)
-    notes: list[Note] = []
+    notes: list[Note] = validate.exclusion_notes(excluded_rows(tables))
     notes += marks_only(ranges, tables.marks)
-    notes += unlinked_ops(op_call)
+    notes += unlinked_ops(op_call, (tables.meta or {}).get("uvm_migrations", 0))
+    notes += unified_memory_events(tables.meta)
     notes += unclosed_ranges(ranges)
     notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
     notes += identical_ranges(ranges)
@@ -147,12 +218,17 @@ def input_notes(tables, ranges: pd.DataFrame) -> dict:
             "identical": identical_ranges(ranges),
             "negative_ids": int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()),
             "shared_correlation": shared_correlation_ids(tables.calls),
-            "invalid_text": invalid_text(tables.strings)}
+            "invalid_text": invalid_text(tables.strings),
+            "excluded": excluded_rows(tables),
+            "uvm": int((tables.meta or {}).get("uvm_migrations") or 0),
+            "uvm_events": unified_memory_events(tables.meta)}
 
 
 def notes_from_counts(pre: dict, c: dict) -> list[Note]:
     """:func:`all_notes` from :func:`input_notes` and the op figures counted chunk by chunk
     (unlinked, zero, negative_pid, graph)."""
-    return (pre["marks_only"] + unlinked_note(c["unlinked"]) + pre["unclosed"] + pre["cross_thread"]
+    return (validate.exclusion_notes(pre.get("excluded", []) + c.get("excluded", []))
+            + pre["marks_only"] + unlinked_note(c["unlinked"], pre.get("uvm", 0)) + pre["uvm_events"]
+            + pre["unclosed"] + pre["cross_thread"]
             + pre["identical"] + zero_length_note(c["zero"]) + negative_ids_note(pre["negative_ids"] + c["negative_pid"])
             + pre["shared_correlation"] + pre["invalid_text"] + graph_level_trace({}, None, graph_ops=c["graph"]))

@@ -35,7 +35,7 @@ from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase
 from analyze.notes import Note
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
-from analyze.read import report
+from analyze.read import capture, report
 from analyze.read.connection import open_report
 from analyze.results import ReportResult
 from analyze.run import checks
@@ -220,6 +220,7 @@ def _read_chunk(conn_path: str, immutable: bool, reads: list[report.OpRead]):
 
 def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -> ReportResult:
     tables = box.pop()
+    label = tables.path           # the report as results name it (read.inputs.display_path)
     launches: Launches = tables.prepared
     tables = tables._replace(prepared=None, ranges=None)
     n_calls = len(launches.index.key)
@@ -249,7 +250,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
     spans = {k: (np.zeros(n_calls, dtype="int8"), np.full(n_calls, INT64_MAX, dtype="int64"),
                  np.full(n_calls, INT64_MIN, dtype="int64")) for k in ("nsys", "all")}
     pairs: set[tuple[int, int]] = set()
-    counts = {"unlinked": 0, "zero": 0, "negative_pid": 0, "graph": 0}
+    counts = {"unlinked": 0, "zero": 0, "negative_pid": 0, "graph": 0, "excluded": []}
     coll_parts: list[pd.DataFrame] = []
     n_spilled = 0
 
@@ -261,6 +262,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
             # read the next chunk while this one is analysed
             pending = pool.submit(_read_chunk, path, conn.immutable, chunks[k + 1]) if k + 1 < len(chunks) else None
             stage(f"chunk {k + 1}/{len(chunks)}")
+            counts["excluded"] += [x for _, f in parts for x in report.take_excluded(f)]
             frames = [f for _, f in parts if len(f)]
             if not frames:
                 continue
@@ -343,13 +345,15 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
             n_spilled += 1
             del g, s, e, ph, nc, incl, covered, dur, is_kernel
 
+    if not n_spilled:                 # the read left every op out (read/validate.py)
+        capture.require_gpu_activity(path, usable_ops=0)
     keys = None
     launches = launches._replace(calls=None)
     memory.release()
     stage("combining chunks")
     ranges = _load_frame(spill / "ranges.pkl")
     pairs_df = pd.DataFrame(sorted(pairs), columns=["global_pid", "device_id"], dtype="int64")
-    ranks = identify_ranks(pairs_df, tables.marks, ranges, tables.processes, path)
+    ranks = identify_ranks(pairs_df, tables.marks, ranges, tables.processes, label)
     rank_values = ranks["rank"].to_numpy(dtype="int64")
     rank_pids = ranks["global_pid"].to_numpy(dtype="int64")
     group_pids = np.array(list(groups.code), dtype="int64")
@@ -406,9 +410,9 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
 
     memory.release()
     stage("decode cycles")
-    cycle_rows = ranges[ranges["is_cycle"].to_numpy(dtype=bool)].assign(input=path)
+    cycle_rows = ranges[ranges["is_cycle"].to_numpy(dtype=bool)].assign(input=label)
     cycle_tab = _cycle_table(spill, n_spilled, row_of_group, rank_values, cycle_rows,
-                             windows, tables.marks.assign(input=path), config)
+                             windows, tables.marks.assign(input=label), config)
 
     window_ops = _window_ops(spill, n_spilled, row_of_group, rank_values, cycle_tab, phase_names, texts)
 
@@ -434,7 +438,7 @@ def _analyze(path, config, box: list, conn, chunks, times, spill: Path, stage) -
     notes = checks.notes_from_counts(input_notes, counts)
     notes.append(Note(N.CHUNKED, f"--memory-budget: analysed in {len(chunks)} time-ordered "
                       f"chunk{'s' if len(chunks) != 1 else ''}; the per-op table (gpu_ops) is not kept", len(chunks)))
-    return ReportResult(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
+    return ReportResult(label, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
 
 

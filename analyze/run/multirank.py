@@ -12,6 +12,7 @@ import pandas as pd
 from analyze.attribute.phases import PhaseConfig
 from analyze.ranks import alignment
 from analyze.ranks.identify import RankConflict
+from analyze.run import checks
 from analyze.results import Analysis
 from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
 
@@ -61,6 +62,8 @@ def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
 
 
 def combine(results, config: PhaseConfig):
+    for res in results:           # what each report's own tables say about its capture (checks.py)
+        res.notes.extend(n for n in checks.report_notes(res) if n not in res.notes)
     renumber_ranks(results)
     paths = list(dict.fromkeys(r.path for r in results))
     offsets = alignment.align(results)

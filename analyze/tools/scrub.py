@@ -45,6 +45,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analyze import output_policy
 from analyze.atomic import atomic_path
 from analyze.errors import OutputError, TraceError
 from analyze.read.connection import has_table, open_report, table_columns
@@ -428,41 +429,44 @@ def _residual(conn: sqlite3.Connection) -> dict[str, int]:
 
 
 def scrub(in_path: str | os.PathLike, out_path: str | os.PathLike, *,
-          keep_names: bool = False) -> ScrubReport:
+          keep_names: bool = False, force: bool = False) -> ScrubReport:
     """Write a scrubbed copy of the nsys export ``in_path`` to ``out_path`` and say what changed.
 
     The input is never written (read-only connection; its bytes are unchanged). The output is
     written to a temporary file next to ``out_path`` and renamed into place when complete.
     Raises the TraceError subclasses of :func:`open_report` for a bad input and OutputError when
-    ``out_path`` cannot be written or is the input itself."""
+    ``out_path`` cannot be written, is the input itself (or a link to it), or exists and ``force``
+    is not given (analyze/output_policy.py)."""
     src_p, dst_p = Path(in_path), Path(out_path)
     src = open_report(src_p)
     try:
-        if dst_p.exists() and (dst_p.resolve() == src_p.resolve() or os.path.samefile(src_p, dst_p)):
-            raise OutputError(f"cannot write {dst_p}: it is the input report; choose another "
-                              "output path", dst_p)
-        report = ScrubReport(str(src_p), str(dst_p), keep_names, bytes_in=src_p.stat().st_size)
-        with atomic_path(dst_p) as tmp:
-            dst = sqlite3.connect(str(tmp))
-            try:
-                src.backup(dst)
-                dst.text_factory = lambda b: b.decode("utf-8", errors="replace")
-                dst.execute("PRAGMA trusted_schema=OFF")
-                dst.execute("PRAGMA secure_delete=ON")
-                dst.execute("PRAGMA journal_mode=MEMORY")
-                with dst:
-                    _edit_copy(dst, report, keep_names)
-                report.residual = _residual(dst)
-                dst.execute("VACUUM")
-            except sqlite3.Error as e:
-                raise OutputError(f"cannot write {dst_p}: SQLite error while scrubbing ({e})",
-                                  dst_p) from None
-            finally:
-                dst.close()
-        report.bytes_out = dst_p.stat().st_size
-        return report
+        with output_policy.protect([src_p], force=force):
+            output_policy.check_output(dst_p, overwrite="never")
+            return _scrub_into(src, src_p, dst_p, keep_names)
     finally:
         src.close()
+
+
+def _scrub_into(src: sqlite3.Connection, src_p: Path, dst_p: Path, keep_names: bool) -> ScrubReport:
+    report = ScrubReport(str(src_p), str(dst_p), keep_names, bytes_in=src_p.stat().st_size)
+    with atomic_path(dst_p, overwrite="never") as tmp:
+        dst = sqlite3.connect(str(tmp))
+        try:
+            src.backup(dst)
+            dst.text_factory = lambda b: b.decode("utf-8", errors="replace")
+            dst.execute("PRAGMA trusted_schema=OFF")
+            dst.execute("PRAGMA secure_delete=ON")
+            dst.execute("PRAGMA journal_mode=MEMORY")
+            with dst:
+                _edit_copy(dst, report, keep_names)
+            report.residual = _residual(dst)
+            dst.execute("VACUUM")
+        except sqlite3.Error as e:
+            raise OutputError(f"cannot write {dst_p}: SQLite error while scrubbing ({e})", dst_p) from None
+        finally:
+            dst.close()
+    report.bytes_out = dst_p.stat().st_size if dst_p.is_file() else report.bytes_out
+    return report
 
 
 def main_scrub(argv: list[str] | None = None) -> int:
@@ -475,9 +479,10 @@ def main_scrub(argv: list[str] | None = None) -> int:
     ap.add_argument("-o", "--output", required=True, help="scrubbed copy to write")
     ap.add_argument("--keep-names", action="store_true",
                     help="keep host names, user names and GPU uuids")
+    ap.add_argument("--force", action="store_true", help="replace OUT when it exists (never the input)")
     args = ap.parse_args(argv)
     try:
-        rep = scrub(args.input, args.output, keep_names=args.keep_names)
+        rep = scrub(args.input, args.output, keep_names=args.keep_names, force=args.force)
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 
+from analyze import output_policy
 from analyze.tools.diff.model import N_BOOT, diff_results
 from analyze.tools.diff.render import plot_diff, render_diff, to_json
 from analyze.tools.sides import OUTLIER_FACTOR, load_side
@@ -33,23 +34,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--keep-outliers", action="store_true",
                    help=f"keep cycles longer than {OUTLIER_FACTOR:g}x the median (warm-up)")
+    p.add_argument("--force", action="store_true",
+                   help="let an output replace an existing Nsight Systems report (never an input)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal table")
     return p
 
 
 def main_diff(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
-                     top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
-    if args.json:
-        from analyze.atomic import atomic_write
-        from analyze.render.outputs import _plain
-
-        with atomic_write(args.json) as f:
-            json.dump(to_json(d), f, indent=1, default=_plain)
-            f.write("\n")
-    if args.plot:
-        plot_diff(d, args.plot, top=args.top)
+    with output_policy.protect([args.before, args.after], force=args.force):
+        for path in (args.json, args.plot):
+            if path:
+                output_policy.check_output(path)
+        d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
+                         top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
+        if args.json:
+            from analyze.atomic import atomic_write
+            from analyze.render.outputs import _plain
+            with atomic_write(args.json) as f:
+                json.dump(to_json(d), f, indent=1, default=_plain)
+                f.write("\n")
+        if args.plot:
+            plot_diff(d, args.plot, top=args.top)
     if not args.quiet:
         sys.stdout.write(render_diff(d, top=args.top))
     return 0

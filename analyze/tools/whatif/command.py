@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from analyze import output_policy
 from analyze.errors import TraceError
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="PATH")
     p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true",
+                   help="let an output replace an existing Nsight Systems report (never an input)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
 
@@ -111,27 +114,31 @@ def main_whatif(argv: list[str]) -> int:
         scaling = check_verify_scaling(args.verify_scaling)
     except ValueError as exc:
         raise TraceError(str(exc)) from exc
-    sides = [load_side(r) for r in args.reports]
-    baseline = load_side(args.baseline) if args.baseline else None
-    measured = measured_base = None
-    if args.measured:
-        measured, measured_base = read_measured(args.measured)
-    try:
-        r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
-                   n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
-                   calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
-                   verify_scaling=scaling)
-    except ValueError as exc:
-        raise TraceError(str(exc)) from exc
-    if args.json:
-        from analyze.atomic import atomic_write
-        from analyze.render.outputs import _plain
+    with output_policy.protect([*args.reports, args.baseline, args.measured], force=args.force):
+        for path in (args.json, args.plot):
+            if path:
+                output_policy.check_output(path)
+        sides = [load_side(r) for r in args.reports]
+        baseline = load_side(args.baseline) if args.baseline else None
+        measured = measured_base = None
+        if args.measured:
+            measured, measured_base = read_measured(args.measured)
+        try:
+            r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
+                       n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
+                       calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
+                       verify_scaling=scaling)
+        except ValueError as exc:
+            raise TraceError(str(exc)) from exc
+        if args.json:
+            from analyze.atomic import atomic_write
+            from analyze.render.outputs import _plain
 
-        with atomic_write(args.json) as f:
-            json.dump(to_json(r), f, indent=1, default=_plain)
-            f.write("\n")
-    if args.plot:
-        plot_whatif(r, args.plot)
+            with atomic_write(args.json) as f:
+                json.dump(to_json(r), f, indent=1, default=_plain)
+                f.write("\n")
+        if args.plot:
+            plot_whatif(r, args.plot)
     if not args.quiet:
         sys.stdout.write(render_whatif(r))
     return 0
