@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from analyze.atomic import atomic_write
-from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
+from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, SchemaWarning, TraceError, UsageError
 from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif")
@@ -29,8 +29,8 @@ def default_trace() -> str:
     return demo_trace()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="analyze-trace",
         description="Attribute GPU time per phase (draft, verify, allreduce, ...), kernel and rank from "
                     "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif (see `analyze-trace "
@@ -105,6 +105,11 @@ def run_analyze(argv: list[str]) -> int:
         config = phases.load_config(args.config, args.phase)
     except (OSError, ValueError) as exc:
         raise UsageError(f"phase configuration: {exc}") from exc
+    blank = [r for r in args.reports if not str(r).strip()]
+    if blank:       # "" is not the current directory, nor a reason to run the demo
+        raise MissingInput("an empty path was given as a report (an unset shell variable?): give a report, a "
+                           "directory of reports, or no argument at all for the bundled demo")
+    demo = not args.reports
     reports = args.reports or [default_trace()]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     try:
@@ -114,6 +119,14 @@ def run_analyze(argv: list[str]) -> int:
         if len(expand_inputs(reports)) == 1:
             show_nvtx_only(expand_inputs(reports)[0], args)
         raise
+    from analyze import notes as N
+    from analyze.views import phase_hints
+
+    hints = phase_hints.hint_notes(result, config)
+    result.notes.extend(hints)
+    for note in hints:
+        if note.code == N.PHASE_UNMATCHED:
+            print(f"analyze-trace: {note.message}", file=sys.stderr)
     if args.json:
         outputs.write_json(result, args.json)
     if args.csv:

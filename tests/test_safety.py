@@ -64,7 +64,7 @@ def test_exit_codes_are_distinct_and_documented():
     from analyze import errors
 
     every = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, TraceError) and c is not TraceError]
-    assert len(every) == 11
+    assert len(every) == 12
     for c in every:
         own = f"| {c.exit_code} | `{c.__name__}`" in doc
         under_parent = c.exit_code == c.__mro__[1].exit_code and f"`{c.__name__}`" in doc

@@ -1,0 +1,98 @@
+"""Exit codes as the README documents them, on every subcommand: option errors are 10 (never
+argparse's 2), unsuitable input for diff/whatif has its own code (11, never 1), and every error is
+one `analyze-trace: error:` line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analyze import cli
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+EAGER = str(REAL / "h200_4proc_eager.sqlite")
+STEPS3 = str(REAL / "h200_steps3.sqlite")
+NOSPEC = str(REAL / "h200_nospec.sqlite")
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("analyze-trace: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--bogus"], ["--top", "x"], ["--memory-budget", "zz"], ["--jobs"],
+    ["diff"], ["diff", EAGER], ["diff", EAGER, EAGER, "--top", "many"],
+    ["whatif"], ["whatif", STEPS3, "--steps", "x"], ["whatif", STEPS3, "--steps", "0"],
+    ["whatif", STEPS3, "--calibrate-tps", "-3"], ["whatif", STEPS3, "--profiled-steps", "a"],
+    ["whatif", STEPS3, "--extrapolate", "nonsense"],
+    ["scrub"], ["scrub", EAGER],
+    [EAGER, "--phase", "nothing"],
+], ids=lambda a: " ".join(Path(x).name for x in a))
+def test_option_errors_are_10(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 10, err
+    assert "usage:" not in err
+    one_error_line(err)
+
+
+def test_argparse_message_names_the_subcommand_and_help(capsys):
+    code, _, err = run(capsys, "diff", EAGER)
+    assert code == 10
+    assert one_error_line(err) == ("analyze-trace: error: diff: the following arguments are required: after "
+                                   "(see analyze-trace diff --help)")
+
+
+def test_help_still_exits_0(capsys):
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["whatif", "--help"])
+    assert ei.value.code == 0
+    assert "usage: analyze-trace whatif" in capsys.readouterr().out
+
+
+def test_whatif_on_a_profile_without_draft_steps_is_11(capsys):
+    code, out, err = run(capsys, "whatif", NOSPEC)
+    assert code == 11
+    assert "cannot tell the profiled draft step count" in one_error_line(err)
+
+
+def test_diff_and_whatif_on_a_json_that_is_not_a_result_are_11(capsys, tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps([1, 2]))
+    for argv in (["diff", str(bad), EAGER], ["whatif", str(bad)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 11 and "not an `analyze-trace --json` result" in one_error_line(err)
+
+
+def test_truncated_json_side_is_6_and_missing_measured_is_2(capsys, tmp_path):
+    half = tmp_path / "half.json"
+    half.write_text('{"cycles": [')
+    code, _, err = run(capsys, "diff", str(half), EAGER)
+    assert code == 6 and "not valid JSON" in one_error_line(err)
+    code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(tmp_path / "none.json"), "-q")
+    assert code == 2 and "--measured" in one_error_line(err)
+    bad = tmp_path / "m.json"
+    bad.write_text("3")
+    code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(bad), "-q")
+    assert code == 10 and "not a JSON of measured tokens/s" in one_error_line(err)
+
+
+def test_an_empty_path_is_2_not_the_demo_nor_the_current_directory(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "")
+    assert code == 2 and out == ""
+    assert "empty path" in one_error_line(err)
+
+
+def test_an_empty_directory_is_2_not_the_demo(capsys, tmp_path):
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 2 and out == ""
+    assert "holds no .sqlite report" in one_error_line(err)
