@@ -42,6 +42,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--parquet", metavar="DIR", help="write one Parquet file per table into DIR")
     p.add_argument("--plots", metavar="DIR", help="write the figures (PNG and SVG) into DIR")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
+    p.add_argument("--perfetto", metavar="PATH",
+                   help="write the analyzed timeline (a track per rank: phases, decode cycles, all-reduce wait and "
+                        "transfer, tokens) as a Chrome JSON trace that ui.perfetto.dev opens")
     p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/phases.py")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
@@ -127,24 +130,31 @@ def run_analyze(argv: list[str]) -> int:
     for note in hints:
         if note.code == N.PHASE_UNMATCHED:
             print(f"analyze-trace: {note.message}", file=sys.stderr)
+    written: list[str] = []
     if args.json:
         outputs.write_json(result, args.json)
+        written.append(args.json)
     if args.csv:
-        outputs.write_csv(result, args.csv)
+        written += [os.path.join(args.csv, n) for n in outputs.write_csv(result, args.csv)]
     if args.parquet:
-        outputs.write_parquet(result, args.parquet)
+        written += [os.path.join(args.parquet, n) for n in outputs.write_parquet(result, args.parquet)]
     if args.plots or args.html:
         try:
             from analyze.render import plots
         except ImportError as exc:  # pragma: no cover
             raise UsageError(f"plots unavailable: {exc}") from exc
         if args.plots:
-            plots.write_all(result, args.plots)
+            written += [os.path.join(args.plots, n) for n in plots.write_all(result, args.plots)]
         if args.html:
             from analyze.render import html
             html.write_html(result, args.html)
+            written.append(args.html)
+    if args.perfetto:
+        from analyze.render import perfetto
+        perfetto.write_perfetto(result, args.perfetto)
+        written.append(args.perfetto)
     if not args.quiet:
-        sys.stdout.write(render.render(result, top=args.top))
+        sys.stdout.write(render.render(result, top=args.top, demo=demo, written=written))
     return 0
 
 

@@ -224,11 +224,16 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     idle = float(p.loc[p["component"] == GPU_IDLE, "share"].sum())
     tp1 = no_allreduce(breakdown, ranks)
     parts = []
-    if len(busy):
+    idle_first = not len(busy) or idle > float(busy.iloc[0]["share"])
+    if idle_first:      # a host-bound cycle: the idle time is the finding
+        parts.append(f"the GPU is idle {_pct(idle)} of the decode cycle" + (" (host-bound)" if idle >= 0.5 else ""))
+        rest_rows = busy
+    else:
         top = busy.iloc[0]
         parts.append(f"{top['component']} is {_pct(top['share'])} of the decode cycle")
-    parts.append(f"the GPU is idle {_pct(idle)} of it" + (" (host-bound)" if idle >= 0.5 else ""))
-    rest = [f"{r.component} {_pct(r.share)}" for r in busy.iloc[1:].itertuples()
+        parts.append(f"the GPU is idle {_pct(idle)} of it" + (" (host-bound)" if idle >= 0.5 else ""))
+        rest_rows = busy.iloc[1:]
+    rest = [f"{r.component} {_pct(r.share)}" for r in rest_rows.itertuples()
             if not (tp1 and r.component == ALLREDUCE)]
     if rest:
         parts.append(", ".join(rest))
@@ -248,10 +253,13 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
         if first["gpu_ms_per_token"]:
             tok += f", {first['gpu_ms_per_token']:.3f} GPU-ms per token"
         parts.append(tok)
-    warm = int(summary["warmup_cycles"].sum()) if len(summary) else 0
-    if warm:
-        parts.append(f"{warm // n_ranks if n_ranks > 1 and warm % n_ranks == 0 else warm} warm-up cycle(s)"
-                     + (" per rank" if n_ranks > 1 and warm % n_ranks == 0 else "") + " left out")
+    warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
+    if sum(warm):
+        each = warm[0] if len(set(warm)) == 1 else None
+        n = each if each is not None else sum(warm)
+        parts.append(f"{n} warm-up cycle{'s' if n != 1 else ''}"
+                     + (" per rank" if n_ranks > 1 and each is not None else " over all ranks" if n_ranks > 1 else "")
+                     + " left out")
     if len(summary):
         outside = float(summary["outside_cycles_busy_ns"].max())
         if outside > 0:
