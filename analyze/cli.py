@@ -123,10 +123,10 @@ def run_analyze(argv: list[str]) -> int:
             show_nvtx_only(expand_inputs(reports)[0], args)
         raise
     from analyze import notes as N
-    from analyze.views import phase_hints
+    from analyze.views import phase_hints, skew
 
     hints = phase_hints.hint_notes(result, config)
-    result.notes.extend(hints)
+    result.notes.extend(hints + skew.skew_notes(result))
     for note in hints:
         if note.code == N.PHASE_UNMATCHED:
             print(f"analyze-trace: {note.message}", file=sys.stderr)

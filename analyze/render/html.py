@@ -21,8 +21,7 @@ import pandas as pd
 
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names, plots
-from analyze.timeline import collectives as coll_mod
-from analyze.views import decode, summary
+from analyze.views import decode, skew, summary
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 
@@ -136,7 +135,7 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
 
     coll = a.collectives
     if coll is not None and len(coll):
-        s = coll_mod.skew_summary(coll)
+        s = skew.skew_table(a)
         last = _col(s, "times_late", "times_last")
         done = s["wait_ns"].astype(float) + s["transfer_ns"].astype(float)
         out["skew"] = pd.DataFrame({
@@ -440,7 +439,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
     if len(t["skew"]):
-        strag = coll_mod.stragglers(a.collectives)
+        strag = skew.stragglers(a)
         n = a.collectives["collective"].nunique()
         extra = (f'<p class="callout">straggler rank(s): <b>{", ".join(map(str, strag))}</b></p>' if strag
                  else '<p class="sub">no straggler: no rank was late noticeably more often than others</p>')

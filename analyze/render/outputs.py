@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.atomic import atomic_dir_write, atomic_write
-from analyze.timeline import collectives as coll_mod
-from analyze.views import decode, summary
+from analyze.views import decode, skew, summary
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each
@@ -37,7 +36,7 @@ def tables(result) -> dict[str, pd.DataFrame]:
             frame = frame[[c for c in cols if c in frame.columns]]
         out[name] = frame.reset_index(drop=True)
     out["cross_rank"] = summary.cross_rank(result.phases)
-    out["skew"] = coll_mod.skew_summary(result.collectives)
+    out["skew"] = skew.skew_table(result)
     out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
     out["decode_breakdown"] = decode.decode_breakdown(result.cycles, result.phase_names)
     out["decode_summary"] = decode.decode_summary(result.cycles, result.totals, result.phase_names)
@@ -93,7 +92,7 @@ def _json_parts(result) -> list[tuple[str, object]]:
     parts += [("headline", decode.headline(bd, sm, result.ranks)),
               ("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
               ("tokens", summary.tokens_summary(result.cycles)),
-              ("stragglers", coll_mod.stragglers(result.collectives)),
+              ("stragglers", skew.stragglers(result)),
               ("notes", note_records(result.notes))]
     return parts
 

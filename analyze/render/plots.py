@@ -676,8 +676,9 @@ def allreduce_heatmap(a, *, max_collectives: int = 400) -> Figure:
     fig = _new_figure(11.0, 1.6 + 0.36 * n_r)
     ax = fig.add_subplot()
     cmap = LinearSegmentedColormap.from_list("wait", ["#FFFFFF", "#F2B8A0", PALETTE["allreduce"], "#5A0F12"])
-    im = ax.imshow(grid.to_numpy(dtype="float64") / div, aspect="auto", cmap=cmap, interpolation="nearest",
-                   vmin=0)
+    values = grid.to_numpy(dtype="float64") / div
+    vmax, above = heatmap_scale(values)
+    im = ax.imshow(values, aspect="auto", cmap=cmap, interpolation="nearest", vmin=0, vmax=vmax)
     last = coll[coll["last_arrival"].astype(bool) & coll["collective"].isin(shown)]
     if n_c <= 200 and len(last):
         col_pos = {c: i for i, c in enumerate(shown)}
@@ -691,9 +692,31 @@ def allreduce_heatmap(a, *, max_collectives: int = 400) -> Figure:
     ax.set_ylabel("rank")
     more = f", first {max_collectives} of {coll['collective'].nunique()}" if coll["collective"].nunique() > n_c else ""
     ax.set_title(f"All-reduce wait per rank and collective ({n_c} collectives{more})", loc="left")
-    cb = fig.colorbar(im, ax=ax, pad=0.01)
+    cb = fig.colorbar(im, ax=ax, pad=0.01, extend="max" if above else "neither")
     cb.set_label(f"wait for the last rank ({unit})")
+    if above:
+        ax.set_title(ax.get_title(loc="left") + f"; colour scale without the top {above} cell{'s' if above != 1 else ''}",
+                     loc="left")
     return fig
+
+
+HEATMAP_LEFT_OUT = 0.01     # the top 1% of cells (at least one) do not set the colour scale
+
+
+def heatmap_scale(values: np.ndarray) -> tuple[float, int]:
+    """(top of the colour scale, cells above it): the largest cell once the top
+    :data:`HEATMAP_LEFT_OUT` of cells, at least one, is left out, so one outlier (the warm-up's
+    first all-reduce) does not wash every other cell out; the maximum when that is 0 (a mostly
+    zero grid) or there is a single cell."""
+    v = np.sort(values[np.isfinite(values)].ravel())
+    if not v.size:
+        return 1.0, 0
+    k = max(1, int(v.size * HEATMAP_LEFT_OUT))
+    top = float(v[-k - 1]) if v.size > k else float(v[-1])
+    if top <= 0:
+        top = float(v[-1])
+    top = top if top > 0 else 1.0
+    return top, int((v > top).sum())
 
 
 # name -> (function, what it shows); write_all and the HTML report draw these in this order

@@ -16,8 +16,7 @@ import pandas as pd
 from analyze import notes as N
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names
-from analyze.timeline import collectives as coll_mod
-from analyze.views import decode, phase_hints, summary
+from analyze.views import decode, phase_hints, skew, summary
 
 WIDTH = 120            # when the width cannot be read (not a terminal, no COLUMNS)
 MIN_WIDTH, MAX_WIDTH = 60, 400
@@ -430,15 +429,20 @@ def skew_lines(result, width: int) -> list[str]:
     if not len(coll):
         return []
     n = coll["collective"].nunique()
-    out = [f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived"]
-    s = coll_mod.skew_summary(coll)
+    evidence = skew.evidence_mask(coll, result.cycles)
+    n_warm = n - coll.loc[evidence, "collective"].nunique()
+    out = [f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived"
+           + (f"; late (times) counts the {n - n_warm} after warm-up" if n_warm else "")]
+    s = skew.skew_table(result)
     out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
                   "late after"],
                  [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
                    pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
                    r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
                   for r in s.itertuples()], width=width)
-    strag = coll_mod.stragglers(coll)
+    strag = skew.stragglers(result)
     if strag:
-        out.append(f"straggler rank(s): {', '.join(map(str, strag))}")
+        times = s.set_index("rank")["times_late"]
+        out.append(f"straggler rank(s): {', '.join(map(str, strag))} (last to arrive in "
+                   f"{', '.join(str(int(times[r])) for r in strag)} significantly skewed collective(s) after warm-up)")
     return out + [""]

@@ -263,7 +263,8 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     if len(summary):
         outside = float(summary["outside_cycles_busy_ns"].max())
         if outside > 0:
-            parts.append(f"{outside / 1e6:,.1f} ms of GPU work outside decode cycles (load, capture, prefill)"
+            amount = f"{outside / 1e6:,.1f}" if outside >= 1e6 else f"{outside / 1e6:.3f}"
+            parts.append(f"{amount} ms of GPU work outside decode cycles (load, capture, prefill)"
                          + (" on the busiest rank" if n_ranks > 1 else ""))
     text = "; ".join(parts) + "."
     return text[0].upper() + text[1:]
