@@ -151,6 +151,9 @@ def run_analyze(argv: list[str]) -> int:
             written.append(args.html)
     if args.perfetto:
         from analyze.render import perfetto
+        if not perfetto.has_phase_track(result):
+            print("analyze-trace: warning: --perfetto: this analysis kept no per-op table (analysed in chunks): "
+                  "the trace has no phases track; --memory-budget none keeps it", file=sys.stderr)
         perfetto.write_perfetto(result, args.perfetto)
         written.append(args.perfetto)
     if not args.quiet:

@@ -96,3 +96,24 @@ def test_an_empty_directory_is_2_not_the_demo(capsys, tmp_path):
     code, out, err = run(capsys, str(tmp_path))
     assert code == 2 and out == ""
     assert "holds no .sqlite report" in one_error_line(err)
+
+
+def test_the_demo_run_says_it_is_the_demo(capsys):
+    code, out, _ = run(capsys)
+    assert code == 0
+    head = "\n".join(out.splitlines()[:6])
+    assert "demo: no report was given, so this is specprof's bundled trace" in head
+
+
+def test_a_report_run_is_not_called_the_demo_and_lists_what_it_wrote(capsys, tmp_path):
+    js, csv, page = tmp_path / "r.json", tmp_path / "csv", tmp_path / "r.html"
+    code, out, _ = run(capsys, EAGER, "--json", str(js), "--csv", str(csv), "--html", str(page))
+    assert code == 0 and "demo:" not in out
+    tail = out.rstrip().splitlines()
+    at = tail.index("wrote:")
+    listed = [ln.strip() for ln in tail[at + 1:]]
+    assert listed[0] == str(js) and listed[-1] == str(page)
+    assert sorted(Path(x).name for x in listed[1:-1]) == sorted(p.name for p in csv.iterdir())
+    assert all(Path(x).is_file() for x in listed)
+    code, out, _ = run(capsys, EAGER)                     # nothing written, nothing listed
+    assert "wrote:" not in out

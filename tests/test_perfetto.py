@@ -182,3 +182,12 @@ def test_trace_processor_reads_the_same_phase_totals(tmp_path):
     got = {(int(r.proc.split()[1]), r.phase): int(r.dur) for r in q.itertuples()}
     want = a.phases.set_index(["rank", "phase"])["exclusive_ns"]
     assert got == {k: int(v) for k, v in want.items() if v > 0}
+
+
+def test_chunked_analysis_writes_no_phases_track_and_says_so(tmp_path, capsys):
+    out = tmp_path / "c.pftrace"
+    assert cli.main([str(REAL / "h200_4proc_eager.sqlite"), "--memory-budget", "1MB", "--perfetto", str(out),
+                     "-q"]) == 0
+    assert "no phases track" in capsys.readouterr().err
+    _, s, _ = decode(out.read_bytes())
+    assert "phases" not in set(s["track"]) and "decode cycles" in set(s["track"])

@@ -153,3 +153,16 @@ def test_phase_matching_nothing_warns(tmp_path, capsys):
     assert [n["code"] for n in notes if n["code"] == "phase_unmatched"] == ["phase_unmatched"]
     # a default phase with no match (prefill in this trace) is not warned about
     assert "prefill" not in err
+
+
+@needs_public
+def test_the_html_page_opens_with_the_hint(tmp_path):
+    from analyze.render import html
+
+    a = analyze.load(MFU)
+    a.notes.extend(phase_hints.hint_notes(a, load_config()))
+    page = html.render_html(a)
+    body = page[page.index("<nav>"):]
+    first = phase_hints.range_families(a.ranges).iloc[0]["option"]
+    from html import escape
+    assert escape(first) in body and body.index(escape(first)) < body.index('<section id="decode">')

@@ -14,7 +14,8 @@ microsecond floats would not guarantee). Per rank, one process track ``rank R`` 
   slice;
 * ``tokens per cycle``: a counter, one value at the start of each cycle with accept marks.
 
-Slices that would overlap on one track go to a second lane (``all-reduce 2``, ...), so every track
+A chunked analysis (``--memory-budget``) keeps no per-op table: its trace has no ``phases`` track (the
+CLI says so). Slices that would overlap on one track go to a second lane (``all-reduce 2``, ...), so every track
 nests properly. Written by hand-encoding the few protobuf messages it needs (TracePacket,
 TrackDescriptor, TrackEvent: field numbers from perfetto/protos/perfetto/trace/), no protobuf
 library at run time; through :func:`analyze.atomic.atomic_write` (no half-written file).
@@ -28,7 +29,7 @@ import pandas as pd
 
 from analyze.attribute.phases import OTHER
 
-__all__ = ["phase_segments", "perfetto_bytes", "write_perfetto", "lanes"]
+__all__ = ["phase_segments", "perfetto_bytes", "write_perfetto", "lanes", "has_phase_track"]
 
 # protobuf wire types
 _VARINT, _LEN = 0, 2
@@ -214,14 +215,20 @@ def _cycle_slices(cycles: pd.DataFrame) -> pd.DataFrame:
     return c.assign(slice_end_ns=np.maximum(end.to_numpy(), c["start_ns"].to_numpy()))
 
 
+def has_phase_track(a) -> bool:
+    """Whether the analysis kept its per-op table (not a chunked ``--memory-budget`` analysis), which
+    the ``phases`` track is cut from."""
+    return a.gpu_ops is not None and len(a.gpu_ops) > 0
+
+
 def perfetto_bytes(a) -> bytes:
     """The trace (see the module docstring) as bytes."""
     out = bytearray()
     first = True
     uuid = iter(range(1, 1 << 62))
     events: list[tuple[int, int, bytes]] = []        # (timestamp, order at equal time, event)
-    ops = a.gpu_ops if a.gpu_ops is not None and len(a.gpu_ops) else getattr(a, "window_ops", None)
-    segments = phase_segments(ops, a.phase_names) if ops is not None and len(ops) else None
+    ops = a.gpu_ops       # chunked analyses keep no per-op table: then no phases track (has_phase_track)
+    segments = phase_segments(ops, a.phase_names) if has_phase_track(a) else None
     cycles = a.cycles if a.cycles is not None else pd.DataFrame()
     coll = a.collectives if a.collectives is not None else pd.DataFrame()
 

@@ -224,7 +224,7 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     idle = float(p.loc[p["component"] == GPU_IDLE, "share"].sum())
     tp1 = no_allreduce(breakdown, ranks)
     parts = []
-    idle_first = not len(busy) or idle > float(busy.iloc[0]["share"])
+    idle_first = not len(busy) or idle >= 0.5
     if idle_first:      # a host-bound cycle: the idle time is the finding
         parts.append(f"the GPU is idle {_pct(idle)} of the decode cycle" + (" (host-bound)" if idle >= 0.5 else ""))
         rest_rows = busy

@@ -74,11 +74,12 @@ def skew_notes(a) -> list[Note]:
         if n_ranks < 2:
             why = "one rank (TP 1): no collective to wait in"
         else:
-            graph_level = any((i.get("cuda_graph_trace") or "") == "graph" for i in a.inputs)
+            ops = a.gpu_ops
+            graph_level = ops is not None and "kind" in ops.columns and bool((ops["kind"] == "graph").any())
             why = (f"no GPU op of the {n_ranks} ranks matched the allreduce phase's kernel patterns (NCCL, custom and "
                    "fused all-reduce kernels)"
-                   + ("; this trace has CUDA graphs traced at graph level, where kernels inside a replay are "
-                      "invisible: profile with --cuda-graph-trace=node" if graph_level else "")
+                   + ("; this trace has CUDA graph launches traced at graph level, where kernels inside a replay "
+                      "are invisible: profile with --cuda-graph-trace=node" if graph_level else "")
                    + "; --phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels")
         return [Note(N.SKEW_SKIPPED, f"no all-reduce skew table: {why}", count=0)]
     ev = evidence_mask(coll, a.cycles)
