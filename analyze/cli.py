@@ -103,6 +103,7 @@ def run_analyze(argv: list[str]) -> int:
     from analyze.attribute import phases
     from analyze.render import outputs, text as render
     from analyze.run import api
+    from analyze.views.analysis_notes import with_view_notes
 
     try:
         config = phases.load_config(args.config, args.phase)
@@ -123,12 +124,10 @@ def run_analyze(argv: list[str]) -> int:
             show_nvtx_only(expand_inputs(reports)[0], args)
         raise
     from analyze import notes as N
-    from analyze.views import phase_hints, skew
 
-    hints = phase_hints.hint_notes(result, config)
-    result.notes.extend(hints + skew.skew_notes(result))
-    for note in hints:
-        if note.code == N.PHASE_UNMATCHED:
+    with_view_notes(result, config)           # what analyze.load adds: the CLI writes the same
+    for note in result.notes:
+        if note.code == N.PHASE_UNMATCHED:       # a warning on stderr too: -q shows it
             print(f"analyze-trace: {note.message}", file=sys.stderr)
     written: list[str] = []
     if args.json:
