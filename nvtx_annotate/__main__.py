@@ -57,11 +57,16 @@ def check(source=None, package="sglang", as_json=False, out=sys.stdout) -> int:
 def bench(n=200_000, backend=None, out=sys.stdout) -> dict:
     """ns per call: the emitter's push+pop pair, a plain method call, and the same method wrapped as
     a range (draft/verify/replays), as a TP all-reduce (per-stream capture check) and as a decode
-    cycle (forward-mode read, cycle number, result tag); the capture guard alone; and, when CUDA is
-    available, ``torch.cuda.is_current_stream_capturing()``. Best of 3 runs of ``n`` calls."""
+    cycle (forward-mode read, cycle number, result tag); one accept mark (4 requests, cycle=K); the
+    capture guard alone; and, when CUDA is available, ``torch.cuda.is_current_stream_capturing()``.
+    Best of 3 runs of ``n`` calls."""
     from . import guard, wrappers
     from .targets import ALLREDUCE_TP, CYCLE, RANGE, Target
 
+    try:  # as in a server process: the capture guard then finds torch and asks it
+        import torch
+    except ImportError:  # pragma: no cover - torch is optional
+        torch = None
     prev = _nvtx.set_backend(_nvtx.make_backend(backend)) if backend is not None else None
     b = _nvtx.get_backend()
 
@@ -129,10 +134,12 @@ def bench(n=200_000, backend=None, out=sys.stdout) -> dict:
     res["wrapper_overhead_ns"] = res["wrapped_call_ns"] - res["plain_call_ns"]
     res["allreduce_overhead_ns"] = res["wrapped_allreduce_ns"] - res["plain_call_ns"]
     res["cycle_overhead_ns"] = res["wrapped_cycle_ns"] - res["plain_cycle_ns"]
+    lens = [2, 0, 3, 1]
+    res["accept_mark_ns"] = timeit(loop(lambda i: wrappers.emit_accept(lens, i)))
     res["guard_skip_ns"] = timeit(loop(lambda i: guard.skip()))
     res["guard_skip_exact_ns"] = timeit(loop(lambda i: guard.skip_exact()))
+    res["torch"] = getattr(torch, "__version__", None)
     res["is_current_stream_capturing_ns"] = None
-    torch = sys.modules.get("torch")
     try:
         if torch is not None and torch.cuda.is_available():
             torch.cuda.init()

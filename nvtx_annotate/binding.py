@@ -10,33 +10,28 @@ parameter names and a fallback position (counted after ``self``/``cls``); the bi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from collections import namedtuple
+from collections.abc import Sequence
 
 POS_ONLY, POS_OR_KW, VAR_POS, KW_ONLY, VAR_KW = "pos_only", "pos_or_kw", "var_pos", "kw_only", "var_kw"
-Param = Tuple[str, str]  # (name, kind)
+Param = tuple[str, str]  # (name, kind)
 
 MISSING = object()
 """What a getter returns when the call did not pass the argument."""
 
 
-@dataclass(frozen=True)
-class Read:
+class Read(namedtuple("Read", "what names position")):
     """One value a wrapper reads from its call: ``what`` (for messages), candidate parameter names
     (tried first, in order) and the fallback position after self/cls (None: names only)."""
 
-    what: str
-    names: Tuple[str, ...]
-    position: Optional[int] = 0
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Bound:
+class Bound(namedtuple("Bound", "name index")):
     """Where a read is found in a call: ``index`` into ``args`` (None: keyword only) and ``name``
     in ``kwargs`` (None: positional only)."""
 
-    name: Optional[str]
-    index: Optional[int]
+    __slots__ = ()
 
     def describe(self) -> str:
         if self.index is None:
@@ -60,7 +55,7 @@ class Bound:
         return get
 
 
-def bind(params: Sequence[Param], read: Read, skip_first: bool) -> Optional[Bound]:
+def bind(params: Sequence[Param], read: Read, skip_first: bool) -> Bound | None:
     """The binding of ``read`` in a callable with ``params``; ``skip_first``: the first parameter
     is self/cls (filled by the method binding, not a value the shim reads). None: not found."""
     positional = [p for p in params if p[1] in (POS_ONLY, POS_OR_KW)]
@@ -86,7 +81,7 @@ def bind(params: Sequence[Param], read: Read, skip_first: bool) -> Optional[Boun
     return None
 
 
-def self_bound(params: Sequence[Param], skip_first: bool) -> Optional[Bound]:
+def self_bound(params: Sequence[Param], skip_first: bool) -> Bound | None:
     """The binding of the instance (``self``) of a method, None for functions/staticmethods."""
     if not skip_first:
         return None
@@ -98,7 +93,7 @@ def self_bound(params: Sequence[Param], skip_first: bool) -> Optional[Bound]:
     return None
 
 
-def params_of(fn) -> Optional[List[Param]]:
+def params_of(fn) -> list[Param] | None:
     """Neutral parameter list of a live callable (None when it has no readable signature)."""
     import inspect
 
@@ -116,10 +111,10 @@ def params_of(fn) -> Optional[List[Param]]:
     return [(p.name, kinds[p.kind]) for p in sig.parameters.values()]
 
 
-def params_of_ast(node) -> List[Param]:
+def params_of_ast(node) -> list[Param]:
     """Neutral parameter list of an ``ast.FunctionDef`` / ``ast.AsyncFunctionDef``."""
     a = node.args
-    out: List[Param] = [(x.arg, POS_ONLY) for x in a.posonlyargs]
+    out: list[Param] = [(x.arg, POS_ONLY) for x in a.posonlyargs]
     out += [(x.arg, POS_OR_KW) for x in a.args]
     if a.vararg is not None:
         out.append((a.vararg.arg, VAR_POS))

@@ -19,14 +19,13 @@ torch is complete.
 
 from __future__ import annotations
 
-import functools
 import sys
-import threading
+from _thread import _local  # threading.local, without importing threading at interpreter start
 
 _HOOK_FLAG = "__specprof_capture_hook__"
 
 
-class _Captures(threading.local):
+class _Captures(_local):
     depth = 0
 
 
@@ -43,6 +42,8 @@ def _hook_graph_capture(torch) -> None:
     cls = getattr(getattr(getattr(torch, "cuda", None), "graphs", None), "CUDAGraph", None)
     if cls is None or getattr(cls, _HOOK_FLAG, False):
         return
+    import functools
+
     begin, end = cls.capture_begin, cls.capture_end
 
     def capture_begin(self, *a, **k):

@@ -25,7 +25,8 @@ Marks:
     batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
     bonus token is not counted: tokens produced = ``N + M`` (SGLang's ``accept_lens`` include
     it, its ``num_correct_drafts`` / ``accept_length_per_req_cpu`` do not; the mark carries the
-    latter). ``cycle=K`` names the ``decode_cycle`` range (same process, payload ``K``) the mark
+    latter). Requests that had already finished before the cycle (the overlap scheduler runs one
+    more cycle for them, and SGLang discards its tokens) are left out. ``cycle=K`` names the ``decode_cycle`` range (same process, payload ``K``) the mark
     belongs to: SGLang's v2 workers resolve accept lengths on the CPU after the cycle's range has
     closed (with the overlap scheduler after the next cycle was launched). A mark without
     ``cycle=`` belongs to the cycle range that contains it (v1 workers, older traces).
@@ -34,7 +35,8 @@ Marks:
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Optional, Sequence, Tuple
+from collections import namedtuple
+from collections.abc import Sequence
 
 DOMAIN = "sglang"
 
@@ -77,17 +79,12 @@ ACCEPT_LENS_MAX_REQS = 64
 """Per-request lengths are added to the accept mark up to this batch size (bounds the string)."""
 
 
-class RankMark(NamedTuple):
-    rank: int
-    world: Optional[int]
-    device: Optional[str]
-
-
-class AcceptMark(NamedTuple):
-    accepted: int                 # N: accepted draft tokens over the batch (bonus excluded)
-    requests: Optional[int]       # M
-    cycle: Optional[int]          # K: the decode_cycle payload it belongs to, None: by containment
-    lens: Optional[Tuple[int, ...]]  # per request, request order (None when not carried)
+RankMark = namedtuple("RankMark", "rank world device")
+RankMark.__doc__ = "rank (int), world (int or None), device (str or None) of a rank mark."
+AcceptMark = namedtuple("AcceptMark", "accepted requests cycle lens")
+AcceptMark.__doc__ = ("accepted: N, the accepted draft tokens over the batch (bonus excluded); requests: M (or None); "
+                      "cycle: K, the decode_cycle payload it belongs to (None: by containment); lens: per-request "
+                      "accepted draft tokens in request order (None when not carried).")
 
 
 RANK_MARK_RE = re.compile(r"(?:^|\s)rank=(?P<rank>\d+)(?:\s+world=(?P<world>\d+))?(?:\s+device=(?P<device>\S+))?")
@@ -114,15 +111,15 @@ def rank_mark(rank: int, world: int, device) -> str:
     return f"rank={int(rank)} world={int(world)} device={device_index(device)}"
 
 
-def parse_rank_mark(text) -> Optional[RankMark]:
+def parse_rank_mark(text) -> RankMark | None:
     m = RANK_MARK_RE.search(text) if isinstance(text, str) else None
     if m is None:
         return None
     return RankMark(int(m["rank"]), int(m["world"]) if m["world"] else None, m["device"])
 
 
-def format_accept_mark(accepted: int, requests: Optional[int] = None, cycle: Optional[int] = None,
-                       lens: Optional[Sequence[int]] = None) -> str:
+def format_accept_mark(accepted: int, requests: int | None = None, cycle: int | None = None,
+                       lens: Sequence[int] | None = None) -> str:
     """``accept_len=N [reqs=M] [cycle=K] [lens=...]`` from its fields."""
     text = f"{ACCEPT_PREFIX}{int(accepted)}"
     if requests is not None:
@@ -134,7 +131,7 @@ def format_accept_mark(accepted: int, requests: Optional[int] = None, cycle: Opt
     return text
 
 
-def accept_mark(lengths: Sequence[int], cycle: Optional[int] = None) -> Tuple[str, int]:
+def accept_mark(lengths: Sequence[int], cycle: int | None = None) -> tuple[str, int]:
     """(text, payload) of the mark for one cycle's per-request accepted draft tokens."""
     vals = [int(x) for x in lengths]
     n = sum(vals)
@@ -142,7 +139,7 @@ def accept_mark(lengths: Sequence[int], cycle: Optional[int] = None) -> Tuple[st
     return format_accept_mark(n, len(vals), cycle, lens), n
 
 
-def parse_accept_mark(text) -> Optional[AcceptMark]:
+def parse_accept_mark(text) -> AcceptMark | None:
     m = ACCEPT_MARK_RE.search(text) if isinstance(text, str) else None
     if m is None:
         return None

@@ -16,18 +16,14 @@ group has more than one rank, the accept marks).
 
 from __future__ import annotations
 
-import importlib.abc
-import logging
 import os
 import sys
-import threading
-from typing import Dict, List, Optional
+from _thread import RLock, _local  # threading's, without importing threading at interpreter start
 
 from . import _nvtx, guard, wrappers  # noqa: F401 (_nvtx: the emitter, for callers)
 from .targets import REQUIRED_ROLES, TARGETS, WORKER_ROLES, Target, by_module, method_names
 from .wrappers import emit_rank_mark, emit_rank_mark_for_group, is_wrapped, stats  # noqa: F401 (API)
 
-log = logging.getLogger("nvtx_annotate")
 ENV_ON = "SPECPROF_NVTX"
 ENV_PACKAGE = "SPECPROF_NVTX_PACKAGE"
 
@@ -36,16 +32,16 @@ def enabled() -> bool:
     return os.environ.get(ENV_ON, "") not in ("", "0", "false", "False", "no")
 
 
-def _package(package: Optional[str]) -> str:
+def _package(package: str | None) -> str:
     return package or os.environ.get(ENV_PACKAGE) or "sglang"
 
 
 # ------------------------------------------------------------------ patching
 
-_installed: Dict[str, object] = {}  # package -> finder
-_patched: Dict[str, List[Target]] = {}  # full module -> patched targets
-_skipped: Dict[str, str] = {}  # "module:attr" -> why it was found but left alone
-_install_lock = threading.RLock()
+_installed: dict[str, object] = {}  # package -> finder
+_patched: dict[str, list[Target]] = {}  # full module -> patched targets
+_skipped: dict[str, str] = {}  # "module:attr" -> why it was found but left alone
+_install_lock = RLock()
 
 
 def _resolve(obj, attr: str):
@@ -58,7 +54,7 @@ def _resolve(obj, attr: str):
     return owner, parts[-1]
 
 
-def patch_module(module, targets: List[Target]) -> List[Target]:
+def patch_module(module, targets: list[Target]) -> list[Target]:
     """Wraps the targets present in ``module``; returns those patched (now or before)."""
     done = []
     for t in targets:
@@ -76,19 +72,19 @@ def patch_module(module, targets: List[Target]) -> List[Target]:
             new = wrappers.wrap_attribute(raw, t, in_class)
             if new is None:
                 _skipped[f"{module.__name__}:{t.attr}"] = wrappers.describe_kind(raw, in_class)
-                log.debug("left %s alone (%s)", t.attr, _skipped[f"{module.__name__}:{t.attr}"])
+                wrappers.debug("left %s alone (%s)", t.attr, _skipped[f"{module.__name__}:{t.attr}"])
                 continue
             setattr(owner, name, new)
             done.append(t)
         except Exception:  # never break the server
-            log.debug("could not wrap %s", t.attr, exc_info=True)
+            wrappers.debug("could not wrap %s", t.attr, exc_info=True)
     have = _patched.setdefault(module.__name__, [])
     have.extend(d for d in done if d not in have)
     return done
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader, targets: List[Target]):
+class _PatchingLoader:
+    def __init__(self, loader, targets: list[Target]):
         self._loader = loader
         self._targets = targets
 
@@ -101,16 +97,16 @@ class _PatchingLoader(importlib.abc.Loader):
             guard.install_hook()
             patch_module(module, self._targets)
         except Exception:  # never break the server
-            log.debug("patching %s failed", module.__name__, exc_info=True)
+            wrappers.debug("patching %s failed", module.__name__, exc_info=True)
 
     def __getattr__(self, item):  # get_resource_reader, get_source, ...
         return getattr(self._loader, item)
 
 
-class _PostImportFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, modules: Dict[str, List[Target]]):
+class _PostImportFinder:
+    def __init__(self, modules: dict[str, list[Target]]):
         self.modules = modules
-        self._busy = threading.local()
+        self._busy = _local()
 
     def find_spec(self, fullname, path, target=None):
         targets = self.modules.get(fullname)
@@ -133,7 +129,7 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install(package: Optional[str] = None) -> bool:
+def install(package: str | None = None) -> bool:
     """Idempotent: hook the package's modules (default ``$SPECPROF_NVTX_PACKAGE`` or ``sglang``)."""
     package = _package(package)
     with _install_lock:
@@ -152,7 +148,7 @@ def install(package: Optional[str] = None) -> bool:
     return True
 
 
-def uninstall(package: Optional[str] = None) -> None:
+def uninstall(package: str | None = None) -> None:
     """Removes the import hook and unwraps what was patched (tests)."""
     package = _package(package)
     with _install_lock:
@@ -177,10 +173,10 @@ def uninstall(package: Optional[str] = None) -> None:
         _checked.clear()
 
 
-def patched_roles(package: Optional[str] = None) -> Dict[str, List[str]]:
+def patched_roles(package: str | None = None) -> dict[str, list[str]]:
     """Role -> labels of the targets patched in this process."""
     package = _package(package)
-    out: Dict[str, List[str]] = {}
+    out: dict[str, list[str]] = {}
     for t in TARGETS:
         if any(p.attr == t.attr for p in _patched.get(t.full_module(package), [])):
             out.setdefault(t.role, []).append(t.label)
@@ -213,7 +209,7 @@ def _draft_workers(worker) -> list:
     return out
 
 
-def worker_roles(worker) -> Dict[str, str]:
+def worker_roles(worker) -> dict[str, str]:
     """Per worker role: ``annotated``, ``absent`` (this worker has no such method: nothing to do)
     or ``missing: Class.method`` (it has one and it is not wrapped)."""
     objs = _draft_workers(worker)
@@ -236,7 +232,7 @@ def worker_roles(worker) -> Dict[str, str]:
     return out
 
 
-def check_worker(worker, package: Optional[str] = None) -> Optional[str]:
+def check_worker(worker, package: str | None = None) -> str | None:
     """At a speculative worker's first decode cycle: one warning naming the roles it needs that
     could not be annotated (returns it), nothing when all are there. Once per worker class."""
     cls = type(worker)
@@ -265,6 +261,6 @@ def check_worker(worker, package: Optional[str] = None) -> Optional[str]:
         f"(run `python -m nvtx_annotate --check`); the server runs unchanged")
 
 
-def skipped() -> Dict[str, str]:
+def skipped() -> dict[str, str]:
     """Targets found but left alone (property, generator, ...), with what they are."""
     return dict(_skipped)

@@ -21,8 +21,7 @@ against an unpacked source tree by parsing, without importing SGLang (see ``chec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from collections import namedtuple
 
 from . import protocol as P
 from .binding import Read
@@ -46,7 +45,7 @@ LENGTHS = Read("the accept lengths", ("num_correct_drafts_per_req", "num_correct
                                       "accept_length_per_req", "accept_length_per_req_cpu",
                                       "accept_lens", "accept_lengths"), 0)
 
-KIND_READS: Dict[str, Tuple[Read, ...]] = {
+KIND_READS: dict[str, tuple[Read, ...]] = {
     CYCLE: (INSTANCE, BATCH),
     ALLREDUCE_TP: (INSTANCE,),
     ACCEPT_RESOLVE: (RESULT, REQS_BATCH),
@@ -62,13 +61,11 @@ VERIFY_ACCEPT_ATTRS = ("accept_length_per_req_cpu",)
 """The same on the value a v1 ``verify`` returns (an object or a tuple holding one)."""
 
 
-@dataclass(frozen=True)
-class Target:
-    role: str
-    range_name: Optional[str]
-    module: str  # relative to the package root, e.g. "srt.speculative.eagle_worker"
-    attr: str  # "Class.method" or "function"
-    kind: str = RANGE
+class Target(namedtuple("Target", "role range_name module attr kind", defaults=(RANGE,))):
+    """role, range name (None: marks only), module relative to the package root (e.g.
+    ``srt.speculative.eagle_worker``), attribute (``Class.method`` or ``function``), kind."""
+
+    __slots__ = ()
 
     def full_module(self, package: str) -> str:
         return f"{package}.{self.module}"
@@ -78,7 +75,7 @@ class Target:
         return f"{self.module.rsplit('.', 1)[-1]}.{self.attr}"
 
     @property
-    def reads(self) -> Tuple[Read, ...]:
+    def reads(self) -> tuple[Read, ...]:
         return KIND_READS.get(self.kind, ())
 
 
@@ -88,7 +85,7 @@ _ML1, _ML2 = f"{_SPEC}.multi_layer_eagle_worker", f"{_SPEC}.multi_layer_eagle_wo
 _FROZEN = f"{_SPEC}.frozen_kv_mtp_worker_v2"
 _DC, _DR, _DE, _VE, _AR = P.DECODE_CYCLE, P.DRAFT, P.DRAFT_EXTEND, P.VERIFY, P.ALLREDUCE
 
-TARGETS: List[Target] = [
+TARGETS: list[Target] = [
     # decode cycle (and prefill): every speculative worker's forward_batch_generation
     Target("decode_cycle", _DC, _V1, "EAGLEWorker.forward_batch_generation", CYCLE),
     Target("decode_cycle", _DC, _V1, "EAGLEWorker.forward_batch_speculative_generation", CYCLE),
@@ -162,7 +159,7 @@ WORKER_ROLES = ("draft", "verify", "draft_extend")
 class at its first decode cycle."""
 
 
-def patch_targets() -> List[Target]:
+def patch_targets() -> list[Target]:
     """Targets to patch, without duplicates (a v1 verify appears for two roles)."""
     seen, out = set(), []
     for t in TARGETS:
@@ -173,13 +170,13 @@ def patch_targets() -> List[Target]:
     return out
 
 
-def by_module(package: str) -> Dict[str, List[Target]]:
-    out: Dict[str, List[Target]] = {}
+def by_module(package: str) -> dict[str, list[Target]]:
+    out: dict[str, list[Target]] = {}
     for t in patch_targets():
         out.setdefault(t.full_module(package), []).append(t)
     return out
 
 
-def method_names(role: str) -> Tuple[str, ...]:
+def method_names(role: str) -> tuple[str, ...]:
     """The method names the targets of ``role`` patch (e.g. verify -> ("verify",))."""
     return tuple(dict.fromkeys(t.attr.rsplit(".", 1)[-1] for t in TARGETS if t.role == role))

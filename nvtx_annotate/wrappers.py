@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import functools
 import itertools
-import logging
 import sys
-import threading
 import types
-from typing import Callable, Dict, List, Optional
+from _thread import _local  # threading.local, without importing threading at interpreter start
+from collections.abc import Callable
 
 from . import _nvtx, guard
 from . import protocol as P
@@ -42,13 +41,12 @@ from .targets import (
     Target,
 )
 
-log = logging.getLogger("nvtx_annotate")
 WRAPPED = "__specprof_nvtx_wrapped__"
 
 
 # ------------------------------------------------------------------ process state
 
-class _Thread(threading.local):
+class _Thread(_local):
     cycle = None  # K of the decode cycle open on this thread
     accept = None  # accept lengths a v1 verify returned inside the open cycle
     resolving = 0  # depth of scheduler-side accept resolvers on this thread
@@ -57,17 +55,17 @@ class _Thread(threading.local):
 _tls = _Thread()
 _cycle_numbers = itertools.count(1)
 _stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "faults": 0}
-_faults: Dict[str, int] = {}
+_faults: dict[str, int] = {}
 _warned: set = set()
 _rank = {"mark": None, "world": None, "refresh": 0}  # the TP group's rank mark; re-emits pending
-_untagged: Dict[int, int] = {}  # id(result) -> K for results that take no attribute
+_untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
 """After profiling starts, the rank mark is emitted again at the start of this many worker calls:
 in a TP server only the first rank calls cudaProfilerStart; the others reach their next
 forward only after the scheduler loop's next broadcast, i.e. after the capture has opened."""
 
-on_first_cycle: Optional[Callable] = None  # set by shim: per-worker roles check
+on_first_cycle: Callable | None = None  # set by shim: per-worker roles check
 
 
 def stats() -> dict:
@@ -76,16 +74,23 @@ def stats() -> dict:
     return out
 
 
-def faults() -> Dict[str, int]:
+def faults() -> dict[str, int]:
     return dict(_faults)
 
 
-def warn_once(key: str, msg: str) -> Optional[str]:
+def debug(msg: str, *args, exc_info=False) -> None:
+    """Log at DEBUG on the ``nvtx_annotate`` logger (logging imported only when needed)."""
+    import logging
+
+    logging.getLogger("nvtx_annotate").debug(msg, *args, exc_info=exc_info)
+
+
+def warn_once(key: str, msg: str) -> str | None:
     """Log and print ``msg`` once per process for ``key``."""
     if key in _warned:
         return None
     _warned.add(key)
-    log.debug(msg)  # printed below: a logging setup of the server would show it twice
+    debug(msg)  # printed below: a logging setup of the server would show it twice
     try:
         print(msg, file=sys.stderr)
     except Exception:  # pragma: no cover - stderr closed
@@ -113,7 +118,7 @@ def _active(exact: bool):
 
 # ------------------------------------------------------------------ marks
 
-def emit_accept(lengths, cycle: Optional[int], b=None) -> bool:
+def emit_accept(lengths, cycle: int | None, b=None) -> bool:
     """The accept mark for ``lengths`` (per-request accepted draft tokens) if it is a sequence of
     ints; False (nothing emitted) otherwise."""
     if not isinstance(lengths, (list, tuple)):
@@ -136,7 +141,7 @@ def emit_rank_mark(rank: int, world: int, device) -> None:
     _stats["rank_marks"] += 1
 
 
-def _tp_name(group) -> Optional[str]:
+def _tp_name(group) -> str | None:
     name = getattr(group, "unique_name", None) or getattr(group, "group_name", None)
     return None if name is None else str(name)
 
@@ -166,7 +171,7 @@ def _pending_rank_mark(b) -> None:
         _stats["rank_marks"] += 1
 
 
-def tp_world() -> Optional[int]:
+def tp_world() -> int | None:
     return _rank["world"]
 
 
@@ -182,7 +187,7 @@ def _tag(result, k: int) -> None:
         _untagged[id(result)] = k
 
 
-def _cycle_of(result) -> Optional[int]:
+def _cycle_of(result) -> int | None:
     k = getattr(result, P.CYCLE_ATTR, None)
     if k is None:
         k = _untagged.pop(id(result), None)
@@ -357,7 +362,7 @@ def _hooks_verify_v1(name: str) -> Hooks:
     return Hooks(enter, leave, fail)
 
 
-def _done_flags(batch) -> Optional[list]:
+def _done_flags(batch) -> list | None:
     """Per request of a schedule batch, whether it had already finished (or was retracted) before
     this result was resolved: with the overlap scheduler one more cycle runs for requests that the
     previous result finished, and SGLang discards what it produced for them (its ``spec_verify_ct``
@@ -504,7 +509,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
     return wrapper
 
 
-def _async_wrapper(fn, name: Optional[str], hooks: Hooks, label: str):
+def _async_wrapper(fn, name: str | None, hooks: Hooks, label: str):
     """``async def``: the range (start/end: other coroutines interleave on the thread, so a
     push/pop stack would not nest) spans the awaited body; marks as for the sync kinds."""
     exact = hooks.exact
@@ -550,9 +555,9 @@ def _async_wrapper(fn, name: Optional[str], hooks: Hooks, label: str):
 
 # ------------------------------------------------------------------ building one wrapper
 
-def _bindings(fn, target: Target, skip_first: bool, bound_self) -> Dict[str, Optional[Callable]]:
+def _bindings(fn, target: Target, skip_first: bool, bound_self) -> dict[str, Callable | None]:
     """Getter per read of the target's kind (None: not bindable, reported once)."""
-    out: Dict[str, Optional[Callable]] = {}
+    out: dict[str, Callable | None] = {}
     if not target.reads:
         return out
     params = params_of(fn)
@@ -561,7 +566,7 @@ def _bindings(fn, target: Target, skip_first: bool, bound_self) -> Dict[str, Opt
             if bound_self is not None:
                 out[read.what] = lambda args, kwargs, _s=bound_self: _s
                 continue
-            b: Optional[Bound] = self_bound(params, skip_first) if params is not None else None
+            b: Bound | None = self_bound(params, skip_first) if params is not None else None
         else:
             b = bind(params, read, skip_first) if params is not None else None
         out[read.what] = b.getter() if b is not None else None
@@ -611,7 +616,7 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
     raise ValueError(f"unknown target kind {kind!r}")
 
 
-def make_wrapper(fn: Callable, target: Target, skip_first: bool, bound_self=None) -> Optional[Callable]:
+def make_wrapper(fn: Callable, target: Target, skip_first: bool, bound_self=None) -> Callable | None:
     """A function with the calling convention of ``fn`` (sync or async) that annotates it, or
     None when the target records nothing without the argument it cannot bind (reported).
     ``skip_first``: ``fn``'s first parameter is self/cls; ``bound_self``: the instance of a
@@ -723,5 +728,5 @@ def reset_for_tests(cycles_from: int = 1) -> None:
     _tls.resolving = 0
 
 
-__all__: List[str] = ["make_wrapper", "wrap_attribute", "unwrap_attribute", "is_wrapped", "describe_kind",
+__all__: list[str] = ["make_wrapper", "wrap_attribute", "unwrap_attribute", "is_wrapped", "describe_kind",
                       "emit_accept", "emit_rank_mark", "stats", "faults", "warn_once"]

@@ -8,7 +8,12 @@ source "$REPO/.device-kit/nsys-setup.sh" >/dev/null
 export PYTHONPATH="$REPO"
 cd /tmp
 {
-  echo "# no profiler"; python3 -m nvtx_annotate bench -n 300000
+  echo "# shim start-up, ms: a fresh interpreter, then one that imported torch first"
+  for pre in "" "import torch; "; do
+    SPECPROF_NVTX=1 python3 -c "${pre}import time; t = time.perf_counter_ns(); import nvtx_annotate._boot; print((time.perf_counter_ns() - t) / 1e6)"
+  done
+  echo "# no profiler (is_current_stream_capturing_ns: the per-stream capture query on this GPU)"
+  python3 -m nvtx_annotate bench -n 300000
   for b in ctypes torch; do
     echo "# nsys $($NSYS --version | awk '{print $NF}') -t nvtx, backend $b"
     SPECPROF_NVTX_BACKEND=$b $NSYS profile -t nvtx --sample=none --cpuctxsw=none -o b_$b --force-overwrite=true \

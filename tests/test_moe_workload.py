@@ -437,8 +437,10 @@ def test_moe_workload_under_nsys_marks_read_back_by_the_analyzer(tmp_path):
     accept marks, read with the analyzer's report reader, give the seeded request counts."""
     from analyze.read import report
 
+    from helpers.pth_site import hook_pythonpath
+
     out = tmp_path / "w.json"
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=hook_pythonpath(tmp_path, str(REPO)))  # the .pth hook, as pip installs it
     cmd = [sys.executable, "-m", "nvtx_annotate.profile_trace", "--package", "spec_workload", "-t", "nvtx",
            "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "-o", str(tmp_path / "moe"), "--",
            sys.executable, "-m", "spec_workload", *SMALL, "--steps", "2", "--cycles", "8", "--warmup", "1",

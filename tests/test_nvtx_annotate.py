@@ -686,3 +686,65 @@ def test_every_target_names_a_known_range_and_kind():
         assert t.range_name is None or t.range_name in names
         assert t.kind in set(KIND_READS) | {"range", "allreduce_fn", "verify_v1", "profile_start"}
     assert {t.role for t in TARGETS} >= {"draft", "verify", "allreduce", "accept", "rank", "profile_start"}
+
+
+# ----------------------------------------------------------------------------- packaging, start-up cost
+
+def test_boot_imports_only_light_stdlib():
+    """What the .pth hook costs every Python process started with SPECPROF_NVTX=1: the shim's own
+    modules plus light standard-library ones; nothing of typing, dataclasses, logging, ctypes,
+    inspect, threading or importlib.abc (those load later, with SGLang and torch, when needed)."""
+    code = ("import sys, json; before = set(sys.modules); import nvtx_annotate._boot; "
+            "print(json.dumps(sorted(set(sys.modules) - before)))")
+    env = dict(os.environ, PYTHONPATH=str(REPO), SPECPROF_NVTX="1")
+    r = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    new = set(json.loads(r.stdout))
+    assert "nvtx_annotate.shim" in new and "nvtx_annotate._nvtx_ctypes" not in new
+    assert all(m.startswith("nvtx_annotate") or m.split(".")[0] in sys.stdlib_module_names for m in new), new
+    heavy = {"typing", "dataclasses", "logging", "ctypes", "inspect", "threading", "importlib.abc", "ast", "asyncio"}
+    assert not new & heavy, new & heavy
+
+
+def test_wheel_ships_the_pth_hook_and_pip_manages_it(tmp_path):
+    """The wheel carries specprof_nvtx.pth at the root of purelib (a build_py step of setup.py, as
+    setuptools does for distutils-precedence.pth): pip install puts it into site-packages, where it
+    loads the shim only with SPECPROF_NVTX=1, and pip uninstall removes it."""
+    import shutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for f in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / f, src / f)
+    for d in ("analyze", "nvtx_annotate"):
+        shutil.copytree(REPO / d, src / d, ignore=shutil.ignore_patterns("__pycache__"))
+    assert (REPO / "nvtx_annotate" / "specprof_nvtx.pth").read_text() == PTH_LINE
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path / "whl")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (whl,) = (tmp_path / "whl").glob("specprof-*.whl")
+    with zipfile.ZipFile(whl) as z:
+        assert z.read("specprof_nvtx.pth").decode() == PTH_LINE
+        record = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+        assert any(line.startswith("specprof_nvtx.pth,sha256=") for line in record.splitlines())
+    venv = tmp_path / "v"
+    r = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        pytest.skip(f"cannot create a venv with pip: {r.stderr[-300:]}")
+    py = venv / "bin" / "python"
+    r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(whl)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    site_dir = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True).stdout.strip())
+    assert (site_dir / "specprof_nvtx.pth").read_text() == PTH_LINE
+    probe = "import sys; print('nvtx_annotate.shim' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECPROF_NVTX", "PYTHONPATH")}
+    off = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path)
+    on = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, env=dict(env, SPECPROF_NVTX="1"),
+                        cwd=tmp_path)
+    assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True"), (off.stderr, on.stderr)
+    r = subprocess.run([str(py), "-m", "pip", "uninstall", "-y", "-q", "specprof"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert not (site_dir / "specprof_nvtx.pth").exists()

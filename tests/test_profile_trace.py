@@ -86,21 +86,16 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
     pytest.importorskip("torch")
     if shutil.which("nsys") is None:
         pytest.skip("nsys not on PATH")
-    from nvtx_annotate.pth import PTH_LINE
+    from helpers.pth_site import hook_pythonpath
 
     # the .pth hook that `pip install specprof` puts into site-packages, here in a site dir of its own
     # (a sitecustomize on PYTHONPATH adds it): profile-trace itself writes nothing into site-packages
-    site_dir, boot = tmp_path / "site", tmp_path / "boot"
-    site_dir.mkdir()
-    boot.mkdir()
-    (site_dir / "specprof_nvtx.pth").write_text(PTH_LINE)
-    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
     secret = "hunter2-specprof-secret"
     r = run_pt(["-o", "t", "--package", "spec_workload", "-t", "nvtx,osrt", "--scrub",
                 "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "--",
                 sys.executable, "-m", "spec_workload", "--world", "2", "--device", "cpu", "--hidden", "32",
                 "--vocab", "64", "--reqs", "2", "--steps", "2", "--cycles", "2", "--warmup", "0", "--eager"],
-               cwd=tmp_path, env={"SPECPROF_TEST_TOKEN": secret, "PYTHONPATH": str(boot)})
+               cwd=tmp_path, env={"SPECPROF_TEST_TOKEN": secret, "PYTHONPATH": hook_pythonpath(tmp_path)})
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().endswith("analyze-trace t.sqlite --json t.json")
     # --scrub: the shareable copy has no trace of the environment, the original still does
