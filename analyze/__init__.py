@@ -30,3 +30,17 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(list(globals()) + __all__)
+
+
+def load(paths, config=None, **options):
+    """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`:
+    :func:`analyze.run.api.load` (the map step per report, the reducer across them; ``options``:
+    jobs, progress, cache, memory_budget, scheduler, allow_mixed, strict), then the notes the views
+    make about the whole analysis (views/analysis_notes.py: no NVTX range is a phase, a phase matched
+    nothing, the skew table left out). The CLI writes exactly this."""
+    from analyze.attribute.phases import PhaseConfig
+    from analyze.run import api as _api
+    from analyze.views.analysis_notes import with_view_notes
+
+    config = config or PhaseConfig()
+    return with_view_notes(_api.load(paths, config, **options), config)

@@ -18,7 +18,7 @@ import warnings
 
 from analyze import output_policy
 from analyze.atomic import atomic_write
-from analyze.errors import NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
+from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
 from analyze.processes import EXIT_TERMINATED, Terminated, terminate_as_interrupt
 from analyze.read.nsys_export import expand_inputs
 
@@ -32,8 +32,8 @@ def default_trace() -> str:
     return demo_trace()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(
         prog="analyze-trace",
         description="Attribute GPU time per phase (draft, verify, allreduce, ...), kernel and rank from "
                     "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif, advise (see `analyze-trace "
@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parquet", metavar="DIR", help="write one Parquet file per table into DIR")
     p.add_argument("--plots", metavar="DIR", help="write the figures (PNG and SVG) into DIR")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
+    p.add_argument("--perfetto", metavar="PATH",
+                   help="write the analyzed timeline (a track per rank: phases, decode cycles, all-reduce wait and "
+                        "transfer, tokens) as a Chrome JSON trace that ui.perfetto.dev opens")
     p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/phases.py")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
@@ -125,16 +128,23 @@ def run_analyze(argv: list[str]) -> int:
     from analyze.attribute import phases
     from analyze.render import outputs, text as render
     from analyze.run import api
+    from analyze.views.analysis_notes import with_view_notes
 
     try:
         config = phases.load_config(args.config, args.phase)
     except (OSError, ValueError) as exc:
         raise UsageError(f"phase configuration: {exc}") from exc
+    blank = [r for r in args.reports if not str(r).strip()]
+    if blank:       # "" is not the current directory, nor a reason to run the demo
+        raise MissingInput("an empty path was given as a report (an unset shell variable?): give a report, a "
+                           "directory of reports, or no argument at all for the bundled demo")
+    demo = not args.reports
     reports = args.reports or [default_trace()]
     jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     files = expand_inputs(reports)
     with output_policy.protect([*reports, *files, args.config], force=args.force):
-        check_outputs(file_outputs=(args.json, args.html), dir_outputs=(args.csv, args.parquet, args.plots))
+        check_outputs(file_outputs=(args.json, args.html, args.perfetto),
+                      dir_outputs=(args.csv, args.parquet, args.plots))
         try:
             result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                               cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler,
@@ -143,26 +153,42 @@ def run_analyze(argv: list[str]) -> int:
             if len(files) == 1:
                 show_nvtx_only(files[0], args)
             raise
+        from analyze import notes as N
+
+        with_view_notes(result, config)           # what analyze.load adds: the CLI writes the same
+        for note in result.notes:
+            if note.code == N.PHASE_UNMATCHED:       # a warning on stderr too: -q shows it
+                print(f"analyze-trace: {note.message}", file=sys.stderr)
         advice = None if args.no_advice or not (args.json or args.html or not args.quiet) else \
             report_advice(result, debug=args.debug)
+        written: list[str] = []
         if args.json:
             outputs.write_json(result, args.json, advice=advice)
+            written.append(args.json)
         if args.csv:
-            outputs.write_csv(result, args.csv)
+            written += [os.path.join(args.csv, n) for n in outputs.write_csv(result, args.csv)]
         if args.parquet:
-            outputs.write_parquet(result, args.parquet)
+            written += [os.path.join(args.parquet, n) for n in outputs.write_parquet(result, args.parquet)]
         if args.plots or args.html:
             try:
                 from analyze.render import plots
             except ImportError as exc:  # pragma: no cover
                 raise UsageError(f"plots unavailable: {exc}") from exc
             if args.plots:
-                plots.write_all(result, args.plots)
+                written += [os.path.join(args.plots, n) for n in plots.write_all(result, args.plots)]
             if args.html:
                 from analyze.render import html
                 html.write_html(result, args.html, advice=advice)
+                written.append(args.html)
+        if args.perfetto:
+            from analyze.render import perfetto
+            if not perfetto.has_phase_track(result):
+                print("analyze-trace: warning: --perfetto: this analysis kept no per-op table (analysed in chunks): "
+                      "the trace has no phases track; --memory-budget none keeps it", file=sys.stderr)
+            perfetto.write_perfetto(result, args.perfetto)
+            written.append(args.perfetto)
     if not args.quiet:
-        sys.stdout.write(render.render(result, top=args.top, advice=advice))
+        sys.stdout.write(render.render(result, top=args.top, demo=demo, written=written, advice=advice))
     return 0
 
 

@@ -16,17 +16,22 @@ code  class               situation
                           KernelsMissing (kernel launches traced, no kernel rows)
 8     OutputError         an output cannot be written (read-only, not a directory, ...)
 9     RankConflict        two processes or reports claim the same rank
-10    UsageError          a bad option value (phase configuration, plot request)
+10    UsageError          a bad option or option value, on every subcommand (argparse's own
+                          errors included: :class:`ArgumentParser` raises it instead of exiting 2)
 11    MixedInputs         reports that do not belong together (same file twice, other host, ...)
+12    UnsuitableInput     a valid export that lacks what the subcommand needs (``whatif`` without
+                          decode cycles or accept marks, a ``diff`` side that is not a result)
 ====  ==================  =====================================================================
 """
 from __future__ import annotations
 
+import argparse
 import os
 
 __all__ = ["EXIT_INTERNAL_ERROR", "TraceError", "MissingInput", "NotAFile", "NsysRepGiven", "NotSqlite",
            "NotNsysExport", "CorruptReport", "NoCudaActivity", "NvtxOnly", "KernelsMissing", "OutputError",
-           "RankConflict", "UsageError", "MixedInputs", "SchedulerError", "SchemaWarning"]
+           "RankConflict", "UsageError", "MixedInputs", "SchedulerError", "SchemaWarning", "UnsuitableInput",
+           "ArgumentParser"]
 
 EXIT_INTERNAL_ERROR = 1
 
@@ -92,8 +97,9 @@ class RankConflict(TraceError):
     exit_code = 9
 
 
-class UsageError(TraceError):
-    """A bad option value (phase configuration, plot request): exit code 10."""
+class UsageError(TraceError, ValueError):
+    """A bad option or option value (phase configuration, plot request, argparse's own errors):
+    exit code 10. A ValueError too, for callers that catch those."""
 
     exit_code = 10
 
@@ -101,8 +107,23 @@ class UsageError(TraceError):
 class MixedInputs(TraceError):
     """Reports that do not belong to one run (the same file twice, different hosts, sessions that
     never overlapped in time): refused unless ``--allow-mixed``; exit code 11."""
-
     exit_code = 11
+
+
+class UnsuitableInput(TraceError, ValueError):
+    """A readable export that lacks what the command needs (no decode cycles, no accept marks, no
+    draft steps for ``whatif``; a ``diff`` side that is not a result): exit code 12."""
+
+    exit_code = 12
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are a :class:`UsageError` (exit 10, one line) instead of a usage
+    message and exit 2; ``--help`` still exits 0."""
+
+    def error(self, message):  # noqa: D401 - argparse's hook
+        sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""     # "analyze-trace diff"
+        raise UsageError(f"{sub}{message} (see {self.prog} --help)")
 
 
 class SchedulerError(TraceError):

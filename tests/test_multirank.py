@@ -107,7 +107,7 @@ def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
             "the whole analysis would need about 12.34 GB and 8.00 GB of memory is available: analysed as "
             "under --memory-budget 4.00 GB (time-ordered chunks; the per-op table gpu_ops is not kept)")
     result = dataclasses.replace(split, notes=split.notes + [long])
-    lines = render.render(result).splitlines()
+    lines = render.render(result, width=120).splitlines()
     assert max(map(len, lines)) <= 120
     flat = " ".join(" ".join(line.split()) for line in lines)
     for note in result.notes:

@@ -117,14 +117,30 @@ def test_notebooks_exist():
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), p
 
 
+def _decode_figures(path) -> int:
+    """1 when the analysis has the steady-state breakdown the overview draws first (decode_bars)."""
+    import analyze
+    from analyze.views import decode
+
+    a = analyze.load(path)
+    return int(decode.has_period_split(a.cycles, a.phase_names))
+
+
 def test_overview_bundled(executed):
     nb = run(executed, "overview")
     no_errors(nb)
     pngs = outputs(nb, "image/png")
-    # phase bars, timeline, top kernels, cycle distributions, cycle breakdown
-    assert len(pngs) == 5
+    # (decode bars,) phase bars, timeline, top kernels, cycle distributions, cycle breakdown
+    from analyze.cli import default_trace
+    n_decode = _decode_figures(default_trace())
+    assert len(pngs) == 5 + n_decode
     text = text_of(nb)
     assert "4 rank(s)" in text and "12 decode cycles" in text
+    # the headline comes first: before the whole-trace phase table
+    if n_decode:
+        assert text.index("of the decode cycle") < text.index("busy")
+    else:
+        assert "decode_bars: skipped (the cycle table has no period split)" in text
     for phase in ("draft", "verify", "allreduce", "other", "busy"):
         assert phase in text
     assert "report.html" in text
@@ -133,7 +149,7 @@ def test_overview_bundled(executed):
 def test_overview_other_report_one_rank(executed):
     nb = run(executed, "overview_1rank")
     no_errors(nb)
-    assert len(outputs(nb, "image/png")) == 5
+    assert len(outputs(nb, "image/png")) == 5 + _decode_figures(REAL_1RANK)
     text = text_of(nb)
     assert "1 rank(s)" in text and "20 decode cycles" in text
     assert "graph level" in text  # the analysis note about graph-level CUDA graph tracing is shown

@@ -114,10 +114,12 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     data = json.loads(out.read_text())
     assert data["schema"] == 2
     # notes are objects: a code code may test, the count, the readable message
-    assert data["notes"] == [{"code": "shared_correlation_ids", "count": 2714, "input": None, "rank": None,
-                              "message": "2714 correlation ids occur in several processes: ops joined to calls "
-                                         "per process"}]
-    assert data["inputs"][0]["notes"] == data["notes"]
+    report_note = {"code": "shared_correlation_ids", "count": 2714, "input": None, "rank": None,
+                   "message": "2714 correlation ids occur in several processes: ops joined to calls per process"}
+    assert data["notes"][0] == report_note
+    # the report's own notes, then the views' notes about the whole analysis (no collective kernel here)
+    assert [n["code"] for n in data["notes"]] == ["shared_correlation_ids", "skew_skipped"]
+    assert data["inputs"][0]["notes"] == [report_note]
     for key in ("inputs", "ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives"):
         assert key in data
     for row in data["phases"]:

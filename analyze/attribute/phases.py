@@ -18,6 +18,13 @@ Config file (TOML or JSON), e.g. ``phases.toml``::
 
 On the command line: ``--phase 'moe=ranges:moe_forward;kernels:*fused_moe*'`` (repeatable; a phase
 given there replaces the default of the same name, new ones are appended).
+
+Range patterns are globs like kernel patterns (``*``, ``?``, ``[...]``; a name without them is matched
+exactly) and are tried against the range's name and against ``domain:name`` as the tool prints it
+(``nccl:ncclAllReduce``; ``:name`` for the default domain), so ``--phase 'comm=ranges:nccl:*'``
+takes every range of domain ``nccl``. Values with a comma or a semicolon (PyTorch names its ranges
+``aten::mm, seq = 12, op_id = 34``) go in double quotes, ``--phase 'mm=ranges:"aten::mm, *"'``,
+or in a config file (TOML/JSON lists need no quoting).
 """
 from __future__ import annotations
 
@@ -44,6 +51,29 @@ class Phase:
             return None
         return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in self.kernels), re.DOTALL)
 
+    def range_matcher(self):
+        """``matches(name, domain) -> bool`` for this phase's range patterns: a pattern is tried on
+        the name and on ``domain:name`` (exactly, and as a glob when it has ``*``, ``?`` or ``[``);
+        ``domain`` restricts the phase to one domain."""
+        exact = frozenset(self.ranges)
+        globs = [p for p in self.ranges if is_glob(p)]
+        rx = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in globs), re.DOTALL) if globs else None
+
+        def matches(name, domain) -> bool:
+            if self.domain is not None and self.domain != domain:
+                return False
+            name = "" if name is None else str(name)
+            full = f"{'' if domain is None else domain}:{name}"
+            if name in exact or full in exact:
+                return True
+            return rx is not None and bool(rx.fullmatch(name) or rx.fullmatch(full))
+        return matches
+
+
+def is_glob(pattern: str) -> bool:
+    """Whether a range or kernel pattern holds glob characters (else it is an exact name)."""
+    return any(c in pattern for c in "*?[")
+
 
 ALLREDUCE_KERNELS = (
     "ncclDevKernel_AllReduce*", "ncclKernel_AllReduce*",
@@ -68,12 +98,16 @@ CYCLE_RANGES = protocol.CYCLE_RANGES
 class PhaseConfig:
     phases: list[Phase] = field(default_factory=lambda: list(DEFAULT_PHASES))
     cycle_ranges: tuple[str, ...] = CYCLE_RANGES
+    # the phases the user defined or redefined (--phase, --config): a warning when one matches nothing
+    user_defined: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.phases]
 
     def replace(self, phase: Phase) -> None:
+        if phase.name not in self.user_defined:
+            self.user_defined = self.user_defined + (phase.name,)
         for i, p in enumerate(self.phases):
             if p.name == phase.name:
                 self.phases[i] = phase
@@ -81,17 +115,82 @@ class PhaseConfig:
         self.phases.append(phase)
 
 
+def split_quoted(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside double or single quotes (the quotes removed; a backslash
+    escapes the next character). ``'a, "b, c", d'`` -> ``['a', ' b, c', ' d']``."""
+    parts, buf, quote, i = [], [], None, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            buf.append(text[i + 1])
+            i += 2
+            continue
+        if quote:
+            if ch == quote:
+                quote = None
+            else:
+                buf.append(ch)
+        elif ch in "\"'":
+            quote = ch
+        elif ch == sep:
+            parts.append("".join(buf))
+            buf = []
+        else:
+            buf.append(ch)
+        i += 1
+    if quote:
+        raise ValueError(f"unclosed {quote} quote in {text!r}")
+    parts.append("".join(buf))
+    return parts
+
+
+def _split_keeping_quotes(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside quotes, the quotes kept (for a second split inside)."""
+    parts, start, quote, i = [], 0, None, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == sep:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def quote_value(value: str) -> str:
+    """A range or kernel name as written in a ``--phase`` value: in double quotes when it holds a
+    comma, a semicolon, a quote or a backslash (:func:`split_quoted` reads it back)."""
+    if not any(c in value for c in ",;\"'\\") and value == value.strip():
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def parse_phase_option(text: str) -> Phase:
-    """``name=ranges:a,b;kernels:pat*,pat2;domain:sglang``"""
+    """``name=ranges:a,b;kernels:pat*,pat2;domain:sglang``; a value holding ``,`` or ``;`` in double
+    quotes: ``mm=ranges:"aten::mm, *"``."""
     if "=" not in text:
         raise ValueError(f"--phase {text!r}: expected NAME=ranges:A,B;kernels:PATTERN")
     name, spec = text.split("=", 1)
     parts: dict[str, tuple[str, ...]] = {"ranges": (), "kernels": ()}
     domain = None
-    for item in filter(None, (s.strip() for s in spec.split(";"))):
+    try:
+        items = [s.strip() for s in _split_keeping_quotes(spec, ";")]
+    except ValueError as exc:
+        raise ValueError(f"--phase {text!r}: {exc}") from None
+    for item in filter(None, items):
         key, _, values = item.partition(":")
         key = key.strip().lower()
-        vals = tuple(v.strip() for v in values.split(",") if v.strip())
+        try:
+            vals = tuple(v.strip() for v in split_quoted(values, ",") if v.strip())
+        except ValueError as exc:
+            raise ValueError(f"--phase {text!r}: {exc}") from None
         if key in ("ranges", "range", "nvtx"):
             parts["ranges"] = vals
         elif key in ("kernels", "kernel"):
@@ -140,19 +239,13 @@ def load_config(path: str | Path | None = None, options: list[str] | None = None
 
 
 def range_phase(names, domains, config: PhaseConfig) -> list[str | None]:
-    """Phase of each NVTX range (by name, and domain where the phase names one), else None."""
-    lookup: dict[str, list[Phase]] = {}
-    for phase in config.phases:
-        for r in phase.ranges:
-            lookup.setdefault(r, []).append(phase)
+    """Phase of each NVTX range (first phase in order whose patterns match its name or its
+    ``domain:name``, see :meth:`Phase.range_matcher`), else None. Called once per distinct
+    (name, domain) pair."""
+    matchers = [(p.name, p.range_matcher()) for p in config.phases if p.ranges]
     out = []
     for name, domain in zip(names, domains):
-        found = None
-        for phase in lookup.get(name, ()):
-            if phase.domain is None or phase.domain == domain:
-                found = phase.name
-                break
-        out.append(found)
+        out.append(next((phase for phase, matches in matchers if matches(name, domain)), None))
     return out
 
 

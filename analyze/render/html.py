@@ -20,15 +20,15 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
-from analyze.render import plots
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
+from analyze.render import names as kernel_names, plots
+from analyze.views import decode, skew, summary
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 
 MS = 1e6
 
 TABLE_TITLES = {
+    "decode": "Steady-state decode cycle per rank: where each cycle goes",
     "ranks": "Ranks",
     "phases": "Exclusive GPU time per phase and rank (ms): every GPU nanosecond counted once",
     "cross_rank": "Per phase across ranks (ms)",
@@ -62,6 +62,7 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
     row), ``cross_rank``, ``top_kernels`` (``top`` per phase), ``cycles`` (percentiles) and ``skew``
     (empty when there are no collectives)."""
     out: dict[str, pd.DataFrame] = {}
+    out["decode"] = decode_table(a)
     totals = a.totals.set_index("rank") if len(a.totals) else pd.DataFrame()
     rows = []
     for r in a.ranks.itertuples():
@@ -134,7 +135,7 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
 
     coll = a.collectives
     if coll is not None and len(coll):
-        s = coll_mod.skew_summary(coll)
+        s = skew.skew_table(a)
         last = _col(s, "times_late", "times_last")
         done = s["wait_ns"].astype(float) + s["transfer_ns"].astype(float)
         out["skew"] = pd.DataFrame({
@@ -146,6 +147,51 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
             "late in": s["late_phase"].where(s["late_phase"].notna(), "-")})
     else:
         out["skew"] = pd.DataFrame()
+    return out
+
+
+def decode_table(a, figure: str = "mean") -> pd.DataFrame:
+    """The steady-state breakdown as shown: one row per rank, per component (``GPU idle`` for
+    gpu_idle) ``<component> us`` (``figure``: the mean or the median over the rank's steady-state
+    cycles) and ``<component> share`` (of the mean period), and ``cycle period us``. Components that
+    are zero on every rank and are not draft/verify/draft_extend/allreduce/other/idle are left out,
+    and all-reduce on a single rank (TP 1). Empty without a breakdown."""
+    bd = decode.decode_breakdown(a.cycles, a.phase_names)
+    if bd.empty:
+        return pd.DataFrame()
+    sm = decode.decode_summary(a.cycles, a.totals, a.phase_names).set_index("rank")
+    comps = shown_components(a, bd)
+    col = "per_cycle_ns" if figure == "mean" else "median_ns"
+    rows = []
+    for r in sorted(bd["rank"].unique()):
+        c = bd[bd["rank"] == r].set_index("component").reindex(comps)
+        row = {"rank": int(r)}
+        for comp in comps:
+            label = "GPU idle" if comp == decode.GPU_IDLE else comp
+            row[f"{label} us"] = float(c.loc[comp, col]) / 1e3
+            row[f"{label} share"] = float(c.loc[comp, "share"])
+        row["cycle period us"] = float(sm.loc[r, "period_mean_ns" if figure == "mean" else "period_median_ns"]) / 1e3
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def shown_components(a, bd: pd.DataFrame) -> list[str]:
+    """The components worth a column: the core ones, and configured phases with time; all-reduce
+    left out on a single rank without any (TP 1)."""
+    tp1 = decode.no_allreduce(bd, a.ranks)
+    core = {"draft", "verify", "draft_extend", decode.ALLREDUCE, OTHER, decode.GPU_IDLE}
+    totals = bd.groupby("component", sort=False)["per_cycle_ns"].sum()
+    return [c for c in decode.components(a.phase_names)
+            if (c in core or totals.get(c, 0) > 0) and not (tp1 and c == decode.ALLREDUCE)]
+
+
+def _decode_display(frame: pd.DataFrame) -> pd.DataFrame:
+    """One cell per rank and component: ``us (share)``."""
+    comps = [c[:-3] for c in frame.columns if c.endswith(" us") and c != "cycle period us"]
+    out = pd.DataFrame({"rank": frame["rank"]})
+    for c in comps:
+        out[c] = [f"{u:,.1f} ({100 * sh:.1f}%)" for u, sh in zip(frame[f"{c} us"], frame[f"{c} share"])]
+    out["cycle period"] = [f"{u:,.1f}" for u in frame["cycle period us"]]
     return out
 
 
@@ -182,10 +228,15 @@ figure svg { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 13px; margin-top: 4px; }
 .notes li { margin: 3px 0; }
 .callout { background: #fff8c5; border: 1px solid #d4a72c66; border-radius: 6px; padding: 6px 12px; }
+.headline { font-size: 16px; line-height: 1.5; padding: 10px 14px; }
+.outside { background: var(--band); border-left: 4px solid #8C8C8C; padding: 6px 12px; }
 footer { color: var(--muted); font-size: 12px; margin-top: 40px; }
 """
 
 _CAPTIONS = {
+    "decode": "Left: the mean steady-state decode cycle of each rank, split into the exclusive GPU time of "
+              "each phase, other GPU work and GPU idle (the host-bound part of the cycle). Right: the GPU work "
+              "alone, so the phases stay readable when the GPU is idle most of the cycle.",
     "phases": "Every GPU nanosecond of a rank is counted once: where phases overlap, the phase listed "
               "first in the configuration owns the overlap; `other` is GPU time of no phase.",
     "timeline": "GPU ops of every rank over a window of decode cycles, coloured by phase; light grey is "
@@ -210,7 +261,7 @@ def _esc(v) -> str:
 def _fmt(v, col: str) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA:
         return "-"
-    if col in ("share", "wait share"):
+    if col in ("share", "wait share") or col.endswith(" share"):
         return f"{100 * float(v):.1f}%"
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
@@ -233,7 +284,7 @@ def _table_html(frame: pd.DataFrame, *, left: tuple[str, ...] = (), kernel_col: 
     short = {}
     if kernel_col is not None:  # twins (same short name) get the word that tells them apart
         names = frame[kernel_col].astype(str).tolist()
-        short = dict(zip(names, plots._unique_labels(names, 90)))
+        short = dict(zip(names, kernel_names.display_names(names, 90)))
     head = "".join(f'<th class="{"l" if c in left or c == kernel_col else ""}">{_esc(c)}</th>' for c in cols)
     body = []
     prev_group = object()
@@ -249,7 +300,7 @@ def _table_html(frame: pd.DataFrame, *, left: tuple[str, ...] = (), kernel_col: 
         cells = []
         for c, v in zip(cols, row):
             if c == kernel_col:
-                cells.append(f'<td class="l kernel" title="{_esc(v)}">{_esc(short.get(str(v)) or plots.short_name(v, 90))}</td>')
+                cells.append(f'<td class="l kernel" title="{_esc(v)}">{_esc(short.get(str(v)) or kernel_names.short_name(v, 90))}</td>')
             elif c in left:
                 sw = ""
                 if colors and c == cols[0] and str(v) in colors:
@@ -261,6 +312,70 @@ def _table_html(frame: pd.DataFrame, *, left: tuple[str, ...] = (), kernel_col: 
     tid = f' id="{_esc(table_id)}"' if table_id else ""
     return (f'<div class="scroll"><table{tid}><thead><tr>{head}</tr></thead><tbody>'
             + "\n".join(body) + "</tbody></table></div>")
+
+
+def _attention_html(a) -> str:
+    """The notes that change how to read the page (no range is a phase, a phase matched nothing)
+    above everything, with the ``--phase`` options of the hint."""
+    from analyze import notes as N
+    from analyze.views import phase_hints
+
+    out = []
+    for note in a.notes:
+        code = getattr(note, "code", None)
+        if code == N.NVTX_NOT_PHASES:
+            fams = phase_hints.range_families(a.ranges)
+            rows = "".join(f"<tr><td>{r.projected_ns / MS:,.3f}</td><td>{r.ranges:,}</td>"
+                           f'<td class="l"><code>{_esc(r.option)}</code></td></tr>' for r in fams.itertuples())
+            out.append(f'<div class="callout"><p>{note.count:,} NVTX ranges, none of them a phase (was the trace made '
+                       "without the specprof shim?): every GPU op is <code>other</code>. The ranges with the most GPU "
+                       "time, and the option that makes a phase of each:</p><table><thead><tr><th>GPU ms</th>"
+                       f'<th>ranges</th><th class="l">option</th></tr></thead><tbody>{rows}</tbody></table></div>')
+        elif code == N.PHASE_UNMATCHED:
+            out.append(f'<p class="callout">{_esc(note.message)}</p>')
+    return "\n".join(out)
+
+
+def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") -> str:
+    """The headline sentence, the breakdown table and the outside-cycles line (the page's first screen)."""
+    cycles = a.cycles
+    if cycles is None or cycles.empty:
+        return '<p class="sub">No decode cycles (no <code>decode_cycle</code> NVTX range): every figure below is for the whole trace.</p>'
+    if frame.empty:
+        why = ("the cycle table has no period split (period_&lt;phase&gt;_ns, period_idle_ns)"
+               if not decode.has_period_split(cycles, a.phase_names) else "every cycle is warm-up")
+        return f'<p class="sub">{len(cycles)} decode cycles; no steady-state breakdown: {why}.</p>'
+    bd = decode.decode_breakdown(cycles, a.phase_names)
+    sm = decode.decode_summary(cycles, a.totals, a.phase_names)
+    head = decode.headline(bd, sm, a.ranks)
+    warm = int(sm["warmup_cycles"].sum())
+    reasons: dict[str, int] = {}
+    for d in sm["warmup_reasons"]:
+        for k, v in (d or {}).items():
+            reasons[k] = reasons.get(k, 0) + int(v)
+    steady = sorted(set(int(x) for x in sm["steady_cycles"]))
+    per = f"{steady[0]}" if len(steady) == 1 else f"{steady[0]} to {steady[-1]}"
+    sub = (f"Each cell: the mean GPU time per cycle in us over the steady-state cycles of the rank ({per}"
+           f"{' per rank' if len(sm) > 1 else ''}), and its share of the mean cycle period; the components add "
+           "up to the period (medians below). "
+           + (f"Warm-up cycles left out: {warm} ({', '.join(f'{k} {v}' for k, v in reasons.items())}). " if warm else "")
+           + "GPU idle is time inside the cycle when the GPU waited for the host.")
+    oc = decode.outside_cycles(cycles, a.phases, a.totals, a.phase_names)
+    outside = []
+    for r in sm.itertuples():
+        o = oc[(oc["rank"] == r.rank) & (oc["busy_ns"] > 0)].sort_values("busy_ns", ascending=False).head(3)
+        parts = ", ".join(f"{x.component} {x.busy_ns / MS:,.3f} ms" for x in o.itertuples())
+        outside.append(f"rank {r.rank}: {r.outside_cycles_busy_ns / MS:,.3f} ms" + (f" ({parts})" if parts else ""))
+    medians = _decode_display(decode_table(a, "median")).rename(columns={"cycle period": "cycle period"})
+    medians = medians.assign(**{c: medians[c].str.replace(r" \(.*\)$", "", regex=True)
+                                for c in medians.columns if c != "rank"})
+    return (f'<p class="callout headline">{_esc(head)}</p>' + figure_html
+            + f'<p class="sub">{_esc(sub)}</p>'
+            + _table_html(_decode_display(frame), table_id="t-decode")
+            + '<details><summary>medians per rank (us)</summary>' + _table_html(medians, table_id="t-decode-median")
+            + "</details>"
+            + f'<p class="outside"><b>Outside decode cycles</b> (model load, CUDA-graph capture, prefill between '
+              f'cycles; not in the figures above): {_esc("; ".join(outside))}.</p>')
 
 
 _SVG_HEAD = re.compile(r"^.*?(<svg\b)", re.S)
@@ -299,7 +414,9 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
         return _figure_html(name, figs[name]) if name in figs else ""
 
     sections: list[tuple[str, str, str, str]] = []  # (id, nav label, heading, html)
-    sections.append(("phases", "Phases", TABLE_TITLES["phases"],
+    sections.append(("decode", "Decode cycle", TABLE_TITLES["decode"],
+                     _decode_html(a, t["decode"], colors, fig("decode"))))
+    sections.append(("phases", "Phases", TABLE_TITLES["phases"] + " (whole trace)",
                      _table_html(t["phases"], left=("phase",), total_row="busy", colors=colors,
                                  table_id="t-phases") + fig("phases")))
     sections.append(("timeline", "Timeline", "Decode-cycle timeline",
@@ -323,7 +440,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
     if len(t["skew"]):
-        strag = coll_mod.stragglers(a.collectives)
+        strag = skew.stragglers(a)
         n = a.collectives["collective"].nunique()
         extra = (f'<p class="callout">straggler rank(s): <b>{", ".join(map(str, strag))}</b></p>' if strag
                  else '<p class="sub">no straggler: no rank was late noticeably more often than others</p>')
@@ -355,6 +472,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
     body = "\n".join(f'<section id="{sid}"><h2>{_esc(h)}</h2>\n{content}</section>'
                      for sid, _, h, content in sections)
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    attention = _attention_html(a)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -366,6 +484,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
 {n_cycles} decode cycle(s), phases {_esc(", ".join(a.phase_names))}.</p>
 <div class="inputs">{inputs}</div>
 <nav>{nav}</nav>
+{attention}
 {body}
 <footer>generated by specprof (analyze-trace --html) on {when}</footer>
 </main></body></html>

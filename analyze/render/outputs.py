@@ -9,20 +9,20 @@ import pandas as pd
 
 from analyze import output_policy
 from analyze.atomic import atomic_dir_write, atomic_write
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
+from analyze.views import decode, skew, summary
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each
 FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
-               "alignment", "cross_rank", "skew", "nvtx_sum")
+               "alignment", "cross_rank", "skew", "nvtx_sum", "decode_breakdown", "decode_summary",
+               "outside_cycles")
 
 PUBLIC_COLUMNS = {
     "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
     "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
     "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
     "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
-               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops"],
+               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops", "outside_cycles_busy_ns"],
     "nvtx_projection": ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops", "input"],
 }
 
@@ -37,8 +37,11 @@ def tables(result) -> dict[str, pd.DataFrame]:
             frame = frame[[c for c in cols if c in frame.columns]]
         out[name] = frame.reset_index(drop=True)
     out["cross_rank"] = summary.cross_rank(result.phases)
-    out["skew"] = coll_mod.skew_summary(result.collectives)
+    out["skew"] = skew.skew_table(result)
     out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
+    out["decode_breakdown"] = decode.decode_breakdown(result.cycles, result.phase_names)
+    out["decode_summary"] = decode.decode_summary(result.cycles, result.totals, result.phase_names)
+    out["outside_cycles"] = decode.outside_cycles(result.cycles, result.phases, result.totals, result.phase_names)
     return out
 
 
@@ -86,9 +89,12 @@ def _json_parts(result, advice: dict | None = None) -> list[tuple[str, object]]:
     parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
                                        ("phase_names", result.phase_names)]
     parts += list(tables(result).items())
-    parts += [("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
+    bd = decode.decode_breakdown(result.cycles, result.phase_names)
+    sm = decode.decode_summary(result.cycles, result.totals, result.phase_names)
+    parts += [("headline", decode.headline(bd, sm, result.ranks)),
+              ("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
               ("tokens", summary.tokens_summary(result.cycles)),
-              ("stragglers", coll_mod.stragglers(result.collectives)),
+              ("stragglers", skew.stragglers(result)),
               ("notes", note_records(result.notes))]
     if advice is not None:
         parts.append(("advice", advice))
@@ -123,9 +129,18 @@ def write_json(result, path, advice: dict | None = None) -> None:
         f.write("\n}\n")
 
 
+def _flat(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cells holding a dict or list (``decode_summary.warmup_reasons``) as JSON text, for CSV and
+    Parquet (JSON keeps them as objects)."""
+    nested = [c for c in frame.columns if frame[c].dtype == object
+              and frame[c].map(lambda v: isinstance(v, (dict, list))).any()]
+    return frame.assign(**{c: frame[c].map(lambda v: json.dumps(v, sort_keys=True, default=_plain)
+                                           if isinstance(v, (dict, list)) else v) for c in nested}) if nested else frame
+
+
 def write_csv(result, directory) -> list[str]:
     with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
-        for name, frame in tables(result).items():
+        for name, frame in ((n, _flat(f)) for n, f in tables(result).items()):
             with d.open(f"{name}.csv", newline="") as f:
                 frame.to_csv(f, index=False)
         return d.names
@@ -149,7 +164,7 @@ def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
 
 def write_parquet(result, directory) -> list[str]:
     with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
-        for name, frame in tables(result).items():
+        for name, frame in ((n, _flat(f)) for n, f in tables(result).items()):
             # object columns as text (None kept); the other columns shared, not copied
             text = {c: frame[c].map(lambda v: None if v is None else str(v))
                     for c in frame.columns if frame[c].dtype == object}

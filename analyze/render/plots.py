@@ -20,7 +20,6 @@ a GUI backend, so they work headless (Agg), in threads, and display inline in no
 from __future__ import annotations
 
 import io
-import re
 from typing import Callable, Iterable
 
 import numpy as np
@@ -33,10 +32,12 @@ from matplotlib.patches import Patch
 from analyze import notes as N
 from analyze.attribute.phases import OTHER
 from analyze.notes import Note
+from analyze.render import names
 from analyze.timeline import cycles as cycles_mod
+from analyze.views import decode
 
 __all__ = ["PALETTE", "EXTRA_COLORS", "IDLE", "NoData", "FIGURES", "phase_colors", "short_name",
-           "phase_bars", "cycle_timeline", "top_kernels", "cycle_distributions", "cycle_breakdown",
+           "decode_bars", "phase_bars", "cycle_timeline", "top_kernels", "cycle_distributions", "cycle_breakdown",
            "allreduce_heatmap", "kernel_variability", "ops_by_cycle", "kernel_cycle_table", "figures", "write_all", "to_bytes"]
 
 IDLE = "idle"
@@ -78,90 +79,9 @@ def _phase_order(a) -> list[str]:
     return [p for p in a.phase_names if p != OTHER] + [OTHER]
 
 
-def _strip_brackets(text: str, open_: str, close: str, keep: Callable[[str], bool] = lambda s: False) -> str:
-    """Remove the (nested) ``open_ ... close`` groups of ``text``, except those ``keep`` accepts."""
-    out, depth, buf = [], 0, []
-    for ch in text:
-        if ch == open_:
-            if depth == 0:
-                buf = []
-            depth += 1
-        if depth == 0:
-            out.append(ch)
-        else:
-            buf.append(ch)
-        if ch == close and depth:
-            depth -= 1
-            if depth == 0 and keep("".join(buf)):
-                out.append("".join(buf))
-    return "".join(out)
-
-
-_ANON = "(anonymous namespace)"
-
-
-def short_name(name: str, width: int = 48) -> str:
-    """A kernel name fit for an axis label: no return type, template arguments, parameter list or
-    leading namespaces (kept while they fit), truncated to ``width`` characters with an ellipsis.
-
-    ``void at::native::vectorized_elementwise_kernel<(int)4, ...>(int, T2, T3)`` ->
-    ``at::native::vectorized_elementwise_kernel``; ``[CUDA memcpy]`` stays as it is."""
-    s = " ".join(str(name).split())
-    if not s:
-        return "?"
-    if s.startswith("[") and s.endswith("]"):
-        return s if len(s) <= width else s[: width - 1] + "…"
-    s = s.replace(_ANON, "(anon)")
-    s = _strip_brackets(s, "<", ">")
-    # drop the parameter list: the last top-level (...) group and everything after it
-    s = _strip_brackets(s, "(", ")", keep=lambda g: g == "(anon)")
-    s = s.replace("(anon)::", "").replace("(anon)", "")
-    s = re.sub(r"^(?:void|static|__global__|inline|\s)+\s", "", s).strip()
-    s = s.split(" ")[-1] or s  # a remaining return type ("float foo") goes
-    parts = [p for p in s.split("::") if p]
-    while len(parts) > 1 and len("::".join(parts)) > width:
-        parts = parts[1:]
-    s = "::".join(parts) if parts else str(name)
-    return s if len(s) <= width else s[: width - 1] + "…"
-
-
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
-_BORING = {"void", "const", "float", "long", "unsigned", "char", "bool", "native", "array", "operator",
-           "lambda", "instance", "anonymous", "namespace", "TensorIteratorBase", "BFloat16", "Half", "int64_t"}
-
-
-def _distinguishing_word(name: str, others: list[str]) -> str | None:
-    """The first identifier of ``name`` (template arguments included) found in none of ``others``."""
-    seen = set()
-    for o in others:
-        seen.update(_WORD.findall(o))
-    for w in _WORD.findall(name):
-        if w not in seen and w not in _BORING and not re.fullmatch(r"T\d+", w):
-            return w
-    return None
-
-
-def _unique_labels(names: list[str], width: int) -> list[str]:
-    """Short names, one per entry of ``names`` (a repeated name gets the same label); different
-    kernels that shorten to the same label get the first identifier that tells them apart
-    (``vectorized_elementwise_kernel [FillFunctor]``), else ``#2``, ``#3``."""
-    uniq = list(dict.fromkeys(str(n) for n in names))
-    shorts = [short_name(n, width) for n in uniq]
-    label, count = {}, {}
-    for i, (n, s) in enumerate(zip(uniq, shorts)):
-        twins = [m for j, m in enumerate(uniq) if shorts[j] == s and j != i]
-        count[s] = count.get(s, 0) + 1
-        if not twins:
-            label[n] = s
-            continue
-        word = _distinguishing_word(n, twins)
-        if word:
-            tag = f" [{word}]"
-            base = short_name(n, max(12, width - len(tag)))
-            label[n] = base + tag if len(base + tag) <= width + 12 else base + tag[:12] + "…]"
-        else:
-            label[n] = s if count[s] == 1 else f"{s[: width - 3]} #{count[s]}"
-    return [label[str(n)] for n in names]
+# kernel labels: one module for the terminal, HTML and figures (never two kernels under one label)
+short_name = names.short_name
+_unique_labels = names.display_names
 
 
 def _unit(values_ns) -> tuple[str, float]:
@@ -210,6 +130,66 @@ def _legend_handles(names: list[str], colors: dict[str, str]) -> list[Patch]:
 
 # ------------------------------------------------------------------------------------------------
 # figures
+
+
+@_styled
+def decode_bars(a, *, max_ranks: int = 16) -> Figure:
+    """The steady-state decode cycle per rank (views/decode.py): left, the mean cycle period split
+    into the phases, other GPU work and GPU idle (light grey, the host-bound part); right, the GPU
+    work alone (the busy part of the same bars, each component's share of it), so the phases stay
+    readable when the GPU is idle most of the cycle. Warm-up cycles left out."""
+    bd = decode.decode_breakdown(a.cycles, a.phase_names)
+    if bd.empty:
+        why = ("no decode cycles" if a.cycles is None or a.cycles.empty
+               else "the cycle table has no period split" if not decode.has_period_split(a.cycles, a.phase_names)
+               else "every cycle is warm-up")
+        raise NoData(why)
+    comps = [c for c in decode.components(a.phase_names)
+             if bd.loc[bd["component"] == c, "per_cycle_ns"].sum() > 0]
+    colors = phase_colors(a.phase_names)
+    colors[decode.GPU_IDLE] = PALETTE[IDLE]
+    pivot = bd.pivot_table(index="rank", columns="component", values="per_cycle_ns", aggfunc="sum")
+    pivot = pivot.reindex(columns=comps).fillna(0).iloc[:max_ranks]
+    unit, div = _unit(pivot.sum(axis=1))
+    n = len(pivot)
+    fig = _new_figure(11.0, 1.7 + 0.42 * n)
+    left, right = fig.subplots(1, 2, sharey=True, width_ratios=[3, 2])
+    y = np.arange(n)
+    busy_comps = [c for c in comps if c != decode.GPU_IDLE]
+    for ax, cols, scale in ((left, comps, None), (right, busy_comps, "busy")):
+        base = np.zeros(n)
+        total = pivot[cols].sum(axis=1).to_numpy(dtype="float64")
+        for c in cols:
+            vals = pivot[c].to_numpy(dtype="float64")
+            shown = vals / div if scale is None else np.divide(vals, total, out=np.zeros(n), where=total > 0) * 100
+            ax.barh(y, shown, left=base, height=0.62, color=colors[c], edgecolor="white", linewidth=0.5,
+                    label=_decode_label(c))
+            for yi, (b, v, raw, t) in enumerate(zip(base, shown, vals, total)):
+                full = pivot.loc[pivot.index[yi], cols].sum() if scale is None else t
+                share = raw / full if full else 0
+                if share >= 0.07:
+                    ax.text(b + v / 2, yi, f"{100 * share:.0f}%", ha="center", va="center", fontsize=7.5,
+                            color="black" if c in (decode.GPU_IDLE, OTHER) else "white")
+            base += shown
+    left.set_yticks(y, [_rank_label(r) for r in pivot.index])
+    left.invert_yaxis()
+    left.set_xlabel(f"mean steady-state cycle ({unit})")
+    left.set_title("Decode cycle: where the period goes", loc="left")
+    right.set_xlabel("share of the GPU work in the cycle (%)")
+    right.set_xlim(0, 100)
+    right.set_title("GPU work only (idle left out)", loc="left")
+    handles = _legend_handles(comps, {c: colors[c] for c in comps})
+    for h, c in zip(handles, comps):
+        h.set_label(_decode_label(c))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(comps), 8), frameon=False)
+    for ax in (left, right):
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_axisbelow(True)
+    return fig
+
+
+def _decode_label(component: str) -> str:
+    return "GPU idle (host-bound)" if component == decode.GPU_IDLE else component
 
 
 @_styled
@@ -696,8 +676,9 @@ def allreduce_heatmap(a, *, max_collectives: int = 400) -> Figure:
     fig = _new_figure(11.0, 1.6 + 0.36 * n_r)
     ax = fig.add_subplot()
     cmap = LinearSegmentedColormap.from_list("wait", ["#FFFFFF", "#F2B8A0", PALETTE["allreduce"], "#5A0F12"])
-    im = ax.imshow(grid.to_numpy(dtype="float64") / div, aspect="auto", cmap=cmap, interpolation="nearest",
-                   vmin=0)
+    values = grid.to_numpy(dtype="float64") / div
+    vmax, above = heatmap_scale(values)
+    im = ax.imshow(values, aspect="auto", cmap=cmap, interpolation="nearest", vmin=0, vmax=vmax)
     last = coll[coll["last_arrival"].astype(bool) & coll["collective"].isin(shown)]
     if n_c <= 200 and len(last):
         col_pos = {c: i for i, c in enumerate(shown)}
@@ -711,13 +692,36 @@ def allreduce_heatmap(a, *, max_collectives: int = 400) -> Figure:
     ax.set_ylabel("rank")
     more = f", first {max_collectives} of {coll['collective'].nunique()}" if coll["collective"].nunique() > n_c else ""
     ax.set_title(f"All-reduce wait per rank and collective ({n_c} collectives{more})", loc="left")
-    cb = fig.colorbar(im, ax=ax, pad=0.01)
+    cb = fig.colorbar(im, ax=ax, pad=0.01, extend="max" if above else "neither")
     cb.set_label(f"wait for the last rank ({unit})")
+    if above:
+        ax.set_title(ax.get_title(loc="left") + f"; colour scale without the top {above} cell{'s' if above != 1 else ''}",
+                     loc="left")
     return fig
+
+
+HEATMAP_LEFT_OUT = 0.01     # the top 1% of cells (at least one) do not set the colour scale
+
+
+def heatmap_scale(values: np.ndarray) -> tuple[float, int]:
+    """(top of the colour scale, cells above it): the largest cell once the top
+    :data:`HEATMAP_LEFT_OUT` of cells, at least one, is left out, so one outlier (the warm-up's
+    first all-reduce) does not wash every other cell out; the maximum when that is 0 (a mostly
+    zero grid) or there is a single cell."""
+    v = np.sort(values[np.isfinite(values)].ravel())
+    if not v.size:
+        return 1.0, 0
+    k = max(1, int(v.size * HEATMAP_LEFT_OUT))
+    top = float(v[-k - 1]) if v.size > k else float(v[-1])
+    if top <= 0:
+        top = float(v[-1])
+    top = top if top > 0 else 1.0
+    return top, int((v > top).sum())
 
 
 # name -> (function, what it shows); write_all and the HTML report draw these in this order
 FIGURES: dict[str, tuple[Callable, str]] = {
+    "decode": (decode_bars, "Steady-state decode cycle per rank"),
     "phases": (phase_bars, "Exclusive GPU time per phase and rank"),
     "timeline": (cycle_timeline, "Decode-cycle timeline per rank"),
     "top_kernels": (top_kernels, "Top kernels per phase"),

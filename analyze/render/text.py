@@ -1,16 +1,35 @@
-"""The terminal report: fits 120 columns for eight ranks."""
+"""The terminal report. Its first screen answers the question the tool is for: where each
+steady-state decode cycle goes, per rank (views/decode.py), in one sentence and one table; the GPU
+work outside decode cycles (load, capture, prefill) is a line of its own. The whole-trace tables
+follow. Lines fit the terminal (``COLUMNS``, else the terminal's width, else 120): tables too wide
+are split into blocks of columns, kernel names are shortened without two kernels printing the same
+(render/names.py), notes are wrapped, never cut.
+"""
 from __future__ import annotations
 
 import math
+import shutil
 import textwrap
 
 import pandas as pd
 
+from analyze import notes as N
 from analyze.attribute.phases import OTHER
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
+from analyze.render import names as kernel_names
+from analyze.views import decode, phase_hints, skew, summary
 
-WIDTH = 120
+WIDTH = 120            # when the width cannot be read (not a terminal, no COLUMNS)
+MIN_WIDTH, MAX_WIDTH = 60, 400
+# notes shown at the top of the report (they change how to read everything below), not at the end
+TOP_NOTES = (N.NVTX_NOT_PHASES, N.PHASE_UNMATCHED)
+WARMUP_WORDS = {"first": "first", "capture": "CUDA-graph capture", "outlier": "outlier period",
+                "no_gpu_ops": "no GPU ops recorded", "truncated": "CUDA data cut off"}
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` when set, else the terminal's width, else :data:`WIDTH`; within 60..400."""
+    cols = shutil.get_terminal_size((WIDTH, 24)).columns
+    return max(MIN_WIDTH, min(MAX_WIDTH, int(cols)))
 
 
 def ms(ns) -> str:
@@ -44,37 +63,257 @@ def clip_left(text: str, n: int) -> str:
     return "…" + (tail[cut:] if 0 <= cut < len(tail) - 1 else tail)
 
 
-def table(headers: list[str], rows: list[list], align: str | None = None) -> list[str]:
-    """Plain fixed-width table; align: one 'l'/'r' per column (default: first left, rest right)."""
-    align = align or ("l" + "r" * (len(headers) - 1))
-    cells = [[str(c) for c in r] for r in rows]
+def _one_table(headers, cells, align) -> list[str]:
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def fmt(r):
         return "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align)).rstrip()
 
-    line = "  ".join("-" * w for w in widths)
-    return [fmt(headers), line] + [fmt(r) for r in cells]
+    return [fmt(headers), "  ".join("-" * w for w in widths)] + [fmt(r) for r in cells]
 
 
-def render(result, top: int = 5, max_ranks: int = 8, advice: dict | None = None) -> str:
+def table(headers: list[str], rows: list[list], align: str | None = None, width: int | None = None,
+          keep: int = 1) -> list[str]:
+    """Plain fixed-width table; align: one 'l'/'r' per column (default: first left, rest right).
+    Wider than ``width``: the columns after the first ``keep`` are split into blocks that fit, each
+    printed as a table of its own under the previous one (nothing is cut)."""
+    align = align or ("l" + "r" * (len(headers) - 1))
+    cells = [[str(c) for c in r] for r in rows]
+    lines = _one_table(headers, cells, align)
+    if width is None or max(map(len, lines)) <= width or len(headers) <= keep + 1:
+        return lines
+    col_w = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    base = sum(col_w[:keep]) + 2 * keep
+    blocks, cur, used = [], [], base
+    for i in range(keep, len(headers)):
+        if cur and used + col_w[i] + 2 > width:
+            blocks.append(cur)
+            cur, used = [], base
+        cur.append(i)
+        used += col_w[i] + 2
+    blocks.append(cur)
     out: list[str] = []
-    out.append("specprof: GPU time per phase, kernel and rank")
+    for b in blocks:
+        idx = list(range(keep)) + b
+        out += ([""] if out else []) + _one_table([headers[i] for i in idx], [[r[i] for i in idx] for r in cells],
+                                                   "".join(align[i] for i in idx))
+    return out
+
+
+def _wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+    return textwrap.wrap(first + text, width, subsequent_indent=indent or " " * len(first),
+                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# the first screen: the steady-state decode breakdown
+
+
+def _label(component: str) -> str:
+    return "GPU idle" if component == decode.GPU_IDLE else component
+
+
+def _reasons(counts: dict) -> str:
+    return ", ".join(f"{WARMUP_WORDS.get(k, k)} {v}" for k, v in counts.items())
+
+
+def _merged_reasons(summary_frame: pd.DataFrame) -> dict:
+    out: dict[str, int] = {}
+    for d in summary_frame["warmup_reasons"]:
+        for k, v in (d or {}).items():
+            out[k] = out.get(k, 0) + int(v)
+    return out
+
+
+def _per_rank_text(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
+    """The headline sentence, the per-rank breakdown table and the outside-cycles line(s)."""
+    cycles = result.cycles
+    if cycles is None or cycles.empty:
+        return ["No decode cycles (no `decode_cycle` NVTX range): every figure below is for the whole trace."]
+    if not decode.has_period_split(cycles, result.phase_names):
+        return [f"Decode cycles: {len(cycles)}; the steady-state breakdown needs the cycle table's period split "
+                "(period_<phase>_ns, period_idle_ns), which this analysis lacks."]
+    bd = decode.decode_breakdown(cycles, result.phase_names)
+    sm = decode.decode_summary(cycles, result.totals, result.phase_names)
+    if bd.empty:
+        return [f"Decode cycles: {len(cycles)}, every one of them warm-up ({_reasons(_merged_reasons(sm))}): "
+                "no steady state to break down."]
+    out = _wrap(decode.headline(bd, sm, result.ranks), width)
+    out.append("")
+    tp1 = decode.no_allreduce(bd, result.ranks)
+    ranks = sorted(bd["rank"].unique().tolist())
+    shown = ranks[:max_ranks]
+    core = {"draft", "verify", "draft_extend", decode.ALLREDUCE, OTHER, decode.GPU_IDLE}
+    totals = bd.groupby("component", sort=False)["per_cycle_ns"].apply(lambda s: s.abs().sum())
+    comps = [c for c in decode.components(result.phase_names)
+             if (c in core or totals.get(c, 0) > 0) and not (tp1 and c == decode.ALLREDUCE)]
+    cell = bd.set_index(["rank", "component"])
+    srow = sm.set_index("rank")
+    period = {r: float(srow.loc[r, "period_mean_ns"]) for r in ranks}
+    period_med = {r: float(srow.loc[r, "period_median_ns"]) for r in ranks}
+    big = max(period.values()) >= 10e6
+    unit, fmt = ("ms", ms) if big else ("us", us)
+
+    # per rank and figure (mean, median, share): one cell per component, then the period
+    values = {}
+    for r in ranks:
+        c = cell.loc[r].reindex(comps)
+        values[r] = {"mean": [fmt(v) for v in c["per_cycle_ns"]] + [fmt(period[r])],
+                     "median": [fmt(v) for v in c["median_ns"]] + [fmt(period_med[r])],
+                     "share": [pct(v) for v in c["share"]] + [pct(1.0)]}
+    tokens = [("tokens / cycle", "tokens_per_cycle", "{:.2f}"), ("tokens / s", "tokens_per_s", "{:,.0f}"),
+              ("GPU ms / token", "gpu_ms_per_token", "{:.3f}")]
+    token_rows = [t for t in tokens if sm[t[1]].notna().any()]
+    labels = [_label(c) for c in comps] + ["cycle period"] + [t[0] for t in token_rows]
+    pooled = decode.pooled(bd[bd["rank"].isin(shown)]).set_index("component")["share"]
+    pooled_col = [pct(pooled.get(c, 0.0)) for c in comps] + [pct(1.0)] + [""] * len(token_rows)
+
+    def token_cell(r, col, f):
+        v = srow.loc[r, col]
+        return f.format(v) if v is not None and v == v else "-"
+
+    chosen = None
+    for layout in (("mean", "median", "share"), ("mean", "share"), ("mean",)):
+        pooled_share = len(layout) == 1 and len(shown) > 1
+        headers = ["component"] + [f"{'r' + str(r) + ' ' if len(shown) > 1 else ''}{w}" for r in shown
+                                   for w in layout] + (["share"] if pooled_share else [])
+        rows = []
+        for i, lbl in enumerate(labels):
+            row = [lbl]
+            for r in shown:
+                if i <= len(comps):
+                    row += [values[r][w][i] for w in layout]
+                else:
+                    _, col, f = token_rows[i - len(comps) - 1]
+                    row += [token_cell(r, col, f)] + [""] * (len(layout) - 1)
+            rows.append(row + ([pooled_col[i]] if pooled_share else []))
+        chosen = (headers, rows)
+        if max(map(len, _one_table(headers, rows, "l" + "r" * (len(headers) - 1)))) <= width:
+            break
+    headers, rows = chosen
+    steady = sm["steady_cycles"].tolist()
+    warm = sm["warmup_cycles"].tolist()
+    per_rank = [dict(d or {}) for d in sm["warmup_reasons"]]
+    same = all(d == per_rank[0] for d in per_rank)
+    reasons = _reasons(per_rank[0]) if same else _reasons(_merged_reasons(sm)) + " over all ranks"
+    title = (f"Steady-state decode cycle per rank ({unit} per cycle"
+             + ("; rN = rank N" if len(shown) > 1 else "") + f"; {_per_rank_text(steady)} cycles"
+             + (" per rank" if len(ranks) > 1 else "") + ", mean" + (" and median" if "median" in " ".join(headers)
+                                                                     else "") + "; share of the mean period"
+             + (f"; warm-up left out: {_per_rank_text(warm)}" + (" per rank" if len(ranks) > 1 else "")
+                + f" ({reasons})" if sum(warm) else "")
+             + ("; TP 1: no all-reduce" if tp1 else "")
+             + (f"; first {max_ranks} of {len(ranks)} ranks" if len(ranks) > len(shown) else "") + ")")
+    out += _wrap(title, width)
+    out += table(headers, rows, width=width)
+    if "median" not in " ".join(headers) and len(shown) > 1:
+        out.append("(medians per rank: --json decode_breakdown, --html)")
+    out += outside_lines(result, sm, width)
+    return out
+
+
+def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
+    """The GPU work outside every decode cycle period, per rank (or its range over ranks)."""
+    oc = decode.outside_cycles(result.cycles, result.phases, result.totals, result.phase_names)
+    busy = sm.set_index("rank")["outside_cycles_busy_ns"]
+    warm_busy = sm.set_index("rank")["warmup_busy_ns"]
+    warm_n = sm.set_index("rank")["warmup_cycles"]
+
+    def parts(rank) -> str:
+        o = oc[(oc["rank"] == rank) & (oc["busy_ns"] > 0)].sort_values("busy_ns", ascending=False)
+        return ", ".join(f"{r.component} {ms(r.busy_ns)} ms" for r in o.head(3).itertuples())
+
+    lines = []
+    if not (busy > 0).any():
+        text = "Outside decode cycles: no GPU work (every GPU op of every rank ran inside a decode cycle)"
+        if warm_n.sum():
+            text += (f"; warm-up cycles: {int(warm_n.sum())}{' over all ranks' if len(busy) > 1 else ''}, "
+                     f"{ms(warm_busy.sum())} ms of GPU work")
+        return _wrap(text + ".", width)
+    if len(busy) <= 2:
+        for rank in busy.index:
+            p = parts(rank)
+            text = (f"Outside decode cycles{' on rank ' + str(rank) if len(busy) > 1 else ''}: {ms(busy[rank])} ms "
+                    f"of GPU work (model load, CUDA-graph capture, prefill between cycles){': ' + p if p else ''}; "
+                    f"not in the cycle figures above")
+            if warm_n[rank]:
+                text += f"; warm-up cycles: {int(warm_n[rank])}, {ms(warm_busy[rank])} ms of GPU work"
+            lines += _wrap(text + ".", width)
+    else:
+        top = int(busy.idxmax())
+        p = parts(top)
+        text = (f"Outside decode cycles: {ms(busy.min())} to {ms(busy.max())} ms of GPU work per rank (model load, "
+                f"CUDA-graph capture, prefill between cycles; most on rank {top}{': ' + p if p else ''}); not in the "
+                "cycle figures above")
+        if warm_n.sum():
+            text += f"; warm-up cycles: {int(warm_n.sum())} over all ranks, {ms(warm_busy.sum())} ms of GPU work"
+        lines += _wrap(text + ".", width)
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole report
+
+
+def hint_lines(result, width: int) -> list[str]:
+    """The notes that change how to read the report, first; with the range families when no NVTX
+    range is a phase."""
+    out: list[str] = []
+    top = [n for n in result.notes if getattr(n, "code", None) in TOP_NOTES]
+    for note in top:
+        if note.code == N.NVTX_NOT_PHASES:
+            out += _wrap(f"{note.count} NVTX ranges, none of them a phase (was the trace made without the specprof "
+                         "shim?): every GPU op is `other`. The ranges with the most GPU time, and the option that "
+                         "makes a phase of each:", width)
+            fams = phase_hints.range_families(result.ranges)
+            cells = [(ms(r.projected_ns), f"{r.ranges:,}", r.option) for r in fams.itertuples()]
+            w_ms = max([len(c[0]) for c in cells] + [1])
+            w_n = max([len(c[1]) for c in cells] + [1])
+            for t, n, option in cells:      # one line each (wrapped by _fit when too long)
+                out.append(f"  {t:>{w_ms}} ms  {n:>{w_n}} ranges  {option}")
+        else:
+            out += _wrap(note.message, width, indent="  ")
+    return out + ([""] if out else [])
+
+
+def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, demo: bool = False,
+           written: list[str] | None = None, advice: dict | None = None) -> str:
+    """The report as text, ``width`` columns (default :func:`terminal_width`). ``demo``: say that
+    this is the bundled demo trace; ``written``: the files this run wrote, listed at the end;
+    ``advice``: analyze-trace advise's findings (``Advice.to_dict()``), shown as the Advice section."""
+    width = terminal_width() if width is None else max(int(width), 40)
+    out: list[str] = []
+    out.append("specprof: where each decode cycle goes, per phase, kernel and rank")
     shown_inputs = result.inputs if len(result.inputs) <= 3 else result.inputs[:2]
     for inp in shown_inputs:
-        out.append(clip(f"  input {clip_left(inp['path'], 56)}  (nsys {inp.get('nsys_version') or '?'}, schema "
-                        f"{inp.get('schema_version') or '?'}, graphs traced: {inp.get('cuda_graph_trace') or '-'})",
-                        WIDTH))
+        path = f"  input {clip_left(inp['path'], width - 8)}"
+        meta = (f"(nsys {inp.get('nsys_version') or '?'}, schema {inp.get('schema_version') or '?'}, graphs "
+                f"traced: {inp.get('cuda_graph_trace') or '-'})")
+        out += [f"{path}  {meta}"] if len(path) + 2 + len(meta) <= width else [path, clip(f"        {meta}", width)]
     if len(shown_inputs) < len(result.inputs):
         out.append(f"  ... and {len(result.inputs) - len(shown_inputs)} more inputs (one per rank)")
+    if demo:
+        out += _wrap("demo: no report was given, so this is specprof's bundled trace (a real H200 run); analyze "
+                     "yours with `analyze-trace REPORT.sqlite` or `analyze-trace DIR/`", width, indent="    ",
+                     first="  ")
     out.append("")
+    out += hint_lines(result, width)
+    out += decode_section(result, width, max_ranks)
+    out.append("")
+    out.append("Whole trace (decode cycles, set-up and everything between)")
+    out.append("")
+
     ranks = result.ranks
     out.append("Ranks")
-    out += table(["rank", "pid", "device", "source", "offset ms", "GPU ops", "kernel ms", "busy ms",
-                  "idle ms"],
+    out += table(["rank", "pid", "device", "source", "offset ms", "GPU ops", "kernel ms", "busy ms", "idle ms"],
                  [[r.rank, r.pid, r.device_ids, r.source, ms(r.offset_ns), t.gpu_ops, ms(t.kernel_ns),
                    ms(t.busy_ns), ms(t.idle_ns)]
-                  for r, t in zip(ranks.itertuples(), result.totals.itertuples())])
+                  for r, t in zip(ranks.itertuples(), result.totals.itertuples())], width=width)
     out.append("")
 
     phases = result.phases
@@ -91,7 +330,7 @@ def render(result, top: int = 5, max_ranks: int = 8, advice: dict | None = None)
         share = vals.sum() / busy_total.sum() if busy_total.sum() else 0
         rows.append([name] + [ms(vals.get(r, 0)) for r in shown] + [pct(share)])
     rows.append(["busy"] + [ms(busy_total.get(r, 0)) for r in shown] + [pct(1.0)])
-    out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows)
+    out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows, width=width)
     out.append("")
 
     out.append("Per phase across ranks (ms; instances and CPU time of the phase's outermost NVTX ranges)")
@@ -108,65 +347,107 @@ def render(result, top: int = 5, max_ranks: int = 8, advice: dict | None = None)
                      ms(c.exclusive_min_ns), ms(c.exclusive_median_ns), ms(c.exclusive_max_ns),
                      ms(c.exclusive_spread_ns), int(c.slowest_rank)])
     out += table(["phase", "ranges", "CPU", "projected", "kernel", "excl min", "excl median", "excl max",
-                  "spread", "max rank"], rows)
+                  "spread", "max rank"], rows, width=width)
     out.append("")
 
-    kernels = result.kernels
-    if len(kernels):
-        out.append("Top kernels per phase (all ranks; exclusive phase of each op)")
-        k = kernels.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                              total_ns=("total_ns", "sum")).reset_index()
-        k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
-        rows = []
-        for name in names:
-            sub = k[k["phase"] == name].sort_values("total_ns", ascending=False).head(top)
-            for r in sub.itertuples():
-                rows.append([name, clip(r.name, 66), r.instances, ms(r.total_ns), us(r.total_ns / r.instances),
-                             pct(r.share)])
-        out += table(["phase", "kernel", "count", "total ms", "mean us", "share"], rows, "llrrrr")
-        out.append("")
+    out += kernel_lines(result, names, top, width)
 
     cycles = result.cycles
     if len(cycles):
-        out.append(f"Decode cycles: {len(cycles)} (over {cycles['rank'].nunique()} ranks), pooled percentiles (ms)")
+        out.append(f"Decode cycles: {len(cycles)} (over {cycles['rank'].nunique()} ranks, warm-up included), pooled "
+                   "percentiles (ms)")
         dist = summary.cycle_distribution(cycles, result.phase_names)
         out += table(["figure", "mean", "p50", "p90", "p99", "max"],
                      [[r.figure, ms(r.mean_ns), ms(r.p50_ns), ms(r.p90_ns), ms(r.p99_ns), ms(r.max_ns)]
-                      for r in dist.itertuples()])
+                      for r in dist.itertuples()], width=width)
         tok = summary.tokens_summary(cycles)
         if tok:
-            out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
-                       f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
-                       f"bonus), {tok['tokens_per_s']:.1f} tokens/s")
+            out += _wrap(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
+                         f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
+                         f"bonus), {tok['tokens_per_s']:.1f} tokens/s", width)
         out.append("")
 
-    coll = result.collectives
-    if len(coll):
-        n = coll["collective"].nunique()
-        out.append(f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived")
-        s = coll_mod.skew_summary(coll)
-        out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
-                      "late after"],
-                     [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
-                       pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
-                       r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
-                      for r in s.itertuples()])
-        strag = coll_mod.stragglers(coll)
-        if strag:
-            out.append(f"straggler rank(s): {', '.join(map(str, strag))}")
-        out.append("")
+    out += skew_lines(result, width)
 
     if len(result.alignment) > 1:
         out.append("Clock alignment of separate reports")
         out += table(["input", "method", "UTC offset ms", "applied ms", "residual us"],
-                     [[clip(r.input, 50), r.method, ms(r.utc_offset_ns), ms(r.offset_ns),
+                     [[clip_left(r.input, max(20, width - 60)), r.method, ms(r.utc_offset_ns), ms(r.offset_ns),
                        us(r.residual_ns) if r.residual_ns is not None and r.residual_ns == r.residual_ns else "-"]
-                      for r in result.alignment.itertuples()], "llrrr")
+                      for r in result.alignment.itertuples()], "llrrr", width=width)
         out.append("")
     if advice is not None:          # analyze-trace advise's findings (Advice.to_dict())
         from analyze.render import advice as advice_render
 
         out += advice_render.text_lines(advice) + [""]
     for note in result.notes:       # wrapped, not clipped: a note is read whole
-        out += textwrap.wrap(f"note: {note!s}", WIDTH, subsequent_indent="      ", break_on_hyphens=False) or ["note:"]
-    return "\n".join(line[:WIDTH] for line in out).rstrip() + "\n"
+        if getattr(note, "code", None) in TOP_NOTES:
+            continue
+        out += _wrap(f"note: {note!s}", width, indent="      ")
+    if written:
+        out.append("")
+        out.append("wrote:")
+        out += [f"  {p}" for p in written]
+    return "\n".join(_fit(out, width)).rstrip() + "\n"
+
+
+def _fit(lines: list[str], width: int) -> list[str]:
+    """Lines longer than ``width`` (titles, long names in a hint) wrapped onto indented lines."""
+    out = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+        else:
+            lead = len(line) - len(line.lstrip())
+            out += _wrap(line.strip(), width, indent=" " * (lead + 2), first=" " * lead)
+    return out
+
+
+def kernel_lines(result, names: list[str], top: int, width: int) -> list[str]:
+    """Top kernels per phase; the kernel column takes the width the others leave, and no two
+    different kernels print the same (render/names.py)."""
+    kernels = result.kernels
+    if not len(kernels):
+        return []
+    k = kernels.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
+                                                          total_ns=("total_ns", "sum")).reset_index()
+    k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
+    picked = [k[k["phase"] == name].sort_values("total_ns", ascending=False).head(top) for name in names]
+    picked = [p for p in picked if len(p)]
+    if not picked:
+        return []
+    sel = pd.concat(picked, ignore_index=True)
+    cells = [[r.phase, "", str(r.instances), ms(r.total_ns), us(r.total_ns / r.instances), pct(r.share)]
+             for r in sel.itertuples()]
+    headers = ["phase", "kernel", "count", "total ms", "mean us", "share"]
+    fixed = sum(max([len(headers[i])] + [len(c[i]) for c in cells]) for i in (0, 2, 3, 4, 5)) + 2 * 5
+    labels = kernel_names.display_names(sel["name"].tolist(), max(24, width - fixed))
+    for c, lbl in zip(cells, labels):
+        c[1] = lbl
+    out = ["Top kernels per phase (all ranks; exclusive phase of each op)"]
+    out += table(headers, cells, "llrrrr")
+    return out + [""]
+
+
+def skew_lines(result, width: int) -> list[str]:
+    coll = result.collectives
+    if not len(coll):
+        return []
+    n = coll["collective"].nunique()
+    evidence = skew.evidence_mask(coll, result.cycles)
+    n_warm = n - coll.loc[evidence, "collective"].nunique()
+    out = [f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived"
+           + (f"; late (times) counts the {n - n_warm} after warm-up" if n_warm else "")]
+    s = skew.skew_table(result)
+    out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
+                  "late after"],
+                 [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
+                   pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
+                   r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
+                  for r in s.itertuples()], width=width)
+    strag = skew.stragglers(result)
+    if strag:
+        times = s.set_index("rank")["times_late"]
+        out.append(f"straggler rank(s): {', '.join(map(str, strag))} (last to arrive in "
+                   f"{', '.join(str(int(times[r])) for r in strag)} significantly skewed collective(s) after warm-up)")
+    return out + [""]

@@ -89,17 +89,20 @@ def late_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
     return late[late["spread_ns"] > threshold]
 
 
-def skew_summary(collectives: pd.DataFrame) -> pd.DataFrame:
+def skew_summary(collectives: pd.DataFrame, evidence=None) -> pd.DataFrame:
     """Per rank: collectives, total wait and transfer, how often it arrived last in a significantly
     skewed collective (``times_late``), how long the others waited for it then (``late_by_ns``),
-    and the phase that ran just before on it (what made it late)."""
+    and the phase that ran just before on it (what made it late). ``evidence``: a boolean mask over
+    the rows, the collectives that count for lateness (e.g. none of the warm-up; views/skew.py);
+    wait and transfer always sum every collective."""
     cols = ["rank", "collectives", "wait_ns", "transfer_ns", "times_late", "late_by_ns", "late_phase"]
     if collectives.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     g = collectives.groupby("rank")
     summary = pd.DataFrame({"collectives": g.size(), "wait_ns": g["wait_ns"].sum(),
                             "transfer_ns": g["transfer_ns"].sum()})
-    late = late_collectives(collectives)
+    counted = collectives if evidence is None else collectives[np.asarray(evidence, dtype=bool)]
+    late = late_collectives(counted) if len(counted) else counted.assign(spread_ns=pd.Series(dtype="int64"))
     summary["times_late"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
     summary["late_by_ns"] = late.groupby("rank")["spread_ns"].sum().reindex(summary.index).fillna(0) \
         .astype("int64")
@@ -108,9 +111,10 @@ def skew_summary(collectives: pd.DataFrame) -> pd.DataFrame:
     return summary.reset_index()[cols]
 
 
-def stragglers(collectives: pd.DataFrame) -> list[int]:
-    """Ranks that arrived last in the most significantly skewed collectives (ties included)."""
-    s = skew_summary(collectives)
+def stragglers(collectives: pd.DataFrame, evidence=None) -> list[int]:
+    """Ranks that arrived last in the most significantly skewed collectives (ties included), among
+    the ``evidence`` rows when given (see :func:`skew_summary`)."""
+    s = skew_summary(collectives, evidence)
     if s.empty or s["times_late"].max() <= 0:
         return []
     return [int(r) for r in s.loc[s["times_late"] == s["times_late"].max(), "rank"]]

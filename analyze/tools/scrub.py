@@ -47,7 +47,7 @@ from pathlib import Path
 
 from analyze import output_policy
 from analyze.atomic import atomic_path
-from analyze.errors import OutputError, TraceError
+from analyze.errors import ArgumentParser, OutputError, TraceError
 from analyze.read.connection import has_table, open_report, table_columns
 
 __all__ = ["scrub", "ScrubReport", "main_scrub", "scrub_text", "scrub_json_text", "SCRUBBED", "HOST", "USER"]
@@ -471,7 +471,7 @@ def _scrub_into(src: sqlite3.Connection, src_p: Path, dst_p: Path, keep_names: b
 
 def main_scrub(argv: list[str] | None = None) -> int:
     """``analyze-trace scrub IN -o OUT [--keep-names]``; returns the exit code."""
-    ap = argparse.ArgumentParser(prog="analyze-trace scrub",
+    ap = ArgumentParser(prog="analyze-trace scrub",
                                  description="Write a copy of an nsys SQLite export with the "
                                  "profiling machine's environment, paths and names blanked; "
                                  "timing rows are unchanged.")

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
-from analyze.errors import TraceError
+from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
 from analyze.notes import text_of
 
 OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
@@ -68,13 +68,17 @@ def load_side(path, config=None) -> Side:
     p = Path(path)
     if p.is_file() and p.suffix.lower() == ".json":
         try:
-            data = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise TraceError(f"{p}: cannot read JSON result: {exc}") from exc
+            text = p.read_text()
+        except OSError as exc:
+            raise MissingInput(f"{p}: cannot read JSON result: {exc}", p) from exc
         try:
-            return side_from_json(data, str(p))
+            data = json.loads(text)
         except ValueError as exc:
-            raise TraceError(str(exc)) from exc
+            raise CorruptReport(f"{p}: not valid JSON (truncated?): {exc}", p) from exc
+        try:
+            return side_from_json(data if isinstance(data, dict) else {}, str(p))
+        except ValueError as exc:
+            raise UnsuitableInput(str(exc), p) from exc
     from analyze.run import api
 
     return side_from_analysis(api.load(str(p), config), str(p))

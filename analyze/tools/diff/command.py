@@ -12,18 +12,19 @@ stripped) within the same phase; new and vanished kernels are listed.
 """
 from __future__ import annotations
 
-import argparse
+import argparse  # noqa: F401 (ArgumentParser's base)
 import json
 import sys
 
 from analyze import output_policy
+from analyze.errors import ArgumentParser
 from analyze.tools.diff.model import N_BOOT, diff_results
 from analyze.tools.diff.render import plot_diff, render_diff, to_json
 from analyze.tools.sides import OUTLIER_FACTOR, load_side
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="analyze-trace diff", description=__doc__.split("\n\n")[0] + " " +
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="analyze-trace diff", description=__doc__.split("\n\n")[0] + " " +
                                 "Each input: a report, a directory of per-rank reports, or a --json result.")
     p.add_argument("before")
     p.add_argument("after")

@@ -6,7 +6,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import TraceError
+from analyze.errors import ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
 from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
@@ -15,6 +15,16 @@ from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
 
 def parse_steps(text: str) -> list[int]:
     """``1..10``, ``1-6``, ``2,3,5``."""
+    try:
+        out = _step_list(text)
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise ValueError(f"--steps {text!r}: step counts are integers >= 1, e.g. 1..10")
+    return sorted(set(out))
+
+
+def _step_list(text: str) -> list[int]:
     out = []
     for part in str(text).split(","):
         part = part.strip()
@@ -26,9 +36,7 @@ def parse_steps(text: str) -> list[int]:
         else:
             if part:
                 out.append(int(part))
-    if not out or min(out) < 1:
-        raise ValueError(f"--steps {text!r}: step counts are integers >= 1, e.g. 1..10")
-    return sorted(set(out))
+    return out
 
 
 def parse_calibration(text) -> tuple[int | None, float | None]:
@@ -69,8 +77,8 @@ def read_measured(path) -> tuple[dict, float | None]:
     return out, base
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="analyze-trace whatif",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="analyze-trace whatif",
                                 description="Predict cycle time, tokens per cycle and tokens/s for each draft "
                                             "step count from profiled EAGLE decode cycles (see docs/whatif.md).")
     p.add_argument("reports", nargs="+", help="profile(s): report, directory of per-rank reports or --json "
@@ -105,7 +113,12 @@ def main_whatif(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
         steps = parse_steps(args.steps)
-        ks = [int(x) for x in args.profiled_steps.split(",")] if args.profiled_steps else None
+        try:
+            ks = [int(x) for x in args.profiled_steps.split(",")] if args.profiled_steps else None
+        except ValueError:
+            raise ValueError(f"--profiled-steps {args.profiled_steps!r}: integers, one per report") from None
+        if ks is not None and min(ks) < 1:
+            raise ValueError(f"--profiled-steps {args.profiled_steps!r}: step counts are integers >= 1")
         if ks is not None and len(ks) == 1:
             ks = ks * len(args.reports)
         if ks is not None and len(ks) != len(args.reports):
@@ -113,7 +126,7 @@ def main_whatif(argv: list[str]) -> int:
         cal_k, cal_x = parse_calibration(args.calibrate_tps)
         scaling = check_verify_scaling(args.verify_scaling)
     except ValueError as exc:
-        raise TraceError(str(exc)) from exc
+        raise UsageError(str(exc)) from exc
     with output_policy.protect([*args.reports, args.baseline, args.measured], force=args.force):
         for path in (args.json, args.plot):
             if path:
@@ -122,14 +135,22 @@ def main_whatif(argv: list[str]) -> int:
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
         if args.measured:
-            measured, measured_base = read_measured(args.measured)
+            try:
+                measured, measured_base = read_measured(args.measured)
+            except OSError as exc:
+                raise MissingInput(f"--measured {args.measured}: {exc.strerror or exc}", args.measured) from exc
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise UsageError(f"--measured {args.measured}: not a JSON of measured tokens/s per step count "
+                                 f"({type(exc).__name__}: {exc})") from exc
         try:
             r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
                        verify_scaling=scaling)
-        except ValueError as exc:
-            raise TraceError(str(exc)) from exc
+        except TraceError:
+            raise
+        except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)
+            raise UnsuitableInput(str(exc)) from exc
         if args.json:
             from analyze.atomic import atomic_write
             from analyze.render.outputs import _plain

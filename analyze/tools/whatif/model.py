@@ -31,6 +31,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from analyze.errors import UsageError
 from analyze.tools.sides import OUTLIER_FACTOR, Side, as_side, drop_outliers, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
 
@@ -370,7 +371,7 @@ def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[in
     (API interception, NVTX, per-node graph tracing) and shows as GPU idle in a host-bound cycle."""
     k, x = int(calibrate[0]), float(calibrate[1])
     if not x > 0:
-        raise ValueError("--calibrate-tps: tokens/s must be > 0")
+        raise UsageError("--calibrate-tps: tokens/s must be > 0")
     costs = [costs] if isinstance(costs, dict) else list(costs)
     m = acceptance.requests
     t_model = float(cost_model(costs, [k], m)["cycle_ns"].iloc[0])
@@ -490,7 +491,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         ks = sorted({c["steps"] for c in costs})
         if calibrate_steps is None:
             if len(ks) != 1:
-                raise ValueError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
+                raise UsageError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
                                  "measured (K:X)")
             calibrate_steps = ks[0]
         calibrate = (int(calibrate_steps), float(calibrate_tps))

@@ -1,0 +1,270 @@
+"""The steady-state decode breakdown: where each decode cycle's time goes, per rank.
+
+A decode cycle's *period* runs from its first GPU op to the next cycle's first GPU op on the same
+rank (the last cycle of a rank: to its own window end). The cycle table splits it exactly
+(integer ns) into the exclusive GPU time of every phase (``period_<phase>_ns``), GPU work of no
+phase (``period_other_ns``) and GPU idle (``period_idle_ns``: the GPU waited for the host), and
+flags warm-up cycles (``warmup``, with a reason: the first cycle of a rank, a cycle that captured
+a CUDA graph, an outlier period, ...). This module reads only those columns:
+
+* :func:`decode_breakdown`: per rank and component (phases, ``other``, ``gpu_idle``) the mean
+  (``per_cycle_ns``) and median over the steady-state cycles and the ``share`` of the mean
+  period; a rank's components add up to its mean period, its shares to 1.
+* :func:`decode_summary`: per rank the steady and warm-up cycle counts, the period, tokens per
+  cycle, tokens/s and GPU ms per token, and the GPU work outside decode cycles.
+* :func:`outside_cycles`: per rank the GPU busy time outside every cycle period (model load,
+  CUDA-graph capture, prefill between cycles) split by phase.
+* :func:`headline`: one plain sentence for a chat ("verify is 37% of the decode cycle; ...").
+
+All are pure functions of the cycle table, the phase names, and the phases/totals tables.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyze.attribute.phases import OTHER
+
+__all__ = ["GPU_IDLE", "ALLREDUCE", "components", "component_column", "has_period_split", "warmup_flags",
+           "steady_cycles", "decode_breakdown", "decode_summary", "outside_cycles", "headline",
+           "BREAKDOWN_COLUMNS", "SUMMARY_COLUMNS", "OUTSIDE_COLUMNS", "no_allreduce"]
+
+GPU_IDLE = "gpu_idle"
+ALLREDUCE = "allreduce"
+BREAKDOWN_COLUMNS = ["rank", "component", "per_cycle_ns", "median_ns", "share"]
+SUMMARY_COLUMNS = ["rank", "cycles", "steady_cycles", "warmup_cycles", "warmup_reasons", "period_mean_ns",
+                   "period_median_ns", "busy_per_cycle_ns", "tokens_per_cycle", "tokens_per_s",
+                   "gpu_ms_per_token", "tokens_from_rank", "outside_cycles_busy_ns", "warmup_busy_ns"]
+OUTSIDE_COLUMNS = ["rank", "component", "busy_ns"]
+
+
+def components(phase_names: list[str]) -> list[str]:
+    """The components of a cycle period, in report order: the phases, ``other``, ``gpu_idle``."""
+    return [p for p in phase_names if p != OTHER] + [OTHER, GPU_IDLE]
+
+
+def component_column(component: str) -> str:
+    """The cycle-table column holding ``component``'s share of each period."""
+    return "period_idle_ns" if component == GPU_IDLE else f"period_{component}_ns"
+
+
+def has_period_split(cycles: pd.DataFrame | None, phase_names: list[str]) -> bool:
+    """Whether the cycle table carries the period split this view reads."""
+    return cycles is not None and len(cycles) > 0 and all(
+        component_column(c) in cycles.columns for c in components(phase_names))
+
+
+def warmup_flags(cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(is warm-up, reason) per cycle. ``warmup`` is a bool column with the reason in
+    ``warmup_reason``, or the reason itself (text; empty or missing: steady state). No column: no
+    cycle is warm-up."""
+    n = len(cycles)
+    if "warmup" not in cycles.columns:
+        return np.zeros(n, dtype=bool), np.full(n, None, dtype=object)
+    w = cycles["warmup"]
+    if w.dtype == object or isinstance(w.dtype, pd.StringDtype):
+        reason = w.astype(object).where(w.notna() & (w.astype(str) != "") & (w.astype(str) != "False"), None)
+        flag = reason.notna().to_numpy()
+        return flag, reason.to_numpy(dtype=object)
+    flag = w.fillna(False).astype(bool).to_numpy()
+    reason_col = next((c for c in ("warmup_reason", "warmup_code") if c in cycles.columns), None)
+    reason = cycles[reason_col].astype(object).to_numpy() if reason_col else np.full(n, "warmup", dtype=object)
+    reason = np.where(flag, reason, None)
+    return flag, reason
+
+
+def steady_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
+    """The cycles that are not warm-up."""
+    flag, _ = warmup_flags(cycles)
+    return cycles[~flag]
+
+
+def _periods(c: pd.DataFrame, comps: list[str]) -> np.ndarray:
+    return c[[component_column(x) for x in comps]].to_numpy(dtype="int64").sum(axis=1)
+
+
+def decode_breakdown(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
+    """Per rank and component over the rank's steady-state cycles: ``per_cycle_ns`` (mean),
+    ``median_ns`` and ``share`` (mean / mean period; a rank's shares add up to 1). Empty when the
+    cycle table has no period split or no steady-state cycle."""
+    if not has_period_split(cycles, phase_names):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in BREAKDOWN_COLUMNS})
+    comps = components(phase_names)
+    steady = steady_cycles(cycles)
+    rows = []
+    for rank, c in steady.groupby("rank", sort=True):
+        period_mean = float(_periods(c, comps).mean())
+        for comp in comps:
+            v = c[component_column(comp)].to_numpy(dtype="int64")
+            mean = float(v.mean())
+            rows.append([int(rank), comp, mean, float(np.median(v)), mean / period_mean if period_mean else 0.0])
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in BREAKDOWN_COLUMNS})
+    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
+
+
+def _outside_busy(cycles: pd.DataFrame, totals: pd.DataFrame, comps: list[str]) -> pd.Series:
+    """Per rank, GPU busy time outside every cycle period: ``totals.outside_cycles_busy_ns``, else
+    busy time minus the busy part of every period."""
+    if totals is not None and "outside_cycles_busy_ns" in totals.columns:
+        return totals.set_index("rank")["outside_cycles_busy_ns"].astype("int64")
+    busy_comps = [x for x in comps if x != GPU_IDLE]
+    in_cycles = cycles.assign(_b=cycles[[component_column(x) for x in busy_comps]].sum(axis=1)) \
+        .groupby("rank")["_b"].sum()
+    busy = totals.set_index("rank")["busy_ns"]
+    return (busy - in_cycles.reindex(busy.index).fillna(0)).astype("int64")
+
+
+def outside_cycles(cycles: pd.DataFrame, phases: pd.DataFrame, totals: pd.DataFrame,
+                   phase_names: list[str]) -> pd.DataFrame:
+    """Per rank and phase (``other`` included), the exclusive GPU time outside every cycle period
+    (the phase's exclusive time minus its part of the periods): what loading, CUDA-graph capture
+    and prefill between cycles cost. A rank's rows add up to its ``outside_cycles_busy_ns``."""
+    if not has_period_split(cycles, phase_names) or phases is None or phases.empty:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in OUTSIDE_COLUMNS})
+    comps = [x for x in components(phase_names) if x != GPU_IDLE]
+    in_periods = cycles.groupby("rank")[[component_column(x) for x in comps]].sum()
+    excl = phases.pivot_table(index="rank", columns="phase", values="exclusive_ns", aggfunc="sum")
+    rows = []
+    for rank in excl.index:
+        for comp in comps:
+            total = int(excl.loc[rank].get(comp, 0) or 0)
+            inside = int(in_periods.loc[rank, component_column(comp)]) if rank in in_periods.index else 0
+            rows.append([int(rank), comp, total - inside])
+    return pd.DataFrame(rows, columns=OUTSIDE_COLUMNS)
+
+
+def _reason_counts(reasons) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in reasons:
+        if r is not None and r == r:
+            out[str(r)] = out.get(str(r), 0) + 1
+    return out
+
+
+def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
+    """Per rank: cycles (all, steady, warm-up and a ``{reason: count}`` dict), the steady-state
+    period (mean, median), GPU busy time per cycle, tokens per cycle (accepted draft tokens plus one
+    per request), tokens/s (tokens over the sum of periods), GPU ms per token (busy time per
+    token: the GPU cost of each token the cycle emits), ``tokens_from_rank`` (the rank whose accept
+    marks gave the tokens: every TP rank emits the same tokens, so a rank without marks takes the
+    lowest rank's), ``outside_cycles_busy_ns`` and the busy time of the warm-up cycles."""
+    if not has_period_split(cycles, phase_names):
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in SUMMARY_COLUMNS})
+    comps = components(phase_names)
+    flag, reason = warmup_flags(cycles)
+    period = _periods(cycles, comps)
+    idle = cycles[component_column(GPU_IDLE)].to_numpy(dtype="int64")
+    frame = pd.DataFrame({"rank": cycles["rank"].to_numpy(), "warm": flag, "reason": reason, "period": period,
+                          "busy": period - idle,
+                          "tokens": pd.to_numeric(cycles.get("tokens", pd.Series(np.nan, index=cycles.index)),
+                                                  errors="coerce").astype("float64").to_numpy()})
+    outside = _outside_busy(cycles, totals, comps)
+    per_rank = {}
+    for rank, g in frame.groupby("rank", sort=True):
+        s = g[~g["warm"]]
+        with_tokens = s[s["tokens"].notna()]
+        per_rank[int(rank)] = (g, s, with_tokens)
+    ref = next((r for r, (_, _, t) in per_rank.items() if len(t)), None)
+    rows = []
+    for rank, (g, s, t) in per_rank.items():
+        src = rank if len(t) else ref
+        tok = per_rank[src][2] if src is not None else None
+        tokens_per_cycle = float(tok["tokens"].mean()) if tok is not None and len(tok) else None
+        busy_per_cycle = float(s["busy"].mean()) if len(s) else None
+        period_mean = float(s["period"].mean()) if len(s) else None
+        if src == rank and len(t) and t["period"].sum() > 0:
+            tps = float(t["tokens"].sum()) * 1e9 / float(t["period"].sum())
+            ms_per_token = float(t["busy"].sum()) / float(t["tokens"].sum()) / 1e6 if t["tokens"].sum() else None
+        elif tokens_per_cycle and period_mean:
+            tps = tokens_per_cycle * 1e9 / period_mean
+            ms_per_token = busy_per_cycle / tokens_per_cycle / 1e6
+        else:
+            tps = ms_per_token = None
+        rows.append([rank, len(g), len(s), int(g["warm"].sum()), _reason_counts(g["reason"]), period_mean,
+                     float(np.median(s["period"])) if len(s) else None, busy_per_cycle, tokens_per_cycle, tps,
+                     ms_per_token, src, int(outside.get(rank, 0)), int(g.loc[g["warm"], "busy"].sum())])
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def no_allreduce(breakdown: pd.DataFrame, ranks: pd.DataFrame) -> bool:
+    """One rank (TP 1) and no all-reduce time in its cycles: nothing to say about all-reduce."""
+    if ranks is None or len(ranks) != 1:
+        return False
+    world = ranks["world"].iloc[0] if "world" in ranks.columns else None
+    if world is not None and world == world and int(world) > 1:
+        return False
+    ar = breakdown[breakdown["component"] == ALLREDUCE]
+    return ar.empty or float(ar["per_cycle_ns"].abs().sum()) == 0.0
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
+
+
+def pooled(breakdown: pd.DataFrame) -> pd.DataFrame:
+    """Per component, the mean over ranks of ``per_cycle_ns`` and its share of the mean period
+    (every rank weighs the same)."""
+    g = breakdown.groupby("component", sort=False)["per_cycle_ns"].mean()
+    total = float(g.sum())
+    return pd.DataFrame({"component": g.index, "per_cycle_ns": g.to_numpy(),
+                         "share": g.to_numpy() / total if total else 0.0})
+
+
+def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None) -> str | None:
+    """One plain sentence: the largest components' shares of the steady-state cycle, GPU idle,
+    tokens, the warm-up cycles left out and the GPU work outside decode cycles. None without a
+    breakdown."""
+    if breakdown is None or breakdown.empty:
+        return None
+    p = pooled(breakdown)
+    n_ranks = breakdown["rank"].nunique()
+    period_ns = float(p["per_cycle_ns"].sum())
+    busy = p[(p["component"] != GPU_IDLE) & (p["per_cycle_ns"] > 0)].sort_values("share", ascending=False)
+    idle = float(p.loc[p["component"] == GPU_IDLE, "share"].sum())
+    tp1 = no_allreduce(breakdown, ranks)
+    parts = []
+    idle_first = not len(busy) or idle >= 0.5
+    if idle_first:      # a host-bound cycle: the idle time is the finding
+        parts.append(f"the GPU is idle {_pct(idle)} of the decode cycle" + (" (host-bound)" if idle >= 0.5 else ""))
+        rest_rows = busy
+    else:
+        top = busy.iloc[0]
+        parts.append(f"{top['component']} is {_pct(top['share'])} of the decode cycle")
+        parts.append(f"the GPU is idle {_pct(idle)} of it" + (" (host-bound)" if idle >= 0.5 else ""))
+        rest_rows = busy.iloc[1:]
+    rest = [f"{r.component} {_pct(r.share)}" for r in rest_rows.itertuples()
+            if not (tp1 and r.component == ALLREDUCE)]
+    if rest:
+        parts.append(", ".join(rest))
+    if tp1:
+        parts.append("no all-reduce (one rank, TP 1)")
+    steady = int(summary["steady_cycles"].sum()) if len(summary) else 0
+    cycle = (f"a cycle takes {period_ns / 1e6:,.3f} ms"
+             + (f" (mean of {n_ranks} ranks)" if n_ranks > 1 else "")
+             + f" over {steady // max(n_ranks, 1) if n_ranks > 1 else steady} steady-state cycles"
+             + (" per rank" if n_ranks > 1 else ""))
+    parts.append(cycle)
+    first = summary.iloc[0] if len(summary) else None
+    if first is not None and first["tokens_per_cycle"] is not None and first["tokens_per_cycle"] == first["tokens_per_cycle"]:
+        tok = f"{first['tokens_per_cycle']:.2f} tokens per cycle"
+        if first["tokens_per_s"]:
+            tok += f", {first['tokens_per_s']:,.0f} tokens/s"
+        if first["gpu_ms_per_token"]:
+            tok += f", {first['gpu_ms_per_token']:.3f} GPU-ms per token"
+        parts.append(tok)
+    warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
+    if sum(warm):
+        each = warm[0] if len(set(warm)) == 1 else None
+        n = each if each is not None else sum(warm)
+        parts.append(f"{n} warm-up cycle{'s' if n != 1 else ''}"
+                     + (" per rank" if n_ranks > 1 and each is not None else " over all ranks" if n_ranks > 1 else "")
+                     + " left out")
+    if len(summary):
+        outside = float(summary["outside_cycles_busy_ns"].max())
+        if outside > 0:
+            amount = f"{outside / 1e6:,.1f}" if outside >= 1e6 else f"{outside / 1e6:.3f}"
+            parts.append(f"{amount} ms of GPU work outside decode cycles (load, capture, prefill)"
+                         + (" on the busiest rank" if n_ranks > 1 else ""))
+    text = "; ".join(parts) + "."
+    return text[0].upper() + text[1:]

@@ -1,0 +1,78 @@
+"""Regenerate the README's screenshots: the HTML report's first screen in headless Chromium
+(report.png) and the figures shown beside it (decode.png, phases.png, timeline.png,
+allreduce_wait.png).
+
+    python docs/screenshots/make.py                      # fixtures/real/h200_shim_graphs_node.sqlite
+    python docs/screenshots/make.py REPORT [--reference-split]
+
+``--reference-split`` fills in the cycle table's period split from tests/helpers/period_split.py
+where the analysis has none (the pipeline's own columns are used when present). Needs
+``/usr/bin/chromium`` (``apt-get install -y chromium``) and the fixtures unpacked
+(``python -m fixtures.unpack``).
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+DEFAULT = "fixtures/real/h200_shim_graphs_node.sqlite"     # relative to the repository: shown on the page
+SYNTH8 = dict(ranks=8, cycles=5, straggler={5: {"cycle": 3, "phase": "verify", "delay_ns": 400_000}})
+
+
+def _load(path, reference_split: bool):
+    import analyze
+
+    a = analyze.load(path)
+    if reference_split:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from helpers.period_split import with_period_split
+
+        a = with_period_split(a)
+    return a
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("report", nargs="?", default=str(DEFAULT))
+    p.add_argument("--reference-split", action="store_true")
+    p.add_argument("--width", type=int, default=1280)
+    p.add_argument("--height", type=int, default=1000)
+    args = p.parse_args(argv)
+    import os
+
+    os.chdir(ROOT)
+    from analyze.render import html, plots
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        print("no chromium on PATH (apt-get install -y chromium)", file=sys.stderr)
+        return 2
+    a = _load(args.report, args.reference_split)
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "report.html"
+        html.write_html(a, page)
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--window-size={args.width},{args.height}", f"--screenshot={HERE / 'report.png'}",
+                        page.as_uri()], check=True, capture_output=True, timeout=180)
+    (HERE / "decode.png").write_bytes(plots.to_bytes(plots.decode_bars(a)))
+    (HERE / "phases.png").write_bytes(plots.to_bytes(plots.phase_bars(a)))
+    (HERE / "timeline.png").write_bytes(plots.to_bytes(plots.cycle_timeline(a)))
+    sys.path.insert(0, str(ROOT))
+    from fixtures.synth import TraceSpec, write_trace     # collectives: the synthetic 8-rank trace
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths, _ = write_trace(TraceSpec(**SYNTH8), tmp)
+        (HERE / "allreduce_wait.png").write_bytes(plots.to_bytes(plots.allreduce_heatmap(_load(paths, False))))
+    print("wrote", ", ".join(str(HERE / n) for n in ("report.png", "decode.png", "phases.png", "timeline.png",
+                                                    "allreduce_wait.png")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Exit codes as the README documents them, on every subcommand: option errors are 10 (never
+argparse's 2), unsuitable input for diff/whatif has its own code (12, never 1), and every error is
+one `analyze-trace: error:` line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from analyze import cli
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+EAGER = str(REAL / "h200_4proc_eager.sqlite")
+STEPS3 = str(REAL / "h200_steps3.sqlite")
+NOSPEC = str(REAL / "h200_nospec.sqlite")
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_error_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("analyze-trace: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--bogus"], ["--top", "x"], ["--memory-budget", "zz"], ["--jobs"],
+    ["diff"], ["diff", EAGER], ["diff", EAGER, EAGER, "--top", "many"],
+    ["whatif"], ["whatif", STEPS3, "--steps", "x"], ["whatif", STEPS3, "--steps", "0"],
+    ["whatif", STEPS3, "--calibrate-tps", "-3"], ["whatif", STEPS3, "--profiled-steps", "a"],
+    ["whatif", STEPS3, "--extrapolate", "nonsense"],
+    ["scrub"], ["scrub", EAGER],
+    [EAGER, "--phase", "nothing"],
+], ids=lambda a: " ".join(Path(x).name for x in a))
+def test_option_errors_are_10(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 10, err
+    assert "usage:" not in err
+    one_error_line(err)
+
+
+def test_argparse_message_names_the_subcommand_and_help(capsys):
+    code, _, err = run(capsys, "diff", EAGER)
+    assert code == 10
+    assert one_error_line(err) == ("analyze-trace: error: diff: the following arguments are required: after "
+                                   "(see analyze-trace diff --help)")
+
+
+def test_help_still_exits_0(capsys):
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["whatif", "--help"])
+    assert ei.value.code == 0
+    assert "usage: analyze-trace whatif" in capsys.readouterr().out
+
+
+def test_whatif_on_a_profile_without_draft_steps_is_12(capsys):
+    code, out, err = run(capsys, "whatif", NOSPEC)
+    assert code == 12
+    assert "cannot tell the profiled draft step count" in one_error_line(err)
+
+
+def test_diff_and_whatif_on_a_json_that_is_not_a_result_are_12(capsys, tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps([1, 2]))
+    for argv in (["diff", str(bad), EAGER], ["whatif", str(bad)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 12 and "not an `analyze-trace --json` result" in one_error_line(err)
+
+
+def test_truncated_json_side_is_6_and_missing_measured_is_2(capsys, tmp_path):
+    half = tmp_path / "half.json"
+    half.write_text('{"cycles": [')
+    code, _, err = run(capsys, "diff", str(half), EAGER)
+    assert code == 6 and "not valid JSON" in one_error_line(err)
+    code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(tmp_path / "none.json"), "-q")
+    assert code == 2 and "--measured" in one_error_line(err)
+    bad = tmp_path / "m.json"
+    bad.write_text("3")
+    code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(bad), "-q")
+    assert code == 10 and "not a JSON of measured tokens/s" in one_error_line(err)
+
+
+def test_an_empty_path_is_2_not_the_demo_nor_the_current_directory(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "")
+    assert code == 2 and out == ""
+    assert "empty path" in one_error_line(err)
+
+
+def test_an_empty_directory_is_2_not_the_demo(capsys, tmp_path):
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 2 and out == ""
+    assert "holds no .sqlite report" in one_error_line(err)
+
+
+def test_the_demo_run_says_it_is_the_demo(capsys):
+    code, out, _ = run(capsys)
+    assert code == 0
+    head = "\n".join(out.splitlines()[:6])
+    assert "demo: no report was given, so this is specprof's bundled trace" in head
+
+
+def test_a_report_run_is_not_called_the_demo_and_lists_what_it_wrote(capsys, tmp_path):
+    js, csv, page = tmp_path / "r.json", tmp_path / "csv", tmp_path / "r.html"
+    code, out, _ = run(capsys, EAGER, "--json", str(js), "--csv", str(csv), "--html", str(page))
+    assert code == 0 and "demo:" not in out
+    tail = out.rstrip().splitlines()
+    at = tail.index("wrote:")
+    listed = [ln.strip() for ln in tail[at + 1:]]
+    assert listed[0] == str(js) and listed[-1] == str(page)
+    assert sorted(Path(x).name for x in listed[1:-1]) == sorted(p.name for p in csv.iterdir())
+    assert all(Path(x).is_file() for x in listed)
+    code, out, _ = run(capsys, EAGER)                     # nothing written, nothing listed
+    assert "wrote:" not in out
