@@ -391,3 +391,25 @@ def test_sglang_flags_exist():
         m = re.search(rf"^    {field}: A\[(.*)$", text, re.M)
         declared = m is not None and "no_cli=True" not in m.group(1)
         assert explicit or declared, flag
+
+
+def test_advise_command_exit_codes_and_output_policy(tmp_path, capsys):
+    """`advise` follows the CLI's rules: an option error is exit 10 (one line, never argparse's 2);
+    --json onto its own input is refused (exit 8) and leaves the input's bytes as they were."""
+    from analyze import cli
+
+    src = REAL / "sglang_server.sqlite"
+    if not src.exists():
+        pytest.skip("fixture absent")
+    assert cli.main(["advise", str(src), "--no-such-option"]) == 10
+    assert "no-such-option" in capsys.readouterr().err
+    victim = tmp_path / "run.sqlite"
+    victim.write_bytes(src.read_bytes())
+    before = victim.read_bytes()
+    assert cli.main(["advise", str(victim), "--json", str(victim), "-q"]) == 8
+    assert "input" in capsys.readouterr().err
+    assert victim.read_bytes() == before
+    out = tmp_path / "advice.json"
+    assert cli.main(["advise", str(victim), "--json", str(out), "-q"]) == 0
+    adv = json.loads(out.read_text())
+    assert [f["rule"] for f in adv["findings"]][:1] == ["host_bound"]

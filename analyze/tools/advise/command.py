@@ -2,15 +2,15 @@
 (docs/advise.md)."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from analyze.errors import TraceError
+from analyze import output_policy
+from analyze.errors import ArgumentParser, UnsuitableInput
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="analyze-trace advise",
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="analyze-trace advise",
                                 description="From the numbers to advice: findings ranked by the decode-cycle time "
                                             "they could save, each with its evidence from the trace, the ceiling "
                                             "of the gain and the settings to try (see docs/advise.md).")
@@ -22,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
     p.add_argument("--jobs", type=int, default=None, metavar="N")
+    p.add_argument("--force", action="store_true",
+                   help="let --json replace an existing Nsight Systems report (never an input of this run)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
 
@@ -40,18 +42,23 @@ def main_advise(argv: list[str]) -> int:
         config = phases.load_config(args.config, args.phase)
     except (OSError, ValueError) as exc:
         raise UsageError(f"phase configuration: {exc}") from exc
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    result = api.load(args.reports, config, jobs=jobs, progress=False)
-    try:
-        adv = advise(result, whatif=not args.no_whatif).to_dict()
-    except ValueError as exc:
-        raise TraceError(str(exc)) from exc
-    if args.json:
-        from analyze.atomic import atomic_write
+    from analyze.read.nsys_export import expand_inputs
 
-        with atomic_write(args.json) as f:
-            json.dump(adv, f, indent=1)
-            f.write("\n")
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    with output_policy.protect([*args.reports, *expand_inputs(args.reports), args.config], force=args.force):
+        if args.json:
+            output_policy.check_output(args.json)
+        result = api.load(args.reports, config, jobs=jobs, progress=False)
+        try:
+            adv = advise(result, whatif=not args.no_whatif).to_dict()
+        except ValueError as exc:  # the trace cannot answer the rules' questions
+            raise UnsuitableInput(str(exc)) from exc
+        if args.json:
+            from analyze.atomic import atomic_write
+
+            with atomic_write(args.json) as f:
+                json.dump(adv, f, indent=1)
+                f.write("\n")
     if not args.quiet:
         inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
         lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence)
