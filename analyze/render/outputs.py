@@ -21,7 +21,7 @@ PUBLIC_COLUMNS = {
     "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
     "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
     "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
-               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops"],
+               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops", "outside_cycles_busy_ns"],
     "nvtx_projection": ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops", "input"],
 }
 

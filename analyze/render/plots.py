@@ -258,7 +258,7 @@ def phase_bars(a, *, ranks: Iterable[int] | None = None, include_idle: bool = Fa
 
 def _cycle_window(a, cycles) -> tuple[int, int, list[int], str]:
     """(start_ns, end_ns, cycle numbers, description) of the window to draw."""
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         ops = a.gpu_ops
         return int(ops["start_ns"].min()), int(ops["end_ns"].max()), [], "whole trace (no decode_cycle ranges)"
@@ -326,7 +326,7 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     ax = fig.add_subplot()
     lane = {r: i for i, r in enumerate(rank_ids)}
     height = 0.7
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     for r in rank_ids:
         y = lane[r] - height / 2
         # idle background: the rank's part of the window (its cycles, or the whole window)
@@ -449,7 +449,7 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
     cycles are more than 20x the median (warm-up)."""
     if kind not in ("box", "violin"):
         raise ValueError("kind must be 'box' or 'violin'")
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
     if skip_first and cyc["cycle"].nunique() > 1:
@@ -527,7 +527,7 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     bottom, the cycle's GPU window split into busy and gap (GPU idle inside the window: launch-bound
     time) and, when known, its period. The ``top_slowest`` cycles by period are marked. Beyond ``MAX_CYCLE_BARS`` cycles a bar
     is a run of consecutive cycles (means; the period is the run's slowest)."""
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
     rank = int(cyc["rank"].min()) if rank is None else int(rank)
@@ -596,7 +596,7 @@ def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) 
     """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
     rank, with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
     (plus ``cycle``; millions of ops: the figures take the few they need)."""
-    ops, cyc = a.gpu_ops, a.cycles
+    ops, cyc = a.gpu_ops, cycles_mod.with_gpu(a.cycles)
     if ops is not None and columns is not None:
         ops = ops[list(dict.fromkeys(list(columns) + ["rank", "start_ns"] + (["phase"] if phase else [])))]
     cols = (list(ops.columns) if ops is not None else []) + ["cycle"]
@@ -632,7 +632,8 @@ def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
     per = per.assign(duration_ns=per["end_ns"] - per["start_ns"])
     pc = per.groupby(["name", "rank", "cycle"], sort=False)["duration_ns"].sum().reset_index()
     # a kernel absent from some cycle took 0 ns there
-    n_cycles = len(a.cycles[a.cycles["rank"].isin(pc["rank"].unique())])
+    measured = cycles_mod.with_gpu(a.cycles)
+    n_cycles = len(measured[measured["rank"].isin(pc["rank"].unique())])
     rows = []
     for name, g in pc.groupby("name", sort=False):
         v = np.concatenate([g["duration_ns"].to_numpy(dtype="float64"), np.zeros(max(0, n_cycles - len(g)))])

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
+from analyze.timeline import cycles as cycles_mod
 
 
 def cross_rank(phases: pd.DataFrame) -> pd.DataFrame:
@@ -24,9 +25,10 @@ def cross_rank(phases: pd.DataFrame) -> pd.DataFrame:
 
 
 def cycle_distribution(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
-    """p50/p90/p99 over all cycles of all ranks (pooled samples, not medians of medians)."""
+    """p50/p90/p99 over all cycles with GPU work of all ranks (pooled samples, not medians of medians)."""
     cols = ["figure", "cycles", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"]
-    if cycles.empty:
+    cycles = cycles_mod.with_gpu(cycles)
+    if cycles is None or cycles.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     rows = []
     labels = {"period_ns": "cycle period", "duration_ns": "GPU window"}
