@@ -51,6 +51,8 @@ class Analysis:
     # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
     # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
     window_ops: pd.DataFrame | None = None
+    # the derived tables computed so far (analyze.views.get): each computed once per analysis
+    view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)

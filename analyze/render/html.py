@@ -19,10 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze.attribute.phases import OTHER
+from analyze import views
 from analyze.render import plots
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 
@@ -74,33 +72,18 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
                      "idle ms": _ms(t["idle_ns"]) if t is not None else np.nan})
     out["ranks"] = pd.DataFrame(rows)
 
-    names = [p for p in a.phase_names if p != OTHER] + [OTHER]
-    rank_ids = [int(r) for r in a.ranks["rank"]]
-    ph = a.phases
-    if len(ph):
-        pivot = ph.pivot_table(index="phase", columns="rank", values="exclusive_ns", aggfunc="sum")
-        pivot = pivot.reindex(index=names, columns=rank_ids).fillna(0)
-    else:
-        pivot = pd.DataFrame(0.0, index=names, columns=rank_ids)
-    busy = totals["busy_ns"].reindex(rank_ids).fillna(0) if len(totals) else pd.Series(0, index=rank_ids)
-    frame = pivot / MS
-    frame.columns = [f"rank {r}" for r in rank_ids]
-    total_busy = float(busy.sum())
-    frame["share"] = pivot.sum(axis=1) / total_busy if total_busy else 0.0
-    frame.loc["busy"] = list((busy / MS).to_numpy()) + [1.0 if total_busy else 0.0]
+    by_rank = views.get(a, "phase_by_rank")
+    frame = by_rank.drop(columns="share") / MS
+    frame.columns = [f"rank {r}" for r in frame.columns]
+    frame["share"] = by_rank["share"]
     out["phases"] = frame.rename_axis("phase").reset_index()
 
-    cross = summary.cross_rank(ph) if len(ph) else pd.DataFrame()
+    cross = views.get(a, "phase_across_ranks")
     if len(cross):
-        agg = ph.groupby("phase", sort=False).agg(instances=("instances", "sum"), cpu_ns=("cpu_ns", "sum"),
-                                                  projected_ns=("projected_ns", "sum"),
-                                                  kernel_ns=("kernel_ns", "sum"))
-        cross = cross.set_index("phase").reindex([n for n in names if n in set(cross["phase"])])
         out["cross_rank"] = pd.DataFrame({
-            "phase": cross.index, "ranges": agg["instances"].reindex(cross.index).to_numpy(),
-            "CPU ms": agg["cpu_ns"].reindex(cross.index).to_numpy() / MS,
-            "projected ms": agg["projected_ns"].reindex(cross.index).to_numpy() / MS,
-            "kernel ms": agg["kernel_ns"].reindex(cross.index).to_numpy() / MS,
+            "phase": cross["phase"], "ranges": cross["ranges"].to_numpy(),
+            "CPU ms": cross["cpu_ns"].to_numpy() / MS, "projected ms": cross["projected_ns"].to_numpy() / MS,
+            "kernel ms": cross["kernel_ns"].to_numpy() / MS,
             "excl min": cross["exclusive_min_ns"].to_numpy(dtype=float) / MS,
             "excl median": cross["exclusive_median_ns"].to_numpy(dtype=float) / MS,
             "excl max": cross["exclusive_max_ns"].to_numpy(dtype=float) / MS,
@@ -109,23 +92,16 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
     else:
         out["cross_rank"] = pd.DataFrame()
 
-    k = a.kernels
-    if len(k):
-        g = k.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                        total_ns=("total_ns", "sum")).reset_index()
-        g["share"] = g["total_ns"] / g.groupby("phase")["total_ns"].transform("sum")
-        parts = [g[g["phase"] == n].sort_values("total_ns", ascending=False).head(top) for n in names]
-        g = pd.concat([p for p in parts if len(p)] or [g.iloc[0:0]], ignore_index=True)
+    g = views.get(a, "top_kernels", top=top)
+    if len(g):
         out["top_kernels"] = pd.DataFrame({"phase": g["phase"], "kernel": g["name"], "count": g["instances"],
-                                           "total ms": g["total_ns"] / MS,
-                                           "mean us": g["total_ns"] / g["instances"].clip(lower=1) / 1e3,
+                                           "total ms": g["total_ns"] / MS, "mean us": g["mean_ns"] / 1e3,
                                            "share": g["share"]})
     else:
         out["top_kernels"] = pd.DataFrame()
 
-    cyc = a.cycles
-    if cyc is not None and len(cyc):
-        dist = summary.cycle_distribution(cyc, a.phase_names)
+    dist = views.get(a, "cycle_distribution")
+    if len(dist):
         out["cycles"] = pd.DataFrame({"figure": dist["figure"], "cycles": dist["cycles"],
                                       **{c.replace("_ns", ""): dist[c].astype(float) / MS
                                          for c in ("mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns")}})
@@ -134,7 +110,7 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
 
     coll = a.collectives
     if coll is not None and len(coll):
-        s = coll_mod.skew_summary(coll)
+        s = views.get(a, "skew")
         last = _col(s, "times_late", "times_last")
         done = s["wait_ns"].astype(float) + s["transfer_ns"].astype(float)
         out["skew"] = pd.DataFrame({
@@ -312,7 +288,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
                      _table_html(t["top_kernels"], left=("phase",), kernel_col="kernel", group_col="phase",
                                  colors=colors, table_id="t-kernels") + fig("top_kernels")))
     cyc_html = _table_html(t["cycles"], left=("figure",), table_id="t-cycles")
-    tok = summary.tokens_summary(a.cycles) if a.cycles is not None and len(a.cycles) else None
+    tok = views.get(a, "tokens")
     if tok:
         per = tok.get("tokens_per_cycle") or tok.get("accepted_per_cycle")
         tps = tok.get("tokens_per_s")
@@ -322,7 +298,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
     if len(t["skew"]):
-        strag = coll_mod.stragglers(a.collectives)
+        strag = views.get(a, "stragglers")
         n = a.collectives["collective"].nunique()
         extra = (f'<p class="callout">straggler rank(s): <b>{", ".join(map(str, strag))}</b></p>' if strag
                  else '<p class="sub">no straggler: no rank was late noticeably more often than others</p>')
@@ -344,7 +320,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report") -> str:
         _esc(f"{i['path']}  (nsys {i.get('nsys_version') or '?'}, schema {i.get('schema_version') or '?'}, "
              f"graphs traced: {i.get('cuda_graph_trace') or '-'})") for i in a.inputs)
     n_ranks = len(a.ranks)
-    n_cycles = a.cycles["cycle"].nunique() if a.cycles is not None and len(a.cycles) else 0
+    n_cycles = views.get(a, "cycle_counts")["cycle_numbers"]
     nav = "".join(f'<a href="#{sid}">{_esc(label)}</a>' for sid, label, _, _ in sections)
     body = "\n".join(f'<section id="{sid}"><h2>{_esc(h)}</h2>\n{content}</section>'
                      for sid, _, h, content in sections)

@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyze import views
 from analyze.atomic import atomic_dir_write, atomic_write
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each
@@ -35,9 +34,8 @@ def tables(result) -> dict[str, pd.DataFrame]:
         if cols:
             frame = frame[[c for c in cols if c in frame.columns]]
         out[name] = frame.reset_index(drop=True)
-    out["cross_rank"] = summary.cross_rank(result.phases)
-    out["skew"] = coll_mod.skew_summary(result.collectives)
-    out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
+    for name in views.FILE_VIEWS:
+        out[name] = views.get(result, name)
     return out
 
 
@@ -84,9 +82,9 @@ def _json_parts(result) -> list[tuple[str, object]]:
     parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
                                        ("phase_names", result.phase_names)]
     parts += list(tables(result).items())
-    parts += [("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
-              ("tokens", summary.tokens_summary(result.cycles)),
-              ("stragglers", coll_mod.stragglers(result.collectives)),
+    parts += [("cycle_distribution", views.get(result, "cycle_distribution")),
+              ("tokens", views.get(result, "tokens")),
+              ("stragglers", views.get(result, "stragglers")),
               ("notes", note_records(result.notes))]
     return parts
 

@@ -31,6 +31,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analyze import notes as N
+from analyze import views
+from analyze.views.phases import phase_order
 from analyze.attribute.phases import OTHER
 from analyze.notes import Note
 from analyze.timeline import cycles as cycles_mod
@@ -75,7 +77,7 @@ def phase_colors(phase_names: Iterable[str] = ()) -> dict[str, str]:
 
 
 def _phase_order(a) -> list[str]:
-    return [p for p in a.phase_names if p != OTHER] + [OTHER]
+    return phase_order(a)
 
 
 def _strip_brackets(text: str, open_: str, close: str, keep: Callable[[str], bool] = lambda s: False) -> str:
@@ -217,13 +219,12 @@ def phase_bars(a, *, ranks: Iterable[int] | None = None, include_idle: bool = Fa
     """Per-rank stacked bars of exclusive GPU time per phase (every busy ns counted once; the
     ``other`` segment is the unattributed time). ``include_idle`` stacks the GPU idle time of the
     rank's window on top."""
-    phases = a.phases
-    if phases.empty:
+    if a.phases.empty:
         raise NoData("no GPU time attributed to any phase")
     order = _phase_order(a)
     colors = phase_colors(order)
-    pivot = phases.pivot_table(index="rank", columns="phase", values="exclusive_ns", aggfunc="sum")
-    pivot = pivot.reindex(columns=order).fillna(0)
+    pivot = views.get(a, "phase_by_rank").drop(index="busy", columns="share").T.reindex(columns=order).fillna(0)
+    pivot.index.name = "rank"
     if ranks is not None:
         pivot = pivot.reindex(list(ranks)).fillna(0)
     segments = [p for p in order if pivot[p].sum() > 0] or order
@@ -370,16 +371,6 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     return fig
 
 
-def _kernel_totals(a, rank=None) -> pd.DataFrame:
-    k = a.kernels
-    if rank is not None:
-        k = k[k["rank"] == rank]
-    k = k.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                   total_ns=("total_ns", "sum")).reset_index()
-    k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
-    return k
-
-
 @_styled
 def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: int | None = None,
                 width: int = 48) -> Figure:
@@ -387,14 +378,15 @@ def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: i
     horizontal bars, labelled with their share of the phase's kernel time."""
     if a.kernels is None or a.kernels.empty:
         raise NoData("no kernels")
-    k = _kernel_totals(a, rank)
+    k = views.get(a, "kernel_totals", rank=rank)
     order = _phase_order(a)
     colors = phase_colors(order)
     wanted = list(phases) if phases is not None else order
     wanted = [p for p in wanted if (k["phase"] == p).any() and k.loc[k["phase"] == p, "total_ns"].sum() > 0]
     if not wanted:
         raise NoData("no kernel time in " + ", ".join(phases or order))
-    subs = [k[k["phase"] == p].sort_values("total_ns", ascending=False).head(top) for p in wanted]
+    chosen = views.get(a, "top_kernels", top=top, rank=rank, phases=tuple(wanted))
+    subs = [chosen[chosen["phase"] == p] for p in wanted]
     unit, div = _unit([s["total_ns"].max() for s in subs])
     heights = [max(1.0, 0.28 * len(s) + 0.5) for s in subs]
     fig = _new_figure(10.0, sum(heights) + 0.6)

@@ -4,11 +4,7 @@ from __future__ import annotations
 import math
 import textwrap
 
-import pandas as pd
-
-from analyze.attribute.phases import OTHER
-from analyze.timeline import collectives as coll_mod
-from analyze.views import summary
+from analyze import views
 
 WIDTH = 120
 
@@ -77,63 +73,42 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
                   for r, t in zip(ranks.itertuples(), result.totals.itertuples())])
     out.append("")
 
-    phases = result.phases
     rank_ids = list(ranks["rank"])
     shown = rank_ids[:max_ranks]
-    names = result.phase_names + [OTHER]
     out.append("Exclusive GPU time per phase (ms): every GPU nanosecond counted once" +
                ("" if len(rank_ids) <= max_ranks else f" (first {max_ranks} ranks)"))
-    pivot = phases.pivot(index="phase", columns="rank", values="exclusive_ns").reindex(names).fillna(0)
-    busy_total = result.totals.set_index("rank")["busy_ns"]
-    rows = []
-    for name in names:
-        vals = pivot.loc[name] if name in pivot.index else pd.Series(0, index=shown)
-        share = vals.sum() / busy_total.sum() if busy_total.sum() else 0
-        rows.append([name] + [ms(vals.get(r, 0)) for r in shown] + [pct(share)])
-    rows.append(["busy"] + [ms(busy_total.get(r, 0)) for r in shown] + [pct(1.0)])
+    by_rank = views.get(result, "phase_by_rank")
+    rows = [[name] + [ms(by_rank.at[name, r]) for r in shown] + [pct(by_rank.at[name, "share"])]
+            for name in by_rank.index]
     out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows)
     out.append("")
 
     out.append("Per phase across ranks (ms; instances and CPU time of the phase's outermost NVTX ranges)")
-    cross = summary.cross_rank(phases).set_index("phase")
-    agg = phases.groupby("phase", sort=False).agg(instances=("instances", "sum"), cpu_ns=("cpu_ns", "sum"),
-                                                  projected_ns=("projected_ns", "sum"),
-                                                  kernel_ns=("kernel_ns", "sum"))
-    rows = []
-    for name in names:
-        if name not in cross.index:
-            continue
-        c, a = cross.loc[name], agg.loc[name]
-        rows.append([name, int(a.instances), ms(a.cpu_ns), ms(a.projected_ns), ms(a.kernel_ns),
-                     ms(c.exclusive_min_ns), ms(c.exclusive_median_ns), ms(c.exclusive_max_ns),
-                     ms(c.exclusive_spread_ns), int(c.slowest_rank)])
     out += table(["phase", "ranges", "CPU", "projected", "kernel", "excl min", "excl median", "excl max",
-                  "spread", "max rank"], rows)
+                  "spread", "max rank"],
+                 [[c.phase, int(c.ranges), ms(c.cpu_ns), ms(c.projected_ns), ms(c.kernel_ns), ms(c.exclusive_min_ns),
+                   ms(c.exclusive_median_ns), ms(c.exclusive_max_ns), ms(c.exclusive_spread_ns), int(c.slowest_rank)]
+                  for c in views.get(result, "phase_across_ranks").itertuples()])
     out.append("")
 
-    kernels = result.kernels
-    if len(kernels):
+    top_k = views.get(result, "top_kernels", top=top)
+    if len(result.kernels):
         out.append("Top kernels per phase (all ranks; exclusive phase of each op)")
-        k = kernels.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                              total_ns=("total_ns", "sum")).reset_index()
-        k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
-        rows = []
-        for name in names:
-            sub = k[k["phase"] == name].sort_values("total_ns", ascending=False).head(top)
-            for r in sub.itertuples():
-                rows.append([name, clip(r.name, 66), r.instances, ms(r.total_ns), us(r.total_ns / r.instances),
-                             pct(r.share)])
-        out += table(["phase", "kernel", "count", "total ms", "mean us", "share"], rows, "llrrrr")
+        out += table(["phase", "kernel", "count", "total ms", "mean us", "share"],
+                     [[r.phase, clip(r.name, 66), r.instances, ms(r.total_ns), us(r.mean_ns), pct(r.share)]
+                      for r in top_k.itertuples()], "llrrrr")
         out.append("")
 
     cycles = result.cycles
     if len(cycles):
-        out.append(f"Decode cycles: {len(cycles)} (over {cycles['rank'].nunique()} ranks), pooled percentiles (ms)")
-        dist = summary.cycle_distribution(cycles, result.phase_names)
+        n = views.get(result, "cycle_counts")
+        lost = f"; {n['no_gpu_ops']} more without GPU data" if n["no_gpu_ops"] else ""
+        out.append(f"Decode cycles: {n['cycles']} (over {n['ranks']} ranks{lost}), pooled percentiles (ms)")
+        dist = views.get(result, "cycle_distribution")
         out += table(["figure", "mean", "p50", "p90", "p99", "max"],
                      [[r.figure, ms(r.mean_ns), ms(r.p50_ns), ms(r.p90_ns), ms(r.p99_ns), ms(r.max_ns)]
                       for r in dist.itertuples()])
-        tok = summary.tokens_summary(cycles)
+        tok = views.get(result, "tokens")
         if tok:
             out.append(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
                        f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
@@ -144,14 +119,14 @@ def render(result, top: int = 5, max_ranks: int = 8) -> str:
     if len(coll):
         n = coll["collective"].nunique()
         out.append(f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived")
-        s = coll_mod.skew_summary(coll)
+        s = views.get(result, "skew")
         out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
                       "late after"],
                      [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
                        pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
                        r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
                       for r in s.itertuples()])
-        strag = coll_mod.stragglers(coll)
+        strag = views.get(result, "stragglers")
         if strag:
             out.append(f"straggler rank(s): {', '.join(map(str, strag))}")
         out.append("")
