@@ -161,7 +161,7 @@ class ReportMap:
             launches = launches._replace(calls=None, index=launches.index._replace(order=None, key=None))
         # the ranges are not looked at again until every chunk is in (on disk meanwhile, under a budget)
         store.put_frame("ranges", launches.ranges)
-        self.launches = launches._replace(ranges=None)
+        self.launches = launches._replace(ranges=None, full_name=None)
         self.names = attribution.OpNames(tables.strings, config)
         del tables
         n_ph = len(config.names)
@@ -207,10 +207,16 @@ class ReportMap:
         counts["graph"] += int((kind == KINDS.index("graph")).sum())
         if self.detail:
             self.stage("projecting NVTX ranges and attributing phases")
-        # the per-call spans behind both projections, in a second thread while this one attributes
-        # phases (NumPy passes that release the GIL)
-        spans = self._pool.submit(projection.update_call_span_pairs, op_call, start, end,
-                                  (kind >= 0) & (kind <= 2), self.spans_nsys, self.spans_all)
+        # the per-call spans behind both projections: for a whole report in a second thread while this
+        # one attributes phases (NumPy passes that release the GIL); chunk by chunk (bounded memory)
+        # one after the other
+        spans_args = (op_call, start, end, (kind >= 0) & (kind <= 2), self.spans_nsys, self.spans_all)
+        if self.detail:
+            spans = self._pool.submit(projection.update_call_span_pairs, *spans_args)
+        else:
+            projection.update_call_span_pairs(*spans_args)
+            spans = None
+        del spans_args
         try:
             phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code,
                                                                     self.names.phase, config)
@@ -255,7 +261,8 @@ class ReportMap:
             self._collectives(g, s, e, ph, nc, first, last, gr)
             self.store.put(g=g.astype("int32"), s=s, e=e, ph=ph, nc=nc)
         finally:
-            spans.result()
+            if spans is not None:
+                spans.result()
 
     def _collectives(self, g, s, e, ph, nc, first, last, gr) -> None:
         """The chunk's collective ops, with the phase of the op before each on its process (across
@@ -295,46 +302,53 @@ class ReportMap:
         row_of_group = pd.Index(rank_pids).get_indexer(group_pids) if len(group_pids) else np.zeros(0, dtype="int64")
         figures = self._rank_figures(row_of_group, len(ranks))
 
-        # nsys' projection and ours (graph launches too) in a second thread, from the per-call spans
-        if chunked:
-            self.stage("projecting NVTX ranges")
-
+        # nsys' projection and ours (graph launches too), from the per-call spans
         def project():
             return (projection.project_ranges(ranges, launches.index, *self.spans_nsys, launches.layout),
                     projection.project_ranges(ranges, launches.index, *self.spans_all, launches.layout))
 
         rank_of_pid = dict(zip(rank_pids.tolist(), rank_values.tolist()))
         is_cycle = np.asarray(launches.is_cycle, dtype=bool)
+        outermost = launches.painted.outermost
         cycle_rows = ranges[is_cycle].copy()     # a few rows, apart from the frame the projection reads
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-project") as pool:
-            projecting = pool.submit(project)
-            windows = cycles.cycle_windows(launches.cycle_owner, *self.spans_all)
+        cycle_rows["rank"] = cycle_rows["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
+        cycle_rows["is_cycle"] = True
+        cycle_rows = cycle_rows.rename_axis("range_id").reset_index().assign(input=path)
+        windows = cycles.cycle_windows(launches.cycle_owner, *self.spans_all)
+        phase_names = list(config.names) + [OTHER]
+        texts = self.names.table
+
+        def second_pass():
+            """The kernel statistics and the cycle table, from the kept op columns."""
             if chunked:
                 self.stage("kernel statistics")
-            phase_names = list(config.names) + [OTHER]
-            texts = self.names.table
             kernels = self._kernel_table(row_of_group, rank_values, phase_names, texts)
             if chunked:
                 memory.release()
             self.stage("decode cycles")
-            cycle_rows["rank"] = cycle_rows["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
-            cycle_rows["is_cycle"] = True
-            cycle_rows = cycle_rows.rename_axis("range_id").reset_index().assign(input=path)
-            cycle_tab = self._cycle_table(cycle_rows, windows, row_of_group, rank_values)
-            nsys_proj, all_proj = projecting.result()
+            return kernels, self._cycle_table(cycle_rows, windows, row_of_group, rank_values)
+
+        if chunked:
+            # one after the other (bounded memory): what served the projections is let go of first
+            self.stage("projecting NVTX ranges")
+            projected = project()
+            launches = launches._replace(layout=None, index=None, painted=None, cycle_owner=None)
+            self.spans_nsys = self.spans_all = None
+            memory.release()
+            ranges, nvtx_summary = _projected_ranges(ranges, *projected, rank_of_pid, outermost, is_cycle)
+            del projected
+            kernels, cycle_tab = second_pass()
+        else:
+            # the projections in a second thread while this one makes the second pass
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-project") as pool:
+                projecting = pool.submit(project)
+                kernels, cycle_tab = second_pass()
+                projected = projecting.result()
+            ranges, nvtx_summary = _projected_ranges(ranges, *projected, rank_of_pid, outermost, is_cycle)
+            del projected
         del cycle_rows
-        ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
-                               gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
-                               gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
-        del all_proj
-        nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
-        del nsys_proj
-        ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
-        outermost = launches.painted.outermost
-        ranges["outermost"] = outermost
         phases, totals = attribution.phase_tables(figures, ranges, outermost, ranks, config)
         totals["outside_cycles_busy_ns"] = totals["busy_ns"].to_numpy() - _period_busy(cycle_tab, rank_values)
-        ranges["is_cycle"] = is_cycle
         ranges = ranges.rename_axis("range_id").reset_index()
 
         window_ops = None if self.keep_ops else self._window_ops(row_of_group, rank_values, cycle_tab,
@@ -500,6 +514,21 @@ class ReportMap:
             "input": pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path]),
             "collective": self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool),
             "cycle_range": cycle_of_ops(launches, op_call)}, copy=False)[OP_TABLE_COLUMNS]
+
+
+def _projected_ranges(ranges: pd.DataFrame, nsys_proj: pd.DataFrame, all_proj: pd.DataFrame, rank_of_pid: dict,
+                      outermost: np.ndarray, is_cycle: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the ranges with their projected GPU spans, rank, outermost and is_cycle flags; nsys' NVTX
+    projection summary)."""
+    ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
+                           gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
+                           gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
+    del all_proj
+    summary = projection.nvtx_projection_summary(ranges, nsys_proj)
+    ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
+    ranges["outermost"] = outermost
+    ranges["is_cycle"] = is_cycle
+    return ranges, summary
 
 
 def _period_busy(cycle_tab: pd.DataFrame, rank_values: np.ndarray) -> np.ndarray:
