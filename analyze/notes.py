@@ -20,7 +20,7 @@ NEGATIVE_IDS = "negative_ids"
 SHARED_CORRELATION_IDS = "shared_correlation_ids"
 INVALID_TEXT = "invalid_text"
 GRAPH_LEVEL_TRACE = "graph_level_trace"
-# memory budget (run/api.py, run/chunked.py)
+# memory budget (run/api.py, run/mapstep.py)
 CHUNKED = "chunked"
 NOT_TIME_ORDERED = "not_time_ordered"
 BELOW_FLOOR = "budget_below_floor"
