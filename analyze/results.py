@@ -26,8 +26,8 @@ class ReportResult:
     totals: pd.DataFrame
     nvtx_projection: pd.DataFrame
     notes: list[Note] = field(default_factory=list)
-    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
-    collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
+    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_frame
+    collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
 
 

@@ -1,10 +1,14 @@
 """The decode-cycle timeline: per cycle and rank, where its GPU time went.
 
 A cycle is an outermost NVTX range named like ``decode_cycle`` (config ``cycle_ranges``). GPU ops
-belong to the cycle whose range encloses their launching call. Per cycle: exclusive GPU time per
-phase (same rule as per rank), ``gap_ns`` = GPU idle between the cycle's first and last op (time
-the GPU waited for the CPU: launch-bound time), accepted tokens from the shim's ``accept_len=N``
-marks, tokens per second over the cycle's wall time. A mark with ``cycle=K`` belongs to the cycle
+belong to the cycle whose range encloses their launching call. Per cycle: its GPU window (first to
+last op it launched) split into exclusive GPU time per phase (same rule as per rank) and
+``gap_ns`` (GPU idle between the cycle's first and last op: launch-bound time); its GPU period
+(its GPU start to the next cycle's on the rank) split into ``period_<phase>_ns``,
+``period_other_ns`` and ``period_idle_ns``, which add up to ``gpu_period_ns`` exactly; accepted
+tokens from the shim's ``accept_len=N`` marks, tokens per second over the cycle's wall time; and
+``warmup`` / ``warmup_reason`` (:data:`WARMUP_REASONS`) for the cycles steady-state figures leave
+out. The ops are streamed into per-interval unions chunk by chunk (:class:`IntervalSplit`). A mark with ``cycle=K`` belongs to the cycle
 range of the same process whose int64 payload is K (SGLang's v2 workers resolve accept lengths
 after the cycle's range closed); a mark without it to the cycle range that contains it
 (nvtx_annotate.protocol).
