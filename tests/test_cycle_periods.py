@@ -156,3 +156,41 @@ def test_sglang_lost_cycles_are_flagged():
         assert len(steady) >= 13 and not steady["gpu_period_ns"].isna().any()
         np.testing.assert_array_equal(cycles_mod.with_gpu(cyc)["cycle"].to_numpy(),
                                       np.arange(len(cyc) - lost))
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(0, 60), st.integers(0, 3)),
+                    max_size=50),
+       intervals=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 450), st.integers(0, 120)), max_size=12),
+       cuts=st.lists(st.integers(0, 450), max_size=4))
+def test_interval_split_equals_clipped_unions(ops, intervals, cuts):
+    """cycles.IntervalSplit over time-ordered chunks (any cut points), on any ops and any intervals
+    (overlapping, empty, beyond the ops): per interval the union of the rank's ops clipped to it,
+    and of the ops of phases 0..i, as computed op by op."""
+    from analyze.attribute.intervals import union_length
+
+    n_ph = 3
+    rank = np.array([o[0] for o in ops], dtype="int64")
+    s = np.array([o[1] for o in ops], dtype="int64")
+    e = s + np.array([o[2] for o in ops], dtype="int64")
+    ph = np.array([o[3] for o in ops], dtype="int8")
+    w_rank = np.array([i[0] for i in intervals], dtype="int64")
+    w_lo = np.array([i[1] for i in intervals], dtype="int64")
+    w_hi = w_lo + np.array([i[2] for i in intervals], dtype="int64")
+    split = cycles_mod.IntervalSplit(w_rank, w_lo, w_hi, n_ph)
+    edges = [-1] + sorted(cuts) + [10 ** 6]
+    for a, b in zip(edges[:-1], edges[1:]):
+        idx = np.flatnonzero((s > a) & (s <= b))
+        idx = idx[np.lexsort((s[idx], rank[idx]))]
+        split.update(rank[idx], s[idx], e[idx], ph[idx])
+    busy, upto = split.result()
+    for k in range(len(w_lo)):
+        mine = rank == w_rank[k]
+        cs, ce = np.clip(s, w_lo[k], w_hi[k]), np.clip(e, w_lo[k], w_hi[k])
+        assert busy[k] == union_length(cs[mine], ce[mine])
+        for i in range(n_ph):
+            sel = mine & (ph <= i)
+            assert upto[i, k] == union_length(cs[sel], ce[sel]), (k, i)

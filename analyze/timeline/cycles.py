@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.attribute.intervals import INT64_MIN, union_step
+from analyze.attribute.intervals import INT64_MIN, group_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
@@ -213,83 +213,69 @@ def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     return out.astype({c: "int64" for c in out.columns if c.endswith("_ns")})
 
 
-def _window_pairs_by_rank(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order=None, presorted=None):
-    """Per rank with windows: (op index, window index, sorted position) of the ops overlapping
-    a window of that rank, by window, ops in start order within a window."""
-    if op_order is None:
-        op_order = np.lexsort((op_start, op_rank))
-    if presorted is not None:
-        r, s, e = presorted
-    else:
-        r, s, e = op_rank[op_order], op_start[op_order], op_end[op_order]
-    bounds = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1, len(r)] if len(r) else np.zeros(1, dtype="int64")
-    seg_of = {int(r[a]): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
-    for rank in np.unique(win_rank):
-        if int(rank) not in seg_of:
-            continue
-        a, b = seg_of[int(rank)]
-        rs, re_ = s[a:b], e[a:b]
-        reach = np.maximum.accumulate(re_)
-        wins = np.flatnonzero(win_rank == rank)
-        first = np.searchsorted(reach, win_lo[wins], side="right")   # first op reaching past lo
-        last = np.searchsorted(rs, win_hi[wins], side="left")        # ops starting before hi
-        del reach
-        lens = np.maximum(last - first, 0)
-        total = int(lens.sum())
-        if not total:
-            continue
-        idx = np.repeat(first - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(total)
-        w = np.repeat(wins, lens)
-        keep = re_[idx] > win_lo[w]
-        pos = a + idx[keep]
-        yield op_order[pos], w[keep], pos
+def covered_between(start: np.ndarray, end: np.ndarray, seed: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per interval [lo, hi), the length of the union of [start, end) intervals (sorted by start)
+    inside it, leaving out what lies at or before ``seed`` (the union's reach so far when ops come
+    in time-ordered chunks: the chunks before covered everything up to it from the first start of
+    this chunk on).
 
+    Each interval's uncovered part, ``[max(start, running max end), end)``, is a segment; the
+    segments are disjoint and in order, so the covered length up to any time t is a prefix sum and
+    one partial segment: F(t), and the union inside [lo, hi) is F(hi) - F(lo). No (op, interval)
+    pairs are formed, whatever the overlap of intervals and ops."""
+    if not len(start) or not len(lo):
+        return np.zeros(len(lo), dtype="int64")
+    seg_lo = np.empty_like(end)
+    seg_lo[0] = seed
+    if len(end) > 1:
+        np.maximum(np.maximum.accumulate(end)[:-1], seed, out=seg_lo[1:])
+    np.maximum(seg_lo, start, out=seg_lo)
+    length = np.maximum(end - seg_lo, 0)
+    seg_hi = seg_lo + length
+    prefix = np.concatenate([np.zeros(1, dtype="int64"), np.cumsum(length)])
 
-def _sorted_pairs(win: np.ndarray, start: np.ndarray) -> bool:
-    """Whether (win, start) pairs are already in lexicographic order."""
-    dw = np.diff(win)
-    if (dw < 0).any():
-        return False
-    return bool(((dw > 0) | (start[1:] >= start[:-1])).all())
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(seg_lo, t, side="right")
+        inside = np.maximum(seg_hi[np.maximum(k - 1, 0)] - t, 0)
+        return prefix[k] - np.where(k > 0, inside, 0)
+
+    return upto(hi) - upto(lo)
 
 
 class IntervalSplit:
     """Per interval of a rank (a cycle's GPU window, its GPU period): the union of the rank's GPU
-    ops clipped to it (busy) and, per configured phase i, of the ops of phases 0..i (exclusive time
-    is the difference of consecutive ones, as per rank), streamed over time-ordered chunks of ops.
-    Every op the rank's GPU ran in the interval counts, whatever launched it."""
+    ops inside it (busy) and, per configured phase i, of the ops of phases 0..i (exclusive time
+    is the difference of consecutive ones, as per rank), streamed over time-ordered chunks of ops
+    (:func:`covered_between`). Every op the rank's GPU ran in the interval counts, whatever
+    launched it."""
 
     def __init__(self, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_phases: int):
-        self.rank, self.lo, self.hi, self.n_phases = rank, lo, hi, n_phases
-        self.reach = np.full((n_phases + 1, len(lo)), INT64_MIN, dtype="int64")
+        self.lo, self.hi, self.n_phases = lo, hi, n_phases
         self.total = np.zeros((n_phases + 1, len(lo)), dtype="int64")
+        self._of_rank = {int(r): np.flatnonzero(rank == r) for r in np.unique(rank)}
+        self._reach: dict[int, np.ndarray] = {}
 
     def update(self, op_rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
         """One chunk of ops, sorted by start within runs of one rank (a rank in one run), every
         start at or after the starts of the chunks before."""
-        if not len(start) or not len(self.lo):
-            return
-        # only the intervals this chunk's time span can touch
-        near = np.flatnonzero((self.hi > start.min()) & (self.lo < end.max()))
-        if not len(near):
-            return
-        lo, hi = self.lo[near], self.hi[near]
-        for _, w_near, pos in _window_pairs_by_rank(op_rank, start, end, self.rank[near], lo, hi,
-                                                    np.arange(len(start)), (op_rank, start, end)):
-            win = near[w_near]
-            s = np.clip(start[pos], self.lo[win], self.hi[win])
-            e = np.clip(end[pos], self.lo[win], self.hi[win])
-            ph = phase[pos]
-            del pos, w_near
-            # pairs come by interval, ops in start order (clipping keeps it): sort only when not
-            if len(win) > 1 and not _sorted_pairs(win, s):
-                srt = np.lexsort((s, win))      # one sort serves every union below
-                win, s, e, ph = win[srt], s[srt], e[srt], ph[srt]
-            union_step(win, s, e, self.reach[0], self.total[0])
-            covered = np.zeros(len(win), dtype=bool)
-            for i in range(self.n_phases):
-                covered |= ph == i
-                union_step(win[covered], s[covered], e[covered], self.reach[1 + i], self.total[1 + i])
+        for r, a, b in group_segments(op_rank):
+            at = self._of_rank.get(int(r))
+            if at is None:
+                continue
+            reach = self._reach.setdefault(int(r), np.full(self.n_phases + 1, INT64_MIN, dtype="int64"))
+            s, e, ph = start[a:b], end[a:b], phase[a:b]
+            lo, hi = self.lo[at], self.hi[at]
+            covered = np.zeros(b - a, dtype=bool)
+            for j in range(self.n_phases + 1):
+                if j == 0:
+                    ss, ee = s, e
+                else:
+                    covered |= ph == j - 1
+                    ss, ee = s[covered], e[covered]
+                if not len(ss):
+                    continue
+                self.total[j, at] += covered_between(ss, ee, int(reach[j]), lo, hi)
+                reach[j] = max(int(reach[j]), int(ee.max()))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """(busy per interval, union of phases 0..i per interval as an (n_phases, n) array)."""
