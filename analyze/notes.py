@@ -33,7 +33,7 @@ LOST_CUDA_TAIL = "lost_cuda_tail"
 SKIPPED_INPUT = "skipped_input"
 DUPLICATE_INPUT = "duplicate_input"
 MIXED_INPUTS = "mixed_inputs"
-# memory budget (run/api.py, run/chunked.py)
+# memory budget (run/api.py, run/mapstep.py)
 CHUNKED = "chunked"
 NOT_TIME_ORDERED = "not_time_ordered"
 BELOW_FLOOR = "budget_below_floor"

@@ -26,8 +26,8 @@ class ReportResult:
     totals: pd.DataFrame
     nvtx_projection: pd.DataFrame
     notes: list[Note] = field(default_factory=list)
-    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_table_arrays
-    collective_ops: pd.DataFrame | None = None  # collectives.collective_ops (None: no collectives)
+    cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_frame
+    collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
 
 
@@ -51,6 +51,8 @@ class Analysis:
     # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
     # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
     window_ops: pd.DataFrame | None = None
+    # the derived tables computed so far (analyze.views.get): each computed once per analysis
+    view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)

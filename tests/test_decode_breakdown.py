@@ -3,9 +3,9 @@ shows (terminal first screen, HTML first screen, JSON contract).
 
 Known answers on a cycle table built by hand; on the bundled real traces and a synthetic 8-rank
 trace, the components add up to the cycle period per rank. The period split itself comes from the
-cycle table (issue 18's columns); until those are in the pipeline, tests/helpers/period_split.py
-(an independent plain-Python reference) supplies them, and once they are, the same tests check the
-pipeline's columns (every cycle's split adds up to its GPU period, to the ns)."""
+cycle table (timeline/cycles.py): every cycle's split adds up to its GPU period, to the ns, and equals
+what tests/helpers/period_split.py (an independent plain-Python reference over the per-op table)
+computes for the same cycles."""
 from __future__ import annotations
 
 import json
@@ -19,9 +19,10 @@ import pytest
 
 import analyze
 from analyze.render import html, outputs, text
+from analyze.timeline import cycles as cycles_mod
 from analyze.views import decode
 from fixtures.synth import TraceSpec, write_trace
-from helpers.period_split import period_split, with_period_split
+from helpers.period_split import period_split
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PHASES = ["draft", "verify", "draft_extend", "allreduce", "prefill"]
@@ -146,22 +147,40 @@ REAL_TRACES = ["h200_shim_graphs_node", "h200_4proc_eager", "sglang_server", "sg
 
 @pytest.fixture(scope="module", params=REAL_TRACES)
 def real(request):
-    return request.param, with_period_split(analyze.load(REAL / f"{request.param}.sqlite"))
+    return request.param, (analyze.load(REAL / f"{request.param}.sqlite"))
 
 
 def test_every_cycle_split_adds_up_to_its_period(real):
     name, a = real
     comps = decode.components(a.phase_names)
-    split = a.cycles[[decode.component_column(c) for c in comps]].to_numpy(dtype="int64").sum(axis=1)
-    assert (split == gpu_periods(a.cycles).to_numpy()).all(), name
-    assert (a.cycles[[decode.component_column(c) for c in comps]].to_numpy() >= 0).all()
+    c = cycles_mod.with_gpu(a.cycles)          # the cycles nsys recorded GPU work of
+    assert len(c) > 0, name
+    split = c[[decode.component_column(x) for x in comps]].to_numpy(dtype="int64").sum(axis=1)
+    assert (split == c["gpu_period_ns"].to_numpy()).all(), name
+    assert (c["gpu_period_ns"] == gpu_periods(c)).all(), name
+    assert (c[[decode.component_column(x) for x in comps]].to_numpy() >= 0).all()
+
+
+def test_period_split_equals_the_plain_reference(real):
+    """The pipeline's streamed per-period unions against loops over cycles and a Python interval
+    union (tests/helpers/period_split.py) on the per-op table: every column, every cycle, to the ns."""
+    name, a = real
+    c = cycles_mod.with_gpu(a.cycles)
+    bare = c.drop(columns=[x for x in c.columns if x.startswith("period_") and x != "period_ns"]
+                  + ["gpu_period_ns", "warmup", "warmup_reason"], errors="ignore")
+    ref = period_split(a.gpu_ops, bare, a.phase_names)
+    cols = [decode.component_column(x) for x in decode.components(a.phase_names)] + ["gpu_period_ns"]
+    got, want = c[cols].to_numpy(dtype="int64"), ref[cols].to_numpy(dtype="int64")
+    bad = np.flatnonzero((got != want).any(axis=1))
+    assert not len(bad), (name, c.iloc[bad[:3]][["rank", "cycle"]].to_dict("records"), got[bad[:3]], want[bad[:3]])
 
 
 def test_breakdown_adds_up_to_the_mean_period_per_rank(real):
     name, a = real
     bd = decode.decode_breakdown(a.cycles, a.phase_names)
     steady = decode.steady_cycles(a.cycles)
-    period = gpu_periods(a.cycles).loc[steady.index]
+    assert steady["warmup_reason"].isna().all()            # no_gpu_ops cycles are warm-up: never steady
+    period = steady["gpu_period_ns"].astype("int64")
     for rank, g in bd.groupby("rank"):
         mine = period[steady["rank"] == rank]
         assert g["per_cycle_ns"].sum() == pytest.approx(float(mine.mean()), rel=1e-12), (name, rank)
@@ -173,7 +192,7 @@ def test_breakdown_adds_up_to_the_mean_period_per_rank(real):
 
 def test_synthetic_trace_periods_match_the_generator(tmp_path):
     paths, truth = write_trace(TraceSpec(ranks=4, cycles=8, straggler={2: 50_000}, jitter=0), tmp_path)
-    a = with_period_split(analyze.load(paths))
+    a = (analyze.load(paths))
     comps = decode.components(a.phase_names)
     for rt in truth["ranks"]:
         mine = a.cycles[a.cycles["rank"] == rt["rank"]].sort_values("start_ns")
@@ -249,7 +268,7 @@ def test_json_contract(real, tmp_path):
 
 
 def test_csv_and_parquet_hold_the_breakdown(tmp_path):
-    a = with_period_split(analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
+    a = (analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
     outputs.write_csv(a, tmp_path / "csv")
     got = pd.read_csv(tmp_path / "csv" / "decode_breakdown.csv")
     want = decode.decode_breakdown(a.cycles, a.phase_names)
@@ -282,7 +301,7 @@ def test_html_first_screen_in_headless_chromium(tmp_path):
 
     from analyze.render import plots
 
-    a = with_period_split(analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
+    a = (analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
     page = tmp_path / "r.html"
     html.write_html(a, page)
     shot = tmp_path / "shot.png"

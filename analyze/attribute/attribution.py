@@ -15,21 +15,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.attribute.intervals import segment_union_length, sorted_union_length
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
 from analyze.project import projection as proj
 from analyze.project.projection import text_codes
 
 OP_KIND_LABEL = {"memcpy": "[CUDA memcpy]", "memset": "[CUDA memset]"}
 
-
-
-def name_codes(names) -> tuple[np.ndarray, list]:
-    """(code per op, distinct names as str) by hashing (pd.factorize); missing names get the last
-    code, one past the distinct names. Much faster than np.unique on an object array."""
-    codes, uniq = pd.factorize(pd.Series(names, copy=False), use_na_sentinel=True)
-    codes = np.where(codes < 0, len(uniq), codes)
-    return codes, [str(u) for u in uniq]
 
 
 def label_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -69,35 +60,77 @@ def kind_codes(kind) -> np.ndarray:
     return lookup[codes]
 
 
-def op_name_codes(kind_code: np.ndarray, name_id: np.ndarray, strings: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(code per op, distinct display names as an object array): the names :func:`op_names`
-    gives, without building a per-op object array. Codes follow first appearance; every distinct
-    string appears once in the table."""
-    if not len(kind_code):
-        return np.zeros(0, dtype="int32"), np.zeros(0, dtype=object)
-    ids = name_id.astype("int64", copy=False)
-    pair = kind_code.astype("int64") * (1 << 40) + (ids & ((1 << 40) - 1))
-    codes, uniq = pd.factorize(pair)
-    uniq = np.asarray(uniq)
-    u_kind = uniq >> 40
-    first = np.zeros(len(uniq), dtype="int64")
-    first[codes[::-1]] = np.arange(len(codes))[::-1]     # first op of every distinct pair
-    u_ids = ids[first]
-    u_names = np.empty(len(uniq), dtype=object)
-    is_kernel = u_kind == KIND_NAMES.index("kernel")
-    if is_kernel.any():
-        looked = np.array(strings.reindex(u_ids[is_kernel]).to_numpy(dtype=object), dtype=object)
-        missing = pd.isna(looked)
-        looked[missing] = [f"<kernel {i}>" for i in u_ids[is_kernel][missing]]
-        u_names[is_kernel] = looked
-    for k, label in OP_KIND_LABEL.items():
-        u_names[u_kind == KIND_NAMES.index(k)] = label
-    is_graph = u_kind == KIND_NAMES.index("graph")
-    u_names[is_graph] = [f"[CUDA graph {i}]" for i in u_ids[is_graph]]
-    # one code per distinct string (two name ids may carry the same text)
-    dedup, names = pd.factorize(pd.Series(u_names, dtype=object))
-    names = np.asarray(names, dtype=object)
-    return dedup.astype("int32")[codes], names
+class OpNames:
+    """Op display names, coded as chunks of ops reveal them: kernels by their name string
+    (``<kernel ID>`` when the string is missing), ``[CUDA memcpy]`` / ``[CUDA memset]``, graph
+    launches ``[CUDA graph ID]``. One code per distinct text (two name ids may carry the same
+    text), codes in order of first appearance; per code, the phase its kernel-name patterns give
+    (-1 for none) and whether it is a collective (the ``allreduce`` phase's kernel patterns)."""
+
+    def __init__(self, strings: pd.Series, config: PhaseConfig):
+        self.strings, self.config = strings, config
+        coll = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
+        self._coll_rx = coll.kernel_regex() if coll is not None else None
+        self._code_of_phase = {n: i for i, n in enumerate(config.names)}
+        self._pair_code: dict[int, int] = {}
+        self._text_code: dict[str, int] = {}
+        self.texts: list[str] = []
+        self._phase: list[int] = []
+        self._collective: list[bool] = []
+
+    def codes(self, kind: np.ndarray, name_id: np.ndarray) -> np.ndarray:
+        """The name code (int32) of every op of a chunk (``kind``: :func:`kind_codes`)."""
+        if not len(kind):
+            return np.zeros(0, dtype="int32")
+        ids = name_id.astype("int64", copy=False)
+        pair = kind.astype("int64") * (1 << 40) + (ids & ((1 << 40) - 1))
+        codes, uniq = pd.factorize(pair)
+        uniq = np.asarray(uniq)
+        lookup = np.array([self._pair_code.get(u, -1) for u in uniq.tolist()], dtype="int32")
+        new = np.flatnonzero(lookup < 0)
+        if len(new):
+            first = np.zeros(len(uniq), dtype="int64")
+            first[codes[::-1]] = np.arange(len(codes))[::-1]     # first op of every distinct pair
+            texts = self._texts(uniq[new] >> 40, ids[first[new]])
+            fresh = [t for t in dict.fromkeys(texts) if t not in self._text_code]
+            for t, found in zip(fresh, kernel_phase(fresh, self.config)):
+                self._text_code[t] = len(self.texts)
+                self.texts.append(t)
+                self._phase.append(self._code_of_phase[found] if found is not None else -1)
+                self._collective.append(bool(self._coll_rx.fullmatch(t)) if self._coll_rx is not None else False)
+            for u, t in zip(uniq[new].tolist(), texts):
+                self._pair_code[u] = self._text_code[t]
+            lookup[new] = [self._text_code[t] for t in texts]
+        return lookup[codes]
+
+    def _texts(self, kind: np.ndarray, ids: np.ndarray) -> list[str]:
+        out = np.empty(len(kind), dtype=object)
+        is_kernel = kind == KIND_NAMES.index("kernel")
+        if is_kernel.any():
+            looked = np.array(self.strings.reindex(ids[is_kernel]).to_numpy(dtype=object), dtype=object)
+            missing = pd.isna(looked)
+            looked[missing] = [f"<kernel {i}>" for i in ids[is_kernel][missing]]
+            out[is_kernel] = looked
+        for k, label in OP_KIND_LABEL.items():
+            out[kind == KIND_NAMES.index(k)] = label
+        is_graph = kind == KIND_NAMES.index("graph")
+        out[is_graph] = [f"[CUDA graph {i}]" for i in ids[is_graph]]
+        return [str(t) for t in out]
+
+    @property
+    def table(self) -> np.ndarray:
+        """The distinct texts, by code (an object array)."""
+        return np.array(self.texts, dtype=object)
+
+    @property
+    def phase(self) -> np.ndarray:
+        """Per code, the kernel-pattern phase code (int16, -1 for none)."""
+        return np.array(self._phase, dtype="int16")
+
+    @property
+    def collective(self) -> np.ndarray:
+        """Per code, whether the name is a collective kernel."""
+        return np.array(self._collective, dtype=bool)
 
 
 def kernel_phase_codes(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
@@ -119,7 +152,7 @@ class PaintedCalls(NamedTuple):
 
 def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
                       layout=None) -> PaintedCalls:
-    """The call side of :func:`assign_phase_codes`: every sorted call painted with its innermost
+    """The call side of the phase assignment: every sorted call painted with its innermost
     phase range and its inclusive phase bits (once per report, whatever the number of ops).
     ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused)."""
     n_calls = len(index.key)
@@ -173,7 +206,7 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
 
 def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.ndarray,
                    name_phase: np.ndarray, config: PhaseConfig):
-    """The op side of :func:`assign_phase_codes`: (phase code, range id, inclusive membership) per
+    """The op side of the phase assignment (:func:`paint_phase_calls` is the call side): (phase code, range id, inclusive membership) per
     op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
     n_ops = len(op_call)
     range_id = painted.owner[op_call].astype("int64", copy=False)
@@ -192,17 +225,6 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     return phase, range_id, inclusive
 
 
-def assign_phase_codes(op_call: np.ndarray, name_code: np.ndarray, name_phase: np.ndarray,
-                       ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig):
-    """Phases on codes: (phase code per op, range_id per op, inclusive membership, outermost flag
-    per range). Phase code ``len(config.names)`` is ``other``. Inclusive membership is an unsigned
-    int per op with bit i set when the op is in phase i (:func:`inclusive_mask`), or a
-    {phase: mask} dict beyond 64 phases."""
-    painted = paint_phase_calls(ranges, index, config)
-    phase, range_id, inclusive = op_phase_codes(painted, op_call, name_code, name_phase, config)
-    return phase, range_id, inclusive, painted.outermost
-
-
 def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
     """The stable order by (code, start): ``np.lexsort((start, code))``, on one composite key."""
     if not len(start):
@@ -217,70 +239,10 @@ def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
 
 
 def inclusive_mask(inclusive, i: int, name: str) -> np.ndarray:
-    """Ops in phase ``i`` (``name``) from :func:`assign_phase_codes`' inclusive membership."""
+    """Ops in phase ``i`` (``name``) from :func:`op_phase_codes`' inclusive membership (bits, or a dict beyond 64 phases)."""
     if isinstance(inclusive, dict):
         return inclusive[name]
     return (inclusive & inclusive.dtype.type(1 << i)) != 0
-
-
-def phase_table_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
-                       phase: np.ndarray, inclusive: dict[str, np.ndarray], ranges: pd.DataFrame,
-                       outermost: np.ndarray, ranks: pd.DataFrame,
-                       config: PhaseConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """:func:`phase_table` on arrays already sorted by (rank code, start): ``code`` indexes
-    ``ranks`` (sorted by rank), ``phase`` is the phase code, ``inclusive`` masks in sorted order."""
-    return phase_tables(rank_figures_sorted(code, start, end, is_kernel, phase, inclusive, len(ranks), config),
-                        ranges, outermost, ranks, config)
-
-
-def rank_figures_sorted(code: np.ndarray, start: np.ndarray, end: np.ndarray, is_kernel: np.ndarray,
-                        phase: np.ndarray, inclusive, n: int, config: PhaseConfig) -> "RankFigures":
-    """The per-rank figures of :func:`phase_table_sorted` (unions and kernel sums), from the ops
-    alone: arrays sorted by (rank code, start), ``n`` ranks."""
-    dur = end - start
-    # rank segments of the sorted arrays: masks are applied per segment (no compress of the codes)
-    runs = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1] if len(code) else np.zeros(0, dtype="int64")
-    segs = [(int(code[a]), int(a), int(b)) for a, b in zip(runs.tolist(), np.r_[runs[1:], len(code)].tolist())]
-
-    def union(mask=None):
-        if mask is None:
-            return sorted_union_length(code, start, end, n)
-        out = np.zeros(n, dtype="int64")
-        for g, a, b in segs:
-            m = mask[a:b]
-            out[g] += segment_union_length(start[a:b][m], end[a:b][m])
-        return out
-
-    def ksum(mask):
-        out = np.zeros(n, dtype="int64")
-        for g, a, b in segs:
-            out[g] += int(dur[a:b].sum(where=mask[a:b]))
-        return out
-
-    busy = union()
-    cumulative = np.zeros(n, dtype="int64")
-    covered = np.zeros(len(code), dtype=bool)
-    p_busy, exclusive, k_ns = [], [], []
-    for i_phase, name in enumerate(config.names):
-        member = inclusive_mask(inclusive, i_phase, name)
-        p_busy.append(union(member))
-        covered |= phase == i_phase
-        upto = union(covered)
-        exclusive.append(upto - cumulative)
-        cumulative = upto
-        k_ns.append(ksum(member & is_kernel))
-    other = ~covered
-    k_other = ksum(other & is_kernel)
-    other_busy = union(other)
-    kernel_total = ksum(is_kernel)
-    win_start = np.full(n, -1, dtype="int64")
-    win_end = np.full(n, -1, dtype="int64")
-    if len(code):
-        run = np.r_[0, np.flatnonzero(code[1:] != code[:-1]) + 1]
-        win_start[code[run]] = start[run]
-        win_end[code[run]] = np.maximum.reduceat(end, run)
-    return RankFigures(busy, p_busy, exclusive, k_ns, other_busy, k_other, cumulative, kernel_total,
-                       win_start, win_end, np.bincount(code, minlength=n))
 
 
 class RankFigures(NamedTuple):

@@ -18,62 +18,7 @@ def union_length(start: np.ndarray, end: np.ndarray) -> int:
     return int(np.maximum(0, e - np.maximum(s, prev)).sum())
 
 
-def sorted_union_length(group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int) -> np.ndarray:
-    """Union length per group for intervals already sorted by (group, start): no sort, one pass."""
-    out = np.zeros(n_groups, dtype="int64")
-    if len(start) == 0:
-        return out
-    runs = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
-    if len(runs) <= FEW_GROUPS:
-        # few groups (ranks): a plain pass per group, no group-offset temporaries
-        bounds = np.r_[runs, len(start)]
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            out[int(group[a])] += segment_union_length(start[a:b], end[a:b])
-        return out
-    g = group.astype("int64", copy=False)
-    first = np.r_[True, g[1:] != g[:-1]]
-    base = int(start.min())
-    span = int(end.max() - base + 1)
-    shifted = (end - base) + g * span
-    reach = np.maximum.accumulate(shifted) - g * span + base
-    prev = np.empty_like(reach)
-    prev[1:] = reach[:-1]
-    prev[first] = start[first]
-    contrib = np.maximum(0, end - np.maximum(start, prev))
-    return grouped_sum(g, contrib, n_groups, runs=np.flatnonzero(first))
-
-
-FEW_GROUPS = 64
-
-
-def segment_union_length(start: np.ndarray, end: np.ndarray) -> int:
-    """Union length of intervals sorted by start (one group)."""
-    if len(start) == 0:
-        return 0
-    reach = np.maximum.accumulate(end)
-    lower = np.empty_like(reach)
-    lower[0] = start[0]
-    np.maximum(start[1:], reach[:-1], out=lower[1:])
-    np.subtract(end, lower, out=lower)
-    np.maximum(lower, 0, out=lower)
-    return int(lower.sum())
-
-
-def grouped_sum(group: np.ndarray, values: np.ndarray, n_groups: int, runs: np.ndarray | None = None) -> np.ndarray:
-    """Exact int64 sum of ``values`` per group id; ``group`` must be non-decreasing (runs = run starts)."""
-    out = np.zeros(n_groups, dtype="int64")
-    if len(values) == 0:
-        return out
-    if runs is None:
-        runs = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
-    out[group[runs]] = np.add.reduceat(values.astype("int64", copy=False), runs)
-    return out
-
-
-def clip(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    s = np.clip(start, lo, hi)
-    e = np.clip(end, lo, hi)
-    return s, e
+FEW_GROUPS = 64      # up to this many groups (ranks), unions walk the groups one by one
 
 
 INT64_MIN = np.iinfo(np.int64).min
@@ -114,3 +59,57 @@ def union_step(group: np.ndarray, start: np.ndarray, end: np.ndarray, reach: np.
     total[g] += np.add.reduceat(contrib, runs)
     last = np.r_[runs[1:], len(end)] - 1
     reach[g] = np.maximum(reach[g], within[last])
+
+
+def group_segments(group: np.ndarray) -> list[tuple[int, int, int]]:
+    """(group, first, stop) of every run of equal ``group`` values (``group`` sorted or at least in
+    runs): the segments :func:`union_step_segments` and per-group sums walk."""
+    if not len(group):
+        return []
+    runs = np.r_[0, np.flatnonzero(group[1:] != group[:-1]) + 1]
+    return list(zip(group[runs].tolist(), runs.tolist(), np.r_[runs[1:], len(group)].tolist()))
+
+
+def union_step_segments(segments: list[tuple[int, int, int]], group: np.ndarray, start: np.ndarray,
+                        end: np.ndarray, reach: np.ndarray, total: np.ndarray, mask: np.ndarray | None = None) -> None:
+    """:func:`union_step` of the intervals ``mask`` selects, the arrays sorted by (group, start) and
+    cut into ``segments`` (:func:`group_segments`). With few groups (ranks) it walks the segments,
+    masking each in place of compressing the whole arrays; with many it is :func:`union_step`."""
+    if len(segments) > FEW_GROUPS:
+        if mask is None:
+            union_step(group, start, end, reach, total)
+        else:
+            union_step(group[mask], start[mask], end[mask], reach, total)
+        return
+    for g, a, b in segments:
+        s, e = start[a:b], end[a:b]
+        if mask is not None:
+            m = mask[a:b]
+            s, e = s[m], e[m]
+        if not len(s):
+            continue
+        seed = reach[g]
+        running = np.maximum.accumulate(e)
+        lower = np.empty_like(running)
+        lower[0] = seed
+        np.maximum(running[:-1], seed, out=lower[1:])
+        np.maximum(lower, s, out=lower)
+        np.subtract(e, lower, out=lower)
+        np.maximum(lower, 0, out=lower)
+        total[g] += int(lower.sum())
+        reach[g] = max(int(seed), int(running[-1]))
+
+
+def segment_sums(segments: list[tuple[int, int, int]], values: np.ndarray, n_groups: int,
+                 mask: np.ndarray | None = None) -> np.ndarray:
+    """Exact int64 sum of ``values`` (where ``mask``) per group, over :func:`group_segments`."""
+    out = np.zeros(n_groups, dtype="int64")
+    if len(segments) > FEW_GROUPS:
+        runs = np.array([a for _, a, _ in segments], dtype="int64")
+        groups = np.array([g for g, _, _ in segments], dtype="int64")
+        v = values if mask is None else np.where(mask, values, 0)
+        np.add.at(out, groups, np.add.reduceat(v.astype("int64", copy=False), runs))
+        return out
+    for g, a, b in segments:
+        out[g] += int(values[a:b].sum(where=mask[a:b])) if mask is not None else int(values[a:b].sum())
+    return out

@@ -424,50 +424,6 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     return out
 
 
-def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
-                       n_calls: int):
-    """:func:`call_op_span_arrays` for all linked ops and for the ops ``sel`` marks, with one sort:
-    ((has, first, last) over ``sel``, (has, first, last) over all ops)."""
-    linked = op_call >= 0
-    pos = op_call[linked]
-    out_sel = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
-               np.full(n_calls, INT64_MIN, dtype="int64"))
-    out_all = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
-               np.full(n_calls, INT64_MIN, dtype="int64"))
-    if not len(pos):
-        return out_sel, out_all
-    order = np.argsort(pos, kind="stable")
-    p = pos[order]
-    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
-    at = p[run]
-    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
-    out_all[0][at] = 1
-    out_all[1][at] = np.minimum.reduceat(s, run)
-    out_all[2][at] = np.maximum.reduceat(e, run)
-    out_sel[0][at] = np.maximum.reduceat(m.astype("int8"), run)
-    out_sel[1][at] = np.minimum.reduceat(np.where(m, s, INT64_MAX), run)
-    out_sel[2][at] = np.maximum.reduceat(np.where(m, e, INT64_MIN), run)
-    return out_sel, out_all
-
-
-def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
-                        n_calls: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sorted call: has ops (0/1), first op start, last op end, over the ops ``sel`` marks."""
-    sel = sel & (op_call >= 0)
-    pos = op_call[sel]
-    first = np.full(n_calls, INT64_MAX, dtype="int64")
-    last = np.full(n_calls, INT64_MIN, dtype="int64")
-    has = np.zeros(n_calls, dtype="int64")
-    if len(pos):
-        order = np.argsort(pos, kind="stable")
-        p = pos[order]
-        run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
-        first[p[run]] = np.minimum.reduceat(start[sel][order], run)
-        last[p[run]] = np.maximum.reduceat(end[sel][order], run)
-        has[p[run]] = 1
-    return has, first, last
-
-
 class CallKeys(NamedTuple):
     """The calls' (process, correlation id) keys, hashed once, for linking ops chunk by chunk."""
 
@@ -516,18 +472,37 @@ def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndar
     return out
 
 
-def update_call_spans(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
-                      has: np.ndarray, first: np.ndarray, last: np.ndarray) -> None:
-    """:func:`call_op_span_arrays` accumulated in place over chunks of ops (min of starts, max of
-    ends, whether any op)."""
-    sel = sel & (op_call >= 0)
-    pos = op_call[sel]
+class CallSpans(NamedTuple):
+    """Per sorted call: whether any op it launched was seen (0/1), the first op start, the last op
+    end; accumulated over chunks of ops (:func:`update_call_span_pairs`)."""
+
+    has: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+
+
+def empty_call_spans(n_calls: int) -> CallSpans:
+    return CallSpans(np.zeros(n_calls, dtype="int8"), np.full(n_calls, INT64_MAX, dtype="int64"),
+                     np.full(n_calls, INT64_MIN, dtype="int64"))
+
+
+def update_call_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
+                           spans_sel: CallSpans, spans_all: CallSpans) -> None:
+    """:func:`update_call_spans` for the ops ``sel`` marks (nsys' projection: kernels, memcpys,
+    memsets) and for all ops at once, with one sort of the chunk's linked ops."""
+    linked = op_call >= 0
+    pos = op_call[linked]
     if not len(pos):
         return
     order = np.argsort(pos, kind="stable")
     p = pos[order]
     run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
     at = p[run]
-    first[at] = np.minimum(first[at], np.minimum.reduceat(start[sel][order], run))
-    last[at] = np.maximum(last[at], np.maximum.reduceat(end[sel][order], run))
-    has[at] = 1
+    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
+    spans_all.has[at] = 1
+    spans_all.first[at] = np.minimum(spans_all.first[at], np.minimum.reduceat(s, run))
+    spans_all.last[at] = np.maximum(spans_all.last[at], np.maximum.reduceat(e, run))
+    any_sel = np.maximum.reduceat(m.astype("int8"), run)
+    spans_sel.has[at] = np.maximum(spans_sel.has[at], any_sel)
+    spans_sel.first[at] = np.minimum(spans_sel.first[at], np.minimum.reduceat(np.where(m, s, INT64_MAX), run))
+    spans_sel.last[at] = np.maximum(spans_sel.last[at], np.maximum.reduceat(np.where(m, e, INT64_MIN), run))

@@ -18,7 +18,7 @@ MAX_SHIFT = 64
 
 def collective_ends(ops: pd.DataFrame | None) -> np.ndarray:
     """Sorted end times of the collectives: from a GPU-op table (``collective`` column) or from
-    the map step's collective ops (collectives.collective_ops; None when there are none)."""
+    the map step's collective ops (collectives.COLLECTIVE_OP_COLUMNS; None when there are none)."""
     if ops is None:
         return np.zeros(0, dtype="int64")
     if "prev_phase" in ops.columns:

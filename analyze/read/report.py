@@ -247,11 +247,17 @@ def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple
 
 
 def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order); what the parts left
-    out (and duplicates across the parts of one table) in ``attrs["excluded_rows"]``."""
+    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order)."""
+    return assemble_kinds([(p.kind, f) for p, f in zip(plan, parts)])
+
+
+def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The op table from (op kind, frame of GPU_OP_COLUMNS but ``kind``) parts: the kinds in
+    :data:`GPU_OP_KINDS` order, each kind's parts in the order given; what the parts left out (and
+    duplicates across the parts of one table) in ``attrs["excluded_rows"]``."""
     frames, excluded = [], []
     for kind in GPU_OP_KINDS:
-        mine = [f for p, f in zip(plan, parts) if p.kind == kind]
+        mine = [f for k, f in parts if k == kind]
         if not mine:
             continue
         for f in mine:

@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyze import views
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names, plots
-from analyze.views import decode, skew, summary
+from analyze.views import decode, skew
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
 
@@ -75,33 +76,18 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
                      "idle ms": _ms(t["idle_ns"]) if t is not None else np.nan})
     out["ranks"] = pd.DataFrame(rows)
 
-    names = [p for p in a.phase_names if p != OTHER] + [OTHER]
-    rank_ids = [int(r) for r in a.ranks["rank"]]
-    ph = a.phases
-    if len(ph):
-        pivot = ph.pivot_table(index="phase", columns="rank", values="exclusive_ns", aggfunc="sum")
-        pivot = pivot.reindex(index=names, columns=rank_ids).fillna(0)
-    else:
-        pivot = pd.DataFrame(0.0, index=names, columns=rank_ids)
-    busy = totals["busy_ns"].reindex(rank_ids).fillna(0) if len(totals) else pd.Series(0, index=rank_ids)
-    frame = pivot / MS
-    frame.columns = [f"rank {r}" for r in rank_ids]
-    total_busy = float(busy.sum())
-    frame["share"] = pivot.sum(axis=1) / total_busy if total_busy else 0.0
-    frame.loc["busy"] = list((busy / MS).to_numpy()) + [1.0 if total_busy else 0.0]
+    by_rank = views.get(a, "phase_by_rank")
+    frame = by_rank.drop(columns="share") / MS
+    frame.columns = [f"rank {r}" for r in frame.columns]
+    frame["share"] = by_rank["share"]
     out["phases"] = frame.rename_axis("phase").reset_index()
 
-    cross = summary.cross_rank(ph) if len(ph) else pd.DataFrame()
+    cross = views.get(a, "phase_across_ranks")
     if len(cross):
-        agg = ph.groupby("phase", sort=False).agg(instances=("instances", "sum"), cpu_ns=("cpu_ns", "sum"),
-                                                  projected_ns=("projected_ns", "sum"),
-                                                  kernel_ns=("kernel_ns", "sum"))
-        cross = cross.set_index("phase").reindex([n for n in names if n in set(cross["phase"])])
         out["cross_rank"] = pd.DataFrame({
-            "phase": cross.index, "ranges": agg["instances"].reindex(cross.index).to_numpy(),
-            "CPU ms": agg["cpu_ns"].reindex(cross.index).to_numpy() / MS,
-            "projected ms": agg["projected_ns"].reindex(cross.index).to_numpy() / MS,
-            "kernel ms": agg["kernel_ns"].reindex(cross.index).to_numpy() / MS,
+            "phase": cross["phase"], "ranges": cross["ranges"].to_numpy(),
+            "CPU ms": cross["cpu_ns"].to_numpy() / MS, "projected ms": cross["projected_ns"].to_numpy() / MS,
+            "kernel ms": cross["kernel_ns"].to_numpy() / MS,
             "excl min": cross["exclusive_min_ns"].to_numpy(dtype=float) / MS,
             "excl median": cross["exclusive_median_ns"].to_numpy(dtype=float) / MS,
             "excl max": cross["exclusive_max_ns"].to_numpy(dtype=float) / MS,
@@ -110,23 +96,16 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
     else:
         out["cross_rank"] = pd.DataFrame()
 
-    k = a.kernels
-    if len(k):
-        g = k.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                        total_ns=("total_ns", "sum")).reset_index()
-        g["share"] = g["total_ns"] / g.groupby("phase")["total_ns"].transform("sum")
-        parts = [g[g["phase"] == n].sort_values("total_ns", ascending=False).head(top) for n in names]
-        g = pd.concat([p for p in parts if len(p)] or [g.iloc[0:0]], ignore_index=True)
+    g = views.get(a, "top_kernels", top=top)
+    if len(g):
         out["top_kernels"] = pd.DataFrame({"phase": g["phase"], "kernel": g["name"], "count": g["instances"],
-                                           "total ms": g["total_ns"] / MS,
-                                           "mean us": g["total_ns"] / g["instances"].clip(lower=1) / 1e3,
+                                           "total ms": g["total_ns"] / MS, "mean us": g["mean_ns"] / 1e3,
                                            "share": g["share"]})
     else:
         out["top_kernels"] = pd.DataFrame()
 
-    cyc = a.cycles
-    if cyc is not None and len(cyc):
-        dist = summary.cycle_distribution(cyc, a.phase_names)
+    dist = views.get(a, "cycle_distribution")
+    if len(dist):
         out["cycles"] = pd.DataFrame({"figure": dist["figure"], "cycles": dist["cycles"],
                                       **{c.replace("_ns", ""): dist[c].astype(float) / MS
                                          for c in ("mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns")}})
@@ -135,7 +114,7 @@ def tables(a, top: int = 5) -> dict[str, pd.DataFrame]:
 
     coll = a.collectives
     if coll is not None and len(coll):
-        s = skew.skew_table(a)
+        s = views.get(a, "skew")
         last = _col(s, "times_late", "times_last")
         done = s["wait_ns"].astype(float) + s["transfer_ns"].astype(float)
         out["skew"] = pd.DataFrame({
@@ -156,10 +135,10 @@ def decode_table(a, figure: str = "mean") -> pd.DataFrame:
     cycles) and ``<component> share`` (of the mean period), and ``cycle period us``. Components that
     are zero on every rank and are not draft/verify/draft_extend/allreduce/other/idle are left out,
     and all-reduce on a single rank (TP 1). Empty without a breakdown."""
-    bd = decode.decode_breakdown(a.cycles, a.phase_names)
+    bd = views.get(a, "decode_breakdown")
     if bd.empty:
         return pd.DataFrame()
-    sm = decode.decode_summary(a.cycles, a.totals, a.phase_names).set_index("rank")
+    sm = views.get(a, "decode_summary").set_index("rank")
     comps = shown_components(a, bd)
     col = "per_cycle_ns" if figure == "mean" else "median_ns"
     rows = []
@@ -345,9 +324,8 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
         why = ("the cycle table has no period split (period_&lt;phase&gt;_ns, period_idle_ns)"
                if not decode.has_period_split(cycles, a.phase_names) else "every cycle is warm-up")
         return f'<p class="sub">{len(cycles)} decode cycles; no steady-state breakdown: {why}.</p>'
-    bd = decode.decode_breakdown(cycles, a.phase_names)
-    sm = decode.decode_summary(cycles, a.totals, a.phase_names)
-    head = decode.headline(bd, sm, a.ranks)
+    sm = views.get(a, "decode_summary")
+    head = views.get(a, "headline")
     warm = int(sm["warmup_cycles"].sum())
     reasons: dict[str, int] = {}
     for d in sm["warmup_reasons"]:
@@ -360,7 +338,7 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
            "up to the period (medians below). "
            + (f"Warm-up cycles left out: {warm} ({', '.join(f'{k} {v}' for k, v in reasons.items())}). " if warm else "")
            + "GPU idle is time inside the cycle when the GPU waited for the host.")
-    oc = decode.outside_cycles(cycles, a.phases, a.totals, a.phase_names)
+    oc = views.get(a, "outside_cycles")
     outside = []
     for r in sm.itertuples():
         o = oc[(oc["rank"] == r.rank) & (oc["busy_ns"] > 0)].sort_values("busy_ns", ascending=False).head(3)
@@ -430,7 +408,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                      _table_html(t["top_kernels"], left=("phase",), kernel_col="kernel", group_col="phase",
                                  colors=colors, table_id="t-kernels") + fig("top_kernels")))
     cyc_html = _table_html(t["cycles"], left=("figure",), table_id="t-cycles")
-    tok = summary.tokens_summary(a.cycles) if a.cycles is not None and len(a.cycles) else None
+    tok = views.get(a, "tokens")
     if tok:
         per = tok.get("tokens_per_cycle") or tok.get("accepted_per_cycle")
         tps = tok.get("tokens_per_s")
@@ -440,7 +418,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
     if len(t["skew"]):
-        strag = skew.stragglers(a)
+        strag = views.get(a, "stragglers")
         n = a.collectives["collective"].nunique()
         extra = (f'<p class="callout">straggler rank(s): <b>{", ".join(map(str, strag))}</b></p>' if strag
                  else '<p class="sub">no straggler: no rank was late noticeably more often than others</p>')
@@ -467,7 +445,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
         _esc(f"{i['path']}  (nsys {i.get('nsys_version') or '?'}, schema {i.get('schema_version') or '?'}, "
              f"graphs traced: {i.get('cuda_graph_trace') or '-'})") for i in a.inputs)
     n_ranks = len(a.ranks)
-    n_cycles = a.cycles["cycle"].nunique() if a.cycles is not None and len(a.cycles) else 0
+    n_cycles = views.get(a, "cycle_counts")["cycle_numbers"]
     nav = "".join(f'<a href="#{sid}">{_esc(label)}</a>' for sid, label, _, _ in sections)
     body = "\n".join(f'<section id="{sid}"><h2>{_esc(h)}</h2>\n{content}</section>'
                      for sid, _, h, content in sections)

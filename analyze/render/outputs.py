@@ -7,9 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from analyze import output_policy
+from analyze import output_policy, views
 from analyze.atomic import atomic_dir_write, atomic_write
-from analyze.views import decode, skew, summary
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 # the tables written by --csv and --parquet, one file each
@@ -36,12 +35,8 @@ def tables(result) -> dict[str, pd.DataFrame]:
         if cols:
             frame = frame[[c for c in cols if c in frame.columns]]
         out[name] = frame.reset_index(drop=True)
-    out["cross_rank"] = summary.cross_rank(result.phases)
-    out["skew"] = skew.skew_table(result)
-    out["nvtx_sum"] = summary.nvtx_range_summary(result.ranges)
-    out["decode_breakdown"] = decode.decode_breakdown(result.cycles, result.phase_names)
-    out["decode_summary"] = decode.decode_summary(result.cycles, result.totals, result.phase_names)
-    out["outside_cycles"] = decode.outside_cycles(result.cycles, result.phases, result.totals, result.phase_names)
+    for name in views.FILE_VIEWS:
+        out[name] = views.get(result, name)
     return out
 
 
@@ -89,12 +84,10 @@ def _json_parts(result, advice: dict | None = None) -> list[tuple[str, object]]:
     parts: list[tuple[str, object]] = [("schema", JSON_SCHEMA), ("inputs", inputs),
                                        ("phase_names", result.phase_names)]
     parts += list(tables(result).items())
-    bd = decode.decode_breakdown(result.cycles, result.phase_names)
-    sm = decode.decode_summary(result.cycles, result.totals, result.phase_names)
-    parts += [("headline", decode.headline(bd, sm, result.ranks)),
-              ("cycle_distribution", summary.cycle_distribution(result.cycles, result.phase_names)),
-              ("tokens", summary.tokens_summary(result.cycles)),
-              ("stragglers", skew.stragglers(result)),
+    parts += [("headline", views.get(result, "headline")),
+              ("cycle_distribution", views.get(result, "cycle_distribution")),
+              ("tokens", views.get(result, "tokens")),
+              ("stragglers", views.get(result, "stragglers")),
               ("notes", note_records(result.notes))]
     if advice is not None:
         parts.append(("advice", advice))

@@ -30,6 +30,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analyze import notes as N
+from analyze import views
+from analyze.views.phases import phase_order
 from analyze.attribute.phases import OTHER
 from analyze.notes import Note
 from analyze.render import names
@@ -76,7 +78,7 @@ def phase_colors(phase_names: Iterable[str] = ()) -> dict[str, str]:
 
 
 def _phase_order(a) -> list[str]:
-    return [p for p in a.phase_names if p != OTHER] + [OTHER]
+    return phase_order(a)
 
 
 # kernel labels: one module for the terminal, HTML and figures (never two kernels under one label)
@@ -138,7 +140,7 @@ def decode_bars(a, *, max_ranks: int = 16) -> Figure:
     into the phases, other GPU work and GPU idle (light grey, the host-bound part); right, the GPU
     work alone (the busy part of the same bars, each component's share of it), so the phases stay
     readable when the GPU is idle most of the cycle. Warm-up cycles left out."""
-    bd = decode.decode_breakdown(a.cycles, a.phase_names)
+    bd = views.get(a, "decode_breakdown")
     if bd.empty:
         why = ("no decode cycles" if a.cycles is None or a.cycles.empty
                else "the cycle table has no period split" if not decode.has_period_split(a.cycles, a.phase_names)
@@ -197,13 +199,12 @@ def phase_bars(a, *, ranks: Iterable[int] | None = None, include_idle: bool = Fa
     """Per-rank stacked bars of exclusive GPU time per phase (every busy ns counted once; the
     ``other`` segment is the unattributed time). ``include_idle`` stacks the GPU idle time of the
     rank's window on top."""
-    phases = a.phases
-    if phases.empty:
+    if a.phases.empty:
         raise NoData("no GPU time attributed to any phase")
     order = _phase_order(a)
     colors = phase_colors(order)
-    pivot = phases.pivot_table(index="rank", columns="phase", values="exclusive_ns", aggfunc="sum")
-    pivot = pivot.reindex(columns=order).fillna(0)
+    pivot = views.get(a, "phase_by_rank").drop(index="busy", columns="share").T.reindex(columns=order).fillna(0)
+    pivot.index.name = "rank"
     if ranks is not None:
         pivot = pivot.reindex(list(ranks)).fillna(0)
     segments = [p for p in order if pivot[p].sum() > 0] or order
@@ -238,7 +239,7 @@ def phase_bars(a, *, ranks: Iterable[int] | None = None, include_idle: bool = Fa
 
 def _cycle_window(a, cycles) -> tuple[int, int, list[int], str]:
     """(start_ns, end_ns, cycle numbers, description) of the window to draw."""
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         ops = a.gpu_ops
         return int(ops["start_ns"].min()), int(ops["end_ns"].max()), [], "whole trace (no decode_cycle ranges)"
@@ -306,7 +307,7 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     ax = fig.add_subplot()
     lane = {r: i for i, r in enumerate(rank_ids)}
     height = 0.7
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     for r in rank_ids:
         y = lane[r] - height / 2
         # idle background: the rank's part of the window (its cycles, or the whole window)
@@ -350,16 +351,6 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     return fig
 
 
-def _kernel_totals(a, rank=None) -> pd.DataFrame:
-    k = a.kernels
-    if rank is not None:
-        k = k[k["rank"] == rank]
-    k = k.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                   total_ns=("total_ns", "sum")).reset_index()
-    k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
-    return k
-
-
 @_styled
 def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: int | None = None,
                 width: int = 48) -> Figure:
@@ -367,14 +358,15 @@ def top_kernels(a, *, phases: Iterable[str] | None = None, top: int = 8, rank: i
     horizontal bars, labelled with their share of the phase's kernel time."""
     if a.kernels is None or a.kernels.empty:
         raise NoData("no kernels")
-    k = _kernel_totals(a, rank)
+    k = views.get(a, "kernel_totals", rank=rank)
     order = _phase_order(a)
     colors = phase_colors(order)
     wanted = list(phases) if phases is not None else order
     wanted = [p for p in wanted if (k["phase"] == p).any() and k.loc[k["phase"] == p, "total_ns"].sum() > 0]
     if not wanted:
         raise NoData("no kernel time in " + ", ".join(phases or order))
-    subs = [k[k["phase"] == p].sort_values("total_ns", ascending=False).head(top) for p in wanted]
+    chosen = views.get(a, "top_kernels", top=top, rank=rank, phases=tuple(wanted))
+    subs = [chosen[chosen["phase"] == p] for p in wanted]
     unit, div = _unit([s["total_ns"].max() for s in subs])
     heights = [max(1.0, 0.28 * len(s) + 0.5) for s in subs]
     fig = _new_figure(10.0, sum(heights) + 0.6)
@@ -429,7 +421,7 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
     cycles are more than 20x the median (warm-up)."""
     if kind not in ("box", "violin"):
         raise ValueError("kind must be 'box' or 'violin'")
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
     if skip_first and cyc["cycle"].nunique() > 1:
@@ -507,7 +499,7 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     bottom, the cycle's GPU window split into busy and gap (GPU idle inside the window: launch-bound
     time) and, when known, its period. The ``top_slowest`` cycles by period are marked. Beyond ``MAX_CYCLE_BARS`` cycles a bar
     is a run of consecutive cycles (means; the period is the run's slowest)."""
-    cyc = a.cycles
+    cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
         raise NoData("no decode cycles (no decode_cycle NVTX ranges)")
     rank = int(cyc["rank"].min()) if rank is None else int(rank)
@@ -576,7 +568,7 @@ def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) 
     """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
     rank, with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
     (plus ``cycle``; millions of ops: the figures take the few they need)."""
-    ops, cyc = a.gpu_ops, a.cycles
+    ops, cyc = a.gpu_ops, cycles_mod.with_gpu(a.cycles)
     if ops is not None and columns is not None:
         ops = ops[list(dict.fromkeys(list(columns) + ["rank", "start_ns"] + (["phase"] if phase else [])))]
     cols = (list(ops.columns) if ops is not None else []) + ["cycle"]
@@ -612,7 +604,8 @@ def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
     per = per.assign(duration_ns=per["end_ns"] - per["start_ns"])
     pc = per.groupby(["name", "rank", "cycle"], sort=False)["duration_ns"].sum().reset_index()
     # a kernel absent from some cycle took 0 ns there
-    n_cycles = len(a.cycles[a.cycles["rank"].isin(pc["rank"].unique())])
+    measured = cycles_mod.with_gpu(a.cycles)
+    n_cycles = len(measured[measured["rank"].isin(pc["rank"].unique())])
     rows = []
     for name, g in pc.groupby("name", sort=False):
         v = np.concatenate([g["duration_ns"].to_numpy(dtype="float64"), np.zeros(max(0, n_cycles - len(g)))])

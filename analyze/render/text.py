@@ -14,9 +14,10 @@ import textwrap
 import pandas as pd
 
 from analyze import notes as N
+from analyze import views
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names
-from analyze.views import decode, phase_hints, skew, summary
+from analyze.views import decode, phase_hints, skew
 
 WIDTH = 120            # when the width cannot be read (not a terminal, no COLUMNS)
 MIN_WIDTH, MAX_WIDTH = 60, 400
@@ -138,12 +139,12 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     if not decode.has_period_split(cycles, result.phase_names):
         return [f"Decode cycles: {len(cycles)}; the steady-state breakdown needs the cycle table's period split "
                 "(period_<phase>_ns, period_idle_ns), which this analysis lacks."]
-    bd = decode.decode_breakdown(cycles, result.phase_names)
-    sm = decode.decode_summary(cycles, result.totals, result.phase_names)
+    bd = views.get(result, "decode_breakdown")
+    sm = views.get(result, "decode_summary")
     if bd.empty:
         return [f"Decode cycles: {len(cycles)}, every one of them warm-up ({_reasons(_merged_reasons(sm))}): "
                 "no steady state to break down."]
-    out = _wrap(decode.headline(bd, sm, result.ranks), width)
+    out = _wrap(views.get(result, "headline"), width)
     out.append("")
     tp1 = decode.no_allreduce(bd, result.ranks)
     ranks = sorted(bd["rank"].unique().tolist())
@@ -219,7 +220,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
 
 def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
     """The GPU work outside every decode cycle period, per rank (or its range over ranks)."""
-    oc = decode.outside_cycles(result.cycles, result.phases, result.totals, result.phase_names)
+    oc = views.get(result, "outside_cycles")
     busy = sm.set_index("rank")["outside_cycles_busy_ns"]
     warm_busy = sm.set_index("rank")["warmup_busy_ns"]
     warm_n = sm.set_index("rank")["warmup_cycles"]
@@ -316,51 +317,37 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
                   for r, t in zip(ranks.itertuples(), result.totals.itertuples())], width=width)
     out.append("")
 
-    phases = result.phases
     rank_ids = list(ranks["rank"])
     shown = rank_ids[:max_ranks]
-    names = result.phase_names + [OTHER]
     out.append("Exclusive GPU time per phase (ms): every GPU nanosecond counted once" +
                ("" if len(rank_ids) <= max_ranks else f" (first {max_ranks} ranks)"))
-    pivot = phases.pivot(index="phase", columns="rank", values="exclusive_ns").reindex(names).fillna(0)
-    busy_total = result.totals.set_index("rank")["busy_ns"]
-    rows = []
-    for name in names:
-        vals = pivot.loc[name] if name in pivot.index else pd.Series(0, index=shown)
-        share = vals.sum() / busy_total.sum() if busy_total.sum() else 0
-        rows.append([name] + [ms(vals.get(r, 0)) for r in shown] + [pct(share)])
-    rows.append(["busy"] + [ms(busy_total.get(r, 0)) for r in shown] + [pct(1.0)])
+    by_rank = views.get(result, "phase_by_rank")
+    rows = [[name] + [ms(by_rank.at[name, r]) for r in shown] + [pct(by_rank.at[name, "share"])]
+            for name in by_rank.index]
     out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows, width=width)
     out.append("")
 
     out.append("Per phase across ranks (ms; instances and CPU time of the phase's outermost NVTX ranges)")
-    cross = summary.cross_rank(phases).set_index("phase")
-    agg = phases.groupby("phase", sort=False).agg(instances=("instances", "sum"), cpu_ns=("cpu_ns", "sum"),
-                                                  projected_ns=("projected_ns", "sum"),
-                                                  kernel_ns=("kernel_ns", "sum"))
-    rows = []
-    for name in names:
-        if name not in cross.index:
-            continue
-        c, a = cross.loc[name], agg.loc[name]
-        rows.append([name, int(a.instances), ms(a.cpu_ns), ms(a.projected_ns), ms(a.kernel_ns),
-                     ms(c.exclusive_min_ns), ms(c.exclusive_median_ns), ms(c.exclusive_max_ns),
-                     ms(c.exclusive_spread_ns), int(c.slowest_rank)])
     out += table(["phase", "ranges", "CPU", "projected", "kernel", "excl min", "excl median", "excl max",
-                  "spread", "max rank"], rows, width=width)
+                  "spread", "max rank"],
+                 [[c.phase, int(c.ranges), ms(c.cpu_ns), ms(c.projected_ns), ms(c.kernel_ns), ms(c.exclusive_min_ns),
+                   ms(c.exclusive_median_ns), ms(c.exclusive_max_ns), ms(c.exclusive_spread_ns), int(c.slowest_rank)]
+                  for c in views.get(result, "phase_across_ranks").itertuples()], width=width)
     out.append("")
 
-    out += kernel_lines(result, names, top, width)
+    out += kernel_lines(result, top, width)
 
     cycles = result.cycles
     if len(cycles):
-        out.append(f"Decode cycles: {len(cycles)} (over {cycles['rank'].nunique()} ranks, warm-up included), pooled "
+        n = views.get(result, "cycle_counts")
+        lost = f"; {n['no_gpu_ops']} more without GPU data" if n["no_gpu_ops"] else ""
+        out.append(f"Decode cycles: {n['cycles']} (over {n['ranks']} ranks, warm-up included{lost}), pooled "
                    "percentiles (ms)")
-        dist = summary.cycle_distribution(cycles, result.phase_names)
+        dist = views.get(result, "cycle_distribution")
         out += table(["figure", "mean", "p50", "p90", "p99", "max"],
                      [[r.figure, ms(r.mean_ns), ms(r.p50_ns), ms(r.p90_ns), ms(r.p99_ns), ms(r.max_ns)]
                       for r in dist.itertuples()], width=width)
-        tok = summary.tokens_summary(cycles)
+        tok = views.get(result, "tokens")
         if tok:
             out += _wrap(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
                          f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
@@ -403,21 +390,15 @@ def _fit(lines: list[str], width: int) -> list[str]:
     return out
 
 
-def kernel_lines(result, names: list[str], top: int, width: int) -> list[str]:
+def kernel_lines(result, top: int, width: int) -> list[str]:
     """Top kernels per phase; the kernel column takes the width the others leave, and no two
     different kernels print the same (render/names.py)."""
-    kernels = result.kernels
-    if not len(kernels):
+    if not len(result.kernels):
         return []
-    k = kernels.groupby(["phase", "name"], sort=False).agg(instances=("instances", "sum"),
-                                                          total_ns=("total_ns", "sum")).reset_index()
-    k["share"] = k["total_ns"] / k.groupby("phase")["total_ns"].transform("sum")
-    picked = [k[k["phase"] == name].sort_values("total_ns", ascending=False).head(top) for name in names]
-    picked = [p for p in picked if len(p)]
-    if not picked:
+    sel = views.get(result, "top_kernels", top=top)
+    if not len(sel):
         return []
-    sel = pd.concat(picked, ignore_index=True)
-    cells = [[r.phase, "", str(r.instances), ms(r.total_ns), us(r.total_ns / r.instances), pct(r.share)]
+    cells = [[r.phase, "", str(r.instances), ms(r.total_ns), us(r.mean_ns), pct(r.share)]
              for r in sel.itertuples()]
     headers = ["phase", "kernel", "count", "total ms", "mean us", "share"]
     fixed = sum(max([len(headers[i])] + [len(c[i]) for c in cells]) for i in (0, 2, 3, 4, 5)) + 2 * 5
@@ -438,14 +419,14 @@ def skew_lines(result, width: int) -> list[str]:
     n_warm = n - coll.loc[evidence, "collective"].nunique()
     out = [f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived"
            + (f"; late (times) counts the {n - n_warm} after warm-up" if n_warm else "")]
-    s = skew.skew_table(result)
+    s = views.get(result, "skew")
     out += table(["rank", "collectives", "wait", "transfer", "wait share", "late (times)", "made others wait",
                   "late after"],
                  [[r.rank, r.collectives, ms(r.wait_ns), ms(r.transfer_ns),
                    pct(r.wait_ns / (r.wait_ns + r.transfer_ns) if (r.wait_ns + r.transfer_ns) else 0),
                    r.times_late, ms(r.late_by_ns), r.late_phase if isinstance(r.late_phase, str) else "-"]
                   for r in s.itertuples()], width=width)
-    strag = skew.stragglers(result)
+    strag = views.get(result, "stragglers")
     if strag:
         times = s.set_index("rank")["times_late"]
         out.append(f"straggler rank(s): {', '.join(map(str, strag))} (last to arrive in "

@@ -1,36 +1,33 @@
 """The Python API: ``analyze.load(paths) -> Analysis`` (DataFrames, the numbers the CLI prints).
 
-One mapper per report (:func:`analyze_report`: pure, picklable in and out, so it runs the same in a
-process pool or on Dask) and one reducer across reports (:func:`combine`: rank identity across
-files, time alignment, collectives).
+One map task per report (:func:`map_one`: the memory policy, then the map step of mapstep.py;
+pure, picklable in and out, so it runs the same inline, in a process pool or on Dask,
+executors.py) and one reducer across reports (:func:`multirank.combine`: rank identity across
+files, time alignment, collectives). The memory policy, the same on every path (cache and Dask
+included): a report is analysed whole unless a budget is given or, with ``"auto"``, its estimate
+would not fit the memory available where it runs; then in time-ordered chunks.
 """
 from __future__ import annotations
 
 import os
 import sqlite3
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
 
 from analyze import memory
 from analyze import notes as N
-from analyze.attribute import attribution
-from analyze.attribute.phases import OTHER, PhaseConfig
+from analyze.attribute.phases import PhaseConfig
 from analyze.errors import TraceError
 from analyze.notes import Note
-from analyze.processes import bounded_jobs, worker_pool
-from analyze.project import projection
-from analyze.ranks.identify import identify_ranks
 from analyze.read import capture, report, runset
 from analyze.read.connection import has_table, open_report
 from analyze.results import Analysis, ReportResult
-from analyze.run import checks, multirank
-from analyze.run.launches import cycle_of_ops, prepare_launches
-from analyze.run.progress import progress as _progress
-from analyze.timeline import collectives as coll_mod
-from analyze.timeline import cycles
+from analyze.run import multirank
+from analyze.run.executors import executor
+from analyze.run.launches import prepare_launches
+from analyze.run.mapstep import ReportMap, chunk_of_frame, chunked_note
+from analyze.run.spill import OpStore
 
 
 # reports larger than this take over a second: their analysis shows its stages
@@ -60,193 +57,116 @@ class _Stages:
 
 def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
                    memory_budget: int | None = None, progress: bool = False) -> ReportResult:
-    """Map step: read one report and attribute its GPU time, per process (rank).
-
-    GPU ops are handled as NumPy arrays of integer codes (name code into the report's name table,
-    phase code, rank code), sorted once by (rank, start); the per-op table is built once, at the
-    end. Cycles and the collective ops are computed here too, so the reducer only sees per-rank,
-    per-cycle and per-collective rows (plus the op table, for plots and notebooks)."""
+    """The map step of one report (times on the report's own clock): whole (``memory_budget``
+    None: the per-op table ``gpu_ops`` is kept), or in time-ordered chunks sized to
+    ``memory_budget`` bytes (the same tables, ``gpu_ops`` not kept, a note). ``cache``: the
+    extracted tables from / to the Parquet cache (read/cache.py), whole or in chunks alike."""
     config = config or PhaseConfig()
     capture.require_gpu_activity(path)        # else the error that says why (nsys' own words)
     stage = _Stages(progress, str(path))
+    notes: list[Note] = []          # where the tables came from (cache), how the budget was used
     try:
-        return _analyze_report(path, config, cache, memory_budget, stage)
+        if memory_budget:
+            result = _map_in_chunks(str(path), config, int(memory_budget), cache, stage, notes)
+            if result is not None:
+                return result
+        return _map_whole(str(path), config, cache, memory_budget, stage, notes)
     finally:
         stage.close()
 
 
-def _analyze_report(path, config: PhaseConfig, cache: bool, memory_budget, stage) -> ReportResult:
+def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage, notes: list[Note]) -> ReportResult:
+    """The map step over every op of the report at once (the one-chunk case; the per-op table kept)."""
     stage("reading")
-    read_notes: list[Note] = []    # where the tables came from (cache), see read_tables
 
     def prepare(calls, ranges):
         return prepare_launches(calls, ranges, config)
 
-    if memory_budget and not cache:
-        result = _analyze_in_chunks(str(path), config, memory_budget, stage, prepare, read_notes)
-        if result is not None:
-            return result
-    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=read_notes, prepare=prepare)
-    ops = tables.gpu_ops
-    if ops.empty:                             # the read left every op out (read/validate.py)
+    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes, prepare=prepare)
+    if tables.gpu_ops.empty:                  # the read left every op out (read/validate.py)
         capture.require_gpu_activity(path, usable_ops=0)
-    path = tables.path            # the report as results name it (read.inputs.display_path)
-    cols = {c: ops[c].to_numpy() for c in ops.columns if c != "kind"}
-    kind = attribution.kind_codes(ops["kind"])
-    graph_node = ops["graph_node_id"]
-    tables = tables._replace(gpu_ops=None)
-    del ops
-    pid = cols["global_pid"].astype("int64", copy=False)
-    start = cols["start_ns"].astype("int64", copy=False)
-    end = cols["end_ns"].astype("int64", copy=False)
-    name_code, names = attribution.op_name_codes(kind, cols["name_id"], tables.strings)
-
-    stage("linking ops to API calls")
-    launches = tables.prepared if tables.prepared is not None else \
-        prepare_launches(tables.calls, tables.ranges, config)
-    ranges, calls, index, layout = launches.ranges, launches.calls, launches.index, launches.layout
-    op_call = projection.link_op_arrays(pid, cols["correlation_id"].astype("int64", copy=False), calls, index)
-
-    # nsys' projection (kernels, memcpys, memsets) and ours (graph-level launches too) runs in a
-    # second thread while this one attributes phases: both are NumPy passes that release the GIL
-    stage("projecting NVTX ranges and attributing phases")
-    from concurrent.futures import ThreadPoolExecutor
-
-    def project():
-        projected = (kind >= 0) & (kind <= 2)          # kernel, memcpy, memset
-        spans, spans_all = projection.call_op_span_pairs(op_call, start, end, projected, len(index.key))
-        return (projection.project_ranges(ranges, index, *spans, layout),
-                projection.project_ranges(ranges, index, *spans_all, layout), spans_all)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-project") as pool:
-        projecting = pool.submit(project)
-        ranks = identify_ranks(_pid_device_pairs(pid, cols["device_id"]), tables.marks, ranges,
-                               tables.processes, path)
-        name_phase = attribution.kernel_phase_codes(names, config)
-        phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code,
-                                                                name_phase, config)
-        outermost = launches.painted.outermost
-        rank_values = ranks["rank"].to_numpy(dtype="int64")
-        pid_sorted = np.argsort(ranks["global_pid"].to_numpy(dtype="int64"), kind="stable")
-        rank_code = pid_sorted[np.searchsorted(ranks["global_pid"].to_numpy(dtype="int64")[pid_sorted], pid)]
-        rank_code = rank_code.astype("int32")   # ranks is sorted by rank: code order = rank order
-        # one stable sort by (rank, start) serves the unions, the cycles and the collectives
-        order = attribution.sort_order(rank_code, start)
-        s_code, s_start, s_end = rank_code[order], start[order], end[order]
-        is_kernel = kind == 0
-        figures = attribution.rank_figures_sorted(
-            s_code, s_start, s_end, is_kernel[order], phase[order],
-            {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order],
-            len(ranks), config)
-        del inclusive
-        nsys_proj, all_proj, (has_all, first_all, last_all) = projecting.result()
-    ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
-                           gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
-                           gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
-    ranges["full_name"] = launches.full_name
-    nvtx_summary = projection.nvtx_projection_summary(ranges, nsys_proj)
-    rank_of_pid = dict(zip(ranks["global_pid"].tolist(), ranks["rank"].tolist()))
-    ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
-    ranges["outermost"] = outermost
-    phases, totals = attribution.phase_tables(figures, ranges, outermost, ranks, config)
-    phase_names = list(config.names) + [OTHER]
-    duration = end - start
-    kernels = attribution.kernel_table_codes(rank_code, rank_values, phase, phase_names, name_code, names,
-                                             duration)
-    coll_names = collective_names(names, config)
-    collective = coll_names[name_code] if len(names) else np.zeros(len(start), dtype=bool)
-    cycle_range = cycle_of_ops(launches, op_call)
-    windows = cycles.cycle_windows(launches.cycle_owner, has_all, first_all, last_all)
-    del has_all, first_all, last_all
-    ranges["is_cycle"] = launches.is_cycle
-    op_rank = rank_values[rank_code]
-    # the object columns, built once (every element is one of the few distinct strings)
-    name_full = names[name_code] if len(names) else np.zeros(0, dtype=object)
-    phase_full = np.array(phase_names, dtype=object)[phase]
-    coll_ops = coll_mod.collective_ops(op_rank, start, end, phase_full, collective, name_full,
-                                       order) if collective.any() else None
-    ranges = ranges.rename_axis("range_id").reset_index()
-    marks = tables.marks.assign(input=path)
-    stage("decode cycles")
-    cycle_rows = ranges[ranges["is_cycle"].to_numpy(dtype=bool)].assign(input=path)   # not a copy of all
-    cycle_tab = cycles.cycle_table_arrays(op_rank, start, end, phase, cycle_range,
-                                          np.zeros(len(start), dtype="int64"), cycle_rows,
-                                          np.zeros(len(cycle_rows), dtype="int64"), marks, config, op_order=order,
-                                          windows=windows, presorted=(rank_values[s_code], s_start, s_end))
-    del order, s_code, s_start, s_end
-
-    gpu_ops = pd.DataFrame({
-        "kind": pd.Categorical.from_codes(kind, categories=list(attribution.KIND_NAMES)),
-        "global_pid": cols["global_pid"], "device_id": cols["device_id"], "stream_id": cols["stream_id"],
-        "correlation_id": cols["correlation_id"], "graph_node_id": graph_node.array,
-        "name_id": cols["name_id"], "start_ns": start, "end_ns": end,
-        "name": pd.Series(name_full, dtype=object, copy=False),
-        "phase": pd.Series(phase_full, dtype=object, copy=False),
-        "range_id": range_id, "rank": op_rank, "duration_ns": duration,
-        "call_pos": op_call, "input": pd.Categorical.from_codes(np.zeros(len(start), dtype="int8"), [path]),
-        "collective": collective, "cycle_range": cycle_range}, copy=False)
-    notes = read_notes + checks.all_notes(tables, gpu_ops, op_call, ranges)
-    return ReportResult(path, tables.meta, ranks, gpu_ops, ranges, tables.marks, phases, kernels, totals,
-                        nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops)
+    if tables.prepared is None:          # from the cache: prepared here
+        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges))
+    chunk = chunk_of_frame(tables.gpu_ops)
+    box = [tables._replace(gpu_ops=None)]
+    del tables
+    step = ReportMap(path, config, box, keep_ops=True, store=OpStore(on_disk=False), stage=stage, detail=True)
+    step.update(chunk)
+    del chunk
+    result = step.finish()
+    result.notes[:0] = notes
+    return result
 
 
-def _analyze_in_chunks(path: str, config: PhaseConfig, memory_budget: int, stage, prepare,
-                       notes: list[Note]) -> ReportResult | None:
-    """The map step in time-ordered chunks of GPU ops sized to ``memory_budget`` (chunked.py);
-    None, with a note, when the report's op tables are not in time order (then the caller reads the
-    ops whole, in rowid chunks)."""
-    from analyze.run import chunked
+def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bool, stage,
+                   notes: list[Note]) -> ReportResult | None:
+    """The map step over time-ordered chunks of GPU ops sized to ``memory_budget`` (chunks.py), from
+    the export or from its cache entry; None, with a note, when the report's op tables are not in
+    time order (then the caller reads the ops whole, in rowid chunks)."""
+    from analyze.read import cache as cache_mod
+    from analyze.run import chunks
 
-    tables = report.read_report(path, prepare=prepare, ops=False,
-                                nvtx_chunk_rows=max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)))
+    stage("reading")
+
+    def prepare(calls, ranges):
+        return prepare_launches(calls, ranges, config)
+
+    entry, where = cache_mod.find_entry(path) if cache else (None, None)
+    fill = None
+    if entry is not None:
+        tables = cache_mod.load_tables(path, entry, ops=False)
+        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges))
+        cached = cache_mod.CachedOps(entry)
+        notes += [where] if where else []
+    else:
+        tables = report.read_report(path, prepare=prepare, ops=False,
+                                    nvtx_chunk_rows=max(MIN_CHUNK_ROWS, memory_budget // (4 * READ_BYTES_PER_OP)))
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
-    chunk_rows = max(MIN_CHUNK_ROWS, (int(memory_budget) - fixed) // CHUNK_BYTES_PER_OP)
+    chunk_rows = max(MIN_CHUNK_ROWS, (memory_budget - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
-    floor_note = [] if floor <= int(memory_budget) else [Note(
-        N.BELOW_FLOOR, f"--memory-budget {_size(int(memory_budget))} is below this report's floor, about "
+    floor_note = [] if floor <= memory_budget else [Note(
+        N.BELOW_FLOOR, f"--memory-budget {_size(memory_budget)} is below this report's floor, about "
         f"{_size(floor)} (its API calls and NVTX ranges are held whole): the GPU ops went in the smallest chunks")]
+    if entry is not None:
+        source = chunks.CachedChunks(cached, chunk_rows)
+    else:
+        fill = cache_mod.ChunkFill(path, tables) if cache else None
+        source = chunks.SqliteChunks(path, chunk_rows, on_read=fill.append if fill else None)
+    # handed over in a box the map step empties: no frame here keeps the call-side arrays alive
+    box = [tables]
+    del tables
+    step = ReportMap(path, config, box, keep_ops=False, store=OpStore(on_disk=True), stage=stage)
+    memory.release()                 # the NVTX read's buffers
     try:
-        # handed over in a box the callee empties: no frame here keeps the call-side arrays alive
-        box = [tables]
-        del tables
-        result = chunked.analyze_chunked(path, config, box, chunk_rows, stage)
-        memory.release()          # the freed working heap, before the reports are combined
-        result.notes.extend(floor_note)
-        return result
-    except chunked.NotTimeOrdered:
+        for k, chunk in enumerate(chunks.iter_chunks(source)):
+            stage(f"chunk {k + 1}/{len(source)}")
+            step.update(chunk)
+            del chunk
+    except chunks.NotTimeOrdered:
+        step.store.close()
+        if fill is not None:
+            fill.abort()
         notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
                           "report was analysed in one piece (only its read was chunked)"))
         return None
-
-
-def _pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
-    """Distinct (global_pid, device_id) pairs of the ops (what identify_ranks looks at)."""
-    pcode, puniq = pd.factorize(pid)
-    dev = np.asarray(device, dtype="int64")
-    dcode, duniq = pd.factorize(dev)
-    key = pd.unique(pcode.astype("int64") * (len(duniq) + 1) + dcode)      # hashing, no sort
-    return pd.DataFrame({"global_pid": np.asarray(puniq, dtype="int64")[key // (len(duniq) + 1)],
-                         "device_id": np.asarray(duniq, dtype="int64")[key % (len(duniq) + 1)]})
-
-
-def collective_names(names: np.ndarray, config: PhaseConfig) -> np.ndarray:
-    """Per distinct name, whether it is a collective (kernel patterns of the ``allreduce`` phase)."""
-    phase = next((p for p in config.phases if p.name == "allreduce" and p.kernels), None)
-    if phase is None:
-        return np.zeros(len(names), dtype=bool)
-    rx = phase.kernel_regex()
-    return np.array([bool(rx.fullmatch(u)) if isinstance(u, str) else False for u in names], dtype=bool)
+    result = step.finish()
+    memory.release()          # the freed working heap, before the reports are combined
+    cache_note = fill.commit() if fill is not None else None
+    result.notes[:0] = notes + ([cache_note] if cache_note else [])
+    result.notes += [chunked_note(len(source))] + floor_note
+    return result
 
 
 def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: bool = False,
          cache: bool = False, memory_budget: int | str | None = "auto",
          scheduler: str | None = None, allow_mixed: bool = False, strict: bool = False) -> Analysis:
     """Analyze one or more nsys SQLite exports (files or directories) into an :class:`Analysis`.
-    ``memory_budget``: bytes (time-ordered chunks, see chunked.py), None (whole), or "auto": whole
-    unless a report would not fit in the available memory (:func:`auto_budget`). The reports are
-    checked first (read/runset.py): the same report twice or reports of different runs are refused
-    unless ``allow_mixed``; a report of a directory that cannot be analysed is left out with a note
-    unless ``strict``."""
+    ``memory_budget``: bytes (time-ordered chunks, see mapstep.py), None (whole), or "auto": whole
+    unless a report would not fit in the available memory (:func:`auto_budget`). The same policy
+    inline (jobs=1), in a process pool (jobs=N), on a Dask cluster (scheduler=ADDRESS) and with
+    the cache. The reports are checked first (read/runset.py): the same report twice or reports of
+    different runs are refused unless ``allow_mixed``; a report of a directory that cannot be
+    analysed is left out with a note unless ``strict``."""
     config = config or PhaseConfig()
     run = runset.collect(paths, allow_mixed=allow_mixed, strict=strict)
     results = map_reports(run.files, config, jobs=jobs, progress=progress, cache=cache,
@@ -260,35 +180,51 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     return analysis
 
 
+@dataclass(frozen=True)
+class MapOptions:
+    """What every map task of an analysis is given besides its report (picklable)."""
+
+    config: PhaseConfig
+    cache: bool = False
+    memory_budget: int | str | None = None   # bytes, None (whole) or "auto"
+    at_once: int = 1          # map tasks sharing the memory of the machine this one runs on
+    progress: bool = False    # stage lines of large reports on stderr
+
+
+def map_one(path: str, options: MapOptions) -> ReportResult:
+    """The map task of one report, wherever it runs: the memory policy (:func:`budget_for`, on the
+    machine that runs it), then the map step (:func:`analyze_report`)."""
+    budget, note = budget_for(path, options.memory_budget, options.at_once)
+    result = analyze_report(path, options.config, cache=options.cache, memory_budget=budget,
+                            progress=options.progress)
+    if note:
+        result.notes.append(note)
+    return result
+
+
+def budget_for(path: str, memory_budget: int | str | None, at_once: int = 1) -> tuple[int | None, Note | None]:
+    """(memory budget in bytes or None for whole, note): ``"auto"`` decided by :func:`auto_budget`,
+    anything else taken as given."""
+    if memory_budget == AUTO:
+        return auto_budget(path, at_once)
+    return (int(memory_budget) if memory_budget else None), None
+
+
 def map_reports(files: list[str], config: PhaseConfig, *, jobs: int = 1, progress: bool = False,
                 cache: bool = False, memory_budget: int | str | None = None,
                 scheduler: str | None = None) -> list[ReportResult]:
-    """Map step over reports: in this process (jobs=1), a process pool (jobs=N) or on a Dask
+    """:func:`map_one` over reports: in this process (jobs=1), a process pool (jobs=N) or on a Dask
     cluster (scheduler=ADDRESS, see distributed.py). Results come back in the order of ``files``.
-    ``memory_budget="auto"``: each report whole, unless it would not fit in this machine's
-    available memory (shared by the reports analysed at once): then in chunks, with a note
-    (:func:`auto_budget`)."""
-    if scheduler:
-        from analyze.run import distributed
-        return distributed.map_reports(analyze_report, files, config, scheduler, progress=progress, cache=cache,
-                                       memory_budget=None if memory_budget == AUTO else memory_budget)
-    at_once = bounded_jobs(jobs, len(files))
-    budgets, auto_notes = [memory_budget] * len(files), [None] * len(files)
-    if memory_budget == AUTO:
-        budgets, auto_notes = map(list, zip(*(auto_budget(f, at_once, cache) for f in files))) if files \
-            else ([], [])
-    if at_once == 1:
-        results = [analyze_report(f, config, cache=cache, memory_budget=b, progress=progress)
-                   for f, b in zip(_progress(files, progress and len(files) > 1), budgets)]
-    else:
-        with worker_pool(at_once) as pool:
-            futures = [pool.submit(analyze_report, f, config, cache=cache, memory_budget=b)
-                       for f, b in zip(files, budgets)]
-            results = [f.result() for f in _progress(futures, progress, total=len(files))]
-    for result, note in zip(results, auto_notes):
-        if note:
-            result.notes.append(note)
-    return results
+    ``memory_budget="auto"``: each report whole, unless it would not fit in the available memory
+    of the machine that analyses it (shared by the reports analysed there at once): then in
+    chunks, with a note (:func:`auto_budget`)."""
+    run = executor(jobs, scheduler, len(files), progress)
+    try:
+        inline = run.slots == 1 and not scheduler
+        options = MapOptions(config, cache, memory_budget, at_once=run.slots, progress=progress and inline)
+        return run.map(map_one, list(files), options)
+    finally:
+        run.close()
 
 
 AUTO = "auto"
@@ -323,13 +259,13 @@ def estimate_whole_bytes(path: str) -> int | None:
         conn.close()
 
 
-def auto_budget(path: str, at_once: int = 1, cache: bool = False) -> tuple[int | None, Note | None]:
+def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
-    note that says so. Whole too when the memory or the estimate is unknown, or with ``cache``."""
+    note that says so. Whole too when the memory or the estimate is unknown."""
     available = memory.available_bytes()
-    need = None if cache or available is None else estimate_whole_bytes(path)
+    need = None if available is None else estimate_whole_bytes(path)
     if need is None:
         return None, None
     share = available // max(at_once, 1)

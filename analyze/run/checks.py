@@ -17,10 +17,6 @@ from analyze.read.report import EXCLUDED
 REPLACEMENT_CHAR = "\ufffd"
 
 
-def unlinked_ops(op_call: np.ndarray, uvm_migrations: int = 0) -> list[Note]:
-    return unlinked_note(int((op_call < 0).sum()), uvm_migrations)
-
-
 def unlinked_note(missing: int, uvm_migrations: int = 0) -> list[Note]:
     """GPU ops without a launching API call: the unified-memory migrations among them (memcpy rows
     of copy kinds 11-13, which no call launches) named as such, the others (a sliced capture)."""
@@ -91,10 +87,6 @@ def report_notes(result) -> list[Note]:
     return lost_cuda_tail(result.ranges, result.totals, result.meta) + nsys_errors(result.meta)
 
 
-def zero_length_ops(ops: pd.DataFrame) -> list[Note]:
-    return zero_length_note(int((ops["end_ns"] == ops["start_ns"]).sum()))
-
-
 def zero_length_note(zero: int) -> list[Note]:
     return [Note(N.ZERO_LENGTH_OPS, f"{zero} GPU ops have zero duration (counted, add no time)", zero)] if zero else []
 
@@ -134,14 +126,6 @@ def marks_only(ranges: pd.DataFrame, marks: pd.DataFrame) -> list[Note]:
     return []
 
 
-def negative_ids(calls: pd.DataFrame, ranges: pd.DataFrame, ops: pd.DataFrame,
-                 negative_ops: int | None = None) -> list[Note]:
-    """``negative_ops``: the ops' count when counted chunk by chunk (then ``ops`` is not read)."""
-    n = int((calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()) + \
-        (int((ops["global_pid"] < 0).sum()) if negative_ops is None else negative_ops)
-    return negative_ids_note(n)
-
-
 def negative_ids_note(n: int) -> list[Note]:
     return [Note(N.NEGATIVE_IDS, f"{n} rows carry a negative globalTid/globalPid (high hardware id bit): masked, "
                  "not dropped", n)] if n else []
@@ -169,8 +153,8 @@ def invalid_text(strings: pd.Series) -> list[Note]:
                  n)] if n else []
 
 
-def graph_level_trace(meta: dict, ops: pd.DataFrame, graph_ops: int | None = None) -> list[Note]:
-    n = int(graph_ops) if graph_ops is not None else int((ops["kind"] == "graph").sum())
+def graph_level_trace(graph_ops: int) -> list[Note]:
+    n = int(graph_ops)
     if n > 0:
         return [Note(N.GRAPH_LEVEL_TRACE, "CUDA graphs traced at graph level: kernels inside graph replays are "
                      "invisible (profile with --cuda-graph-trace=node to see all-reduce kernels inside graphs)", n)]
@@ -182,36 +166,10 @@ def excluded_rows(tables) -> list:
     return list((tables.meta or {}).get(EXCLUDED, []) or [])
 
 
-def all_notes(tables, ops: pd.DataFrame, op_call: np.ndarray, ranges: pd.DataFrame,
-              op_counts: dict | None = None) -> list[Note]:
-    """Every note of one report. ``op_counts`` (unlinked, zero, negative_pid, graph, excluded): the op
-    figures counted chunk by chunk, when ``ops`` is not the whole op table (chunked.py)."""
-    if op_counts is not None:
-        return _notes_from_counts(tables, ranges, op_counts)
-    notes: list[Note] = validate.exclusion_notes(excluded_rows(tables))
-    notes += marks_only(ranges, tables.marks)
-    notes += unlinked_ops(op_call, (tables.meta or {}).get("uvm_migrations", 0))
-    notes += unified_memory_events(tables.meta)
-    notes += unclosed_ranges(ranges)
-    notes += cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0))
-    notes += identical_ranges(ranges)
-    notes += zero_length_ops(ops)
-    notes += negative_ids(tables.calls, ranges, ops)
-    notes += shared_correlation_ids(tables.calls)
-    notes += invalid_text(tables.strings)
-    notes += graph_level_trace(tables.meta, ops)
-    return notes
-
-
-def _notes_from_counts(tables, ranges: pd.DataFrame, c: dict) -> list[Note]:
-    """:func:`all_notes`, same lines in the same order, with the op checks from counts."""
-    return notes_from_counts(input_notes(tables, ranges), c)
-
-
 def input_notes(tables, ranges: pd.DataFrame) -> dict:
     """The checks that look at the calls, ranges, marks and strings only (not at the GPU ops),
     for :func:`notes_from_counts`: worked out before the ops are read, so the call and range
-    tables can be let go of (chunked.py)."""
+    tables can be let go of (mapstep.py)."""
     return {"marks_only": marks_only(ranges, tables.marks),
             "unclosed": unclosed_ranges(ranges),
             "cross_thread": cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0)),
@@ -225,10 +183,10 @@ def input_notes(tables, ranges: pd.DataFrame) -> dict:
 
 
 def notes_from_counts(pre: dict, c: dict) -> list[Note]:
-    """:func:`all_notes` from :func:`input_notes` and the op figures counted chunk by chunk
-    (unlinked, zero, negative_pid, graph)."""
+    """Every note of one report, in order, from :func:`input_notes` and the op figures counted
+    chunk by chunk (unlinked, zero, negative_pid, graph, excluded)."""
     return (validate.exclusion_notes(pre.get("excluded", []) + c.get("excluded", []))
             + pre["marks_only"] + unlinked_note(c["unlinked"], pre.get("uvm", 0)) + pre["uvm_events"]
             + pre["unclosed"] + pre["cross_thread"]
             + pre["identical"] + zero_length_note(c["zero"]) + negative_ids_note(pre["negative_ids"] + c["negative_pid"])
-            + pre["shared_correlation"] + pre["invalid_text"] + graph_level_trace({}, None, graph_ops=c["graph"]))
+            + pre["shared_correlation"] + pre["invalid_text"] + graph_level_trace(c["graph"]))

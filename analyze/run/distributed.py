@@ -1,9 +1,10 @@
-"""The map step on a Dask cluster (``analyze-trace --scheduler ADDRESS``).
+"""Map tasks on a Dask cluster (``analyze-trace --scheduler ADDRESS``).
 
-The same pure function as on one machine (:func:`analyze.run.api.analyze_report`: path and config in,
-a picklable :class:`~analyze.results.ReportResult` out) runs on the cluster's workers, one task per
-report; the reduce step (:func:`analyze.run.multirank.combine`) runs here. Workers must see the report
-paths (a shared filesystem) and have specprof installed. ``scheduler`` is a scheduler address
+The same task as on one machine (:func:`analyze.run.api.map_one`: a path and the options in, a
+picklable :class:`~analyze.results.ReportResult` out, the memory policy decided where it runs)
+runs on the cluster's workers, one task per report; the reduce step
+(:func:`analyze.run.multirank.combine`) runs here. Workers must see the report paths (a shared
+filesystem) and have specprof installed. ``scheduler`` is a scheduler address
 (``tcp://host:8786``) or a ``distributed.Client`` / ``LocalCluster`` object.
 
     from distributed import LocalCluster
@@ -12,7 +13,6 @@ paths (a shared filesystem) and have specprof installed. ``scheduler`` is a sche
 """
 from __future__ import annotations
 
-from analyze.attribute.phases import PhaseConfig
 from analyze.errors import SchedulerError
 from analyze.run.progress import progress as progress_bar
 
@@ -31,19 +31,23 @@ def _client(scheduler):
         raise SchedulerError(f"cannot reach the Dask scheduler at {address} ({exc})") from exc
 
 
-def map_reports(mapper, files: list[str], config: PhaseConfig, scheduler, *, progress: bool = False,
-                cache: bool = False, memory_budget: int | None = None) -> list:
-    """``mapper(file, config=..., cache=..., memory_budget=...)`` (the map step,
-    :func:`analyze.run.api.analyze_report`) of every file on the cluster; results in file order."""
-    client, owned = _client(scheduler)
-    try:
+class DaskExecutor:
+    """Tasks on the cluster's workers (executors.py's interface). ``slots``: the most threads
+    of one worker, the tasks that may run at once in one worker's memory."""
+
+    def __init__(self, scheduler, progress: bool = False):
+        self.client, self._owned = _client(scheduler)
+        self.progress = progress
+        threads = self.client.nthreads() if hasattr(self.client, "nthreads") else {}
+        self.slots = max([int(n) for n in threads.values()] or [1])
+
+    def map(self, fn, items: list, *args) -> list:
         # paths go as given (the workers must see them: give absolute paths for a remote cluster),
         # so every label in the result is the same as in a local run
-        futures = client.map(mapper, list(files), config=config, cache=cache,
-                             memory_budget=memory_budget, pure=False)
-        # in file order; the first task error is raised here, as with the process pool
-        results = [f.result() for f in progress_bar(futures, progress, total=len(futures))]
-        return results
-    finally:
-        if owned:
-            client.close()
+        futures = [self.client.submit(fn, item, *args, pure=False) for item in items]
+        # in item order; the first task error is raised here, as with the process pool
+        return [f.result() for f in progress_bar(futures, self.progress, total=len(futures))]
+
+    def close(self) -> None:
+        if self._owned:
+            self.client.close()

@@ -74,7 +74,8 @@ def combine(results, config: PhaseConfig):
                             (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
                                           "gpu_start_all", "gpu_end_all")),
                             (res.marks, ("time_ns",)),
-                            (res.cycles, ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns")),
+                            (res.cycles, ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns",
+                                          "gpu_period_start_ns", "gpu_period_end_ns")),
                             (res.collective_ops, ("start_ns", "end_ns")),
                             (res.totals, ("window_start_ns", "window_end_ns"))):
             for c in cols:
@@ -102,7 +103,7 @@ def combine(results, config: PhaseConfig):
     if len(results) > 1 and len(cycles):
         cycles = cycles.sort_values("rank", kind="stable").reset_index(drop=True)
     if not len(cycles):
-        cycles = cycles_mod._empty(config)
+        cycles = cycles_mod.empty_table(config)
     collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
                                                           if r.collective_ops is not None]))
     notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]

@@ -15,32 +15,15 @@ COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "a
            "wait_ns", "transfer_ns", "phase", "last_arrival"]
 
 
+# the map step's share of the collective table: the collective ops of one report in (rank, start)
+# order, with the phase of the op just before each on its rank (``allreduce`` when that op is a
+# collective too, ``other`` for a rank's first op)
 COLLECTIVE_OP_COLUMNS = ["rank", "name", "start_ns", "end_ns", "prev_phase"]
 
 
-def collective_ops(rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray,
-                   is_coll: np.ndarray, name: np.ndarray, order: np.ndarray) -> pd.DataFrame:
-    """The map step's share of :func:`collective_table_from`: the collective ops of one report, in
-    (rank, start) order, with the phase of the op just before each on its rank (``allreduce`` when
-    that op is a collective too, ``other`` for a rank's first op). ``order``: the ops' stable order
-    by (rank, start); ``phase`` and ``name`` may be codes' lookups (arrays indexed like the ops)."""
-    r, c = rank[order], is_coll[order]
-    sel = np.flatnonzero(c)
-    prev = sel - 1
-    first = (prev < 0) | (r[np.maximum(prev, 0)] != r[sel])
-    prev_op = order[np.maximum(prev, 0)]
-    prev_phase = np.asarray(phase[prev_op], dtype=object)
-    prev_phase[c[np.maximum(prev, 0)]] = "allreduce"
-    prev_phase[first] = "other"
-    ops = order[sel]
-    # object columns stay object (pandas 3 would copy every text into its str dtype)
-    return pd.DataFrame({"rank": r[sel], "name": pd.Series(np.asarray(name[ops], dtype=object), dtype=object),
-                         "start_ns": start[ops], "end_ns": end[ops],
-                         "prev_phase": pd.Series(prev_phase, dtype=object)})
-
-
 def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:
-    """The reduce step: collective ops of every rank (:func:`collective_ops`, any report order,
+    """The reduce step: collective ops of every rank (COLLECTIVE_OP_COLUMNS, from the map step:
+    run/mapstep.py, with the phase of the op before each on its rank; any report order,
     each rank's rows in start order) -> one row per (collective instance, rank). The i-th collective
     of every rank is instance i (as many instances as the rank with the fewest); built on arrays in
     (instance, rank) order: millions of ops at scale, no sorted copies of the frame."""

@@ -1,21 +1,26 @@
 """The decode-cycle timeline: per cycle and rank, where its GPU time went.
 
 A cycle is an outermost NVTX range named like ``decode_cycle`` (config ``cycle_ranges``). GPU ops
-belong to the cycle whose range encloses their launching call. Per cycle: exclusive GPU time per
-phase (same rule as per rank), ``gap_ns`` = GPU idle between the cycle's first and last op (time
-the GPU waited for the CPU: launch-bound time), accepted tokens from the shim's ``accept_len=N``
-marks, tokens per second over the cycle's wall time. A mark with ``cycle=K`` belongs to the cycle
+belong to the cycle whose range encloses their launching call. Per cycle: its GPU window (first to
+last op it launched) split into exclusive GPU time per phase (same rule as per rank) and
+``gap_ns`` (GPU idle between the cycle's first and last op: launch-bound time); its GPU period
+(its GPU start to the next cycle's on the rank) split into ``period_<phase>_ns``,
+``period_other_ns`` and ``period_idle_ns``, which add up to ``gpu_period_ns`` exactly; accepted
+tokens from the shim's ``accept_len=N`` marks, tokens per second over the cycle's wall time; and
+``warmup`` / ``warmup_reason`` (:data:`WARMUP_REASONS`) for the cycles steady-state figures leave
+out. The ops are streamed into per-interval unions chunk by chunk (:class:`IntervalSplit`). A mark with ``cycle=K`` belongs to the cycle
 range of the same process whose int64 payload is K (SGLang's v2 workers resolve accept lengths
 after the cycle's range closed); a mark without it to the cycle range that contains it
 (nvtx_annotate.protocol).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from analyze.attribute.intervals import sorted_union_length
+from analyze.attribute.intervals import INT64_MIN, group_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
@@ -47,24 +52,10 @@ def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseCon
                              labels, (index.end_key, end_key), dtype=label_t)
 
 
-def cycle_of_ops(op_call: np.ndarray, ranges: pd.DataFrame, index: proj.CallIndex,
-                 config: PhaseConfig, owner: np.ndarray | None = None) -> np.ndarray:
-    """Per op, the id (row label in ``ranges``) of the cycle range enclosing its call, else -1
-    (``owner``: :func:`cycle_of_calls` when the caller has it)."""
-    if owner is None:
-        owner = cycle_of_calls(ranges, index, config)
-    out = np.full(len(op_call), -1, dtype="int64")
-    if owner is None:
-        return out
-    has = op_call >= 0
-    out[has] = owner[op_call[has]]
-    return out
-
-
 def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
                   last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(cycle range id, first op start, last op end) of every cycle that launched GPU work, from
-    the per-call spans (projection.call_op_span_arrays over all op kinds): the same window as the
+    the per-call spans over all op kinds (projection.update_call_span_pairs): the same window as the
     min/max over the cycle's ops, on the calls (a few per op) instead of the ops."""
     if owner is None:
         z = np.zeros(0, dtype="int64")
@@ -96,174 +87,230 @@ def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
            "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s"]
+# the cycle's GPU period: its GPU start to the next cycle's GPU start on the rank (the last cycle of a
+# rank: its own window end), split into phases, other GPU work and GPU idle (period_<phase>_ns ...)
+PERIOD_COLUMNS = ["gpu_period_start_ns", "gpu_period_end_ns", "gpu_period_ns"]
+FLAG_COLUMNS = ["warmup", "warmup_reason"]
+
+# why a cycle is left out of steady-state figures (``warmup_reason``; the first that applies, in
+# this order of precedence, is given)
+NO_GPU_OPS = "no_gpu_ops"          # after the rank's last cycle with GPU ops: nsys lost its CUDA data
+TRUNCATED = "truncated"            # the rank's last cycle with GPU ops when no_gpu_ops cycles follow it
+GRAPH_CAPTURE = "graph_capture"    # a CUDA graph was captured inside the cycle's range
+FIRST = "first"                    # the rank's first cycle
+OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the rank's median GPU period
+WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER)
+OUTLIER_FACTOR = 10
+# runtime/driver calls that capture a CUDA graph (names carry version suffixes: matched by prefix)
+CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaStreamEndCapture",
+                         "cuStreamBeginCapture", "cuGraphInstantiate", "cuStreamEndCapture")
 
 
-def _window_pairs(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order=None, presorted=None):
-    """(op index, window index) for every op overlapping a window of its own rank (``op_order``:
-    the ops' stable order by (rank, start) when the caller has it; ``presorted``: the ops' (rank,
-    start, end) already in that order)."""
-    pieces = list(_window_pairs_by_rank(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order,
-                                        presorted))
-    if not pieces:
-        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="int64")
-    return (np.concatenate([op_order_i for op_order_i, _, _ in pieces]),
-            np.concatenate([w for _, w, _ in pieces]))
+def columns(config: PhaseConfig) -> list[str]:
+    """The cycle table's columns, in order."""
+    names = list(config.names) + [OTHER]
+    return (COLUMNS[:9] + [f"{p}_ns" for p in names] + COLUMNS[9:] + PERIOD_COLUMNS
+            + [f"period_{p}_ns" for p in names] + ["period_idle_ns"] + FLAG_COLUMNS)
 
 
-def _window_pairs_by_rank(op_rank, op_start, op_end, win_rank, win_lo, win_hi, op_order=None, presorted=None):
-    """Per rank with windows: (op index, window index, sorted position) of the ops overlapping
-    a window of that rank, by window, ops in start order within a window."""
-    if op_order is None:
-        op_order = np.lexsort((op_start, op_rank))
-    if presorted is not None:
-        r, s, e = presorted
-    else:
-        r, s, e = op_rank[op_order], op_start[op_order], op_end[op_order]
-    bounds = np.r_[0, np.flatnonzero(r[1:] != r[:-1]) + 1, len(r)] if len(r) else np.zeros(1, dtype="int64")
-    seg_of = {int(r[a]): (int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])}
-    for rank in np.unique(win_rank):
-        if int(rank) not in seg_of:
-            continue
-        a, b = seg_of[int(rank)]
-        rs, re_ = s[a:b], e[a:b]
-        reach = np.maximum.accumulate(re_)
-        wins = np.flatnonzero(win_rank == rank)
-        first = np.searchsorted(reach, win_lo[wins], side="right")   # first op reaching past lo
-        last = np.searchsorted(rs, win_hi[wins], side="left")        # ops starting before hi
-        del reach
-        lens = np.maximum(last - first, 0)
-        total = int(lens.sum())
-        if not total:
-            continue
-        idx = np.repeat(first - np.r_[0, np.cumsum(lens)[:-1]], lens) + np.arange(total)
-        w = np.repeat(wins, lens)
-        keep = re_[idx] > win_lo[w]
-        pos = a + idx[keep]
-        yield op_order[pos], w[keep], pos
+def empty_table(config: PhaseConfig) -> pd.DataFrame:
+    """The cycle table of a report without decode cycles."""
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns(config)})
 
 
-def _sorted_pairs(win: np.ndarray, start: np.ndarray) -> bool:
-    """Whether (win, start) pairs are already in lexicographic order."""
-    dw = np.diff(win)
-    if (dw < 0).any():
-        return False
-    return bool(((dw > 0) | (start[1:] >= start[:-1])).all())
+def capture_cycle_ids(call_name_id: np.ndarray, strings: pd.Series, cycle_owner: np.ndarray | None) -> np.ndarray:
+    """Range ids of the cycles whose range encloses a CUDA graph capture call (``call_name_id``:
+    the name string id of every call in sorted-call order; ``cycle_owner``: launches' per sorted
+    call cycle range id, -1 none)."""
+    if cycle_owner is None or not len(call_name_id) or strings.empty:
+        return np.zeros(0, dtype="int64")
+    texts = strings.to_numpy(dtype=object)
+    hit = np.array([isinstance(t, str) and t.startswith(CAPTURE_CALL_PREFIXES) for t in texts], dtype=bool)
+    ids = strings.index.to_numpy(dtype="int64")[hit]
+    if not len(ids):
+        return np.zeros(0, dtype="int64")
+    capturing = np.isin(call_name_id, ids)
+    owner = cycle_owner[capturing]
+    return np.unique(owner[owner >= 0].astype("int64"))
 
 
-def _empty(config: PhaseConfig) -> pd.DataFrame:
-    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
-    return pd.DataFrame({c: pd.Series(dtype="object") for c in COLUMNS[:9] + phase_cols + COLUMNS[9:]})
+class CycleWindows(NamedTuple):
+    """The cycles of the table and the intervals their GPU time is split over.
+
+    ``cyc``: one row per cycle, in (rank, CPU start) order, numbered per rank (``cycle``): every
+    outermost cycle range that launched GPU work, then (per rank) the cycle ranges after the last
+    of those that launched none (nsys lost their CUDA data). ``has_gpu`` marks the first kind;
+    for those rows ``lo``/``hi`` are the GPU window (first op start, last op end of the ops launched
+    inside the range) and ``period_lo``/``period_hi`` the GPU period (this cycle's GPU start to the
+    next one's on the rank, the rank's last: its window end; a cycle whose GPU work started before
+    the previous one's starts its period there, so the periods of a rank never overlap)."""
+
+    cyc: pd.DataFrame
+    has_gpu: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    period_lo: np.ndarray
+    period_hi: np.ndarray
 
 
-def cycle_table_arrays(op_rank: np.ndarray, op_start: np.ndarray, op_end: np.ndarray, op_phase: np.ndarray,
-                       op_cycle: np.ndarray, op_input: np.ndarray, ranges: pd.DataFrame,
-                       range_input: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
-                       op_order: np.ndarray | None = None, windows=None, presorted=None) -> pd.DataFrame:
-    """Per rank and cycle, on arrays. The cycle's GPU window runs from the first start to the last end
-    of the ops launched inside its range; everything the rank's GPU ran in that window is split by
-    phase (the same exclusive rule as per rank), so ``sum(<phase>_ns) + gap_ns == duration_ns``.
-    ``op_phase`` codes into ``config.names + [other]``,
-    ``op_cycle`` the cycle range id (-1 none), ``op_input`` / ``range_input`` which report (codes),
-    ``op_order`` the ops' stable order by (rank, start) when known."""
-    if "is_cycle" not in ranges.columns:
-        return _empty(config)
-    is_cyc = ranges["is_cycle"].to_numpy(dtype=bool)
-    if not is_cyc.any():
-        return _empty(config)
-    cyc = ranges[is_cyc].assign(_input=range_input[is_cyc])
-    cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    n = len(cyc)
-    lo = np.full(n, np.iinfo(np.int64).max, dtype="int64")
-    hi = np.full(n, np.iinfo(np.int64).min, dtype="int64")
-    if windows is not None:     # one report, windows from the per-call spans (cycle_windows)
-        w_id, w_lo, w_hi = windows
-        at = pd.Index(w_id).get_indexer(cyc["range_id"].to_numpy(dtype="int64"))
-        has_gpu = at >= 0
-        lo[has_gpu], hi[has_gpu] = w_lo[at[has_gpu]], w_hi[at[has_gpu]]
-    else:
-        launched = np.flatnonzero(op_cycle >= 0)
-        # cycle of every launched op: (report, range id) -> row of cyc
-        rid_span = int(max(int(cyc["range_id"].max()), int(op_cycle.max()) if len(op_cycle) else 0)) + 2
-        cyc_key = cyc["_input"].to_numpy(dtype="int64") * rid_span + cyc["range_id"].to_numpy(dtype="int64")
-        op_key = op_input[launched] * rid_span + op_cycle[launched]
-        code = pd.Index(cyc_key).get_indexer(op_key).astype("int64")
-        ok = code >= 0
-        if ok.any():   # sort + reduceat: np.minimum.at is slow on millions of ops
-            c = code[ok]
-            srt = np.argsort(c, kind="stable")
-            c = c[srt]
-            run = np.r_[0, np.flatnonzero(c[1:] != c[:-1]) + 1]
-            lo[c[run]] = np.minimum.reduceat(op_start[launched][ok][srt], run)
-            hi[c[run]] = np.maximum.reduceat(op_end[launched][ok][srt], run)
-        has_gpu = np.bincount(code[ok], minlength=n) > 0
-    cyc, lo, hi = cyc[has_gpu].reset_index(drop=True), lo[has_gpu], hi[has_gpu]
-    n = len(cyc)
-    cyc["cycle"] = cyc.groupby("rank").cumcount()
-    win_rank = cyc["rank"].to_numpy(dtype="int64")
-
-    # per rank (bounded temporaries): every op overlapping a window, clipped to it, split by phase
-    n_ph = len(config.names)
-    busy = np.zeros(n, dtype="int64")
-    upto_all = np.zeros((n_ph, n), dtype="int64")
-    for op_i, win, pos in _window_pairs_by_rank(op_rank, op_start, op_end, win_rank, lo, hi, op_order, presorted):
-        if presorted is not None:
-            start = np.clip(presorted[1][pos], lo[win], hi[win])
-            end = np.clip(presorted[2][pos], lo[win], hi[win])
-        else:
-            start = np.clip(op_start[op_i], lo[win], hi[win])
-            end = np.clip(op_end[op_i], lo[win], hi[win])
-        phase = op_phase[op_i]
-        del op_i, pos
-        # pairs come by window, ops in start order (clipping keeps it): sort only when they do not
-        if len(win) > 1 and not _sorted_pairs(win, start):
-            srt = np.lexsort((start, win))      # one sort serves every union below
-            win, start, end, phase = win[srt], start[srt], end[srt], phase[srt]
-        busy += sorted_union_length(win, start, end, n)
-        covered = np.zeros(len(win), dtype=bool)
-        for i in range(n_ph):
-            covered |= phase == i
-            upto_all[i] += sorted_union_length(win[covered], start[covered], end[covered], n)
-    return cycle_frame(cyc, lo, hi, busy, upto_all, marks, config)
-
-
-def cycle_windows_table(ranges: pd.DataFrame, range_input: np.ndarray, windows):
-    """(cycle ranges that launched GPU work, sorted by (rank, start) and numbered per rank, their
-    GPU window starts, ends) from :func:`cycle_windows`' output; None when there are no cycles."""
+def cycle_windows_of(ranges: pd.DataFrame, windows) -> CycleWindows | None:
+    """:class:`CycleWindows` of one report from its labelled ranges (``is_cycle``, ``rank``,
+    ``range_id``) and :func:`cycle_windows`' output; None without cycles that launched GPU work."""
     if "is_cycle" not in ranges.columns:
         return None
     is_cyc = ranges["is_cycle"].to_numpy(dtype=bool)
     if not is_cyc.any():
         return None
-    cyc = ranges[is_cyc].assign(_input=range_input[is_cyc])
-    cyc = cyc.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    cyc = ranges[is_cyc].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     w_id, w_lo, w_hi = windows
     at = pd.Index(w_id).get_indexer(cyc["range_id"].to_numpy(dtype="int64"))
-    has_gpu = at >= 0
-    cyc = cyc[has_gpu].reset_index(drop=True)
+    has = at >= 0
+    if not has.any():
+        return None
+    rank = cyc["rank"].to_numpy(dtype="int64")
+    pos = np.arange(len(cyc))
+    last_with_gpu = pd.Series(np.where(has, pos, -1)).groupby(rank).transform("max").to_numpy()
+    keep = has | ((last_with_gpu >= 0) & (pos > last_with_gpu))
+    cyc, has, at, rank = cyc[keep].reset_index(drop=True), has[keep], at[keep], rank[keep]
     cyc["cycle"] = cyc.groupby("rank").cumcount()
-    return cyc, w_lo[at[has_gpu]], w_hi[at[has_gpu]]
+    lo = np.where(has, w_lo[np.maximum(at, 0)], 0).astype("int64")
+    hi = np.where(has, w_hi[np.maximum(at, 0)], 0).astype("int64")
+    period_lo, period_hi = np.zeros(len(cyc), dtype="int64"), np.zeros(len(cyc), dtype="int64")
+    sel = np.flatnonzero(has)
+    starts = pd.Series(lo[sel]).groupby(rank[sel]).cummax()
+    ends = starts.groupby(rank[sel]).shift(-1)
+    last = ends.isna().to_numpy()
+    ends = ends.fillna(0).to_numpy(dtype="int64")
+    starts = starts.to_numpy(dtype="int64")
+    ends[last] = np.maximum(starts[last], hi[sel][last])
+    period_lo[sel], period_hi[sel] = starts, ends
+    return CycleWindows(cyc, has, lo, hi, period_lo, period_hi)
 
 
-def cycle_frame(cyc: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: np.ndarray, upto_all: np.ndarray,
-                marks: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
-    """The cycle table from its windows and unions: ``busy`` per window, ``upto_all[i]`` the union
-    of the ops of phases 0..i per window (clipped to the window)."""
-    phase_cols = [f"{p}_ns" for p in config.names] + [f"{OTHER}_ns"]
-    win_rank = cyc["rank"].to_numpy(dtype="int64")
-    n = len(cyc)
-    out = pd.DataFrame({"rank": win_rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": lo, "end_ns": hi,
-                        "duration_ns": hi - lo, "cpu_start_ns": cyc["start_ns"].to_numpy(),
+def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
+    """The cycles a timeline shows by default: two consecutive cycles starting at the one of median
+    duration (its longest rank), cycle 0 left out of the median (usually warm-up)."""
+    cycles = with_gpu(cycles)
+    if cycles is None or cycles.empty:
+        return []
+    numbers = sorted(int(c) for c in cycles["cycle"].unique())
+    per_cycle = cycles.groupby("cycle")["duration_ns"].max()
+    steady = per_cycle.iloc[1:] if len(per_cycle) > 2 else per_cycle
+    median = steady.median()
+    first = int((steady - median).abs().idxmin())
+    return [c for c in numbers if first <= c < first + 2]
+
+
+def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The cycles that have a GPU window (not ``no_gpu_ops``), GPU columns as plain int64: what
+    per-cycle figures and plots are drawn from."""
+    if cycles is None or cycles.empty or "warmup_reason" not in cycles.columns:
+        return cycles
+    lost = (cycles["warmup_reason"] == NO_GPU_OPS).to_numpy(dtype=bool)
+    if not lost.any():
+        return cycles
+    out = cycles[~lost].reset_index(drop=True)
+    return out.astype({c: "int64" for c in out.columns if c.endswith("_ns")})
+
+
+def covered_between(start: np.ndarray, end: np.ndarray, seed: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per interval [lo, hi), the length of the union of [start, end) intervals (sorted by start)
+    inside it, leaving out what lies at or before ``seed`` (the union's reach so far when ops come
+    in time-ordered chunks: the chunks before covered everything up to it from the first start of
+    this chunk on).
+
+    Each interval's uncovered part, ``[max(start, running max end), end)``, is a segment; the
+    segments are disjoint and in order, so the covered length up to any time t is a prefix sum and
+    one partial segment: F(t), and the union inside [lo, hi) is F(hi) - F(lo). No (op, interval)
+    pairs are formed, whatever the overlap of intervals and ops."""
+    if not len(start) or not len(lo):
+        return np.zeros(len(lo), dtype="int64")
+    seg_lo = np.empty_like(end)
+    seg_lo[0] = seed
+    if len(end) > 1:
+        np.maximum(np.maximum.accumulate(end)[:-1], seed, out=seg_lo[1:])
+    np.maximum(seg_lo, start, out=seg_lo)
+    length = np.maximum(end - seg_lo, 0)
+    seg_hi = seg_lo + length
+    prefix = np.concatenate([np.zeros(1, dtype="int64"), np.cumsum(length)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(seg_lo, t, side="right")
+        inside = np.maximum(seg_hi[np.maximum(k - 1, 0)] - t, 0)
+        return prefix[k] - np.where(k > 0, inside, 0)
+
+    return upto(hi) - upto(lo)
+
+
+class IntervalSplit:
+    """Per interval of a rank (a cycle's GPU window, its GPU period): the union of the rank's GPU
+    ops inside it (busy) and, per configured phase i, of the ops of phases 0..i (exclusive time
+    is the difference of consecutive ones, as per rank), streamed over time-ordered chunks of ops
+    (:func:`covered_between`). Every op the rank's GPU ran in the interval counts, whatever
+    launched it."""
+
+    def __init__(self, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_phases: int):
+        self.lo, self.hi, self.n_phases = lo, hi, n_phases
+        self.total = np.zeros((n_phases + 1, len(lo)), dtype="int64")
+        self._of_rank = {int(r): np.flatnonzero(rank == r) for r in np.unique(rank)}
+        self._reach: dict[int, np.ndarray] = {}
+
+    def update(self, op_rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
+        """One chunk of ops, sorted by start within runs of one rank (a rank in one run), every
+        start at or after the starts of the chunks before."""
+        for r, a, b in group_segments(op_rank):
+            at = self._of_rank.get(int(r))
+            if at is None:
+                continue
+            reach = self._reach.setdefault(int(r), np.full(self.n_phases + 1, INT64_MIN, dtype="int64"))
+            s, e, ph = start[a:b], end[a:b], phase[a:b]
+            lo, hi = self.lo[at], self.hi[at]
+            covered = np.zeros(b - a, dtype=bool)
+            for j in range(self.n_phases + 1):
+                if j == 0:
+                    ss, ee = s, e
+                else:
+                    covered |= ph == j - 1
+                    ss, ee = s[covered], e[covered]
+                if not len(ss):
+                    continue
+                self.total[j, at] += covered_between(ss, ee, int(reach[j]), lo, hi)
+                reach[j] = max(int(reach[j]), int(ee.max()))
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(busy per interval, union of phases 0..i per interval as an (n_phases, n) array)."""
+        return self.total[0], self.total[1:]
+
+
+def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, period_busy: np.ndarray,
+                period_upto: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
+                capture_ids: np.ndarray | None = None) -> pd.DataFrame:
+    """The cycle table from its windows and unions (:class:`IntervalSplit` over the windows and over
+    the periods of the cycles with GPU work, in that order): per cycle its GPU window split by
+    phase (``sum(<phase>_ns) + gap_ns == duration_ns``), its GPU period split the same way
+    (``sum(period_<phase>_ns) + period_idle_ns == gpu_period_ns``), its host period and tokens,
+    and the warm-up flag."""
+    cyc, has = windows.cyc, windows.has_gpu
+    names = list(config.names) + [OTHER]
+    n, n_ph = len(cyc), len(config.names)
+    rank = cyc["rank"].to_numpy(dtype="int64")
+    lost = not has.all()
+
+    def gpu(values: np.ndarray):
+        """A per-cycle GPU figure (given for the cycles with GPU work): NA where there is none."""
+        full = _spread(has, values)
+        return pd.arrays.IntegerArray(full, ~has) if lost else full
+
+    lo, hi = windows.lo[has], windows.hi[has]
+    out = pd.DataFrame({"rank": rank, "cycle": cyc["cycle"].to_numpy(), "start_ns": gpu(lo), "end_ns": gpu(hi),
+                        "duration_ns": gpu(hi - lo), "cpu_start_ns": cyc["start_ns"].to_numpy(),
                         "cpu_end_ns": cyc["end_ns"].to_numpy()})
     nxt = out.groupby("rank")["cpu_start_ns"].shift(-1)
     out["period_ns"] = (nxt - out["cpu_start_ns"]).fillna(out["cpu_end_ns"] - out["cpu_start_ns"]).astype("int64")
-    out["busy_ns"] = busy
-    cumulative = np.zeros(n, dtype="int64")
-    for i, name in enumerate(config.names):
-        upto = upto_all[i]
-        out[f"{name}_ns"] = upto - cumulative
-        cumulative = upto
-    out[f"{OTHER}_ns"] = busy - cumulative
-    out["gap_ns"] = out["duration_ns"] - busy
+    out["busy_ns"] = gpu(busy)
+    for name, part in zip(names, _exclusive(busy, upto_all, n_ph)):
+        out[f"{name}_ns"] = gpu(part)
+    out["gap_ns"] = gpu(hi - lo - busy)
     accepted, requests, lengths = _accepted(cyc, marks)
     out["accepted_tokens"] = accepted.to_numpy()
     out["requests"] = requests.to_numpy()
@@ -273,7 +320,57 @@ def cycle_frame(cyc: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, busy: np.ndar
     # throughput over the cycle's period (its start to the next cycle's start on the host)
     out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
-    return out[COLUMNS[:9] + phase_cols + COLUMNS[9:]]
+    p_lo, p_hi = windows.period_lo[has], windows.period_hi[has]
+    out["gpu_period_start_ns"] = gpu(p_lo)
+    out["gpu_period_end_ns"] = gpu(p_hi)
+    out["gpu_period_ns"] = gpu(p_hi - p_lo)
+    for name, part in zip(names, _exclusive(period_busy, period_upto, n_ph)):
+        out[f"period_{name}_ns"] = gpu(part)
+    out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
+    capturing = np.isin(cyc["range_id"].to_numpy(dtype="int64"),
+                        capture_ids if capture_ids is not None else np.zeros(0, dtype="int64"))
+    reason = warmup_reasons(rank, out["cycle"].to_numpy(), has, _spread(has, p_hi - p_lo), capturing)
+    out["warmup"] = pd.notna(reason)
+    out["warmup_reason"] = pd.Series(reason, dtype=object)
+    return out[columns(config)]
+
+
+def _spread(has: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (one per cycle with GPU work) at those cycles' rows, 0 elsewhere."""
+    full = np.zeros(len(has), dtype="int64")
+    full[has] = values
+    return full
+
+
+def _exclusive(busy: np.ndarray, upto_all: np.ndarray, n_ph: int) -> list[np.ndarray]:
+    """Exclusive time per phase and ``other`` from the busy union and the unions of phases 0..i."""
+    parts, cumulative = [], np.zeros(len(busy), dtype="int64")
+    for i in range(n_ph):
+        parts.append(upto_all[i] - cumulative)
+        cumulative = upto_all[i]
+    return parts + [busy - cumulative]
+
+
+def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu_period: np.ndarray,
+                   capturing: np.ndarray) -> np.ndarray:
+    """Per cycle (rows in (rank, CPU start) order) the reason it is left out of steady-state figures
+    (:data:`WARMUP_REASONS`, the first that applies), None for a steady-state cycle."""
+    n = len(rank)
+    reason = np.full(n, None, dtype=object)
+    if not n:
+        return reason
+    frame = pd.DataFrame({"rank": rank, "period": np.where(has_gpu, gpu_period, np.nan), "has": has_gpu,
+                          "pos": np.arange(n)})
+    median = frame.groupby("rank")["period"].transform("median").to_numpy()
+    last_with_gpu = frame["pos"].where(frame["has"]).groupby(rank).transform("max").to_numpy()
+    lost_after = frame.assign(lost=~frame["has"]).groupby("rank")["lost"].transform("any").to_numpy(dtype=bool)
+    # lowest precedence first: later rules overwrite
+    reason[has_gpu & (median > 0) & (gpu_period > OUTLIER_FACTOR * np.nan_to_num(median))] = OUTLIER
+    reason[has_gpu & (cycle == 0)] = FIRST
+    reason[has_gpu & capturing] = GRAPH_CAPTURE
+    reason[has_gpu & lost_after & (frame["pos"].to_numpy() == last_with_gpu)] = TRUNCATED
+    reason[~has_gpu] = NO_GPU_OPS
+    return reason
 
 
 def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:

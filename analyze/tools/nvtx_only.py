@@ -10,7 +10,7 @@ import pandas as pd
 
 from analyze.ranks.identify import identify_ranks
 from analyze.read import report
-from analyze.views import summary
+from analyze.views.nvtx import nvtx_range_summary
 
 
 class NvtxOverview:
@@ -23,7 +23,7 @@ def overview(path: str) -> NvtxOverview:
     pids = pd.concat([tables.ranges["global_pid"], tables.marks["global_pid"]]).drop_duplicates()
     pseudo_ops = pd.DataFrame({"global_pid": pids.astype("int64").to_numpy(), "device_id": -1})
     ranks = identify_ranks(pseudo_ops, tables.marks, tables.ranges, tables.processes, str(path))
-    return NvtxOverview(str(path), ranks, summary.nvtx_range_summary(tables.ranges), len(tables.marks),
+    return NvtxOverview(str(path), ranks, nvtx_range_summary(tables.ranges), len(tables.marks),
                         tables.meta)
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 from analyze.attribute.phases import OTHER
 from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
 from analyze.notes import text_of
+from analyze.timeline import cycles as cycles_mod
 
 OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
 
@@ -49,7 +50,8 @@ def side_from_analysis(result, label: str = "") -> Side:
     elif len(result.cycles) and (ops is None or not len(ops)):
         notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
                      "not only those inside decode cycles")
-    return Side(label, result.cycles, kernels, list(result.phase_names), result.ranges, ops, notes)
+    return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges, ops,
+                notes)
 
 
 def side_from_json(data: dict, label: str = "") -> Side:
@@ -59,7 +61,7 @@ def side_from_json(data: dict, label: str = "") -> Side:
     for c in ("accepted_tokens", "requests", "tokens"):
         if c in cycles.columns:
             cycles[c] = pd.to_numeric(cycles[c], errors="coerce").astype("Int64")
-    return Side(label, cycles, pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
+    return Side(label, cycles_mod.with_gpu(cycles), pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
                 notes=[text_of(n) for n in data.get("notes") or []])
 
 

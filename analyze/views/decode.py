@@ -80,7 +80,9 @@ def steady_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
 
 
 def _periods(c: pd.DataFrame, comps: list[str]) -> np.ndarray:
-    return c[[component_column(x) for x in comps]].to_numpy(dtype="int64").sum(axis=1)
+    """Each cycle's period (the sum of its components); 0 for a cycle without GPU data (NA columns:
+    ``no_gpu_ops``, always warm-up)."""
+    return c[[component_column(x) for x in comps]].to_numpy(dtype="int64", na_value=0).sum(axis=1)
 
 
 def decode_breakdown(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
@@ -154,7 +156,7 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
     comps = components(phase_names)
     flag, reason = warmup_flags(cycles)
     period = _periods(cycles, comps)
-    idle = cycles[component_column(GPU_IDLE)].to_numpy(dtype="int64")
+    idle = cycles[component_column(GPU_IDLE)].to_numpy(dtype="int64", na_value=0)
     frame = pd.DataFrame({"rank": cycles["rank"].to_numpy(), "warm": flag, "reason": reason, "period": period,
                           "busy": period - idle,
                           "tokens": pd.to_numeric(cycles.get("tokens", pd.Series(np.nan, index=cycles.index)),
@@ -268,3 +270,32 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
                          + (" on the busiest rank" if n_ranks > 1 else ""))
     text = "; ".join(parts) + "."
     return text[0].upper() + text[1:]
+
+
+# ---- the views (views/registry.py): computed once per analysis, shared by every renderer ----------
+from analyze.views.registry import view  # noqa: E402  (the pure functions above need no registry)
+
+
+@view("decode_breakdown")
+def decode_breakdown_view(a) -> pd.DataFrame:
+    """:func:`decode_breakdown` of the analysis."""
+    return decode_breakdown(a.cycles, a.phase_names)
+
+
+@view("decode_summary")
+def decode_summary_view(a) -> pd.DataFrame:
+    """:func:`decode_summary` of the analysis."""
+    return decode_summary(a.cycles, a.totals, a.phase_names)
+
+
+@view("outside_cycles")
+def outside_cycles_view(a) -> pd.DataFrame:
+    """:func:`outside_cycles` of the analysis."""
+    return outside_cycles(a.cycles, a.phases, a.totals, a.phase_names)
+
+
+@view("headline")
+def headline_view(a) -> str | None:
+    """:func:`headline` from the breakdown and summary views."""
+    from analyze.views.registry import get
+    return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks)

@@ -1,0 +1,568 @@
+"""The map step: one report's GPU ops in, its :class:`~analyze.results.ReportResult` out.
+
+Written once, as an accumulator over time-ordered chunks of the report's GPU ops
+(:meth:`ReportMap.update` per chunk, :meth:`ReportMap.finish` once): the analysis of a whole
+report is the one-chunk case, so a report analysed in chunks (``--memory-budget``) gives the same
+tables by construction. Chunk k holds the ops of every op table that start in [T_k, T_k+1); the
+driver (api.py, chunks.py) checks it.
+
+The calls and NVTX ranges are prepared once, before any op (launches.py). Per chunk, the figures
+that add up are added up (kernel sums, op counts, per-call first start and last end for the two
+projections, odd-case counts), the unions behind busy and exclusive time are streamed
+(:func:`intervals.union_step_segments`: exact because chunks come in time order), the collectives
+carry the phase of the op before them on their process across chunks, and a few bytes per op are
+kept (:class:`spill.OpStore`: in memory for a whole report, on disk under a budget) for what needs
+every op of a rank at once: the per-cycle split and the per-kernel median and p99. Ranks are known
+only at the end (the rank marks and devices of every process), so ops are grouped per process
+(``global_pid``) meanwhile; a process is a rank.
+
+The per-op table (``gpu_ops``) is built only for a report analysed in one chunk (``keep_ops``);
+otherwise it is empty and the ops of the default timeline window are kept instead
+(``window_ops``).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from analyze import memory
+from analyze import notes as N
+from analyze.attribute import attribution
+from analyze.attribute.intervals import INT64_MIN, group_segments, segment_sums, union_step_segments
+from analyze.attribute.phases import OTHER, PhaseConfig
+from analyze.notes import Note
+from analyze.project import projection
+from analyze.ranks.identify import identify_ranks
+from analyze.read import capture, report
+from analyze.results import ReportResult
+from analyze.run import checks
+from analyze.run.launches import Launches, cycle_of_ops
+from analyze.run.spill import OpStore
+from analyze.timeline import collectives as coll_mod
+from analyze.timeline import cycles
+
+INT64_MAX = np.iinfo(np.int64).max
+KINDS = attribution.KIND_NAMES
+OP_TABLE_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id", "name_id",
+                    "start_ns", "end_ns", "name", "phase", "range_id", "rank", "duration_ns", "call_pos", "input",
+                    "collective", "cycle_range"]
+
+
+class OpChunk(NamedTuple):
+    """GPU ops of one time slice of a report, as arrays (one element per op)."""
+
+    kind: np.ndarray              # int8 code into attribution.KIND_NAMES
+    global_pid: np.ndarray
+    device_id: np.ndarray
+    correlation_id: np.ndarray
+    name_id: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    stream_id: np.ndarray | None = None     # the per-op table's own columns (whole reports only)
+    graph_node_id: object = None
+    excluded: tuple = ()          # what the read of these rows left out (read/validate.py Exclusions)
+
+
+def chunk_of_frame(ops: pd.DataFrame) -> OpChunk:
+    """The op table of :func:`analyze.read.report.read_report` (every op: the one-chunk case)."""
+    col = {c: ops[c].to_numpy() for c in ("global_pid", "device_id", "stream_id", "correlation_id",
+                                          "name_id", "start_ns", "end_ns")}
+    return OpChunk(attribution.kind_codes(ops["kind"]), col["global_pid"].astype("int64", copy=False),
+                   col["device_id"], col["correlation_id"].astype("int64", copy=False), col["name_id"],
+                   col["start_ns"].astype("int64", copy=False), col["end_ns"].astype("int64", copy=False),
+                   col["stream_id"], ops["graph_node_id"].array)
+
+
+def chunk_of_parts(parts: list[tuple[str, pd.DataFrame]]) -> OpChunk:
+    """One chunk from its parts: (op kind, frame of :data:`analyze.read.report.GPU_OP_COLUMNS`
+    but ``kind``) per op table."""
+    excluded = tuple(x for _, f in parts for x in report.take_excluded(f))
+    parts = [(k, f) for k, f in parts if len(f)]
+    if not parts:
+        z = np.zeros(0, dtype="int64")
+        return OpChunk(np.zeros(0, dtype="int8"), z, z, z, z, z, z, excluded=excluded)
+    kind = np.concatenate([np.full(len(f), KINDS.index(k), dtype="int8") for k, f in parts])
+    col = {c: np.concatenate([f[c].to_numpy(dtype="int64") for _, f in parts])
+           for c in ("global_pid", "device_id", "correlation_id", "name_id", "start_ns", "end_ns")}
+    return OpChunk(kind, col["global_pid"], col["device_id"], col["correlation_id"], col["name_id"],
+                   col["start_ns"], col["end_ns"], excluded=excluded)
+
+
+class _Groups:
+    """Dense codes for processes (global_pid) in order of appearance, and per-process arrays that
+    grow as processes appear."""
+
+    def __init__(self):
+        self.code: dict[int, int] = {}
+        self.arrays: dict[str, np.ndarray] = {}
+        self.fill: dict[str, int] = {}
+
+    def add(self, name: str, shape_head: tuple, fill) -> None:
+        self.arrays[name] = np.full(shape_head + (0,), fill, dtype="int64")
+        self.fill[name] = fill
+
+    def codes(self, pid: np.ndarray) -> np.ndarray:
+        codes, uniq = pd.factorize(pid)
+        lookup = np.array([self.code.setdefault(int(u), len(self.code)) for u in np.asarray(uniq)],
+                          dtype="int64")
+        n = len(self.code)
+        for name, arr in self.arrays.items():
+            if arr.shape[-1] < n:
+                grown = np.full(arr.shape[:-1] + (n,), self.fill[name], dtype="int64")
+                grown[..., :arr.shape[-1]] = arr
+                self.arrays[name] = grown
+        return lookup[codes] if len(lookup) else np.zeros(0, dtype="int64")
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
+    """Distinct (global_pid, device_id) pairs of some ops (what identify_ranks looks at)."""
+    pcode, puniq = pd.factorize(pid)
+    dev = np.asarray(device, dtype="int64")
+    dcode, duniq = pd.factorize(dev)
+    key = pd.unique(pcode.astype("int64") * (len(duniq) + 1) + dcode)      # hashing, no sort
+    return pd.DataFrame({"global_pid": np.asarray(puniq, dtype="int64")[key // (len(duniq) + 1)],
+                         "device_id": np.asarray(duniq, dtype="int64")[key % (len(duniq) + 1)]})
+
+
+def _quiet(what: str) -> None:
+    pass
+
+
+class ReportMap:
+    """The map step of one report, fed its GPU ops chunk by chunk in time order.
+
+    ``box``: a list holding the report's :class:`~analyze.read.report.ReportTables`, read without
+    GPU ops and with ``prepared`` = :class:`~analyze.run.launches.Launches`; emptied here, so that
+    the caller keeps no reference and what is not needed any more (the API calls) can be freed.
+    ``keep_ops``: build the per-op table (one chunk only). ``store``: where the per-op columns wait
+    for :meth:`finish`. ``stage``: progress lines; ``detail``: the stages of a one-chunk analysis
+    (linking, projecting and attributing) rather than those of a chunked one."""
+
+    def __init__(self, path: str, config: PhaseConfig, box: list, *, keep_ops: bool, store: OpStore,
+                 stage=None, detail: bool = False):
+        tables = box.pop()
+        launches: Launches = tables.prepared
+        # the report as results name it (read.inputs.display_path); ``source``: the path it was read from
+        self.source, self.path = str(path), tables.path
+        self.config, self.keep_ops, self.store = config, keep_ops, store
+        self.stage, self.detail = stage or _quiet, detail
+        self.meta, self.marks, self.processes = tables.meta, tables.marks, tables.processes
+        # what the calls and ranges alone say, before they are let go of
+        self.input_notes = checks.input_notes(tables, launches.ranges)
+        call_names = tables.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
+            if len(tables.calls) else np.zeros(0, dtype="int64")
+        self.capture_ids = cycles.capture_cycle_ids(call_names, tables.strings, launches.cycle_owner)
+        del call_names
+        self.n_calls = len(launches.index.key)
+        self.keys = projection.call_keys(launches.calls, launches.index)
+        if self.keys is not None:
+            # ops are linked through the keys: the calls and their sort keys can go
+            launches = launches._replace(calls=None, index=launches.index._replace(order=None, key=None))
+        # the ranges are not looked at again until every chunk is in (on disk meanwhile, under a budget)
+        store.put_frame("ranges", launches.ranges)
+        self.launches = launches._replace(ranges=None, full_name=None)
+        self.names = attribution.OpNames(tables.strings, config)
+        del tables
+        n_ph = len(config.names)
+        groups = self.groups = _Groups()
+        groups.add("reach", (2 + 2 * n_ph,), INT64_MIN)   # unions: busy, other, per phase inclusive, cumulative
+        groups.add("total", (2 + 2 * n_ph,), 0)
+        groups.add("kernel_ns", (n_ph + 2,), 0)            # per phase inclusive, other, all kernels
+        groups.add("win_start", (), INT64_MAX)
+        groups.add("win_end", (), INT64_MIN)
+        groups.add("ops", (), 0)
+        groups.add("last_phase", (), -1)                   # phase code of the last op (for collectives)
+        groups.add("last_coll", (), 0)
+        self.spans_nsys = projection.empty_call_spans(self.n_calls)
+        self.spans_all = projection.empty_call_spans(self.n_calls)
+        self.pairs: list[pd.DataFrame] = []
+        self.counts = {"unlinked": 0, "zero": 0, "negative_pid": 0, "graph": 0, "excluded": []}
+        self.n_ops = 0
+        self.coll_parts: list[tuple] = []
+        self.op_columns: dict | None = None
+        self.chunks = 0
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-spans")
+
+    # ------------------------------------------------------------------------------------------
+    def update(self, chunk: OpChunk) -> None:
+        """Add one chunk: its ops all start at or after every op of the chunks before."""
+        if self.keep_ops and self.chunks:
+            raise ValueError("keep_ops: the per-op table is built from one chunk only")
+        self.chunks += 1
+        self.counts["excluded"] += list(chunk.excluded)
+        if not len(chunk.start_ns):
+            return
+        self.n_ops += len(chunk.start_ns)
+        config, n_ph = self.config, len(self.config.names)
+        kind, pid, start, end = chunk.kind, chunk.global_pid, chunk.start_ns, chunk.end_ns
+        self.pairs.append(pid_device_pairs(pid, chunk.device_id))
+        name_code = self.names.codes(kind, chunk.name_id)
+        if self.detail:
+            self.stage("linking ops to API calls")
+        launches = self.launches
+        op_call = projection.link_with_keys(pid, chunk.correlation_id, self.keys) if self.keys is not None else \
+            projection.link_op_arrays(pid, chunk.correlation_id, launches.calls, launches.index)
+        counts = self.counts
+        counts["unlinked"] += int((op_call < 0).sum())
+        counts["zero"] += int((end == start).sum())
+        counts["negative_pid"] += int((pid < 0).sum())
+        counts["graph"] += int((kind == KINDS.index("graph")).sum())
+        if self.detail:
+            self.stage("projecting NVTX ranges and attributing phases")
+        # the per-call spans behind both projections: for a whole report in a second thread while this
+        # one attributes phases (NumPy passes that release the GIL); chunk by chunk (bounded memory)
+        # one after the other
+        spans_args = (op_call, start, end, (kind >= 0) & (kind <= 2), self.spans_nsys, self.spans_all)
+        if self.detail:
+            spans = self._pool.submit(projection.update_call_span_pairs, *spans_args)
+        else:
+            projection.update_call_span_pairs(*spans_args)
+            spans = None
+        del spans_args
+        try:
+            phase, range_id, inclusive = attribution.op_phase_codes(launches.painted, op_call, name_code,
+                                                                    self.names.phase, config)
+            if self.keep_ops:
+                self.op_columns = {"chunk": chunk, "name_code": name_code, "phase": phase, "range_id": range_id,
+                                   "op_call": op_call}
+            del range_id
+            g = self.groups.codes(pid)
+            n_g = len(self.groups.code)
+            order = attribution.sort_order(g, start)
+            g, s, e = g[order], start[order], end[order]
+            ph, nc = phase[order], name_code[order]
+            is_kernel = kind[order] == 0
+            incl = {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order]
+            del phase, name_code, inclusive, order
+            segs = group_segments(g)
+            dur = e - s
+            reach, total, kns = self.groups["reach"], self.groups["total"], self.groups["kernel_ns"]
+
+            def stream(u: int, mask=None):
+                union_step_segments(segs, g, s, e, reach[u], total[u], mask)
+
+            stream(0)
+            covered = np.zeros(len(g), dtype=bool)
+            for i, pname in enumerate(config.names):
+                member = attribution.inclusive_mask(incl, i, pname)
+                stream(2 + i, member)
+                covered |= ph == i
+                stream(2 + n_ph + i, covered)
+                kns[i] += segment_sums(segs, dur, n_g, member & is_kernel)
+            del incl
+            stream(1, ~covered)
+            kns[n_ph] += segment_sums(segs, dur, n_g, ~covered & is_kernel)
+            kns[n_ph + 1] += segment_sums(segs, dur, n_g, is_kernel)
+            del covered, is_kernel, dur
+            first = np.array([a for _, a, _ in segs], dtype="int64")
+            last = np.array([b for _, _, b in segs], dtype="int64") - 1
+            gr = g[first]
+            self.groups["win_start"][gr] = np.minimum(self.groups["win_start"][gr], s[first])
+            self.groups["win_end"][gr] = np.maximum(self.groups["win_end"][gr], np.maximum.reduceat(e, first))
+            self.groups["ops"][gr] += last - first + 1
+            self._collectives(g, s, e, ph, nc, first, last, gr)
+            self.store.put(g=g.astype("int32"), s=s, e=e, ph=ph, nc=nc)
+        finally:
+            if spans is not None:
+                spans.result()
+
+    def _collectives(self, g, s, e, ph, nc, first, last, gr) -> None:
+        """The chunk's collective ops, with the phase of the op before each on its process (across
+        chunks: the last op of every process is carried over)."""
+        coll = self.names.collective[nc] if len(self.names.texts) else np.zeros(len(g), dtype=bool)
+        if coll.any():
+            sel = np.flatnonzero(coll)
+            prev = np.maximum(sel - 1, 0)
+            first_of_group = np.r_[True, g[1:] != g[:-1]][sel]
+            prev_phase = np.where(first_of_group, self.groups["last_phase"][g[sel]], ph[prev].astype("int64"))
+            prev_coll = np.where(first_of_group, self.groups["last_coll"][g[sel]] > 0, coll[prev])
+            self.coll_parts.append((g[sel].astype("int32"), nc[sel], s[sel], e[sel], prev_phase.astype("int16"),
+                                    prev_coll.astype(bool)))
+        self.groups["last_phase"][gr] = ph[last]
+        self.groups["last_coll"][gr] = coll[last]
+
+    # ------------------------------------------------------------------------------------------
+    def finish(self) -> ReportResult:
+        """The report's result, once every chunk is in."""
+        self._pool.shutdown(wait=True)
+        if not self.n_ops:                # the read left every op out (read/validate.py)
+            self.store.close()
+            capture.require_gpu_activity(self.source, usable_ops=0)
+        config, path, store = self.config, self.path, self.store
+        launches = self.launches
+        self.launches, self.keys = None, None
+        chunked = not self.detail
+        if chunked:
+            launches = launches._replace(calls=None)
+            memory.release()
+            self.stage("combining chunks")
+        ranges = store.take_frame("ranges")
+        pairs = pd.concat(self.pairs, ignore_index=True).drop_duplicates() if self.pairs else \
+            pd.DataFrame({"global_pid": pd.Series(dtype="int64"), "device_id": pd.Series(dtype="int64")})
+        ranks = identify_ranks(pairs, self.marks, ranges, self.processes, path)
+        rank_values = ranks["rank"].to_numpy(dtype="int64")
+        rank_pids = ranks["global_pid"].to_numpy(dtype="int64")
+        group_pids = np.array(list(self.groups.code), dtype="int64")
+        # group code -> row of ranks (ranks sorted by rank)
+        row_of_group = pd.Index(rank_pids).get_indexer(group_pids) if len(group_pids) else np.zeros(0, dtype="int64")
+        figures = self._rank_figures(row_of_group, len(ranks))
+
+        # nsys' projection and ours (graph launches too), from the per-call spans
+        def project():
+            return (projection.project_ranges(ranges, launches.index, *self.spans_nsys, launches.layout),
+                    projection.project_ranges(ranges, launches.index, *self.spans_all, launches.layout))
+
+        rank_of_pid = dict(zip(rank_pids.tolist(), rank_values.tolist()))
+        is_cycle = np.asarray(launches.is_cycle, dtype=bool)
+        outermost = launches.painted.outermost
+        cycle_rows = ranges[is_cycle].copy()     # a few rows, apart from the frame the projection reads
+        cycle_rows["rank"] = cycle_rows["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
+        cycle_rows["is_cycle"] = True
+        cycle_rows = cycle_rows.rename_axis("range_id").reset_index().assign(input=path)
+        windows = cycles.cycle_windows(launches.cycle_owner, *self.spans_all)
+        phase_names = list(config.names) + [OTHER]
+        texts = self.names.table
+
+        def second_pass():
+            """The kernel statistics and the cycle table, from the kept op columns."""
+            if chunked:
+                self.stage("kernel statistics")
+            kernels = self._kernel_table(row_of_group, rank_values, phase_names, texts)
+            if chunked:
+                memory.release()
+            self.stage("decode cycles")
+            return kernels, self._cycle_table(cycle_rows, windows, row_of_group, rank_values)
+
+        if chunked:
+            # one after the other (bounded memory): what served the projections is let go of first
+            self.stage("projecting NVTX ranges")
+            projected = project()
+            launches = launches._replace(layout=None, index=None, painted=None, cycle_owner=None)
+            self.spans_nsys = self.spans_all = None
+            memory.release()
+            ranges, nvtx_summary = _projected_ranges(ranges, *projected, rank_of_pid, outermost, is_cycle)
+            del projected
+            kernels, cycle_tab = second_pass()
+        else:
+            # the projections in a second thread while this one makes the second pass
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-project") as pool:
+                projecting = pool.submit(project)
+                kernels, cycle_tab = second_pass()
+                projected = projecting.result()
+            ranges, nvtx_summary = _projected_ranges(ranges, *projected, rank_of_pid, outermost, is_cycle)
+            del projected
+        del cycle_rows
+        phases, totals = attribution.phase_tables(figures, ranges, outermost, ranks, config)
+        totals["outside_cycles_busy_ns"] = totals["busy_ns"].to_numpy() - _period_busy(cycle_tab, rank_values)
+        ranges = ranges.rename_axis("range_id").reset_index()
+
+        window_ops = None if self.keep_ops else self._window_ops(row_of_group, rank_values, cycle_tab,
+                                                                  phase_names, texts)
+        if chunked:
+            memory.release()
+            self.stage("collectives and notes")
+        coll_ops = self._collective_table(row_of_group, rank_values, phase_names, texts)
+        if self.keep_ops and self.op_columns is not None:
+            gpu_ops = self._op_table(launches, rank_values, row_of_group, phase_names, texts)
+        else:
+            gpu_ops = empty_op_table()
+        store.close()
+        notes = checks.notes_from_counts(self.input_notes, self.counts)
+        return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
+                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
+
+    def _rank_figures(self, row_of_group: np.ndarray, n_r: int) -> attribution.RankFigures:
+        """Per rank (rows of the ranks table) from the per-process accumulators."""
+        n_ph = len(self.config.names)
+        groups = self.groups
+
+        def by_rank(arr: np.ndarray) -> np.ndarray:
+            out = np.zeros(arr.shape[:-1] + (n_r,), dtype="int64")
+            out[..., row_of_group] = arr
+            return out
+
+        total, kns = by_rank(groups["total"]), by_rank(groups["kernel_ns"])
+        win_start, win_end = np.full(n_r, -1, dtype="int64"), np.full(n_r, -1, dtype="int64")
+        win_start[row_of_group], win_end[row_of_group] = groups["win_start"], groups["win_end"]
+        attributed = total[2 + 2 * n_ph - 1] if n_ph else np.zeros(n_r, dtype="int64")
+        exclusive, cumulative = [], np.zeros(n_r, dtype="int64")
+        for i in range(n_ph):
+            exclusive.append(total[2 + n_ph + i] - cumulative)
+            cumulative = total[2 + n_ph + i]
+        return attribution.RankFigures(total[0], [total[2 + i] for i in range(n_ph)], exclusive,
+                                       [kns[i] for i in range(n_ph)], total[1], kns[n_ph], attributed,
+                                       kns[n_ph + 1], win_start, win_end, by_rank(groups["ops"]))
+
+    def _kernel_table(self, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
+                      texts: np.ndarray) -> pd.DataFrame:
+        """attribution.kernel_table_codes over the kept (rank, phase, name, duration) of all ops:
+        one int64 per op, key and duration packed, sorted in place (attribution.kernel_table_sorted)."""
+        store, n = self.store, len(self.store)
+        sizes = store.sizes
+        if not sum(sizes):
+            return attribution.kernel_table_codes(np.zeros(0, dtype="int32"), rank_values, np.zeros(0, dtype="int8"),
+                                                  phase_names, np.zeros(0, dtype="int32"), texts,
+                                                  np.zeros(0, dtype="int64"))
+        n_phase, n_name = len(phase_names), max(len(texts), 1)
+        dmin, dmax = INT64_MAX, INT64_MIN
+        for k in range(n):
+            if sizes[k]:
+                d = store.get(k, "e") - store.get(k, "s")
+                dmin, dmax = min(dmin, int(d.min())), max(dmax, int(d.max()))
+                del d
+        dspan = dmax - dmin + 1
+        if dspan * len(rank_values) * n_phase * n_name >= 2 ** 62:     # does not pack: the general path
+            cols = {c: np.concatenate([store.get(k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
+            return attribution.kernel_table_codes(row_of_group[cols["g"]], rank_values, cols["ph"], phase_names,
+                                                  cols["nc"], texts, cols["e"] - cols["s"])
+        combined = np.empty(sum(sizes), dtype="int64")
+        at = 0
+        for k in range(n):
+            if not sizes[k]:
+                continue
+            part = combined[at:at + sizes[k]]
+            np.multiply(row_of_group[store.get(k, "g")], n_phase, out=part)
+            part += store.get(k, "ph")
+            part *= n_name
+            part += store.get(k, "nc")
+            part *= dspan
+            part += store.get(k, "e")
+            part -= store.get(k, "s")
+            part -= dmin
+            at += sizes[k]
+        combined.sort()
+        return attribution.kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, texts)
+
+    def _cycle_table(self, cycle_rows: pd.DataFrame, windows, row_of_group: np.ndarray,
+                     rank_values: np.ndarray) -> pd.DataFrame:
+        """The cycle table: windows and periods from the per-call spans, then every kept chunk of
+        ops streamed into their per-interval unions."""
+        found = cycles.cycle_windows_of(cycle_rows, windows)
+        if found is None:
+            return cycles.empty_table(self.config)
+        has = found.has_gpu
+        rank = found.cyc["rank"].to_numpy(dtype="int64")[has]
+        n_win = int(has.sum())
+        split = cycles.IntervalSplit(np.r_[rank, rank], np.r_[found.lo[has], found.period_lo[has]],
+                                     np.r_[found.hi[has], found.period_hi[has]], len(self.config.names))
+        for k in range(len(self.store)):
+            if not self.store.sizes[k]:
+                continue
+            r = rank_values[row_of_group[self.store.get(k, "g")]]
+            split.update(r, self.store.get(k, "s"), self.store.get(k, "e"), self.store.get(k, "ph"))
+        busy, upto = split.result()
+        return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
+                                  self.marks.assign(input=self.path), self.config, self.capture_ids)
+
+    def _window_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
+                    phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
+        """The kept ops overlapping the window plots.cycle_timeline draws by default (the
+        :func:`cycles.default_window_cycles` of every rank): rank, start_ns, end_ns, phase, name, in
+        (rank, start) order; None without cycles (the default window is then the whole trace)."""
+        chosen = cycles.default_window_cycles(cycle_tab)
+        if not chosen:
+            return None
+        sel = cycles.with_gpu(cycle_tab)
+        sel = sel[sel["cycle"].isin(chosen)]
+        w0, w1 = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+        store, parts = self.store, []
+        for k in range(len(store)):
+            s, e = store.get(k, "s"), store.get(k, "e")
+            hit = np.flatnonzero((e > w0) & (s < w1))
+            if len(hit):
+                parts.append((rank_values[row_of_group[store.get(k, "g")[hit]]], s[hit], e[hit],
+                              store.get(k, "ph")[hit], store.get(k, "nc")[hit]))
+        rank, start, end, phase, name = (np.concatenate(c) for c in zip(*parts)) if parts else \
+            (np.zeros(0, dtype="int64"),) * 3 + (np.zeros(0, dtype="int8"), np.zeros(0, dtype="int32"))
+        order = np.lexsort((start, rank))
+        return pd.DataFrame({"rank": rank[order].astype("int64"), "start_ns": start[order], "end_ns": end[order],
+                             "phase": pd.Series(np.array(phase_names, dtype=object)[phase[order]], dtype=object),
+                             "name": pd.Series(texts[name[order]] if len(texts) else np.zeros(0, dtype=object),
+                                               dtype=object)})
+
+    def _collective_table(self, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
+                          texts: np.ndarray) -> pd.DataFrame | None:
+        """collectives.collective_ops' rows from the per-chunk parts (None: no collectives)."""
+        if not self.coll_parts:
+            return None
+        grp, name_c, c_start, c_end, c_prev, c_prev_coll = (np.concatenate(col) for col in zip(*self.coll_parts))
+        self.coll_parts = []
+        rank_of = rank_values[row_of_group[grp]]
+        order = np.lexsort((c_start, rank_of))
+        prev_code = c_prev[order]
+        lookup = np.array(phase_names + [OTHER], dtype=object)
+        prev = lookup[np.where(prev_code < 0, len(phase_names), prev_code)]
+        prev[c_prev_coll[order]] = "allreduce"
+        prev[prev_code < 0] = OTHER
+        return pd.DataFrame({"rank": rank_of[order], "name": pd.Series(texts[name_c[order]], dtype=object),
+                             "start_ns": c_start[order], "end_ns": c_end[order],
+                             "prev_phase": pd.Series(prev, dtype=object)})[coll_mod.COLLECTIVE_OP_COLUMNS]
+
+    def _op_table(self, launches: Launches, rank_values: np.ndarray, row_of_group: np.ndarray,
+                  phase_names: list[str], texts: np.ndarray) -> pd.DataFrame:
+        """The per-op table of a report analysed in one chunk, in the order the ops were read."""
+        cols, self.op_columns = self.op_columns, None
+        chunk: OpChunk = cols["chunk"]
+        start, end = chunk.start_ns, chunk.end_ns
+        name_code, phase, op_call = cols["name_code"], cols["phase"], cols["op_call"]
+        n = len(start)
+        op_rank = rank_values[row_of_group[self.groups.codes(chunk.global_pid)]] if n else np.zeros(0, dtype="int64")
+        name_full = texts[name_code] if len(texts) else np.zeros(0, dtype=object)
+        return pd.DataFrame({
+            "kind": pd.Categorical.from_codes(chunk.kind, categories=list(KINDS)),
+            "global_pid": chunk.global_pid, "device_id": chunk.device_id, "stream_id": chunk.stream_id,
+            "correlation_id": chunk.correlation_id, "graph_node_id": chunk.graph_node_id,
+            "name_id": chunk.name_id, "start_ns": start, "end_ns": end,
+            "name": pd.Series(name_full, dtype=object, copy=False),
+            "phase": pd.Series(np.array(phase_names, dtype=object)[phase], dtype=object, copy=False),
+            "range_id": cols["range_id"], "rank": op_rank, "duration_ns": end - start, "call_pos": op_call,
+            "input": pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path]),
+            "collective": self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool),
+            "cycle_range": cycle_of_ops(launches, op_call)}, copy=False)[OP_TABLE_COLUMNS]
+
+
+def _projected_ranges(ranges: pd.DataFrame, nsys_proj: pd.DataFrame, all_proj: pd.DataFrame, rank_of_pid: dict,
+                      outermost: np.ndarray, is_cycle: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the ranges with their projected GPU spans, rank, outermost and is_cycle flags; nsys' NVTX
+    projection summary)."""
+    ranges = ranges.assign(gpu_ops=nsys_proj["gpu_ops"], gpu_start_ns=nsys_proj["gpu_start_ns"],
+                           gpu_end_ns=nsys_proj["gpu_end_ns"], gpu_ops_all=all_proj["gpu_ops"],
+                           gpu_start_all=all_proj["gpu_start_ns"], gpu_end_all=all_proj["gpu_end_ns"])
+    del all_proj
+    summary = projection.nvtx_projection_summary(ranges, nsys_proj)
+    ranges["rank"] = ranges["global_pid"].map(rank_of_pid).fillna(-1).astype("int64")
+    ranges["outermost"] = outermost
+    ranges["is_cycle"] = is_cycle
+    return ranges, summary
+
+
+def _period_busy(cycle_tab: pd.DataFrame, rank_values: np.ndarray) -> np.ndarray:
+    """Per rank (rows of the ranks table), the GPU busy time inside its cycles' GPU periods."""
+    sel = cycles.with_gpu(cycle_tab)
+    if sel is None or sel.empty:
+        return np.zeros(len(rank_values), dtype="int64")
+    busy = (sel["gpu_period_ns"] - sel["period_idle_ns"]).groupby(sel["rank"]).sum()
+    return busy.reindex(rank_values).fillna(0).to_numpy(dtype="int64")
+
+
+def empty_op_table() -> pd.DataFrame:
+    """The per-op table of a report analysed in chunks (not kept): its columns, no rows."""
+    frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in OP_TABLE_COLUMNS})
+    frame["kind"] = pd.Categorical([], categories=list(KINDS))
+    for c in ("name", "phase"):
+        frame[c] = pd.Series(dtype=object)
+    frame["collective"] = pd.Series(dtype=bool)
+    frame["input"] = pd.Categorical([])
+    return frame
+
+
+def chunked_note(chunks: int) -> Note:
+    """What a report analysed in ``chunks`` chunks says about it."""
+    return Note(N.CHUNKED, f"--memory-budget: analysed in {chunks} time-ordered "
+                f"chunk{'s' if chunks != 1 else ''}; the per-op table (gpu_ops) is not kept", chunks)

@@ -1,0 +1,95 @@
+"""The views layer: each derived table computed once per analysis, by one function; the terminal,
+HTML and file renderers show the views' numbers and derive no table themselves."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyze
+from analyze import views
+from analyze.render import html, outputs, text
+from analyze.views.registry import view
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "fixtures" / "real"
+
+
+@pytest.fixture(scope="module")
+def a():
+    return analyze.load(str(REAL / "h200_shim_4rank_single.sqlite"))
+
+
+def test_every_view_is_computed_once(a, monkeypatch):
+    calls = {}
+    for name, fn in list(views.VIEWS.items()):
+        def counted(analysis, _fn=fn, _name=name, **params):
+            calls[_name] = calls.get(_name, 0) + 1
+            return _fn(analysis, **params)
+        monkeypatch.setitem(views.VIEWS, name, counted)
+    fresh = analyze.load(str(REAL / "h200_shim_4rank_single.sqlite"))
+    text.render(fresh)
+    html.tables(fresh)
+    outputs.tables(fresh)
+    outputs.to_json_dict(fresh)
+    text.render(fresh)
+    assert calls and all(n == 1 for n in calls.values()), calls
+    assert views.get(fresh, "top_kernels", top=5) is views.get(fresh, "top_kernels", top=5)
+    assert views.get(fresh, "top_kernels", top=2) is not views.get(fresh, "top_kernels", top=5)
+
+
+def test_registry_refuses_unknown_and_twice_registered_views(a):
+    with pytest.raises(KeyError, match="no view 'nope'"):
+        views.get(a, "nope")
+    with pytest.raises(ValueError, match="registered twice"):
+        view("phase_by_rank")(lambda analysis: None)
+
+
+def test_phase_by_rank_adds_up_to_busy(a):
+    t = views.get(a, "phase_by_rank")
+    ranks = [int(r) for r in a.ranks["rank"]]
+    assert list(t.index) == a.phase_names + ["other", "busy"] and list(t.columns) == ranks + ["share"]
+    busy = a.totals.set_index("rank")["busy_ns"]
+    for r in ranks:
+        assert int(t.loc[t.index != "busy", r].sum()) == int(busy[r]) == int(t.at["busy", r])
+        for p in a.phase_names + ["other"]:
+            want = a.phases[(a.phases["rank"] == r) & (a.phases["phase"] == p)]["exclusive_ns"]
+            assert int(t.at[p, r]) == int(want.iloc[0])
+    assert t["share"].iloc[:-1].sum() == pytest.approx(1.0) and t.at["busy", "share"] == 1.0
+
+
+def test_top_kernels_are_the_biggest_of_each_phase(a):
+    top = views.get(a, "top_kernels", top=3)
+    totals = a.kernels.groupby(["phase", "name"])["total_ns"].sum()
+    for phase, g in top.groupby("phase", sort=False):
+        assert len(g) <= 3 and list(g["total_ns"]) == sorted(g["total_ns"], reverse=True)
+        mine = totals.loc[phase].sort_values(ascending=False)
+        assert list(g["total_ns"]) == list(mine.iloc[:3])
+        assert (g["share"] <= 1).all() and g["share"].iloc[0] == pytest.approx(mine.iloc[0] / mine.sum())
+    assert list(dict.fromkeys(top["phase"])) == [p for p in a.phase_names + ["other"] if p in set(top["phase"])]
+
+
+def test_renderers_show_the_views_numbers(a):
+    t = views.get(a, "phase_by_rank")
+    shown = html.tables(a)["phases"].set_index("phase")
+    for r in a.ranks["rank"]:
+        np.testing.assert_allclose(shown[f"rank {r}"].to_numpy(), t[int(r)].to_numpy() / 1e6)
+    report = text.render(a)
+    verify = next(line for line in report.splitlines() if line.startswith("verify "))
+    assert verify.split()[1] == f"{t.at['verify', int(a.ranks['rank'].iloc[0])] / 1e6:,.3f}"
+    files = outputs.tables(a)
+    for name in views.FILE_VIEWS:
+        pd.testing.assert_frame_equal(files[name], views.get(a, name))
+    across = views.get(a, "phase_across_ranks")
+    assert list(html.tables(a)["cross_rank"]["phase"]) == list(across["phase"])
+
+
+@pytest.mark.parametrize("module", ["text.py", "html.py", "outputs.py"])
+def test_table_renderers_derive_no_tables(module):
+    """text, html and outputs format views: no groupby, pivot or aggregation of their own."""
+    tree = ast.parse((ROOT / "analyze" / "render" / module).read_text())
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert not used & {"groupby", "pivot", "pivot_table", "agg", "aggregate"}, module
