@@ -165,4 +165,4 @@ def test_bounded_jobs():
 def test_jobs_below_one_is_a_usage_error(value):
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(GRAPHS), "--jobs", value, "-q"],
                           capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2 and "--jobs" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 10 and "--jobs" in proc.stderr and "Traceback" not in proc.stderr
