@@ -24,6 +24,7 @@ on the backend. ``SPECPROF_READER=stdlib`` forces the fallback (tests compare bo
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +32,23 @@ import pandas as pd
 
 EXACT_FLOAT = 2 ** 53
 
+# statements served per backend in this process (tests and the benchmark look at it)
+SERVED: Counter = Counter()
 _ADBC: dict[tuple, object] = {}    # (id(sqlite connection), its URI) -> ADBC connection
 _FAILED: set[tuple] = set()
 
 
 def backend() -> str:
-    """The backend :func:`read_frame` tries first: ``adbc`` when installed, else ``stdlib``."""
-    if os.environ.get("SPECPROF_READER", "").lower() == "stdlib":
+    """The backend :func:`read_frame` tries first: ``connectorx`` when installed and checked
+    read-only (cxread.available), else ``adbc`` when installed, else ``stdlib``.
+    ``SPECPROF_READER=adbc|stdlib`` starts further down that list."""
+    forced = os.environ.get("SPECPROF_READER", "").lower()
+    if forced == "stdlib":
         return "stdlib"
+    if forced != "adbc":
+        from analyze.read import cxread
+        if cxread.available():
+            return "connectorx"
     try:
         import adbc_driver_sqlite.dbapi  # noqa: F401
         import pyarrow  # noqa: F401
@@ -238,10 +248,96 @@ def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+
+
+def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
+    """The rows through connectorx (cxread.py), or None where it cannot read them (then ADBC does)."""
+    from analyze.read import cxread
+
+    path = getattr(conn, "path", "")
+    cs = cxread.connection_string(path, getattr(conn, "immutable", False)) if path else None
+    if cs is None:
+        return None
+    try:
+        table = cxread.read_table(cs, sql)
+    except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC / stdlib read anything
+        return None
+    SERVED["connectorx"] += 1
+    if table.num_rows == 0:
+        return _empty(columns)
+    arrays = list(table.columns)
+    del table
+    out = {}
+    for i, name in enumerate(columns):     # one column at a time, each Arrow column freed once converted
+        col, arrays[i] = arrays[i], None
+        out[name] = _column_to_numpy(col, copy)
+        del col
+    return _frame(out, columns)
+
+
+def read_batches(conn, sql: str):
+    """The rows of ``sql`` as an iterator of Arrow record batches from connectorx or ADBC, or None
+    where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
+    are handed over one at a time and not kept, so a consumer that copies them out holds one."""
+    be = backend()
+    if be == "connectorx":
+        from analyze.read import cxread
+        path = getattr(conn, "path", "")
+        cs = cxread.connection_string(path, getattr(conn, "immutable", False)) if path else None
+        if cs is not None:
+            try:
+                table = cxread.read_table(cs, sql)
+            except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC next
+                table = None
+            if table is not None:
+                SERVED["connectorx"] += 1
+                batches = table.to_batches()
+                del table
+                return _drain(batches)
+        be = "adbc"
+    if be != "adbc":
+        return None
+    aconn = _adbc_conn(conn)
+    if aconn is None:
+        return None
+    cur = aconn.cursor()
+    try:
+        _set_batch_rows(cur, STREAM_BATCH_ROWS)
+        cur.execute(sql)
+        reader = cur.fetch_record_batch()
+    except Exception:  # noqa: BLE001
+        cur.close()
+        return None
+    SERVED["adbc"] += 1
+    return _stream(cur, reader)
+
+
+def _drain(batches: list):
+    while batches:
+        yield batches.pop(0)
+
+
+def _stream(cur, reader):
+    try:
+        for batch in reader:
+            yield batch
+    finally:
+        cur.close()
+
+
 def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                rows_hint: int | None = None) -> pd.DataFrame:
-    """Rows of ``sql`` as a DataFrame with ``columns``: ADBC where it can, else the stdlib cursor."""
-    if backend() == "adbc":
+    """Rows of ``sql`` as a DataFrame with ``columns``: connectorx where it can, else ADBC, else the
+    stdlib cursor (same values and dtypes whichever reads them)."""
+    be = backend()
+    if be == "connectorx" and not params:
+        frame = _read_connectorx(conn, sql, columns, copy)
+        if frame is not None:
+            return frame
+        be = "adbc"
+    if be == "adbc":
         aconn = _adbc_conn(conn)
         if aconn is not None:
             try:
@@ -252,14 +348,16 @@ def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                     cur.execute(sql, params) if params else cur.execute(sql)
                     if not copy:      # big tables: streamed, column by column
                         frame = _stream_to_frame(cur, columns, rows_hint)
-                        return frame if frame is not None else \
-                            pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                        SERVED["adbc"] += 1
+                        return frame if frame is not None else _empty(columns)
                     table = cur.fetch_arrow_table()
                 finally:
                     cur.close()
+                SERVED["adbc"] += 1
                 if table.num_rows == 0:
-                    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                    return _empty(columns)
                 return arrow_to_frame(table, columns, copy=copy)
             except Exception:  # noqa: BLE001 - odd typing or text: the stdlib path reads anything
                 pass
+    SERVED["stdlib"] += 1
     return _read_stdlib(conn, sql, columns, params)

@@ -227,7 +227,118 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
     """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
     ``chunk_rows`` rows when given: bounded memory, same table)."""
     plan = plan_gpu_op_reads(conn, chunk_rows)
-    return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+    cols = OpColumns(plan)
+    for i, p in enumerate(plan):
+        read_op_part_into(conn, p, cols, i)
+    return cols.frame()
+
+
+class OpColumns:
+    """The op table's columns, allocated once from the plan's row bounds (rowid ranges: upper
+    bounds), each part's rows copied into its slot as soon as they are read (from Arrow record
+    batches, no intermediate frame), so reading holds the table once plus the batches in flight.
+    :meth:`frame` closes the gaps left by parts shorter than their bound and returns exactly the
+    table :func:`assemble_gpu_ops` makes from the same parts (NULL -> -1 in the integer columns,
+    ``graph_node_id`` a nullable Int64)."""
+
+    INT = _OP_INT_COLUMNS                       # NULL -> -1
+    NODE = "graph_node_id"                      # NULL -> <NA>
+
+    def __init__(self, plan: list[OpRead]):
+        self.plan = plan
+        bounds = [int(p.rows_hint or 0) for p in plan]
+        self.offset = np.concatenate([[0], np.cumsum(bounds)]).astype("int64")
+        n = int(self.offset[-1])
+        self.values = {c: np.empty(n, dtype="int64") for c in GPU_OP_COLUMNS[1:]}
+        self.node_null = np.zeros(n, dtype=bool)
+        self.rows = [0] * len(plan)
+
+    def put_batches(self, i: int, batches) -> None:
+        """Part ``i`` from Arrow record batches (columns in GPU_OP_COLUMNS[1:] order). Raises
+        ValueError for a column that is not integer (the caller then reads the part as a frame)."""
+        import pyarrow as pa
+        import pyarrow.types as pat
+
+        at = int(self.offset[i])
+        end = int(self.offset[i + 1])
+        names = GPU_OP_COLUMNS[1:]
+        for batch in batches:
+            m = batch.num_rows
+            if at + m > end:
+                raise ValueError("more rows than the rowid range holds")
+            for j, name in enumerate(names):
+                col = batch.column(j)
+                if not (pat.is_integer(col.type) or pat.is_null(col.type)):
+                    raise ValueError(f"{name}: {col.type}")
+                dst = self.values[name][at:at + m]
+                if pat.is_null(col.type):
+                    dst[:] = -1
+                    if name == self.NODE:
+                        self.node_null[at:at + m] = True
+                    continue
+                if col.null_count:
+                    if name == self.NODE:
+                        self.node_null[at:at + m] = col.is_null().to_numpy(zero_copy_only=False)
+                    col = col.fill_null(pa.scalar(-1, col.type))
+                dst[:] = col.to_numpy(zero_copy_only=False)
+            at += m
+        self.rows[i] = at - int(self.offset[i])
+
+    def put_frame(self, i: int, frame: pd.DataFrame) -> None:
+        """Part ``i`` from a frame of :func:`read_op_part` (any dtypes the stdlib reader makes)."""
+        at, m = int(self.offset[i]), len(frame)
+        if at + m > int(self.offset[i + 1]):
+            raise ValueError("more rows than the rowid range holds")
+        for name in GPU_OP_COLUMNS[1:]:
+            v = frame[name]
+            if name == self.NODE:
+                num = pd.to_numeric(v, errors="coerce")
+                null = num.isna().to_numpy()
+                self.node_null[at:at + m] = null
+                self.values[name][at:at + m] = num.fillna(-1).to_numpy().astype("int64")
+            else:
+                self.values[name][at:at + m] = _int64(frame[[name]].copy(), [name])[name].to_numpy()
+        self.rows[i] = m
+
+    def frame(self) -> pd.DataFrame:
+        if not self.plan or not any(self.rows):       # as assemble_gpu_ops makes it
+            empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
+            empty["kind"] = kind_column("kernel", 0)
+            if self.plan:
+                empty["graph_node_id"] = empty["graph_node_id"].astype("Int64")
+            return empty
+        short = [i for i, p in enumerate(self.plan) if self.rows[i] != int(self.offset[i + 1] - self.offset[i])]
+        keep = None
+        if short:        # parts that came back shorter than their rowid range: close the gaps
+            keep = np.concatenate([np.arange(self.offset[i], self.offset[i] + self.rows[i]) for i in range(len(self.plan))])
+        kinds = np.concatenate([np.full(self.rows[i], GPU_OP_KINDS.index(p.kind), dtype="int8")
+                                for i, p in enumerate(self.plan)])
+        out = {"kind": pd.Categorical.from_codes(kinds, categories=list(GPU_OP_KINDS))}
+        for name in GPU_OP_COLUMNS[1:]:
+            v = self.values.pop(name)
+            v = v[keep] if keep is not None else v
+            if name == self.NODE:
+                null = self.node_null[keep] if keep is not None else self.node_null
+                v = pd.arrays.IntegerArray(v, null.copy() if keep is None else null)
+            out[name] = v
+        self.node_null = None
+        return pd.DataFrame(out, copy=False)
+
+
+def read_op_part_into(conn: sqlite3.Connection, part: OpRead, cols: OpColumns, i: int) -> None:
+    """Read one planned part straight into ``cols`` (Arrow batches where a fast reader can give
+    them; else, or for a column that is not integer, the frame of :func:`read_op_part`)."""
+    sql = part.sql if part.rowid_lo is None else \
+        f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
+    if part.rows_hint:
+        try:
+            batches = fastread.read_batches(conn, sql)
+            if batches is not None:
+                cols.put_batches(i, batches)
+                return
+        except Exception:  # noqa: BLE001 - odd typing: the frame path reads anything
+            pass
+    cols.put_frame(i, read_op_part(conn, part))
 
 
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
@@ -453,11 +564,11 @@ def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
 def read_threads() -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
-    overrides. The stdlib fallback reads in one thread."""
+    overrides. The stdlib fallback reads in one thread (it holds the GIL)."""
     env = os.environ.get("SPECPROF_READ_THREADS")
     if env:
         return max(1, int(env))
-    if fastread.backend() != "adbc":
+    if fastread.backend() == "stdlib":
         return 1
     return max(1, min(2, os.cpu_count() or 1))
 
@@ -482,7 +593,10 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
             prepared = prepare(calls, ranges) if prepare else None
-            op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+            cols = OpColumns(plan)
+            for i, p in enumerate(plan):
+                read_op_part_into(conn, p, cols, i)
+            op_table = cols.frame()
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
                                                                         threads, prepare, nvtx_chunk_rows)
@@ -523,8 +637,10 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
-        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
+        cols = OpColumns(plan)
+        parts = [pool.submit(on_own_connection, read_op_part_into, p, cols, 0) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
-        ops = assemble_gpu_ops(plan, [f.result() for f in parts]) if plan else assemble_gpu_ops([], [])
-        return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
+        parts += [pool.submit(on_own_connection, read_op_part_into, p, cols, i + 1) for i, p in enumerate(plan[1:])]
+        for f in parts:
+            f.result()
+        return cols.frame(), calls.result(), nvtx.result(), prepared.result() if prepared else None
