@@ -116,6 +116,7 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         db.commit()
         db.execute("VACUUM")
         db.close()
+        os.chmod(tmp, 0o644)
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
