@@ -54,7 +54,7 @@ def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
     tidx = np.searchsorted(uniq, calls["global_tid"].to_numpy(dtype="int64"))
     key = tidx * span + (calls["start_ns"].to_numpy(dtype="int64") - t0)
     end_key = tidx * span + (calls["end_ns"].to_numpy(dtype="int64") - t0)
-    order = np.argsort(key, kind="stable")
+    order = stable_key_order(tidx, key, len(uniq))
     key, end_key, tidx_sorted = key[order], end_key[order], tidx[order]
     monotone = np.ones(len(uniq), dtype=bool)
     if len(key) > 1:
@@ -62,6 +62,18 @@ def build_call_index(calls: pd.DataFrame, ranges: pd.DataFrame) -> CallIndex:
         bad = same & (end_key[1:] < end_key[:-1])
         monotone[np.unique(tidx_sorted[1:][bad])] = False
     return CallIndex(order, key, end_key, thread_of, t0, span, monotone)
+
+
+def stable_key_order(group: np.ndarray, key: np.ndarray, n_groups: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` where ``key`` orders by ``group`` first (a composite
+    (group, time) key). nsys writes API calls in start order, so a stable radix partition by group
+    (threads: few) is usually already sorted by key: checked, and the full sort only when not."""
+    if len(key) > 1 and n_groups < 2 ** 16:
+        order = np.argsort(group.astype(np.uint16), kind="stable")       # radix sort
+        k = key[order]
+        if bool((k[1:] >= k[:-1]).all()):
+            return order
+    return np.argsort(key, kind="stable")
 
 
 def range_keys(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
