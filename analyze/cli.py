@@ -16,6 +16,7 @@ import os
 import sys
 import warnings
 
+from analyze import memory
 from analyze.atomic import atomic_write
 from analyze.errors import NvtxOnly, SchemaWarning, TraceError, UsageError
 from analyze.read.nsys_export import expand_inputs
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
+    memory.small_pages()
     try:
         return dispatch(argv)
     except TraceError as exc:

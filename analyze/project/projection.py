@@ -414,17 +414,24 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     if len(c_corr) == 0 or span * (len(pids) + 1) >= 2 ** 62:
         ops = pd.DataFrame({"global_pid": pid, "correlation_id": corr})
         return link_ops(ops, calls, index)
-    sorted_pos = np.empty(len(index.order), dtype="int64")
-    sorted_pos[index.order] = np.arange(len(index.order))
+    pos_t = "int32" if len(index.order) < 2 ** 31 - 1 else "int64"
+    sorted_pos = np.empty(len(index.order), dtype=pos_t)
+    sorted_pos[index.order] = np.arange(len(index.order), dtype=pos_t)
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
     if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
-        # correlation ids are dense per process: a direct table, one gather per op
-        table = np.full(span * len(pids) + 1, -1, dtype="int64")
+        # correlation ids are dense per process: a direct table (int32 positions), one gather per op
+        table = np.full(span * len(pids) + 1, -1, dtype=pos_t)
         table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
-        op_p = pids.get_indexer(pid).astype("int64")
+        del c_key, sorted_pos
+        key = pids.get_indexer(pid).astype("int64")
+        ok = key >= 0
+        key *= span
         rel = corr - lo
-        ok = (op_p >= 0) & (rel >= 0) & (rel < span)
-        return table[np.where(ok, op_p * span + rel, span * len(pids))]
+        ok &= (rel >= 0) & (rel < span)
+        key += rel
+        del rel
+        key[~ok] = span * len(pids)
+        return table[key].astype("int64", copy=False)
     # first call of every key (drop_duplicates keep='first')
     uk, first = np.unique(c_key, return_index=True)
     op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls

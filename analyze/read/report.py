@@ -48,7 +48,7 @@ class ReportTables(NamedTuple):
     path: str
     strings: pd.Series          # index: string id, value: text
     gpu_ops: pd.DataFrame       # GPU_OP_COLUMNS
-    calls: pd.DataFrame         # global_tid, global_pid, correlation_id, name_id, start_ns, end_ns
+    calls: pd.DataFrame         # global_tid, correlation_id, start_ns, end_ns, global_pid
     ranges: pd.DataFrame        # global_tid, global_pid, domain, name, style, start_ns, end_ns, end_missing
     marks: pd.DataFrame         # global_tid, global_pid, domain, text, time_ns, int_value
     processes: pd.DataFrame     # global_pid, pid, name
@@ -342,14 +342,14 @@ def read_op_part_into(conn: sqlite3.Connection, part: OpRead, cols: OpColumns, i
 
 
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
-    """CUDA runtime and driver API calls (the launch side of every GPU op)."""
+    """CUDA runtime and driver API calls (the launch side of every GPU op): thread, correlation id,
+    start and end (their names are not read: nothing uses them)."""
     cols = table_columns(conn, RUNTIME_TABLE)
-    names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
+    names = ["global_tid", "correlation_id", "start_ns", "end_ns"]
     if not {"start", "end", "globalTid", "correlationId"} <= set(cols):
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
-        name = "nameId" if "nameId" in cols else "NULL"
-        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE} "
+        frame = _read(conn, f"SELECT globalTid, correlationId, start, end FROM {RUNTIME_TABLE} "
                             "WHERE start IS NOT NULL AND end IS NOT NULL", names, copy=False,
                       rows_hint=_rows_hint(conn, RUNTIME_TABLE))
         frame = _int64(frame, names)
