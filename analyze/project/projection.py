@@ -445,27 +445,31 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
 
 def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
                        n_calls: int):
-    """:func:`call_op_span_arrays` for all linked ops and for the ops ``sel`` marks, with one sort:
-    ((has, first, last) over ``sel``, (has, first, last) over all ops)."""
-    linked = op_call >= 0
-    pos = op_call[linked]
+    """:func:`call_op_span_arrays` for all linked ops and for the ops ``sel`` marks, without a sort
+    (unbuffered ``minimum.at``/``maximum.at`` scatters: ops are not in call order, and sorting them
+    by call costs more than the scatter): ((has, first, last) over ``sel``, (has, first, last) over
+    all ops)."""
     out_sel = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
                np.full(n_calls, INT64_MIN, dtype="int64"))
     out_all = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
                np.full(n_calls, INT64_MIN, dtype="int64"))
+    linked = op_call >= 0
+    if linked.all():
+        pos, s, e, m = op_call, start, end, sel
+    else:
+        pos, s, e, m = op_call[linked], start[linked], end[linked], sel[linked]
     if not len(pos):
         return out_sel, out_all
-    order = np.argsort(pos, kind="stable")
-    p = pos[order]
-    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
-    at = p[run]
-    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
-    out_all[0][at] = 1
-    out_all[1][at] = np.minimum.reduceat(s, run)
-    out_all[2][at] = np.maximum.reduceat(e, run)
-    out_sel[0][at] = np.maximum.reduceat(m.astype("int8"), run)
-    out_sel[1][at] = np.minimum.reduceat(np.where(m, s, INT64_MAX), run)
-    out_sel[2][at] = np.maximum.reduceat(np.where(m, e, INT64_MIN), run)
+    out_all[0][pos] = 1
+    np.minimum.at(out_all[1], pos, s)
+    np.maximum.at(out_all[2], pos, e)
+    if m.all():
+        out_sel = (out_all[0].copy(), out_all[1].copy(), out_all[2].copy())
+    else:
+        pos, s, e = pos[m], s[m], e[m]
+        out_sel[0][pos] = 1
+        np.minimum.at(out_sel[1], pos, s)
+        np.maximum.at(out_sel[2], pos, e)
     return out_sel, out_all
 
 
