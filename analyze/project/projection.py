@@ -449,8 +449,6 @@ def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, 
     (unbuffered ``minimum.at``/``maximum.at`` scatters: ops are not in call order, and sorting them
     by call costs more than the scatter): ((has, first, last) over ``sel``, (has, first, last) over
     all ops)."""
-    out_sel = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
-               np.full(n_calls, INT64_MIN, dtype="int64"))
     out_all = (np.zeros(n_calls, dtype="int64"), np.full(n_calls, INT64_MAX, dtype="int64"),
                np.full(n_calls, INT64_MIN, dtype="int64"))
     linked = op_call >= 0
@@ -459,18 +457,21 @@ def call_op_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, 
     else:
         pos, s, e, m = op_call[linked], start[linked], end[linked], sel[linked]
     if not len(pos):
-        return out_sel, out_all
+        return tuple(a.copy() for a in out_all), out_all
     out_all[0][pos] = 1
     np.minimum.at(out_all[1], pos, s)
     np.maximum.at(out_all[2], pos, e)
     if m.all():
-        out_sel = (out_all[0].copy(), out_all[1].copy(), out_all[2].copy())
-    else:
-        pos, s, e = pos[m], s[m], e[m]
-        out_sel[0][pos] = 1
-        np.minimum.at(out_sel[1], pos, s)
-        np.maximum.at(out_sel[2], pos, e)
-    return out_sel, out_all
+        return (out_all[0].copy(), out_all[1].copy(), out_all[2].copy()), out_all
+    # the ops ``sel`` leaves out go to a spare slot past the calls: one temporary, no compressed copies
+    spare = np.where(m, pos, n_calls)
+    pad = [np.zeros(n_calls + 1, dtype="int64"), np.full(n_calls + 1, INT64_MAX, dtype="int64"),
+           np.full(n_calls + 1, INT64_MIN, dtype="int64")]
+    pad[0][spare] = 1
+    np.minimum.at(pad[1], spare, s)
+    np.maximum.at(pad[2], spare, e)
+    del spare
+    return (pad[0][:-1], pad[1][:-1], pad[2][:-1]), out_all
 
 
 def call_op_span_arrays(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
