@@ -215,10 +215,36 @@ def test_text_that_is_not_utf8_falls_back(tmp_path):
         def execute(self, *a):
             return raw.execute(*a)
     fastread.SERVED.clear()
-    frame = fastread.read_frame(Conn(), "SELECT x, s FROM t", ["x", "s"])
+    conn = Conn()
+    try:
+        frame = fastread.read_frame(conn, "SELECT x, s FROM t", ["x", "s"])
+    finally:
+        fastread.close(conn)
     assert frame["s"].tolist() == ["ok", "f\ufffdo"]
     assert "connectorx" not in fastread.SERVED
     raw.close()
+
+
+def test_cross_thread_ranges_counted_from_the_rows_read(tmp_path):
+    """Start/end ranges that end on another thread are counted from the NVTX rows the reader
+    fetched (no second scan), equal to the SQL count, whole or in rowid chunks."""
+    path = tmp_path / "x.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET eventType = 60, endGlobalTid = globalTid + 1 "
+                "WHERE eventType = 59 AND rowid % 7 = 0")
+    con.execute("UPDATE NVTX_EVENTS SET endGlobalTid = globalTid WHERE eventType = 34")   # a mark: not counted
+    con.commit()
+    con.close()
+    conn = report.open_report(str(path))
+    try:
+        expected = report.count_cross_thread_ranges(conn)
+    finally:
+        conn.close()
+    assert expected > 100
+    for threads in (1, 2):
+        for chunk in (None, 97):
+            assert report.read_report(str(path), threads=threads, nvtx_chunk_rows=chunk).cross_thread_ranges == expected
 
 
 # ---------------------------------------------------------------------------------------------

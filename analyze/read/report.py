@@ -358,9 +358,11 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
 
 
 def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
-              chunk_rows: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+              chunk_rows: int | None = None, counts: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks (events read in rowid
-    chunks of ``chunk_rows`` when given: the same frames in less memory)."""
+    chunks of ``chunk_rows`` when given: the same frames in less memory). ``counts``, when given,
+    gets ``cross_thread_ranges``: the start/end ranges left out because they end on another thread
+    (:func:`count_cross_thread_ranges`, from the rows read instead of another scan)."""
     cols = set(table_columns(conn, "NVTX_EVENTS"))
     range_cols = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns",
                   "end_missing", "int_value"]
@@ -388,13 +390,17 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
     if not chunk_rows or lo is None or int(hi) - int(lo) < chunk_rows:
         events = _read(conn, sql, list(sel), copy=False, rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
         if events.empty:
+            if counts is not None:
+                counts["cross_thread_ranges"] = 0
             return empty
-        range_frame, mark_frame, _ = _nvtx_frames(events, strings)
+        range_frame, mark_frame, info = _nvtx_frames(events, strings)
+        if counts is not None:
+            counts["cross_thread_ranges"] = info["cross_thread"]
         return range_frame, mark_frame
     # in rowid chunks (bounded memory): domain names first, from every domain-create event
     created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
     domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
-    parts, max_ts = [], None
+    parts, max_ts, cross = [], None, 0
     for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
         events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {a + int(chunk_rows)}", list(sel),
                        copy=False, rows_hint=int(chunk_rows))
@@ -402,7 +408,10 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
             max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
+            cross += info["cross_thread"]
         del events
+    if counts is not None:
+        counts["cross_thread_ranges"] = cross
     if not parts:
         return empty
     range_frame = _concat_columns([r for r, _ in parts])
@@ -467,7 +476,10 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
 
     # nsys' projection keeps ranges that end on their own thread; a missing end becomes the
     # largest NVTX timestamp of the report
-    is_range = np.isin(etype, list(RANGE_EVENT_STYLES)) & ~end_other_thread
+    range_type = np.isin(etype, list(RANGE_EVENT_STYLES))
+    cross_thread = int((range_type & end_other_thread).sum())
+    is_range = range_type & ~end_other_thread
+    del range_type
     ranges = np.flatnonzero(is_range)
     max_ts = int(max(start.max(), np.nanmax(end_f) if (~np.isnan(end_f)).any() else start.max()))
     end = end_f[ranges]
@@ -493,7 +505,7 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
         "int_value": int_value[marks],
     }, copy=False)
     return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
-            {"max_ts": max_ts, "domains": domain_names})
+            {"max_ts": max_ts, "domains": domain_names, "cross_thread": cross_thread})
 
 
 def _float_or_nan(column: pd.Series) -> np.ndarray:
@@ -583,6 +595,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     is ``prepared``. ``ops=False`` leaves the GPU ops out (an empty table; chunked analysis reads
     them itself)."""
     threads = read_threads() if threads is None else threads
+    nvtx_counts: dict = {}
     conn = open_report(path)
     try:
         strings = read_strings(conn)
@@ -591,7 +604,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
         if threads <= 1:
             calls = read_calls(conn)
-            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
+            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows, nvtx_counts)
             prepared = prepare(calls, ranges) if prepare else None
             cols = OpColumns(plan)
             for i, p in enumerate(plan):
@@ -599,10 +612,13 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             op_table = cols.frame()
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
-                                                                        threads, prepare, nvtx_chunk_rows)
+                                                                        threads, prepare, nvtx_chunk_rows,
+                                                                        nvtx_counts)
         tables = ReportTables(path=str(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                               marks=marks, processes=read_processes(conn), devices=read_devices(conn),
-                              meta=read_meta(conn), cross_thread_ranges=count_cross_thread_ranges(conn),
+                              meta=read_meta(conn),
+                              cross_thread_ranges=nvtx_counts["cross_thread_ranges"]
+                              if "cross_thread_ranges" in nvtx_counts else count_cross_thread_ranges(conn),
                               prepared=prepared)
         memory.release()     # the readers' batch buffers (heap fragments: 0.44 GiB at 10M kernels)
         return tables
@@ -614,7 +630,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
-                   prepare=None, nvtx_chunk_rows: int | None = None):
+                   prepare=None, nvtx_chunk_rows: int | None = None, nvtx_counts: dict | None = None):
     """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
     connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
     from concurrent.futures import ThreadPoolExecutor
@@ -629,7 +645,7 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
-        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows)
+        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows, nvtx_counts)
         calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():
