@@ -4,7 +4,8 @@
     python bench/bare_read.py read --backend adbc|connectorx --threads N STATEMENTS.json REPORT
 
 ``record`` runs analyze.read.report's reader on the report with every statement cut to ``LIMIT 0``
-and writes the statements it issued (so the columns and rowid parts are exactly those the analysis
+(both of its entry points: fastread.read_frame and fastread.read_batches) and writes the statements
+it issued (so the columns and rowid parts are exactly those the analysis
 reads). ``read`` is what is timed (in a fresh process, by bench/run.py): it imports only the
 backend and pyarrow, runs every statement into an Arrow table and drops it; nothing is converted
 to NumPy or pandas, nothing is analysed. With ``--threads N`` the statements go to N threads, each
@@ -30,17 +31,21 @@ def record(path: str) -> list[str]:
     from analyze.read import fastread, report
 
     seen: list[str] = []
-    orig = fastread.read_frame
+    frame, batches = fastread.read_frame, fastread.read_batches
 
-    def spy(conn, sql, columns, params=(), **kw):
+    def spy_frame(conn, sql, columns, params=(), **kw):
         seen.append(sql)
-        return orig(conn, sql + " LIMIT 0", columns, params, **kw)
+        return frame(conn, sql + " LIMIT 0", columns, params, **kw)
 
-    fastread.read_frame = spy
+    def spy_batches(conn, sql):
+        seen.append(sql)
+        return batches(conn, sql + " LIMIT 0")
+
+    fastread.read_frame, fastread.read_batches = spy_frame, spy_batches
     try:
         report.read_report(path, threads=1)
     finally:
-        fastread.read_frame = orig
+        fastread.read_frame, fastread.read_batches = frame, batches
     return seen
 
 

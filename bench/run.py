@@ -415,7 +415,7 @@ def plot(results: dict, path: Path) -> None:
     ax2.axhline(2.0, color="grey", linestyle=":", linewidth=1, label="2 GiB")
     ax2.set_title("peak memory"), ax2.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
 
 
 README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -429,17 +429,23 @@ def update_readme(md: str, readme: Path = ROOT / "README.md") -> bool:
         return False
     new = text[:i + len(README_BEGIN)] + "\n" + md + text[j:]
     if new != text:
-        from analyze.atomic import atomic_write
-        atomic_write(readme, new)
+        write_text(readme, new)
     return True
 
 
-def write_outputs(results: dict, readme: bool = True) -> str:
+def write_text(path: Path, text: str) -> None:
     from analyze.atomic import atomic_write
-    atomic_write(HERE / "results.json", json.dumps(results, indent=1))
+    with atomic_write(path) as f:
+        f.write(text)
+
+
+def write_outputs(results: dict, readme: bool = True) -> str:
+    from analyze.atomic import atomic_path
+    write_text(HERE / "results.json", json.dumps(results, indent=1))
     md = markdown(results)
-    atomic_write(HERE / "results.md", md)
-    plot(results, HERE / "scaling.png")
+    write_text(HERE / "results.md", md)
+    with atomic_path(HERE / "scaling.png") as tmp:
+        plot(results, Path(tmp))
     if readme:
         update_readme(md + "\n![measured cost vs size](bench/scaling.png)\n")
     return md
