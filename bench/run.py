@@ -455,6 +455,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e6,1e7", help="kernels per file, comma separated (default 1e6,1e7)")
     ap.add_argument("--files", default="synth,real", help="synth, real or both (default synth,real)")
+    ap.add_argument("--real-sizes", default="1e6",
+                    help="kernels of the tiled real trace (default 1e6: 4M runtime calls; 1e7 makes 40M, 3.4 GB)")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--data", default=str(ROOT / ".work" / "bench"), help="where generated exports are kept")
     ap.add_argument("--nsys-scripts", metavar="DIR", help="nsys 2025.x stats scripts (else $SPECPROF_NSYS_SCRIPTS)")
@@ -483,8 +485,9 @@ def main(argv=None) -> int:
         results["nsys_proj_label"] = f"nsys {nsys_scripts_version(scripts)} nvtx_gpu_proj_sum"
     print(describe_machine(results["machine"]), flush=True)
     stopped: set = set()
+    real_sizes = [int(float(x)) for x in a.real_sizes.split(",")]
     for kind in kinds:
-        for n in sorted(sizes):
+        for n in sorted(real_sizes if kind == "real" else sizes):
             print(f"{kind}: {n:,} kernels", flush=True)
             if kind == "synth":
                 f = synth_file(n, a.ranks, data, "2025.3")
