@@ -103,7 +103,7 @@ def test_bench_end_to_end_small(tmp_path):
     """The whole benchmark on a 20k-kernel file of each kind: every command measured, ratios in
     the table, nothing estimated."""
     scripts = run.nsys_scripts_dir(None)
-    argv = ["--sizes", "2e4", "--repeat", "1", "--data", str(tmp_path), "--no-readme", "--no-nsys22"]
+    argv = ["--sizes", "2e4", "--real-sizes", "2e4", "--repeat", "1", "--data", str(tmp_path), "--no-readme", "--no-nsys22"]
     saved = {p: p.read_bytes() for p in (run.HERE / "results.json", run.HERE / "results.md", run.HERE / "scaling.png")
              if p.exists()}
     try:
