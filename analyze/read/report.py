@@ -9,8 +9,10 @@ Everything here is a small function returning a DataFrame; :func:`read_report` b
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -20,7 +22,7 @@ from analyze import memory
 from analyze.errors import CorruptReport
 from analyze.read import connection
 from analyze.read import fastread
-from analyze.read.connection import export_schema_version, open_report
+from analyze.read.connection import export_schema_version, has_table, open_report
 
 TID_MASK = 0xFFFFFF
 # the low 24 bits of a globalTid are the thread id; clearing them gives the globalPid
@@ -341,20 +343,38 @@ def read_op_part_into(conn: sqlite3.Connection, part: OpRead, cols: OpColumns, i
     cols.put_frame(i, read_op_part(conn, part))
 
 
-def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
+def read_calls(conn: sqlite3.Connection, rowids: tuple[int, int] | None = None) -> pd.DataFrame:
     """CUDA runtime and driver API calls (the launch side of every GPU op): thread, correlation id,
-    start and end (their names are not read: nothing uses them)."""
+    start and end (their names are not read: nothing uses them). ``rowids``: only the rows with
+    rowid in [lo, hi) (:func:`call_parts`; the parts in order make the same table)."""
     cols = table_columns(conn, RUNTIME_TABLE)
     names = ["global_tid", "correlation_id", "start_ns", "end_ns"]
     if not {"start", "end", "globalTid", "correlationId"} <= set(cols):
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
+        where = "" if rowids is None else f" AND rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
+        hint = _rows_hint(conn, RUNTIME_TABLE) if rowids is None else int(rowids[1]) - int(rowids[0])
         frame = _read(conn, f"SELECT globalTid, correlationId, start, end FROM {RUNTIME_TABLE} "
-                            "WHERE start IS NOT NULL AND end IS NOT NULL", names, copy=False,
-                      rows_hint=_rows_hint(conn, RUNTIME_TABLE))
+                            f"WHERE start IS NOT NULL AND end IS NOT NULL{where}", names, copy=False,
+                      rows_hint=hint)
         frame = _int64(frame, names)
     frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
     return frame
+
+
+def call_parts(conn: sqlite3.Connection, split: int) -> list[tuple[int, int] | None]:
+    """The rowid ranges parallel readers read the API calls in (``[None]``: one read)."""
+    lo, hi = rowid_bounds(conn, RUNTIME_TABLE) if has_table(conn, RUNTIME_TABLE) else (None, None)
+    if lo is None or split <= 1 or int(hi) - int(lo) + 1 < SPLIT_MIN_ROWS:
+        return [None]
+    lo, hi = int(lo), int(hi) + 1
+    step = -(-(hi - lo) // split)
+    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
+
+
+def join_calls(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The calls table from its parts (in rowid order)."""
+    return parts[0] if len(parts) == 1 else _concat_columns(parts)
 
 
 def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
@@ -646,10 +666,21 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
         nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows, nvtx_counts)
-        calls = pool.submit(on_own_connection, read_calls)
+        # millions of API calls (eager runs: several per kernel) are read by both readers
+        with contextlib.closing(open_report(path, immutable=immutable, quick_check=False)) as probe:
+            ranges_of_calls = call_parts(probe, threads)
+        call_futures = [pool.submit(on_own_connection, read_calls, r) for r in ranges_of_calls]
+        joined: list = []
+        lock = threading.Lock()
+
+        def calls_result() -> pd.DataFrame:
+            with lock:
+                if not joined:
+                    joined.append(join_calls([f.result() for f in call_futures]))
+                return joined[0]
 
         def prepared_after_reads():
-            read_calls_and_nvtx = (calls.result(), nvtx.result()[0])
+            read_calls_and_nvtx = (calls_result(), nvtx.result()[0])
             memory.release()          # the read buffers, before the preparation's own arrays
             return prepare(*read_calls_and_nvtx)
 
@@ -661,4 +692,4 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         parts += [pool.submit(on_own_connection, read_op_part_into, p, cols, i + 1) for i, p in enumerate(plan[1:])]
         for f in parts:
             f.result()
-        return cols.frame(), calls.result(), nvtx.result(), prepared.result() if prepared else None
+        return cols.frame(), calls_result(), nvtx.result(), prepared.result() if prepared else None
