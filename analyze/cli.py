@@ -16,6 +16,7 @@ import os
 import sys
 import warnings
 
+from analyze import memory
 from analyze import output_policy
 from analyze.atomic import atomic_write
 from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
@@ -257,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
+    memory.small_pages()
     try:
         with terminate_as_interrupt():
             return dispatch(argv)

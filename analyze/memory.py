@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import os
 
 _LIBC = None
 
@@ -25,6 +26,22 @@ def release() -> None:
             _LIBC = False
     if _LIBC:
         _LIBC.malloc_trim(0)
+
+
+def small_pages() -> None:
+    """Ask numpy not to ``madvise(MADV_HUGEPAGE)`` its big arrays (the analyze-trace CLI calls this;
+    ``SPECPROF_HUGEPAGES=1`` keeps numpy's default). Where the kernel compacts memory to fault in
+    a huge page (``transparent_hugepage/defrag = madvise``, the usual default), the analysis'
+    fresh arrays cost more in page faults than the fewer TLB misses save: measured on the 1M-kernel
+    real trace, 0.8-0.9 s of system time instead of 1.4-1.9 s (bench, docs/performance.md)."""
+    if os.environ.get("SPECPROF_HUGEPAGES") == "1":
+        return
+    try:
+        import numpy as np
+        core = getattr(np, "_core", None) or np.core          # numpy 2 / numpy 1
+        core.multiarray._set_madvise_hugepage(False)
+    except (ImportError, AttributeError):
+        pass
 
 
 def available_bytes() -> int | None:

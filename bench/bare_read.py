@@ -1,53 +1,155 @@
-"""Bare read: the SELECTs analyze-trace issues on a report, fetched into Arrow (ADBC) and dropped.
+"""Bare read: the SELECTs analyze-trace issues on a report, fetched into Arrow and dropped.
 
-    python bench/bare_read.py REPORT.sqlite
+    python bench/bare_read.py record REPORT STATEMENTS.json      # once, not timed
+    python bench/bare_read.py read --backend adbc|connectorx --threads N STATEMENTS.json REPORT
 
-The statements are recorded from analyze.read.report on a tiny export of the same schema, so the
-columns are exactly those the analysis reads; nothing is converted to pandas or analysed.
+``record`` runs analyze.read.report's reader on the report with every statement cut to ``LIMIT 0``
+(both of its entry points: fastread.read_frame and fastread.read_batches) and writes the statements
+it issued (so the columns and rowid parts are exactly those the analysis
+reads). ``read`` is what is timed (in a fresh process, by bench/run.py): it imports only the
+backend and pyarrow, runs every statement into an Arrow table and drops it; nothing is converted
+to NumPy or pandas, nothing is analysed. With ``--threads N`` the statements go to N threads, each
+statement on its own read-only connection, in the order analyze-trace submits them (NVTX events,
+API calls, then the GPU-op parts).
+
+connectorx cannot type a result column whose first value is NULL unless SQLite knows the column's
+declared type, so for it the literal ``NULL`` columns are left out (they carry no data) and
+computed columns (the NVTX ``COALESCE`` of the payload columns) are wrapped in ``IFNULL(.., 0)``:
+the same rows and the same data columns.
 """
 from __future__ import annotations
 
+import json
+import re
 import sys
 import time
 from pathlib import Path
 
-import adbc_driver_sqlite.dbapi as dbapi
 
-from analyze.read import fastread, report
-from analyze.read.connection import open_report
+def record(path: str) -> list[str]:
+    """The statements analyze.read.report.read_report issues on ``path`` (run with LIMIT 0)."""
+    from analyze.read import fastread, report
 
-
-def statements(path: str) -> list[str]:
     seen: list[str] = []
-    orig = fastread.read_frame
+    frame, batches = fastread.read_frame, fastread.read_batches
 
-    def record(conn, sql, columns, params=(), **kw):
+    def spy_frame(conn, sql, columns, params=(), **kw):
         seen.append(sql)
-        return orig(conn, sql + " LIMIT 0" if "PRAGMA" not in sql else sql, columns, params, **kw)
+        return frame(conn, sql + " LIMIT 0", columns, params, **kw)
 
-    fastread.read_frame = record
+    def spy_batches(conn, sql):
+        seen.append(sql)
+        return batches(conn, sql + " LIMIT 0")
+
+    fastread.read_frame, fastread.read_batches = spy_frame, spy_batches
     try:
-        report.read_report(path)
+        report.read_report(path, threads=1)
     finally:
-        fastread.read_frame = orig
+        fastread.read_frame, fastread.read_batches = frame, batches
     return seen
 
 
-def main(path: str) -> None:
-    t0 = time.perf_counter()
-    sqls = statements(path)
+def _split_select(sql: str) -> tuple[list[str], str]:
+    """('SELECT a, f(b, c), d FROM ...') -> (['a', 'f(b, c)', 'd'], 'FROM ...')."""
+    m = re.match(r"\s*SELECT\s+(.*?)\s+(FROM\s.*)$", sql, re.S | re.I)
+    if not m:
+        raise ValueError(f"not a SELECT: {sql[:80]}")
+    items, depth, cur = [], 0, ""
+    for ch in m.group(1):
+        if ch == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    items.append(cur.strip())
+    return items, m.group(2)
+
+
+def for_connectorx(sql: str) -> str:
+    """The same statement as connectorx can type it (see the module docstring)."""
+    items, rest = _split_select(sql)
+    kept = []
+    for it in items:
+        if it.upper() == "NULL":
+            continue
+        kept.append(it if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", it) else f"IFNULL({it}, 0)")
+    return "SELECT " + ", ".join(kept) + " " + rest
+
+
+def _order(sqls: list[str]) -> list[str]:
+    # analyze-trace's submission order: NVTX events, API calls, then the op parts (plan order)
+    def rank(s: str) -> int:
+        return 0 if "NVTX_EVENTS" in s else (1 if "CUPTI_ACTIVITY_KIND_RUNTIME" in s else 2)
+    return sorted(sqls, key=rank)
+
+
+def connectorx_uri(path: str) -> str:
+    """A read-only connectorx connection string for ``path``. connectorx hands SQLite the text after
+    the 9th character of the URL it parses (``sqlite://`` is 9 long) and opens it with SQLite's URI
+    flag; ``sqlite:<2 chars>file:...?mode=ro`` is left intact by URL parsing, so SQLite opens a
+    ``file:`` URI read-only (a ``sqlite://`` URL would lose the colon of ``file:``). analyze-trace's
+    own connectorx reader (analyze/read/cxread.py) checks that writes fail before it reads."""
+    return "sqlite:ro" + Path(path).resolve().as_uri().replace("file:///", "file:/", 1) + "?mode=ro&immutable=1"
+
+
+def read(backend: str, threads: int, sqls: list[str], path: str) -> int:
+    """Run every statement into Arrow; returns the number of rows fetched."""
     uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
-    conn = dbapi.connect(uri)
-    rows = 0
-    for sql in sqls:
-        cur = conn.cursor()
-        cur.execute(sql)
-        rows += cur.fetch_arrow_table().num_rows
-        cur.close()
-    conn.close()
-    print(f"{len(sqls)} statements, {rows} rows in {time.perf_counter() - t0:.2f} s")
+    if backend == "adbc":
+        import adbc_driver_sqlite.dbapi as dbapi
+
+        def one(sql: str) -> int:
+            conn = dbapi.connect(uri)
+            try:
+                cur = conn.cursor()
+                try:   # the batch size analyze-trace uses for big tables (the driver's default is 1024)
+                    cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+                except Exception:  # noqa: BLE001 - an older driver
+                    pass
+                cur.execute(sql)
+                n = cur.fetch_arrow_table().num_rows
+                cur.close()
+                return n
+            finally:
+                conn.close()
+    elif backend == "connectorx":
+        import connectorx as cx
+
+        conn = connectorx_uri(path)
+        sqls = [for_connectorx(s) for s in sqls]
+
+        def one(sql: str) -> int:
+            return cx.read_sql(conn, sql, return_type="arrow").num_rows
+    else:
+        raise SystemExit(f"unknown backend {backend!r}")
+    sqls = _order(sqls)
+    if threads <= 1:
+        return sum(one(s) for s in sqls)
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return sum(pool.map(one, sqls))
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "record":
+        _, path, out = argv
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        Path(out).write_text(json.dumps(record(path), indent=1))
+        return 0
+    import argparse
+    ap = argparse.ArgumentParser(prog="bench/bare_read.py read")
+    ap.add_argument("what", choices=["read"])
+    ap.add_argument("--backend", default="adbc", choices=["adbc", "connectorx"])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("statements")
+    ap.add_argument("report")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    rows = read(a.backend, a.threads, json.loads(Path(a.statements).read_text()), a.report)
+    print(f"{a.backend} x{a.threads}: {rows} rows in {time.perf_counter() - t0:.2f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    open_report(sys.argv[1]).close()
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1:]))

@@ -210,8 +210,13 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
     n_ops = len(op_call)
     range_id = painted.owner[op_call].astype("int64", copy=False)
-    by_kernel = name_phase[name_code] if len(name_phase) else np.full(n_ops, -1, dtype="int16")
-    phase = np.where(by_kernel >= 0, by_kernel, painted.range_code[range_id]).astype("int8")
+    # phase codes are small (int8: a phase per code, at most 127 of them): gathers of int8 tables
+    small = len(config.names) < 127
+    kt = "int8" if small else "int16"
+    by_kernel = name_phase.astype(kt)[name_code] if len(name_phase) else np.full(n_ops, -1, dtype=kt)
+    phase = painted.range_code.astype(kt)[range_id]
+    np.copyto(phase, by_kernel, where=by_kernel >= 0)
+    phase = phase.astype("int8", copy=False)
     if painted.call_bits is not None:
         op_bits = painted.call_bits[op_call]
         kernel_bit = np.left_shift(np.ones(1, dtype=op_bits.dtype), np.maximum(by_kernel, 0).astype(op_bits.dtype))

@@ -489,20 +489,22 @@ def empty_call_spans(n_calls: int) -> CallSpans:
 def update_call_span_pairs(op_call: np.ndarray, start: np.ndarray, end: np.ndarray, sel: np.ndarray,
                            spans_sel: CallSpans, spans_all: CallSpans) -> None:
     """:func:`update_call_spans` for the ops ``sel`` marks (nsys' projection: kernels, memcpys,
-    memsets) and for all ops at once, with one sort of the chunk's linked ops."""
+    memsets) and for all ops at once."""
+    # unbuffered minimum.at / maximum.at scatters, no sort: ops are not in call order, and sorting
+    # them by call costs more than the scatter
     linked = op_call >= 0
-    pos = op_call[linked]
+    if linked.all():
+        pos, s, e, m = op_call, start, end, sel
+    else:
+        pos, s, e, m = op_call[linked], start[linked], end[linked], sel[linked]
     if not len(pos):
         return
-    order = np.argsort(pos, kind="stable")
-    p = pos[order]
-    run = np.r_[0, np.flatnonzero(p[1:] != p[:-1]) + 1]
-    at = p[run]
-    s, e, m = start[linked][order], end[linked][order], sel[linked][order]
-    spans_all.has[at] = 1
-    spans_all.first[at] = np.minimum(spans_all.first[at], np.minimum.reduceat(s, run))
-    spans_all.last[at] = np.maximum(spans_all.last[at], np.maximum.reduceat(e, run))
-    any_sel = np.maximum.reduceat(m.astype("int8"), run)
-    spans_sel.has[at] = np.maximum(spans_sel.has[at], any_sel)
-    spans_sel.first[at] = np.minimum(spans_sel.first[at], np.minimum.reduceat(np.where(m, s, INT64_MAX), run))
-    spans_sel.last[at] = np.maximum(spans_sel.last[at], np.maximum.reduceat(np.where(m, e, INT64_MIN), run))
+    spans_all.has[pos] = 1
+    np.minimum.at(spans_all.first, pos, s)
+    np.maximum.at(spans_all.last, pos, e)
+    if not m.all():
+        pos, s, e = pos[m], s[m], e[m]
+    if len(pos):
+        spans_sel.has[pos] = 1
+        np.minimum.at(spans_sel.first, pos, s)
+        np.maximum.at(spans_sel.last, pos, e)

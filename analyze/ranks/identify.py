@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from analyze.errors import RankConflict
@@ -16,13 +17,24 @@ from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
 
 
+def _first_match(pid: np.ndarray, text: np.ndarray, pattern: re.Pattern) -> dict[int, re.Match]:
+    """Per process, the match of ``pattern`` in the first of its texts (in row order) that matches.
+    The pattern runs once per distinct text (marks and ranges repeat a few texts millions of times)."""
+    if not len(text):
+        return {}
+    codes, uniq = pd.factorize(np.asarray(text, dtype=object), use_na_sentinel=False)
+    matches = [pattern.search(str(t)) for t in uniq]
+    ok = np.array([m is not None for m in matches], dtype=bool)
+    rows = np.flatnonzero(ok[codes])
+    if not len(rows):
+        return {}
+    first_pid, first_at = np.unique(np.asarray(pid, dtype="int64")[rows], return_index=True)
+    return {int(p): matches[codes[rows[i]]] for p, i in zip(first_pid.tolist(), first_at.tolist())}
+
+
 def _marked_ranks(marks: pd.DataFrame) -> dict[int, tuple[int, int | None]]:
-    found: dict[int, tuple[int, int | None]] = {}
-    for pid, text in zip(marks["global_pid"].tolist(), marks["text"].tolist()):
-        m = RANK_MARK.search(str(text))
-        if m and pid not in found:
-            found[int(pid)] = (int(m.group(1)), int(m.group(2)) if m.group(2) else None)
-    return found
+    found = _first_match(marks["global_pid"].to_numpy(), marks["text"].to_numpy(dtype=object), RANK_MARK)
+    return {p: (int(m.group(1)), int(m.group(2)) if m.group(2) else None) for p, m in found.items()}
 
 
 def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
@@ -30,11 +42,12 @@ def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
     for frame, col in ((ranges, "name"), (marks, "text")):
         if frame.empty:
             continue
-        nccl = frame[frame["domain"].astype(str).str.upper().str.startswith("NCCL")]
-        for pid, text in zip(nccl["global_pid"].tolist(), nccl[col].tolist()):
-            m = NCCL_RANK.search(str(text))
-            if m and pid not in found:
-                found[int(pid)] = int(m.group(1))
+        dcodes, domains = pd.factorize(np.asarray(frame["domain"].to_numpy(dtype=object)), use_na_sentinel=False)
+        nccl_domain = np.array([str(d).upper().startswith("NCCL") for d in domains], dtype=bool)
+        sel = np.flatnonzero(nccl_domain[dcodes]) if len(dcodes) else np.zeros(0, dtype="int64")
+        for p, m in _first_match(frame["global_pid"].to_numpy()[sel], frame[col].to_numpy(dtype=object)[sel],
+                                 NCCL_RANK).items():
+            found.setdefault(p, int(m.group(1)))
     return found
 
 

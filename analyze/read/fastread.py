@@ -1,29 +1,31 @@
 """Fast column reads from an nsys SQLite export: SQLite -> Arrow -> NumPy, read-only.
 
-:func:`analyze.read.report._read` is the one place rows are fetched; it calls :func:`read_frame` here.
-Backends, fastest first (measured, docs/performance.md; 1M kernels x 8 columns, warm cache):
+:func:`analyze.read.report._read` is where rows are fetched; it calls :func:`read_frame` here (the
+benchmark's bare reads call :func:`read_batches` too). Backends, tried in this order:
 
-=============  =======  ===========================================================================
-backend        time     notes
-=============  =======  ===========================================================================
-sqlite3 CLI    0.48 s   no rows leave SQLite (``SELECT sum(...)``): the floor of any reader
-ADBC sqlite    0.69 s   ``adbc_driver_sqlite.dbapi`` + ``fetch_arrow_table``; opens a
-                        ``file:...?mode=ro`` URI, so the input stays read-only (**used**)
-connectorx     1.06 s   cannot open read-only: ``sqlite://path?mode=ro`` is taken as a file name
-                        (it creates an empty file of that name), so it is **not used**
-stdlib         1.95 s   ``sqlite3`` cursor, ``fetchmany`` (3.4 s with one ``fetchall``); fallback
-pandas         6.27 s   ``pandas.read_sql``
-=============  =======  ===========================================================================
+==========  ================================================================================
+backend     notes
+==========  ================================================================================
+connectorx  Rust, no GIL, into Arrow (cxread.py). Opened read-only through a ``file:...?mode=ro``
+            URI that cxread checks before its first use in a process (a write through it must
+            fail, the scratch file must stay as it was); paths it could misread, and anything it
+            cannot type (non-UTF-8 text, mixed column types) go to the next backend
+ADBC        ``adbc_driver_sqlite.dbapi`` on the same read-only URI as :func:`analyze.open_report`
+            (``mode=ro``, plus ``immutable=1`` when no journal/WAL sits next to the file),
+            ``trusted_schema=OFF``, ``query_only=ON``; closed with the report
+stdlib      ``sqlite3`` cursor, ``fetchmany``; reads anything (the report's own connection)
+==========  ================================================================================
 
-The ADBC connection opens the same URI as :func:`analyze.open_report` (``mode=ro``, plus
-``immutable=1`` when no journal/WAL sits next to the file), sets ``trusted_schema=OFF`` and
-``query_only=ON`` and is closed with the report. Whatever ADBC cannot type (a column whose type
-changes mid-table, text that is not UTF-8) falls back to the stdlib cursor, so results never depend
-on the backend. ``SPECPROF_READER=stdlib`` forces the fallback (tests compare both).
+Measured (bench/results.md, bare reads of analyze-trace's statements into Arrow, 10M kernels, one
+thread): connectorx 4.1 s, ADBC 5.5 s; the stdlib cursor was 2.8x slower than ADBC at 1M kernels.
+Whichever backend reads a statement, the frames have the same values and dtypes
+(tests/test_readers.py); ``SPECPROF_READER=adbc`` or ``stdlib`` starts further down the list.
+:data:`SERVED` counts the statements each backend served.
 """
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +33,23 @@ import pandas as pd
 
 EXACT_FLOAT = 2 ** 53
 
+# statements served per backend in this process (tests and the benchmark look at it)
+SERVED: Counter = Counter()
 _ADBC: dict[tuple, object] = {}    # (id(sqlite connection), its URI) -> ADBC connection
 _FAILED: set[tuple] = set()
 
 
 def backend() -> str:
-    """The backend :func:`read_frame` tries first: ``adbc`` when installed, else ``stdlib``."""
-    if os.environ.get("SPECPROF_READER", "").lower() == "stdlib":
+    """The backend :func:`read_frame` tries first: ``connectorx`` when installed and checked
+    read-only (cxread.available), else ``adbc`` when installed, else ``stdlib``.
+    ``SPECPROF_READER=adbc|stdlib`` starts further down that list."""
+    forced = os.environ.get("SPECPROF_READER", "").lower()
+    if forced == "stdlib":
         return "stdlib"
+    if forced != "adbc":
+        from analyze.read import cxread
+        if cxread.available():
+            return "connectorx"
     try:
         import adbc_driver_sqlite.dbapi  # noqa: F401
         import pyarrow  # noqa: F401
@@ -238,10 +249,96 @@ def _read_stdlib(conn, sql: str, columns: list[str], params=()) -> pd.DataFrame:
     return parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
 
 
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+
+
+def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
+    """The rows through connectorx (cxread.py), or None where it cannot read them (then ADBC does)."""
+    from analyze.read import cxread
+
+    path = getattr(conn, "path", "")
+    cs = cxread.connection_string(path, getattr(conn, "immutable", False)) if path else None
+    if cs is None:
+        return None
+    try:
+        table = cxread.read_table(cs, sql)
+    except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC / stdlib read anything
+        return None
+    SERVED["connectorx"] += 1
+    if table.num_rows == 0:
+        return _empty(columns)
+    arrays = list(table.columns)
+    del table
+    out = {}
+    for i, name in enumerate(columns):     # one column at a time, each Arrow column freed once converted
+        col, arrays[i] = arrays[i], None
+        out[name] = _column_to_numpy(col, copy)
+        del col
+    return _frame(out, columns)
+
+
+def read_batches(conn, sql: str):
+    """The rows of ``sql`` as an iterator of Arrow record batches from connectorx or ADBC, or None
+    where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
+    are handed over one at a time and not kept, so a consumer that copies them out holds one."""
+    be = backend()
+    if be == "connectorx":
+        from analyze.read import cxread
+        path = getattr(conn, "path", "")
+        cs = cxread.connection_string(path, getattr(conn, "immutable", False)) if path else None
+        if cs is not None:
+            try:
+                table = cxread.read_table(cs, sql)
+            except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC next
+                table = None
+            if table is not None:
+                SERVED["connectorx"] += 1
+                batches = table.to_batches()
+                del table
+                return _drain(batches)
+        be = "adbc"
+    if be != "adbc":
+        return None
+    aconn = _adbc_conn(conn)
+    if aconn is None:
+        return None
+    cur = aconn.cursor()
+    try:
+        _set_batch_rows(cur, STREAM_BATCH_ROWS)
+        cur.execute(sql)
+        reader = cur.fetch_record_batch()
+    except Exception:  # noqa: BLE001
+        cur.close()
+        return None
+    SERVED["adbc"] += 1
+    return _stream(cur, reader)
+
+
+def _drain(batches: list):
+    while batches:
+        yield batches.pop(0)
+
+
+def _stream(cur, reader):
+    try:
+        for batch in reader:
+            yield batch
+    finally:
+        cur.close()
+
+
 def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                rows_hint: int | None = None) -> pd.DataFrame:
-    """Rows of ``sql`` as a DataFrame with ``columns``: ADBC where it can, else the stdlib cursor."""
-    if backend() == "adbc":
+    """Rows of ``sql`` as a DataFrame with ``columns``: connectorx where it can, else ADBC, else the
+    stdlib cursor (same values and dtypes whichever reads them)."""
+    be = backend()
+    if be == "connectorx" and not params:
+        frame = _read_connectorx(conn, sql, columns, copy)
+        if frame is not None:
+            return frame
+        be = "adbc"
+    if be == "adbc":
         aconn = _adbc_conn(conn)
         if aconn is not None:
             try:
@@ -252,14 +349,16 @@ def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                     cur.execute(sql, params) if params else cur.execute(sql)
                     if not copy:      # big tables: streamed, column by column
                         frame = _stream_to_frame(cur, columns, rows_hint)
-                        return frame if frame is not None else \
-                            pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                        SERVED["adbc"] += 1
+                        return frame if frame is not None else _empty(columns)
                     table = cur.fetch_arrow_table()
                 finally:
                     cur.close()
+                SERVED["adbc"] += 1
                 if table.num_rows == 0:
-                    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+                    return _empty(columns)
                 return arrow_to_frame(table, columns, copy=copy)
             except Exception:  # noqa: BLE001 - odd typing or text: the stdlib path reads anything
                 pass
+    SERVED["stdlib"] += 1
     return _read_stdlib(conn, sql, columns, params)

@@ -134,15 +134,35 @@ def negative_ids_note(n: int) -> list[Note]:
 def shared_correlation_ids(calls: pd.DataFrame) -> list[Note]:
     if calls.empty:
         return []
-    # distinct (correlation id, process) pairs in id order, then ids that occur with several processes
-    pid_code, _ = pd.factorize(calls["global_pid"].to_numpy(dtype="int64"))
-    corr = calls["correlation_id"].to_numpy(dtype="int64")
+    n = count_shared_ids(calls["correlation_id"].to_numpy(dtype="int64"), calls["global_pid"].to_numpy(dtype="int64"))
+    return [Note(N.SHARED_CORRELATION_IDS, f"{n} correlation ids occur in several processes: ops joined to calls "
+                 "per process", n)] if n else []
+
+
+# a presence table (one byte per (process, id)) is used up to this many bytes, else a sort
+PRESENCE_MAX_BYTES = 256 << 20
+
+
+def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
+    """How many distinct ids occur with more than one distinct process. nsys' correlation ids
+    count up per process, so they are dense: a presence table per process (one byte per id) and a
+    sum over processes; ids spread too wide for that go through one lexsort."""
+    if not len(corr):
+        return 0
+    pid_code, uniq = pd.factorize(pid)
+    if len(uniq) < 2:
+        return 0
+    lo, hi = int(corr.min()), int(corr.max())
+    span = hi - lo + 1
+    if span * len(uniq) <= PRESENCE_MAX_BYTES:
+        present = np.zeros((len(uniq), span), dtype=bool)
+        present[pid_code, corr - lo] = True
+        return int((present.sum(axis=0, dtype="int32") >= 2).sum())
+    # distinct (id, process) pairs in id order, then ids that occur with several processes
     order = np.lexsort((pid_code, corr))
     c, p = corr[order], pid_code[order]
     ids = c[np.r_[True, (c[1:] != c[:-1]) | (p[1:] != p[:-1])]]
-    n = len(np.unique(ids[1:][ids[1:] == ids[:-1]]))
-    return [Note(N.SHARED_CORRELATION_IDS, f"{n} correlation ids occur in several processes: ops joined to calls "
-                 "per process", n)] if n else []
+    return len(np.unique(ids[1:][ids[1:] == ids[:-1]]))
 
 
 def invalid_text(strings: pd.Series) -> list[Note]:

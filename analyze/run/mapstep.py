@@ -124,6 +124,16 @@ def pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
     """Distinct (global_pid, device_id) pairs of some ops (what identify_ranks looks at)."""
     pcode, puniq = pd.factorize(pid)
     dev = np.asarray(device, dtype="int64")
+    d_lo = int(dev.min()) if len(dev) else 0
+    d_span = (int(dev.max()) - d_lo + 1) if len(dev) else 1
+    if d_span * max(len(puniq), 1) <= 1 << 16:     # devices are small ordinals: one scatter, no hashing
+        key = pcode.astype("int64") * d_span + (dev - d_lo)
+        first = np.full(d_span * max(len(puniq), 1), len(key), dtype="int64")
+        first[key[::-1]] = np.arange(len(key) - 1, -1, -1)
+        seen = np.flatnonzero(first < len(key))
+        key = seen[np.argsort(first[seen], kind="stable")]
+        return pd.DataFrame({"global_pid": np.asarray(puniq, dtype="int64")[key // d_span],
+                             "device_id": key % d_span + d_lo})
     dcode, duniq = pd.factorize(dev)
     key = pd.unique(pcode.astype("int64") * (len(duniq) + 1) + dcode)      # hashing, no sort
     return pd.DataFrame({"global_pid": np.asarray(puniq, dtype="int64")[key // (len(duniq) + 1)],

@@ -440,6 +440,14 @@ def _matched_by_number(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | N
     return acc.merge(keyed, on=["global_pid", "input", "cycle"], how="inner")
 
 
+def concat_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])`` (every ``hi >= lo``) without a
+    Python step per range: one repeat and one arange."""
+    lens = (np.asarray(hi, dtype="int64") - np.asarray(lo, dtype="int64"))
+    before = np.cumsum(lens) - lens
+    return np.repeat(np.asarray(lo, dtype="int64") - before, lens) + np.arange(int(lens.sum()), dtype="int64")
+
+
 def _matched_by_time(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | None:
     """Marks without a cycle number joined to the cycle range containing them (same process and
     input, start <= time <= end)."""
@@ -455,6 +463,5 @@ def _matched_by_time(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | Non
         lo = np.searchsorted(t, group["start_ns"].to_numpy(dtype="int64"), side="left")
         hi = np.searchsorted(t, group["end_ns"].to_numpy(dtype="int64"), side="right")
         rows = np.repeat(group.index.to_numpy(), hi - lo)
-        take = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if len(rows) else np.zeros(0, dtype="int64")
-        out.append(same.iloc[take].assign(_row=rows))
+        out.append(same.iloc[concat_ranges(lo, hi)].assign(_row=rows))
     return pd.concat(out) if out else None

@@ -394,7 +394,8 @@ def launch_gaps(ctx: Context) -> dict:
     ops = ctx.analysis.gpu_ops
     if ops is None or ops.empty or "cycle_range" not in ops.columns:
         return {}
-    inside = ops[ops["cycle_range"].to_numpy() >= 0]
+    cols = [c for c in ("rank", "start_ns", "end_ns", "graph_node_id", "kind") if c in ops.columns]
+    inside = ops.loc[ops["cycle_range"].to_numpy() >= 0, cols]          # only the columns used below
     inside = inside.assign(cycle=_cycle_of(inside, ctx.cycles))
     inside = inside[inside["cycle"] >= 0]
     if inside.empty:

@@ -120,7 +120,9 @@ def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
     if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
         return ops.iloc[0:0] if ops is not None else pd.DataFrame()
     rank = side.cycles["rank"].min() if rank is None else rank
-    d = ops[(ops["rank"] == rank) & (ops["phase"] == DRAFT) & (ops["cycle_range"] >= 0)]
+    # integer columns first: the text comparison runs on one rank's ops in cycles, not every op
+    mine = ops.iloc[np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))]
+    d = mine[mine["phase"] == DRAFT]
     if d.empty or (d["kind"] == "graph").any():
         return d.iloc[0:0]
     return d[d["kind"] == "kernel"].sort_values("start_ns")
@@ -138,19 +140,32 @@ def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
         return empty
     rank = side.cycles["rank"].min() if rank is None else rank
     ops = side.gpu_ops
-    mine = ops[(ops["rank"] == rank) & (ops["cycle_range"] >= 0)]
+    mine = ops.loc[(ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0), ["cycle_range", "start_ns"]]
     first = mine.groupby("cycle_range")["start_ns"].min()           # = the cycle's GPU window start
     cyc = side.cycles[side.cycles["rank"] == rank]
     by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
+    # cycles by their first appearance (groupby(sort=False)'s order), ops in start order within each;
+    # one Python step per cycle, the repeat search once per distinct kernel sequence
+    cr_all = d["cycle_range"].to_numpy(dtype="int64")
+    codes, order_of_first = pd.factorize(cr_all)
+    srt = np.argsort(codes, kind="stable")
+    bounds = np.r_[0, np.flatnonzero(np.diff(codes[srt])) + 1, len(srt)]
+    names = d["name"].to_numpy(dtype=object)[srt]
+    starts = d["start_ns"].to_numpy(dtype="int64")[srt]
+    first_of = dict(zip(first.index.to_numpy(dtype="int64").tolist(), first.to_numpy(dtype="int64").tolist()))
+    repeat_of: dict[tuple, tuple[int, int, int]] = {}
     rows = []
-    for cr, g in d.groupby("cycle_range", sort=False):
-        cycle = by_start.get(int(first.get(cr, -1)))
+    for k, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        cycle = by_start.get(first_of.get(int(order_of_first[k]), -1))
         if cycle is None:
             continue
-        i, p, r = _tandem_repeat(g["name"].tolist())
+        seq = tuple(names[a:b].tolist())
+        if seq not in repeat_of:
+            repeat_of[seq] = _tandem_repeat(list(seq))
+        i, p, r = repeat_of[seq]
         period = np.nan
         if r >= 2:
-            st = g["start_ns"].to_numpy(dtype="int64")
+            st = starts[a:b]
             period = (st[i + (r - 1) * p] - st[i]) / (r - 1)
         rows.append((int(cycle), int(r), period))
     return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]).sort_values("cycle") if rows else empty

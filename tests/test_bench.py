@@ -1,0 +1,124 @@
+"""bench/: the benchmark measures (never extrapolates), stops what runs too long and says so, and
+its bare reads fetch the very rows analyze-trace reads. The end-to-end run is marked slow."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import bare_read, run, tile_real  # noqa: E402
+
+REAL = ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite"
+
+
+def test_timed_measures_wall_cpu_peak_and_stops_past_the_timeout(tmp_path):
+    r = run.timed([sys.executable, "-c", "x = bytearray(60 * 2**20); sum(range(3 * 10**6))"])
+    assert r["rc"] == 0 and not r["timed_out"]
+    assert r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_mib"] >= 60
+    r = run.timed([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert r["timed_out"] and r["wall_s"] < 10 and "cpu_s" not in r
+
+
+def test_median_run_keeps_every_wall_time():
+    runs = [{"wall_s": w, "rc": 0, "timed_out": False} for w in (3.0, 1.0, 2.0)]
+    m = run.median_run(runs)
+    assert m["wall_s"] == 2.0 and m["walls_s"] == [3.0, 1.0, 2.0]
+
+
+def test_ratios_and_table_use_only_measured_runs():
+    def r(w, cpu=1.0, read=False, timed_out=False):
+        return {"wall_s": w, "cpu_s": cpu, "rc": 0, "timed_out": timed_out, "peak_mib": 100.0, "label": "x",
+                "read": read}
+    row = {"file_kind": "synth", "target_kernels": 10, "file": "f", "file_mib": 1.0, "rows": {"kernels": 1_000_000},
+           "runs": {"bare_adbc_1": r(2.0, read=True), "bare_connectorx_2": r(1.0, read=True),
+                    "analyze": r(1.5, 3.0), "nsys25_proj": r(30.0, 30.0)}}
+    rt = run.ratios(row)
+    assert rt["analyze_over_read"] == 1.5 and rt["nsys_proj_over_analyze"] == 20.0
+    assert run.fastest_read(row)[0] == "bare_connectorx_2"
+    row["runs"]["nsys25_proj"] = {"wall_s": None, "rc": -9, "timed_out": True, "label": "nsys"}
+    rt = run.ratios(row)
+    assert "nsys_proj_over_analyze" not in rt and rt["nsys_proj_over_analyze_min"] == run.TIMEOUT_S / 1.5
+    md = run.markdown({"machine": run.machine(), "command": "python -m bench.run", "date": "today", "repeat": 3,
+                       "timeout_s": run.TIMEOUT_S, "rows": [row]})
+    assert "> 30 min" in md and "(est.)" not in md and "estimated" not in md
+
+
+def test_readme_table_replaced_between_the_marks(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"a\n{run.README_BEGIN}\nold\n{run.README_END}\nb\n")
+    assert run.update_readme("new table\n", readme)
+    assert readme.read_text() == f"a\n{run.README_BEGIN}\nnew table\n{run.README_END}\nb\n"
+    other = tmp_path / "other.md"
+    other.write_text("no marks\n")
+    assert not run.update_readme("x", other) and other.read_text() == "no marks\n"
+
+
+def test_bare_read_statements_are_those_of_analyze_trace_and_read_the_same_rows(tmp_path):
+    sqls = bare_read.record(str(REAL))
+    assert any("CUPTI_ACTIVITY_KIND_KERNEL" in s for s in sqls) and any("NVTX_EVENTS" in s for s in sqls)
+    assert not any("LIMIT" in s for s in sqls)
+    con = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    want = sum(len(con.execute(s).fetchall()) for s in sqls)
+    con.close()
+    assert bare_read.read("adbc", 1, sqls, str(REAL)) == want
+    assert bare_read.read("adbc", 2, sqls, str(REAL)) == want
+    pytest.importorskip("connectorx")
+    assert bare_read.read("connectorx", 2, sqls, str(REAL)) == want
+    assert bare_read.for_connectorx("SELECT a, NULL, COALESCE(b, c), d FROM t WHERE x") == \
+        "SELECT a, IFNULL(COALESCE(b, c), 0), d FROM t WHERE x"
+
+
+def test_tiled_real_trace_has_eight_ranks_and_the_source_kernels_times_tiles(tmp_path):
+    out = tmp_path / "tiled.sqlite"
+    before = REAL.read_bytes()
+    tile_real.build(REAL, out, kernels=12_000)
+    assert REAL.read_bytes() == before
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    src = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
+    k_src = src.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    tiles = -(-12_000 // (2 * k_src))
+    assert con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == 2 * k_src * tiles
+    assert con.execute("SELECT count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == 8
+    starts = [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid")]
+    assert starts == sorted(starts)
+    src.close()
+    con.close()
+    from analyze.run import api
+    a = api.load(str(out))
+    assert sorted(a.ranks["rank"]) == list(range(8)) and set(a.ranks["source"]) == {"mark"}
+    # twins are exact copies: the same busy time as their source rank
+    busy = a.totals.set_index("rank")["busy_ns"]
+    assert all(busy[r] == busy[r + 4] for r in range(4))
+
+
+@pytest.mark.slow
+def test_bench_end_to_end_small(tmp_path):
+    """The whole benchmark on a 20k-kernel file of each kind: every command measured, ratios in
+    the table, nothing estimated."""
+    scripts = run.nsys_scripts_dir(None)
+    argv = ["--sizes", "2e4", "--real-sizes", "2e4", "--repeat", "1", "--data", str(tmp_path), "--no-readme", "--no-nsys22"]
+    saved = {p: p.read_bytes() for p in (run.HERE / "results.json", run.HERE / "results.md", run.HERE / "scaling.png")
+             if p.exists()}
+    try:
+        assert run.main(argv) == 0
+        res = json.loads((run.HERE / "results.json").read_text())
+    finally:
+        for p, b in saved.items():
+            p.write_bytes(b)
+    assert {r["file_kind"] for r in res["rows"]} == {"synth", "real"}
+    for row in res["rows"]:
+        runs = row["runs"]
+        for key in ("analyze", "analyze_budget", "bare_adbc_1", "bare_adbc_2", "sqlite_scan"):
+            assert runs[key]["rc"] == 0 and runs[key]["wall_s"] > 0, key
+        if scripts is not None:
+            assert runs["nsys25_proj"]["rc"] == 0 and Path(row["file"]).with_name("bench_out").joinpath(
+                "nvtx_gpu_proj_sum.csv").stat().st_size > 0
+        assert "estimated" not in json.dumps(row)
+    shutil.rmtree(tmp_path, ignore_errors=True)

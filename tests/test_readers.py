@@ -1,0 +1,322 @@
+"""The readers: connectorx (the default where it is installed and checked read-only), ADBC and the
+stdlib cursor give the same tables; none of them can write the report; the op columns assembled
+straight from Arrow batches equal the frame-by-frame assembly, short and odd parts included."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyze.read import cxread, fastread, report
+from fixtures.synth import TraceSpec, write_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT / "fixtures" / "real"
+
+HAVE_CX = cxread._import() is not None
+needs_cx = pytest.mark.skipif(not HAVE_CX, reason="connectorx not installed")
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def scale_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("readers")
+    paths, _ = write_trace(TraceSpec(ranks=4, total_kernels=40_000, cuda_graph_mode="node"), out)
+    return str(paths[0])
+
+
+def state(path) -> tuple:
+    p = Path(path)
+    return sha(p), p.stat().st_mtime_ns, sorted(os.listdir(p.parent))
+
+
+def frames_equal(a: report.ReportTables, b: report.ReportTables, exact: bool = True) -> None:
+    """Same tables; ``exact=False``: values only (the stdlib reader's text columns come back in
+    pandas' inferred string dtype, the Arrow readers' as objects)."""
+    pd.testing.assert_series_equal(a.strings, b.strings, check_dtype=exact)
+    for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name, check_dtype=exact)
+    assert a.meta == b.meta and a.cross_thread_ranges == b.cross_thread_ranges
+
+
+# ---------------------------------------------------------------------------------------------
+# connectorx: read-only, checked
+# ---------------------------------------------------------------------------------------------
+
+@needs_cx
+def test_connectorx_passes_its_self_test_and_is_the_default(monkeypatch):
+    monkeypatch.delenv("SPECPROF_READER", raising=False)
+    assert cxread._self_test()
+    assert fastread.backend() == "connectorx"
+    monkeypatch.setenv("SPECPROF_READER", "adbc")
+    assert fastread.backend() == "adbc"
+    monkeypatch.setenv("SPECPROF_READER", "stdlib")
+    assert fastread.backend() == "stdlib"
+
+
+@needs_cx
+def test_connectorx_cannot_write_the_report(tmp_path):
+    """Through the connection string analyze-trace uses, every write fails (SQLite: readonly), and
+    the file's bytes, its mtime and its directory are as before; reads work."""
+    import connectorx as cx
+    src = tmp_path / "r.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", src)
+    before = state(src)
+    for immutable in (True, False):
+        conn = cxread.connection_string(str(src), immutable)
+        assert conn.startswith("sqlite:rofile:/") and "mode=ro" in conn
+        assert cx.read_sql(conn, "SELECT count(*) AS n FROM CUPTI_ACTIVITY_KIND_KERNEL",
+                           return_type="arrow").column(0)[0].as_py() == 2728
+        for write in ("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL RETURNING start",
+                      "UPDATE StringIds SET value = 'x' RETURNING id",
+                      "INSERT INTO StringIds (id, value) VALUES (999999, 'x') RETURNING id",
+                      "CREATE TABLE probe AS SELECT 1 AS x"):
+            with pytest.raises(Exception) as info:
+                cx.read_sql(conn, write, return_type="arrow")
+            if not write.startswith("CREATE"):      # (connectorx rejects a result without columns first)
+                assert "readonly" in str(info.value).lower()
+    assert state(src) == before
+    ro = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    assert ro.execute("SELECT count(*) FROM sqlite_master WHERE name = 'probe'").fetchone()[0] == 0
+    ro.close()
+
+
+@needs_cx
+def test_connectorx_default_url_writes_which_is_why_it_is_not_used(tmp_path):
+    """The claim behind cxread.py, checked: connectorx's documented ``sqlite://PATH`` opens the
+    file read-write (a DELETE through it deletes rows), and ``?mode=ro`` on it names another file."""
+    import connectorx as cx
+    src = tmp_path / "w.sqlite"
+    db = sqlite3.connect(src)
+    db.execute("CREATE TABLE t (x INTEGER)")
+    db.execute("INSERT INTO t VALUES (1), (2)")
+    db.commit()
+    db.close()
+    cx.read_sql(f"sqlite://{src}", "DELETE FROM t RETURNING x", return_type="arrow")
+    db = sqlite3.connect(src)
+    assert db.execute("SELECT count(*) FROM t").fetchone()[0] == 0
+    db.close()
+    with pytest.raises(Exception):
+        cx.read_sql(f"sqlite://{src}?mode=ro", "SELECT x FROM t", return_type="arrow")
+    assert (tmp_path / "w.sqlite?mode=ro").exists()
+
+
+@needs_cx
+def test_self_test_rejects_a_writable_connection(monkeypatch):
+    monkeypatch.setattr(cxread, "connection_string", lambda path, immutable=True: f"sqlite://{path}")
+    assert not cxread._self_test()
+
+
+def test_paths_connectorx_could_misread_are_not_given_to_it(tmp_path):
+    for name in ("a b.sqlite", "a#1.sqlite", "a%20.sqlite", "a?x.sqlite", "é.sqlite"):
+        assert cxread.connection_string(str(tmp_path / name)) is None
+    assert cxread.connection_string(str(tmp_path / "ok-1_2.sqlite")).endswith("ok-1_2.sqlite?mode=ro&immutable=1")
+
+
+def test_odd_path_reads_the_same_through_adbc(tmp_path, scale_file):
+    odd = tmp_path / "dir with #%?" / "r é.sqlite"
+    odd.parent.mkdir()
+    shutil.copyfile(scale_file, odd)
+    before = state(odd)
+    fastread.SERVED.clear()
+    frames_equal(report.read_report(str(odd)), report.read_report(scale_file))
+    assert state(odd) == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the same tables whichever reader
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_graphs_node", "sglang_graphs",
+                                  "h200_1proc_graphs_graphlevel", "cpu2022_shim"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_reader_gives_the_same_tables(name, threads, monkeypatch):
+    path = str(REAL / f"{name}.sqlite")
+    before = state(path)
+    got = {}
+    for reader in ("stdlib", "adbc", "") if HAVE_CX else ("stdlib", ""):
+        if reader:
+            monkeypatch.setenv("SPECPROF_READER", reader)
+        else:
+            monkeypatch.delenv("SPECPROF_READER", raising=False)
+        fastread.SERVED.clear()
+        got[reader or "default"] = report.read_report(path, threads=threads)
+        used = set(fastread.SERVED)
+        assert used == ({reader} if reader else ({"connectorx"} if HAVE_CX else {"adbc"})), used
+    for k, v in got.items():
+        frames_equal(v, got["stdlib"], exact=False)
+    if HAVE_CX:
+        frames_equal(got["default"], got["adbc"])
+    assert state(path) == before
+
+
+def test_scale_file_same_tables_every_reader(scale_file, monkeypatch):
+    monkeypatch.setenv("SPECPROF_READER", "stdlib")
+    ref = report.read_report(scale_file)
+    monkeypatch.setenv("SPECPROF_READER", "adbc")
+    adbc = report.read_report(scale_file)
+    frames_equal(adbc, ref, exact=False)
+    monkeypatch.delenv("SPECPROF_READER")
+    for threads in (1, 2):
+        frames_equal(report.read_report(scale_file, threads=threads), adbc)
+
+
+@needs_cx
+def test_connectorx_expressions_and_nulls(tmp_path):
+    """Literal NULL columns and expressions whose first value is NULL (which connectorx cannot type
+    on its own) come back as ADBC returns them."""
+    db = tmp_path / "e.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (a INTEGER, b INTEGER, c INTEGER, s TEXT)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)",
+                    [(None, None, 5, None), (1, None, None, "x"), (None, 7, 2, "y"), (2 ** 62, 3, 1, None)])
+    con.commit()
+    con.close()
+    sql = "SELECT NULL, COALESCE(a, b), c & ~1, s, a FROM t"
+    table = cxread.read_table(cxread.connection_string(str(db)), sql)
+    import adbc_driver_sqlite.dbapi as dbapi
+    aconn = dbapi.connect(db.resolve().as_uri() + "?mode=ro")
+    cur = aconn.cursor()
+    cur.execute(sql)
+    ref = cur.fetch_arrow_table()
+    cur.close()
+    aconn.close()
+    assert [c.to_pylist() for c in table.columns] == [c.to_pylist() for c in ref.columns]
+    assert table.column(1).to_pylist() == [None, 1, 7, 2 ** 62]
+    assert [str(c.type) for c in table.columns[:3]] == ["int64"] * 3
+
+
+@needs_cx
+def test_text_that_is_not_utf8_falls_back(tmp_path):
+    db = tmp_path / "u.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE t (x INTEGER, s TEXT)")
+    con.execute("INSERT INTO t VALUES (1, 'ok')")
+    con.execute("INSERT INTO t VALUES (2, CAST(X'66EA6F' AS TEXT))")
+    con.commit()
+    con.close()
+    with pytest.raises(Exception):
+        cxread.read_table(cxread.connection_string(str(db)), "SELECT x, s FROM t")
+    raw = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    raw.text_factory = lambda b: b.decode("utf-8", "replace")
+
+    class Conn:       # what fastread needs of an analyze connection
+        path, immutable = str(db), True
+
+        def execute(self, *a):
+            return raw.execute(*a)
+    fastread.SERVED.clear()
+    conn = Conn()
+    try:
+        frame = fastread.read_frame(conn, "SELECT x, s FROM t", ["x", "s"])
+    finally:
+        fastread.close(conn)
+    assert frame["s"].tolist() == ["ok", "f\ufffdo"]
+    assert "connectorx" not in fastread.SERVED
+    raw.close()
+
+
+def test_cross_thread_ranges_counted_from_the_rows_read(tmp_path):
+    """Start/end ranges that end on another thread are counted from the NVTX rows the reader
+    fetched (no second scan), equal to the SQL count, whole or in rowid chunks."""
+    path = tmp_path / "x.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET eventType = 60, endGlobalTid = globalTid + 1 "
+                "WHERE eventType = 59 AND rowid % 7 = 0")
+    con.execute("UPDATE NVTX_EVENTS SET endGlobalTid = globalTid WHERE eventType = 34")   # a mark: not counted
+    con.commit()
+    con.close()
+    conn = report.open_report(str(path))
+    try:
+        expected = report.count_cross_thread_ranges(conn)
+    finally:
+        conn.close()
+    assert expected > 100
+    for threads in (1, 2):
+        for chunk in (None, 97):
+            assert report.read_report(str(path), threads=threads, nvtx_chunk_rows=chunk).cross_thread_ranges == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# op columns straight from Arrow
+# ---------------------------------------------------------------------------------------------
+
+def _old_assembly(path: str, chunk_rows=None) -> pd.DataFrame:
+    conn = report.open_report(path)
+    try:
+        plan = report.plan_gpu_op_reads(conn, chunk_rows)
+        return report.assemble_gpu_ops(plan, [report.read_op_part(conn, p) for p in plan])
+    finally:
+        fastread.close(conn)
+        conn.close()
+
+
+def _odd_copy(src: str, dst: Path) -> str:
+    """A copy whose kernel table has holes in its rowids (parts shorter than their rowid range),
+    NULL graph node ids, a correlation id beyond 2**53 and memcpys with NULL process ids."""
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 97 = 3")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = NULL WHERE rowid % 5 = 1")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 9007199254740993 WHERE rowid = 10")
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET globalPid = NULL WHERE rowid % 3 = 0")
+    con.commit()
+    con.close()
+    return str(dst)
+
+
+@pytest.mark.parametrize("reader", ["", "adbc", "stdlib"])
+def test_op_columns_equal_frame_assembly(scale_file, tmp_path, monkeypatch, reader):
+    if reader:
+        monkeypatch.setenv("SPECPROF_READER", reader)
+    odd = _odd_copy(scale_file, tmp_path / "odd.sqlite")
+    for path in (scale_file, odd):
+        ref = _old_assembly(path)
+        for chunk_rows in (None, 7_001):
+            conn = report.open_report(path)
+            try:
+                got = report.read_gpu_ops(conn, chunk_rows)
+            finally:
+                fastread.close(conn)
+                conn.close()
+            pd.testing.assert_frame_equal(got, ref, obj=f"{path} chunk_rows={chunk_rows}")
+        for threads in (1, 2):
+            pd.testing.assert_frame_equal(report.read_report(path, threads=threads).gpu_ops, ref)
+    got = report.read_report(odd).gpu_ops
+    assert got["correlation_id"].max() == 9007199254740993
+    assert got["graph_node_id"].isna().any() and (got["global_pid"] == -1).any()
+
+
+def test_op_columns_fall_back_for_a_real_column(scale_file, tmp_path):
+    path = tmp_path / "real.sqlite"
+    shutil.copyfile(scale_file, path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5 WHERE rowid = 2")
+    con.commit()
+    con.close()
+    pd.testing.assert_frame_equal(report.read_report(str(path)).gpu_ops, _old_assembly(str(path)))
+
+
+def test_empty_op_tables(tmp_path):
+    path = tmp_path / "empty.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    con.execute("DELETE FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    con.commit()
+    con.close()
+    got = report.read_report(str(path)).gpu_ops
+    ref = _old_assembly(str(path))
+    assert got.empty and ref.empty
+    assert list(got.columns) == list(ref.columns) and list(got.dtypes) == list(ref.dtypes)
+    assert np.array_equal(got.columns, report.GPU_OP_COLUMNS)
