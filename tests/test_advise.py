@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import analyze
@@ -70,15 +71,22 @@ def test_kind_of_kernel_names(name, kind, algo, proto, variant):
     assert k.label
 
 
+def _steady(a) -> pd.DataFrame:
+    """The cycles advise reads: the cycle table's steady state (warm-up flags false)."""
+    return a.cycles[~a.cycles["warmup"].astype(bool)]
+
+
 # ----------------------------------------------------------------------------------- verify_dominated
 def test_verify_dominated_triggers_with_the_step_count_of_whatif(tmp_path):
     a, _, _ = _trace(tmp_path, verify_layers=8)
     adv = advise(a)
     f = _one(adv, F.VERIFY_DOMINATED)
-    cyc = a.cycles["period_ns"].mean()
+    steady = _steady(a)
+    assert len(steady) < len(a.cycles)                    # the first cycle of every rank is left out
+    cyc = steady["period_ns"].mean()
     assert adv.cycle_ns == pytest.approx(cyc)
-    assert f.ceiling_ns == pytest.approx(a.cycles["verify_ns"].mean())
-    assert f.evidence["verify_share"] == pytest.approx(a.cycles["verify_ns"].mean() / cyc)
+    assert f.ceiling_ns == pytest.approx(steady["verify_ns"].mean())
+    assert f.evidence["verify_share"] == pytest.approx(steady["verify_ns"].mean() / cyc)
     assert f.evidence["verify_share"] >= 0.5
     w = adv.whatif
     assert f.evidence["profiled_steps"] == w["profiled_steps"] == 3
@@ -98,8 +106,11 @@ def test_verify_dominated_quiet_below_half_the_cycle(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- allreduce
-def _transfer_per_cycle(truth, ranks, cycles):
-    return sum(r["transfer_ns"] for c in truth["collectives"] for r in c["ranks"]) / (ranks * cycles)
+def _transfer_per_cycle(truth, ranks, a):
+    """The generator's transfer time per rank and steady cycle (the cycles advise reads)."""
+    steady = set(_steady(a)["cycle"].tolist())
+    return sum(r["transfer_ns"] for c in truth["collectives"] if c["cycle"] in steady
+               for r in c["ranks"]) / (ranks * len(steady))
 
 
 def test_simple_allreduces_dominating_verify_on_8_ranks_are_named_first(tmp_path):
@@ -114,9 +125,9 @@ def test_simple_allreduces_dominating_verify_on_8_ranks_are_named_first(tmp_path
     assert next(s for s in first.settings if s.name == "NCCL_PROTO").value == "LL"
     assert "NCCL_ALGO" not in first.setting_names()                     # Ring already
     assert first.evidence["kinds"][0]["protocol"] == "SIMPLE" and first.evidence["kinds"][0]["algorithm"] == "RING"
-    assert first.evidence["kinds"][0]["count"] == 8 * 10 * 4
+    assert first.evidence["kinds"][0]["count"] == 8 * 9 * 4       # 10 cycles, the first of each rank warm-up
     # the saving is the transfer time per cycle (wait excluded), as the generator made it
-    assert first.saving_ns == pytest.approx(_transfer_per_cycle(truth, 8, 10))
+    assert first.saving_ns == pytest.approx(_transfer_per_cycle(truth, 8, a))
     assert first.evidence["collectives_per_cycle"] == pytest.approx(4)
     assert first.evidence["transfer_share"] > 0.3
     assert first.evidence["message_sizes"] is None and "payload" in first.evidence["message_sizes_reason"]
@@ -210,7 +221,7 @@ def test_host_bound_names_the_idle_time_and_the_flags(tmp_path):
     adv = advise(a)
     f = adv.findings[0]
     assert f.rule == F.HOST_BOUND
-    c = a.cycles
+    c = _steady(a)
     idle = float((c["period_ns"] - c["busy_ns"]).mean())
     assert f.saving_ns == pytest.approx(idle) and f.evidence["idle_ns"] == pytest.approx(idle)
     assert f.evidence["gap_inside_gpu_window_ns"] == pytest.approx(c["gap_ns"].mean())
@@ -263,7 +274,7 @@ def test_draft_extend_cost_beyond_one_draft_step(tmp_path):
     a, _, _ = _trace(tmp_path, draft_extend_ns=120_000)
     adv = advise(a)
     f = _one(adv, F.DRAFT_EXTEND)
-    de = a.cycles["draft_extend_ns"].mean()
+    de = _steady(a)["draft_extend_ns"].mean()
     step = adv.whatif["draft_step_ns"]
     assert f.ceiling_ns == pytest.approx(de)
     assert f.saving_ns == pytest.approx(de - step)

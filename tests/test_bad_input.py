@@ -361,12 +361,20 @@ def test_unrelated_public_reports_are_refused():
 @pytest.mark.parametrize("budget", [None, "1MB"])
 def test_lost_cuda_tail_is_counted_whole_and_chunked(budget):
     """The committed real SGLang graph capture lost its last ~3 s of CUDA data: 48 of its 63 decode
-    cycles have NVTX but no GPU op, and are not in the cycle table."""
+    cycles have NVTX but no GPU op: rows of the cycle table without GPU columns (no_gpu_ops), the
+    last cycle with GPU work before them cut short (truncated), both left out of steady-state figures."""
+    from analyze.timeline import cycles as cycles_mod
+
     result = analyze.load(REAL / "sglang_graphs.sqlite", memory_budget=budget and 10**6)
     note = next(n for n in result.notes if n.code == "lost_cuda_tail")
     assert note.count == 48 and "rank 0: 48 of 63 cycles, the last 2.9 s" in note.message
-    assert len(result.cycles) == 63 - 48
-    assert int(result.cycles["start_ns"].max()) < int(result.totals["window_end_ns"].max())
+    assert "no_gpu_ops" in note.message
+    assert len(result.cycles) == 63
+    reasons = result.cycles["warmup_reason"].value_counts().to_dict()
+    assert reasons["no_gpu_ops"] == 48 and reasons["truncated"] == 1
+    measured = cycles_mod.with_gpu(result.cycles)
+    assert len(measured) == 63 - 48 and result.cycles.loc[measured.index, "start_ns"].notna().all()
+    assert int(measured["start_ns"].max()) < int(result.totals["window_end_ns"].max())
 
 
 @pytest.mark.skipif(not (REAL3 / "sglang_graphs.sqlite").exists(), reason="the coordinator's real3 captures")

@@ -185,7 +185,7 @@ def test_parquet_in_row_groups_equals_one_piece(tmp_path, monkeypatch):
     monkeypatch.setattr(outputs, "PARQUET_ROWS_PER_GROUP", 7)
     outputs.write_parquet(result, tmp_path / "pq")
     for name, frame in outputs.tables(result).items():
-        text = {c: frame[c].map(lambda v: None if v is None else str(v))
+        text = {c: frame[c].map(lambda v: None if v is None else json.dumps(v) if isinstance(v, (dict, list)) else str(v))
                 for c in frame.columns if frame[c].dtype == object}
         frame.assign(**text).to_parquet(tmp_path / f"{name}.whole.parquet", index=False)
         got = pd.read_parquet(tmp_path / "pq" / f"{name}.parquet")

@@ -304,7 +304,7 @@ def test_eight_rank_labels_do_not_overlap(synth8):
 def test_write_all_png_svg(real4, tmp_path):
     a = analyze.load(REAL4)
     names = plots.write_all(a, tmp_path / "figs")
-    stems = ["phases", "timeline", "top_kernels", "cycle_distributions", "cycle_breakdown", "verify_kernels"]
+    stems = ["decode", "phases", "timeline", "top_kernels", "cycle_distributions", "cycle_breakdown", "verify_kernels"]
     assert names == [f"{s}.{ext}" for s in stems for ext in ("png", "svg")]
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(names)
     for s in stems:
@@ -356,7 +356,7 @@ def test_html_report_content(synth8, tmp_path):
     assert f"<td>{ex[(5, 'verify')] / 1e6:,.3f}</td>" in text
     assert "straggler rank(s): <b>" in text
     # every figure inline as SVG, with its labels as text
-    assert text.count("<svg") == 7
+    assert text.count("<svg") == 8          # the decode bars first, then the 7 figures
     for label in ("exclusive GPU time (ms)", "rank 7", "collective instance (n-th all-reduce of every rank)",
                   "decode cycle"):
         assert f">{label}<" in text
@@ -373,7 +373,7 @@ def test_html_one_rank_says_why_no_heatmap(real1, tmp_path):
     assert "no collectives: one rank" in text
     assert "figure allreduce_wait skipped: no collectives (one rank)" in text
     assert "CUDA graphs traced at graph level" in text  # analysis notes are shown
-    assert text.count("<svg") == 6
+    assert text.count("<svg") == 7
 
 
 def test_cli_plots_and_html(tmp_path, capsys):
@@ -382,7 +382,7 @@ def test_cli_plots_and_html(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "figure allreduce_wait skipped" in out  # the skip is a note of the terminal report
     assert (tmp_path / "figs" / "timeline.svg").exists() and not (tmp_path / "figs" / "allreduce_wait.png").exists()
-    assert (tmp_path / "r.html").read_text().count("<svg") == 6
+    assert (tmp_path / "r.html").read_text().count("<svg") == 7
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
@@ -397,7 +397,7 @@ def test_api_doc_examples_run(capsys):
     out = capsys.readouterr().out
     assert "4 ranks; ['draft', 'verify', 'draft_extend', 'allreduce', 'prefill']" in out
     assert "skipped: no collectives" in out
-    assert "['phases.png', 'phases.svg', 'timeline.png', 'timeline.svg'] report.html" in out
+    assert "['decode.png', 'decode.svg', 'phases.png', 'phases.svg'] report.html" in out
     assert scope["late"] == [] and scope["t"]["phases"]["phase"].iloc[-1] == "busy"
 
 

@@ -157,11 +157,7 @@ def decode_table(a, figure: str = "mean") -> pd.DataFrame:
 def shown_components(a, bd: pd.DataFrame) -> list[str]:
     """The components worth a column: the core ones, and configured phases with time; all-reduce
     left out on a single rank without any (TP 1)."""
-    tp1 = decode.no_allreduce(bd, a.ranks)
-    core = {"draft", "verify", "draft_extend", decode.ALLREDUCE, OTHER, decode.GPU_IDLE}
-    totals = bd.groupby("component", sort=False)["per_cycle_ns"].sum()
-    return [c for c in decode.components(a.phase_names)
-            if (c in core or totals.get(c, 0) > 0) and not (tp1 and c == decode.ALLREDUCE)]
+    return decode.shown_components(bd, a.phase_names, a.ranks)
 
 
 def _decode_display(frame: pd.DataFrame) -> pd.DataFrame:

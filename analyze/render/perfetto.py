@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
+from analyze.timeline import cycles as cycles_mod
 
 __all__ = ["phase_segments", "perfetto_bytes", "write_perfetto", "lanes", "has_phase_track"]
 
@@ -208,11 +209,14 @@ def lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def _cycle_slices(cycles: pd.DataFrame) -> pd.DataFrame:
-    """Per cycle its period on the GPU: first op to the next cycle's first op (last: window end)."""
-    c = cycles.sort_values(["rank", "start_ns"], kind="stable")
-    nxt = c.groupby("rank")["start_ns"].shift(-1)
-    end = nxt.where(nxt.notna(), c["end_ns"]).astype("int64")
-    return c.assign(slice_end_ns=np.maximum(end.to_numpy(), c["start_ns"].to_numpy()))
+    """Per cycle with GPU data its GPU period (the cycle table's ``gpu_period_start_ns`` to
+    ``gpu_period_end_ns``: first op to the next cycle's first op, the last to its window end)."""
+    c = cycles_mod.with_gpu(cycles)
+    if c is None or c.empty:
+        return cycles.iloc[0:0].assign(slice_end_ns=pd.Series(dtype="int64"))
+    c = c.sort_values(["rank", "gpu_period_start_ns"], kind="stable")
+    return c.assign(start_ns=c["gpu_period_start_ns"].astype("int64"),
+                    slice_end_ns=c["gpu_period_end_ns"].astype("int64"))
 
 
 def has_phase_track(a) -> bool:

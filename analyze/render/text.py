@@ -149,10 +149,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     tp1 = decode.no_allreduce(bd, result.ranks)
     ranks = sorted(bd["rank"].unique().tolist())
     shown = ranks[:max_ranks]
-    core = {"draft", "verify", "draft_extend", decode.ALLREDUCE, OTHER, decode.GPU_IDLE}
-    totals = bd.groupby("component", sort=False)["per_cycle_ns"].apply(lambda s: s.abs().sum())
-    comps = [c for c in decode.components(result.phase_names)
-             if (c in core or totals.get(c, 0) > 0) and not (tp1 and c == decode.ALLREDUCE)]
+    comps = decode.shown_components(bd, result.phase_names, result.ranks)
     cell = bd.set_index(["rank", "component"])
     srow = sm.set_index("rank")
     period = {r: float(srow.loc[r, "period_mean_ns"]) for r in ranks}

@@ -50,8 +50,8 @@ def nsys_errors(meta: dict) -> list[Note]:
 
 def lost_cuda_tail(ranges: pd.DataFrame, totals: pd.DataFrame, meta: dict) -> list[Note]:
     """Decode cycles that come after the last GPU op of their rank: NVTX without any GPU op, the CUDA
-    data of the end of the run lost (the process exited before nsys saved its CUDA buffers). They
-    are missing from the cycle table; the note counts them, says how much time they span and what
+    data of the end of the run lost (the process exited before nsys saved its CUDA buffers). The
+    cycle table holds them without GPU columns (``no_gpu_ops``); the note counts them, says how much time they span and what
     nsys said, and points at --cuda-flush-interval."""
     if ranges is None or totals is None or not len(ranges) or "is_cycle" not in ranges.columns \
             or "window_end_ns" not in totals.columns:
@@ -78,8 +78,9 @@ def lost_cuda_tail(ranges: pd.DataFrame, totals: pd.DataFrame, meta: dict) -> li
                          pids, limit=1)
     return [Note(N.LOST_CUDA_TAIL, f"{lost} decode cycles come after the last GPU op ({'; '.join(parts)}): NVTX "
                  "without GPU ops, the CUDA data of the end of the run was lost (the process exited before nsys "
-                 f"saved its CUDA buffers{'; nsys said: ' + words if words else ''}); they are not in the cycle "
-                 f"table; {capture.FLUSH_HINT}", lost)]
+                 f"saved its CUDA buffers{'; nsys said: ' + words if words else ''}); in the cycle table they have no "
+                 f"GPU columns (warmup_reason no_gpu_ops) and are left out of every per-cycle figure; "
+                 f"{capture.FLUSH_HINT}", lost)]
 
 
 def report_notes(result) -> list[Note]:

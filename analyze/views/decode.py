@@ -200,6 +200,18 @@ def no_allreduce(breakdown: pd.DataFrame, ranks: pd.DataFrame) -> bool:
     return ar.empty or float(ar["per_cycle_ns"].abs().sum()) == 0.0
 
 
+CORE_COMPONENTS = ("draft", "verify", "draft_extend", ALLREDUCE, OTHER, GPU_IDLE)
+
+
+def shown_components(breakdown: pd.DataFrame, phase_names: list[str], ranks: pd.DataFrame | None = None) -> list[str]:
+    """The components worth a column in a report: the core ones, and configured phases with time on
+    some rank; all-reduce left out on a single rank without any (TP 1)."""
+    tp1 = no_allreduce(breakdown, ranks)
+    totals = breakdown.groupby("component", sort=False)["per_cycle_ns"].apply(lambda s: s.abs().sum())
+    return [c for c in components(phase_names)
+            if (c in CORE_COMPONENTS or totals.get(c, 0) > 0) and not (tp1 and c == ALLREDUCE)]
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%" if x >= 0.01 or x == 0 else f"{100 * x:.1f}%"
 
