@@ -3,10 +3,9 @@
 allreduce_wait.png).
 
     python docs/screenshots/make.py                      # fixtures/real/h200_shim_graphs_node.sqlite
-    python docs/screenshots/make.py REPORT [--reference-split]
+    python docs/screenshots/make.py REPORT
 
-``--reference-split`` fills in the cycle table's period split from tests/helpers/period_split.py
-where the analysis has none (the pipeline's own columns are used when present). Needs
+Needs
 ``/usr/bin/chromium`` (``apt-get install -y chromium``) and the fixtures unpacked
 (``python -m fixtures.unpack``).
 """
@@ -25,22 +24,9 @@ DEFAULT = "fixtures/real/h200_shim_graphs_node.sqlite"     # relative to the rep
 SYNTH8 = dict(ranks=8, cycles=5, straggler={5: {"cycle": 3, "phase": "verify", "delay_ns": 400_000}})
 
 
-def _load(path, reference_split: bool):
-    import analyze
-
-    a = analyze.load(path)
-    if reference_split:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from helpers.period_split import with_period_split
-
-        a = with_period_split(a)
-    return a
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("report", nargs="?", default=str(DEFAULT))
-    p.add_argument("--reference-split", action="store_true")
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=1000)
     args = p.parse_args(argv)
@@ -53,7 +39,9 @@ def main(argv=None) -> int:
     if not chromium:
         print("no chromium on PATH (apt-get install -y chromium)", file=sys.stderr)
         return 2
-    a = _load(args.report, args.reference_split)
+    import analyze
+
+    a = analyze.load(args.report)
     with tempfile.TemporaryDirectory() as tmp:
         page = Path(tmp) / "report.html"
         html.write_html(a, page)
@@ -68,7 +56,7 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         paths, _ = write_trace(TraceSpec(**SYNTH8), tmp)
-        (HERE / "allreduce_wait.png").write_bytes(plots.to_bytes(plots.allreduce_heatmap(_load(paths, False))))
+        (HERE / "allreduce_wait.png").write_bytes(plots.to_bytes(plots.allreduce_heatmap(analyze.load(paths))))
     print("wrote", ", ".join(str(HERE / n) for n in ("report.png", "decode.png", "phases.png", "timeline.png",
                                                     "allreduce_wait.png")))
     return 0

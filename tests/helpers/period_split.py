@@ -5,12 +5,10 @@ overlap, then ``other``) and idle; warm-up = the first cycle of a rank, or a per
 rank's median (``outlier``). Written plainly (loops over cycles, interval unions in Python), so it
 shares no code with the analyzer.
 
-``with_period_split(a)`` returns the analysis with these columns added where the pipeline has not
-made them (before issue 18's change is merged), and the pipeline's own columns untouched after.
+tests/test_decode_breakdown.py checks the pipeline's own columns against it on real traces.
 """
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pandas as pd
@@ -72,19 +70,3 @@ def period_split(gpu_ops: pd.DataFrame, cycles: pd.DataFrame, phase_names: list[
     out["warmup"] = (first | outlier).to_numpy()
     out["warmup_reason"] = np.where(first, "first", np.where(outlier, "outlier", None))
     return out
-
-
-def with_period_split(a):
-    """The analysis with the reference period split where the pipeline lacks one (a shallow copy),
-    ``outside_cycles_busy_ns`` in its totals."""
-    if "period_idle_ns" in a.cycles.columns:
-        return a
-    b = copy.copy(a)
-    b.cycles = period_split(a.gpu_ops, a.cycles, a.phase_names)
-    busy_cols = [f"period_{p}_ns" for p in [p for p in a.phase_names if p != OTHER] + [OTHER]]
-    in_periods = b.cycles.assign(_b=b.cycles[busy_cols].sum(axis=1)).groupby("rank")["_b"].sum()
-    totals = a.totals.copy()
-    totals["outside_cycles_busy_ns"] = (totals["busy_ns"] - totals["rank"].map(in_periods).fillna(0)).astype("int64")
-    b.totals = totals
-    b.notes = list(a.notes)
-    return b
