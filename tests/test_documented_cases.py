@@ -392,12 +392,17 @@ def _mutated(r: Run, *statements, rebuild: str | None = None) -> tuple[int, str]
     rc, text = r.cli("run.sqlite", "--json", "o.json")
     assert rc == 0, text
     sound(r.tmp / "o.json")
-    rc_chunked, text_chunked = r.cli("run.sqlite", "--memory-budget", "1MB", "--json", "c.json", "--force")
-    assert rc_chunked == 0
-    assert [n["code"] for n in json.loads((r.tmp / "c.json").read_text())["notes"] if n["code"] in (
-        "bad_timestamps", "negative_durations", "outside_session", "duplicate_rows")] == \
-        [n["code"] for n in json.loads((r.tmp / "o.json").read_text())["notes"] if n["code"] in (
+    def left_out(name: str) -> list:
+        return [(n["code"], n["count"]) for n in json.loads((r.tmp / name).read_text())["notes"] if n["code"] in (
             "bad_timestamps", "negative_durations", "outside_session", "duplicate_rows")]
+
+    whole = left_out("o.json")
+    assert whole
+    # the same rows left out, and said, in chunks; in chunks filling the cache; from that cache
+    for out in ("c.json", "c1.json", "c2.json"):
+        extra = ("--cache",) if out != "c.json" else ()
+        rc_chunked, _ = r.cli("run.sqlite", "--memory-budget", "1MB", *extra, "--json", out, "--force")
+        assert rc_chunked == 0 and left_out(out) == whole, out
     return rc, text
 
 
