@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -284,172 +283,6 @@ def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     return ops
 
 
-class OpColumns:
-    """The op table's columns, allocated once from the plan's row bounds (each part's rowid range:
-    an upper bound), every part's rows copied into its slot as soon as they are read, from Arrow
-    record batches (no intermediate frame) or, where a column is not integer, from the validated
-    frame of :func:`read_op_part`. :meth:`frame` validates the rows that came as batches with the
-    very rules of :func:`read_op_part` (read/validate.py: NULL timestamps, end before start, outside
-    the session; exact duplicates per op table), drops them and the gaps in one pass, and returns
-    the table :func:`assemble_gpu_ops` makes from the same parts, what was left out in
-    ``attrs["excluded_rows"]``. Filled from several threads at once (disjoint slots)."""
-
-    NODE = "graph_node_id"                      # NULL -> <NA>; other integer columns: NULL -> -1
-    TIMES = ("start_ns", "end_ns")
-
-    def __init__(self, plan: list[OpRead], session_end: int | None):
-        self.plan, self.session_end = plan, session_end
-        bounds = [int(p.rows_hint or 0) for p in plan]
-        self.offset = np.concatenate([[0], np.cumsum(bounds)]).astype("int64")
-        n = int(self.offset[-1])
-        self.values = {c: np.empty(n, dtype="int64") for c in GPU_OP_COLUMNS[1:]}
-        self.node_null = np.zeros(n, dtype=bool)
-        self.time_null = np.zeros(n, dtype=bool)       # a NULL start or end (batches only)
-        self.rows = [0] * len(plan)
-        self.checked = [False] * len(plan)             # rows from read_op_part: validated already
-        self.excluded: list = []
-
-    def put_batches(self, i: int, batches) -> None:
-        """Part ``i`` from Arrow record batches (columns in GPU_OP_COLUMNS[1:] order). Raises
-        ValueError for a column that is not integer (the caller then reads the part as a frame)."""
-        import pyarrow as pa
-        import pyarrow.types as pat
-
-        at, end = int(self.offset[i]), int(self.offset[i + 1])
-        self.time_null[at:end] = False
-        names = GPU_OP_COLUMNS[1:]
-        for batch in batches:
-            m = batch.num_rows
-            if at + m > end:
-                raise ValueError("more rows than the rowid range holds")
-            for j, name in enumerate(names):
-                col = batch.column(j)
-                if not (pat.is_integer(col.type) or pat.is_null(col.type)):
-                    raise ValueError(f"{name}: {col.type}")
-                dst = self.values[name][at:at + m]
-                if pat.is_null(col.type):
-                    dst[:] = -1
-                    if name == self.NODE:
-                        self.node_null[at:at + m] = True
-                    elif name in self.TIMES:
-                        self.time_null[at:at + m] = True
-                    continue
-                if col.null_count:
-                    null = col.is_null().to_numpy(zero_copy_only=False)
-                    if name == self.NODE:
-                        self.node_null[at:at + m] = null
-                    elif name in self.TIMES:
-                        self.time_null[at:at + m] |= null
-                    col = col.fill_null(pa.scalar(-1, col.type))
-                elif name == self.NODE:
-                    self.node_null[at:at + m] = False
-                dst[:] = col.to_numpy(zero_copy_only=False)
-            at += m
-        self.rows[i] = at - int(self.offset[i])
-        self.checked[i] = False
-
-    def put_frame(self, i: int, frame: pd.DataFrame) -> None:
-        """Part ``i`` from a frame of :func:`read_op_part` (validated; any dtypes the readers make)."""
-        at, m = int(self.offset[i]), len(frame)
-        if at + m > int(self.offset[i + 1]):
-            raise ValueError("more rows than the rowid range holds")
-        self.excluded += take_excluded(frame)
-        for name in GPU_OP_COLUMNS[1:]:
-            if name == self.NODE:
-                num = pd.to_numeric(frame[name], errors="coerce")
-                self.node_null[at:at + m] = num.isna().to_numpy()
-                self.values[name][at:at + m] = num.fillna(-1).to_numpy().astype("int64")
-            else:
-                self.values[name][at:at + m] = _int64(frame[[name]].copy(), [name])[name].to_numpy()
-        self.rows[i] = m
-        self.checked[i] = True
-
-    def _keep(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows kept, as positions into the slots; their kind code), after the read's rules."""
-        keep, kinds = [], []
-        start, end = self.values["start_ns"], self.values["end_ns"]
-        counts: dict[str, dict[str, int]] = {}
-        for i, p in enumerate(self.plan):
-            a = int(self.offset[i])
-            b = a + self.rows[i]
-            if b == a:
-                continue
-            pos = np.arange(a, b)
-            if not self.checked[i]:
-                s, e = start[a:b], end[a:b]
-                bad = self.time_null[a:b]
-                negative = ~bad & (e < s)
-                inside = validate.session_mask(s, e, self.session_end)
-                outside = ~bad & ~negative & ~inside
-                c = counts.setdefault(p.kind, {})
-                for problem, mask in ((validate.BAD_TIMESTAMPS, bad), (validate.NEGATIVE_DURATION, negative),
-                                      (validate.OUTSIDE_SESSION, outside)):
-                    c[problem] = c.get(problem, 0) + int(mask.sum())
-                ok = ~(bad | negative | outside)
-                if not ok.all():
-                    pos = pos[ok]
-            keep.append(pos)
-            kinds.append(np.full(len(pos), GPU_OP_KINDS.index(p.kind), dtype="int8"))
-        for kind, c in counts.items():
-            self.excluded += validate.exclusions(kind, c)
-        if not keep:
-            return np.zeros(0, dtype="int64"), np.zeros(0, dtype="int8")
-        return np.concatenate(keep), np.concatenate(kinds)
-
-    def frame(self) -> pd.DataFrame:
-        if not self.plan or not any(self.rows):       # as assemble_gpu_ops makes it
-            empty = assemble_kinds([])
-            if self.plan:
-                empty[self.NODE] = empty[self.NODE].astype("Int64")
-            empty.attrs[EXCLUDED] = validate.merge(self.excluded)
-            return empty
-        pos, kinds = self._keep()
-        whole = len(pos) == len(self.node_null) and (len(pos) == 0 or (pos[-1] == len(pos) - 1))
-        out: dict = {}
-        for name in GPU_OP_COLUMNS[1:]:
-            v = self.values.pop(name)
-            out[name] = v if whole else v[pos]
-            del v
-        null = self.node_null if whole else self.node_null[pos]
-        self.node_null = self.time_null = None
-        # exact duplicates per op table (nsys never writes them): the rule of read_op_part and
-        # assemble_kinds, over every part of the table at once
-        drop = np.zeros(len(kinds), dtype=bool)
-        for code in np.unique(kinds):
-            rows = np.flatnonzero(kinds == code)
-            part = pd.DataFrame({c: out[c][rows] for c in GPU_OP_COLUMNS[1:]}, copy=False)
-            part[self.NODE] = pd.arrays.IntegerArray(out[self.NODE][rows], null[rows].copy())
-            dup = validate.duplicate_mask(part, out["start_ns"][rows])
-            if dup.any():
-                drop[rows[dup]] = True
-                self.excluded += validate.exclusions(GPU_OP_KINDS[int(code)], {validate.DUPLICATE_ROWS: int(dup.sum())})
-        if drop.any():
-            kept = ~drop
-            out = {c: v[kept] for c, v in out.items()}
-            kinds, null = kinds[kept], null[kept]
-        frame = pd.DataFrame({"kind": pd.Categorical.from_codes(kinds, categories=list(GPU_OP_KINDS)),
-                              **{c: out[c] for c in GPU_OP_COLUMNS[1:] if c != self.NODE}}, copy=False)
-        frame.insert(GPU_OP_COLUMNS.index(self.NODE), self.NODE, pd.arrays.IntegerArray(out[self.NODE], null))
-        frame.attrs[EXCLUDED] = validate.merge(self.excluded)
-        return frame[GPU_OP_COLUMNS]
-
-
-def read_op_part_into(conn: sqlite3.Connection, part: OpRead, cols: OpColumns, i: int) -> None:
-    """Read one planned part straight into ``cols``: Arrow batches where a fast reader gives them,
-    else (or where a column is not integer: text timestamps, ...) the frame of :func:`read_op_part`."""
-    sql = part.sql if part.rowid_lo is None else \
-        f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    if part.rows_hint:
-        try:
-            batches = fastread.read_batches(conn, sql)
-            if batches is not None:
-                cols.put_batches(i, batches)
-                return
-        except Exception:  # noqa: BLE001 - odd typing: the frame path reads anything
-            pass
-    cols.put_frame(i, read_op_part(conn, part))
-
-
 def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
     """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
     ``chunk_rows`` rows when given: bounded memory, same table)."""
@@ -457,44 +290,20 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
     return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
 
 
-def read_calls(conn: sqlite3.Connection, rowids: tuple[int, int] | None = None) -> pd.DataFrame:
-    """CUDA runtime and driver API calls (the launch side of every GPU op). ``rowids``: only the rows
-    with rowid in [lo, hi) (:func:`call_parts`; the parts in order make the same table)."""
+def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
+    """CUDA runtime and driver API calls (the launch side of every GPU op)."""
     cols = table_columns(conn, RUNTIME_TABLE)
     names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
     if not {"start", "end", "globalTid", "correlationId"} <= set(cols):
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
         name = "nameId" if "nameId" in cols else "NULL"
-        where = "" if rowids is None else f" WHERE rowid >= {int(rowids[0])} AND rowid < {int(rowids[1])}"
-        hint = _rows_hint(conn, RUNTIME_TABLE) if rowids is None else int(rowids[1]) - int(rowids[0])
-        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}{where}", names,
-                      copy=False, rows_hint=hint)
+        frame = _read(conn, f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}", names,
+                      copy=False, rows_hint=_rows_hint(conn, RUNTIME_TABLE))
         frame, excluded = _valid_calls(frame)
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
     frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
-    return frame
-
-
-def call_parts(conn: sqlite3.Connection, split: int) -> list[tuple[int, int] | None]:
-    """The rowid ranges parallel readers read the API calls in (``[None]``: one read). Eager runs
-    have several calls per kernel: millions of rows, read by both readers."""
-    lo, hi = rowid_bounds(conn, RUNTIME_TABLE) if connection.has_table(conn, RUNTIME_TABLE) else (None, None)
-    if lo is None or split <= 1 or int(hi) - int(lo) + 1 < SPLIT_MIN_ROWS:
-        return [None]
-    lo, hi = int(lo), int(hi) + 1
-    step = -(-(hi - lo) // split)
-    return [(a, min(a + step, hi)) for a in range(lo, hi, step)]
-
-
-def join_calls(parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The calls table from its parts (in rowid order), with what their reads left out."""
-    if len(parts) == 1:
-        return parts[0]
-    excluded = [x for f in parts for x in take_excluded(f)]
-    frame = _concat_columns(parts)
-    frame.attrs[EXCLUDED] = validate.merge(excluded)
     return frame
 
 
@@ -794,18 +603,13 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
             prepared = prepare(calls, ranges) if prepare else None
-            cols = OpColumns(plan, session_end_ns(conn))
-            for i, p in enumerate(plan):
-                read_op_part_into(conn, p, cols, i)
-            op_table = cols.frame()
+            op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
-                                                                        threads, prepare, nvtx_chunk_rows,
-                                                                        session_end_ns(conn))
+                                                                        threads, prepare, nvtx_chunk_rows)
         meta = read_meta(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
                                                           + take_excluded(ranges))]
-        memory.release()     # the readers' batch buffers, before the analysis' own arrays
         return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=meta, cross_thread_ranges=count_cross_thread_ranges(conn),
@@ -818,7 +622,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
-                   prepare=None, nvtx_chunk_rows: int | None = None, session_end: int | None = None):
+                   prepare=None, nvtx_chunk_rows: int | None = None):
     """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
     connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
     from concurrent.futures import ThreadPoolExecutor
@@ -834,33 +638,17 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
         nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows)
-        probe = open_report(path, immutable=immutable, quick_check=False)
-        try:
-            ranges_of_calls = call_parts(probe, threads)
-        finally:
-            probe.close()
-        call_futures = [pool.submit(on_own_connection, read_calls, r) for r in ranges_of_calls]
-        joined: list = []
-        lock = threading.Lock()
-
-        def calls_result() -> pd.DataFrame:
-            with lock:
-                if not joined:
-                    joined.append(join_calls([f.result() for f in call_futures]))
-                return joined[0]
+        calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():
-            read_calls_and_nvtx = (calls_result(), nvtx.result()[0])
+            read_calls_and_nvtx = (calls.result(), nvtx.result()[0])
             memory.release()          # the read buffers, before the preparation's own arrays
             return prepare(*read_calls_and_nvtx)
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
-        cols = OpColumns(plan, session_end)
-        parts = [pool.submit(on_own_connection, read_op_part_into, p, cols, 0) for p in plan[:1]]
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [pool.submit(on_own_connection, read_op_part_into, p, cols, i + 1) for i, p in enumerate(plan[1:])]
-        for f in parts:
-            f.result()
-        ops = cols.frame()
-        return ops, calls_result(), nvtx.result(), prepared.result() if prepared else None
+        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
+        ops = assemble_gpu_ops(plan, [f.result() for f in parts]) if plan else assemble_gpu_ops([], [])
+        return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
