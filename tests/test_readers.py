@@ -320,3 +320,26 @@ def test_empty_op_tables(tmp_path):
     assert got.empty and ref.empty
     assert list(got.columns) == list(ref.columns) and list(got.dtypes) == list(ref.dtypes)
     assert np.array_equal(got.columns, report.GPU_OP_COLUMNS)
+
+
+def _read_in_forked_child(path: str):
+    tables = report.read_report(path)
+    return fastread.backend(), len(tables.gpu_ops), len(tables.calls)
+
+
+def test_a_forked_worker_does_not_run_connectorx_after_its_parent_did():
+    """connectorx's Rust runtime does not survive fork(): a --jobs worker forked from a process that
+    had read with it segfaulted in its next read (seen in a full test run). Such a child reads with
+    ADBC, and gets the same tables."""
+    import multiprocessing
+
+
+    if not cxread.available():
+        pytest.skip("connectorx not usable here")
+    path = str(REAL / "h200_4proc_eager.sqlite")
+    parent = report.read_report(path)
+    assert fastread.backend() == "connectorx" and fastread.SERVED["connectorx"] > 0
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        got = pool.map(_read_in_forked_child, [path, path])
+    assert got == [("adbc", len(parent.gpu_ops), len(parent.calls))] * 2
+    assert fastread.backend() == "connectorx"          # the parent keeps it

@@ -29,7 +29,18 @@ import tempfile
 from pathlib import Path
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9/._+\-]+")
-_STATE: dict = {}          # "ok": bool, set by the first call of available()
+_STATE: dict = {}          # "ok": bool, set by the first call of available(); "ran": connectorx has run here
+
+
+def _after_fork_in_child() -> None:
+    """connectorx's Rust runtime (its worker threads) does not survive ``fork()``: a child of a
+    process in which it ran segfaults in its next read (seen in a ``--jobs`` worker). Such a child
+    reads with the next backend (ADBC) instead."""
+    if _STATE.get("ran"):
+        _STATE["ok"] = False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def connection_string(path: str, immutable: bool = True) -> str | None:
@@ -87,6 +98,7 @@ def _self_test() -> bool:
 def available() -> bool:
     """connectorx is installed and opens files read-only here (checked once per process)."""
     if "ok" not in _STATE:
+        _STATE["ran"] = True          # the self-test starts connectorx's runtime
         _STATE["ok"] = _self_test()
     return _STATE["ok"]
 
@@ -137,6 +149,7 @@ def read_table(conn_string: str, sql: str):
             select += [f"IFNULL({it}, 0)", f"({it}) IS NULL"]
     if not select:
         raise ValueError("nothing but NULL columns")
+    _STATE["ran"] = True
     table = cx.read_sql(conn_string, "SELECT " + ", ".join(select) + " " + rest, return_type="arrow")
     if table.num_rows == 0 or all(p[0] == "col" for p in plan):
         return table          # (no rows: connectorx types every column as text; the caller ignores them)

@@ -39,6 +39,16 @@ _ADBC: dict[tuple, object] = {}    # (id(sqlite connection), its URI) -> ADBC co
 _FAILED: set[tuple] = set()
 
 
+def _forget_connections_in_child() -> None:
+    """A forked child must not use its parent's ADBC connections (their keys hold ``id()``s a new
+    connection of the child can take again): it opens its own."""
+    _ADBC.clear()
+    _FAILED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_connections_in_child)
+
+
 def backend() -> str:
     """The backend :func:`read_frame` tries first: ``connectorx`` when installed and checked
     read-only (cxread.available), else ``adbc`` when installed, else ``stdlib``.

@@ -566,11 +566,11 @@ def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
 def read_threads() -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
-    overrides. The stdlib fallback reads in one thread."""
+    overrides. The stdlib fallback reads in one thread (it holds the GIL); connectorx and ADBC in two."""
     env = os.environ.get("SPECPROF_READ_THREADS")
     if env:
         return max(1, int(env))
-    if fastread.backend() != "adbc":
+    if fastread.backend() == "stdlib":
         return 1
     return max(1, min(2, os.cpu_count() or 1))
 
