@@ -1,6 +1,7 @@
 """Figures, write_all and the HTML report: their content is checked against the analysis tables."""
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -392,8 +393,10 @@ def test_api_doc_examples_run(capsys):
     blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
     assert len(blocks) >= 6
     scope: dict = {}
+    before = set(os.listdir(ROOT))
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), scope)
+    assert set(os.listdir(ROOT)) == before          # the examples write into temporary folders only
     out = capsys.readouterr().out
     assert "4 ranks; ['draft', 'verify', 'draft_extend', 'allreduce', 'prefill']" in out
     assert "skipped: no collectives" in out
