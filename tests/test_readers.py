@@ -343,3 +343,55 @@ def test_a_forked_worker_does_not_run_connectorx_after_its_parent_did():
         got = pool.map(_read_in_forked_child, [path, path])
     assert got == [("adbc", len(parent.gpu_ops), len(parent.calls))] * 2
     assert fastread.backend() == "connectorx"          # the parent keeps it
+
+
+def _reference_assembly(parts):
+    """The op table by plain pandas: kinds in order, parts concatenated, exact repeats dropped per
+    kind (keep the first), graph node ids nullable."""
+    frames = []
+    for kind in report.GPU_OP_KINDS:
+        mine = [f for k, f in parts if k == kind]
+        if not mine:
+            continue
+        f = pd.concat(mine, ignore_index=True)
+        f = f[~f.duplicated(keep="first")].reset_index(drop=True)
+        f.insert(0, "kind", report.kind_column(kind, len(f)))
+        frames.append(f)
+    ops = pd.concat(frames, ignore_index=True)
+    ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
+    return ops[report.GPU_OP_COLUMNS]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_assembly_drops_repeats_across_parts_like_pandas(ordered):
+    """Repeats across the rowid parts of one table (a row read twice at a part boundary, or
+    anywhere when the table is not in start order) are dropped and counted; graph node ids with
+    NULLs stay nullable; the kinds come in their order."""
+    rng = np.random.default_rng(3)
+
+    def part(n, t0, node_null=False):
+        start = np.sort(rng.integers(t0, t0 + 1000, n)) if ordered else rng.integers(0, 3000, n)
+        f = pd.DataFrame({"global_pid": rng.integers(1, 3, n), "device_id": 0, "stream_id": 7,
+                          "correlation_id": rng.integers(0, 50, n), "graph_node_id": rng.integers(0, 4, n).astype(float),
+                          "name_id": rng.integers(0, 3, n), "start_ns": start, "end_ns": start + 5})
+        if node_null:
+            f.loc[f.index % 3 == 0, "graph_node_id"] = np.nan
+        return f.drop_duplicates().reset_index(drop=True)      # read_op_part leaves none within a part
+
+    k1, k2 = part(400, 0, node_null=True), part(400, 1000)
+    if ordered:       # the table in start order: the part boundary cuts a run of equal starts
+        last = k1.iloc[[-1]]
+        twin = last.assign(correlation_id=last["correlation_id"] + 100)     # same start, not a repeat
+        k1 = pd.concat([k1, twin], ignore_index=True)
+        k2 = pd.concat([last, twin, last.assign(end_ns=last["end_ns"] + 1), k2], ignore_index=True)
+        assert (np.diff(np.r_[k1["start_ns"], k2["start_ns"]]) >= 0).all()
+    else:
+        k2 = pd.concat([k1.iloc[[3, 50]], k2], ignore_index=True)
+    m1 = part(50, 0)
+    parts = [("memcpy", m1), ("kernel", k1), ("kernel", k2)]
+    want = _reference_assembly(parts)
+    got = report.assemble_kinds([(k, f.copy()) for k, f in parts])
+    pd.testing.assert_frame_equal(got, want)
+    repeats = len(k1) + len(k2) + len(m1) - len(want)
+    assert repeats == 2
+    assert [tuple(x) for x in got.attrs["excluded_rows"]] == [("kernel", "duplicate_rows", repeats)]

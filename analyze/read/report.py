@@ -253,34 +253,84 @@ def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFr
 
 def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     """The op table from (op kind, frame of GPU_OP_COLUMNS but ``kind``) parts: the kinds in
-    :data:`GPU_OP_KINDS` order, each kind's parts in the order given; what the parts left out (and
-    duplicates across the parts of one table) in ``attrs["excluded_rows"]``."""
-    frames, excluded = [], []
-    for kind in GPU_OP_KINDS:
-        mine = [f for k, f in parts if k == kind]
-        if not mine:
-            continue
-        for f in mine:
-            excluded += f.attrs.get(EXCLUDED, [])
-        frame = _concat_columns(mine)
-        if len(mine) > 1:             # a table read in several rowid ranges: duplicates across them
-            dup = validate.duplicate_mask(frame, frame["start_ns"].to_numpy(dtype="int64"))
-            if dup.any():
-                excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
-                frame = frame[~dup].reset_index(drop=True)
-        frame.insert(0, "kind", kind_column(kind, len(frame)))
-        frames.append(frame)
-    if not frames:
+    :data:`GPU_OP_KINDS` order, each kind's parts in the order given, every column joined once;
+    what the parts left out (and duplicates across the parts of one table) in
+    ``attrs["excluded_rows"]``."""
+    ordered = [(k, f) for kind in GPU_OP_KINDS for k, f in parts if k == kind]
+    excluded = [x for _, f in ordered for x in f.attrs.get(EXCLUDED, [])]
+    if not ordered:
         empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
         empty["kind"] = kind_column("kernel", 0)
         empty.attrs[EXCLUDED] = validate.merge(excluded)
         return empty
-    ops = _concat_columns(frames)
+    sizes = np.array([len(f) for _, f in ordered], dtype="int64")
+    codes = np.repeat(np.array([GPU_OP_KINDS.index(k) for k, _ in ordered], dtype="int8"), sizes)
+    ops = _concat_columns([f for _, f in ordered] if sizes.sum() else [ordered[0][1]])
     ops = _int64(ops, ["global_pid", "device_id", "stream_id", "correlation_id", "name_id",
                        "start_ns", "end_ns"])
-    ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
+    ops.insert(0, "kind", pd.Categorical.from_codes(codes[:len(ops)], categories=list(GPU_OP_KINDS)))
+    ops["graph_node_id"] = _nullable_int64(ops["graph_node_id"])
+    # a table read in several rowid ranges: duplicates across its parts (within a part, read_op_part
+    # left them out already)
+    bounds = np.r_[0, np.cumsum(sizes)]
+    drop = np.zeros(len(ops), dtype=bool)
+    for kind in GPU_OP_KINDS:
+        at = [i for i, (k, _) in enumerate(ordered) if k == kind]
+        if len(at) < 2:
+            continue
+        lo, hi = int(bounds[at[0]]), int(bounds[at[-1] + 1])
+        dup = _duplicates_across(ops.iloc[lo:hi], bounds[at[0]:at[-1] + 2] - lo)
+        if dup.any():
+            drop[lo:hi] = dup
+            excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
+    if drop.any():
+        ops = ops[~drop].reset_index(drop=True)
     ops.attrs[EXCLUDED] = validate.merge(excluded)
-    return ops
+    return ops[GPU_OP_COLUMNS]
+
+
+_EXACT_FLOAT = float(2 ** 53)       # integers a float64 holds exactly
+
+
+def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
+    """``pd.to_numeric(column, errors="coerce").astype("Int64")``, without the generic path for the
+    usual columns (int64, or float64 with NaN for NULL)."""
+    v = column.to_numpy()
+    if v.dtype == np.int64:
+        return pd.arrays.IntegerArray(v, np.zeros(len(v), dtype=bool))
+    if v.dtype == np.float64:
+        missing = np.isnan(v)
+        whole = np.where(missing, 0.0, v)
+        ints = whole.astype("int64")
+        if (ints == whole).all() and not (np.abs(whole) >= _EXACT_FLOAT).any():
+            return pd.arrays.IntegerArray(ints, missing)
+    return pd.to_numeric(column, errors="coerce").astype("Int64").array
+
+
+def _duplicates_across(frame: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:
+    """Rows of one op table (its parts one after the other, part i = rows [bounds[i], bounds[i+1]))
+    that repeat an earlier row of another part. Each part has no repeats of its own. When the
+    table is in start order across the parts (nsys writes it so), a repeat across two parts has the
+    start at which they meet: only the rows with that start on either side are compared; otherwise
+    every row is (validate.duplicate_mask)."""
+    start = frame["start_ns"].to_numpy(dtype="int64")
+    n = len(start)
+    dup = np.zeros(n, dtype=bool)
+    if n < 2:
+        return dup
+    if not (np.diff(start) >= 0).all():
+        return validate.duplicate_mask(frame, start)
+    cand = np.zeros(n, dtype=bool)
+    for b in bounds[1:-1]:
+        b = int(b)
+        if 0 < b < n and start[b - 1] == start[b]:
+            v = start[b]
+            lo, hi = np.searchsorted(start, v, side="left"), np.searchsorted(start, v, side="right")
+            cand[lo:hi] = True
+    rows = np.flatnonzero(cand)
+    if len(rows):
+        dup[rows[validate.duplicate_mask(frame.iloc[rows], start[rows])]] = True
+    return dup
 
 
 def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
