@@ -49,26 +49,11 @@ def record(path: str) -> list[str]:
     return seen
 
 
-def _split_select(sql: str) -> tuple[list[str], str]:
-    """('SELECT a, f(b, c), d FROM ...') -> (['a', 'f(b, c)', 'd'], 'FROM ...')."""
-    m = re.match(r"\s*SELECT\s+(.*?)\s+(FROM\s.*)$", sql, re.S | re.I)
-    if not m:
-        raise ValueError(f"not a SELECT: {sql[:80]}")
-    items, depth, cur = [], 0, ""
-    for ch in m.group(1):
-        if ch == "," and depth == 0:
-            items.append(cur.strip())
-            cur = ""
-            continue
-        depth += (ch == "(") - (ch == ")")
-        cur += ch
-    items.append(cur.strip())
-    return items, m.group(2)
-
-
 def for_connectorx(sql: str) -> str:
     """The same statement as connectorx can type it (see the module docstring)."""
-    items, rest = _split_select(sql)
+    from analyze.read import cxread
+
+    items, rest = cxread.split_select(sql)
     kept = []
     for it in items:
         if it.upper() == "NULL":

@@ -72,19 +72,6 @@ def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
             np.maximum.reduceat(last[sel][srt], run))
 
 
-def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
-    """The cycles a timeline shows by default: two consecutive cycles starting at the one of median
-    duration (its longest rank), cycle 0 left out of the median (usually warm-up)."""
-    if cycles is None or cycles.empty:
-        return []
-    numbers = sorted(int(c) for c in cycles["cycle"].unique())
-    per_cycle = cycles.groupby("cycle")["duration_ns"].max()
-    steady = per_cycle.iloc[1:] if len(per_cycle) > 2 else per_cycle
-    median = steady.median()
-    first = int((steady - median).abs().idxmin())
-    return [c for c in numbers if first <= c < first + 2]
-
-
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
            "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s"]
 # the cycle's GPU period: its GPU start to the next cycle's GPU start on the rank (the last cycle of a

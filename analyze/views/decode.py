@@ -285,7 +285,7 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
 
 
 # ---- the views (views/registry.py): computed once per analysis, shared by every renderer ----------
-from analyze.views.registry import view  # noqa: E402  (the pure functions above need no registry)
+from analyze.views.registry import get, view  # noqa: E402  (the pure functions above need no registry)
 
 
 @view("decode_breakdown")
@@ -309,5 +309,4 @@ def outside_cycles_view(a) -> pd.DataFrame:
 @view("headline")
 def headline_view(a) -> str | None:
     """:func:`headline` from the breakdown and summary views."""
-    from analyze.views.registry import get
     return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks)
