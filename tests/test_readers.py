@@ -395,3 +395,43 @@ def test_assembly_drops_repeats_across_parts_like_pandas(ordered):
     repeats = len(k1) + len(k2) + len(m1) - len(want)
     assert repeats == 2
     assert [tuple(x) for x in got.attrs["excluded_rows"]] == [("kernel", "duplicate_rows", repeats)]
+
+
+# ---------------------------------------------------------------------------------------------
+# a report with a WAL beside it: the stdlib cursor only (a second SQLite library must not share it)
+# ---------------------------------------------------------------------------------------------
+
+def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path):
+    """connectorx and ADBC link their own SQLite; on a WAL database two SQLite libraries in one
+    process cannot see each other's POSIX locks, and one truncating the ``-shm`` the other maps is a
+    SIGBUS (what CI hit). With a writer holding the WAL open, every statement goes to the stdlib
+    cursor, and the tables equal the ones read from the same rows without a WAL."""
+    import analyze
+
+    change = "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + 7 WHERE rowid = 1"
+    plain = tmp_path / "plain.sqlite"
+    shutil.copyfile(REAL / "h200_1proc_graphs_graphlevel.sqlite", plain)
+    run = tmp_path / "w.sqlite"
+    shutil.copyfile(plain, run)
+    with sqlite3.connect(plain) as con:
+        con.execute(change)
+    con.close()
+    writer = sqlite3.connect(run)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute(change)                      # the change is in the -wal only
+        writer.commit()
+        assert (tmp_path / "w.sqlite-wal").stat().st_size > 0
+        fastread.SERVED.clear()
+        for threads in (1, 2):
+            with_wal = report.read_report(str(run), threads=threads)
+            assert set(fastread.SERVED) == {"stdlib"}, dict(fastread.SERVED)
+        walled = analyze.load(run)
+    finally:
+        writer.close()
+    fastread.SERVED.clear()
+    without = report.read_report(str(plain), threads=2)
+    assert fastread.backend() == "stdlib" or set(fastread.SERVED) - {"stdlib"}
+    frames_equal(without, with_wal, exact=False)
+    pd.testing.assert_frame_equal(analyze.load(plain).totals, walled.totals)

@@ -16,6 +16,12 @@ ADBC        ``adbc_driver_sqlite.dbapi`` on the same read-only URI as :func:`ana
 stdlib      ``sqlite3`` cursor, ``fetchmany``; reads anything (the report's own connection)
 ==========  ================================================================================
 
+A second SQLite in the process (connectorx and the ADBC driver each link their own) reads only a
+report opened ``immutable=1``: without it SQLite locks the file and maps its ``-shm`` with POSIX
+locks, which belong to the process, so two SQLite libraries in one process cannot see each other's
+locks and one may truncate the ``-shm`` the other has mapped (SIGBUS; sqlite.org/howtocorrupt.html,
+2.2.1). A report with a ``-wal``/``-shm``/``-journal`` beside it is read by the stdlib cursor only.
+
 Measured (bench/results.md, bare reads of analyze-trace's statements into Arrow, 10M kernels, one
 thread): connectorx 4.1 s, ADBC 5.5 s; the stdlib cursor was 2.8x slower than ADBC at 1M kernels.
 Whichever backend reads a statement, the frames have the same values and dtypes
@@ -66,6 +72,12 @@ def backend() -> str:
     except ImportError:
         return "stdlib"
     return "adbc"
+
+
+def second_sqlite_allowed(conn) -> bool:
+    """May connectorx/ADBC (their own SQLite libraries) open this report? Only when it was opened
+    ``immutable=1`` (no journal/WAL beside it): no locks and no ``-shm`` to share (module doc)."""
+    return bool(getattr(conn, "immutable", False))
 
 
 def readonly_uri(conn) -> str | None:
@@ -292,7 +304,7 @@ def read_batches(conn, sql: str):
     """The rows of ``sql`` as an iterator of Arrow record batches from connectorx or ADBC, or None
     where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
     are handed over one at a time and not kept, so a consumer that copies them out holds one."""
-    be = backend()
+    be = backend() if second_sqlite_allowed(conn) else "stdlib"
     if be == "connectorx":
         from analyze.read import cxread
         path = getattr(conn, "path", "")
@@ -341,8 +353,9 @@ def _stream(cur, reader):
 def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                rows_hint: int | None = None) -> pd.DataFrame:
     """Rows of ``sql`` as a DataFrame with ``columns``: connectorx where it can, else ADBC, else the
-    stdlib cursor (same values and dtypes whichever reads them)."""
-    be = backend()
+    stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
+    it: the stdlib cursor only (:func:`second_sqlite_allowed`)."""
+    be = backend() if second_sqlite_allowed(conn) else "stdlib"
     if be == "connectorx" and not params:
         frame = _read_connectorx(conn, sql, columns, copy)
         if frame is not None:
