@@ -9,7 +9,8 @@ in the globalTid's pid and tid fields), so one tile holds 8 processes; tiles fol
 time (shifted by the source's activity span plus 1 ms) with correlation ids shifted past the
 previous tile's, until the kernel count is reached. Domain-create events and the ``rank=R world=4``
 marks appear once per process (in the first tile), rewritten as ``rank=R world=8`` with the twins
-as ranks 4-7. The activity tables are rewritten in start order (as nsys writes them); the other
+as ranks 4-7. The activity tables are rewritten in start order (as nsys writes them), the session
+(``ANALYSIS_DETAILS.duration``, ``stopTime``) lengthened by the tiles; the other
 tables (strings, processes, devices, metadata) are those of the source plus the twins' rows.
 The source is opened read-only; the output is written to a temporary name and renamed into place.
 """
@@ -109,6 +110,13 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
             key = "globalPid" if table == "PROCESSES" else "(globalTid & ~16777215)"
             where = f"{key} IN ({', '.join(str(int(g)) for g in gpids)})"
             db.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM {table} WHERE {where}")
+        # the capture session grows with the tiles (else the analysis leaves every op past the
+        # source's session out, read/validate.py)
+        cols = _cols(db, "ANALYSIS_DETAILS")
+        if "duration" in cols:
+            grow = (tiles - 1) * period
+            db.execute(f"UPDATE ANALYSIS_DETAILS SET duration = duration + {grow}"
+                       + (f", stopTime = stopTime + {grow}" if "stopTime" in cols else ""))
         cols = _cols(db, "TARGET_INFO_CUDA_DEVICE")
         if "pid" in cols:
             db.execute(f"INSERT INTO TARGET_INFO_CUDA_DEVICE ({', '.join(cols)}) SELECT "

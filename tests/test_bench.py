@@ -87,12 +87,18 @@ def test_tiled_real_trace_has_eight_ranks_and_the_source_kernels_times_tiles(tmp
     assert con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == 2 * k_src * tiles
     assert con.execute("SELECT count(DISTINCT globalPid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] == 8
     starts = [r[0] for r in con.execute("SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid")]
+    con_ops = sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for (t,) in con.execute(
+        "SELECT name FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
+        "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET')").fetchall())
     assert starts == sorted(starts)
     src.close()
     con.close()
     from analyze.run import api
     a = api.load(str(out))
     assert sorted(a.ranks["rank"]) == list(range(8)) and set(a.ranks["source"]) == {"mark"}
+    # every tiled op is inside the lengthened session: none left out
+    assert not [n.code for n in a.notes if n.code in ("outside_session", "bad_timestamps", "duplicate_rows")]
+    assert len(a.gpu_ops) == con_ops
     # twins are exact copies: the same busy time as their source rank
     busy = a.totals.set_index("rank")["busy_ns"]
     assert all(busy[r] == busy[r + 4] for r in range(4))
