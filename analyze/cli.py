@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
+    memory.one_heap()
     memory.small_pages()
     try:
         with terminate_as_interrupt():

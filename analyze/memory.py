@@ -44,6 +44,34 @@ def small_pages() -> None:
         pass
 
 
+M_ARENA_MAX = -8          # glibc mallopt parameter (malloc.h)
+
+
+def one_heap() -> None:
+    """One malloc arena for every thread, and Arrow's buffers from that same malloc (the
+    analyze-trace CLI calls this first, before any thread starts; ``SPECPROF_ALLOCATOR=default``
+    keeps glibc's and Arrow's defaults). The readers' threads (connectorx's, the pool's) each got
+    an arena of their own, and Arrow its mimalloc heap: memory freed in one was never reused by
+    another, so the analysis faulted in fresh pages all along and its peak held every arena's
+    high-water mark. Measured on the 10M-kernel file (bench/results.md's file, ``/usr/bin/time``):
+    12.8 s wall, 5.6 s system time, 3.12 GB peak with the defaults; 10.4 s, 3.2 s, 2.61 GB with one
+    arena and the system pool (docs/performance.md)."""
+    if os.environ.get("SPECPROF_ALLOCATOR") == "default":
+        return
+    global _LIBC
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.mallopt(M_ARENA_MAX, 1)
+    except (OSError, AttributeError):
+        pass
+    try:
+        import pyarrow as pa
+        pa.set_memory_pool(pa.system_memory_pool())
+    except (ImportError, AttributeError, NotImplementedError):
+        pass
+
+
 def available_bytes() -> int | None:
     """What the kernel says can be allocated without swapping (``MemAvailable``), or None where
     /proc/meminfo is not there."""

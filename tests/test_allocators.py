@@ -1,0 +1,48 @@
+"""The CLI's allocator set-up (memory.one_heap): Arrow's buffers from the system malloc, one glibc
+arena; ``SPECPROF_ALLOCATOR=default`` leaves both alone. Checked in a fresh interpreter (a process
+sets them once, before its threads start)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+PROBE = ("from analyze import memory; memory.one_heap(); import pyarrow as pa; "
+         "print(pa.default_memory_pool().backend_name)")
+
+
+def _backend(env_value: str | None) -> str:
+    env = dict(os.environ)
+    env.pop("SPECPROF_ALLOCATOR", None)
+    if env_value is not None:
+        env["SPECPROF_ALLOCATOR"] = env_value
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_one_heap_puts_arrow_on_the_system_allocator():
+    assert _backend(None) == "system"
+
+
+def test_default_keeps_arrows_own_pool():
+    default = subprocess.run([sys.executable, "-c", "import pyarrow as pa; print(pa.default_memory_pool().backend_name)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert _backend("default") == default
+
+
+def test_the_cli_calls_it_before_anything_runs(tmp_path):
+    """analyze-trace's main sets the allocators up first, whatever it is then asked."""
+    from analyze import cli
+
+    calls = []
+    real = cli.memory.one_heap
+    cli.memory.one_heap = lambda: calls.append("one_heap")
+    try:
+        rc = cli.main([str(tmp_path / "missing.sqlite"), "-q"])
+    finally:
+        cli.memory.one_heap = real
+    assert rc != 0 and calls == ["one_heap"]
