@@ -246,9 +246,17 @@ def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple
     return frame, validate.exclusions(kind, counts)
 
 
-def assemble_gpu_ops(plan: list[OpRead], parts: list[pd.DataFrame]) -> pd.DataFrame:
-    """The op table from the parts of :func:`plan_gpu_op_reads` (in plan order)."""
-    return assemble_kinds([(p.kind, f) for p, f in zip(plan, parts)])
+def assemble_gpu_ops(plan: list[OpRead], parts) -> pd.DataFrame:
+    """The op table from the parts of :func:`plan_gpu_op_reads`: ``parts`` in plan order, a list
+    or an iterator (then each part is copied in and let go of as it comes: the peak is the table
+    plus the parts still being read, not twice the table). The plan's row counts size the columns
+    once."""
+    hint = sum(p.rows_hint or 0 for p in plan)
+    builder = OpTableBuilder(hint if all(p.rows_hint is not None for p in plan) else None)
+    for p, frame in zip(plan, parts):
+        builder.add(p.kind, frame)
+        del frame
+    return builder.table()
 
 
 def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
@@ -257,36 +265,86 @@ def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     what the parts left out (and duplicates across the parts of one table) in
     ``attrs["excluded_rows"]``."""
     ordered = [(k, f) for kind in GPU_OP_KINDS for k, f in parts if k == kind]
-    excluded = [x for _, f in ordered for x in f.attrs.get(EXCLUDED, [])]
-    if not ordered:
-        empty = pd.DataFrame({c: pd.Series(dtype="int64") for c in GPU_OP_COLUMNS})
-        empty["kind"] = kind_column("kernel", 0)
-        empty.attrs[EXCLUDED] = validate.merge(excluded)
-        return empty
-    sizes = np.array([len(f) for _, f in ordered], dtype="int64")
-    codes = np.repeat(np.array([GPU_OP_KINDS.index(k) for k, _ in ordered], dtype="int8"), sizes)
-    ops = _concat_columns([f for _, f in ordered] if sizes.sum() else [ordered[0][1]])
-    ops = _int64(ops, ["global_pid", "device_id", "stream_id", "correlation_id", "name_id",
-                       "start_ns", "end_ns"])
-    ops.insert(0, "kind", pd.Categorical.from_codes(codes[:len(ops)], categories=list(GPU_OP_KINDS)))
-    ops["graph_node_id"] = _nullable_int64(ops["graph_node_id"])
-    # a table read in several rowid ranges: duplicates across its parts (within a part, read_op_part
-    # left them out already)
-    bounds = np.r_[0, np.cumsum(sizes)]
-    drop = np.zeros(len(ops), dtype=bool)
-    for kind in GPU_OP_KINDS:
-        at = [i for i, (k, _) in enumerate(ordered) if k == kind]
-        if len(at) < 2:
-            continue
-        lo, hi = int(bounds[at[0]]), int(bounds[at[-1] + 1])
-        dup = _duplicates_across(ops.iloc[lo:hi], bounds[at[0]:at[-1] + 2] - lo)
-        if dup.any():
-            drop[lo:hi] = dup
-            excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
-    if drop.any():
-        ops = ops[~drop].reset_index(drop=True)
-    ops.attrs[EXCLUDED] = validate.merge(excluded)
-    return ops[GPU_OP_COLUMNS]
+    builder = OpTableBuilder(sum(len(f) for _, f in ordered))
+    for k, f in ordered:
+        builder.add(k, f)
+    return builder.table()
+
+
+_OP_INT64 = ["global_pid", "device_id", "stream_id", "correlation_id", "name_id", "start_ns", "end_ns"]
+
+
+class OpTableBuilder:
+    """The op table filled part by part (parts of one kind one after the other, kinds in
+    :data:`GPU_OP_KINDS` order): every column allocated once (``capacity`` rows, an upper bound;
+    grown when short) and each part copied into it, so a part can be freed as soon as it is in.
+    :meth:`table` then drops the rows that repeat a row of another part of the same table."""
+
+    def __init__(self, capacity: int | None = None):
+        self.capacity = max(int(capacity or 0), 0)
+        self.cols = {c: np.empty(self.capacity, dtype="int64") for c in _OP_INT64 + ["graph_node_id"]}
+        self.node_missing = np.empty(self.capacity, dtype=bool)
+        self.kind = np.empty(self.capacity, dtype="int8")
+        self.n = 0
+        self.bounds: list[tuple[str, int, int]] = []     # (kind, first row, end row) per part
+        self.excluded: list = []
+
+    def _grow(self, need: int) -> None:
+        cap = max(need, 2 * self.capacity, 1024)
+        for c, arr in self.cols.items():
+            grown = np.empty(cap, dtype="int64")
+            grown[:self.n] = arr[:self.n]
+            self.cols[c] = grown
+        for name in ("node_missing", "kind"):
+            arr = getattr(self, name)
+            grown = np.empty(cap, dtype=arr.dtype)
+            grown[:self.n] = arr[:self.n]
+            setattr(self, name, grown)
+        self.capacity = cap
+
+    def add(self, kind: str, frame: pd.DataFrame) -> None:
+        self.excluded += list(frame.attrs.get(EXCLUDED, []))
+        m = len(frame)
+        if not m:
+            return
+        frame = _int64(frame, _OP_INT64)
+        node = _nullable_int64(frame["graph_node_id"])
+        if self.n + m > self.capacity:
+            self._grow(self.n + m)
+        at, to = self.n, self.n + m
+        for c in _OP_INT64:
+            self.cols[c][at:to] = frame[c].to_numpy()
+        self.cols["graph_node_id"][at:to] = node._data
+        self.node_missing[at:to] = node._mask
+        self.kind[at:to] = GPU_OP_KINDS.index(kind)
+        self.bounds.append((kind, at, to))
+        self.n = to
+
+    def table(self) -> pd.DataFrame:
+        n = self.n
+        excluded = self.excluded
+        ops = pd.DataFrame({"kind": pd.Categorical.from_codes(self.kind[:n], categories=list(GPU_OP_KINDS)),
+                            **{c: self.cols[c][:n] for c in _OP_INT64[:4]},
+                            "graph_node_id": pd.arrays.IntegerArray(self.cols["graph_node_id"][:n],
+                                                                    self.node_missing[:n]),
+                            **{c: self.cols[c][:n] for c in _OP_INT64[4:]}}, copy=False)
+        self.cols = {}
+        # a table read in several rowid ranges: duplicates across its parts (within a part,
+        # read_op_part left them out already)
+        drop = np.zeros(n, dtype=bool)
+        for kind in GPU_OP_KINDS:
+            at = [(a, b) for k, a, b in self.bounds if k == kind]
+            if len(at) < 2:
+                continue
+            lo, hi = at[0][0], at[-1][1]
+            dup = _duplicates_across(ops.iloc[lo:hi], np.array([a for a, _ in at] + [hi], dtype="int64") - lo)
+            if dup.any():
+                drop[lo:hi] = dup
+                excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
+        if drop.any():
+            ops = ops[~drop].reset_index(drop=True)
+        ops.attrs[EXCLUDED] = validate.merge(excluded)
+        return ops[GPU_OP_COLUMNS]
 
 
 _EXACT_FLOAT = float(2 ** 53)       # integers a float64 holds exactly
@@ -653,7 +711,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
             prepared = prepare(calls, ranges) if prepare else None
-            op_table = assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
+            op_table = assemble_gpu_ops(plan, (read_op_part(conn, p) for p in plan))
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
                                                                         threads, prepare, nvtx_chunk_rows)
@@ -669,6 +727,12 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     finally:
         fastread.close(conn)
         conn.close()
+
+
+def _results_in_order(futures: list):
+    """The futures' results in order, each let go of (by the list too) once handed over."""
+    while futures:
+        yield futures.pop(0).result()
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
@@ -700,5 +764,5 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
         parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
-        ops = assemble_gpu_ops(plan, [f.result() for f in parts]) if plan else assemble_gpu_ops([], [])
+        ops = assemble_gpu_ops(plan, _results_in_order(parts))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None

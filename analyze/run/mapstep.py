@@ -378,11 +378,11 @@ class ReportMap:
             memory.release()
             self.stage("collectives and notes")
         coll_ops = self._collective_table(row_of_group, rank_values, phase_names, texts)
+        store.close()            # the kept op columns: let go of before the per-op table is made
         if self.keep_ops and self.op_columns is not None:
             gpu_ops = self._op_table(launches, rank_values, row_of_group, phase_names, texts)
         else:
             gpu_ops = empty_op_table()
-        store.close()
         notes = checks.notes_from_counts(self.input_notes, self.counts)
         return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
                             nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
