@@ -173,10 +173,10 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
                           memory_budget=memory_budget, scheduler=scheduler)
     analysis = multirank.combine(results, config)
     analysis.notes.extend(run.notes)
-    chunked = any(N.has(r.notes, N.CHUNKED) for r in results)
     del results
-    if chunked:
-        memory.release()       # what combining left on the heap, before plots and tables are drawn
+    # what the map step and combining left on the heap, handed back before views, plots and tables
+    # are drawn (the peak of a big whole analysis was there: measured at 10M kernels)
+    memory.release()
     return analysis
 
 
