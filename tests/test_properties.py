@@ -143,3 +143,21 @@ def test_collective_table_equals_groupby_reference(rows):
     want = _collective_table_reference(coll)
     pd.testing.assert_frame_equal(got, want, check_dtype=False)
     assert got["name"].dtype == object and got["phase"].dtype == object
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 50)), min_size=0, max_size=200), st.booleans())
+def test_call_order_by_thread_then_start_is_the_stable_key_sort(calls, in_start_order):
+    """projection.build_call_index's order: a radix sort by thread when the calls come in start
+    order (as nsys writes them), the composite-key sort otherwise; the same stable order either way."""
+    import numpy as np
+
+    from analyze.project import projection
+
+    if in_start_order:
+        calls = sorted(calls, key=lambda c: c[1])
+    tidx = np.array([c[0] for c in calls], dtype="int64")
+    start = np.array([c[1] for c in calls], dtype="int64")
+    key = tidx * 1000 + start
+    got = projection._order_by_thread_then_start(tidx, start, key, 6)
+    assert np.array_equal(got, np.argsort(key, kind="stable"))

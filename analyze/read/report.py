@@ -16,7 +16,6 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze import memory
 from analyze.errors import CorruptReport
 from analyze.read import connection
 from analyze.read import capture
@@ -713,8 +712,8 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             prepared = prepare(calls, ranges) if prepare else None
             op_table = assemble_gpu_ops(plan, (read_op_part(conn, p) for p in plan))
         else:
-            op_table, calls, (ranges, marks), prepared = _read_parallel(path, conn.immutable, plan, strings,
-                                                                        threads, prepare, nvtx_chunk_rows)
+            op_table, calls, (ranges, marks), prepared = _read_parallel(
+                path, conn.immutable, plan, strings, threads, prepare, nvtx_chunk_rows)
         meta = read_meta(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
                                                           + take_excluded(ranges))]
@@ -755,9 +754,8 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():
-            read_calls_and_nvtx = (calls.result(), nvtx.result()[0])
-            memory.release()          # the read buffers, before the preparation's own arrays
-            return prepare(*read_calls_and_nvtx)
+            # (no malloc_trim here: with one arena it stalls the other reader's allocations)
+            return prepare(calls.result(), nvtx.result()[0])
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
