@@ -161,3 +161,24 @@ def test_call_order_by_thread_then_start_is_the_stable_key_sort(calls, in_start_
     key = tidx * 1000 + start
     got = projection._order_by_thread_then_start(tidx, start, key, 6)
     assert np.array_equal(got, np.argsort(key, kind="stable"))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 60), st.integers(0, 30)),
+                min_size=0, max_size=150))
+def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
+    """advise's op_gaps (a segmented running max in NumPy) against the pandas it replaced: sort by
+    rank, cycle and start (stable), cummax of ends and the next start per (rank, cycle)."""
+    import numpy as np
+    import pandas as pd
+
+    from analyze.tools.advise.model import op_gaps
+
+    frame = pd.DataFrame(ops, columns=["rank", "cycle", "start_ns", "dur"], dtype="int64")
+    frame["end_ns"] = frame["start_ns"] + frame["dur"]
+    ref = frame.sort_values(["rank", "cycle", "start_ns"], kind="stable")
+    reach = ref.groupby(["rank", "cycle"], sort=False)["end_ns"].cummax()
+    nxt = ref.groupby(["rank", "cycle"], sort=False)["start_ns"].shift(-1)
+    want = (nxt - reach).dropna().clip(lower=0).to_numpy(dtype="float64")
+    got = op_gaps(*(frame[c].to_numpy(dtype="int64") for c in ("rank", "cycle", "start_ns", "end_ns")))
+    np.testing.assert_array_equal(got, want)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import findings as F
+from analyze.attribute import attribution
 from analyze.timeline import collectives as coll_mod
 from analyze.tools import sides
 from analyze.tools.advise import kinds as K
@@ -61,6 +62,7 @@ class Context:
     whatif_error: str | None = None
     message_sizes: pd.DataFrame | None = None    # per sized NCCL range: phase, message_bytes
     message_info: dict = field(default_factory=dict)
+    gaps: dict | None = None                     # launch_gaps, once computed
 
     @property
     def ranks(self) -> int:
@@ -390,28 +392,55 @@ def _allreduce_without_collectives(ctx: Context, ar_cycle: float):
 def launch_gaps(ctx: Context) -> dict:
     """GPU idle between consecutive ops inside the steady cycles (per rank and cycle, all streams merged):
     gaps > LAUNCH_GAP_NS per cycle and their time, the median gap, the share of ops that are CUDA graph
-    nodes or graph launches."""
-    ops = ctx.analysis.gpu_ops
+    nodes or graph launches. Computed once per context (two rules cite it)."""
+    if ctx.gaps is None:
+        ctx.gaps = _launch_gaps(ctx.analysis.gpu_ops, ctx.cycles)
+    return ctx.gaps
+
+
+def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
     if ops is None or ops.empty or "cycle_range" not in ops.columns:
         return {}
     cols = [c for c in ("rank", "start_ns", "end_ns", "graph_node_id", "kind") if c in ops.columns]
     inside = ops.loc[ops["cycle_range"].to_numpy() >= 0, cols]          # only the columns used below
-    inside = inside.assign(cycle=_cycle_of(inside, ctx.cycles))
-    inside = inside[inside["cycle"] >= 0]
-    if inside.empty:
+    cycle = _cycle_of(inside, cycles)
+    keep = cycle >= 0
+    if not keep.any():
         return {}
-    frame = inside[["rank", "cycle", "start_ns", "end_ns"]].sort_values(["rank", "cycle", "start_ns"], kind="stable")
-    key = ["rank", "cycle"]
-    reach = frame.groupby(key, sort=False)["end_ns"].cummax()          # latest end so far in the cycle
-    nxt = frame.groupby(key, sort=False)["start_ns"].shift(-1)         # the next op's start in the same cycle
-    gaps = (nxt - reach).dropna().clip(lower=0).to_numpy(dtype="float64")
+    gaps = op_gaps(inside["rank"].to_numpy(dtype="int64")[keep], cycle[keep],
+                   inside["start_ns"].to_numpy(dtype="int64")[keep], inside["end_ns"].to_numpy(dtype="int64")[keep])
     big = gaps[gaps > LAUNCH_GAP_NS]
-    n = max(len(ctx.cycles), 1)
-    graph_ops = int(inside["graph_node_id"].notna().sum()) if "graph_node_id" in inside.columns else 0
-    graph_ops += int((inside["kind"] == "graph").sum()) if "kind" in inside.columns else 0
+    n = max(len(cycles), 1)
+    n_inside = int(keep.sum())
+    graph_ops = int(inside["graph_node_id"].notna().to_numpy()[keep].sum()) if "graph_node_id" in inside.columns else 0
+    graph_ops += int((inside["kind"].to_numpy() == "graph")[keep].sum()) if "kind" in inside.columns else 0
     return {"launch_gaps_per_cycle": len(big) / n, "launch_gap_per_cycle_ns": float(big.sum()) / n,
             "median_gap_ns": float(np.median(gaps)) if len(gaps) else 0.0,
-            "graph_ops_share": graph_ops / len(inside), "ops_per_cycle": len(inside) / n}
+            "graph_ops_share": graph_ops / n_inside, "ops_per_cycle": n_inside / n}
+
+
+def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per (rank, cycle), the ops in (start, then given) order: the gap from the latest end so far to
+    the next op's start, at least 0, as float64 in that order (what pandas' sort by rank, cycle and
+    start, then a grouped ``cummax`` of ends and ``shift(-1)`` of starts give; tests check it)."""
+    if not len(start):
+        return np.zeros(0, dtype="float64")
+    c_lo = int(cycle.min())
+    n_cyc = int(cycle.max()) - c_lo + 1
+    group = (rank - int(rank.min())) * n_cyc + (cycle - c_lo)
+    order = attribution.sort_order(group, start)
+    g, s, e = group[order], start[order], end[order]
+    new = np.r_[True, g[1:] != g[:-1]]
+    seg = np.cumsum(new) - 1
+    e_lo = int(e.min())
+    span = int(e.max()) - e_lo + 1
+    if (int(seg[-1]) + 1) * span < 2 ** 62:      # segmented running max: segments lifted apart
+        lift = seg * span
+        reach = np.maximum.accumulate((e - e_lo) + lift) - lift + e_lo
+    else:                                        # pragma: no cover - a span of centuries
+        reach = pd.Series(e).groupby(seg).cummax().to_numpy()
+    same = ~new[1:]
+    return np.maximum(s[1:][same] - reach[:-1][same], 0).astype("float64")
 
 
 def host_overlap(ctx: Context) -> dict:
