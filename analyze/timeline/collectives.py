@@ -97,7 +97,11 @@ def skew_summary(collectives: pd.DataFrame, evidence=None) -> pd.DataFrame:
 def stragglers(collectives: pd.DataFrame, evidence=None) -> list[int]:
     """Ranks that arrived last in the most significantly skewed collectives (ties included), among
     the ``evidence`` rows when given (see :func:`skew_summary`)."""
-    s = skew_summary(collectives, evidence)
-    if s.empty or s["times_late"].max() <= 0:
+    return stragglers_of(skew_summary(collectives, evidence))
+
+
+def stragglers_of(summary: pd.DataFrame) -> list[int]:
+    """:func:`stragglers` from a :func:`skew_summary` already made."""
+    if summary.empty or summary["times_late"].max() <= 0:
         return []
-    return [int(r) for r in s.loc[s["times_late"] == s["times_late"].max(), "rank"]]
+    return [int(r) for r in summary.loc[summary["times_late"] == summary["times_late"].max(), "rank"]]

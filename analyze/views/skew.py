@@ -59,10 +59,11 @@ def skew_table(a) -> pd.DataFrame:
 
 
 def stragglers(a) -> list[int]:
-    """The straggler rank(s), on steady-state evidence only."""
+    """The straggler rank(s), on steady-state evidence only (from the ``skew`` view: made once)."""
     if a.collectives is None or a.collectives.empty:
         return []
-    return coll_mod.stragglers(a.collectives, evidence_mask(a.collectives, a.cycles))
+    from analyze.views.registry import get
+    return coll_mod.stragglers_of(get(a, "skew"))
 
 
 def skew_notes(a) -> list[Note]:
@@ -84,7 +85,8 @@ def skew_notes(a) -> list[Note]:
         return [Note(N.SKEW_SKIPPED, f"no all-reduce skew table: {why}", count=0)]
     ev = evidence_mask(coll, a.cycles)
     all_late = coll_mod.skew_summary(coll)
-    counted = skew_table(a)
+    from analyze.views.registry import get
+    counted = get(a, "skew")
     only_warm = all_late[(all_late["times_late"] > 0)
                          & (all_late["rank"].map(counted.set_index("rank")["times_late"]).fillna(0) == 0)]
     out = []

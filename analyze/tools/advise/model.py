@@ -513,7 +513,7 @@ def rule_straggler(ctx: Context):
     if colls.empty:
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "no all-reduce across ranks (one rank, or no collectives)")
     summary = coll_mod.skew_summary(colls)
-    late = coll_mod.stragglers(colls)
+    late = coll_mod.stragglers_of(summary)
     figures = {"max_times_late": int(summary["times_late"].max()) if len(summary) else 0,
                "collectives": int(colls["collective"].nunique())}
     need = max(2, MIN_LATE_SHARE * figures["collectives"])

@@ -120,8 +120,10 @@ def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
     if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
         return ops.iloc[0:0] if ops is not None else pd.DataFrame()
     rank = side.cycles["rank"].min() if rank is None else rank
-    # integer columns first: the text comparison runs on one rank's ops in cycles, not every op
-    mine = ops.iloc[np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))]
+    # integer columns first: the text comparison runs on one rank's ops in cycles, not every op;
+    # only the columns read here and by the callers are taken (millions of ops: a copy of each)
+    cols = [c for c in ("kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns") if c in ops.columns]
+    mine = ops[cols].iloc[np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))]
     d = mine[mine["phase"] == DRAFT]
     if d.empty or (d["kind"] == "graph").any():
         return d.iloc[0:0]
