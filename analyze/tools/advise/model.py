@@ -88,11 +88,16 @@ def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_ns") -> np.ndarray:
     """Per row (rank, start): the steady cycle whose GPU window [start_ns, end_ns] holds the start, else -1."""
-    out = np.full(len(rows), -1, dtype="int64")
-    if rows.empty or cycles.empty:
+    if rows.empty:
+        return np.full(0, -1, dtype="int64")
+    return cycle_of_arrays(rows["rank"].to_numpy(), rows[start_col].to_numpy(dtype="int64"), cycles)
+
+
+def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -> np.ndarray:
+    """:func:`_cycle_of` on arrays."""
+    out = np.full(len(start), -1, dtype="int64")
+    if not len(start) or cycles.empty:
         return out
-    rank = rows["rank"].to_numpy()
-    start = rows[start_col].to_numpy(dtype="int64")
     for r, c in cycles.groupby("rank"):
         c = c.sort_values("start_ns")
         lo, hi = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
@@ -401,22 +406,22 @@ def launch_gaps(ctx: Context) -> dict:
 def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
     if ops is None or ops.empty or "cycle_range" not in ops.columns:
         return {}
-    cols = [c for c in ("rank", "start_ns", "end_ns", "graph_node_id", "kind") if c in ops.columns]
-    inside = ops.loc[ops["cycle_range"].to_numpy() >= 0, cols]          # only the columns used below
-    cycle = _cycle_of(inside, cycles)
+    inside = np.flatnonzero(ops["cycle_range"].to_numpy() >= 0)     # arrays, not a copy of the op frame
+    rank = ops["rank"].to_numpy(dtype="int64")[inside]
+    start = ops["start_ns"].to_numpy(dtype="int64")[inside]
+    cycle = cycle_of_arrays(rank, start, cycles)
     keep = cycle >= 0
     if not keep.any():
         return {}
-    gaps = op_gaps(inside["rank"].to_numpy(dtype="int64")[keep], cycle[keep],
-                   inside["start_ns"].to_numpy(dtype="int64")[keep], inside["end_ns"].to_numpy(dtype="int64")[keep])
+    at = inside[keep]
+    gaps = op_gaps(rank[keep], cycle[keep], start[keep], ops["end_ns"].to_numpy(dtype="int64")[at])
     big = gaps[gaps > LAUNCH_GAP_NS]
     n = max(len(cycles), 1)
-    n_inside = int(keep.sum())
-    graph_ops = int(inside["graph_node_id"].notna().to_numpy()[keep].sum()) if "graph_node_id" in inside.columns else 0
-    graph_ops += int((inside["kind"].to_numpy() == "graph")[keep].sum()) if "kind" in inside.columns else 0
+    graph_ops = int(ops["graph_node_id"].notna().to_numpy()[at].sum()) if "graph_node_id" in ops.columns else 0
+    graph_ops += int((ops["kind"] == "graph").to_numpy()[at].sum()) if "kind" in ops.columns else 0
     return {"launch_gaps_per_cycle": len(big) / n, "launch_gap_per_cycle_ns": float(big.sum()) / n,
             "median_gap_ns": float(np.median(gaps)) if len(gaps) else 0.0,
-            "graph_ops_share": graph_ops / n_inside, "ops_per_cycle": n_inside / n}
+            "graph_ops_share": graph_ops / len(at), "ops_per_cycle": len(at) / n}
 
 
 def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
