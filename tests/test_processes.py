@@ -135,7 +135,19 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     workers = worker_pids(lines)
     proc.kill()
     proc.wait(timeout=30)
-    assert gone_within(workers, 10), workers
+    # a loaded machine can take a while to deliver the signal and let the workers unwind (seen once
+    # in a full run: both workers still there after 10 s, never in isolation or under CPU load)
+    assert gone_within(workers, 30), [_proc_state(p) for p in workers]
+
+
+def _proc_state(pid: int) -> str:
+    """What the kernel says of a process that should be gone (for the failure message)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            keep = ("Name", "State", "PPid", "SigPnd", "ShdPnd", "SigBlk", "SigCgt")
+            return f"{pid}: " + ", ".join(l.strip() for l in f if l.split(":")[0] in keep)
+    except OSError:
+        return f"{pid}: gone"
 
 
 @linux_only
