@@ -15,17 +15,24 @@ import os
 _LIBC = None
 
 
-def release() -> None:
+def _libc():
+    """glibc with the prototypes used here (loaded once), or None where it is not the C library."""
     global _LIBC
-    gc.collect()
     if _LIBC is None:
         try:
             _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+            _LIBC.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         except (OSError, AttributeError):
             _LIBC = False
-    if _LIBC:
-        _LIBC.malloc_trim(0)
+    return _LIBC or None
+
+
+def release() -> None:
+    gc.collect()
+    libc = _libc()
+    if libc:
+        libc.malloc_trim(0)
 
 
 def small_pages() -> None:
@@ -58,13 +65,9 @@ def one_heap() -> None:
     arena and the system pool (docs/performance.md)."""
     if os.environ.get("SPECPROF_ALLOCATOR") == "default":
         return
-    global _LIBC
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc = _libc()
+    if libc:
         libc.mallopt(M_ARENA_MAX, 1)
-    except (OSError, AttributeError):
-        pass
     try:
         import pyarrow as pa
         pa.set_memory_pool(pa.system_memory_pool())

@@ -401,7 +401,7 @@ def test_assembly_drops_repeats_across_parts_like_pandas(ordered):
 # a report with a WAL beside it: the stdlib cursor only (a second SQLite library must not share it)
 # ---------------------------------------------------------------------------------------------
 
-def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path):
+def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path, monkeypatch):
     """connectorx and ADBC link their own SQLite; on a WAL database two SQLite libraries in one
     process cannot see each other's POSIX locks, and one truncating the ``-shm`` the other maps is a
     SIGBUS (what CI hit). With a writer holding the WAL open, every statement goes to the stdlib
@@ -423,6 +423,13 @@ def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path):
         writer.execute(change)                      # the change is in the -wal only
         writer.commit()
         assert (tmp_path / "w.sqlite-wal").stat().st_size > 0
+        monkeypatch.delenv("SPECPROF_READ_THREADS", raising=False)
+        from analyze.read.connection import open_report
+        live = open_report(str(run))
+        try:             # the stdlib cursor holds the GIL: one reader
+            assert fastread.backend_for(live) == "stdlib" and report.read_threads(live) == 1
+        finally:
+            live.close()
         fastread.SERVED.clear()
         for threads in (1, 2):
             with_wal = report.read_report(str(run), threads=threads)

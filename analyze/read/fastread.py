@@ -80,6 +80,12 @@ def second_sqlite_allowed(conn) -> bool:
     return bool(getattr(conn, "immutable", False))
 
 
+def backend_for(conn) -> str:
+    """The backend :func:`read_frame` tries first for this report: :func:`backend`, or ``stdlib``
+    where a second SQLite may not open it (:func:`second_sqlite_allowed`)."""
+    return backend() if second_sqlite_allowed(conn) else "stdlib"
+
+
 def readonly_uri(conn) -> str | None:
     """The read-only URI the report was opened with (None for a connection not from analyze.read.connection)."""
     path = getattr(conn, "path", "")
@@ -304,7 +310,7 @@ def read_batches(conn, sql: str):
     """The rows of ``sql`` as an iterator of Arrow record batches from connectorx or ADBC, or None
     where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
     are handed over one at a time and not kept, so a consumer that copies them out holds one."""
-    be = backend() if second_sqlite_allowed(conn) else "stdlib"
+    be = backend_for(conn)
     if be == "connectorx":
         from analyze.read import cxread
         path = getattr(conn, "path", "")
@@ -354,8 +360,8 @@ def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                rows_hint: int | None = None) -> pd.DataFrame:
     """Rows of ``sql`` as a DataFrame with ``columns``: connectorx where it can, else ADBC, else the
     stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
-    it: the stdlib cursor only (:func:`second_sqlite_allowed`)."""
-    be = backend() if second_sqlite_allowed(conn) else "stdlib"
+    it: the stdlib cursor only (:func:`backend_for`)."""
+    be = backend_for(conn)
     if be == "connectorx" and not params:
         frame = _read_connectorx(conn, sql, columns, copy)
         if frame is not None:

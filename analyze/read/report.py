@@ -670,14 +670,15 @@ def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
     return int(row[0] or 0)
 
 
-def read_threads() -> int:
+def read_threads(conn=None) -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
-    overrides. The stdlib fallback reads in one thread (it holds the GIL); connectorx and ADBC in two."""
+    overrides. The stdlib fallback reads in one thread (it holds the GIL); connectorx and ADBC in two.
+    ``conn``: the report to read (one with a WAL beside it is read by the stdlib cursor)."""
     env = os.environ.get("SPECPROF_READ_THREADS")
     if env:
         return max(1, int(env))
-    if fastread.backend() == "stdlib":
+    if (fastread.backend() if conn is None else fastread.backend_for(conn)) == "stdlib":
         return 1
     return max(1, min(2, os.cpu_count() or 1))
 
@@ -699,9 +700,9 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     runs as soon as both are read (while GPU ops are still being read, with threads) and its result
     is ``prepared``. ``ops=False`` leaves the GPU ops out (an empty table; chunked analysis reads
     them itself)."""
-    threads = read_threads() if threads is None else threads
     conn = open_report(path)
     try:
+        threads = read_threads(conn) if threads is None else threads
         strings = read_strings(conn)
         # twice as many op parts as readers: the reader done with NVTX and the preparation takes
         # the last parts, so both finish together

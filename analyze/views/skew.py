@@ -17,6 +17,7 @@ from analyze import notes as N
 from analyze.notes import Note
 from analyze.timeline import collectives as coll_mod
 from analyze.views import decode
+from analyze.views.registry import get
 
 __all__ = ["steady_start_ns", "evidence_mask", "skew_table", "stragglers", "skew_notes"]
 
@@ -62,7 +63,6 @@ def stragglers(a) -> list[int]:
     """The straggler rank(s), on steady-state evidence only (from the ``skew`` view: made once)."""
     if a.collectives is None or a.collectives.empty:
         return []
-    from analyze.views.registry import get
     return coll_mod.stragglers_of(get(a, "skew"))
 
 
@@ -85,7 +85,6 @@ def skew_notes(a) -> list[Note]:
         return [Note(N.SKEW_SKIPPED, f"no all-reduce skew table: {why}", count=0)]
     ev = evidence_mask(coll, a.cycles)
     all_late = coll_mod.skew_summary(coll)
-    from analyze.views.registry import get
     counted = get(a, "skew")
     only_warm = all_late[(all_late["times_late"] > 0)
                          & (all_late["rank"].map(counted.set_index("rank")["times_late"]).fillna(0) == 0)]
