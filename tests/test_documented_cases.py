@@ -64,6 +64,14 @@ class Run:
             os.chdir(cwd)
         return rc, out.getvalue() + err.getvalue()
 
+    def cli_leaving(self, path: Path, *args) -> tuple[int, str]:
+        """:meth:`cli`, checking that ``path`` (an input the command must not write) has the same
+        bytes afterwards."""
+        before = path.read_bytes()
+        out = self.cli(*args)
+        assert path.read_bytes() == before, f"{path.name} was changed"
+        return out
+
     def sub(self, *args, module: str = "analyze.cli", timeout: float = 120) -> tuple[int, str, str]:
         proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
                               cwd=self.tmp, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -158,10 +166,7 @@ def case_output_symlink_to_input(r: Run):
 def case_output_hard_link_to_input(r: Run):
     run = r.copy(GRAPH, "run.sqlite")
     os.link(run, r.tmp / "hard.json")
-    before = run.read_bytes()
-    out = r.cli("run.sqlite", "--json", "hard.json", "-q")
-    assert run.read_bytes() == before
-    return out
+    return r.cli_leaving(run, "run.sqlite", "--json", "hard.json", "-q")
 
 
 def case_output_is_wal_of_input(r: Run):
@@ -174,37 +179,25 @@ def case_output_is_wal_of_input(r: Run):
 
 def case_output_is_sibling_rank(r: Run):
     paths = r.ranks()
-    before = paths[1].read_bytes()
-    out = r.cli("runs/", "--html", "runs/rank1.sqlite", "-q")
-    assert paths[1].read_bytes() == before
-    return out
+    return r.cli_leaving(paths[1], "runs/", "--html", "runs/rank1.sqlite", "-q")
 
 
 def case_diff_output_is_input(r: Run):
     r.copy(GRAPH, "run.sqlite")
     assert r.cli("run.sqlite", "--json", "before.json", "-q")[0] == 0
     shutil.copy(r.tmp / "before.json", r.tmp / "after.json")
-    before = (r.tmp / "before.json").read_bytes()
-    out = r.cli("diff", "before.json", "after.json", "--json", "before.json", "-q")
-    assert (r.tmp / "before.json").read_bytes() == before
-    return out
+    return r.cli_leaving(r.tmp / "before.json", "diff", "before.json", "after.json", "--json", "before.json", "-q")
 
 
 def case_whatif_output_is_input(r: Run):
     run = r.copy(GRAPH, "run.sqlite")
-    before = run.read_bytes()
-    out = r.cli("whatif", "run.sqlite", "--json", "run.sqlite", "-q")
-    assert run.read_bytes() == before
-    return out
+    return r.cli_leaving(run, "whatif", "run.sqlite", "--json", "run.sqlite", "-q")
 
 
 def case_output_existing_report(r: Run):
     r.copy(GRAPH, "run.sqlite")
     other = r.copy(GRAPH, "other.sqlite")
-    before = other.read_bytes()
-    out = r.cli("run.sqlite", "--json", "other.sqlite", "-q")
-    assert other.read_bytes() == before
-    return out
+    return r.cli_leaving(other, "run.sqlite", "--json", "other.sqlite", "-q")
 
 
 def case_output_existing_report_forced(r: Run):
@@ -260,10 +253,7 @@ def case_scrub_target_exists(r: Run):
 
 def case_scrub_onto_input(r: Run):
     run = r.copy(GRAPH, "run.sqlite")
-    before = run.read_bytes()
-    out = r.cli("scrub", "run.sqlite", "-o", "run.sqlite", "--force")
-    assert run.read_bytes() == before
-    return out
+    return r.cli_leaving(run, "scrub", "run.sqlite", "-o", "run.sqlite", "--force")
 
 
 def case_profile_trace_existing_report(r: Run):

@@ -117,18 +117,9 @@ def test_auto_budget_is_decided_the_same_on_dask(reports, monkeypatch):
 def test_cached_ops_out_of_time_order_fall_back_to_one_piece(tmp_path, monkeypatch):
     """A report whose kernel rows are not in start order: chunks can be cut neither from the export
     nor from its cache entry; both runs are analysed in one piece, with the note, same tables."""
-    import os
-    import sqlite3
+    from helpers.traces import kernels_newest_first
 
-    real = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real", "h200_4proc_eager.sqlite")
-    path = tmp_path / "shuffled.sqlite"
-    shutil.copy(real, path)
-    db = sqlite3.connect(path)
-    db.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC")
-    db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM temp.k")
-    db.commit()
-    db.close()
+    path = kernels_newest_first(tmp_path / "shuffled.sqlite")
     whole = api.load(str(path), memory_budget=None)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 500)
     filled = api.load(str(path), cache=True, memory_budget=1)

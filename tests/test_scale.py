@@ -165,17 +165,9 @@ def test_chunked_analysis_of_real_exports_is_identical(name, monkeypatch):
 def test_ops_out_of_time_order_fall_back_to_one_piece(tmp_path, monkeypatch):
     """A report whose kernel rows are not in start order cannot be cut by rowid into time slices:
     it is analysed in one piece (read in chunks), said in a note, with the same results."""
-    import shutil
-    import sqlite3
+    from helpers.traces import kernels_newest_first
 
-    path = tmp_path / "shuffled.sqlite"
-    shutil.copy(os.path.join(REAL, "h200_4proc_eager.sqlite"), path)
-    db = sqlite3.connect(path)
-    db.execute("CREATE TEMP TABLE k AS SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start DESC")
-    db.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL")
-    db.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM temp.k")
-    db.commit()
-    db.close()
+    path = kernels_newest_first(tmp_path / "shuffled.sqlite")
     whole = api.load(str(path))
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 500)
     chunked = api.load(str(path), memory_budget=1)
