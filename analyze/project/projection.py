@@ -394,9 +394,19 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
 
 
 # a direct (process, correlation id) -> call table is used when it has at most this many slots per
-# call (plus a constant): nsys' correlation ids count up per process, so the table is dense
-DIRECT_TABLE_FACTOR = 8
+# call (plus a constant): nsys' correlation ids count up per process, so the table is dense (and
+# when only the launching calls are prepared, run/launches.py, a fraction of the ids are calls)
+DIRECT_TABLE_FACTOR = 16
 DIRECT_TABLE_MIN = 1 << 20
+
+
+def _direct_table(c_key: np.ndarray, sorted_pos: np.ndarray, size: int) -> np.ndarray:
+    """key -> sorted position of the first call with that key, -1 none (the last slot: no key);
+    int32 while the positions fit (half the bytes of a table as big as the id range)."""
+    dtype = np.int32 if len(sorted_pos) < np.iinfo(np.int32).max else np.int64
+    table = np.full(size + 1, -1, dtype=dtype)
+    table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
+    return table
 
 
 def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
@@ -417,12 +427,11 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
     if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
         # correlation ids are dense per process: a direct table, one gather per op
-        table = np.full(span * len(pids) + 1, -1, dtype="int64")
-        table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
+        table = _direct_table(c_key, sorted_pos, span * len(pids))
         op_p = pids.get_indexer(pid).astype("int64")
         rel = corr - lo
         ok = (op_p >= 0) & (rel >= 0) & (rel < span)
-        return table[np.where(ok, op_p * span + rel, span * len(pids))]
+        return table[np.where(ok, op_p * span + rel, span * len(pids))].astype("int64", copy=False)
     # first call of every key (drop_duplicates keep='first')
     uk, first = np.unique(c_key, return_index=True)
     op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls
@@ -460,9 +469,7 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
     if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
         # dense correlation ids: a direct table (see link_op_arrays), keys None
-        table = np.full(span * len(pids) + 1, -1, dtype="int64")
-        table[c_key[::-1]] = sorted_pos[::-1]
-        return CallKeys(pids, lo, span, None, table)
+        return CallKeys(pids, lo, span, None, _direct_table(c_key, sorted_pos, span * len(pids)))
     uk, first = np.unique(c_key, return_index=True)       # first call of every key
     return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
 
@@ -473,7 +480,7 @@ def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndar
     rel = corr - keys.corr_lo
     ok = (op_p >= 0) & (rel >= 0) & (rel < keys.span)
     if keys.keys is None:                                   # direct table
-        return keys.pos[np.where(ok, op_p * keys.span + rel, len(keys.pos) - 1)]
+        return keys.pos[np.where(ok, op_p * keys.span + rel, len(keys.pos) - 1)].astype("int64", copy=False)
     op_key = np.where(ok, op_p * keys.span + rel, -1)
     at = keys.keys.get_indexer(op_key)
     out = np.full(len(pid), -1, dtype="int64")

@@ -79,14 +79,15 @@ def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage
     """The map step over every op of the report at once (the one-chunk case; the per-op table kept)."""
     stage("reading")
 
-    def prepare(calls, ranges):
-        return prepare_launches(calls, ranges, config)
+    def prepare(calls, ranges, ops=None, strings=None):
+        return prepare_launches(calls, ranges, config, ops=ops, strings=strings)
 
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes, prepare=prepare)
     if tables.gpu_ops.empty:                  # the read left every op out (read/validate.py)
         capture.require_gpu_activity(path, usable_ops=0)
-    if tables.prepared is None:          # from the cache: prepared here
-        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges))
+    if tables.prepared is None:          # from the cache: prepared here, the ops known
+        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, ops=tables.gpu_ops,
+                                                  strings=tables.strings))
     chunk = chunk_of_frame(tables.gpu_ops)
     box = [tables._replace(gpu_ops=None)]
     del tables

@@ -165,8 +165,9 @@ class ReportMap:
         self.meta, self.marks, self.processes = tables.meta, tables.marks, tables.processes
         # what the calls and ranges alone say, before they are let go of
         self.input_notes = checks.input_notes(tables, launches.ranges)
-        call_names = tables.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
-            if len(tables.calls) else np.zeros(0, dtype="int64")
+        # (launches.calls: the prepared calls, fewer than the report's when the ops were read first)
+        call_names = launches.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
+            if len(launches.calls) else np.zeros(0, dtype="int64")
         self.capture_ids = cycles.capture_cycle_ids(call_names, tables.strings, launches.cycle_owner)
         del call_names
         self.n_calls = len(launches.index.key)

@@ -105,15 +105,22 @@ def empty_table(config: PhaseConfig) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns(config)})
 
 
+def capture_name_ids(strings: pd.Series) -> np.ndarray:
+    """The string ids of the CUDA graph capture calls' names (CAPTURE_CALL_PREFIXES)."""
+    if strings.empty:
+        return np.zeros(0, dtype="int64")
+    texts = strings.to_numpy(dtype=object)
+    hit = np.array([isinstance(t, str) and t.startswith(CAPTURE_CALL_PREFIXES) for t in texts], dtype=bool)
+    return strings.index.to_numpy(dtype="int64")[hit]
+
+
 def capture_cycle_ids(call_name_id: np.ndarray, strings: pd.Series, cycle_owner: np.ndarray | None) -> np.ndarray:
     """Range ids of the cycles whose range encloses a CUDA graph capture call (``call_name_id``:
     the name string id of every call in sorted-call order; ``cycle_owner``: launches' per sorted
     call cycle range id, -1 none)."""
     if cycle_owner is None or not len(call_name_id) or strings.empty:
         return np.zeros(0, dtype="int64")
-    texts = strings.to_numpy(dtype=object)
-    hit = np.array([isinstance(t, str) and t.startswith(CAPTURE_CALL_PREFIXES) for t in texts], dtype=bool)
-    ids = strings.index.to_numpy(dtype="int64")[hit]
+    ids = capture_name_ids(strings)
     if not len(ids):
         return np.zeros(0, dtype="int64")
     capturing = np.isin(call_name_id, ids)
