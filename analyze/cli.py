@@ -127,6 +127,19 @@ def parse_size(text: str) -> int:
 
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    from analyze.read import prefetch
+
+    # one report analysed here: its API calls are read while the rest starts up (read/prefetch.py)
+    early = len(args.reports) == 1 and not args.cache and not args.scheduler and \
+        prefetch.start_calls(args.reports[0])
+    try:
+        return _run_analyze(args)
+    finally:
+        if early:
+            prefetch.forget()          # not taken (an error, an NVTX-only report): waited for, dropped
+
+
+def _run_analyze(args) -> int:
     from analyze.attribute import phases
     from analyze.render import outputs, text as render
     from analyze.run import api

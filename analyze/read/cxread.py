@@ -26,10 +26,12 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 SAFE_PATH = re.compile(r"[A-Za-z0-9/._+\-]+")
 _STATE: dict = {}          # "ok": bool, set by the first call of available(); "ran": connectorx has run here
+_LOCK = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
@@ -96,11 +98,26 @@ def _self_test() -> bool:
 
 
 def available() -> bool:
-    """connectorx is installed and opens files read-only here (checked once per process)."""
-    if "ok" not in _STATE:
-        _STATE["ran"] = True          # the self-test starts connectorx's runtime
-        _STATE["ok"] = _self_test()
-    return _STATE["ok"]
+    """connectorx is installed and opens files read-only here (checked once per process; the
+    early read of read/prefetch.py may ask from another thread)."""
+    with _LOCK:
+        if "ok" not in _STATE:
+            _STATE["ran"] = True          # the self-test starts connectorx's runtime
+            _STATE["ok"] = _self_test()
+        return _STATE["ok"]
+
+
+def forced_reader() -> str:
+    """``SPECPROF_READER`` (lower case, "" when unset): ``adbc`` or ``stdlib`` start fastread's
+    list of backends further down, past connectorx."""
+    return os.environ.get("SPECPROF_READER", "").lower()
+
+
+def connectorx_missing() -> bool:
+    """connectorx is not installed (found without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("connectorx") is None
 
 
 _NULL_ITEM = re.compile(r"^\s*NULL\s*$", re.I)

@@ -59,11 +59,12 @@ def backend() -> str:
     """The backend :func:`read_frame` tries first: ``connectorx`` when installed and checked
     read-only (cxread.available), else ``adbc`` when installed, else ``stdlib``.
     ``SPECPROF_READER=adbc|stdlib`` starts further down that list."""
-    forced = os.environ.get("SPECPROF_READER", "").lower()
+    from analyze.read import cxread
+
+    forced = cxread.forced_reader()
     if forced == "stdlib":
         return "stdlib"
     if forced != "adbc":
-        from analyze.read import cxread
         if cxread.available():
             return "connectorx"
     try:
@@ -282,15 +283,19 @@ def _empty(columns: list[str]) -> pd.DataFrame:
 
 
 def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
-    """The rows through connectorx (cxread.py), or None where it cannot read them (then ADBC does)."""
-    from analyze.read import cxread
+    """The rows through connectorx (cxread.py), or None where it cannot read them (then ADBC does).
+    Rows the CLI read before the analysis started (prefetch.py, same statement and file) are taken
+    from there."""
+    from analyze.read import cxread, prefetch
 
     path = getattr(conn, "path", "")
     cs = cxread.connection_string(path, getattr(conn, "immutable", False)) if path else None
     if cs is None:
         return None
     try:
-        table = cxread.read_table(cs, sql)
+        table = prefetch.take(cs, sql)
+        if table is None:
+            table = cxread.read_table(cs, sql)
     except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC / stdlib read anything
         return None
     SERVED["connectorx"] += 1

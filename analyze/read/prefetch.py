@@ -1,0 +1,123 @@
+"""The report's API calls read while analyze-trace is still starting up.
+
+The calls are the longest single read of a report (4M rows of the real H200 eager trace tiled to
+1M kernels: 0.8 s on one core, the critical path of the read), and until the first statement runs
+the process spends about 0.35 s on one core importing pandas and checking its inputs. So the CLI,
+given one report, starts reading the calls in a background thread right after parsing its
+arguments (:func:`start_calls`); connectorx reads in Rust without the GIL, on the core the imports
+leave idle. When the analysis reaches the same statement on the same file, the reader takes the
+rows from here (:func:`take`) instead of reading them again.
+
+Nothing else changes: the statement is the one :func:`calls_statement` gives read/report.py, the
+reader is the one fastread would use (connectorx on the ``immutable`` read-only URI, checked by
+cxread before its first read), and rows are used only if the file is still the one that was read
+(device, inode, size and modification time). Where anything is off (not an nsys export, a
+``-wal``/``-journal`` beside it, connectorx absent or turned off, an error while reading) there is
+no prefetch and the analysis reads as before; its errors are the analysis' own. This module
+imports neither NumPy nor pandas (it runs before them).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+from analyze.read import connection, cxread
+
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+CALL_COLUMNS = ("globalTid", "correlationId", "start", "end")
+
+_LOCK = threading.Lock()
+_PENDING: dict[tuple[str, str], "_Read"] = {}
+
+
+def calls_statement(columns: list[str]) -> str | None:
+    """The SELECT of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
+    (None: the table lacks what the analysis needs)."""
+    if not set(CALL_COLUMNS) <= set(columns):
+        return None
+    name = "nameId" if "nameId" in columns else "NULL"
+    return f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}"
+
+
+class _Read:
+    """One background read: its thread, the file it read, and its result (an Arrow table)."""
+
+    def __init__(self, path: str, conn_string: str, sql: str):
+        self.path, self.conn_string, self.sql = path, conn_string, sql
+        self.identity = _identity(path)
+        self.table = None
+        self.thread = threading.Thread(target=self._run, name="specprof-prefetch", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            if cxread.available():
+                self.table = cxread.read_table(self.conn_string, self.sql)
+        except Exception:  # noqa: BLE001 - the analysis reads them itself (and reports its own errors)
+            self.table = None
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def start_calls(path: str | os.PathLike) -> bool:
+    """Start reading the API calls of the report at ``path`` in the background; False (nothing
+    started) where the analysis' own read would not use connectorx on an immutable report."""
+    if cxread.forced_reader() in ("adbc", "stdlib") or cxread.connectorx_missing():
+        return False
+    try:
+        with warnings.catch_warnings():          # the analysis warns about the report itself
+            warnings.simplefilter("ignore")
+            conn = connection.open_report(path, quick_check=False)
+    except Exception:  # noqa: BLE001 - a bad input: the analysis says why
+        return False
+    try:
+        sql = calls_statement(connection.table_columns(conn, RUNTIME_TABLE)) if conn.immutable else None
+        conn_string = cxread.connection_string(conn.path, True) if sql else None
+        report_path = conn.path
+    finally:
+        conn.close()
+    if conn_string is None:
+        return False
+    read = _Read(report_path, conn_string, sql)
+    if read.identity is None:
+        return False
+    with _LOCK:
+        _PENDING[(conn_string, sql)] = read
+    read.thread.start()
+    return True
+
+
+def take(conn_string: str, sql: str):
+    """The prefetched rows of ``sql`` on the file of ``conn_string`` (a pyarrow Table), waiting for
+    the read to end; None when there is none, it failed, or the file changed since it was read."""
+    with _LOCK:
+        read = _PENDING.pop((conn_string, sql), None)
+    if read is None:
+        return None
+    read.thread.join()
+    table, read.table = read.table, None
+    if table is None or _identity(read.path) != read.identity:
+        return None
+    return table
+
+
+def forget() -> None:
+    """Wait for and drop every read not taken (the analysis ended before it read the calls)."""
+    with _LOCK:
+        reads = list(_PENDING.values())
+        _PENDING.clear()
+    for read in reads:
+        read.thread.join()
+        read.table = None
+
+
+def pending() -> int:
+    """How many prefetched reads wait to be taken (tests)."""
+    with _LOCK:
+        return len(_PENDING)
