@@ -93,8 +93,9 @@ def _reference_mask(calls: pd.DataFrame, op_pid, op_corr, capture_ids) -> np.nda
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_needed_calls_against_a_set_lookup(seed):
+def test_needed_calls_against_a_set_lookup(seed, monkeypatch):
     rng = np.random.default_rng(seed)
+    monkeypatch.setattr(launches, "BLOCK_ROWS", int(rng.integers(1, 64)))     # blocks of calls
     n = int(rng.integers(1, 400))
     pids = np.array([-(1 << 60), 5 << 24, 9 << 24])[rng.integers(0, 3, n)]
     corr = rng.integers(0, 60, n)

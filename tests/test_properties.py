@@ -182,3 +182,25 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     want = (nxt - reach).dropna().clip(lower=0).to_numpy(dtype="float64")
     got = op_gaps(*(frame[c].to_numpy(dtype="int64") for c in ("rank", "cycle", "start_ns", "end_ns")))
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from([3, -7, 10 ** 12, 5]), st.integers(0, 400)), max_size=300),
+       block=st.integers(1, 50), presence=st.booleans())
+def test_shared_correlation_ids_equal_a_set_reference(rows, block, presence):
+    """checks.count_shared_ids (presence table in blocks, or the lexsort) against sets."""
+    import numpy as np
+    from analyze.run import checks
+
+    pid = np.array([p for p, _ in rows], dtype="int64")
+    corr = np.array([c for _, c in rows], dtype="int64")
+    by_id: dict[int, set] = {}
+    for p, c in rows:
+        by_id.setdefault(c, set()).add(p)
+    want = sum(len(ps) > 1 for ps in by_id.values())
+    old = checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES
+    checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES = block, (old[1] if presence else 0)
+    try:
+        assert checks.count_shared_ids(corr, pid) == want
+    finally:
+        checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES = old

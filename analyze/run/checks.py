@@ -142,6 +142,7 @@ def shared_correlation_ids(calls: pd.DataFrame) -> list[Note]:
 
 # a presence table (one byte per (process, id)) is used up to this many bytes, else a sort
 PRESENCE_MAX_BYTES = 256 << 20
+BLOCK_ROWS = 1 << 17
 
 
 def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
@@ -150,15 +151,18 @@ def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
     sum over processes; ids spread too wide for that go through one lexsort."""
     if not len(corr):
         return 0
-    pid_code, uniq = pd.factorize(pid)
+    uniq = pd.Index(pd.unique(pid))
     if len(uniq) < 2:
         return 0
     lo, hi = int(corr.min()), int(corr.max())
     span = hi - lo + 1
     if span * len(uniq) <= PRESENCE_MAX_BYTES:
         present = np.zeros((len(uniq), span), dtype=bool)
-        present[pid_code, corr - lo] = True
+        for a in range(0, len(pid), BLOCK_ROWS):     # in blocks: small temporaries, reused
+            b = a + BLOCK_ROWS
+            present[uniq.get_indexer(pid[a:b]), corr[a:b] - lo] = True
         return int((present.sum(axis=0, dtype="int32") >= 2).sum())
+    pid_code = uniq.get_indexer(pid)
     # distinct (id, process) pairs in id order, then ids that occur with several processes
     order = np.lexsort((pid_code, corr))
     c, p = corr[order], pid_code[order]

@@ -38,6 +38,7 @@ class Launches(NamedTuple):
 
 # a presence table (one byte per (process, correlation id)) is used up to this many bytes
 PRESENCE_MAX_BYTES = 256 << 20
+BLOCK_ROWS = 1 << 17
 
 
 def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
@@ -59,7 +60,10 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     rel = np.asarray(op_corr, dtype="int64") - lo
     present[np.where((op_p >= 0) & (rel >= 0) & (rel < span), op_p * span + rel, span * len(pids))] = True
     present[-1] = False
-    keep = present[pids.get_indexer(c_pid) * span + (c_corr - lo)]
+    keep = np.empty(len(c_pid), dtype=bool)
+    for a in range(0, len(c_pid), BLOCK_ROWS):    # in blocks: small temporaries, reused (not faulted in)
+        b = a + BLOCK_ROWS
+        keep[a:b] = present[pids.get_indexer(c_pid[a:b]) * span + (c_corr[a:b] - lo)]
     del present
     capture_ids = cycles.capture_name_ids(strings)
     if len(capture_ids):
