@@ -128,3 +128,19 @@ def test_bench_end_to_end_small(tmp_path):
                 "nvtx_gpu_proj_sum.csv").stat().st_size > 0
         assert "estimated" not in json.dumps(row)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_python_is_byte_compiled_beforehand_even_where_bytecode_is_not_written(tmp_path, monkeypatch):
+    """As `pip install` leaves a package: every module has its .pyc for the interpreter that runs
+    it, also where PYTHONDONTWRITEBYTECODE is set (imports would then compile every run)."""
+    import importlib.util
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("X = 1\n")
+    (pkg / "sub" / "b.py").write_text("Y = 2\n")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    assert run.compile_python([pkg, tmp_path / "absent"]) == [str(pkg)]
+    for src in (pkg / "a.py", pkg / "sub" / "b.py"):
+        assert Path(importlib.util.cache_from_source(str(src))).is_file()
+    assert all(p.is_dir() for p in run.own_packages())
