@@ -150,20 +150,47 @@ class PaintedCalls(NamedTuple):
     outermost: np.ndarray       # per range: outermost among the ranges of its phase
 
 
-def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
-                      layout=None) -> PaintedCalls:
-    """The call side of the phase assignment: every sorted call painted with its innermost
-    phase range and its inclusive phase bits (once per report, whatever the number of ops).
-    ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused)."""
-    n_calls = len(index.key)
+class PhaseNesting(NamedTuple):
+    """How the phase ranges nest, from the ranges alone (no call): :func:`phase_nesting`."""
+
+    levels: np.ndarray          # per phase range (ranges with a phase, in row order): depth among them
+    tops: dict                  # phase code -> positions (among the phase ranges) of its outermost ranges
+
+
+def _phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
     # only the columns used (a boolean selection of the whole frame copies every column)
     has_phase = ranges["phase"].notna().to_numpy()
-    phase_ranges = ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
-    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
-    tidx = proj.range_keys(index, phase_ranges)[0]
+    return ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
+
+
+def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
+    """Depth of every phase range among the phase ranges of its thread, and per phase its outermost
+    ranges (``ranges``: label_ranges' output). Needs no API call: computed while they are prepared."""
+    phase_ranges = _phase_ranges(ranges)
+    thread = pd.factorize(phase_ranges["global_tid"].to_numpy(dtype="int64"))[0].astype("int64")
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
-    levels = proj.nesting_levels(tidx, starts, ends)
+    levels = proj.nesting_levels(thread, starts, ends)
+    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
+    tops = {}
+    for i, name in enumerate(config.names):
+        sel = np.flatnonzero(phase_col == name)
+        if len(sel):
+            tops[i] = sel[proj.nesting_levels(thread[sel], starts[sel], ends[sel]) == 0]
+    return PhaseNesting(levels, tops)
+
+
+def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
+                      layout=None, nesting: PhaseNesting | None = None) -> PaintedCalls:
+    """The call side of the phase assignment: every sorted call painted with its innermost
+    phase range and its inclusive phase bits (once per report, whatever the number of ops).
+    ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused);
+    ``nesting``: :func:`phase_nesting` of ``ranges`` when the caller has it."""
+    n_calls = len(index.key)
+    phase_ranges = _phase_ranges(ranges)
+    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
+    nesting = phase_nesting(ranges, config) if nesting is None else nesting
+    levels = nesting.levels
     labels = phase_ranges.index.to_numpy(dtype="int64")
     # range ids as int32 when they fit: held per call for the whole analysis
     label_t = "int32" if len(ranges) < 2 ** 31 - 1 and (not len(labels) or labels.max() < 2 ** 31 - 1) else "int64"
@@ -182,13 +209,10 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     bits_t = next((t for t in (np.uint8, np.uint16, np.uint32, np.uint64) if np.dtype(t).itemsize * 8 >= n_ph),
                   None)
     outermost = np.zeros(len(ranges), dtype=bool)
-    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
     members: dict[int, np.ndarray] = {}
-    for i, name in enumerate(config.names):
-        sel = np.flatnonzero(phase_col == name)
-        if len(sel):
-            lv = proj.nesting_levels(tidx[sel], starts[sel], ends[sel])
-            top = sel[lv == 0]
+    for i in range(len(config.names)):
+        top = nesting.tops.get(i)
+        if top is not None:
             outermost[phase_ranges.index.to_numpy()[top]] = True
             marks = proj.paint_blocks(n_calls, lo[top], hi[top], np.zeros(len(top), dtype="int64"),
                                       exact[top], np.ones(len(top), dtype="int8"),

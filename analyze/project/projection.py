@@ -157,6 +157,13 @@ def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np
     return pos_in_thread - ended_before
 
 
+def range_levels(ranges: pd.DataFrame) -> np.ndarray:
+    """:func:`nesting_levels` of every range among the ranges of its thread (any code per thread
+    gives the same depths: they are counted within a thread)."""
+    thread = pd.factorize(ranges["global_tid"].to_numpy(dtype="int64"))[0].astype("int64")
+    return nesting_levels(thread, ranges["start_ns"].to_numpy(dtype="int64"), ranges["end_ns"].to_numpy(dtype="int64"))
+
+
 def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.ndarray):
     """Yield (range positions, ok) per level, where ok marks ranges whose blocks are disjoint."""
     for level in np.unique(levels):
@@ -264,17 +271,16 @@ def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.nda
     return merged["pos"].fillna(-1).to_numpy(dtype="int64")
 
 
-def range_layout(index: CallIndex, ranges: pd.DataFrame):
+def range_layout(index: CallIndex, ranges: pd.DataFrame, levels: np.ndarray | None = None):
     """What :func:`project_ranges` needs about the ranges, independent of the ops: (lo, hi, exact,
     None, end_key, groups), groups = per nesting level (reduceat bounds of the ranges whose blocks
     are contiguous, those ranges, which of them have calls, the ranges for the exact path).
     Compute once, project several times. Call positions are int32 when the calls fit (millions of
-    ranges: half the bytes held for the whole analysis)."""
+    ranges: half the bytes held for the whole analysis). ``levels``: :func:`range_levels` of
+    ``ranges`` when the caller has it (it needs no call)."""
     lo, hi, exact = range_blocks(index, ranges)
-    tidx, _, end_key = range_keys(index, ranges)
-    levels = nesting_levels(tidx, ranges["start_ns"].to_numpy(dtype="int64"),
-                            ranges["end_ns"].to_numpy(dtype="int64"))
-    del tidx
+    end_key = range_keys(index, ranges)[2]
+    levels = range_levels(ranges) if levels is None else levels
     pos_t = "int32" if len(index.key) < 2 ** 31 - 1 else "int64"
     groups = []
     for members, ok in _level_groups(levels, lo, hi, exact):

@@ -14,6 +14,7 @@ nothing has no span), so the result is the same; the real H200 eager trace launc
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -75,20 +76,31 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
                      ops: pd.DataFrame | None = None, strings: pd.Series | None = None) -> Launches:
     """The calls' and ranges' side of the analysis. With ``ops`` (the report's GPU ops, read first)
     and ``strings``, only the :func:`needed_calls` are prepared."""
-    if ops is not None and strings is not None:
-        keep = needed_calls(calls, ops["global_pid"].to_numpy(dtype="int64"),
-                            ops["correlation_id"].to_numpy(dtype="int64"), strings)
-        if keep is not None:
-            calls = calls[keep].reset_index(drop=True)
-            del keep
-    ranges = attribution.label_ranges(ranges, config)
-    index = projection.build_call_index(calls, ranges)
-    layout = projection.range_layout(index, ranges)
-    painted = attribution.paint_phase_calls(ranges, index, config, layout)
-    top_cycles = cycles.cycle_ranges(ranges, config)
+    # the ranges' side (labels, nesting: no call needed) in a second thread while the calls are
+    # sorted; NumPy's sorts and searches let go of the GIL
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-ranges") as pool:
+        range_side = pool.submit(_range_side, ranges, config)
+        if ops is not None and strings is not None:
+            keep = needed_calls(calls, ops["global_pid"].to_numpy(dtype="int64"),
+                                ops["correlation_id"].to_numpy(dtype="int64"), strings)
+            if keep is not None:
+                calls = calls[keep].reset_index(drop=True)
+                del keep
+        index = projection.build_call_index(calls, ranges)     # (threads and times: labels not needed)
+        ranges, levels, nesting, top_cycles = range_side.result()
+    layout = projection.range_layout(index, ranges, levels=levels)
+    painted = attribution.paint_phase_calls(ranges, index, config, layout, nesting=nesting)
     cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles, layout=layout)
     is_cycle = ranges.index.isin(top_cycles.index)
     return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"])
+
+
+def _range_side(ranges: pd.DataFrame, config: PhaseConfig):
+    """(labelled ranges, their nesting levels, the phase ranges' nesting, the outermost cycle
+    ranges): everything of the preparation that needs the ranges only."""
+    ranges = attribution.label_ranges(ranges, config)
+    return (ranges, projection.range_levels(ranges), attribution.phase_nesting(ranges, config),
+            cycles.cycle_ranges(ranges, config))
 
 
 def cycle_of_ops(launches: Launches, op_call: np.ndarray) -> np.ndarray:
