@@ -136,7 +136,7 @@ def run_analyze(argv: list[str]) -> int:
         return _run_analyze(args)
     finally:
         if early:
-            prefetch.forget()          # not taken (an error, an NVTX-only report): waited for, dropped
+            prefetch.forget()          # not taken (an error, an NVTX-only report): dropped
 
 
 def _run_analyze(args) -> int:

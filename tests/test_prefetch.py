@@ -126,3 +126,28 @@ def test_errors_are_the_analysis_own(tmp_path, capsys):
     code = cli.main([str(bad), "-q"])
     err = capsys.readouterr().err
     assert code != 0 and "not an SQLite database" in err and err.count("\n") == 1
+
+
+def test_an_error_does_not_wait_for_the_early_read(tmp_path, monkeypatch, capsys):
+    """The analysis stops on an output that would replace its input while the early read still runs:
+    the error comes at once (the read is dropped, not waited for)."""
+    import threading
+    import time
+
+    release = threading.Event()
+    real_read = cxread.read_table
+
+    def slow(cs, sql):
+        release.wait(30)
+        return real_read(cs, sql)
+
+    monkeypatch.setattr(cxread, "read_table", slow)
+    path = tmp_path / "r.sqlite"
+    shutil.copy(REPORT, path)
+    before = path.read_bytes()
+    t0 = time.monotonic()
+    code = cli.main([str(path), "-q", "--json", str(path)])          # the output would replace the input
+    elapsed = time.monotonic() - t0
+    release.set()
+    assert code != 0 and elapsed < 20 and prefetch.pending() == 0 and path.read_bytes() == before
+    assert capsys.readouterr().err.count("\n") == 1

@@ -108,13 +108,11 @@ def take(conn_string: str, sql: str):
 
 
 def forget() -> None:
-    """Wait for and drop every read not taken (the analysis ended before it read the calls)."""
+    """Drop every read not taken (the analysis ended before it read the calls, e.g. on an error):
+    not waited for, so an error is reported at once; a read still running ends on its own and its
+    rows go with it (the ``analyze-trace`` process ends without waiting for it: cli.console_main)."""
     with _LOCK:
-        reads = list(_PENDING.values())
         _PENDING.clear()
-    for read in reads:
-        read.thread.join()
-        read.table = None
 
 
 def pending() -> int:
