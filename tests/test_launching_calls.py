@@ -39,24 +39,11 @@ def _load(path: str, monkeypatch, *, after_ops: bool, threads: int):
         return api.load(path), kept
 
 
-def _same_links(a: np.ndarray, b: np.ndarray) -> None:
-    """``call_pos`` counts the prepared calls (sorted by thread and start), so it differs when fewer
-    are prepared; the calls left out launched nothing, so the same ops are linked, ops of one call
-    in one are ops of one call in the other, and the calls' order is kept."""
-    assert np.array_equal(a < 0, b < 0)
-    x, y = a[a >= 0], b[b >= 0]
-    order = np.argsort(x, kind="stable")
-    x, y = x[order], y[order]
-    assert np.array_equal(x[1:] == x[:-1], y[1:] == y[:-1]) and (np.diff(y) >= 0).all()
-
-
 def _same(a, b) -> None:
     for name in TABLES:
         pd.testing.assert_frame_equal(a.table(name), b.table(name), obj=name)
     pd.testing.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
-    pd.testing.assert_frame_equal(a.gpu_ops.drop(columns="call_pos"), b.gpu_ops.drop(columns="call_pos"),
-                                  obj="gpu_ops")
-    _same_links(a.gpu_ops["call_pos"].to_numpy(), b.gpu_ops["call_pos"].to_numpy())
+    pd.testing.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops")       # call_pos too: a row of the calls
     assert [(n.code, n.count, n.message, n.rank) for n in a.notes] == [(n.code, n.count, n.message, n.rank) for n in b.notes]
 
 
@@ -124,3 +111,97 @@ def test_schedule_rule():
     plan = [report.OpRead("kernel", "K", "", 1, 101, 100), report.OpRead("memcpy", "M", "", 1, 11, 10)]
     assert report.prepare_after_ops(221, plan) and not report.prepare_after_ops(220, plan)
     assert not report.prepare_after_ops(10 ** 6, []) and not report.prepare_after_ops(None, plan)
+
+
+def test_call_pos_is_the_row_of_the_launching_call(monkeypatch):
+    path = str(REAL / "h200_4proc_eager.sqlite")
+    launching, kept = _load(path, monkeypatch, after_ops=True, threads=2)
+    assert kept and kept[0][1] < kept[0][0]
+    calls = report.read_report(path).calls
+    ops = launching.gpu_ops
+    linked = ops[ops["call_pos"] >= 0]
+    assert len(linked) > 0.9 * len(ops)
+    row = calls.iloc[linked["call_pos"].to_numpy()]
+    assert (row["correlation_id"].to_numpy() == linked["correlation_id"].to_numpy()).all()
+    assert (row["global_pid"].to_numpy() == linked["global_pid"].to_numpy()).all()
+    assert (row["start_ns"].to_numpy() <= linked["start_ns"].to_numpy()).all()       # launched before it ran
+
+
+def test_a_cache_hit_gives_the_cache_miss_tables(tmp_path):
+    """A cache hit prepares with the ops known (so only the launching calls), a miss by the
+    calls-per-op rule: the same tables and per-op rows either way."""
+    import shutil
+
+    path = tmp_path / "r.sqlite"
+    shutil.copy(REAL / "sglang_graphs.sqlite", path)
+    miss, hit = api.load(str(path), cache=True), api.load(str(path), cache=True)
+    for name in TABLES:
+        x, y = miss.table(name), hit.table(name)
+        pd.testing.assert_frame_equal(x.drop(columns="input", errors="ignore"), y.drop(columns="input", errors="ignore"),
+                                      obj=name)
+    pd.testing.assert_frame_equal(miss.gpu_ops.drop(columns="input"), hit.gpu_ops.drop(columns="input"), obj="gpu_ops")
+
+
+def _crossing_ranges_trace(out: Path) -> tuple[Path, int]:
+    """A synthetic report plus two crossing phase ranges of one nesting level whose NVTX rows are
+    not in start order (verify [50, 150) written after draft [120, 200), both inside prefill), a
+    call that launches nothing inside verify only and one that launches a probe kernel inside
+    both. Which range owns the probe must not depend on whether the first call is prepared."""
+    import sqlite3
+
+    (path,), _ = write_trace(TraceSpec(ranks=1, cycles=2), out)
+    db = sqlite3.connect(path)
+    t = db.execute("SELECT max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] + 1_000_000
+    tid, = db.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME LIMIT 1").fetchone()
+    corr = db.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 100
+    probe = db.execute("SELECT max(id) FROM StringIds").fetchone()[0] + 1
+    db.execute("INSERT INTO StringIds VALUES (?, 'probe_kernel')", (probe,))
+    for name, a, b in (("prefill", 0, 100), ("draft", 120, 200), ("verify", 50, 150)):
+        db.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, domainId) "
+                   "VALUES (?, ?, 60, ?, ?, NULL, 0)", (t + a, t + b, name, tid))
+
+    def copy_row(table: str, **values):
+        cols = [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+        row = dict(zip(cols, db.execute(f"SELECT * FROM {table} LIMIT 1").fetchone()), **values)
+        db.execute(f"INSERT INTO {table} ({','.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+                   [row[c] for c in cols])
+
+    copy_row("CUPTI_ACTIVITY_KIND_RUNTIME", globalTid=tid, start=t + 60, end=t + 61, correlationId=corr)
+    copy_row("CUPTI_ACTIVITY_KIND_RUNTIME", globalTid=tid, start=t + 130, end=t + 135, correlationId=corr + 1)
+    copy_row("CUPTI_ACTIVITY_KIND_KERNEL", start=t + 140, end=t + 145, correlationId=corr + 1,
+             demangledName=probe, shortName=probe)
+    db.commit()
+    db.close()
+    return path, t + 140
+
+
+def test_crossing_ranges_out_of_row_order_keep_their_owner(tmp_path, monkeypatch):
+    path, probe_start = _crossing_ranges_trace(tmp_path)
+    every, _ = _load(str(path), monkeypatch, after_ops=False, threads=1)
+    launching, kept = _load(str(path), monkeypatch, after_ops=True, threads=1)
+    assert kept and kept[0][1] < kept[0][0]
+    for a in (every, launching):
+        probe = a.gpu_ops[a.gpu_ops["start_ns"] == probe_start]
+        assert probe["phase"].tolist() == ["draft"]          # the later-starting of the two crossing ranges
+    _same(every, launching)
+
+
+@pytest.mark.parametrize("budget", [None, 10 ** 9])
+def test_a_report_without_api_calls_is_analysed(tmp_path, budget):
+    """GPU ops but no CUPTI_ACTIVITY_KIND_RUNTIME table: every op unlinked, with the note (the
+    schedule's row count must not need the table)."""
+    import shutil
+    import sqlite3
+
+    from analyze import notes as N
+
+    path = tmp_path / "r.sqlite"
+    shutil.copy(REAL / "h200_4proc_eager.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute(f"DROP TABLE {report.RUNTIME_TABLE}")
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+    a = api.load(str(path), memory_budget=budget)
+    assert int(a.totals["gpu_ops"].sum()) == 3160
+    assert N.has(a.notes, N.UNLINKED_OPS)

@@ -195,7 +195,8 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     # range ids as int32 when they fit: held per call for the whole analysis
     label_t = "int32" if len(ranges) < 2 ** 31 - 1 and (not len(labels) or labels.max() < 2 ** 31 - 1) else "int64"
     owner = np.full(n_calls + 1, -1, dtype=label_t)   # op_call -1 (no launching call) picks the last slot
-    owner[:-1] = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key), dtype=label_t)
+    owner[:-1] = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key), dtype=label_t,
+                                   start_key=proj.range_keys(index, phase_ranges)[1])
 
     code_of = {n: i for i, n in enumerate(config.names)}
     other = len(config.names)

@@ -164,11 +164,16 @@ def range_levels(ranges: pd.DataFrame) -> np.ndarray:
     return nesting_levels(thread, ranges["start_ns"].to_numpy(dtype="int64"), ranges["end_ns"].to_numpy(dtype="int64"))
 
 
-def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.ndarray):
-    """Yield (range positions, ok) per level, where ok marks ranges whose blocks are disjoint."""
+def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.ndarray,
+                  start_key: np.ndarray | None = None):
+    """Yield (range positions, ok) per level, where ok marks ranges whose blocks are disjoint. The
+    ranges of a level come in block order, or with ``start_key`` in start order (blocks are in
+    start order too: a block starts at the first call at or after the range's start): an order
+    that does not depend on which calls there are, for :func:`paint_blocks`, where the later of
+    two crossing ranges wins."""
     for level in np.unique(levels):
         members = np.flatnonzero(levels == level)
-        members = members[np.argsort(lo[members], kind="stable")]
+        members = members[np.argsort((lo if start_key is None else start_key)[members], kind="stable")]
         ok = exact[members].copy()
         if len(members) > 1:
             clash = lo[members][1:] < hi[members][:-1]
@@ -238,11 +243,13 @@ def reduce_blocks(lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.
 
 
 def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarray, exact: np.ndarray,
-                 labels: np.ndarray, slow, dtype="int64") -> np.ndarray:
+                 labels: np.ndarray, slow, dtype="int64", start_key: np.ndarray | None = None) -> np.ndarray:
     """Label every sorted call with the label of its deepest enclosing range (or -1), in an array
-    of ``dtype`` (narrower than int64 when the labels fit)."""
+    of ``dtype`` (narrower than int64 when the labels fit). Of two crossing ranges of one level
+    that enclose a call, the later one wins: by start with ``start_key`` (range_keys' start keys:
+    the same whichever calls were prepared), else by block start."""
     owner = np.full(n_calls, -1, dtype=dtype)
-    for members, ok in _level_groups(levels, lo, hi, exact):   # outermost level first
+    for members, ok in _level_groups(levels, lo, hi, exact, start_key):   # outermost level first
         good = members[ok]
         lens = hi[good] - lo[good]
         total = int(lens.sum())
@@ -252,7 +259,7 @@ def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarra
         bad = members[~ok]
         if len(bad):
             for rid, calls in _slow_pairs(bad, lo, hi, slow):
-                owner[calls] = labels[rid]     # later ranges (by block start) win, as before
+                owner[calls] = labels[rid]     # later ranges (in the level's order) win
     return owner
 
 

@@ -75,7 +75,10 @@ def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = T
 
 
 def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
-    """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan)."""
+    """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan); None
+    when the table is missing or empty."""
+    if not connection.has_table(conn, table):
+        return None
     lo, hi = rowid_bounds(conn, table)
     return (int(hi) - int(lo) + 1) if lo is not None else None
 

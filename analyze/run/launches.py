@@ -35,6 +35,7 @@ class Launches(NamedTuple):
     cycle_owner: np.ndarray | None       # per sorted call: enclosing cycle range id (-1), None: no cycles
     is_cycle: np.ndarray                 # per range: an outermost cycle range
     full_name: pd.Series                 # per range: nsys' ``domain:name``
+    call_rows: np.ndarray | None = None  # per prepared call: its row in the report's calls (None: all prepared)
 
 
 # a presence table (one byte per (process, correlation id)) is used up to this many bytes
@@ -78,6 +79,7 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     and ``strings``, only the :func:`needed_calls` are prepared."""
     # the ranges' side (labels, nesting: no call needed) in a second thread while the calls are
     # sorted; NumPy's sorts and searches let go of the GIL
+    call_rows = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-ranges") as pool:
         range_side = pool.submit(_range_side, ranges, config)
         if ops is not None and strings is not None:
@@ -85,6 +87,7 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
                                 ops["correlation_id"].to_numpy(dtype="int64"), strings)
             if keep is not None:
                 calls = calls[keep].reset_index(drop=True)
+                call_rows = np.flatnonzero(keep)
                 del keep
         index = projection.build_call_index(calls, ranges)     # (threads and times: labels not needed)
         ranges, levels, nesting, top_cycles = range_side.result()
@@ -92,7 +95,15 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     painted = attribution.paint_phase_calls(ranges, index, config, layout, nesting=nesting)
     cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles, layout=layout)
     is_cycle = ranges.index.isin(top_cycles.index)
-    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"])
+    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"], call_rows)
+
+
+def report_rows(launches: Launches) -> np.ndarray:
+    """Per sorted prepared call, its row in the report's calls table (as read): what the per-op
+    table's ``call_pos`` gives, the same whichever calls were prepared."""
+    order = launches.index.order
+    rows = order if launches.call_rows is None else launches.call_rows[order]
+    return rows.astype("int32" if len(rows) and rows.max() < 2 ** 31 - 1 else "int64")
 
 
 def _range_side(ranges: pd.DataFrame, config: PhaseConfig):

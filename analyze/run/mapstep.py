@@ -39,7 +39,7 @@ from analyze.ranks.identify import identify_ranks
 from analyze.read import capture, report
 from analyze.results import ReportResult
 from analyze.run import checks
-from analyze.run.launches import Launches, cycle_of_ops
+from analyze.run.launches import Launches, cycle_of_ops, report_rows
 from analyze.run.spill import OpStore
 from analyze.timeline import collectives as coll_mod
 from analyze.timeline import cycles
@@ -171,6 +171,8 @@ class ReportMap:
         self.capture_ids = cycles.capture_cycle_ids(call_names, tables.strings, launches.cycle_owner)
         del call_names
         self.n_calls = len(launches.index.key)
+        # per sorted call, its row in the report's calls (the per-op table's call_pos)
+        self.call_rows = report_rows(launches) if keep_ops else None
         self.keys = projection.call_keys(launches.calls, launches.index)
         if self.keys is not None:
             # ops are linked through the keys: the calls and their sort keys can go
@@ -532,7 +534,8 @@ class ReportMap:
             "name_id": chunk.name_id, "start_ns": start, "end_ns": end,
             "name": pd.Series(name_full, dtype=object, copy=False),
             "phase": pd.Series(np.array(phase_names, dtype=object)[phase], dtype=object, copy=False),
-            "range_id": cols["range_id"], "rank": op_rank, "duration_ns": end - start, "call_pos": op_call,
+            "range_id": cols["range_id"], "rank": op_rank, "duration_ns": end - start,
+            "call_pos": np.append(self.call_rows, -1).astype("int64", copy=False)[op_call],
             "input": pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path]),
             "collective": self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool),
             "cycle_range": cycle_of_ops(launches, op_call)}, copy=False)[OP_TABLE_COLUMNS]
