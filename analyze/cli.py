@@ -129,14 +129,22 @@ def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from analyze.read import prefetch
 
-    # one report analysed here: its API calls are read while the rest starts up (read/prefetch.py)
-    early = len(args.reports) == 1 and not args.cache and not args.scheduler and \
-        prefetch.start_calls(args.reports[0])
+    path = early_read_path(args)
+    early = path is not None and prefetch.start_calls(path)
     try:
         return _run_analyze(args)
     finally:
         if early:
             prefetch.forget()          # not taken (an error, an NVTX-only report): dropped
+
+
+def early_read_path(args) -> str | None:
+    """The report whose API calls are read while the CLI starts up (read/prefetch.py): one report
+    analysed here from its export (not several, not from the Parquet cache, not on a Dask
+    cluster); None otherwise."""
+    if len(args.reports) != 1 or args.cache or args.scheduler:
+        return None
+    return str(args.reports[0])
 
 
 def _run_analyze(args) -> int:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analyze.project import projection
 from analyze.read import report
 from analyze.run import api, launches
 from analyze.timeline import cycles
@@ -82,7 +83,7 @@ def _reference_mask(calls: pd.DataFrame, op_pid, op_corr, capture_ids) -> np.nda
 @pytest.mark.parametrize("seed", range(6))
 def test_needed_calls_against_a_set_lookup(seed, monkeypatch):
     rng = np.random.default_rng(seed)
-    monkeypatch.setattr(launches, "BLOCK_ROWS", int(rng.integers(1, 64)))     # blocks of calls
+    monkeypatch.setattr(projection, "KEY_BLOCK_ROWS", int(rng.integers(1, 64)))     # blocks of calls
     n = int(rng.integers(1, 400))
     pids = np.array([-(1 << 60), 5 << 24, 9 << 24])[rng.integers(0, 3, n)]
     corr = rng.integers(0, 60, n)
@@ -103,7 +104,7 @@ def test_needed_calls_against_a_set_lookup(seed, monkeypatch):
 
 def test_ids_too_spread_prepare_every_call(monkeypatch):
     calls = pd.DataFrame({"global_pid": [1, 1], "correlation_id": [0, 10 ** 6], "name_id": [0, 0]})
-    monkeypatch.setattr(launches, "PRESENCE_MAX_BYTES", 1000)
+    monkeypatch.setattr(projection, "PRESENCE_MAX_BYTES", 1000)
     assert launches.needed_calls(calls, np.array([1]), np.array([0]), pd.Series(["a"])) is None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyze import cli
-from analyze.read import connection, cxread, prefetch
+from analyze.read import connection, cxread, prefetch, statements
 
 pytest.importorskip("connectorx")
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -30,7 +30,7 @@ def _no_leftovers():
 def _statement(path) -> tuple[str, str]:
     conn = connection.open_report(path)
     try:
-        sql = prefetch.calls_statement(connection.table_columns(conn, prefetch.RUNTIME_TABLE))
+        sql = statements.calls_statement(connection.table_columns(conn, statements.RUNTIME_TABLE))
         return cxread.connection_string(conn.path, conn.immutable), sql
     finally:
         conn.close()
@@ -62,20 +62,33 @@ def test_the_analysis_takes_the_early_read_and_writes_the_same(tmp_path, monkeyp
     assert early == late
 
 
-def test_a_changed_file_is_read_again(tmp_path):
+def _wait_for_read(key) -> object:
+    """The early read of ``key`` once done (its rows, before anything takes them)."""
+    read = prefetch._PENDING[key]
+    read.thread.join()
+    return read.table
+
+
+@pytest.mark.parametrize("change", ["replaced", "touched"])
+def test_a_changed_file_is_read_again(tmp_path, change):
     path = tmp_path / "r.sqlite"
     shutil.copy(REPORT, path)
     assert prefetch.start_calls(path)
     cs, sql = _statement(path)
-    other = tmp_path / "other.sqlite"
-    shutil.copy(REAL / "h200_shim_4rank_single.sqlite", other)
-    os.replace(other, path)                          # another file under the same name
+    assert _wait_for_read((cs, sql)) is not None          # it was read: only the change refuses it
+    if change == "replaced":
+        other = tmp_path / "other.sqlite"
+        shutil.copy(REAL / "h200_shim_4rank_single.sqlite", other)
+        os.replace(other, path)                          # another file under the same name
+    else:
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))   # written since
     assert prefetch.take(cs, sql) is None
     assert prefetch.start_calls(path)
     table = prefetch.take(cs, sql)
     conn = connection.open_report(path)
     try:
-        assert table.num_rows == conn.execute(f"SELECT count(*) FROM {prefetch.RUNTIME_TABLE}").fetchone()[0]
+        assert table.num_rows == conn.execute(f"SELECT count(*) FROM {statements.RUNTIME_TABLE}").fetchone()[0]
     finally:
         conn.close()
     assert prefetch.take(cs, sql) is None            # taken once
@@ -109,7 +122,7 @@ def test_no_early_read(case, tmp_path, monkeypatch):
     elif case == "no_calls":
         import sqlite3
         con = sqlite3.connect(path)
-        con.execute(f"DROP TABLE {prefetch.RUNTIME_TABLE}")
+        con.execute(f"DROP TABLE {statements.RUNTIME_TABLE}")
         con.commit()
         con.close()
     before = path.read_bytes() if path.is_file() else None
@@ -119,13 +132,45 @@ def test_no_early_read(case, tmp_path, monkeypatch):
         assert path.read_bytes() == before
 
 
-def test_errors_are_the_analysis_own(tmp_path, capsys):
-    """An input the early read cannot use gets the analysis' one line and exit code, as before."""
-    bad = tmp_path / "bad.sqlite"
-    bad.write_text("not sqlite\n")
-    code = cli.main([str(bad), "-q"])
-    err = capsys.readouterr().err
-    assert code != 0 and "not an SQLite database" in err and err.count("\n") == 1
+@pytest.mark.parametrize("case", ["not_sqlite", "output_replaces_input", "early_read_fails"])
+def test_errors_and_output_are_those_without_an_early_read(case, tmp_path, monkeypatch, capsys):
+    """Exit code, stderr and stdout with the early read equal those without it: on an input the
+    early read refuses, on an error after it started, and when the early read itself fails (the
+    analysis then reads the calls)."""
+    path = tmp_path / "r.sqlite"
+    if case == "not_sqlite":
+        path.write_text("not sqlite\n")
+    else:
+        shutil.copy(REPORT, path)
+    argv = [str(path)] + (["--json", str(path)] if case == "output_replaces_input" else [])
+    if case == "early_read_fails":
+        real_read = cxread.read_table
+
+        def fails_early(cs, sql):
+            import threading
+
+            if threading.current_thread().name == "specprof-prefetch":
+                raise RuntimeError("no early read")
+            return real_read(cs, sql)
+
+        monkeypatch.setattr(cxread, "read_table", fails_early)
+    started: list[bool] = []
+    start = prefetch.start_calls
+    monkeypatch.setattr(prefetch, "start_calls", lambda p: started.append(start(p)) or started[-1])
+    early = cli.main(argv), capsys.readouterr()
+    assert started == [case != "not_sqlite"]
+    monkeypatch.setattr(prefetch, "start_calls", lambda p: False)
+    late = cli.main(argv), capsys.readouterr()
+    assert early[0] == late[0] and early[1].err == late[1].err and early[1].out == late[1].out
+    assert (early[0] == 0) == (case == "early_read_fails")
+
+
+def test_which_runs_read_early():
+    parse = cli.build_parser().parse_args
+    assert cli.early_read_path(parse(["r.sqlite"])) == "r.sqlite"
+    assert cli.early_read_path(parse(["r.sqlite", "--memory-budget", "1GB", "-q"])) == "r.sqlite"
+    for argv in (["a.sqlite", "b.sqlite"], ["r.sqlite", "--cache"], ["r.sqlite", "--scheduler", "tcp://x:1"], []):
+        assert cli.early_read_path(parse(argv)) is None
 
 
 def test_an_error_does_not_wait_for_the_early_read(tmp_path, monkeypatch, capsys):

@@ -198,9 +198,11 @@ def test_shared_correlation_ids_equal_a_set_reference(rows, block, presence):
     for p, c in rows:
         by_id.setdefault(c, set()).add(p)
     want = sum(len(ps) > 1 for ps in by_id.values())
-    old = checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES
-    checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES = block, (old[1] if presence else 0)
+    from analyze.project import projection as proj
+
+    old = proj.KEY_BLOCK_ROWS, proj.PRESENCE_MAX_BYTES
+    proj.KEY_BLOCK_ROWS, proj.PRESENCE_MAX_BYTES = block, (old[1] if presence else 0)
     try:
         assert checks.count_shared_ids(corr, pid) == want
     finally:
-        checks.BLOCK_ROWS, checks.PRESENCE_MAX_BYTES = old
+        proj.KEY_BLOCK_ROWS, proj.PRESENCE_MAX_BYTES = old

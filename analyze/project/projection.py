@@ -406,6 +406,22 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
     return summary[cols].reset_index(drop=True)
 
 
+# presence tables over (process, correlation id) keys (one byte per key) are used up to this size
+PRESENCE_MAX_BYTES = 256 << 20
+# rows per block when keys are made for millions of calls: small temporaries, reused (an array the
+# size of a column is faulted in afresh every time: most of the cost on 4M calls)
+KEY_BLOCK_ROWS = 1 << 17
+
+
+def correlation_key_blocks(pids: pd.Index, pid: np.ndarray, corr: np.ndarray, lo: int, span: int):
+    """Per block of KEY_BLOCK_ROWS rows: (its slice, the dense key per row = position of its process
+    in ``pids`` x ``span`` + (corr - lo)). Every row's process must be in ``pids`` and its id in
+    [lo, lo + span): nsys' correlation ids count up per process, so keys are dense."""
+    for a in range(0, len(pid), KEY_BLOCK_ROWS):
+        part = slice(a, a + KEY_BLOCK_ROWS)
+        yield part, pids.get_indexer(pid[part]) * span + (corr[part] - lo)
+
+
 # a direct (process, correlation id) -> call table is used when it has at most this many slots per
 # call (plus a constant): nsys' correlation ids count up per process, so the table is dense (and
 # when only the launching calls are prepared, run/launches.py, a fraction of the ids are calls)

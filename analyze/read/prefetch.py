@@ -8,13 +8,19 @@ arguments (:func:`start_calls`); connectorx reads in Rust without the GIL, on th
 leave idle. When the analysis reaches the same statement on the same file, the reader takes the
 rows from here (:func:`take`) instead of reading them again.
 
-Nothing else changes: the statement is the one :func:`calls_statement` gives read/report.py, the
+Nothing else changes: the statement is the one read/statements.py gives read/report.py, the
 reader is the one fastread would use (connectorx on the ``immutable`` read-only URI, checked by
 cxread before its first read), and rows are used only if the file is still the one that was read
 (device, inode, size and modification time). Where anything is off (not an nsys export, a
 ``-wal``/``-journal`` beside it, connectorx absent or turned off, an error while reading) there is
-no prefetch and the analysis reads as before; its errors are the analysis' own. This module
-imports neither NumPy nor pandas (it runs before them).
+no prefetch and the analysis reads as before; its errors are the analysis' own, and nothing that
+goes wrong here stops a run. The module imports neither NumPy nor pandas (it runs before them;
+the read's own thread imports pyarrow, and NumPy with it, while the CLI imports the rest).
+
+Where the early read's rows are not taken the analysis reads the calls itself; a report the
+analysis then refuses (a corrupt page found by its ``quick_check``) may have been read by connectorx
+in vain, read-only. While the rows wait to be taken they take memory the ``--memory-budget auto``
+estimate sees as used (the calls of the real 1M-kernel trace: about 0.15 GB).
 """
 from __future__ import annotations
 
@@ -23,21 +29,10 @@ import threading
 import warnings
 
 from analyze.read import connection, cxread
-
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-CALL_COLUMNS = ("globalTid", "correlationId", "start", "end")
+from analyze.read.statements import RUNTIME_TABLE, calls_statement
 
 _LOCK = threading.Lock()
 _PENDING: dict[tuple[str, str], "_Read"] = {}
-
-
-def calls_statement(columns: list[str]) -> str | None:
-    """The SELECT of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
-    (None: the table lacks what the analysis needs)."""
-    if not set(CALL_COLUMNS) <= set(columns):
-        return None
-    name = "nameId" if "nameId" in columns else "NULL"
-    return f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}"
 
 
 class _Read:
@@ -68,6 +63,13 @@ def _identity(path: str) -> tuple | None:
 def start_calls(path: str | os.PathLike) -> bool:
     """Start reading the API calls of the report at ``path`` in the background; False (nothing
     started) where the analysis' own read would not use connectorx on an immutable report."""
+    try:
+        return _start_calls(path)
+    except Exception:  # noqa: BLE001 - an early read is only ever an optimisation
+        return False
+
+
+def _start_calls(path) -> bool:
     if cxread.forced_reader() in ("adbc", "stdlib") or cxread.connectorx_missing():
         return False
     try:
@@ -89,7 +91,12 @@ def start_calls(path: str | os.PathLike) -> bool:
         return False
     with _LOCK:
         _PENDING[(conn_string, sql)] = read
-    read.thread.start()
+    try:
+        read.thread.start()
+    except RuntimeError:                          # no thread to be had: the analysis reads them
+        with _LOCK:
+            _PENDING.pop((conn_string, sql), None)
+        return False
     return True
 
 

@@ -20,7 +20,7 @@ from analyze.errors import CorruptReport
 from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
-from analyze.read import prefetch
+from analyze.read import statements
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
 from analyze.read.inputs import display_path
@@ -39,7 +39,7 @@ GPU_OP_TABLES = {
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
     "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
 }
-RUNTIME_TABLE = prefetch.RUNTIME_TABLE
+RUNTIME_TABLE = statements.RUNTIME_TABLE
 
 GPU_OP_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id",
                   "name_id", "start_ns", "end_ns"]
@@ -404,7 +404,7 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     """CUDA runtime and driver API calls (the launch side of every GPU op)."""
     names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
-    sql = prefetch.calls_statement(table_columns(conn, RUNTIME_TABLE))      # (the CLI may have read it early)
+    sql = statements.calls_statement(table_columns(conn, RUNTIME_TABLE))    # (the CLI may have read it early)
     if sql is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:

@@ -85,7 +85,8 @@ def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage
     tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes, prepare=prepare)
     if tables.gpu_ops.empty:                  # the read left every op out (read/validate.py)
         capture.require_gpu_activity(path, usable_ops=0)
-    if tables.prepared is None:          # from the cache: prepared here, the ops known
+    if tables.prepared is None:          # from the cache: prepared here, the ops known (so only the
+        # launching calls, whatever the calls-per-op rule of a read from the export: the same tables)
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, ops=tables.gpu_ops,
                                                   strings=tables.strings))
     chunk = chunk_of_frame(tables.gpu_ops)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
+from analyze.project import projection as proj
 from analyze.read import capture, validate
 from analyze.read.report import EXCLUDED
 
@@ -140,9 +141,6 @@ def shared_correlation_ids(calls: pd.DataFrame) -> list[Note]:
                  "per process", n)] if n else []
 
 
-# a presence table (one byte per (process, id)) is used up to this many bytes, else a sort
-PRESENCE_MAX_BYTES = 256 << 20
-BLOCK_ROWS = 1 << 17
 
 
 def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
@@ -156,12 +154,11 @@ def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
         return 0
     lo, hi = int(corr.min()), int(corr.max())
     span = hi - lo + 1
-    if span * len(uniq) <= PRESENCE_MAX_BYTES:
-        present = np.zeros((len(uniq), span), dtype=bool)
-        for a in range(0, len(pid), BLOCK_ROWS):     # in blocks: small temporaries, reused
-            b = a + BLOCK_ROWS
-            present[uniq.get_indexer(pid[a:b]), corr[a:b] - lo] = True
-        return int((present.sum(axis=0, dtype="int32") >= 2).sum())
+    if span * len(uniq) <= proj.PRESENCE_MAX_BYTES:      # a presence table, else a sort
+        present = np.zeros(len(uniq) * span, dtype=bool)
+        for _, key in proj.correlation_key_blocks(uniq, pid, corr, lo, span):
+            present[key] = True
+        return int((present.reshape(len(uniq), span).sum(axis=0, dtype="int32") >= 2).sum())
     pid_code = uniq.get_indexer(pid)
     # distinct (id, process) pairs in id order, then ids that occur with several processes
     order = np.lexsort((pid_code, corr))

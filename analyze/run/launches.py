@@ -1,16 +1,20 @@
-"""What every CUDA API call of a report belongs to, before any GPU op is looked at.
+"""What every CUDA API call of a report belongs to, from the calls and the NVTX ranges.
 
-From the API calls and the NVTX ranges alone: the calls sorted by (thread, start), the labelled
-ranges and their layout over the calls (what the projection reduces over), each call's innermost
-phase range and inclusive phase bits, and its decode cycle. Nothing here depends on the GPU ops,
-so it is computed while they are still being read, and it serves every chunk of them when a
-report is analyzed in pieces (``--memory-budget``).
+From the API calls and the NVTX ranges: the calls sorted by (thread, start), the labelled ranges
+and their layout over the calls (what the projection reduces over), each call's innermost phase
+range and inclusive phase bits, and its decode cycle. None of it looks at a GPU op's times or
+kind, so it serves every chunk of ops when a report is analysed in pieces (``--memory-budget``),
+and in most reports it is computed while the ops are still being read.
 
-When the GPU ops are read first (:func:`needed_calls`: a report with many more calls than ops),
-only the calls the analysis can use are prepared: those that launched one of the ops and those
-that capture a CUDA graph. Every figure is a reduction over launching calls (a call that launched
-nothing has no span), so the result is the same; the real H200 eager trace launches GPU work from
-29% of its calls.
+In a report with many more calls than ops (read/report.prepare_after_ops), and for a report whose
+tables come from the Parquet cache, the ops are known first and only the calls the analysis can
+use are prepared (:func:`needed_calls`): those that launched one of the ops and those that capture
+a CUDA graph (cycles.capture_cycle_ids looks at them). A call that launched nothing has no span,
+so every projection, cycle window and op attribution is a reduction over the same launching calls,
+and where crossing ranges of one level compete for a call the later by start wins, whichever calls
+are there (projection._level_groups); the per-op ``call_pos`` is the call's row in the report's
+calls either way (:func:`report_rows`). tests/test_launching_calls.py checks the tables equal. The
+real H200 eager trace launches GPU work from 29% of its calls.
 """
 from __future__ import annotations
 
@@ -38,11 +42,6 @@ class Launches(NamedTuple):
     call_rows: np.ndarray | None = None  # per prepared call: its row in the report's calls (None: all prepared)
 
 
-# a presence table (one byte per (process, correlation id)) is used up to this many bytes
-PRESENCE_MAX_BYTES = 256 << 20
-BLOCK_ROWS = 1 << 17
-
-
 def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
                  strings: pd.Series) -> np.ndarray | None:
     """Per call: it launched one of the ops (same process and correlation id) or captures a CUDA
@@ -55,7 +54,7 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     lo, hi = int(c_corr.min()), int(c_corr.max())
     span = hi - lo + 1
     pids = pd.Index(pd.unique(c_pid))
-    if span * len(pids) > PRESENCE_MAX_BYTES:
+    if span * len(pids) > projection.PRESENCE_MAX_BYTES:
         return None
     present = np.zeros(span * len(pids) + 1, dtype=bool)          # the last slot: no call's key
     op_p = pids.get_indexer(op_pid)
@@ -63,9 +62,8 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     present[np.where((op_p >= 0) & (rel >= 0) & (rel < span), op_p * span + rel, span * len(pids))] = True
     present[-1] = False
     keep = np.empty(len(c_pid), dtype=bool)
-    for a in range(0, len(c_pid), BLOCK_ROWS):    # in blocks: small temporaries, reused (not faulted in)
-        b = a + BLOCK_ROWS
-        keep[a:b] = present[pids.get_indexer(c_pid[a:b]) * span + (c_corr[a:b] - lo)]
+    for part, key in projection.correlation_key_blocks(pids, c_pid, c_corr, lo, span):
+        keep[part] = present[key]
     del present
     capture_ids = cycles.capture_name_ids(strings)
     if len(capture_ids):
