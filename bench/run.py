@@ -224,22 +224,22 @@ SCAN_SQL = ("SELECT total(globalPid), total(deviceId), total(streamId), total(co
             "total(endGlobalTid), total(domainId), total(int64Value) FROM NVTX_EVENTS;")
 
 
-def compile_python(dirs: list[Path], prefix: Path) -> list[str]:
-    """Byte-compile every Python file under ``dirs`` into ``prefix`` (``PYTHONPYCACHEPREFIX``: no
-    file is written beside the sources, which may be read-only, e.g. an nsys install), with the
-    interpreter that runs them, as ``pip install`` leaves a package compiled: where
+def compile_python(dirs: list[Path]) -> list[str]:
+    """Byte-compile every Python file under ``dirs`` beside its source (``__pycache__``), with the
+    interpreter that runs them, as ``pip install`` leaves a package: where
     ``PYTHONDONTWRITEBYTECODE`` is set (as on the benchmark machine) or for an editable install,
     every run would otherwise compile its modules again (0.07 s of analyze-trace's 2.2 s on the real
     1M file). The same for both tools: analyze-trace's packages and nsys' report scripts and Python
-    modules. The timed commands run with the same prefix (:func:`main` sets it); returns the folders
-    compiled (one that fails to compile is left out and said so)."""
+    modules (a copy outside the repository). A folder that cannot be compiled (read-only, a syntax
+    error) is left out and said so; its modules then compile at every run. (Not into a
+    ``PYTHONPYCACHEPREFIX``: with one set, every module, NumPy's and pandas' too, is looked for
+    there, and compiled at every run when it is not.) Returns the folders compiled."""
     done = []
-    env = dict(os.environ, PYTHONPYCACHEPREFIX=str(prefix))
     for d in dirs:
         if not d.is_dir():
             continue
-        r = subprocess.run([PY, "-m", "compileall", "-q", "-j", "0", str(d)], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run([PY, "-m", "compileall", "-q", "-j", "0", str(d)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
         if r.returncode == 0:
             done.append(str(d))
         else:
@@ -526,10 +526,8 @@ def main(argv=None) -> int:
                "date": time.strftime("%Y-%m-%d"), "repeat": a.repeat, "timeout_s": a.timeout, "rows": []}
     if scripts is not None:
         results["nsys_proj_label"] = f"nsys {nsys_scripts_version(scripts)} nvtx_gpu_proj_sum"
-    pycache = data / "pycache"
-    os.environ["PYTHONPYCACHEPREFIX"] = str(pycache)      # the timed commands read what is compiled here
     results["compiled"] = compile_python(own_packages() + ([scripts / "reports", scripts / "python" / "lib"]
-                                                           if scripts is not None else []), pycache)
+                                                           if scripts is not None else []))
     print(describe_machine(results["machine"]), flush=True)
     stopped: set = set()
     real_sizes = [int(float(x)) for x in a.real_sizes.split(",")]
