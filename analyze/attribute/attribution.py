@@ -188,7 +188,7 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     ``nesting``: :func:`phase_nesting` of ``ranges`` when the caller has it."""
     n_calls = len(index.key)
     phase_ranges = _phase_ranges(ranges)
-    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
+    lo, hi, exact, end_key, start_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
     nesting = phase_nesting(ranges, config) if nesting is None else nesting
     levels = nesting.levels
     labels = phase_ranges.index.to_numpy(dtype="int64")
@@ -196,7 +196,7 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     label_t = "int32" if len(ranges) < 2 ** 31 - 1 and (not len(labels) or labels.max() < 2 ** 31 - 1) else "int64"
     owner = np.full(n_calls + 1, -1, dtype=label_t)   # op_call -1 (no launching call) picks the last slot
     owner[:-1] = proj.paint_blocks(n_calls, lo, hi, levels, exact, labels, (index.end_key, end_key), dtype=label_t,
-                                   start_key=proj.range_keys(index, phase_ranges)[1])
+                                   start_key=start_key)
 
     code_of = {n: i for i, n in enumerate(config.names)}
     other = len(config.names)

@@ -87,14 +87,15 @@ def range_keys(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.n
     return tidx, start, end
 
 
-def range_blocks(index: CallIndex, ranges: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def range_blocks(index: CallIndex, ranges: pd.DataFrame, keys=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every range, the block [lo, hi) of sorted calls it encloses, and an 'exact' flag.
 
     A block holds the calls that start inside the range; calls that end after the range are cut
     from its tail. That is exact when call ends on the thread are ordered like call starts
     (sequential calls); where they are not, the flag is False and the caller must filter.
+    ``keys``: :func:`range_keys` of ``ranges`` when the caller has them.
     """
-    tidx, start_key, end_key = range_keys(index, ranges)
+    tidx, start_key, end_key = range_keys(index, ranges) if keys is None else keys
     lo = np.searchsorted(index.key, start_key, side="left")
     hi = np.searchsorted(index.key, end_key, side="right")
     while True:
@@ -124,13 +125,15 @@ def _thread_start_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) 
 
 
 def subset_blocks(index: CallIndex, ranges: pd.DataFrame, subset: pd.DataFrame, layout=None):
-    """(lo, hi, exact, end_key) of the ranges in ``subset`` (rows of ``ranges``): taken from
-    ``ranges``' :func:`range_layout` when given, else computed."""
+    """(lo, hi, exact, end_key, start_key) of the ranges in ``subset`` (rows of ``ranges``): the
+    blocks taken from ``ranges``' :func:`range_layout` when given, else computed; the start keys
+    (what :func:`paint_blocks` orders crossing ranges by) from :func:`range_keys`."""
+    keys = range_keys(index, subset)
     if layout is None:
-        lo, hi, exact = range_blocks(index, subset)
-        return lo, hi, exact, range_keys(index, subset)[2]
+        lo, hi, exact = range_blocks(index, subset, keys)
+        return lo, hi, exact, keys[2], keys[1]
     pos = ranges.index.get_indexer(subset.index)
-    return layout[0][pos], layout[1][pos], layout[2][pos], layout[4][pos]
+    return layout[0][pos], layout[1][pos], layout[2][pos], layout[4][pos], keys[1]
 
 
 def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -285,8 +288,10 @@ def range_layout(index: CallIndex, ranges: pd.DataFrame, levels: np.ndarray | No
     Compute once, project several times. Call positions are int32 when the calls fit (millions of
     ranges: half the bytes held for the whole analysis). ``levels``: :func:`range_levels` of
     ``ranges`` when the caller has it (it needs no call)."""
-    lo, hi, exact = range_blocks(index, ranges)
-    end_key = range_keys(index, ranges)[2]
+    keys = range_keys(index, ranges)
+    lo, hi, exact = range_blocks(index, ranges, keys)
+    end_key = keys[2]
+    del keys
     levels = range_levels(ranges) if levels is None else levels
     pos_t = "int32" if len(index.key) < 2 ** 31 - 1 else "int64"
     groups = []

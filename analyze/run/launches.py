@@ -97,11 +97,12 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
 
 
 def report_rows(launches: Launches) -> np.ndarray:
-    """Per sorted prepared call, its row in the report's calls table (as read): what the per-op
-    table's ``call_pos`` gives, the same whichever calls were prepared."""
+    """Per sorted prepared call, its row in the report's calls table (as read), with a trailing -1
+    slot (an op without a launching call, op_call -1, picks it): the per-op table's ``call_pos``,
+    the same whichever calls were prepared."""
     order = launches.index.order
     rows = order if launches.call_rows is None else launches.call_rows[order]
-    return rows.astype("int32" if len(rows) and rows.max() < 2 ** 31 - 1 else "int64")
+    return np.append(rows.astype("int64", copy=False), -1)
 
 
 def _range_side(ranges: pd.DataFrame, config: PhaseConfig):

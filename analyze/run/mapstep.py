@@ -535,7 +535,7 @@ class ReportMap:
             "name": pd.Series(name_full, dtype=object, copy=False),
             "phase": pd.Series(np.array(phase_names, dtype=object)[phase], dtype=object, copy=False),
             "range_id": cols["range_id"], "rank": op_rank, "duration_ns": end - start,
-            "call_pos": np.append(self.call_rows, -1).astype("int64", copy=False)[op_call],
+            "call_pos": self.call_rows[op_call],
             "input": pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path]),
             "collective": self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool),
             "cycle_range": cycle_of_ops(launches, op_call)}, copy=False)[OP_TABLE_COLUMNS]

@@ -45,11 +45,11 @@ def cycle_of_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseCon
     top = cycle_ranges(ranges, config) if top is None else top
     if top.empty:
         return None
-    lo, hi, exact, end_key = proj.subset_blocks(index, ranges, top, layout)
+    lo, hi, exact, end_key, start_key = proj.subset_blocks(index, ranges, top, layout)
     labels = top.index.to_numpy(dtype="int64")
     label_t = "int32" if labels.max() < 2 ** 31 - 1 else "int64"     # held per call: narrow when it fits
     return proj.paint_blocks(len(index.key), lo, hi, np.zeros(len(top), dtype="int64"), exact,
-                             labels, (index.end_key, end_key), dtype=label_t, start_key=proj.range_keys(index, top)[1])
+                             labels, (index.end_key, end_key), dtype=label_t, start_key=start_key)
 
 
 def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
