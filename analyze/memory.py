@@ -35,6 +35,12 @@ def release() -> None:
         libc.malloc_trim(0)
 
 
+# a report analysed whole with at least this many GPU ops hands its free heap back once its result is
+# made: the map step's freed temporaries (a few hundred MB at 10M ops) would otherwise stay resident
+# under every later stage's; below it, faulting those pages in again costs more than it saves
+TRIM_AFTER_OPS = 4_000_000
+
+
 def small_pages() -> None:
     """Ask numpy not to ``madvise(MADV_HUGEPAGE)`` its big arrays (the analyze-trace CLI calls this;
     ``SPECPROF_HUGEPAGES=1`` keeps numpy's default). Where the kernel compacts memory to fault in

@@ -234,7 +234,7 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     """The op side of the phase assignment (:func:`paint_phase_calls` is the call side): (phase code, range id, inclusive membership) per
     op, by gathers from the painted calls (works on any subset of the ops, e.g. one chunk)."""
     n_ops = len(op_call)
-    range_id = painted.owner[op_call].astype("int64", copy=False)
+    range_id = painted.owner[op_call]                 # int32 when the range ids fit (paint_phase_calls)
     # phase codes are small (int8: a phase per code, at most 127 of them): gathers of int8 tables
     small = len(config.names) < 127
     kt = "int8" if small else "int16"

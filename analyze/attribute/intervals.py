@@ -100,6 +100,19 @@ def union_step_segments(segments: list[tuple[int, int, int]], group: np.ndarray,
         reach[g] = max(int(seed), int(running[-1]))
 
 
+def segment_duration_sums(segments: list[tuple[int, int, int]], start: np.ndarray, end: np.ndarray, n_groups: int,
+                          mask: np.ndarray | None = None) -> np.ndarray:
+    """:func:`segment_sums` of ``end - start`` without the full-size difference: with few groups
+    it is taken one segment at a time (a large report's op arrays are the analysis' peak)."""
+    if len(segments) > FEW_GROUPS:
+        return segment_sums(segments, end - start, n_groups, mask)
+    out = np.zeros(n_groups, dtype="int64")
+    for g, a, b in segments:
+        d = end[a:b] - start[a:b]
+        out[g] += int(d.sum(where=mask[a:b])) if mask is not None else int(d.sum())
+    return out
+
+
 def segment_sums(segments: list[tuple[int, int, int]], values: np.ndarray, n_groups: int,
                  mask: np.ndarray | None = None) -> np.ndarray:
     """Exact int64 sum of ``values`` (where ``mask``) per group, over :func:`group_segments`."""

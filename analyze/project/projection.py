@@ -427,6 +427,38 @@ def correlation_key_blocks(pids: pd.Index, pid: np.ndarray, corr: np.ndarray, lo
         yield part, pids.get_indexer(pid[part]) * span + (corr[part] - lo)
 
 
+def masked_key_blocks(pids: pd.Index, pid: np.ndarray, corr: np.ndarray, lo: int, span: int, missing: int):
+    """:func:`correlation_key_blocks` for rows that may lie outside the key space (ops, whose process
+    may have no calls or whose id may be outside the calls' range): such a row's key is ``missing``."""
+    for a in range(0, len(pid), KEY_BLOCK_ROWS):
+        part = slice(a, a + KEY_BLOCK_ROWS)
+        p = pids.get_indexer(pid[part])
+        rel = corr[part] - lo
+        yield part, np.where((p >= 0) & (rel >= 0) & (rel < span), p * span + rel, missing)
+
+
+def _position_dtype(n: int):
+    """int32 for positions among ``n`` calls while they fit (a per-op array held to the end)."""
+    return np.int32 if n < np.iinfo(np.int32).max else np.int64
+
+
+def _gather_blocks(table: np.ndarray, blocks, n: int) -> np.ndarray:
+    """``table[key]`` for every (slice, key) block: one output array, no full-size key array."""
+    out = np.empty(n, dtype=table.dtype)
+    for part, key in blocks:
+        out[part] = table[key]
+    return out
+
+
+def _lookup_blocks(keys: pd.Index, pos: np.ndarray, blocks, n: int) -> np.ndarray:
+    """``pos`` of each block key's position in ``keys``, -1 where it is not there."""
+    out = np.empty(n, dtype=pos.dtype)
+    for part, key in blocks:
+        at = keys.get_indexer(key)
+        out[part] = np.where(at >= 0, pos[np.maximum(at, 0)], -1)
+    return out
+
+
 # a direct (process, correlation id) -> call table is used when it has at most this many slots per
 # call (plus a constant): nsys' correlation ids count up per process, so the table is dense (and
 # when only the launching calls are prepared, run/launches.py, a fraction of the ids are calls)
@@ -437,8 +469,7 @@ DIRECT_TABLE_MIN = 1 << 20
 def _direct_table(c_key: np.ndarray, sorted_pos: np.ndarray, size: int) -> np.ndarray:
     """key -> sorted position of the first call with that key, -1 none (the last slot: no key);
     int32 while the positions fit (half the bytes of a table as big as the id range)."""
-    dtype = np.int32 if len(sorted_pos) < np.iinfo(np.int32).max else np.int64
-    table = np.full(size + 1, -1, dtype=dtype)
+    table = np.full(size + 1, -1, dtype=_position_dtype(len(sorted_pos)))
     table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
     return table
 
@@ -456,25 +487,25 @@ def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index
     if len(c_corr) == 0 or span * (len(pids) + 1) >= 2 ** 62:
         ops = pd.DataFrame({"global_pid": pid, "correlation_id": corr})
         return link_ops(ops, calls, index)
-    sorted_pos = np.empty(len(index.order), dtype="int64")
-    sorted_pos[index.order] = np.arange(len(index.order))
+    sorted_pos = _sorted_positions(index)
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
-    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
+    n_keys = span * len(pids)
+    if n_keys <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
         # correlation ids are dense per process: a direct table, one gather per op
-        table = _direct_table(c_key, sorted_pos, span * len(pids))
-        op_p = pids.get_indexer(pid).astype("int64")
-        rel = corr - lo
-        ok = (op_p >= 0) & (rel >= 0) & (rel < span)
-        return table[np.where(ok, op_p * span + rel, span * len(pids))].astype("int64", copy=False)
+        table = _direct_table(c_key, sorted_pos, n_keys)
+        return _gather_blocks(table, masked_key_blocks(pids, pid, corr, lo, span, n_keys), len(pid))
     # first call of every key (drop_duplicates keep='first')
     uk, first = np.unique(c_key, return_index=True)
-    op_p = pids.get_indexer(pid).astype("int64")      # -1: a process without calls
-    op_key = np.where(op_p >= 0, op_p * span + (corr - lo), -1)
-    at = pd.Index(uk).get_indexer(op_key)
-    out = np.full(len(pid), -1, dtype="int64")
-    hit = at >= 0
-    out[hit] = sorted_pos[first[at[hit]]]
-    return out
+    return _lookup_blocks(pd.Index(uk), sorted_pos[first], masked_key_blocks(pids, pid, corr, lo, span, -1),
+                          len(pid))
+
+
+def _sorted_positions(index: CallIndex) -> np.ndarray:
+    """Per call (row of the calls), its position in (thread, start) order."""
+    n = len(index.order)
+    sorted_pos = np.empty(n, dtype=_position_dtype(n))
+    sorted_pos[index.order] = np.arange(n)
+    return sorted_pos
 
 
 class CallKeys(NamedTuple):
@@ -498,8 +529,7 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     pids = pd.Index(pd.unique(c_pid))
     if span * (len(pids) + 1) >= 2 ** 62:
         return None
-    sorted_pos = np.empty(len(index.order), dtype="int64")
-    sorted_pos[index.order] = np.arange(len(index.order))
+    sorted_pos = _sorted_positions(index)
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
     if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
         # dense correlation ids: a direct table (see link_op_arrays), keys None
@@ -510,17 +540,11 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
 
 def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
     """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
-    op_p = keys.pids.get_indexer(pid).astype("int64")      # -1: a process without calls
-    rel = corr - keys.corr_lo
-    ok = (op_p >= 0) & (rel >= 0) & (rel < keys.span)
     if keys.keys is None:                                   # direct table
-        return keys.pos[np.where(ok, op_p * keys.span + rel, len(keys.pos) - 1)].astype("int64", copy=False)
-    op_key = np.where(ok, op_p * keys.span + rel, -1)
-    at = keys.keys.get_indexer(op_key)
-    out = np.full(len(pid), -1, dtype="int64")
-    hit = (at >= 0) & ok
-    out[hit] = keys.pos[at[hit]]
-    return out
+        blocks = masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, len(keys.pos) - 1)
+        return _gather_blocks(keys.pos, blocks, len(pid))
+    return _lookup_blocks(keys.keys, keys.pos, masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, -1),
+                          len(pid))
 
 
 class CallSpans(NamedTuple):

@@ -94,8 +94,12 @@ def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage
     del tables
     step = ReportMap(path, config, box, keep_ops=True, store=OpStore(on_disk=False), stage=stage, detail=True)
     step.update(chunk)
+    n_ops = len(chunk.start_ns)
     del chunk
     result = step.finish()
+    del step
+    if n_ops >= memory.TRIM_AFTER_OPS:
+        memory.release()
     result.notes[:0] = notes
     return result
 

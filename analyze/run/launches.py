@@ -57,9 +57,9 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     if span * len(pids) > projection.PRESENCE_MAX_BYTES:
         return None
     present = np.zeros(span * len(pids) + 1, dtype=bool)          # the last slot: no call's key
-    op_p = pids.get_indexer(op_pid)
-    rel = np.asarray(op_corr, dtype="int64") - lo
-    present[np.where((op_p >= 0) & (rel >= 0) & (rel < span), op_p * span + rel, span * len(pids))] = True
+    for _, key in projection.masked_key_blocks(pids, op_pid, np.asarray(op_corr, dtype="int64"), lo, span,
+                                               span * len(pids)):
+        present[key] = True
     present[-1] = False
     keep = np.empty(len(c_pid), dtype=bool)
     for part, key in projection.correlation_key_blocks(pids, c_pid, c_corr, lo, span):
@@ -116,5 +116,5 @@ def _range_side(ranges: pd.DataFrame, config: PhaseConfig):
 def cycle_of_ops(launches: Launches, op_call: np.ndarray) -> np.ndarray:
     """Per op, the id of the cycle range enclosing its launching call, else -1."""
     if launches.cycle_owner is None:
-        return np.full(len(op_call), -1, dtype="int64")
-    return np.append(launches.cycle_owner, -1)[op_call].astype("int64", copy=False)
+        return np.full(len(op_call), -1, dtype="int32")
+    return np.append(launches.cycle_owner, -1)[op_call]

@@ -31,7 +31,7 @@ import pandas as pd
 from analyze import memory
 from analyze import notes as N
 from analyze.attribute import attribution
-from analyze.attribute.intervals import INT64_MIN, group_segments, segment_sums, union_step_segments
+from analyze.attribute.intervals import INT64_MIN, group_segments, segment_duration_sums, union_step_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.notes import Note
 from analyze.project import projection
@@ -49,6 +49,23 @@ KINDS = attribution.KIND_NAMES
 OP_TABLE_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id", "name_id",
                     "start_ns", "end_ns", "name", "phase", "range_id", "rank", "duration_ns", "call_pos", "input",
                     "collective", "cycle_range"]
+
+
+# the per-op table's id columns (OP_ID_COLUMNS) are int32 whenever every value fits (they do for any
+# real export: ranks, devices, streams, string ids, rows of the report's own tables), int64 otherwise
+ID_DTYPE = np.int32
+OP_ID_COLUMNS = ("device_id", "stream_id", "name_id", "range_id", "rank", "call_pos", "cycle_range")
+
+
+def narrow_ids(values: np.ndarray) -> np.ndarray:
+    """Integer ids as int32 when every one fits in it, else as they are (int64). Values never change."""
+    values = np.asarray(values)
+    if values.dtype == ID_DTYPE or not len(values):
+        return values.astype(ID_DTYPE, copy=False)
+    info = np.iinfo(ID_DTYPE)
+    if values.min() >= info.min and values.max() <= info.max:
+        return values.astype(ID_DTYPE)
+    return values
 
 
 class OpChunk(NamedTuple):
@@ -107,21 +124,33 @@ class _Groups:
     def codes(self, pid: np.ndarray) -> np.ndarray:
         codes, uniq = pd.factorize(pid)
         lookup = np.array([self.code.setdefault(int(u), len(self.code)) for u in np.asarray(uniq)],
-                          dtype="int64")
+                          dtype="int32")
         n = len(self.code)
         for name, arr in self.arrays.items():
             if arr.shape[-1] < n:
                 grown = np.full(arr.shape[:-1] + (n,), self.fill[name], dtype="int64")
                 grown[..., :arr.shape[-1]] = arr
                 self.arrays[name] = grown
-        return lookup[codes] if len(lookup) else np.zeros(0, dtype="int64")
+        return lookup[codes] if len(lookup) else np.zeros(0, dtype="int32")
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
 
 
+PAIR_BLOCK_ROWS = 1 << 20
+
+
 def pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
-    """Distinct (global_pid, device_id) pairs of some ops (what identify_ranks looks at)."""
+    """Distinct (global_pid, device_id) pairs of some ops (what identify_ranks looks at), in the
+    order they first occur; block by block (no temporaries as long as the ops)."""
+    if len(pid) <= PAIR_BLOCK_ROWS:
+        return _block_pairs(pid, device)
+    parts = [_block_pairs(pid[a:a + PAIR_BLOCK_ROWS], device[a:a + PAIR_BLOCK_ROWS])
+             for a in range(0, len(pid), PAIR_BLOCK_ROWS)]
+    return pd.concat(parts, ignore_index=True).drop_duplicates(ignore_index=True)
+
+
+def _block_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
     pcode, puniq = pd.factorize(pid)
     dev = np.asarray(device, dtype="int64")
     d_lo = int(dev.min()) if len(dev) else 0
@@ -172,7 +201,7 @@ class ReportMap:
         del call_names
         self.n_calls = len(launches.index.key)
         # per sorted call, its row in the report's calls (the per-op table's call_pos)
-        self.call_rows = report_rows(launches) if keep_ops else None
+        self.call_rows = narrow_ids(report_rows(launches)) if keep_ops else None
         self.keys = projection.call_keys(launches.calls, launches.index)
         if self.keys is not None:
             # ops are linked through the keys: the calls and their sort keys can go
@@ -245,16 +274,18 @@ class ReportMap:
                 self.op_columns = {"chunk": chunk, "name_code": name_code, "phase": phase, "range_id": range_id,
                                    "op_call": op_call}
             del range_id
-            g = self.groups.codes(pid)
+            g_read = self.groups.codes(pid)
             n_g = len(self.groups.code)
-            order = attribution.sort_order(g, start)
-            g, s, e = g[order], start[order], end[order]
-            ph, nc = phase[order], name_code[order]
+            order = narrow_ids(attribution.sort_order(g_read, start))
+            g, s, e = g_read[order], start[order], end[order]
+            ph = phase[order]
             is_kernel = kind[order] == 0
             incl = {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order]
-            del phase, name_code, inclusive, order
+            del inclusive
             segs = group_segments(g)
-            dur = e - s
+            # kept in the order read (with the permutation): the chunk's own arrays, no sorted copies
+            self.store.put({"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}, order, segs)
+            del g_read, phase
             reach, total, kns = self.groups["reach"], self.groups["total"], self.groups["kernel_ns"]
 
             def stream(u: int, mask=None):
@@ -267,36 +298,36 @@ class ReportMap:
                 stream(2 + i, member)
                 covered |= ph == i
                 stream(2 + n_ph + i, covered)
-                kns[i] += segment_sums(segs, dur, n_g, member & is_kernel)
+                kns[i] += segment_duration_sums(segs, s, e, n_g, member & is_kernel)
             del incl
             stream(1, ~covered)
-            kns[n_ph] += segment_sums(segs, dur, n_g, ~covered & is_kernel)
-            kns[n_ph + 1] += segment_sums(segs, dur, n_g, is_kernel)
-            del covered, is_kernel, dur
+            kns[n_ph] += segment_duration_sums(segs, s, e, n_g, ~covered & is_kernel)
+            kns[n_ph + 1] += segment_duration_sums(segs, s, e, n_g, is_kernel)
+            del covered, is_kernel
             first = np.array([a for _, a, _ in segs], dtype="int64")
             last = np.array([b for _, _, b in segs], dtype="int64") - 1
             gr = g[first]
             self.groups["win_start"][gr] = np.minimum(self.groups["win_start"][gr], s[first])
             self.groups["win_end"][gr] = np.maximum(self.groups["win_end"][gr], np.maximum.reduceat(e, first))
             self.groups["ops"][gr] += last - first + 1
-            self._collectives(g, s, e, ph, nc, first, last, gr)
-            self.store.put(g=g.astype("int32"), s=s, e=e, ph=ph, nc=nc)
+            self._collectives(g, s, e, ph, name_code, order, first, last, gr)
         finally:
             if spans is not None:
                 spans.result()
 
-    def _collectives(self, g, s, e, ph, nc, first, last, gr) -> None:
+    def _collectives(self, g, s, e, ph, name_code, order, first, last, gr) -> None:
         """The chunk's collective ops, with the phase of the op before each on its process (across
-        chunks: the last op of every process is carried over)."""
-        coll = self.names.collective[nc] if len(self.names.texts) else np.zeros(len(g), dtype=bool)
+        chunks: the last op of every process is carried over). ``g, s, e, ph``: the chunk's ops in
+        (group, start) order; ``name_code``: in the order read, ``order`` the permutation between."""
+        coll = self.names.collective[name_code][order] if len(self.names.texts) else np.zeros(len(g), dtype=bool)
         if coll.any():
             sel = np.flatnonzero(coll)
             prev = np.maximum(sel - 1, 0)
             first_of_group = np.r_[True, g[1:] != g[:-1]][sel]
             prev_phase = np.where(first_of_group, self.groups["last_phase"][g[sel]], ph[prev].astype("int64"))
             prev_coll = np.where(first_of_group, self.groups["last_coll"][g[sel]] > 0, coll[prev])
-            self.coll_parts.append((g[sel].astype("int32"), nc[sel], s[sel], e[sel], prev_phase.astype("int16"),
-                                    prev_coll.astype(bool)))
+            self.coll_parts.append((g[sel].astype("int32"), name_code[order[sel]], s[sel], e[sel],
+                                    prev_phase.astype("int16"), prev_coll.astype(bool)))
         self.groups["last_phase"][gr] = ph[last]
         self.groups["last_coll"][gr] = coll[last]
 
@@ -426,12 +457,12 @@ class ReportMap:
         dmin, dmax = INT64_MAX, INT64_MIN
         for k in range(n):
             if sizes[k]:
-                d = store.get(k, "e") - store.get(k, "s")
+                d = store.get_unordered(k, "e") - store.get_unordered(k, "s")
                 dmin, dmax = min(dmin, int(d.min())), max(dmax, int(d.max()))
                 del d
         dspan = dmax - dmin + 1
         if dspan * len(rank_values) * n_phase * n_name >= 2 ** 62:     # does not pack: the general path
-            cols = {c: np.concatenate([store.get(k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
+            cols = {c: np.concatenate([store.get_unordered(k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
             return attribution.kernel_table_codes(row_of_group[cols["g"]], rank_values, cols["ph"], phase_names,
                                                   cols["nc"], texts, cols["e"] - cols["s"])
         combined = np.empty(sum(sizes), dtype="int64")
@@ -440,13 +471,13 @@ class ReportMap:
             if not sizes[k]:
                 continue
             part = combined[at:at + sizes[k]]
-            np.multiply(row_of_group[store.get(k, "g")], n_phase, out=part)
-            part += store.get(k, "ph")
+            np.multiply(row_of_group[store.get_unordered(k, "g")], n_phase, out=part)
+            part += store.get_unordered(k, "ph")
             part *= n_name
-            part += store.get(k, "nc")
+            part += store.get_unordered(k, "nc")
             part *= dspan
-            part += store.get(k, "e")
-            part -= store.get(k, "s")
+            part += store.get_unordered(k, "e")
+            part -= store.get_unordered(k, "s")
             part -= dmin
             at += sizes[k]
         combined.sort()
@@ -464,11 +495,11 @@ class ReportMap:
         n_win = int(has.sum())
         split = cycles.IntervalSplit(np.r_[rank, rank], np.r_[found.lo[has], found.period_lo[has]],
                                      np.r_[found.hi[has], found.period_hi[has]], len(self.config.names))
-        for k in range(len(self.store)):
-            if not self.store.sizes[k]:
-                continue
-            r = rank_values[row_of_group[self.store.get(k, "g")]]
-            split.update(r, self.store.get(k, "s"), self.store.get(k, "e"), self.store.get(k, "ph"))
+        store = self.store
+        for k in range(len(store)):
+            for group, first, stop in store.runs(k):        # a process at a time: small temporaries
+                split.update_rank(int(rank_values[row_of_group[group]]), store.get_run(k, "s", first, stop),
+                                  store.get_run(k, "e", first, stop), store.get_run(k, "ph", first, stop))
         busy, upto = split.result()
         return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
                                   self.marks.assign(input=self.path), self.config, self.capture_ids)
@@ -519,26 +550,38 @@ class ReportMap:
 
     def _op_table(self, launches: Launches, rank_values: np.ndarray, row_of_group: np.ndarray,
                   phase_names: list[str], texts: np.ndarray) -> pd.DataFrame:
-        """The per-op table of a report analysed in one chunk, in the order the ops were read."""
+        """The per-op table of a report analysed in one chunk, in the order the ops were read. Column
+        by column, each kept op array let go of once its column is made (the peak of a large report)."""
         cols, self.op_columns = self.op_columns, None
-        chunk: OpChunk = cols["chunk"]
-        start, end = chunk.start_ns, chunk.end_ns
-        name_code, phase, op_call = cols["name_code"], cols["phase"], cols["op_call"]
-        n = len(start)
-        op_rank = rank_values[row_of_group[self.groups.codes(chunk.global_pid)]] if n else np.zeros(0, dtype="int64")
-        name_full = texts[name_code] if len(texts) else np.zeros(0, dtype=object)
-        return pd.DataFrame({
-            "kind": pd.Categorical.from_codes(chunk.kind, categories=list(KINDS)),
-            "global_pid": chunk.global_pid, "device_id": chunk.device_id, "stream_id": chunk.stream_id,
-            "correlation_id": chunk.correlation_id, "graph_node_id": chunk.graph_node_id,
-            "name_id": chunk.name_id, "start_ns": start, "end_ns": end,
-            "name": pd.Series(name_full, dtype=object, copy=False),
-            "phase": pd.Series(np.array(phase_names, dtype=object)[phase], dtype=object, copy=False),
-            "range_id": cols["range_id"], "rank": op_rank, "duration_ns": end - start,
-            "call_pos": self.call_rows[op_call],
-            "input": pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path]),
-            "collective": self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool),
-            "cycle_range": cycle_of_ops(launches, op_call)}, copy=False)[OP_TABLE_COLUMNS]
+        op = cols.pop("chunk")._asdict()                # the last reference to the chunk's arrays
+        op.pop("excluded")
+        n = len(op["start_ns"])
+        table = {"kind": pd.Categorical.from_codes(op.pop("kind"), categories=list(KINDS))}
+        for c in ("device_id", "stream_id", "name_id"):
+            op[c] = narrow_ids(op[c])
+        op["range_id"] = narrow_ids(cols.pop("range_id"))
+        op_call = cols.pop("op_call")
+        op["call_pos"] = self.call_rows[op_call]
+        op["cycle_range"] = narrow_ids(cycle_of_ops(launches, op_call))
+        del op_call
+        op["rank"] = self._op_ranks(op["global_pid"], rank_values, row_of_group)
+        op["duration_ns"] = op["end_ns"] - op["start_ns"]
+        name_code = cols.pop("name_code")
+        op["name"] = pd.Series(texts[name_code] if len(texts) else np.zeros(0, dtype=object), dtype=object, copy=False)
+        op["collective"] = self.names.collective[name_code] if len(texts) else np.zeros(n, dtype=bool)
+        del name_code
+        op["phase"] = pd.Series(np.array(phase_names, dtype=object)[cols.pop("phase")], dtype=object, copy=False)
+        op["input"] = pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path])
+        table.update(op)
+        return pd.DataFrame(table, copy=False)[OP_TABLE_COLUMNS]
+
+    def _op_ranks(self, global_pid: np.ndarray, rank_values: np.ndarray, row_of_group: np.ndarray) -> np.ndarray:
+        """Per op, its rank (int32 when the ranks fit), by a gather from the op's distinct processes."""
+        if not len(global_pid):
+            return np.zeros(0, dtype=ID_DTYPE)
+        codes, uniq = pd.factorize(global_pid)
+        group = np.array([self.groups.code[int(u)] for u in np.asarray(uniq)], dtype="int64")
+        return narrow_ids(rank_values)[row_of_group[group]][codes]
 
 
 def _projected_ranges(ranges: pd.DataFrame, nsys_proj: pd.DataFrame, all_proj: pd.DataFrame, rank_of_pid: dict,
@@ -567,7 +610,7 @@ def _period_busy(cycle_tab: pd.DataFrame, rank_values: np.ndarray) -> np.ndarray
 
 def empty_op_table() -> pd.DataFrame:
     """The per-op table of a report analysed in chunks (not kept): its columns, no rows."""
-    frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in OP_TABLE_COLUMNS})
+    frame = pd.DataFrame({c: pd.Series(dtype=ID_DTYPE if c in OP_ID_COLUMNS else "int64") for c in OP_TABLE_COLUMNS})
     frame["kind"] = pd.Categorical([], categories=list(KINDS))
     for c in ("name", "phase"):
         frame[c] = pd.Series(dtype=object)

@@ -3,9 +3,11 @@
 The per-cycle split (the cycles' GPU windows and periods are known only after the last op) and the
 per-kernel median and p99 need every op of a rank; the map step keeps, per chunk, a few bytes per
 op (rank group, start, end, phase code, name code) and reads them back chunk by chunk when it
-finishes. :class:`OpStore` holds them in memory (a report analysed whole: no copy, the arrays the
-chunk was sorted into) or in a temporary directory (under ``--memory-budget``: bounded memory),
-with the same interface; so are the frames the map step sets aside meanwhile (the NVTX ranges).
+finishes, in (group, start) order or, for order-free sums, in any one order shared by the chunk's
+columns. :class:`OpStore` holds them in memory (a report analysed whole: no copy, the chunk's own
+arrays and the permutation that sorts them, each sorted column made when asked for) or sorted in a
+temporary directory (under ``--memory-budget``: bounded memory), with the same interface; so are
+the frames the map step sets aside meanwhile (the NVTX ranges).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pandas as pd
 
 # what is kept per op, in (group, start) order within a chunk
 OP_COLUMNS = ("g", "s", "e", "ph", "nc")
+ORDER = "order"          # in memory: the permutation that sorts a chunk's columns
 
 
 class OpStore:
@@ -28,26 +31,50 @@ class OpStore:
     def __init__(self, on_disk: bool):
         self.dir = Path(tempfile.mkdtemp(prefix="specprof-chunks-")) if on_disk else None
         self._chunks: list[dict[str, np.ndarray]] = []
+        self._runs: list[list[tuple[int, int, int]]] = []
         self._frames: dict[str, pd.DataFrame] = {}
         self.sizes: list[int] = []
 
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def put(self, **columns: np.ndarray) -> None:
-        """One chunk's columns (:data:`OP_COLUMNS`, equal lengths)."""
+    def put(self, columns: dict[str, np.ndarray], order: np.ndarray, runs: list[tuple[int, int, int]]) -> None:
+        """One chunk: its columns (:data:`OP_COLUMNS`, equal lengths, in the order read), the
+        permutation ``order`` that sorts them by (group, start) and the runs of one group in that
+        order ((group, first, stop), intervals.group_segments)."""
         k = len(self.sizes)
         self.sizes.append(len(columns["s"]))
+        self._runs.append(runs)
         if self.dir is None:
-            self._chunks.append(columns)
+            self._chunks.append({**columns, ORDER: order})
             return
         for name, values in columns.items():
-            np.save(self.dir / f"{k}.{name}.npy", values)
+            np.save(self.dir / f"{k}.{name}.npy", values[order])
 
     def get(self, k: int, name: str) -> np.ndarray:
+        """Column ``name`` of chunk ``k`` in (group, start) order."""
+        if self.dir is None:
+            chunk = self._chunks[k]
+            return chunk[name][chunk[ORDER]]
+        return np.load(self.dir / f"{k}.{name}.npy")
+
+    def get_unordered(self, k: int, name: str) -> np.ndarray:
+        """Column ``name`` of chunk ``k`` in an order every column of the chunk shares (for sums and
+        sorts that do not depend on it; no copy in memory)."""
         if self.dir is None:
             return self._chunks[k][name]
         return np.load(self.dir / f"{k}.{name}.npy")
+
+    def runs(self, k: int) -> list[tuple[int, int, int]]:
+        """(group, first, stop) of chunk ``k``'s runs of one group in (group, start) order."""
+        return self._runs[k]
+
+    def get_run(self, k: int, name: str, first: int, stop: int) -> np.ndarray:
+        """Rows ``first:stop`` of column ``name`` of chunk ``k`` in (group, start) order."""
+        if self.dir is None:
+            chunk = self._chunks[k]
+            return chunk[name][chunk[ORDER][first:stop]]
+        return np.array(np.load(self.dir / f"{k}.{name}.npy", mmap_mode="r")[first:stop])
 
     def put_frame(self, name: str, frame: pd.DataFrame) -> None:
         """Set ``frame`` aside (pickled on disk: its object columns hold a few distinct strings,
@@ -65,6 +92,6 @@ class OpStore:
             return pickle.load(f)      # our own file, written by put_frame in this run
 
     def close(self) -> None:
-        self._chunks, self._frames = [], {}
+        self._chunks, self._runs, self._frames = [], [], {}
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)

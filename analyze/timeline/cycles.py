@@ -253,23 +253,26 @@ class IntervalSplit:
         """One chunk of ops, sorted by start within runs of one rank (a rank in one run), every
         start at or after the starts of the chunks before."""
         for r, a, b in group_segments(op_rank):
-            at = self._of_rank.get(int(r))
-            if at is None:
+            self.update_rank(int(r), start[a:b], end[a:b], phase[a:b])
+
+    def update_rank(self, rank: int, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
+        """Ops of one rank sorted by start, every start at or after those of the rank's ops before."""
+        at = self._of_rank.get(rank)
+        if at is None or not len(start):
+            return
+        reach = self._reach.setdefault(rank, np.full(self.n_phases + 1, INT64_MIN, dtype="int64"))
+        lo, hi = self.lo[at], self.hi[at]
+        covered = np.zeros(len(start), dtype=bool)
+        for j in range(self.n_phases + 1):
+            if j == 0:
+                ss, ee = start, end
+            else:
+                covered |= phase == j - 1
+                ss, ee = start[covered], end[covered]
+            if not len(ss):
                 continue
-            reach = self._reach.setdefault(int(r), np.full(self.n_phases + 1, INT64_MIN, dtype="int64"))
-            s, e, ph = start[a:b], end[a:b], phase[a:b]
-            lo, hi = self.lo[at], self.hi[at]
-            covered = np.zeros(b - a, dtype=bool)
-            for j in range(self.n_phases + 1):
-                if j == 0:
-                    ss, ee = s, e
-                else:
-                    covered |= ph == j - 1
-                    ss, ee = s[covered], e[covered]
-                if not len(ss):
-                    continue
-                self.total[j, at] += covered_between(ss, ee, int(reach[j]), lo, hi)
-                reach[j] = max(int(reach[j]), int(ee.max()))
+            self.total[j, at] += covered_between(ss, ee, int(reach[j]), lo, hi)
+            reach[j] = max(int(reach[j]), int(ee.max()))
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """(busy per interval, union of phases 0..i per interval as an (n_phases, n) array)."""

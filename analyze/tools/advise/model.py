@@ -333,7 +333,8 @@ def rule_allreduce(ctx: Context):
         return _allreduce_without_collectives(ctx, ar_cycle)
     per_rank_cycles = max(len(ctx.cycles), 1)
     out, checked = [], {}
-    for phase, rows in colls.groupby(colls["phase"].fillna("other"), sort=False):
+    needed = colls[["transfer_ns", "wait_ns", "duration_ns", "name"]]     # the groups copy these columns only
+    for phase, rows in needed.groupby(colls["phase"].fillna("other"), sort=False):
         transfer = float(rows["transfer_ns"].sum()) / per_rank_cycles
         wait = float(rows["wait_ns"].sum()) / per_rank_cycles
         share = transfer / ctx.cycle_ns
