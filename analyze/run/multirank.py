@@ -52,7 +52,7 @@ def renumber_ranks(results) -> None:
             for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals,
                           res.cycles, res.collective_ops):
                 if table is not None and "rank" in table.columns:
-                    table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype("int64")
+                    table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype(table["rank"].dtype)
 
 
 def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:

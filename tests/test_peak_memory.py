@@ -1,0 +1,168 @@
+"""What keeps a large report's peak down (docs/performance.md, issue 19) changes no value: the
+per-op table's narrow id columns, the map step's op columns kept in read order with their sorting
+permutation (spill.OpStore), and the block-by-block passes (call linking, the launching-call
+presence, pid/device pairs, kernel-time sums). Each is checked against the plain computation, on
+real H200 exports with blocks small enough that every pass crosses many block edges."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyze
+from analyze.attribute import intervals
+from analyze.project import projection
+from analyze.run import mapstep
+from analyze.run.spill import OP_COLUMNS, OpStore
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment")
+# CUDA graphs with capture calls; eager, 4 processes in one file; real SGLang with graphs
+REAL_TRACES = ["h200_shim_graphs_node", "h200_4proc_eager", "sglang_graphs"]
+
+
+def _same_results(a, b, *, op_dtypes: bool = True) -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(a.table(name), b.table(name), obj=name)
+    pd.testing.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
+    pd.testing.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops", check_dtype=op_dtypes)
+    assert [(n.code, n.count, n.message) for n in a.notes] == [(n.code, n.count, n.message) for n in b.notes]
+
+
+def test_narrow_ids():
+    small = np.array([-1, 0, 7, 2 ** 31 - 1], dtype="int64")
+    out = mapstep.narrow_ids(small)
+    assert out.dtype == np.int32 and (out == small).all()
+    wide = np.array([-1, 2 ** 31], dtype="int64")
+    assert mapstep.narrow_ids(wide) is wide                        # a value that does not fit: kept as is
+    low = np.array([-(2 ** 31) - 1], dtype="int64")
+    assert mapstep.narrow_ids(low).dtype == np.int64
+    assert mapstep.narrow_ids(np.zeros(0, dtype="int64")).dtype == np.int32
+
+
+@pytest.mark.parametrize("name", REAL_TRACES)
+def test_per_op_id_columns_are_int32_with_the_same_values(name, monkeypatch):
+    path = str(REAL / f"{name}.sqlite")
+    narrow = analyze.load(path)
+    for c in mapstep.OP_ID_COLUMNS:
+        assert narrow.gpu_ops[c].dtype == np.int32, c
+    monkeypatch.setattr(mapstep, "narrow_ids", lambda values: np.asarray(values).astype("int64"))
+    wide = analyze.load(path)
+    assert all(wide.gpu_ops[c].dtype == np.int64 for c in mapstep.OP_ID_COLUMNS)
+    _same_results(narrow, wide, op_dtypes=False)
+    assert (narrow.gpu_ops["call_pos"] >= 0).mean() > 0.9           # real links, not all -1
+    # the chunked analysis (no per-op table) declares the same dtypes for its empty one
+    empty = mapstep.empty_op_table()
+    assert all(empty[c].dtype == np.int32 for c in mapstep.OP_ID_COLUMNS)
+
+
+@pytest.mark.parametrize("name", REAL_TRACES)
+def test_small_blocks_change_nothing(name, monkeypatch):
+    path = str(REAL / f"{name}.sqlite")
+    whole = analyze.load(path)
+    monkeypatch.setattr(projection, "KEY_BLOCK_ROWS", 997)
+    monkeypatch.setattr(mapstep, "PAIR_BLOCK_ROWS", 613)
+    blocked = analyze.load(path)
+    _same_results(whole, blocked)
+
+
+def test_many_processes_take_the_whole_array_paths(monkeypatch):
+    """With more processes than intervals.FEW_GROUPS the per-group loops give way to whole-array
+    passes (kernel-time sums, unions): the same tables."""
+    path = str(REAL / "h200_4proc_eager.sqlite")
+    few = analyze.load(path)
+    monkeypatch.setattr(intervals, "FEW_GROUPS", 1)
+    many = analyze.load(path)
+    _same_results(few, many)
+
+
+def _chunk_columns(rng, n):
+    g = rng.integers(0, 5, n).astype("int32")
+    s = rng.integers(0, 10 ** 9, n)
+    cols = {"g": g, "s": s, "e": s + rng.integers(0, 10 ** 4, n), "ph": rng.integers(-1, 4, n).astype("int8"),
+            "nc": rng.integers(0, 50, n).astype("int32")}
+    order = np.lexsort((s, g))
+    return cols, order, intervals.group_segments(g[order])
+
+
+def test_op_store_in_memory_and_on_disk_agree():
+    rng = np.random.default_rng(3)
+    stores = [OpStore(on_disk=False), OpStore(on_disk=True)]
+    chunks = [_chunk_columns(rng, n) for n in (1000, 0, 357)]
+    try:
+        for cols, order, runs in chunks:
+            for store in stores:
+                store.put(cols, mapstep.narrow_ids(order), runs)
+        mem, disk = stores
+        for k, (cols, order, runs) in enumerate(chunks):
+            assert mem.sizes[k] == disk.sizes[k] == len(order)
+            assert mem.runs(k) == disk.runs(k) == runs
+            for name in OP_COLUMNS:
+                want = cols[name][order]
+                assert (mem.get(k, name) == want).all() and (disk.get(k, name) == want).all()
+                for _, a, b in runs:
+                    assert (mem.get_run(k, name, a, b) == want[a:b]).all()
+                    assert (disk.get_run(k, name, a, b) == want[a:b]).all()
+            # unordered: one order shared by every column of the chunk
+            for store in stores:
+                rows = sorted(zip(*(store.get_unordered(k, c).tolist() for c in OP_COLUMNS)))
+                assert rows == sorted(zip(*(cols[c].tolist() for c in OP_COLUMNS)))
+            assert mem.get_unordered(k, "s") is cols["s"]             # in memory: the chunk's own array
+    finally:
+        for store in stores:
+            store.close()
+
+
+@pytest.mark.parametrize("n_groups", [3, 100])
+def test_segment_duration_sums(n_groups):
+    rng = np.random.default_rng(n_groups)
+    g = np.sort(rng.integers(0, n_groups, 5000))
+    s = rng.integers(-10 ** 12, 10 ** 12, 5000)
+    e = s + rng.integers(0, 10 ** 9, 5000)
+    segs = intervals.group_segments(g)
+    mask = rng.random(5000) < 0.4
+    for m in (None, mask):
+        want = np.zeros(n_groups, dtype="int64")
+        np.add.at(want, g if m is None else g[m], (e - s) if m is None else (e - s)[m])
+        got = intervals.segment_duration_sums(segs, s, e, n_groups, m)
+        assert got.dtype == np.int64 and (got == want).all()
+        assert (got == intervals.segment_sums(segs, e - s, n_groups, m)).all()
+
+
+@pytest.mark.parametrize("block", [1, 7, 10 ** 6])
+def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, monkeypatch):
+    rng = np.random.default_rng(block)
+    pid = rng.choice(np.array([5 << 24, 9 << 24, 2 << 24], dtype="int64"), 3000)
+    dev = rng.integers(0, 4, 3000)
+    monkeypatch.setattr(mapstep, "PAIR_BLOCK_ROWS", block)
+    got = mapstep.pid_device_pairs(pid, dev)
+    want = pd.DataFrame({"global_pid": pid, "device_id": dev}).drop_duplicates(ignore_index=True)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
+
+
+@pytest.mark.parametrize("block", [1, 97, 1 << 17])
+def test_linking_in_key_blocks(block, monkeypatch):
+    """link_op_arrays / link_with_keys (direct table and hashed) equal the pandas join whatever the
+    block size; ops of a process without calls and ids outside the calls' range link to nothing."""
+    monkeypatch.setattr(projection, "KEY_BLOCK_ROWS", block)
+    rng = np.random.default_rng(11)
+    pids = np.array([100 << 24, 200 << 24], dtype="int64")
+    c_pid = rng.choice(pids, 3000)
+    calls = pd.DataFrame({"global_tid": c_pid + 1, "global_pid": c_pid, "correlation_id": rng.integers(1, 2000, 3000),
+                          "start_ns": np.arange(3000) * 10, "end_ns": np.arange(3000) * 10 + 5})
+    ranges = pd.DataFrame({c: np.zeros(0, dtype="int64") for c in ("global_tid", "start_ns", "end_ns")})
+    index = projection.build_call_index(calls, ranges)
+    o_pid = np.concatenate([rng.choice(pids, 8000), np.full(10, 300 << 24)])
+    o_corr = np.concatenate([rng.integers(-5, 2100, 8000), np.arange(10)])
+    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    for direct in (True, False):
+        if not direct:
+            monkeypatch.setattr(projection, "DIRECT_TABLE_FACTOR", 0)
+            monkeypatch.setattr(projection, "DIRECT_TABLE_MIN", 0)
+        keys = projection.call_keys(calls, index)
+        assert (keys.keys is None) == direct
+        for got in (projection.link_op_arrays(o_pid, o_corr, calls, index), projection.link_with_keys(o_pid, o_corr, keys)):
+            assert got.dtype == np.int32 and (got == want).all()
+    assert (want[-10:] == -1).all() and (want >= 0).sum() > 3000
