@@ -414,6 +414,8 @@ class ReportMap:
         coll_ops = self._collective_table(row_of_group, rank_values, phase_names, texts)
         store.close()            # the kept op columns: let go of before the per-op table is made
         if self.keep_ops and self.op_columns is not None:
+            if self.n_ops >= memory.TRIM_AFTER_OPS:
+                memory.release()     # the map step's freed temporaries, before the largest table grows
             gpu_ops = self._op_table(launches, rank_values, row_of_group, phase_names, texts)
         else:
             gpu_ops = empty_op_table()

@@ -62,6 +62,9 @@ SIGNIFICANT_SPREAD = 5.0      # a collective is "late" when its arrival spread e
 MIN_SPREAD_NS = 1_000
 
 
+LATE_COLUMNS = ["collective", "rank", "arrival_lag_ns", "last_arrival", "phase"]
+
+
 def late_collectives(collectives: pd.DataFrame) -> pd.DataFrame:
     """The last-arriving row of every collective whose arrival spread is significant: more than
     ``SIGNIFICANT_SPREAD`` times the median spread (and over 1 us). Column ``spread_ns``."""
@@ -84,7 +87,9 @@ def skew_summary(collectives: pd.DataFrame, evidence=None) -> pd.DataFrame:
     g = collectives.groupby("rank")
     summary = pd.DataFrame({"collectives": g.size(), "wait_ns": g["wait_ns"].sum(),
                             "transfer_ns": g["transfer_ns"].sum()})
-    counted = collectives if evidence is None else collectives[np.asarray(evidence, dtype=bool)]
+    counted = collectives[LATE_COLUMNS]              # what lateness reads: the filters copy these only
+    if evidence is not None:
+        counted = counted[np.asarray(evidence, dtype=bool)]
     late = late_collectives(counted) if len(counted) else counted.assign(spread_ns=pd.Series(dtype="int64"))
     summary["times_late"] = late.groupby("rank").size().reindex(summary.index).fillna(0).astype(int)
     summary["late_by_ns"] = late.groupby("rank")["spread_ns"].sum().reindex(summary.index).fillna(0) \
