@@ -166,3 +166,20 @@ def test_linking_in_key_blocks(block, monkeypatch):
         for got in (projection.link_op_arrays(o_pid, o_corr, calls, index), projection.link_with_keys(o_pid, o_corr, keys)):
             assert got.dtype == np.int32 and (got == want).all()
     assert (want[-10:] == -1).all() and (want >= 0).sum() > 3000
+
+
+@pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_4rank_single"])
+def test_cycle_split_threads_change_nothing(name, monkeypatch):
+    """The cycles' intervals are split a rank per thread (mapstep.SPLIT_THREADS): the same cycle
+    table with one thread and with more threads than ranks, whole and in chunks."""
+    path = str(REAL / f"{name}.sqlite")
+    monkeypatch.setattr(mapstep, "SPLIT_THREADS", 1)
+    one = analyze.load(path)
+    one_chunked = analyze.load(path, memory_budget=200_000_000)
+    monkeypatch.setattr(mapstep, "SPLIT_THREADS", 8)
+    many = analyze.load(path)
+    many_chunked = analyze.load(path, memory_budget=200_000_000)
+    assert len(one.cycles) > 10 and one.ranks["rank"].nunique() >= 4
+    pd.testing.assert_frame_equal(one.cycles, many.cycles)
+    pd.testing.assert_frame_equal(one_chunked.cycles, many_chunked.cycles)
+    pd.testing.assert_frame_equal(one.cycles, one_chunked.cycles)

@@ -22,6 +22,7 @@ otherwise it is empty and the ops of the default timeline window are kept instea
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -138,6 +139,8 @@ class _Groups:
 
 
 PAIR_BLOCK_ROWS = 1 << 20
+# threads splitting the cycles' intervals, a rank each (one per core, at most two: as the readers)
+SPLIT_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
 def pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
@@ -276,6 +279,8 @@ class ReportMap:
             del range_id
             g_read = self.groups.codes(pid)
             n_g = len(self.groups.code)
+            if self.keep_ops:
+                self.op_columns["group"] = g_read         # the per-op rank, by a gather
             order = narrow_ids(attribution.sort_order(g_read, start))
             g, s, e = g_read[order], start[order], end[order]
             ph = phase[order]
@@ -498,10 +503,21 @@ class ReportMap:
         split = cycles.IntervalSplit(np.r_[rank, rank], np.r_[found.lo[has], found.period_lo[has]],
                                      np.r_[found.hi[has], found.period_hi[has]], len(self.config.names))
         store = self.store
-        for k in range(len(store)):
-            for group, first, stop in store.runs(k):        # a process at a time: small temporaries
-                split.update_rank(int(rank_values[row_of_group[group]]), store.get_run(k, "s", first, stop),
-                                  store.get_run(k, "e", first, stop), store.get_run(k, "ph", first, stop))
+
+        def feed(k: int, rank: int, runs: list[tuple[int, int]]) -> None:
+            for first, stop in runs:                     # a process at a time: small temporaries
+                split.update_rank(rank, store.get_run(k, "s", first, stop), store.get_run(k, "e", first, stop),
+                                  store.get_run(k, "ph", first, stop))
+
+        # the ranks of a chunk side by side (their unions are apart; NumPy lets go of the GIL), the
+        # chunks one after the other (a rank's ops must come in time order)
+        with ThreadPoolExecutor(max_workers=SPLIT_THREADS, thread_name_prefix="specprof-split") as pool:
+            for k in range(len(store)):
+                by_rank: dict[int, list[tuple[int, int]]] = {}
+                for group, first, stop in store.runs(k):
+                    by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
+                for done in [pool.submit(feed, k, rank, runs) for rank, runs in by_rank.items()]:
+                    done.result()
         busy, upto = split.result()
         return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
                                   self.marks.assign(input=self.path), self.config, self.capture_ids)
@@ -566,7 +582,9 @@ class ReportMap:
         op["call_pos"] = self.call_rows[op_call]
         op["cycle_range"] = narrow_ids(cycle_of_ops(launches, op_call))
         del op_call
-        op["rank"] = self._op_ranks(op["global_pid"], rank_values, row_of_group)
+        group = cols.pop("group")
+        op["rank"] = narrow_ids(rank_values)[row_of_group][group] if len(group) else np.zeros(0, dtype=ID_DTYPE)
+        del group
         op["duration_ns"] = op["end_ns"] - op["start_ns"]
         name_code = cols.pop("name_code")
         op["name"] = pd.Series(texts[name_code] if len(texts) else np.zeros(0, dtype=object), dtype=object, copy=False)
@@ -576,14 +594,6 @@ class ReportMap:
         op["input"] = pd.Categorical.from_codes(np.zeros(n, dtype="int8"), [self.path])
         table.update(op)
         return pd.DataFrame(table, copy=False)[OP_TABLE_COLUMNS]
-
-    def _op_ranks(self, global_pid: np.ndarray, rank_values: np.ndarray, row_of_group: np.ndarray) -> np.ndarray:
-        """Per op, its rank (int32 when the ranks fit), by a gather from the op's distinct processes."""
-        if not len(global_pid):
-            return np.zeros(0, dtype=ID_DTYPE)
-        codes, uniq = pd.factorize(global_pid)
-        group = np.array([self.groups.code[int(u)] for u in np.asarray(uniq)], dtype="int64")
-        return narrow_ids(rank_values)[row_of_group[group]][codes]
 
 
 def _projected_ranges(ranges: pd.DataFrame, nsys_proj: pd.DataFrame, all_proj: pd.DataFrame, rank_of_pid: dict,

@@ -32,7 +32,7 @@ def steady_start_ns(cycles: pd.DataFrame | None) -> int | None:
     if "warmup" not in cycles.columns:       # no flags: the first cycle of every rank is warm-up
         first = cycles.groupby("rank")["start_ns"].transform("min") == cycles["start_ns"]
         flag = first.to_numpy()
-    steady = cycles[~flag]
+    steady = cycles.loc[~flag, ["rank", "start_ns"]]     # the two columns read (a copy of each)
     if steady.empty:
         return None
     return int(steady.groupby("rank")["start_ns"].min().max())
