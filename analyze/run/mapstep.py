@@ -32,7 +32,8 @@ import pandas as pd
 from analyze import memory
 from analyze import notes as N
 from analyze.attribute import attribution
-from analyze.attribute.intervals import INT64_MIN, group_segments, segment_duration_sums, union_step_segments
+from analyze.attribute import intervals
+from analyze.attribute.intervals import INT64_MIN, segment_duration_sums, union_step_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.notes import Note
 from analyze.project import projection
@@ -282,43 +283,56 @@ class ReportMap:
             if self.keep_ops:
                 self.op_columns["group"] = g_read         # the per-op rank, by a gather
             order = narrow_ids(attribution.sort_order(g_read, start))
-            g, s, e = g_read[order], start[order], end[order]
-            ph = phase[order]
-            is_kernel = kind[order] == 0
-            incl = {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order]
-            del inclusive
-            segs = group_segments(g)
+            counts_of = np.bincount(g_read, minlength=n_g)
+            bounds = np.r_[0, np.cumsum(counts_of)]
+            # the runs of one process in (process, start) order (the order sorts by process code first)
+            segs = [(int(c), int(bounds[c]), int(bounds[c + 1])) for c in np.flatnonzero(counts_of)]
             # kept in the order read (with the permutation): the chunk's own arrays, no sorted copies
             self.store.put({"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}, order, segs)
-            del g_read, phase
-            reach, total, kns = self.groups["reach"], self.groups["total"], self.groups["kernel_ns"]
-
-            def stream(u: int, mask=None):
-                union_step_segments(segs, g, s, e, reach[u], total[u], mask)
-
-            stream(0)
-            covered = np.zeros(len(g), dtype=bool)
-            for i, pname in enumerate(config.names):
-                member = attribution.inclusive_mask(incl, i, pname)
-                stream(2 + i, member)
-                covered |= ph == i
-                stream(2 + n_ph + i, covered)
-                kns[i] += segment_duration_sums(segs, s, e, n_g, member & is_kernel)
-            del incl
-            stream(1, ~covered)
-            kns[n_ph] += segment_duration_sums(segs, s, e, n_g, ~covered & is_kernel)
-            kns[n_ph + 1] += segment_duration_sums(segs, s, e, n_g, is_kernel)
-            del covered, is_kernel
-            first = np.array([a for _, a, _ in segs], dtype="int64")
-            last = np.array([b for _, _, b in segs], dtype="int64") - 1
-            gr = g[first]
-            self.groups["win_start"][gr] = np.minimum(self.groups["win_start"][gr], s[first])
-            self.groups["win_end"][gr] = np.maximum(self.groups["win_end"][gr], np.maximum.reduceat(e, first))
-            self.groups["ops"][gr] += last - first + 1
-            self._collectives(g, s, e, ph, name_code, order, first, last, gr)
+            if len(segs) > intervals.FEW_GROUPS:   # many processes: one pass over the whole sorted arrays
+                self._op_pass(segs, g_read[order], start, end, phase, kind, inclusive, name_code, order)
+            else:                               # a process at a time: its ops gathered (small temporaries)
+                for code, first, stop in segs:
+                    self._op_pass([(code, 0, stop - first)], np.full(stop - first, code, dtype=g_read.dtype),
+                                  start, end, phase, kind, inclusive, name_code, order[first:stop])
+            del g_read, phase, inclusive
         finally:
             if spans is not None:
                 spans.result()
+
+    def _op_pass(self, segs, g, start, end, phase, kind, inclusive, name_code, order) -> None:
+        """The ops ``order`` picks (``segs``: their runs of one process, ``g`` their process codes,
+        in that sorted order; the other arrays in the order read): the rank figures' unions and
+        kernel time, the processes' windows, the collectives."""
+        config, n_ph, n_g = self.config, len(self.config.names), len(self.groups.code)
+        s, e, ph = start[order], end[order], phase[order]
+        is_kernel = kind[order] == 0
+        incl = {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order]
+        reach, total, kns = self.groups["reach"], self.groups["total"], self.groups["kernel_ns"]
+
+        def stream(u: int, mask=None):
+            union_step_segments(segs, g, s, e, reach[u], total[u], mask)
+
+        stream(0)
+        covered = np.zeros(len(g), dtype=bool)
+        for i, pname in enumerate(config.names):
+            member = attribution.inclusive_mask(incl, i, pname)
+            stream(2 + i, member)
+            covered |= ph == i
+            stream(2 + n_ph + i, covered)
+            kns[i] += segment_duration_sums(segs, s, e, n_g, member & is_kernel)
+        del incl
+        stream(1, ~covered)
+        kns[n_ph] += segment_duration_sums(segs, s, e, n_g, ~covered & is_kernel)
+        kns[n_ph + 1] += segment_duration_sums(segs, s, e, n_g, is_kernel)
+        del covered, is_kernel
+        first = np.array([a for _, a, _ in segs], dtype="int64")
+        last = np.array([b for _, _, b in segs], dtype="int64") - 1
+        gr = g[first]
+        self.groups["win_start"][gr] = np.minimum(self.groups["win_start"][gr], s[first])
+        self.groups["win_end"][gr] = np.maximum(self.groups["win_end"][gr], np.maximum.reduceat(e, first))
+        self.groups["ops"][gr] += last - first + 1
+        self._collectives(g, s, e, ph, name_code, order, first, last, gr)
 
     def _collectives(self, g, s, e, ph, name_code, order, first, last, gr) -> None:
         """The chunk's collective ops, with the phase of the op before each on its process (across
