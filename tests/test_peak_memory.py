@@ -131,11 +131,14 @@ def test_segment_duration_sums(n_groups):
         assert (got == intervals.segment_sums(segs, e - s, n_groups, m)).all()
 
 
+@pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("block", [1, 7, 10 ** 6])
-def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, monkeypatch):
+def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, wide, monkeypatch):
+    """Both ways of finding the pairs (a scatter over small device ordinals, hashing when they are
+    spread wide), block by block and whole."""
     rng = np.random.default_rng(block)
     pid = rng.choice(np.array([5 << 24, 9 << 24, 2 << 24], dtype="int64"), 3000)
-    dev = rng.integers(0, 4, 3000)
+    dev = rng.integers(0, 4, 3000) * (10 ** 9 if wide else 1)
     monkeypatch.setattr(mapstep, "PAIR_BLOCK_ROWS", block)
     got = mapstep.pid_device_pairs(pid, dev)
     want = pd.DataFrame({"global_pid": pid, "device_id": dev}).drop_duplicates(ignore_index=True)
@@ -168,18 +171,61 @@ def test_linking_in_key_blocks(block, monkeypatch):
     assert (want[-10:] == -1).all() and (want >= 0).sum() > 3000
 
 
+def _chunked(path, monkeypatch):
+    """``path`` analysed in many small time-ordered chunks (on-disk op store, carry-overs)."""
+    from analyze.run import api
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 100)
+    a = analyze.load(path, memory_budget=1)
+    (chunks,) = [n.count for n in a.notes if n.code == "chunked"]
+    assert chunks >= 3
+    return a
+
+
 @pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_4rank_single"])
 def test_cycle_split_threads_change_nothing(name, monkeypatch):
     """The cycles' intervals are split a rank per thread (mapstep.SPLIT_THREADS): the same cycle
-    table with one thread and with more threads than ranks, whole and in chunks."""
+    table with one thread and with more threads than ranks, whole and in many chunks (a rank's
+    chunks one after the other)."""
     path = str(REAL / f"{name}.sqlite")
     monkeypatch.setattr(mapstep, "SPLIT_THREADS", 1)
     one = analyze.load(path)
-    one_chunked = analyze.load(path, memory_budget=200_000_000)
+    one_chunked = _chunked(path, monkeypatch)
     monkeypatch.setattr(mapstep, "SPLIT_THREADS", 8)
     many = analyze.load(path)
-    many_chunked = analyze.load(path, memory_budget=200_000_000)
+    many_chunked = _chunked(path, monkeypatch)
     assert len(one.cycles) > 10 and one.ranks["rank"].nunique() >= 4
     pd.testing.assert_frame_equal(one.cycles, many.cycles)
     pd.testing.assert_frame_equal(one_chunked.cycles, many_chunked.cycles)
     pd.testing.assert_frame_equal(one.cycles, one_chunked.cycles)
+
+
+def test_collectives_per_process_pass_whole_chunked_and_many_processes(tmp_path, monkeypatch):
+    """The collectives (each with the phase of the op before it on its process, carried over from
+    chunk to chunk) are found a process at a time: the same table as the whole-array pass that many
+    processes take, and as many small chunks, on a 4-rank trace with a straggler."""
+    from fixtures.synth import TraceSpec, write_trace
+    paths, _ = write_trace(TraceSpec(ranks=4, cycles=6, straggler={2: 50_000}), tmp_path)
+    path = str(paths[0])
+    per_process = analyze.load(path)
+    assert len(per_process.collectives) > 50 and per_process.collectives["rank"].nunique() == 4
+    assert (per_process.collectives["phase"] != "other").any()
+    chunked = _chunked(path, monkeypatch)
+    monkeypatch.setattr(intervals, "FEW_GROUPS", 1)
+    whole_array = analyze.load(path)
+    for other in (chunked, whole_array):
+        for name in ("collectives", "cycles", "phases", "totals", "kernels"):
+            pd.testing.assert_frame_equal(per_process.table(name), other.table(name), obj=name)
+    pd.testing.assert_frame_equal(per_process.gpu_ops, whole_array.gpu_ops)
+
+
+def test_ranks_renumbered_across_reports_keep_the_id_dtype(tmp_path):
+    """Reports whose ranks come from process order are numbered across reports
+    (run/multirank.renumber_ranks): the per-op rank stays int32, the other tables' int64."""
+    from fixtures.synth import TraceSpec, write_trace
+    paths, _ = write_trace(TraceSpec(ranks=2, cycles=2, one_file=False, rank_marks=False,
+                                     cuda_visible_devices=True), tmp_path)
+    a = analyze.load([str(p) for p in paths])
+    assert a.ranks["source"].tolist() == ["order", "order"]
+    assert sorted(a.gpu_ops["rank"].unique().tolist()) == [0, 1]
+    assert a.gpu_ops["rank"].dtype == np.int32
+    assert a.phases["rank"].dtype == np.int64 and a.cycles["rank"].dtype == np.int64

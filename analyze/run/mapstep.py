@@ -140,7 +140,8 @@ class _Groups:
 
 
 PAIR_BLOCK_ROWS = 1 << 20
-# threads splitting the cycles' intervals, a rank each (one per core, at most two: as the readers)
+# threads splitting the cycles' intervals, a rank each: one per core, at most two (each holds a rank's
+# gathered op columns; the readers use two as well, read/report.read_threads)
 SPLIT_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
@@ -335,10 +336,11 @@ class ReportMap:
         self._collectives(g, s, e, ph, name_code, order, first, last, gr)
 
     def _collectives(self, g, s, e, ph, name_code, order, first, last, gr) -> None:
-        """The chunk's collective ops, with the phase of the op before each on its process (across
-        chunks: the last op of every process is carried over). ``g, s, e, ph``: the chunk's ops in
-        (group, start) order; ``name_code``: in the order read, ``order`` the permutation between."""
-        coll = self.names.collective[name_code][order] if len(self.names.texts) else np.zeros(len(g), dtype=bool)
+        """The collective ops among those of one :meth:`_op_pass` (a process' ops of the chunk, or all
+        of them), with the phase of the op before each on its process (across chunks: the last op of
+        every process is carried over). ``g, s, e, ph``: those ops in (group, start) order;
+        ``name_code``: the chunk's, in the order read; ``order``: those ops' rows in it."""
+        coll = self.names.collective[name_code[order]] if len(self.names.texts) else np.zeros(len(g), dtype=bool)
         if coll.any():
             sel = np.flatnonzero(coll)
             prev = np.maximum(sel - 1, 0)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# what is kept per op, in (group, start) order within a chunk
+# what is kept per op (read back in (group, start) order within a chunk, or unordered: see OpStore)
 OP_COLUMNS = ("g", "s", "e", "ph", "nc")
 ORDER = "order"          # in memory: the permutation that sorts a chunk's columns
 
