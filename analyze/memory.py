@@ -35,9 +35,10 @@ def release() -> None:
         libc.malloc_trim(0)
 
 
-# a report analysed whole with at least this many GPU ops hands its free heap back once its result is
-# made: the map step's freed temporaries (a few hundred MB at 10M ops) would otherwise stay resident
-# under every later stage's; below it, faulting those pages in again costs more than it saves
+# a report analysed whole with at least this many GPU ops hands its free heap back twice: before its
+# per-op table is made (run/mapstep.py) and once its result is (run/api.py); the map step's freed
+# temporaries (a few hundred MB at 10M ops) would otherwise stay resident under every later stage's;
+# below it, faulting those pages in again costs more than it saves
 TRIM_AFTER_OPS = 4_000_000
 
 

@@ -270,8 +270,7 @@ def link_ops(ops: pd.DataFrame, calls: pd.DataFrame, index: CallIndex) -> np.nda
     """Per GPU op, the sorted position of its launching API call (-1 when the call is missing)."""
     if len(ops) == 0:
         return np.zeros(0, dtype="int64")
-    sorted_pos = np.empty(len(index.order), dtype="int64")
-    sorted_pos[index.order] = np.arange(len(index.order))
+    sorted_pos = _sorted_positions(index)
     left = pd.DataFrame({"global_pid": ops["global_pid"].to_numpy(dtype="int64"),
                          "correlation_id": ops["correlation_id"].to_numpy(dtype="int64")})
     right = pd.DataFrame({"global_pid": calls["global_pid"].to_numpy(dtype="int64"),
@@ -475,29 +474,12 @@ def _direct_table(c_key: np.ndarray, sorted_pos: np.ndarray, size: int) -> np.nd
 
 
 def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
-    """:func:`link_ops` on arrays: one integer key per (process, correlation id), a hash lookup."""
-    if len(pid) == 0:
-        return np.zeros(0, dtype="int64")
-    c_pid = calls["global_pid"].to_numpy(dtype="int64")
-    c_corr = calls["correlation_id"].to_numpy(dtype="int64")
-    lo = min(int(corr.min()), int(c_corr.min())) if len(c_corr) else int(corr.min())
-    hi = max(int(corr.max()), int(c_corr.max())) if len(c_corr) else int(corr.max())
-    span = hi - lo + 1
-    pids = pd.Index(pd.unique(np.concatenate([c_pid, pid[:0]])))
-    if len(c_corr) == 0 or span * (len(pids) + 1) >= 2 ** 62:
-        ops = pd.DataFrame({"global_pid": pid, "correlation_id": corr})
-        return link_ops(ops, calls, index)
-    sorted_pos = _sorted_positions(index)
-    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
-    n_keys = span * len(pids)
-    if n_keys <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
-        # correlation ids are dense per process: a direct table, one gather per op
-        table = _direct_table(c_key, sorted_pos, n_keys)
-        return _gather_blocks(table, masked_key_blocks(pids, pid, corr, lo, span, n_keys), len(pid))
-    # first call of every key (drop_duplicates keep='first')
-    uk, first = np.unique(c_key, return_index=True)
-    return _lookup_blocks(pd.Index(uk), sorted_pos[first], masked_key_blocks(pids, pid, corr, lo, span, -1),
-                          len(pid))
+    """:func:`link_ops` on arrays: :func:`link_with_keys` against the calls' :func:`call_keys` (ops
+    outside the calls' key space link to nothing there), the pandas join where those do not fit."""
+    keys = call_keys(calls, index)
+    if keys is None:
+        return link_ops(pd.DataFrame({"global_pid": pid, "correlation_id": corr}), calls, index)
+    return link_with_keys(pid, corr, keys)
 
 
 def _sorted_positions(index: CallIndex) -> np.ndarray:
@@ -519,7 +501,8 @@ class CallKeys(NamedTuple):
 
 
 def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
-    """None when the key space does not fit one int64 (link those with :func:`link_op_arrays`)."""
+    """None when there are no calls or the key space does not fit one int64 (:func:`link_ops` links
+    those)."""
     c_pid = calls["global_pid"].to_numpy(dtype="int64")
     c_corr = calls["correlation_id"].to_numpy(dtype="int64")
     if not len(c_corr):
@@ -532,7 +515,7 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     sorted_pos = _sorted_positions(index)
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
     if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
-        # dense correlation ids: a direct table (see link_op_arrays), keys None
+        # correlation ids are dense per process: a direct table, one gather per op, keys None
         return CallKeys(pids, lo, span, None, _direct_table(c_key, sorted_pos, span * len(pids)))
     uk, first = np.unique(c_key, return_index=True)       # first call of every key
     return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])

@@ -141,8 +141,6 @@ def shared_correlation_ids(calls: pd.DataFrame) -> list[Note]:
                  "per process", n)] if n else []
 
 
-
-
 def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
     """How many distinct ids occur with more than one distinct process. nsys' correlation ids
     count up per process, so they are dense: a presence table per process (one byte per id) and a
