@@ -181,11 +181,14 @@ def _chunked(path, monkeypatch):
     return a
 
 
+TABLES = ("collectives", "cycles", "phases", "totals", "kernels", "ranks", "ranges")
+
+
 @pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_4rank_single"])
-def test_cycle_split_threads_change_nothing(name, monkeypatch):
-    """The cycles' intervals are split a rank per thread (mapstep.SPLIT_THREADS): the same cycle
-    table with one thread and with more threads than ranks, whole and in many chunks (a rank's
-    chunks one after the other)."""
+def test_per_process_threads_change_nothing(name, monkeypatch):
+    """The op pass goes a process per thread and the cycles' intervals a rank per thread
+    (mapstep.SPLIT_THREADS): the same tables with one thread and with more threads than ranks,
+    whole and in many chunks (a rank's chunks one after the other)."""
     path = str(REAL / f"{name}.sqlite")
     monkeypatch.setattr(mapstep, "SPLIT_THREADS", 1)
     one = analyze.load(path)
@@ -194,9 +197,27 @@ def test_cycle_split_threads_change_nothing(name, monkeypatch):
     many = analyze.load(path)
     many_chunked = _chunked(path, monkeypatch)
     assert len(one.cycles) > 10 and one.ranks["rank"].nunique() >= 4
-    pd.testing.assert_frame_equal(one.cycles, many.cycles)
-    pd.testing.assert_frame_equal(one_chunked.cycles, many_chunked.cycles)
+    for t in TABLES:
+        pd.testing.assert_frame_equal(one.table(t), many.table(t), obj=t)
+        pd.testing.assert_frame_equal(one_chunked.table(t), many_chunked.table(t), obj=t)
+    pd.testing.assert_frame_equal(one.gpu_ops, many.gpu_ops)
     pd.testing.assert_frame_equal(one.cycles, one_chunked.cycles)
+
+
+def test_per_process_threads_on_collectives_and_a_straggler(tmp_path, monkeypatch):
+    """Passes on several threads find each collective with the phase of the op before it on its
+    own process: one thread and eight give the same tables on a 4-rank trace whose ranks have
+    collectives and a straggler."""
+    from fixtures.synth import TraceSpec, write_trace
+    paths, _ = write_trace(TraceSpec(ranks=4, cycles=6, straggler={2: 50_000}), tmp_path)
+    path = str(paths[0])
+    monkeypatch.setattr(mapstep, "SPLIT_THREADS", 1)
+    one = analyze.load(path)
+    monkeypatch.setattr(mapstep, "SPLIT_THREADS", 8)
+    many = analyze.load(path)
+    assert len(one.collectives) > 50 and one.collectives["rank"].nunique() == 4
+    for t in TABLES:
+        pd.testing.assert_frame_equal(one.table(t), many.table(t), obj=t)
 
 
 def test_collectives_per_process_pass_whole_chunked_and_many_processes(tmp_path, monkeypatch):

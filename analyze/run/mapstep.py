@@ -140,8 +140,9 @@ class _Groups:
 
 
 PAIR_BLOCK_ROWS = 1 << 20
-# threads splitting the cycles' intervals, a rank each: one per core, at most two (each holds a rank's
-# gathered op columns; the readers use two as well, read/report.read_threads)
+# threads for the per-process passes (the op pass, the cycles' interval split), a process or rank
+# each: one per core, at most two (each holds one's gathered op columns; the readers use two as
+# well, read/report.read_threads)
 SPLIT_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
@@ -291,25 +292,41 @@ class ReportMap:
             # kept in the order read (with the permutation): the chunk's own arrays, no sorted copies
             self.store.put({"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}, order, segs)
             if len(segs) > intervals.FEW_GROUPS:   # many processes: one pass over the whole sorted arrays
-                self._op_pass(segs, g_read[order], start, end, phase, kind, inclusive, name_code, order)
-            else:                               # a process at a time: its ops gathered (small temporaries)
-                for code, first, stop in segs:
-                    self._op_pass([(code, 0, stop - first)], np.full(stop - first, code, dtype=g_read.dtype),
-                                  start, end, phase, kind, inclusive, name_code, order[first:stop])
-            del g_read, phase, inclusive
+                passes = [self._op_pass(segs, g_read[order], start, end, phase, kind, inclusive, name_code, order)]
+            else:
+                # a process at a time, its ops gathered (small temporaries), on SPLIT_THREADS threads:
+                # a pass writes only its own process' figures, and returns its collectives
+                def one_process(seg):
+                    code, first, stop = seg
+                    return self._op_pass([(code, 0, stop - first)], np.full(stop - first, code, dtype=g_read.dtype),
+                                         start, end, phase, kind, inclusive, name_code, order[first:stop])
+                if SPLIT_THREADS > 1 and len(segs) > 1:
+                    with ThreadPoolExecutor(max_workers=SPLIT_THREADS, thread_name_prefix="specprof-pass") as pool:
+                        passes = list(pool.map(one_process, segs))
+                else:
+                    passes = [one_process(seg) for seg in segs]
+            # in process order whatever the threads' timing
+            self.coll_parts += [part for part in passes if part is not None]
+            del g_read, phase, inclusive, passes
         finally:
             if spans is not None:
                 spans.result()
 
-    def _op_pass(self, segs, g, start, end, phase, kind, inclusive, name_code, order) -> None:
+    def _op_pass(self, segs, g, start, end, phase, kind, inclusive, name_code, order) -> tuple | None:
         """The ops ``order`` picks (``segs``: their runs of one process, ``g`` their process codes,
         in that sorted order; the other arrays in the order read): the rank figures' unions and
-        kernel time, the processes' windows, the collectives."""
+        kernel time, the processes' windows; returns their collectives (:meth:`_collectives`). It
+        writes the figures of ``segs``' processes only (element by element), so passes over
+        different processes may run at the same time."""
         config, n_ph, n_g = self.config, len(self.config.names), len(self.groups.code)
         s, e, ph = start[order], end[order], phase[order]
         is_kernel = kind[order] == 0
         incl = {k: v[order] for k, v in inclusive.items()} if isinstance(inclusive, dict) else inclusive[order]
         reach, total, kns = self.groups["reach"], self.groups["total"], self.groups["kernel_ns"]
+        codes = np.array([c for c, _, _ in segs], dtype="int64")
+
+        def add_kernel_ns(row: int, mask) -> None:   # only this pass' processes' elements
+            kns[row, codes] += segment_duration_sums(segs, s, e, n_g, mask)[codes]
 
         def stream(u: int, mask=None):
             union_step_segments(segs, g, s, e, reach[u], total[u], mask)
@@ -321,11 +338,11 @@ class ReportMap:
             stream(2 + i, member)
             covered |= ph == i
             stream(2 + n_ph + i, covered)
-            kns[i] += segment_duration_sums(segs, s, e, n_g, member & is_kernel)
+            add_kernel_ns(i, member & is_kernel)
         del incl
         stream(1, ~covered)
-        kns[n_ph] += segment_duration_sums(segs, s, e, n_g, ~covered & is_kernel)
-        kns[n_ph + 1] += segment_duration_sums(segs, s, e, n_g, is_kernel)
+        add_kernel_ns(n_ph, ~covered & is_kernel)
+        add_kernel_ns(n_ph + 1, is_kernel)
         del covered, is_kernel
         first = np.array([a for _, a, _ in segs], dtype="int64")
         last = np.array([b for _, _, b in segs], dtype="int64") - 1
@@ -333,9 +350,9 @@ class ReportMap:
         self.groups["win_start"][gr] = np.minimum(self.groups["win_start"][gr], s[first])
         self.groups["win_end"][gr] = np.maximum(self.groups["win_end"][gr], np.maximum.reduceat(e, first))
         self.groups["ops"][gr] += last - first + 1
-        self._collectives(g, s, e, ph, name_code, order, first, last, gr)
+        return self._collectives(g, s, e, ph, name_code, order, first, last, gr)
 
-    def _collectives(self, g, s, e, ph, name_code, order, first, last, gr) -> None:
+    def _collectives(self, g, s, e, ph, name_code, order, first, last, gr) -> tuple | None:
         """The collective ops among those of one :meth:`_op_pass` (a process' ops of the chunk, or all
         of them), with the phase of the op before each on its process (across chunks: the last op of
         every process is carried over). ``g, s, e, ph``: those ops in (group, start) order;
@@ -347,10 +364,13 @@ class ReportMap:
             first_of_group = np.r_[True, g[1:] != g[:-1]][sel]
             prev_phase = np.where(first_of_group, self.groups["last_phase"][g[sel]], ph[prev].astype("int64"))
             prev_coll = np.where(first_of_group, self.groups["last_coll"][g[sel]] > 0, coll[prev])
-            self.coll_parts.append((g[sel].astype("int32"), name_code[order[sel]], s[sel], e[sel],
-                                    prev_phase.astype("int16"), prev_coll.astype(bool)))
+            part = (g[sel].astype("int32"), name_code[order[sel]], s[sel], e[sel],
+                    prev_phase.astype("int16"), prev_coll.astype(bool))
+        else:
+            part = None
         self.groups["last_phase"][gr] = ph[last]
         self.groups["last_coll"][gr] = coll[last]
+        return part
 
     # ------------------------------------------------------------------------------------------
     def finish(self) -> ReportResult:
