@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import analyze
-from analyze.attribute import intervals
+from analyze.attribute import attribution, intervals
 from analyze.project import projection
 from analyze.run import mapstep
 from analyze.run.spill import OP_COLUMNS, OpStore
@@ -250,3 +250,18 @@ def test_ranks_renumbered_across_reports_keep_the_id_dtype(tmp_path):
     assert sorted(a.gpu_ops["rank"].unique().tolist()) == [0, 1]
     assert a.gpu_ops["rank"].dtype == np.int32
     assert a.phases["rank"].dtype == np.int64 and a.cycles["rank"].dtype == np.int64
+
+
+@pytest.mark.parametrize("n_codes", [1, 8, attribution.RADIX_CODES - 1, attribution.RADIX_CODES + 5])
+def test_sort_order_is_lexsort(n_codes):
+    """attribution.sort_order is np.lexsort((start, code)): runs already in start order, runs out of
+    order, ties (kept in the order read), and codes past the radix path."""
+    rng = np.random.default_rng(n_codes)
+    n = 200_000
+    code = rng.integers(0, n_codes, n).astype("int32")
+    code[:2] = [0, n_codes - 1]
+    for start in (np.cumsum(rng.integers(0, 3, n)),                 # in start order, with ties
+                  rng.integers(0, 50, n),                            # out of order, many ties
+                  np.where(code % 2 == 0, np.arange(n), n - np.arange(n))):   # some runs out of order
+        order = attribution.sort_order(code, start)
+        np.testing.assert_array_equal(order, np.lexsort((start, code)))

@@ -255,10 +255,18 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     return phase, range_id, inclusive
 
 
+# codes below this are sorted by a 16-bit radix sort first (sort_order)
+RADIX_CODES = 1 << 15
+
+
 def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The stable order by (code, start): ``np.lexsort((start, code))``, on one composite key."""
+    """The stable order by (code, start): ``np.lexsort((start, code))``. Few codes (processes):
+    a radix sort by code, then each code's run sorted by start where it is not already (the ops
+    of a process mostly come in start order); else one sort on a composite key."""
     if not len(start):
         return np.zeros(0, dtype="int64")
+    if 0 <= int(code.min()) and int(code.max()) < RADIX_CODES:
+        return _by_code_then_start(code, start)
     base = int(start.min())
     span = int(start.max()) - base + 1
     n = int(code.max()) + 1 if len(code) else 1
@@ -266,6 +274,21 @@ def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
         key = code.astype("int64") * span + (start - base)
         return np.argsort(key, kind="stable")
     return np.lexsort((start, code))
+
+
+def _by_code_then_start(code: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """:func:`sort_order` for codes in [0, RADIX_CODES): numpy's stable sort of 16-bit integers
+    is a radix sort (linear), which keeps the order read within a code; a run not in start order
+    is then sorted stably by start, so ties keep the order read as in ``np.lexsort``."""
+    order = np.argsort(code.astype(np.int16), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(code, minlength=int(code.max()) + 1))]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if b - a < 2:
+            continue
+        s = start[order[a:b]]
+        if not (s[1:] >= s[:-1]).all():
+            order[a:b] = order[a:b][np.argsort(s, kind="stable")]
+    return order
 
 
 def inclusive_mask(inclusive, i: int, name: str) -> np.ndarray:

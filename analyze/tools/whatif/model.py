@@ -24,7 +24,6 @@ The model (every assumption is printed with the result, see docs/whatif.md):
 * Confidence intervals: seeded bootstrap over cycles (costs and acceptance refit together).
 """
 from __future__ import annotations
-from __future__ import annotations
 
 from collections import Counter
 
@@ -120,14 +119,26 @@ def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
     if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
         return ops.iloc[0:0] if ops is not None else pd.DataFrame()
     rank = side.cycles["rank"].min() if rank is None else rank
-    # integer columns first: the text comparison runs on one rank's ops in cycles, not every op;
-    # only the columns read here and by the callers are taken (millions of ops: a copy of each)
+    # integer columns first: the text comparisons run on one rank's ops in cycles, not every op,
+    # and only the draft kernels' rows of the columns read here and by the callers are copied
     cols = [c for c in ("kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns") if c in ops.columns]
-    mine = ops[cols].iloc[np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))]
-    d = mine[mine["phase"] == DRAFT]
-    if d.empty or (d["kind"] == "graph").any():
-        return d.iloc[0:0]
-    return d[d["kind"] == "kernel"].sort_values("start_ns")
+    rows = np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))
+    rows = rows[ops["phase"].iloc[rows].to_numpy() == DRAFT]
+    if not len(rows) or _equals(ops["kind"], rows, "graph").any():
+        return ops[cols].iloc[0:0]
+    rows = rows[_equals(ops["kind"], rows, "kernel")]
+    return ops[cols].take(rows).sort_values("start_ns")
+
+
+def _equals(column: pd.Series, rows: np.ndarray, value: str) -> np.ndarray:
+    """``column.iloc[rows] == value`` as a NumPy mask; on a categorical column by its codes (no
+    text array made)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        cats = column.cat.categories
+        if value not in cats:
+            return np.zeros(len(rows), dtype=bool)
+        return column.cat.codes.to_numpy()[rows] == cats.get_loc(value)
+    return column.iloc[rows].to_numpy() == value
 
 
 def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
