@@ -252,10 +252,11 @@ def test_ranks_renumbered_across_reports_keep_the_id_dtype(tmp_path):
     assert a.phases["rank"].dtype == np.int64 and a.cycles["rank"].dtype == np.int64
 
 
-@pytest.mark.parametrize("n_codes", [1, 8, attribution.RADIX_CODES - 1, attribution.RADIX_CODES + 5])
+@pytest.mark.parametrize("n_codes", [1, 8, 200, attribution.RADIX_CODES - 1, attribution.RADIX_CODES + 5])
 def test_sort_order_is_lexsort(n_codes):
-    """attribution.sort_order is np.lexsort((start, code)): runs already in start order, runs out of
-    order, ties (kept in the order read), and codes past the radix path."""
+    """attribution.sort_order is np.lexsort((start, code)): runs already in start order, a few runs
+    out of order (sorted one by one), many (the composite sort), ties (kept in the order read),
+    and codes past the radix path."""
     rng = np.random.default_rng(n_codes)
     n = 200_000
     code = rng.integers(0, n_codes, n).astype("int32")
@@ -265,3 +266,13 @@ def test_sort_order_is_lexsort(n_codes):
                   np.where(code % 2 == 0, np.arange(n), n - np.arange(n))):   # some runs out of order
         order = attribution.sort_order(code, start)
         np.testing.assert_array_equal(order, np.lexsort((start, code)))
+
+
+def test_sort_order_with_codes_missing_and_the_last_pair_out_of_order():
+    """No op of code 0 (so the first run boundary is at row 0) and only the very last two ops of a
+    run out of start order: that run is still sorted."""
+    code = np.array([1, 1, 1, 2, 2, 2], dtype="int32")
+    start = np.array([0, 1, 2, 5, 9, 7])
+    np.testing.assert_array_equal(attribution.sort_order(code, start), np.lexsort((start, code)))
+    code, start = np.array([3, 1, 3, 3]), np.array([4, 0, 6, 5])
+    np.testing.assert_array_equal(attribution.sort_order(code, start), np.lexsort((start, code)))

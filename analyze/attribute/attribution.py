@@ -255,18 +255,23 @@ def op_phase_codes(painted: PaintedCalls, op_call: np.ndarray, name_code: np.nda
     return phase, range_id, inclusive
 
 
-# codes below this are sorted by a 16-bit radix sort first (sort_order)
+# codes below this are sorted by a 16-bit radix sort first (sort_order); runs out of start order
+# are then sorted one by one when there are at most RADIX_RESORTS of them
 RADIX_CODES = 1 << 15
+RADIX_RESORTS = 64
 
 
 def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The stable order by (code, start): ``np.lexsort((start, code))``. Few codes (processes):
-    a radix sort by code, then each code's run sorted by start where it is not already (the ops
-    of a process mostly come in start order); else one sort on a composite key."""
+    """The stable order by (code, start): ``np.lexsort((start, code))``. Codes in [0, RADIX_CODES)
+    (processes; ranks and cycles): a radix sort by code, then the few runs of one code not already
+    in start order sorted by start (the ops of a process mostly come in start order); else one
+    sort on a composite key."""
     if not len(start):
         return np.zeros(0, dtype="int64")
     if 0 <= int(code.min()) and int(code.max()) < RADIX_CODES:
-        return _by_code_then_start(code, start)
+        order = _by_code_then_start(code, start)
+        if order is not None:
+            return order
     base = int(start.min())
     span = int(start.max()) - base + 1
     n = int(code.max()) + 1 if len(code) else 1
@@ -276,18 +281,27 @@ def sort_order(code: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.lexsort((start, code))
 
 
-def _by_code_then_start(code: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """:func:`sort_order` for codes in [0, RADIX_CODES): numpy's stable sort of 16-bit integers
-    is a radix sort (linear), which keeps the order read within a code; a run not in start order
-    is then sorted stably by start, so ties keep the order read as in ``np.lexsort``."""
+def _by_code_then_start(code: np.ndarray, start: np.ndarray) -> np.ndarray | None:
+    """:func:`sort_order` for codes in [0, RADIX_CODES), or None when more than RADIX_RESORTS
+    codes' runs are out of start order. numpy's stable sort of 16-bit integers is a radix sort
+    (linear), which keeps the order read within a code; a run out of start order is then sorted
+    stably by start, so ties keep the order read as in ``np.lexsort``."""
     order = np.argsort(code.astype(np.int16), kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(code, minlength=int(code.max()) + 1))]
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        if b - a < 2:
-            continue
-        s = start[order[a:b]]
-        if not (s[1:] >= s[:-1]).all():
-            order[a:b] = order[a:b][np.argsort(s, kind="stable")]
+    counts = np.bincount(code)
+    s = start[order]
+    down = s[1:] < s[:-1]
+    if not down.any():
+        return order
+    bounds = np.r_[0, np.cumsum(counts)]
+    inner = bounds[1:-1]
+    down[inner[inner > 0] - 1] = False             # from one code's run to the next
+    unsorted = np.flatnonzero(np.bincount(np.searchsorted(bounds, np.flatnonzero(down), side="right") - 1,
+                                          minlength=len(counts)))
+    if len(unsorted) > RADIX_RESORTS:
+        return None
+    for k in unsorted.tolist():
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        order[a:b] = order[a:b][np.argsort(s[a:b], kind="stable")]
     return order
 
 
