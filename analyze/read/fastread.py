@@ -6,6 +6,10 @@ benchmark's bare reads call :func:`read_batches` too). Backends, tried in this o
 ==========  ================================================================================
 backend     notes
 ==========  ================================================================================
+pages       the file's B-tree pages decoded with NumPy, a batch of pages at a time (pages.py):
+            no SQLite, no row-at-a-time step; ``pread`` on an ``O_RDONLY`` descriptor. Simple
+            SELECTs of integer and text columns of rowid tables whose rows fit their page;
+            anything else (and any page that does not parse) goes to the next backend
 connectorx  Rust, no GIL, into Arrow (cxread.py). Opened read-only through a ``file:...?mode=ro``
             URI that cxread checks before its first use in a process (a write through it must
             fail, the scratch file must stay as it was); paths it could misread, and anything it
@@ -25,7 +29,8 @@ locks and one may truncate the ``-shm`` the other has mapped (SIGBUS; sqlite.org
 Measured (bench/results.md, bare reads of analyze-trace's statements into Arrow, 10M kernels, one
 thread): connectorx 4.1 s, ADBC 5.5 s; the stdlib cursor was 2.8x slower than ADBC at 1M kernels.
 Whichever backend reads a statement, the frames have the same values and dtypes
-(tests/test_readers.py); ``SPECPROF_READER=adbc`` or ``stdlib`` starts further down the list.
+(tests/test_readers.py, tests/test_pages.py); ``SPECPROF_READER=connectorx``, ``adbc`` or
+``stdlib`` starts further down the list.
 :data:`SERVED` counts the statements each backend served.
 """
 from __future__ import annotations
@@ -56,14 +61,16 @@ os.register_at_fork(after_in_child=_forget_connections_in_child)
 
 
 def backend() -> str:
-    """The backend :func:`read_frame` tries first: ``connectorx`` when installed and checked
-    read-only (cxread.available), else ``adbc`` when installed, else ``stdlib``.
-    ``SPECPROF_READER=adbc|stdlib`` starts further down that list."""
+    """The backend :func:`read_frame` tries first: ``pages`` (pyarrow is all it needs), else
+    ``connectorx`` when installed and checked read-only (cxread.available), else ``adbc`` when
+    installed, else ``stdlib``. ``SPECPROF_READER=connectorx|adbc|stdlib`` starts further down."""
     from analyze.read import cxread
 
     forced = cxread.forced_reader()
     if forced == "stdlib":
         return "stdlib"
+    if forced not in ("adbc", "connectorx") and _have_pyarrow():
+        return "pages"
     if forced != "adbc":
         if cxread.available():
             return "connectorx"
@@ -73,6 +80,23 @@ def backend() -> str:
     except ImportError:
         return "stdlib"
     return "adbc"
+
+
+def _have_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _after(be: str) -> str:
+    """The backend after ``be`` in the list (connectorx only where available)."""
+    from analyze.read import cxread
+
+    if be == "pages" and cxread.forced_reader() != "adbc" and cxread.available():
+        return "connectorx"
+    return "adbc" if be in ("pages", "connectorx") else "stdlib"
 
 
 def second_sqlite_allowed(conn) -> bool:
@@ -282,6 +306,44 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
+def _read_pages(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
+    """The rows through pages.py, or None where it does not read them (then the next backend)."""
+    table = _pages_table(conn, sql)
+    if table is None:
+        return None
+    if table.num_rows == 0:
+        return _empty(columns)
+    return _table_frame(table, columns, copy)
+
+
+def _pages_table(conn, sql: str):
+    """pages.py's Arrow table of ``sql`` (the CLI's early read where it made it: prefetch.py), or
+    None where it does not read the statement."""
+    from analyze.read import pages, prefetch
+
+    path = getattr(conn, "path", "")
+    try:
+        table = prefetch.take(path, sql, "pages") if path else None
+        if table is None:
+            table = pages.read_table(conn, sql)
+    except Exception as exc:  # noqa: BLE001 - what it does not read (or a page that does not parse): next backend
+        pages.FELL_BACK[type(exc).__name__] += 1
+        return None
+    SERVED["pages"] += 1
+    return table
+
+
+def _table_frame(table, columns: list[str], copy: bool) -> pd.DataFrame:
+    arrays = list(table.columns)
+    del table
+    out = {}
+    for i, name in enumerate(columns):     # one column at a time, each Arrow column freed once converted
+        col, arrays[i] = arrays[i], None
+        out[name] = _column_to_numpy(col, copy)
+        del col
+    return _frame(out, columns)
+
+
 def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
     """The rows through connectorx (cxread.py), or None where it cannot read them (then ADBC does).
     Rows the CLI read before the analysis started (prefetch.py, same statement and file) are taken
@@ -293,7 +355,7 @@ def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataF
     if cs is None:
         return None
     try:
-        table = prefetch.take(cs, sql)
+        table = prefetch.take(path, sql, "connectorx")
         if table is None:
             table = cxread.read_table(cs, sql)
     except Exception:  # noqa: BLE001 - odd typing, text or SQL: ADBC / stdlib read anything
@@ -301,14 +363,7 @@ def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataF
     SERVED["connectorx"] += 1
     if table.num_rows == 0:
         return _empty(columns)
-    arrays = list(table.columns)
-    del table
-    out = {}
-    for i, name in enumerate(columns):     # one column at a time, each Arrow column freed once converted
-        col, arrays[i] = arrays[i], None
-        out[name] = _column_to_numpy(col, copy)
-        del col
-    return _frame(out, columns)
+    return _table_frame(table, columns, copy)
 
 
 def read_batches(conn, sql: str):
@@ -316,6 +371,13 @@ def read_batches(conn, sql: str):
     where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
     are handed over one at a time and not kept, so a consumer that copies them out holds one."""
     be = backend_for(conn)
+    if be == "pages":
+        table = _pages_table(conn, sql)
+        if table is not None:
+            batches = table.to_batches()
+            del table
+            return _drain(batches)
+        be = _after(be)
     if be == "connectorx":
         from analyze.read import cxread
         path = getattr(conn, "path", "")
@@ -367,6 +429,11 @@ def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
     stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
     it: the stdlib cursor only (:func:`backend_for`)."""
     be = backend_for(conn)
+    if be == "pages":
+        frame = _read_pages(conn, sql, columns, copy) if not params else None
+        if frame is not None:
+            return frame
+        be = _after(be)
     if be == "connectorx" and not params:
         frame = _read_connectorx(conn, sql, columns, copy)
         if frame is not None:

@@ -1,26 +1,27 @@
 """The report's API calls read while analyze-trace is still starting up.
 
 The calls are the longest single read of a report (4M rows of the real H200 eager trace tiled to
-1M kernels: 0.8 s on one core, the critical path of the read), and until the first statement runs
-the process spends about 0.35 s on one core importing pandas and checking its inputs. So the CLI,
-given one report, starts reading the calls in a background thread right after parsing its
-arguments (:func:`start_calls`); connectorx reads in Rust without the GIL, on the core the imports
-leave idle. When the analysis reaches the same statement on the same file, the reader takes the
-rows from here (:func:`take`) instead of reading them again.
+1M kernels), and until the first statement runs the process spends about 0.35 s on one core
+importing pandas and checking its inputs. So the CLI, given one report, starts reading the calls in
+a background thread right after parsing its arguments (:func:`start_calls`), on the core the
+imports leave idle. When the analysis reaches the same statement on the same file, the reader
+takes the rows from here (:func:`take`) instead of reading them again.
 
 Nothing else changes: the statement is the one read/statements.py gives read/report.py, the
-reader is the one fastread would use (connectorx on the ``immutable`` read-only URI, checked by
-cxread before its first read), and rows are used only if the file is still the one that was read
-(device, inode, size and modification time). Where anything is off (not an nsys export, a
-``-wal``/``-journal`` beside it, connectorx absent or turned off, an error while reading) there is
-no prefetch and the analysis reads as before; its errors are the analysis' own, and nothing that
-goes wrong here stops a run. The module imports neither NumPy nor pandas (it runs before them;
-the read's own thread imports pyarrow, and NumPy with it, while the CLI imports the rest).
+reader is the first fastread would use (pages.py, NumPy letting go of the GIL between its steps;
+connectorx, without the GIL, where pages.py does not read the statement or SPECPROF_READER starts
+there), on an ``immutable`` report only, and rows are used only by that reader, for that statement,
+if the file is still the one that was read (device, inode, size and modification time). Where
+anything is off (not an nsys export, a ``-wal``/``-journal`` beside it, no reader but ADBC or the
+stdlib, an error while reading) there is no prefetch and the analysis reads as before; its errors
+are the analysis' own, and nothing that goes wrong here stops a run. The module imports neither
+NumPy nor pandas (it runs before them; the read's own thread imports what its reader needs while
+the CLI imports the rest).
 
 Where the early read's rows are not taken the analysis reads the calls itself; a report the
-analysis then refuses (a corrupt page found by its ``quick_check``) may have been read by connectorx
-in vain, read-only. While the rows wait to be taken they take memory the ``--memory-budget auto``
-estimate sees as used (the calls of the real 1M-kernel trace: about 0.15 GB).
+analysis then refuses (a corrupt page found by its ``quick_check``) may have been read in vain,
+read-only. While the rows wait to be taken they take memory the ``--memory-budget auto`` estimate
+sees as used (the calls of the real 1M-kernel trace: about 0.15 GB).
 """
 from __future__ import annotations
 
@@ -36,20 +37,61 @@ _PENDING: dict[tuple[str, str], "_Read"] = {}
 
 
 class _Read:
-    """One background read: its thread, the file it read, and its result (an Arrow table)."""
+    """One background read: its thread, the file it read, and its result (an Arrow table) with the
+    reader that made it (``pages`` or ``connectorx``)."""
 
-    def __init__(self, path: str, conn_string: str, sql: str):
-        self.path, self.conn_string, self.sql = path, conn_string, sql
+    def __init__(self, path: str, sql: str, readers: tuple[str, ...]):
+        self.path, self.sql, self.readers = path, sql, readers
         self.identity = _identity(path)
-        self.table = None
+        self.table, self.reader = None, None
         self.thread = threading.Thread(target=self._run, name="specprof-prefetch", daemon=True)
 
     def _run(self) -> None:
-        try:
-            if cxread.available():
-                self.table = cxread.read_table(self.conn_string, self.sql)
-        except Exception:  # noqa: BLE001 - the analysis reads them itself (and reports its own errors)
-            self.table = None
+        for reader in self.readers:
+            try:
+                self.table = _READERS[reader](self.path, self.sql)
+            except Exception:  # noqa: BLE001 - the analysis reads them itself (and reports its own errors)
+                self.table = None
+            if self.table is not None:
+                self.reader = reader
+                return
+
+
+def _read_pages(path: str, sql: str):
+    from analyze.read import pages
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conn = connection.open_report(path, immutable=True, quick_check=False)
+    try:
+        return pages.read_table(conn, sql)
+    finally:
+        conn.close()
+
+
+def _read_connectorx(path: str, sql: str):
+    conn_string = cxread.connection_string(path, True)
+    if conn_string is None or not cxread.available():
+        return None
+    return cxread.read_table(conn_string, sql)
+
+
+_READERS = {"pages": _read_pages, "connectorx": _read_connectorx}
+
+
+def readers() -> tuple[str, ...]:
+    """The readers an early read tries, in fastread's order (found without importing them)."""
+    import importlib.util
+
+    forced = cxread.forced_reader()
+    if forced in ("adbc", "stdlib"):
+        return ()
+    found = []
+    if forced != "connectorx" and importlib.util.find_spec("pyarrow") is not None:
+        found.append("pages")
+    if not cxread.connectorx_missing():
+        found.append("connectorx")
+    return tuple(found)
 
 
 def _identity(path: str) -> tuple | None:
@@ -62,7 +104,8 @@ def _identity(path: str) -> tuple | None:
 
 def start_calls(path: str | os.PathLike) -> bool:
     """Start reading the API calls of the report at ``path`` in the background; False (nothing
-    started) where the analysis' own read would not use connectorx on an immutable report."""
+    started) where the analysis' own read would use neither pages.py nor connectorx on an
+    immutable report."""
     try:
         return _start_calls(path)
     except Exception:  # noqa: BLE001 - an early read is only ever an optimisation
@@ -70,7 +113,8 @@ def start_calls(path: str | os.PathLike) -> bool:
 
 
 def _start_calls(path) -> bool:
-    if cxread.forced_reader() in ("adbc", "stdlib") or cxread.connectorx_missing():
+    tried = readers()
+    if not tried:
         return False
     try:
         with warnings.catch_warnings():          # the analysis warns about the report itself
@@ -80,34 +124,44 @@ def _start_calls(path) -> bool:
         return False
     try:
         sql = calls_statement(connection.table_columns(conn, RUNTIME_TABLE)) if conn.immutable else None
-        conn_string = cxread.connection_string(conn.path, True) if sql else None
         report_path = conn.path
     finally:
         conn.close()
-    if conn_string is None:
+    if sql is None:
         return False
-    read = _Read(report_path, conn_string, sql)
+    key = _key(report_path, sql)
+    read = _Read(key[0], sql, tried)
     if read.identity is None:
         return False
     with _LOCK:
-        _PENDING[(conn_string, sql)] = read
+        _PENDING[key] = read
     try:
         read.thread.start()
     except RuntimeError:                          # no thread to be had: the analysis reads them
         with _LOCK:
-            _PENDING.pop((conn_string, sql), None)
+            _PENDING.pop(key, None)
         return False
     return True
 
 
-def take(conn_string: str, sql: str):
-    """The prefetched rows of ``sql`` on the file of ``conn_string`` (a pyarrow Table), waiting for
-    the read to end; None when there is none, it failed, or the file changed since it was read."""
+def _key(path: str, sql: str) -> tuple[str, str]:
+    return os.path.realpath(path), sql
+
+
+def take(path: str, sql: str, reader: str):
+    """The rows of ``sql`` on the file at ``path`` (a pyarrow Table) read early by ``reader``,
+    waiting for the read to end; None when there is none, another reader made it (left for that
+    one), it failed, or the file changed since it was read."""
+    key = _key(path, sql)
     with _LOCK:
-        read = _PENDING.pop((conn_string, sql), None)
+        read = _PENDING.get(key)
     if read is None:
         return None
     read.thread.join()
+    with _LOCK:
+        if read.reader not in (reader, None) or _PENDING.get(key) is not read:
+            return None
+        _PENDING.pop(key)
     table, read.table = read.table, None
     if table is None or _identity(read.path) != read.identity:
         return None

@@ -1,0 +1,701 @@
+"""SQLite's file format read directly: a rowid table's B-tree into NumPy columns, vectorised over rows.
+
+The first of fastread's backends. SQLite (and connectorx and ADBC, which drive it) turn every row
+into values one at a time; here a whole batch of leaf pages is decoded at once, each step one NumPy
+operation over every row of the batch: the cell pointers, the record headers' varints, the serial
+types and the big-endian integers (one gather of eight bytes per value through a byte-strided
+view). NumPy lets go of the GIL in these steps, so the reads of several tables run side by side.
+
+Read-only by construction: the file is opened ``O_RDONLY`` and its pages are copied into a buffer
+with ``pread`` (no mapping whose pages would count as this process' memory, no SIGBUS if the file
+shrank). Only a report opened ``immutable=1`` is read this way (no journal or WAL beside it: the
+file holds every committed row; :func:`fastread.second_sqlite_allowed`).
+
+What it reads (anything else: None, and the caller asks the next backend, which reads anything):
+
+* statements ``SELECT item, ... FROM table [WHERE cond AND ...]`` with items a column, ``NULL``, an
+  integer, ``(column & ~INT)`` or ``COALESCE(column, ...)``, and conditions ``1``, ``rowid >= INT``,
+  ``rowid < INT`` or ``column = INT``;
+* rowid tables (not ``WITHOUT ROWID``, no generated columns) whose rows fit their leaf page (no
+  overflow pages), in a UTF-8 database;
+* columns whose values are all integers (or NULL) or all text (or NULL); a float, a blob or a mix
+  in a column read, text that is not valid UTF-8, a missing trailing column with a default, a page
+  or cell that does not parse: None for the whole statement.
+
+The result is what connectorx returns for the statement (cxread.read_table): an Arrow table, one
+column per item, ``int64`` (NULLs as nulls) or ``string``; rows in rowid order, the order of
+SQLite's scan. tests/test_pages.py checks it against SQLite on real exports and crafted files.
+File format: https://www.sqlite.org/fileformat2.html (sections 1.3, 1.6, 2.1, 2.2).
+"""
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"SQLite format 3\x00"
+LEAF_TABLE, INTERIOR_TABLE = 0x0D, 0x05
+# leaf pages decoded at once (bounded memory: the buffer and the batch's per-row arrays)
+BATCH_BYTES = 2 * 2**20
+I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+# content size of serial types 0..11 (https://www.sqlite.org/fileformat2.html#record_format)
+_FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
+
+
+# statements handed to the next backend, by the exception that said why (tests look at it)
+FELL_BACK: Counter = Counter()
+
+
+class Unsupported(Exception):
+    """Something this reader does not read (the caller asks the next backend)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# the statement
+# ------------------------------------------------------------------------------------------------
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_SELECT = re.compile(rf"\s*SELECT\s+(.*?)\s+FROM\s+({_IDENT})\s*(?:WHERE\s+(.*?))?\s*;?\s*$", re.S | re.I)
+_ITEM_COLUMN = re.compile(rf"({_IDENT})$")
+_ITEM_INT = re.compile(r"(-?\d+)$")
+_ITEM_MASK = re.compile(rf"\(\s*({_IDENT})\s*&\s*~\s*(\d+)\s*\)$")
+_ITEM_COALESCE = re.compile(rf"COALESCE\s*\(\s*({_IDENT}(?:\s*,\s*{_IDENT})*)\s*\)$", re.I)
+_COND_TRUE = re.compile(r"1$")
+_COND_ROWID = re.compile(r"rowid\s*(>=|<)\s*(-?\d+)$", re.I)
+_COND_EQ = re.compile(rf"({_IDENT})\s*=\s*(-?\d+)$")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One select item: ``kind`` column | null | int | mask | coalesce, with its column names."""
+
+    kind: str
+    columns: tuple = ()
+    value: int = 0
+
+
+@dataclass(frozen=True)
+class Statement:
+    table: str
+    items: tuple
+    rowid_lo: int               # rows with lo <= rowid < hi
+    rowid_hi: int
+    equal: tuple                # ((column, value), ...): rows where column = value
+
+
+def _split_items(text: str) -> list[str]:
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    items.append(cur.strip())
+    return items
+
+
+def parse_statement(sql: str) -> Statement:
+    """The statement as this reader runs it; Unsupported for anything outside its grammar."""
+    m = _SELECT.match(sql)
+    if not m:
+        raise Unsupported("not SELECT ... FROM table [WHERE ...]")
+    items = []
+    for text in _split_items(m.group(1)):
+        if text.upper() == "NULL":
+            items.append(Item("null"))
+        elif (c := _ITEM_INT.match(text)):
+            items.append(Item("int", value=int(c.group(1))))
+        elif text.upper() not in ("ROWID", "_ROWID_", "OID") and (c := _ITEM_COLUMN.match(text)):
+            items.append(Item("column", (c.group(1),)))
+        elif (c := _ITEM_MASK.match(text)):
+            items.append(Item("mask", (c.group(1),), int(c.group(2))))
+        elif (c := _ITEM_COALESCE.match(text)):
+            items.append(Item("coalesce", tuple(x.strip() for x in c.group(1).split(","))))
+        else:
+            raise Unsupported(f"select item {text!r}")
+    lo, hi, equal = I64_MIN, I64_MAX, []
+    for cond in re.split(r"\s+AND\s+", m.group(3) or "1", flags=re.I):
+        cond = cond.strip()
+        if _COND_TRUE.match(cond):
+            continue
+        if (c := _COND_ROWID.match(cond)):
+            v = int(c.group(2))
+            lo, hi = (max(lo, v), hi) if c.group(1) == ">=" else (lo, min(hi, v))
+        elif (c := _COND_EQ.match(cond)) and c.group(1).upper() not in ("ROWID", "_ROWID_", "OID"):
+            equal.append((c.group(1), int(c.group(2))))
+        else:
+            raise Unsupported(f"condition {cond!r}")
+    return Statement(m.group(2), tuple(items), lo, hi, tuple(equal))
+
+
+# ------------------------------------------------------------------------------------------------
+# the file and the table's layout
+# ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Header:
+    page_size: int
+    usable: int                 # page size less the reserved bytes at each page's end
+    pages: int                  # pages in the file
+
+
+def read_header(fd: int) -> Header:
+    head = os.pread(fd, 100, 0)
+    if len(head) < 100 or head[:16] != MAGIC:
+        raise Unsupported("not an SQLite database")
+    ps = int.from_bytes(head[16:18], "big")
+    ps = 65536 if ps == 1 else ps
+    if ps < 512 or ps & (ps - 1):
+        raise Unsupported("odd page size")
+    if int.from_bytes(head[56:60], "big") not in (0, 1):       # text encoding: UTF-8 only
+        raise Unsupported("text not UTF-8")
+    size = os.fstat(fd).st_size
+    return Header(ps, ps - head[20], size // ps)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a table's rows are and what their records hold."""
+
+    root: int
+    columns: tuple              # lower-case names in record order
+    affinity: tuple             # "int" | "text" | "other", per column
+    defaults: tuple             # the declared default per column (None: NULL)
+    alias: int | None           # the INTEGER PRIMARY KEY column (its value is the rowid), if any
+
+
+def _affinity(decl: str) -> str:
+    d = (decl or "").upper()
+    if "INT" in d:
+        return "int"
+    if "CHAR" in d or "CLOB" in d or "TEXT" in d:
+        return "text"
+    return "other"
+
+
+def table_layout(conn, table: str) -> Layout:
+    """The table's root page and columns, from the schema (through the report's own connection)."""
+    row = conn.execute("SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND lower(name) = lower(?)",
+                       (table,)).fetchone()
+    if row is None or not row[0] or not row[1]:
+        raise Unsupported("no such table")
+    root, sql = int(row[0]), str(row[1]).upper()
+    if "WITHOUT ROWID" in sql or re.search(r"\bDESC\b", sql):
+        raise Unsupported("not a plain rowid table")
+    info = conn.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+    if not info or any(r[6] for r in info):
+        raise Unsupported("generated or hidden columns")
+    pk = [r for r in info if r[5]]
+    alias = pk[0][0] if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
+    return Layout(root, tuple(str(r[1]).lower() for r in info), tuple(_affinity(r[2]) for r in info),
+                  tuple(r[4] for r in info), alias)
+
+
+def _strided(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """``view[i]`` = the ``dtype`` value in the bytes starting at ``buf[i]`` (unaligned, big-endian)."""
+    n = len(buf) - np.dtype(dtype).itemsize + 1
+    return np.ndarray((n,), dtype=dtype, buffer=buf, offset=0, strides=(1,))
+
+
+class Pages:
+    """Pages of the file copied into one buffer; ``be16/be32/be64`` read big-endian integers at any
+    byte offset of it (one gather for a whole array of offsets)."""
+
+    def __init__(self, fd: int, header: Header, capacity: int):
+        self.fd, self.header = fd, header
+        self.buf = np.zeros(capacity * header.page_size + 16, dtype=np.uint8)   # +16: 8-byte reads past a page end
+        self.be16, self.be32, self.be64, self.le64 = (_strided(self.buf, t) for t in (">u2", ">u4", ">u8", "<u8"))
+
+    def u64(self, pos: np.ndarray) -> np.ndarray:
+        """The 8 bytes at each of ``pos`` as big-endian uint64, in a native array (NumPy may reuse a
+        byte-swapped temporary's memory for an operation's result without swapping it)."""
+        return self.be64[pos].astype(np.uint64)
+
+    def load(self, pages: np.ndarray) -> None:
+        """Copy ``pages`` (1-based page numbers) into slots 0..len-1, consecutive pages in one read."""
+        ps = self.header.page_size
+        if len(pages) and (pages.min() < 1 or pages.max() > self.header.pages):
+            raise Unsupported("page number outside the file")
+        breaks = np.flatnonzero(np.diff(pages) != 1) + 1
+        view = memoryview(self.buf)
+        for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(pages)]):
+            want = (int(b) - int(a)) * ps
+            got = os.preadv(self.fd, [view[int(a) * ps:int(a) * ps + want]], (int(pages[a]) - 1) * ps)
+            if got != want:
+                raise Unsupported("short read")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# varints and the B-tree
+# ------------------------------------------------------------------------------------------------
+
+_U32 = np.uint32
+
+
+def varint(pg: Pages, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(value int64, length in bytes) of the SQLite varints (big-endian, 7 bits a byte, a ninth
+    byte of 8 bits) starting at ``pos``: up to 4 bytes from one 4-byte gather, longer ones apart."""
+    b0 = pg.buf[pos]
+    if not (b0 >= 0x80).any():
+        return b0.astype(np.int64), np.ones(len(pos), dtype=np.int64)
+    raw = pg.be32[pos].astype(np.uint32)
+    c0 = (raw & _U32(0x80000000)) != 0
+    c1 = c0 & ((raw & _U32(0x00800000)) != 0)
+    c2 = c1 & ((raw & _U32(0x00008000)) != 0)
+    c3 = c2 & ((raw & _U32(0x00000080)) != 0)
+    length = 1 + c0.astype(np.int64) + c1 + c2
+    m = raw & _U32(0x7F7F7F7F)
+    v4 = ((m >> _U32(3)) & _U32(0x0FE00000)) | ((m >> _U32(2)) & _U32(0x001FC000)) \
+        | ((m >> _U32(1)) & _U32(0x00003F80)) | (m & _U32(0x7F))
+    value = (v4 >> (_U32(7) * (_U32(4) - length.astype(np.uint32)))).astype(np.int64)
+    long_ = np.flatnonzero(c3)
+    if len(long_):                                   # 5 to 9 bytes (rowids and sizes past 2**28)
+        value[long_], length[long_] = _long_varint(pg, pos[long_])
+    return value, length
+
+
+def _long_varint(pg: Pages, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    raw = pg.u64(pos)
+    v = np.zeros(len(pos), dtype=np.uint64)
+    length = np.full(len(pos), 9, dtype=np.int64)
+    open_ = np.ones(len(pos), dtype=bool)
+    for k in range(8):
+        byte = (raw >> np.uint64(56 - 8 * k)) & np.uint64(0xFF)
+        v = np.where(open_, (v << np.uint64(7)) | (byte & np.uint64(0x7F)), v)
+        ends = open_ & (byte < 0x80)
+        length[ends] = k + 1
+        open_ &= ~ends
+    if open_.any():                                  # the ninth byte gives all 8 bits
+        v[open_] = (v[open_] << np.uint64(8)) | pg.buf[pos[open_] + 8].astype(np.uint64)
+    return v.view(np.int64), length
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """0..c-1 for every count c, concatenated."""
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+
+
+def _page_heads(pg: Pages, pages: np.ndarray) -> np.ndarray:
+    """Offsets in the buffer of the B-tree page headers of loaded ``pages`` (page 1's follows the
+    100-byte file header)."""
+    return np.arange(len(pages), dtype=np.int64) * pg.header.page_size + np.where(pages == 1, 100, 0)
+
+
+def _kind_of(pg: Pages, page: int) -> int:
+    b = os.pread(pg.fd, 1, (page - 1) * pg.header.page_size + (100 if page == 1 else 0))
+    if len(b) != 1:
+        raise Unsupported("short read")
+    return b[0]
+
+
+def _cells(pg: Pages, pages: np.ndarray, heads: np.ndarray, ptr_array_at: int) -> tuple[np.ndarray, np.ndarray]:
+    """(buffer offsets of every cell of the loaded ``pages``, in order; cells per page)."""
+    ps, usable = pg.header.page_size, pg.header.usable
+    ncell = pg.be16[heads + 3].astype(np.int64)
+    ptr_at = np.repeat(heads + ptr_array_at, ncell) + 2 * _ranks(ncell)
+    ptr = pg.be16[ptr_at].astype(np.int64)
+    if len(ptr) and (ptr.min() < ptr_array_at or ptr.max() >= usable - 4):
+        raise Unsupported("cell pointer outside its page")
+    return np.repeat(np.arange(len(pages), dtype=np.int64) * ps, ncell) + ptr, ncell
+
+
+def leaf_pages(pg: Pages, root: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(leaf page numbers in key order; the lowest and highest rowid each can hold) of the table
+    B-tree at ``root``, walked a level at a time through the interior pages' child pointers and
+    keys (every leaf of a B-tree is at the same depth; each leaf's kind is checked when decoded)."""
+    level = np.array([root], dtype=np.int64)
+    lo = np.array([I64_MIN], dtype=np.int64)
+    hi = np.array([I64_MAX], dtype=np.int64)
+    cap = _capacity(pg)
+    for _depth in range(40):
+        kind = _kind_of(pg, int(level[0]))
+        if kind == LEAF_TABLE:
+            return level, lo, hi
+        if kind != INTERIOR_TABLE:
+            raise Unsupported("not a table B-tree")
+        children, lows, highs = [], [], []
+        for at in range(0, len(level), cap):
+            part = level[at:at + cap]
+            pg.load(part)
+            heads = _page_heads(pg, part)
+            if (pg.buf[heads] != INTERIOR_TABLE).any():
+                raise Unsupported("B-tree levels of mixed kinds")
+            cells, ncell = _cells(pg, part, heads, 12)
+            left = pg.be32[cells].astype(np.int64)
+            key, _ = varint(pg, cells + 4)
+            right = pg.be32[heads + 8].astype(np.int64)
+            # per page: its cells' children, then its right-most child; each child holds the rowids
+            # above the key before it, up to its own key (the right-most: up to the page's bound)
+            n = len(left) + len(part)
+            at_right = np.cumsum(ncell + 1) - 1
+            is_cell = np.ones(n, dtype=bool)
+            is_cell[at_right] = False
+            child, upper = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+            child[is_cell], child[at_right] = left, right
+            upper[is_cell], upper[at_right] = key, hi[at:at + len(part)]
+            lower = np.empty(n, dtype=np.int64)
+            lower[1:] = np.minimum(upper[:-1], I64_MAX - 1) + 1
+            lower[np.r_[0, at_right[:-1] + 1]] = lo[at:at + len(part)]
+            children.append(child)
+            lows.append(lower)
+            highs.append(upper)
+        level, lo, hi = np.concatenate(children), np.concatenate(lows), np.concatenate(highs)
+    raise Unsupported("B-tree too deep")
+
+
+def _capacity(pg: Pages) -> int:
+    return (len(pg.buf) - 16) // pg.header.page_size
+
+
+# ------------------------------------------------------------------------------------------------
+# records
+# ------------------------------------------------------------------------------------------------
+
+# content bytes of single-byte serial types (12+: blobs and texts of (st - 12) // 2 bytes)
+_SIZE8 = np.array([_FIXED_SIZE[s] if s < 12 else (s - 12) // 2 for s in range(256)], dtype=np.int64)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+
+
+class Column:
+    """One record column of a batch: its serial types (an array, or one value for every row) and
+    where its content starts in the buffer."""
+
+    def __init__(self, st, at: np.ndarray):
+        self.st, self.at = st, at
+
+
+def _header_fast(pg: Pages, types_at: np.ndarray, n_types: int, wanted: list[int]) -> dict[int, Column] | None:
+    """The wanted columns' serial types and content offsets (from the content start) when every row
+    has at least ``n_types`` serial types of one byte each (all but long texts and blobs): the
+    header bytes are read eight at a time, and the columns whose type is the same in every row of
+    the batch (most of them) are sized once. None: a row needs the general path."""
+    n = len(types_at)
+    words = -(-n_types // 8)
+    packed = np.empty((n, words), dtype=np.uint64)
+    for w in range(words):
+        packed[:, w] = pg.le64[types_at + 8 * w]
+    last = n_types - 8 * (words - 1)
+    high = np.full(words, _HIGH_BITS, dtype=np.uint64)
+    high[-1] &= np.uint64((1 << (8 * last)) - 1) if last < 8 else _HIGH_BITS
+    if ((packed & high) != 0).any():
+        return None
+    types = packed.view(np.uint8)[:, :n_types]
+    lo, hi = types.min(axis=0), types.max(axis=0)
+    out: dict[int, Column] = {}
+    const = 0
+    varying = None
+    want = set(wanted)
+    for j in range(n_types):
+        if j in want:
+            st = int(lo[j]) if lo[j] == hi[j] else types[:, j].astype(np.int64)
+            out[j] = Column(st, const if varying is None else varying + const)
+        if lo[j] == hi[j]:
+            const += int(_SIZE8[lo[j]])
+        else:
+            size = _SIZE8[types[:, j]]
+            varying = size if varying is None else varying + size
+    return out
+
+
+def _header_general(pg: Pages, types_at: np.ndarray, body: np.ndarray, n_types: int,
+                    wanted: list[int]) -> dict[int, Column]:
+    """The same, one serial-type varint per column for all rows at once; a row whose header ends
+    before a column has it NULL (-1 here: a column added later, the row written before)."""
+    out: dict[int, Column] = {}
+    p = types_at.copy()
+    off = np.zeros(len(p), dtype=np.int64)
+    want = set(wanted)
+    for j in range(n_types):
+        present = p < body
+        st, length = varint(pg, np.where(present, p, body))
+        st = np.where(present, st, -1)
+        if j in want:
+            out[j] = Column(st, off.copy())
+        size = np.where(st >= 12, (st - 12) // 2, _FIXED_SIZE[np.clip(st, 0, 11)])
+        off += np.where(present, size, 0)
+        p += np.where(present, length, 0)
+    return out
+
+
+def _int_values(pg: Pages, col: Column, body: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(int64 values, NULL mask or None) of an integer column; Unsupported for any other type."""
+    st = col.st
+    pos = body + col.at
+    if np.isscalar(st):
+        if st in (0, -1):
+            return np.zeros(len(body), dtype=np.int64), np.ones(len(body), dtype=bool)
+        if st in (8, 9):
+            return np.full(len(body), st - 8, dtype=np.int64), None
+        if not 1 <= st <= 6:
+            raise Unsupported("a value that is not an integer")
+        bits = 8 * int(_FIXED_SIZE[st])
+        raw = pg.u64(pos) >> np.uint64(64 - bits)
+        if bits < 64:
+            m = np.uint64(1 << (bits - 1))
+            raw = (raw ^ m) - m
+        return raw.view(np.int64), None
+    if ((st >= 10) | (st == 7)).any():
+        raise Unsupported("a value that is not an integer")
+    size = _FIXED_SIZE[np.clip(st, 0, 11)]
+    bits = np.maximum(8 * size, 8).astype(np.uint64)
+    raw = pg.u64(pos) >> (np.uint64(64) - bits)
+    m = np.uint64(1) << (bits - np.uint64(1))
+    values = ((raw ^ m) - m).view(np.int64)
+    special = st <= 0
+    special |= st >= 8
+    if special.any():
+        values = np.where(st == 9, 1, np.where(special, 0, values))
+    nulls = st <= 0
+    return values, (nulls if nulls.any() else None)
+
+
+def _text_values(pg: Pages, col: Column, body: np.ndarray):
+    """A pyarrow string array of a text column (NULLs as nulls); Unsupported for other types or
+    text that is not UTF-8."""
+    import pyarrow as pa
+
+    st = np.broadcast_to(np.asarray(col.st, dtype=np.int64), body.shape)
+    is_null = st <= 0
+    if not ((st >= 13) & (st % 2 == 1) | is_null).all():
+        raise Unsupported("a value that is not text")
+    length = np.where(is_null, 0, (st - 13) // 2)
+    offsets = np.zeros(len(st) + 1, dtype=np.int64)
+    np.cumsum(length, out=offsets[1:])
+    total = int(offsets[-1])
+    start = body + col.at
+    idx = np.repeat(start - offsets[:-1], length) + np.arange(total, dtype=np.int64)
+    data = pg.buf[idx]
+    nulls = int(is_null.sum())
+    bitmap = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
+    arr = pa.LargeStringArray.from_buffers(len(st), pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls)
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        raise Unsupported("text that is not UTF-8") from None
+    return arr.cast(pa.string()) if total < 2**31 else arr
+
+
+# ------------------------------------------------------------------------------------------------
+# a statement's rows
+# ------------------------------------------------------------------------------------------------
+
+class _Out:
+    """A result column filled batch by batch: integers into one array sized once (an upper bound on
+    the rows: the untouched tail is never faulted in) with a NULL mask made at the first NULL, or
+    text as Arrow chunks."""
+
+    def __init__(self, capacity: int):
+        self.kind = None                  # None (all NULL so far) | "int" | "text"
+        self.values = np.empty(capacity, dtype=np.int64)
+        self.nulls = None
+        self.n = 0
+        self.texts = []
+
+    def add_int(self, values: np.ndarray, nulls: np.ndarray | None) -> None:
+        if self.kind == "text":
+            raise Unsupported("integers and text in one column")
+        self.kind = "int"
+        at, to = self.n, self.n + len(values)
+        if to > len(self.values):
+            grown = np.empty(max(to, 2 * len(self.values)), dtype=np.int64)
+            grown[:at] = self.values[:at]
+            self.values = grown
+            if self.nulls is not None:
+                self.nulls = np.concatenate([self.nulls[:at], np.zeros(len(grown) - at, dtype=bool)])
+        self.values[at:to] = values
+        if nulls is not None:
+            if self.nulls is None:
+                self.nulls = np.zeros(len(self.values), dtype=bool)
+            self.nulls[at:to] = nulls
+        elif self.nulls is not None:
+            self.nulls[at:to] = False
+        self.n = to
+
+    def add_text(self, arr) -> None:
+        if self.kind == "int":
+            raise Unsupported("integers and text in one column")
+        self.kind = "text"
+        self.texts.append(arr)
+        self.n += len(arr)
+
+    def arrow(self, affinity: str, rows: int):
+        import pyarrow as pa
+
+        if self.kind == "text" or (self.kind is None and affinity == "text"):
+            chunks = self.texts or [pa.nulls(rows, pa.string())]
+            return pa.chunked_array(chunks, type=pa.string()).combine_chunks()
+        values, self.values = self.values[:rows], None
+        if self.nulls is None:
+            return pa.array(values, type=pa.int64())
+        nulls = self.nulls[:rows]
+        return pa.array(values, type=pa.int64(), mask=nulls if nulls.any() else None)
+
+
+def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement, record_cols: list[int]):
+    """(rowids, {record column: (values, nulls) or text array}) of the rows of the loaded leaf
+    ``pages`` that pass the statement's conditions."""
+    heads = _page_heads(pg, pages)
+    if (pg.buf[heads] != LEAF_TABLE).any():
+        raise Unsupported("B-tree levels of mixed kinds")
+    cells, _ = _cells(pg, pages, heads, 8)
+    usable, ps = pg.header.usable, pg.header.page_size
+    payload, l1 = varint(pg, cells)
+    rowid, l2 = varint(pg, cells + l1)
+    if len(payload) and payload.max() > usable - 35:
+        raise Unsupported("a row on overflow pages")
+    head = cells + l1 + l2
+    if len(cells) and ((cells % ps) + l1 + l2 + payload).max() > usable:
+        raise Unsupported("a cell past its page")
+    if stmt.rowid_lo != I64_MIN or stmt.rowid_hi != I64_MAX:
+        keep = (rowid >= stmt.rowid_lo) & (rowid < stmt.rowid_hi)
+        if not keep.all():
+            head, rowid, payload = head[keep], rowid[keep], payload[keep]
+    header_size, l3 = varint(pg, head)
+    if len(head) and ((header_size > payload) | (header_size < l3)).any():
+        raise Unsupported("a record header past its record")
+    body = head + header_size
+    types_at = head + l3
+    stored = [j for j in record_cols if j != layout.alias]
+    n_types = max(stored) + 1 if stored else 0
+    cols = {}
+    if n_types:
+        fast = (header_size - l3).min() >= n_types if len(head) else False
+        cols = _header_fast(pg, types_at, n_types, stored) if fast else None
+        if cols is None:
+            cols = _header_general(pg, types_at, body, n_types, stored)
+            for j, c in cols.items():                 # a row written before the column was added
+                if (c.st == -1).any() and layout.defaults[j] is not None:
+                    raise Unsupported("a missing column with a default")
+        # every value inside its record: the last one read ends after every other one
+        last = cols[max(stored)]
+        if (np.broadcast_to(last.at + _content_sizes(last.st), body.shape) > payload - header_size).any():
+            raise Unsupported("a value past its record")
+    values = {}
+    for j in record_cols:
+        if j == layout.alias:
+            values[j] = ("int", rowid, None)
+            continue
+        c = cols[j]
+        st = np.asarray(c.st)
+        if layout.affinity[j] == "text" and ((st >= 13) | (st <= 0)).all():
+            values[j] = ("text", _text_values(pg, c, body))
+        elif layout.affinity[j] == "int":
+            values[j] = ("int",) + _int_values(pg, c, body)
+        else:
+            raise Unsupported("a column of another type")
+    if stmt.equal:
+        keep = np.ones(len(body), dtype=bool)
+        for name, v in stmt.equal:
+            kind, *rest = values[layout.columns.index(name.lower())]
+            if kind != "int":
+                raise Unsupported("a comparison with text")
+            vals, nulls = rest
+            keep &= vals == v
+            if nulls is not None:
+                keep &= ~nulls
+        if not keep.all():
+            rowid = rowid[keep]
+            values = {j: _subset(v, keep) for j, v in values.items()}
+    return rowid, values
+
+
+def _content_sizes(st):
+    st = np.asarray(st)
+    return np.where(st >= 12, (st - 12) // 2, _FIXED_SIZE[np.clip(st, 0, 11)])
+
+
+def _subset(v: tuple, keep: np.ndarray) -> tuple:
+    if v[0] == "text":
+        import pyarrow as pa
+        return ("text", v[1].filter(pa.array(keep)))
+    return ("int", v[1][keep], None if v[2] is None else v[2][keep])
+
+
+def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
+    """The rows of ``sql`` on the report ``conn`` was opened on (an analyze.read.connection
+    connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
+    per select item; Unsupported for what this reader does not read (module doc)."""
+    import pyarrow as pa
+
+    if np.little_endian is False:
+        raise Unsupported("a big-endian machine")
+    stmt = parse_statement(sql)
+    layout = table_layout(conn, stmt.table)
+    names = set(layout.columns)
+    used = [c.lower() for it in stmt.items for c in it.columns] + [c.lower() for c, _ in stmt.equal]
+    if not set(used) <= names:
+        raise Unsupported("a column the table lacks")
+    record_cols = sorted({layout.columns.index(c) for c in used})
+    fd = os.open(conn.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        header = read_header(fd)
+        pg = Pages(fd, header, max(1, batch_bytes // header.page_size))
+        leaves, lo, hi = leaf_pages(pg, layout.root)
+        inside = (hi >= stmt.rowid_lo) & (lo < stmt.rowid_hi)
+        leaves = leaves[inside]
+        capacity = _rows_bound(pg, leaves, stmt)
+        outs = {j: _Out(capacity) for j in record_cols}
+        rows = 0
+        cap = _capacity(pg)
+        for at in range(0, len(leaves), cap):
+            part = leaves[at:at + cap]
+            pg.load(part)
+            rowid, values = _batch_columns(pg, part, layout, stmt, record_cols)
+            rows += len(rowid)
+            for j, v in values.items():
+                if v[0] == "text":
+                    outs[j].add_text(v[1])
+                else:
+                    outs[j].add_int(v[1], v[2])
+    finally:
+        os.close(fd)
+    columns = {j: outs.pop(j).arrow(layout.affinity[j], rows) for j in record_cols}
+    return pa.table([_item_column(it, layout, columns, rows) for it in stmt.items],
+                    names=[f"c{i}" for i in range(len(stmt.items))])
+
+
+def _rows_bound(pg: Pages, leaves: np.ndarray, stmt: Statement) -> int:
+    """An upper bound on the rows the statement reads from ``leaves``: the rowids between the first
+    leaf's first and the last leaf's last (unique integers), and at most what the pages can hold."""
+    if not len(leaves):
+        return 0
+    ends = []
+    for page, first in ((int(leaves[0]), True), (int(leaves[-1]), False)):
+        pg.load(np.array([page], dtype=np.int64))
+        heads = _page_heads(pg, np.array([page]))
+        if pg.buf[heads[0]] != LEAF_TABLE:
+            raise Unsupported("not a table leaf")
+        cells, _ = _cells(pg, np.array([page]), heads, 8)
+        if not len(cells):
+            return len(leaves) * (pg.header.usable // 5)
+        cell = cells[:1] if first else cells[-1:]
+        _, l1 = varint(pg, cell)
+        ends.append(int(varint(pg, cell + l1)[0][0]))
+    span = min(stmt.rowid_hi, ends[1] + 1) - max(stmt.rowid_lo, ends[0])
+    return int(max(0, min(span, len(leaves) * (pg.header.usable // 5))))
+
+
+def _item_column(item: Item, layout: Layout, columns: dict, rows: int):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if item.kind == "null":
+        return pa.nulls(rows, pa.int64())
+    if item.kind == "int":
+        return pa.array(np.full(rows, item.value, dtype=np.int64))
+    cols = [columns[layout.columns.index(c.lower())] for c in item.columns]
+    if item.kind == "column":
+        return cols[0]
+    if any(c.type != pa.int64() for c in cols):
+        raise Unsupported("an expression over text")
+    if item.kind == "mask":
+        return pc.bit_wise_and(cols[0], pa.scalar(~item.value, pa.int64()))
+    return pc.coalesce(*cols)
