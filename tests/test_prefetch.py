@@ -1,7 +1,7 @@
 """The API calls read while analyze-trace starts up (read/prefetch.py): taken by the analysis for
-the same statement on the same, unchanged file, never otherwise; the output is the same as
-without the early read; no early read where the analysis would not use connectorx on an
-immutable report."""
+the same statement on the same, unchanged file, by the reader that made it, never otherwise; the
+output is the same as without the early read; no early read where the analysis would use neither
+pages.py nor connectorx on an immutable report."""
 from __future__ import annotations
 
 import json
@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from analyze import cli
-from analyze.read import connection, cxread, prefetch, statements
+from analyze.read import connection, cxread, pages, prefetch, statements
 
-pytest.importorskip("connectorx")
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 REPORT = REAL / "h200_4proc_eager.sqlite"
 
@@ -31,20 +30,29 @@ def _statement(path) -> tuple[str, str]:
     conn = connection.open_report(path)
     try:
         sql = statements.calls_statement(connection.table_columns(conn, statements.RUNTIME_TABLE))
-        return cxread.connection_string(conn.path, conn.immutable), sql
+        return conn.path, sql
     finally:
         conn.close()
 
 
-def test_the_analysis_takes_the_early_read_and_writes_the_same(tmp_path, monkeypatch):
+# the readers an early read uses, and what each counts its reads with
+READERS = {"pages": (pages, "read_table"), "connectorx": (cxread, "read_table")}
+
+
+@pytest.mark.parametrize("reader", list(READERS))
+def test_the_analysis_takes_the_early_read_and_writes_the_same(reader, tmp_path, monkeypatch):
+    if reader == "connectorx":
+        pytest.importorskip("connectorx")
+        monkeypatch.setenv("SPECPROF_READER", "connectorx")
     reads: list[str] = []
-    real_read = cxread.read_table
+    module, name = READERS[reader]
+    real_read = getattr(module, name)
 
-    def counting(cs, sql):
+    def counting(conn, sql):
         reads.append(sql)
-        return real_read(cs, sql)
+        return real_read(conn, sql)
 
-    monkeypatch.setattr(cxread, "read_table", counting)
+    monkeypatch.setattr(module, name, counting)
     started: list[bool] = []
     start = prefetch.start_calls
     monkeypatch.setattr(prefetch, "start_calls", lambda p: started.append(start(p)) or started[-1])
@@ -74,8 +82,8 @@ def test_a_changed_file_is_read_again(tmp_path, change):
     path = tmp_path / "r.sqlite"
     shutil.copy(REPORT, path)
     assert prefetch.start_calls(path)
-    cs, sql = _statement(path)
-    assert _wait_for_read((cs, sql)) is not None          # it was read: only the change refuses it
+    where, sql = _statement(path)
+    assert _wait_for_read(prefetch._key(where, sql)) is not None     # read: only the change refuses it
     if change == "replaced":
         other = tmp_path / "other.sqlite"
         shutil.copy(REAL / "h200_shim_4rank_single.sqlite", other)
@@ -83,29 +91,50 @@ def test_a_changed_file_is_read_again(tmp_path, change):
     else:
         st = path.stat()
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))   # written since
-    assert prefetch.take(cs, sql) is None
+    assert prefetch.take(where, sql, "pages") is None
     assert prefetch.start_calls(path)
-    table = prefetch.take(cs, sql)
+    table = prefetch.take(where, sql, "pages")
     conn = connection.open_report(path)
     try:
         assert table.num_rows == conn.execute(f"SELECT count(*) FROM {statements.RUNTIME_TABLE}").fetchone()[0]
     finally:
         conn.close()
-    assert prefetch.take(cs, sql) is None            # taken once
+    assert prefetch.take(where, sql, "pages") is None            # taken once
 
 
-def test_only_the_same_statement_takes_it(tmp_path):
+def test_only_the_same_statement_file_and_reader_take_it(tmp_path):
     path = tmp_path / "r.sqlite"
     shutil.copy(REPORT, path)
+    other = tmp_path / "other.sqlite"
+    shutil.copy(REPORT, other)
     assert prefetch.start_calls(path)
-    cs, sql = _statement(path)
-    assert prefetch.take(cs, sql + " WHERE 1") is None and prefetch.pending() == 1
-    assert prefetch.take(cs.replace("&immutable=1", ""), sql) is None and prefetch.pending() == 1
-    prefetch.forget()
+    where, sql = _statement(path)
+    assert prefetch.take(where, sql + " WHERE 1", "pages") is None and prefetch.pending() == 1
+    assert prefetch.take(str(other), sql, "pages") is None and prefetch.pending() == 1
+    assert prefetch.take(where, sql, "connectorx") is None and prefetch.pending() == 1   # made by pages
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(path)
+    assert prefetch.take(str(link), sql, "pages").num_rows > 0       # the same file by another name
     assert prefetch.pending() == 0
 
 
-@pytest.mark.parametrize("case", ["wal", "not_a_report", "missing", "directory", "stdlib", "adbc", "no_calls"])
+def test_a_statement_pages_does_not_read_is_read_early_by_connectorx(tmp_path, monkeypatch):
+    pytest.importorskip("connectorx")
+    path = tmp_path / "r.sqlite"
+    shutil.copy(REPORT, path)
+
+    def refuses(conn, sql):
+        raise pages.Unsupported("not this one")
+
+    monkeypatch.setattr(pages, "read_table", refuses)
+    assert prefetch.start_calls(path)
+    where, sql = _statement(path)
+    assert prefetch.take(where, sql, "pages") is None and prefetch.pending() == 1
+    assert prefetch.take(where, sql, "connectorx").num_rows > 0
+
+
+@pytest.mark.parametrize("case", ["wal", "not_a_report", "missing", "directory", "stdlib", "adbc", "no_calls",
+                                  "no_reader"])
 def test_no_early_read(case, tmp_path, monkeypatch):
     path = tmp_path / "r.sqlite"
     shutil.copy(REPORT, path)
@@ -119,6 +148,8 @@ def test_no_early_read(case, tmp_path, monkeypatch):
         path = tmp_path
     elif case in ("stdlib", "adbc"):
         monkeypatch.setenv("SPECPROF_READER", case)
+    elif case == "no_reader":        # neither pyarrow (for pages.py) nor connectorx
+        monkeypatch.setattr(prefetch, "readers", lambda: ())
     elif case == "no_calls":
         import sqlite3
         con = sqlite3.connect(path)
@@ -144,16 +175,15 @@ def test_errors_and_output_are_those_without_an_early_read(case, tmp_path, monke
         shutil.copy(REPORT, path)
     argv = [str(path)] + (["--json", str(path)] if case == "output_replaces_input" else [])
     if case == "early_read_fails":
-        real_read = cxread.read_table
+        for module, name in READERS.values():
+            def fails_early(conn, sql, _real=getattr(module, name)):
+                import threading
 
-        def fails_early(cs, sql):
-            import threading
+                if threading.current_thread().name == "specprof-prefetch":
+                    raise RuntimeError("no early read")
+                return _real(conn, sql)
 
-            if threading.current_thread().name == "specprof-prefetch":
-                raise RuntimeError("no early read")
-            return real_read(cs, sql)
-
-        monkeypatch.setattr(cxread, "read_table", fails_early)
+            monkeypatch.setattr(module, name, fails_early)
     started: list[bool] = []
     start = prefetch.start_calls
     monkeypatch.setattr(prefetch, "start_calls", lambda p: started.append(start(p)) or started[-1])
@@ -180,13 +210,13 @@ def test_an_error_does_not_wait_for_the_early_read(tmp_path, monkeypatch, capsys
     import time
 
     release = threading.Event()
-    real_read = cxread.read_table
+    real_read = pages.read_table
 
-    def slow(cs, sql):
+    def slow(conn, sql):
         release.wait(30)
-        return real_read(cs, sql)
+        return real_read(conn, sql)
 
-    monkeypatch.setattr(cxread, "read_table", slow)
+    monkeypatch.setattr(pages, "read_table", slow)
     path = tmp_path / "r.sqlite"
     shutil.copy(REPORT, path)
     before = path.read_bytes()

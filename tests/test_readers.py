@@ -1,5 +1,5 @@
-"""The readers: connectorx (the default where it is installed and checked read-only), ADBC and the
-stdlib cursor give the same tables; none of them can write the report; the op columns assembled
+"""The readers: pages.py (the default: the file's pages decoded with NumPy), connectorx (next, where
+it is installed and checked read-only), ADBC and the stdlib cursor give the same tables; none of them can write the report; the op columns assembled
 straight from Arrow batches equal the frame-by-frame assembly, short and odd parts included."""
 from __future__ import annotations
 
@@ -53,9 +53,12 @@ def frames_equal(a: report.ReportTables, b: report.ReportTables, exact: bool = T
 # ---------------------------------------------------------------------------------------------
 
 @needs_cx
-def test_connectorx_passes_its_self_test_and_is_the_default(monkeypatch):
+def test_connectorx_passes_its_self_test_and_comes_after_pages(monkeypatch):
     monkeypatch.delenv("SPECPROF_READER", raising=False)
     assert cxread._self_test()
+    assert fastread.backend() == "pages"
+    assert fastread._after("pages") == "connectorx" and fastread._after("connectorx") == "adbc"
+    monkeypatch.setenv("SPECPROF_READER", "connectorx")
     assert fastread.backend() == "connectorx"
     monkeypatch.setenv("SPECPROF_READER", "adbc")
     assert fastread.backend() == "adbc"
@@ -143,7 +146,7 @@ def test_every_reader_gives_the_same_tables(name, threads, monkeypatch):
     path = str(REAL / f"{name}.sqlite")
     before = state(path)
     got = {}
-    for reader in ("stdlib", "adbc", "") if HAVE_CX else ("stdlib", ""):
+    for reader in ("stdlib", "adbc", "connectorx", "") if HAVE_CX else ("stdlib", "adbc", ""):
         if reader:
             monkeypatch.setenv("SPECPROF_READER", reader)
         else:
@@ -151,11 +154,12 @@ def test_every_reader_gives_the_same_tables(name, threads, monkeypatch):
         fastread.SERVED.clear()
         got[reader or "default"] = report.read_report(path, threads=threads)
         used = set(fastread.SERVED)
-        assert used == ({reader} if reader else ({"connectorx"} if HAVE_CX else {"adbc"})), used
+        assert used == ({reader} if reader else {"pages"}), used
     for k, v in got.items():
         frames_equal(v, got["stdlib"], exact=False)
-    if HAVE_CX:
-        frames_equal(got["default"], got["adbc"])
+    for k in ("adbc", "connectorx"):
+        if k in got:
+            frames_equal(got["default"], got[k])
     assert state(path) == before
 
 
@@ -167,7 +171,9 @@ def test_scale_file_same_tables_every_reader(scale_file, monkeypatch):
     frames_equal(adbc, ref, exact=False)
     monkeypatch.delenv("SPECPROF_READER")
     for threads in (1, 2):
+        fastread.SERVED.clear()
         frames_equal(report.read_report(scale_file, threads=threads), adbc)
+        assert set(fastread.SERVED) == {"pages"}
 
 
 @needs_cx
@@ -275,7 +281,7 @@ def _odd_copy(src: str, dst: Path) -> str:
     return str(dst)
 
 
-@pytest.mark.parametrize("reader", ["", "adbc", "stdlib"])
+@pytest.mark.parametrize("reader", ["", "connectorx", "adbc", "stdlib"])
 def test_op_columns_equal_frame_assembly(scale_file, tmp_path, monkeypatch, reader):
     if reader:
         monkeypatch.setenv("SPECPROF_READER", reader)
@@ -331,11 +337,18 @@ def test_a_forked_worker_does_not_run_connectorx_after_its_parent_did():
     """connectorx's Rust runtime does not survive fork(): a --jobs worker forked from a process that
     had read with it segfaulted in its next read (seen in a full test run). Such a child reads with
     ADBC, and gets the same tables."""
-    import multiprocessing
-
-
     if not cxread.available():
         pytest.skip("connectorx not usable here")
+    os.environ["SPECPROF_READER"] = "connectorx"        # (inherited by the forked children)
+    try:
+        _fork_after_connectorx()
+    finally:
+        del os.environ["SPECPROF_READER"]
+
+
+def _fork_after_connectorx():
+    import multiprocessing
+
     path = str(REAL / "h200_4proc_eager.sqlite")
     parent = report.read_report(path)
     assert fastread.backend() == "connectorx" and fastread.SERVED["connectorx"] > 0

@@ -11,16 +11,24 @@ with ``pread`` (no mapping whose pages would count as this process' memory, no S
 shrank). Only a report opened ``immutable=1`` is read this way (no journal or WAL beside it: the
 file holds every committed row; :func:`fastread.second_sqlite_allowed`).
 
-What it reads (anything else: None, and the caller asks the next backend, which reads anything):
+What it reads (anything else: :class:`Unsupported`, and the caller asks the next backend, which
+reads anything):
 
 * statements ``SELECT item, ... FROM table [WHERE cond AND ...]`` with items a column, ``NULL``, an
   integer, ``(column & ~INT)`` or ``COALESCE(column, ...)``, and conditions ``1``, ``rowid >= INT``,
   ``rowid < INT`` or ``column = INT``;
 * rowid tables (not ``WITHOUT ROWID``, no generated columns) whose rows fit their leaf page (no
   overflow pages), in a UTF-8 database;
-* columns whose values are all integers (or NULL) or all text (or NULL); a float, a blob or a mix
-  in a column read, text that is not valid UTF-8, a missing trailing column with a default, a page
-  or cell that does not parse: None for the whole statement.
+* columns declared with integer or text affinity whose values are all integers (or NULL) or all
+  text (or NULL); a float, a blob or a mix in a column read, text that is not valid UTF-8, a missing
+  trailing column with a default, a page or cell that does not parse: Unsupported for the whole
+  statement (fastread counts it in ``FELL_BACK`` and asks the next backend).
+
+A batch is a few MiB of leaf pages (:data:`BATCH_BYTES`: its per-row arrays stay in the CPU's
+caches); a record header's serial types are read eight bytes at a time, and the columns whose type
+is the same in every row of the batch (most: nsys writes its tables row by row with the same
+widths) are sized once for the batch. Results go into arrays sized once from the rowid range (the
+untouched tail of an over-estimate is never faulted in).
 
 The result is what connectorx returns for the statement (cxread.read_table): an Arrow table, one
 column per item, ``int64`` (NULLs as nulls) or ``string``; rows in rowid order, the order of
@@ -225,10 +233,19 @@ class Pages:
         breaks = np.flatnonzero(np.diff(pages) != 1) + 1
         view = memoryview(self.buf)
         for a, b in zip(np.r_[0, breaks], np.r_[breaks, len(pages)]):
-            want = (int(b) - int(a)) * ps
-            got = os.preadv(self.fd, [view[int(a) * ps:int(a) * ps + want]], (int(pages[a]) - 1) * ps)
-            if got != want:
+            at, want = int(a) * ps, (int(b) - int(a)) * ps
+            if not _read_into(self.fd, view[at:at + want], (int(pages[a]) - 1) * ps):
                 raise Unsupported("short read")
+
+
+def _read_into(fd: int, into: memoryview, offset: int) -> bool:
+    """Fill ``into`` from ``offset`` of the file (``pread``: no shared file position, so threads may
+    read one descriptor); False when the file ends first."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [into], offset) == len(into)
+    data = os.pread(fd, len(into), offset)
+    into[:len(data)] = data
+    return len(data) == len(into)
 
 
 
@@ -302,7 +319,7 @@ def _cells(pg: Pages, pages: np.ndarray, heads: np.ndarray, ptr_array_at: int) -
     ncell = pg.be16[heads + 3].astype(np.int64)
     ptr_at = np.repeat(heads + ptr_array_at, ncell) + 2 * _ranks(ncell)
     ptr = pg.be16[ptr_at].astype(np.int64)
-    if len(ptr) and (ptr.min() < ptr_array_at or ptr.max() >= usable - 4):
+    if len(ptr) and (ptr.min() < ptr_array_at or ptr.max() >= usable):
         raise Unsupported("cell pointer outside its page")
     return np.repeat(np.arange(len(pages), dtype=np.int64) * ps, ncell) + ptr, ncell
 
@@ -385,7 +402,7 @@ def _header_fast(pg: Pages, types_at: np.ndarray, n_types: int, wanted: list[int
     last = n_types - 8 * (words - 1)
     high = np.full(words, _HIGH_BITS, dtype=np.uint64)
     high[-1] &= np.uint64((1 << (8 * last)) - 1) if last < 8 else _HIGH_BITS
-    if ((packed & high) != 0).any():
+    if (np.bitwise_or.reduce(packed, axis=0) & high).any():
         return None
     types = packed.view(np.uint8)[:, :n_types]
     lo, hi = types.min(axis=0), types.max(axis=0)
