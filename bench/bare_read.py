@@ -1,13 +1,15 @@
 """Bare read: the SELECTs analyze-trace issues on a report, fetched into Arrow and dropped.
 
     python bench/bare_read.py record REPORT STATEMENTS.json      # once, not timed
-    python bench/bare_read.py read --backend adbc|connectorx --threads N STATEMENTS.json REPORT
+    python bench/bare_read.py read --backend adbc|connectorx|pages --threads N STATEMENTS.json REPORT
 
 ``record`` runs analyze.read.report's reader on the report with every statement cut to ``LIMIT 0``
 (both of its entry points: fastread.read_frame and fastread.read_batches) and writes the statements
 it issued (so the columns and rowid parts are exactly those the analysis
 reads). ``read`` is what is timed (in a fresh process, by bench/run.py): it imports only the
-backend and pyarrow, runs every statement into an Arrow table and drops it; nothing is converted
+backend and pyarrow (``pages``: analyze/read/pages.py, specprof's own reader of the file's pages,
+with NumPy, and the stdlib sqlite3 for the schema), runs every statement into an Arrow table and
+drops it; nothing is converted
 to NumPy or pandas, nothing is analysed. With ``--threads N`` the statements go to N threads, each
 statement on its own read-only connection, in the order analyze-trace submits them (NVTX events,
 API calls, then the GPU-op parts).
@@ -106,6 +108,29 @@ def read(backend: str, threads: int, sqls: list[str], path: str) -> int:
 
         def one(sql: str) -> int:
             return cx.read_sql(conn, sql, return_type="arrow").num_rows
+    elif backend == "pages":
+        import sqlite3
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from analyze import memory
+        from analyze.read import pages
+
+        memory.small_pages()     # as analyze-trace runs it (no huge-page faults for its big arrays)
+
+        class Conn:             # what pages.read_table needs: the path and the schema
+            def __init__(self):
+                self.path = path
+                self.raw = sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+            def execute(self, *a):
+                return self.raw.execute(*a)
+
+        def one(sql: str) -> int:
+            conn = Conn()
+            try:
+                return pages.read_table(conn, sql).num_rows
+            finally:
+                conn.raw.close()
     else:
         raise SystemExit(f"unknown backend {backend!r}")
     sqls = _order(sqls)
@@ -125,7 +150,7 @@ def main(argv: list[str]) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="bench/bare_read.py read")
     ap.add_argument("what", choices=["read"])
-    ap.add_argument("--backend", default="adbc", choices=["adbc", "connectorx"])
+    ap.add_argument("--backend", default="adbc", choices=["adbc", "connectorx", "pages"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("statements")
     ap.add_argument("report")
