@@ -46,8 +46,10 @@ import numpy as np
 
 MAGIC = b"SQLite format 3\x00"
 LEAF_TABLE, INTERIOR_TABLE = 0x0D, 0x05
-# leaf pages decoded at once (bounded memory: the buffer and the batch's per-row arrays)
-BATCH_BYTES = 2 * 2**20
+# leaf pages decoded at once: the batch's per-row arrays stay in the CPU's caches (2 MiB was as fast
+# on one thread, 32 MiB a third slower); fewer, longer NumPy steps give the GIL back less often when
+# another reader thread runs Python (10M kernels, 2 readers: 7.1 s at 2 MiB, 6.7 s at 8 MiB)
+BATCH_BYTES = 4 * 2**20
 I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 # content size of serial types 0..11 (https://www.sqlite.org/fileformat2.html#record_format)
