@@ -157,6 +157,22 @@ def test_integers_of_every_width_nulls_and_text(tmp_path, page_size):
         same_rows(path, sql, batch_bytes=page_size)
 
 
+@pytest.mark.parametrize("views", [True, False])
+def test_text_of_every_length_inline_and_not(tmp_path, monkeypatch, views):
+    """Texts 0 to 40 bytes long (12 and under sit inside an Arrow string view, longer ones point into
+    the page buffer), with multi-byte characters across those bounds and NULLs; with string views
+    and with the byte gather pyarrow < 16 gets."""
+    if not views:
+        monkeypatch.setattr(pages, "_string_views", pages._string_bytes)
+    texts = []
+    for n in range(41):
+        texts += ["a" * n, ("é" * n)[:n], "€" + "b" * n, "😀" * (n // 4) + "c" * (n % 4), None]
+    rows = [(i, i, t, i) for i, t in enumerate(texts * 20)]
+    path = make_db(tmp_path / "s.sqlite", 1024, rows=rows)
+    same_rows(path, "SELECT s, a FROM t")
+    same_rows(path, "SELECT s FROM t WHERE rowid >= 77 AND rowid < 3000", batch_bytes=1024)
+
+
 def test_deep_b_tree_with_holes_and_rowid_ranges(tmp_path):
     """512-byte pages and 60k rows: a B-tree three interior levels deep; deleted rows leave holes
     (parts of a rowid range shorter than the range); every range is cut at leaf boundaries
