@@ -157,13 +157,9 @@ def test_integers_of_every_width_nulls_and_text(tmp_path, page_size):
         same_rows(path, sql, batch_bytes=page_size)
 
 
-@pytest.mark.parametrize("views", [True, False])
-def test_text_of_every_length_inline_and_not(tmp_path, monkeypatch, views):
-    """Texts 0 to 40 bytes long (12 and under sit inside an Arrow string view, longer ones point into
-    the page buffer), with multi-byte characters across those bounds and NULLs; with string views
-    and with the byte gather pyarrow < 16 gets."""
-    if not views:
-        monkeypatch.setattr(pages, "_string_views", pages._string_bytes)
+def test_text_of_every_length(tmp_path):
+    """Texts 0 to 40 bytes long, with multi-byte characters and NULLs, in batches of many pages
+    and of one."""
     texts = []
     for n in range(41):
         texts += ["a" * n, ("é" * n)[:n], "€" + "b" * n, "😀" * (n // 4) + "c" * (n % 4), None]

@@ -545,17 +545,22 @@ class _Out:
         self.texts.append(arr)
         self.n += len(arr)
 
+    def is_text(self, affinity: str) -> bool:
+        return self.kind == "text" or (self.kind is None and affinity == "text")
+
+    def ints(self, rows: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(values, NULL mask or None where there is no NULL) of an integer column."""
+        nulls = None if self.nulls is None else self.nulls[:rows]
+        return self.values[:rows], (nulls if nulls is not None and nulls.any() else None)
+
     def arrow(self, affinity: str, rows: int):
         import pyarrow as pa
 
-        if self.kind == "text" or (self.kind is None and affinity == "text"):
+        if self.is_text(affinity):
             chunks = self.texts or [pa.nulls(rows, pa.string())]
             return pa.chunked_array(chunks, type=pa.string()).combine_chunks()
-        values, self.values = self.values[:rows], None
-        if self.nulls is None:
-            return pa.array(values, type=pa.int64())
-        nulls = self.nulls[:rows]
-        return pa.array(values, type=pa.int64(), mask=nulls if nulls.any() else None)
+        values, nulls = self.ints(rows)
+        return pa.array(values, type=pa.int64(), mask=nulls)
 
 
 def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement, record_cols: list[int]):
@@ -676,8 +681,7 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
                     outs[j].add_int(v[1], v[2])
     finally:
         os.close(fd)
-    columns = {j: outs.pop(j).arrow(layout.affinity[j], rows) for j in record_cols}
-    return pa.table([_item_column(it, layout, columns, rows) for it in stmt.items],
+    return pa.table([_item_column(it, layout, outs, rows) for it in stmt.items],
                     names=[f"c{i}" for i in range(len(stmt.items))])
 
 
@@ -702,19 +706,29 @@ def _rows_bound(pg: Pages, leaves: np.ndarray, stmt: Statement) -> int:
     return int(max(0, min(span, len(leaves) * (pg.header.usable // 5))))
 
 
-def _item_column(item: Item, layout: Layout, columns: dict, rows: int):
+def _item_column(item: Item, layout: Layout, outs: dict, rows: int):
+    """One select item as an Arrow column; ``(c & ~N)`` and ``COALESCE`` computed in NumPy, NULLs
+    as SQLite has them (NULL & x is NULL; COALESCE is the first non-NULL)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if item.kind == "null":
         return pa.nulls(rows, pa.int64())
     if item.kind == "int":
         return pa.array(np.full(rows, item.value, dtype=np.int64))
-    cols = [columns[layout.columns.index(c.lower())] for c in item.columns]
+    cols = [layout.columns.index(c.lower()) for c in item.columns]
     if item.kind == "column":
-        return cols[0]
-    if any(c.type != pa.int64() for c in cols):
+        return outs[cols[0]].arrow(layout.affinity[cols[0]], rows)
+    if any(outs[j].is_text(layout.affinity[j]) for j in cols):
         raise Unsupported("an expression over text")
+    values, nulls = outs[cols[0]].ints(rows)
     if item.kind == "mask":
-        return pc.bit_wise_and(cols[0], pa.scalar(~item.value, pa.int64()))
-    return pc.coalesce(*cols)
+        values = values & np.int64(~item.value)
+    else:
+        for j in cols[1:]:
+            if nulls is None:
+                break
+            more, more_nulls = outs[j].ints(rows)
+            values = np.where(nulls, more, values)
+            nulls = None if more_nulls is None else (nulls & more_nulls)
+            nulls = nulls if nulls is not None and nulls.any() else None
+    return pa.array(values, type=pa.int64(), mask=nulls)
