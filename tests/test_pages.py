@@ -195,6 +195,33 @@ def test_deep_b_tree_with_holes_and_rowid_ranges(tmp_path):
         same_rows(path, f"SELECT a, c FROM t WHERE 1 AND rowid >= {lo_} AND rowid < {hi_}")
 
 
+def test_rowids_at_both_ends_of_64_bits(tmp_path):
+    """The largest and smallest rowids are rows like any other (a bound is inclusive inside the
+    reader, and a leaf whose keys start at 2**63-1 is read), with and without rowid conditions."""
+    path = tmp_path / "e.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size=512")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.executemany("INSERT INTO t(rowid, a) VALUES (?, ?)", [(2**63 - 34 + i, i) for i in range(33)])
+    con.executemany("INSERT INTO t(rowid, a) VALUES (?, ?)", [(2**63 - 1, -1), (-2**63, -2), (1, 1)])
+    con.commit()
+    con.close()
+    assert same_rows(path, "SELECT a FROM t") == 36
+    for cond in ("rowid >= 0", "rowid < 9223372036854775807", "rowid >= 9223372036854775806",
+                 "rowid >= -9223372036854775808 AND rowid < -9223372036854775807", "rowid < -9223372036854775808",
+                 "rowid >= 9223372036854775807", "rowid >= 5 AND rowid < 5", "rowid >= 9 AND rowid < 3"):
+        same_rows(path, f"SELECT a FROM t WHERE 1 AND {cond}")
+        same_rows(path, f"SELECT a FROM t WHERE {cond}", batch_bytes=512)
+
+
+def test_a_column_named_rowid_is_refused(tmp_path):
+    """SQLite takes ``rowid`` in a statement to mean such a column, not the rowid."""
+    path = make_db(tmp_path / "r.sqlite", schema="CREATE TABLE t (a INTEGER, rowid INTEGER)",
+                   rows=[(i, 1000 - i) for i in range(100)])
+    with pytest.raises(pages.Unsupported, match="rowid"):
+        pages_rows(path, "SELECT a FROM t WHERE rowid >= 950")
+
+
 def test_integer_primary_key_and_columns_added_later(tmp_path):
     path = tmp_path / "k.sqlite"
     con = sqlite3.connect(path)
@@ -318,11 +345,12 @@ def test_the_report_is_opened_read_only_and_left_as_it_was(tmp_path, monkeypatch
 def test_statement_grammar():
     s = pages.parse_statement("SELECT a, NULL, -1, (g & ~16777215), COALESCE(x, y , z) FROM T WHERE 1 AND "
                               "rowid >= 5 AND rowid < 9 AND k = -3")
-    assert s.table == "T" and (s.rowid_lo, s.rowid_hi) == (5, 9) and s.equal == (("k", -3),)
+    assert s.table == "T" and (s.rowid_lo, s.rowid_hi) == (5, 8) and s.equal == (("k", -3),)   # inclusive
     assert [i.kind for i in s.items] == ["column", "null", "int", "mask", "coalesce"]
     assert s.items[3] == pages.Item("mask", ("g",), 16777215) and s.items[4].columns == ("x", "y", "z")
     for bad in ("SELECT a FROM t ORDER BY a", "SELECT a + 1 FROM t", "SELECT rowid FROM t", "SELECT a FROM t, u",
-                "SELECT a FROM t WHERE a > 3", "SELECT a FROM t WHERE rowid = 3", "DELETE FROM t"):
+                "SELECT a FROM t WHERE a > 3", "SELECT a FROM t WHERE rowid = 3", "DELETE FROM t",
+                "SELECT a FROM t WHERE ", "SELECT a FROM t WHERE", "SELECT COALESCE(a) FROM t", "SELECT a FROM tWHERE 1"):
         with pytest.raises(pages.Unsupported):
             pages.parse_statement(bad)
 

@@ -130,7 +130,29 @@ def test_a_statement_pages_does_not_read_is_read_early_by_connectorx(tmp_path, m
     assert prefetch.start_calls(path)
     where, sql = _statement(path)
     assert prefetch.take(where, sql, "pages") is None and prefetch.pending() == 1
+    assert prefetch.refused(where, sql, "pages") and not prefetch.refused(where, sql, "connectorx")
     assert prefetch.take(where, sql, "connectorx").num_rows > 0
+    assert not prefetch.refused(where, sql, "pages")                 # taken: nothing is said any more
+
+
+def test_the_analysis_does_not_ask_pages_again_for_what_the_early_read_found_it_refuses(tmp_path, monkeypatch):
+    pytest.importorskip("connectorx")
+    from analyze.read import fastread
+
+    calls_sql = _statement(REPORT)[1]
+    asked: list[str] = []
+    real_read = pages.read_table
+
+    def refuses_the_calls(conn, sql):
+        asked.append(sql)
+        if sql == calls_sql:
+            raise pages.Unsupported("not this one")
+        return real_read(conn, sql)
+
+    monkeypatch.setattr(pages, "read_table", refuses_the_calls)
+    fastread.SERVED.clear()
+    assert cli.main([str(REPORT), "-q", "--json", str(tmp_path / "r.json")]) == 0
+    assert asked.count(calls_sql) == 1 and fastread.SERVED["connectorx"] == 1 and fastread.SERVED["pages"] > 3
 
 
 @pytest.mark.parametrize("case", ["wal", "not_a_report", "missing", "directory", "stdlib", "adbc", "no_calls",

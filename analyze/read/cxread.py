@@ -108,8 +108,8 @@ def available() -> bool:
 
 
 def forced_reader() -> str:
-    """``SPECPROF_READER`` (lower case, "" when unset): ``adbc`` or ``stdlib`` start fastread's
-    list of backends further down, past connectorx."""
+    """``SPECPROF_READER`` (lower case, "" when unset): ``connectorx``, ``adbc`` or ``stdlib`` start
+    fastread's list of backends further down (past pages.py; past connectorx too for the last two)."""
     return os.environ.get("SPECPROF_READER", "").lower()
 
 

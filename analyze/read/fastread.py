@@ -325,9 +325,12 @@ def _pages_table(conn, sql: str):
     try:
         table = prefetch.take(path, sql, "pages") if path else None
         if table is None:
+            if path and prefetch.refused(path, sql, "pages"):
+                raise pages.Unsupported("refused by the early read already")
             table = pages.read_table(conn, sql)
     except Exception as exc:  # noqa: BLE001 - what it does not read (or a page that does not parse): next backend
-        pages.FELL_BACK[type(exc).__name__] += 1
+        with pages.FELL_BACK_LOCK:
+            pages.FELL_BACK[type(exc).__name__] += 1
         return None
     SERVED["pages"] += 1
     return table
@@ -367,8 +370,9 @@ def _read_connectorx(conn, sql: str, columns: list[str], copy: bool) -> pd.DataF
 
 
 def read_batches(conn, sql: str):
-    """The rows of ``sql`` as an iterator of Arrow record batches from connectorx or ADBC, or None
-    where neither can run it (then :func:`read_frame`, whose stdlib path reads anything). Batches
+    """The rows of ``sql`` as an iterator of Arrow record batches from pages.py, connectorx or ADBC
+    (the first that reads it), or None where none can (then :func:`read_frame`, whose stdlib path
+    reads anything). Batches
     are handed over one at a time and not kept, so a consumer that copies them out holds one."""
     be = backend_for(conn)
     if be == "pages":
@@ -425,8 +429,8 @@ def _stream(cur, reader):
 
 def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
                rows_hint: int | None = None) -> pd.DataFrame:
-    """Rows of ``sql`` as a DataFrame with ``columns``: connectorx where it can, else ADBC, else the
-    stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
+    """Rows of ``sql`` as a DataFrame with ``columns``: pages.py where it reads the statement, else
+    connectorx, else ADBC, else the stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
     it: the stdlib cursor only (:func:`backend_for`)."""
     be = backend_for(conn)
     if be == "pages":

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,8 +57,10 @@ I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 _FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
 
 
-# statements handed to the next backend, by the exception that said why (tests look at it)
+# statements handed to the next backend, by the exception that said why (tests look at it;
+# fastread counts them under the lock: reader threads refuse statements at the same time)
 FELL_BACK: Counter = Counter()
+FELL_BACK_LOCK = threading.Lock()
 
 
 class Unsupported(Exception):
@@ -69,11 +72,12 @@ class Unsupported(Exception):
 # ------------------------------------------------------------------------------------------------
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_SELECT = re.compile(rf"\s*SELECT\s+(.*?)\s+FROM\s+({_IDENT})\s*(?:WHERE\s+(.*?))?\s*;?\s*$", re.S | re.I)
+_SELECT = re.compile(rf"\s*SELECT\s+(.*?)\s+FROM\s+({_IDENT})(?:\s+WHERE\s+(.*?))?\s*;?\s*$", re.S | re.I)
+ROWID_NAMES = ("ROWID", "_ROWID_", "OID")
 _ITEM_COLUMN = re.compile(rf"({_IDENT})$")
 _ITEM_INT = re.compile(r"(-?\d+)$")
 _ITEM_MASK = re.compile(rf"\(\s*({_IDENT})\s*&\s*~\s*(\d+)\s*\)$")
-_ITEM_COALESCE = re.compile(rf"COALESCE\s*\(\s*({_IDENT}(?:\s*,\s*{_IDENT})*)\s*\)$", re.I)
+_ITEM_COALESCE = re.compile(rf"COALESCE\s*\(\s*({_IDENT}(?:\s*,\s*{_IDENT})+)\s*\)$", re.I)   # 2+ arguments
 _COND_TRUE = re.compile(r"1$")
 _COND_ROWID = re.compile(r"rowid\s*(>=|<)\s*(-?\d+)$", re.I)
 _COND_EQ = re.compile(rf"({_IDENT})\s*=\s*(-?\d+)$")
@@ -92,7 +96,7 @@ class Item:
 class Statement:
     table: str
     items: tuple
-    rowid_lo: int               # rows with lo <= rowid < hi
+    rowid_lo: int               # rows with lo <= rowid <= hi (both inclusive: rowid 2**63-1 is a rowid)
     rowid_hi: int
     equal: tuple                # ((column, value), ...): rows where column = value
 
@@ -121,7 +125,7 @@ def parse_statement(sql: str) -> Statement:
             items.append(Item("null"))
         elif (c := _ITEM_INT.match(text)):
             items.append(Item("int", value=int(c.group(1))))
-        elif text.upper() not in ("ROWID", "_ROWID_", "OID") and (c := _ITEM_COLUMN.match(text)):
+        elif text.upper() not in ROWID_NAMES and (c := _ITEM_COLUMN.match(text)):
             items.append(Item("column", (c.group(1),)))
         elif (c := _ITEM_MASK.match(text)):
             items.append(Item("mask", (c.group(1),), int(c.group(2))))
@@ -129,15 +133,18 @@ def parse_statement(sql: str) -> Statement:
             items.append(Item("coalesce", tuple(x.strip() for x in c.group(1).split(","))))
         else:
             raise Unsupported(f"select item {text!r}")
+    where = m.group(3)
+    if where is not None and not where.strip():
+        raise Unsupported("an empty WHERE")
     lo, hi, equal = I64_MIN, I64_MAX, []
-    for cond in re.split(r"\s+AND\s+", m.group(3) or "1", flags=re.I):
+    for cond in re.split(r"\s+AND\s+", where or "1", flags=re.I):
         cond = cond.strip()
         if _COND_TRUE.match(cond):
             continue
         if (c := _COND_ROWID.match(cond)):
             v = int(c.group(2))
-            lo, hi = (max(lo, v), hi) if c.group(1) == ">=" else (lo, min(hi, v))
-        elif (c := _COND_EQ.match(cond)) and c.group(1).upper() not in ("ROWID", "_ROWID_", "OID"):
+            lo, hi = (max(lo, v), hi) if c.group(1) == ">=" else (lo, min(hi, v - 1))
+        elif (c := _COND_EQ.match(cond)) and c.group(1).upper() not in ROWID_NAMES:
             equal.append((c.group(1), int(c.group(2))))
         else:
             raise Unsupported(f"condition {cond!r}")
@@ -201,6 +208,8 @@ def table_layout(conn, table: str) -> Layout:
     info = conn.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
     if not info or any(r[6] for r in info):
         raise Unsupported("generated or hidden columns")
+    if any(str(r[1]).upper() in ROWID_NAMES for r in info):
+        raise Unsupported("a column named like the rowid")      # (`rowid` in a statement would mean it)
     pk = [r for r in info if r[5]]
     alias = pk[0][0] if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
     return Layout(root, tuple(str(r[1]).lower() for r in info), tuple(_affinity(r[2]) for r in info),
@@ -230,7 +239,9 @@ class Pages:
     def load(self, pages: np.ndarray) -> None:
         """Copy ``pages`` (1-based page numbers) into slots 0..len-1, consecutive pages in one read."""
         ps = self.header.page_size
-        if len(pages) and (pages.min() < 1 or pages.max() > self.header.pages):
+        if not len(pages):
+            return
+        if pages.min() < 1 or pages.max() > self.header.pages:
             raise Unsupported("page number outside the file")
         breaks = np.flatnonzero(np.diff(pages) != 1) + 1
         view = memoryview(self.buf)
@@ -578,8 +589,8 @@ def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement
     head = cells + l1 + l2
     if len(cells) and ((cells % ps) + l1 + l2 + payload).max() > usable:
         raise Unsupported("a cell past its page")
-    if stmt.rowid_lo != I64_MIN or stmt.rowid_hi != I64_MAX:
-        keep = (rowid >= stmt.rowid_lo) & (rowid < stmt.rowid_hi)
+    if stmt.rowid_lo > I64_MIN or stmt.rowid_hi < I64_MAX:
+        keep = (rowid >= stmt.rowid_lo) & (rowid <= stmt.rowid_hi)
         if not keep.all():
             head, rowid, payload = head[keep], rowid[keep], payload[keep]
     header_size, l3 = varint(pg, head)
@@ -646,13 +657,17 @@ def _subset(v: tuple, keep: np.ndarray) -> tuple:
 def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
     """The rows of ``sql`` on the report ``conn`` was opened on (an analyze.read.connection
     connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
-    per select item; Unsupported for what this reader does not read (module doc)."""
+    per select item; Unsupported for what this reader does not read (module doc). The caller makes
+    sure the file holds every row: a report opened ``immutable`` (no journal or WAL beside it), as
+    fastread.backend_for and prefetch.py do."""
     import pyarrow as pa
 
     if np.little_endian is False:
         raise Unsupported("a big-endian machine")
     stmt = parse_statement(sql)
     layout = table_layout(conn, stmt.table)
+    # bounds past 64 bits hold every rowid on that side; crossed bounds hold none
+    stmt = replace(stmt, rowid_lo=max(stmt.rowid_lo, I64_MIN), rowid_hi=min(stmt.rowid_hi, I64_MAX))
     names = set(layout.columns)
     used = [c.lower() for it in stmt.items for c in it.columns] + [c.lower() for c, _ in stmt.equal]
     if not set(used) <= names:
@@ -663,8 +678,8 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
         header = read_header(fd)
         pg = Pages(fd, header, max(1, batch_bytes // header.page_size))
         leaves, lo, hi = leaf_pages(pg, layout.root)
-        inside = (hi >= stmt.rowid_lo) & (lo < stmt.rowid_hi)
-        leaves = leaves[inside]
+        inside = (hi >= stmt.rowid_lo) & (lo <= stmt.rowid_hi)
+        leaves = leaves[inside] if stmt.rowid_lo <= stmt.rowid_hi else leaves[:0]
         capacity = _rows_bound(pg, leaves, stmt)
         outs = {j: _Out(capacity) for j in record_cols}
         rows = 0
@@ -702,7 +717,7 @@ def _rows_bound(pg: Pages, leaves: np.ndarray, stmt: Statement) -> int:
         cell = cells[:1] if first else cells[-1:]
         _, l1 = varint(pg, cell)
         ends.append(int(varint(pg, cell + l1)[0][0]))
-    span = min(stmt.rowid_hi, ends[1] + 1) - max(stmt.rowid_lo, ends[0])
+    span = min(stmt.rowid_hi, ends[1]) - max(stmt.rowid_lo, ends[0]) + 1
     return int(max(0, min(span, len(leaves) * (pg.header.usable // 5))))
 
 

@@ -44,6 +44,7 @@ class _Read:
         self.path, self.sql, self.readers = path, sql, readers
         self.identity = _identity(path)
         self.table, self.reader = None, None
+        self.refused: set[str] = set()          # readers that could not read the statement
         self.thread = threading.Thread(target=self._run, name="specprof-prefetch", daemon=True)
 
     def _run(self) -> None:
@@ -52,6 +53,7 @@ class _Read:
                 self.table = _READERS[reader](self.path, self.sql)
             except Exception:  # noqa: BLE001 - the analysis reads them itself (and reports its own errors)
                 self.table = None
+                self.refused.add(reader)
             if self.table is not None:
                 self.reader = reader
                 return
@@ -166,6 +168,18 @@ def take(path: str, sql: str, reader: str):
     if table is None or _identity(read.path) != read.identity:
         return None
     return table
+
+
+def refused(path: str, sql: str, reader: str) -> bool:
+    """Whether the early read of ``sql`` on the file at ``path`` (still waiting to be taken by
+    another reader) found that ``reader`` cannot read it (waiting for the read to end): the
+    analysis then goes straight to the next reader, which takes the early rows."""
+    with _LOCK:
+        read = _PENDING.get(_key(path, sql))
+    if read is None:
+        return False
+    read.thread.join()
+    return reader in read.refused and _identity(read.path) == read.identity
 
 
 def forget() -> None:
