@@ -499,18 +499,19 @@ def _text_values(pg: Pages, col: Column, body: np.ndarray):
     length = np.where(is_null, 0, (st - 13) // 2)
     offsets = np.zeros(len(st) + 1, dtype=np.int64)
     np.cumsum(length, out=offsets[1:])
-    total = int(offsets[-1])
+    total = int(offsets[-1])            # (under a batch's bytes: int32 offsets)
     start = body + col.at
     idx = np.repeat(start - offsets[:-1], length) + np.arange(total, dtype=np.int64)
     data = pg.buf[idx]
     nulls = int(is_null.sum())
     bitmap = pa.py_buffer(np.packbits(~is_null, bitorder="little")) if nulls else None
-    arr = pa.LargeStringArray.from_buffers(len(st), pa.py_buffer(offsets), pa.py_buffer(data), bitmap, nulls)
+    arr = pa.StringArray.from_buffers(len(st), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data), bitmap,
+                                      nulls)
     try:
         arr.validate(full=True)
     except pa.ArrowInvalid:
         raise Unsupported("text that is not UTF-8") from None
-    return arr.cast(pa.string()) if total < 2**31 else arr
+    return arr
 
 
 # ------------------------------------------------------------------------------------------------
@@ -570,8 +571,7 @@ class _Out:
         if self.is_text(affinity):
             chunks = self.texts or [pa.nulls(rows, pa.string())]
             return pa.chunked_array(chunks, type=pa.string()).combine_chunks()
-        values, nulls = self.ints(rows)
-        return pa.array(values, type=pa.int64(), mask=nulls)
+        return int64_array(*self.ints(rows))
 
 
 def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement, record_cols: list[int]):
@@ -613,6 +613,20 @@ def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement
         last = cols[max(stored)]
         if (np.broadcast_to(last.at + _content_sizes(last.st), body.shape) > payload - header_size).any():
             raise Unsupported("a value past its record")
+    if stmt.equal:                   # rows where each compared column equals its integer
+        keep = np.ones(len(body), dtype=bool)
+        for name, v in stmt.equal:
+            j = layout.columns.index(name.lower())
+            if layout.affinity[j] != "int":
+                raise Unsupported("a comparison with text")
+            vals, nulls = (rowid, None) if j == layout.alias else _int_values(pg, cols[j], body)
+            keep &= vals == v
+            if nulls is not None:
+                keep &= ~nulls
+        if not keep.all():
+            body, rowid = body[keep], rowid[keep]
+            cols = {j: Column(c.st if np.ndim(c.st) == 0 else c.st[keep], c.at if np.ndim(c.at) == 0 else c.at[keep])
+                    for j, c in cols.items()}
     values = {}
     for j in record_cols:
         if j == layout.alias:
@@ -626,32 +640,12 @@ def _batch_columns(pg: Pages, pages: np.ndarray, layout: Layout, stmt: Statement
             values[j] = ("int",) + _int_values(pg, c, body)
         else:
             raise Unsupported("a column of another type")
-    if stmt.equal:
-        keep = np.ones(len(body), dtype=bool)
-        for name, v in stmt.equal:
-            kind, *rest = values[layout.columns.index(name.lower())]
-            if kind != "int":
-                raise Unsupported("a comparison with text")
-            vals, nulls = rest
-            keep &= vals == v
-            if nulls is not None:
-                keep &= ~nulls
-        if not keep.all():
-            rowid = rowid[keep]
-            values = {j: _subset(v, keep) for j, v in values.items()}
     return rowid, values
 
 
 def _content_sizes(st):
     st = np.asarray(st)
     return np.where(st >= 12, (st - 12) // 2, _FIXED_SIZE[np.clip(st, 0, 11)])
-
-
-def _subset(v: tuple, keep: np.ndarray) -> tuple:
-    if v[0] == "text":
-        import pyarrow as pa
-        return ("text", v[1].filter(pa.array(keep)))
-    return ("int", v[1][keep], None if v[2] is None else v[2][keep])
 
 
 def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
@@ -696,8 +690,8 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
                     outs[j].add_int(v[1], v[2])
     finally:
         os.close(fd)
-    return pa.table([_item_column(it, layout, outs, rows) for it in stmt.items],
-                    names=[f"c{i}" for i in range(len(stmt.items))])
+    return pa.Table.from_arrays([_item_column(it, layout, outs, rows) for it in stmt.items],
+                                names=[f"c{i}" for i in range(len(stmt.items))])
 
 
 def _rows_bound(pg: Pages, leaves: np.ndarray, stmt: Statement) -> int:
@@ -729,7 +723,7 @@ def _item_column(item: Item, layout: Layout, outs: dict, rows: int):
     if item.kind == "null":
         return pa.nulls(rows, pa.int64())
     if item.kind == "int":
-        return pa.array(np.full(rows, item.value, dtype=np.int64))
+        return int64_array(np.full(rows, item.value, dtype=np.int64), None)
     cols = [layout.columns.index(c.lower()) for c in item.columns]
     if item.kind == "column":
         return outs[cols[0]].arrow(layout.affinity[cols[0]], rows)
@@ -746,4 +740,17 @@ def _item_column(item: Item, layout: Layout, outs: dict, rows: int):
             values = np.where(nulls, more, values)
             nulls = None if more_nulls is None else (nulls & more_nulls)
             nulls = nulls if nulls is not None and nulls.any() else None
-    return pa.array(values, type=pa.int64(), mask=nulls)
+    return int64_array(values, nulls)
+
+
+def int64_array(values: np.ndarray, nulls: np.ndarray | None):
+    """An Arrow int64 array over ``values`` (no copy) with ``nulls`` as its validity; built from
+    buffers: ``pa.array`` would import pandas to check what it was given (0.3 s, in a thread that
+    may run while the CLI imports)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    if nulls is None:
+        return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)], null_count=0)
+    bitmap = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.Array.from_buffers(pa.int64(), len(values), [bitmap, pa.py_buffer(values)], null_count=int(nulls.sum()))
