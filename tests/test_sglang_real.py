@@ -45,21 +45,23 @@ def _pip(*args, timeout=900):
 def _source(version: str) -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     dest = CACHE / f"src-{version}"
-    if (dest / ".complete").exists() and (dest / "sglang" / "_triton_stub.py").exists():
-        return dest
-    wheels = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
-    if not wheels:
-        r = _pip("download", f"sglang=={version}", "--no-deps", "--only-binary=:all:", "-d", str(CACHE), "-q")
+    # tests/test_nvtx_annotate.py unpacks the same wheel into the same folder (and marks it complete)
+    if not ((dest / ".complete").exists() and (dest / "sglang" / "_triton_stub.py").exists()):
         wheels = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
         if not wheels:
-            pytest.skip(f"cannot download sglang=={version}: {r.stderr.strip()[-300:]}")
-    with zipfile.ZipFile(wheels[0]) as z:
-        for n in z.namelist():
-            if n.endswith(".py") and n.startswith("sglang/") or n.endswith(".dist-info/METADATA"):
-                z.extract(n, dest)
-    for d in ("include", "csrc"):  # sglang.kernels.jit looks for them at import
+            r = _pip("download", f"sglang=={version}", "--no-deps", "--only-binary=:all:", "-d", str(CACHE), "-q")
+            wheels = sorted(CACHE.glob(f"sglang-{version}-*.whl"))
+            if not wheels:
+                pytest.skip(f"cannot download sglang=={version}: {r.stderr.strip()[-300:]}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            for n in z.namelist():
+                if n.endswith(".py") and n.startswith("sglang/") or n.endswith(".dist-info/METADATA"):
+                    z.extract(n, dest)
+        (dest / ".complete").write_text("ok")
+    # sglang.kernels.jit looks for them at import; made whoever unpacked the wheel (CI ran
+    # test_nvtx_annotate.py first, whose unpack has no such folders, and every import failed)
+    for d in ("include", "csrc"):
         (dest / "sglang" / "kernels" / "jit" / d).mkdir(parents=True, exist_ok=True)
-    (dest / ".complete").write_text("ok")
     return dest
 
 
@@ -96,7 +98,8 @@ def real017(tmp_path_factory):
                         str(meta), str(out)], capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert r.returncode == 0 and out.exists(), r.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert res["errors"] == [], res["errors"]
+    # import_errors says why a module phase 2 drives is missing (CI once failed on a bare KeyError)
+    assert res["errors"] == [], (res["errors"], res["import_errors"])
     return res
 
 
