@@ -22,7 +22,6 @@ from analyze import output_policy
 from analyze.atomic import atomic_write
 from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
 from analyze.processes import EXIT_TERMINATED, Terminated, terminate_as_interrupt
-from analyze.read.nsys_export import expand_inputs
 
 SUBCOMMANDS = ("scrub", "diff", "whatif", "advise")
 
@@ -148,24 +147,21 @@ def early_read_path(args) -> str | None:
 
 
 def _run_analyze(args) -> int:
-    from analyze.attribute import phases
+    from analyze import command_inputs
     from analyze.render import outputs, text as render
     from analyze.run import api
     from analyze.views.analysis_notes import with_view_notes
 
-    try:
-        config = phases.load_config(args.config, args.phase)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"phase configuration: {exc}") from exc
+    config = command_inputs.phase_config(args.config, args.phase)
     blank = [r for r in args.reports if not str(r).strip()]
     if blank:       # "" is not the current directory, nor a reason to run the demo
         raise MissingInput("an empty path was given as a report (an unset shell variable?): give a report, a "
                            "directory of reports, or no argument at all for the bundled demo")
     demo = not args.reports
     reports = args.reports or [default_trace()]
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    files = expand_inputs(reports)
-    with output_policy.protect([*reports, *files, args.config], force=args.force):
+    jobs = command_inputs.worker_count(args.jobs)
+    files, protected = command_inputs.report_inputs(reports, args.config)
+    with output_policy.protect(protected, force=args.force):
         check_outputs(file_outputs=(args.json, args.html, args.perfetto),
                       dir_outputs=(args.csv, args.parquet, args.plots))
         try:

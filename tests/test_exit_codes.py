@@ -92,6 +92,31 @@ def test_an_empty_path_is_2_not_the_demo_nor_the_current_directory(capsys, tmp_p
     assert "empty path" in one_error_line(err)
 
 
+@pytest.mark.parametrize("argv", [["advise", ""], ["whatif", ""], ["diff", "", EAGER], ["diff", EAGER, " "],
+                                  ["advise", EAGER, ""], ["", EAGER]],
+                         ids=lambda a: " ".join(Path(x).name or repr(x) for x in a))
+def test_an_empty_path_is_2_on_every_subcommand_even_beside_a_report(capsys, tmp_path, monkeypatch, argv):
+    """Path("") is the current directory: with a report there, advise/whatif/diff analysed it (exit 0)
+    before read/inputs.find_reports refused an empty path for every command."""
+    import shutil
+
+    shutil.copy(STEPS3, tmp_path / "here.sqlite")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, *argv, "-q")
+    assert code == 2 and out == ""
+    assert "empty path" in one_error_line(err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["here.sqlite"]
+
+
+@pytest.mark.parametrize("sub", [[], ["advise"]])
+def test_a_bad_phase_configuration_is_10_for_analyze_and_advise(capsys, tmp_path, sub):
+    """command_inputs.phase_config: one parse for both commands (advise had its own copy)."""
+    code, _, err = run(capsys, *sub, EAGER, "--phase", "nothing", "-q")
+    assert code == 10 and "phase configuration" in one_error_line(err)
+    code, _, err = run(capsys, *sub, EAGER, "--config", str(tmp_path / "absent.toml"), "-q")
+    assert code == 10 and "phase configuration" in one_error_line(err)
+
+
 def test_an_empty_directory_is_2_not_the_demo(capsys, tmp_path):
     code, out, err = run(capsys, str(tmp_path))
     assert code == 2 and out == ""

@@ -48,7 +48,10 @@ def _sqlite_name_for(rep: Path) -> Path:
 def find_reports(path: str | os.PathLike) -> list[Path]:
     """A file -> [file]; a directory -> its ``*.sqlite`` files (not recursive), sorted by name.
     Raises MissingInput when the path is missing or the directory holds no report, and
-    NsysRepGiven when a directory holds only .nsys-rep files."""
+    NsysRepGiven when a directory holds only .nsys-rep files. An empty path is refused (``Path("")``
+    is the current directory: an unset shell variable would analyse whatever lies there)."""
+    if not os.fspath(path).strip():
+        raise MissingInput("an empty path was given as a report (an unset shell variable?)")
     p = Path(path)
     if not p.exists():
         raise MissingInput(f"{p}: no such file or directory", p)

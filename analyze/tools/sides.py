@@ -4,6 +4,7 @@ result; and its per-cycle samples (one row per cycle, warm-up outliers left out)
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,7 +84,8 @@ def load_side(path, config=None) -> Side:
             raise UnsuitableInput(str(exc), p) from exc
     from analyze.run import api
 
-    return side_from_analysis(api.load(str(p), config), str(p))
+    # the path as given (str(Path("")) is ".": read/inputs.find_reports refuses the empty one)
+    return side_from_analysis(api.load(os.fspath(path), config), str(p))
 
 
 def as_side(x, label: str = "") -> Side:

@@ -29,26 +29,18 @@ def build_parser() -> ArgumentParser:
 
 
 def main_advise(argv: list[str]) -> int:
-    import os
-
-    from analyze.attribute import phases
-    from analyze.errors import UsageError
+    from analyze import command_inputs
     from analyze.render.advice import text_lines
     from analyze.run import api
     from analyze.tools.advise.model import advise
 
     args = build_parser().parse_args(argv)
-    try:
-        config = phases.load_config(args.config, args.phase)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"phase configuration: {exc}") from exc
-    from analyze.read.nsys_export import expand_inputs
-
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    with output_policy.protect([*args.reports, *expand_inputs(args.reports), args.config], force=args.force):
+    config = command_inputs.phase_config(args.config, args.phase)
+    _, protected = command_inputs.report_inputs(args.reports, args.config)
+    with output_policy.protect(protected, force=args.force):
         if args.json:
             output_policy.check_output(args.json)
-        result = api.load(args.reports, config, jobs=jobs, progress=False)
+        result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         try:
             adv = advise(result, whatif=not args.no_whatif).to_dict()
         except ValueError as exc:  # the trace cannot answer the rules' questions
