@@ -206,3 +206,46 @@ def test_a_report_without_api_calls_is_analysed(tmp_path, budget):
     a = api.load(str(path), memory_budget=budget)
     assert int(a.totals["gpu_ops"].sum()) == 3160
     assert N.has(a.notes, N.UNLINKED_OPS)
+
+
+def _load_chunked(path: str, monkeypatch, *, after_ops: bool, threads: int, key_rows: int = 1 << 20):
+    kept: list[tuple[int, int]] = []
+    blocks: list[int] = []
+    needed = launches.needed_calls_in_blocks
+
+    def spy(calls, op_keys, strings):
+        def counted():
+            for pid, corr in op_keys:
+                blocks.append(len(pid))
+                yield pid, corr
+        mask = needed(calls, counted(), strings)
+        kept.append((len(calls), len(calls) if mask is None else int(mask.sum())))
+        return mask
+
+    with monkeypatch.context() as m:
+        m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
+        m.setattr(report, "OP_KEY_CHUNK_ROWS", key_rows)
+        m.setenv("SPECPROF_READ_THREADS", str(threads))
+        m.setattr(launches, "needed_calls_in_blocks", spy)
+        return api.load(path, memory_budget=1), kept, blocks
+
+
+@pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_graphs_node", "h200_moe_steps3"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_chunked_analysis_prepares_only_launching_calls_from_the_ops_keys(name, threads, monkeypatch):
+    """--memory-budget reads the ops' (process, correlation id) in rowid blocks before the chunks
+    (read/report.read_op_keys) and prepares only the calls that launched one: every table and note
+    equals the chunked analysis that prepares every call, and the whole one's tables."""
+    path = str(REAL / f"{name}.sqlite")
+    every, none_kept, _ = _load_chunked(path, monkeypatch, after_ops=False, threads=threads)
+    launching, kept, blocks = _load_chunked(path, monkeypatch, after_ops=True, threads=threads, key_rows=997)
+    assert none_kept == []
+    (n_calls, n_kept), = kept
+    assert n_kept < 0.8 * n_calls
+    n_ops = len(api.load(path, memory_budget=None).gpu_ops)
+    assert len(blocks) > 1 and max(blocks) <= 997 and sum(blocks) >= n_ops   # every op's key, a block at a time
+    _same(every, launching)
+    assert launching.gpu_ops.empty
+    whole = api.load(path, memory_budget=None)
+    for t in TABLES:
+        pd.testing.assert_frame_equal(launching.table(t), whole.table(t), obj=t)

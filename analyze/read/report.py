@@ -154,6 +154,7 @@ class OpRead(NamedTuple):
     rowid_lo: int | None        # [rowid_lo, rowid_hi) or None for the whole table
     rowid_hi: int | None
     rows_hint: int | None
+    key_sql: str = ""           # the ops' process and correlation id only (read_op_keys), has a WHERE clause
 
 
 def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
@@ -183,17 +184,19 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
         # every row is read, NULL timestamps too: read_op_part counts what it leaves out
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE 1")
+        key_sql = f"SELECT {pid}, correlationId FROM {table} WHERE 1"
         lo, hi = rowid_bounds(conn, table)
         if lo is None:
-            plan.append(OpRead(kind, table, sql, None, None, None))
+            plan.append(OpRead(kind, table, sql, None, None, None, key_sql))
             continue
         lo, hi = int(lo), int(hi) + 1
         step = int(chunk_rows) if chunk_rows else (-(-(hi - lo) // split) if split > 1 and hi - lo >= SPLIT_MIN_ROWS
                                                    else None)
         if not step:   # rowid bounds: the row count (upper bound), so arrays are sized once
-            plan.append(OpRead(kind, table, sql, None, None, hi - lo))
+            plan.append(OpRead(kind, table, sql, None, None, hi - lo, key_sql))
             continue
-        plan += [OpRead(kind, table, sql, a, min(a + step, hi), min(step, hi - a)) for a in range(lo, hi, step)]
+        plan += [OpRead(kind, table, sql, a, min(a + step, hi), min(step, hi - a), key_sql)
+                 for a in range(lo, hi, step)]
     return plan
 
 
@@ -226,6 +229,25 @@ def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
     frame = _int64(frame, _OP_INT_COLUMNS)
     frame.attrs[EXCLUDED] = excluded
     return frame
+
+
+# rows per read of the ops' keys (read_op_keys): 16 MiB of arrays at a time
+OP_KEY_CHUNK_ROWS = 1 << 20
+_KEY_COLUMNS = ["global_pid", "correlation_id"]
+
+
+def read_op_keys(conn: sqlite3.Connection, plan: list[OpRead]):
+    """Per planned read, the ops' (process, correlation id) as int64 arrays, -1 where NULL: what
+    run/launches.needed_calls_in_blocks needs to tell the calls that launched an op, without
+    reading the ops (``--memory-budget``; the chunks read them later). Every row is read, the ones
+    read_op_part leaves out too: a call kept for an op that is then left out launched nothing
+    the analysis sees, as a call of a report prepared whole."""
+    for part in plan:
+        sql = part.key_sql if part.rowid_lo is None else \
+            f"{part.key_sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
+        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False, rows_hint=part.rows_hint), _KEY_COLUMNS)
+        yield frame["global_pid"].to_numpy(), frame["correlation_id"].to_numpy()
+        del frame
 
 
 def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple[pd.DataFrame, list]:
@@ -703,7 +725,8 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     is ``prepared``; in a report with many more API calls than GPU ops (:func:`prepare_after_ops`)
     it runs after the ops are read, as ``prepare(calls, ranges, ops=, strings=)``, so that it can
     leave out the calls that launched nothing. ``ops=False`` leaves the GPU ops out (an empty
-    table; chunked analysis reads them itself)."""
+    table; chunked analysis reads them itself); ``prepare`` is then given the ops' keys instead
+    (``op_keys=``: :func:`read_op_keys`, read after the calls) where calls outnumber ops."""
     conn = open_report(path)
     try:
         threads = read_threads(conn) if threads is None else threads
@@ -711,7 +734,9 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         # twice as many op parts as readers: the reader done with NVTX and the preparation takes
         # the last parts, so both finish together
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
-        after_ops = prepare is not None and prepare_after_ops(_rows_hint(conn, RUNTIME_TABLE), plan)
+        # without the ops (chunked analysis): their keys alone tell the launching calls
+        key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
+        after_ops = prepare is not None and prepare_after_ops(_rows_hint(conn, RUNTIME_TABLE), plan or key_plan)
         if threads <= 1:
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
@@ -720,8 +745,10 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(
                 path, conn.immutable, plan, strings, threads, None if after_ops else prepare, nvtx_chunk_rows)
-        if after_ops:
+        if after_ops and ops:
             prepared = prepare(calls, ranges, ops=op_table, strings=strings)
+        elif after_ops:
+            prepared = prepare(calls, ranges, op_keys=read_op_keys(conn, key_plan), strings=strings)
         meta = read_meta(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
                                                           + take_excluded(ranges))]

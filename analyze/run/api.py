@@ -114,8 +114,8 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
 
     stage("reading")
 
-    def prepare(calls, ranges):
-        return prepare_launches(calls, ranges, config)
+    def prepare(calls, ranges, op_keys=None, strings=None):
+        return prepare_launches(calls, ranges, config, op_keys=op_keys, strings=strings)
 
     entry, where = cache_mod.find_entry(path) if cache else (None, None)
     fill = None

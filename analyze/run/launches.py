@@ -8,7 +8,8 @@ and in most reports it is computed while the ops are still being read.
 
 In a report with many more calls than ops (read/report.prepare_after_ops), and for a report whose
 tables come from the Parquet cache, the ops are known first and only the calls the analysis can
-use are prepared (:func:`needed_calls`): those that launched one of the ops and those that capture
+use are prepared (:func:`needed_calls`; under ``--memory-budget``, where the ops are read later in
+chunks, from their keys alone, read a block at a time: :func:`needed_calls_in_blocks`): those that launched one of the ops and those that capture
 a CUDA graph (cycles.capture_cycle_ids looks at them). A call that launched nothing has no span,
 so every projection, cycle window and op attribution is a reduction over the same launching calls,
 and where crossing ranges of one level compete for a call the later by start wins, whichever calls
@@ -19,7 +20,7 @@ real H200 eager trace launches GPU work from 29% of its calls.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Iterable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,14 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     """Per call: it launched one of the ops (same process and correlation id) or captures a CUDA
     graph (cycles.capture_cycle_ids looks at those). None when every call is needed or the ids
     are spread too wide for a presence table (then every call is prepared)."""
+    return needed_calls_in_blocks(calls, [(op_pid, op_corr)], strings)
+
+
+def needed_calls_in_blocks(calls: pd.DataFrame, op_keys: Iterable[tuple[np.ndarray, np.ndarray]],
+                           strings: pd.Series) -> np.ndarray | None:
+    """:func:`needed_calls` from the ops' (process, correlation id) arrays given a block at a time
+    (``--memory-budget``: read in rowid ranges, never all at once, read/report.read_op_keys);
+    ``op_keys`` is consumed only when a presence table is made."""
     if not len(calls):
         return None
     c_pid = calls["global_pid"].to_numpy(dtype="int64")
@@ -57,9 +66,10 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     if span * len(pids) > projection.PRESENCE_MAX_BYTES:
         return None
     present = np.zeros(span * len(pids) + 1, dtype=bool)          # the last slot: no call's key
-    for _, key in projection.masked_key_blocks(pids, op_pid, np.asarray(op_corr, dtype="int64"), lo, span,
-                                               span * len(pids)):
-        present[key] = True
+    for op_pid, op_corr in op_keys:
+        for _, key in projection.masked_key_blocks(pids, np.asarray(op_pid, dtype="int64"),
+                                                   np.asarray(op_corr, dtype="int64"), lo, span, span * len(pids)):
+            present[key] = True
     present[-1] = False
     keep = np.empty(len(c_pid), dtype=bool)
     for part, key in projection.correlation_key_blocks(pids, c_pid, c_corr, lo, span):
@@ -72,21 +82,27 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
 
 
 def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseConfig,
-                     ops: pd.DataFrame | None = None, strings: pd.Series | None = None) -> Launches:
+                     ops: pd.DataFrame | None = None, strings: pd.Series | None = None,
+                     op_keys: Iterable[tuple[np.ndarray, np.ndarray]] | None = None) -> Launches:
     """The calls' and ranges' side of the analysis. With ``ops`` (the report's GPU ops, read first)
-    and ``strings``, only the :func:`needed_calls` are prepared."""
+    and ``strings``, only the :func:`needed_calls` are prepared; the same with ``op_keys`` (the
+    ops' process and correlation id arrays, block by block: :func:`needed_calls_in_blocks`) where
+    the ops themselves are not read yet (``--memory-budget``)."""
     # the ranges' side (labels, nesting: no call needed) in a second thread while the calls are
     # sorted; NumPy's sorts and searches let go of the GIL
     call_rows = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-ranges") as pool:
         range_side = pool.submit(_range_side, ranges, config)
+        keep = None
         if ops is not None and strings is not None:
             keep = needed_calls(calls, ops["global_pid"].to_numpy(dtype="int64"),
                                 ops["correlation_id"].to_numpy(dtype="int64"), strings)
-            if keep is not None:
-                calls = calls[keep].reset_index(drop=True)
-                call_rows = np.flatnonzero(keep)
-                del keep
+        elif op_keys is not None and strings is not None:
+            keep = needed_calls_in_blocks(calls, op_keys, strings)
+        if keep is not None:
+            calls = calls[keep].reset_index(drop=True)
+            call_rows = np.flatnonzero(keep)
+            del keep
         index = projection.build_call_index(calls, ranges)     # (threads and times: labels not needed)
         ranges, levels, nesting, top_cycles = range_side.result()
     layout = projection.range_layout(index, ranges, levels=levels)
