@@ -248,3 +248,30 @@ def test_an_error_does_not_wait_for_the_early_read(tmp_path, monkeypatch, capsys
     release.set()
     assert code != 0 and elapsed < 20 and prefetch.pending() == 0 and path.read_bytes() == before
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_auto_budget_counts_the_early_rows_as_available(tmp_path, monkeypatch):
+    """The estimate of the whole analysis holds the calls already; rows read early (and not yet
+    taken) are memory the kernel counts as used: auto_budget adds them back, for their file only,
+    so an early read never tips a report that fits into chunks."""
+    from analyze import memory
+    from analyze.run import api
+
+    path = tmp_path / "r.sqlite"
+    shutil.copy(REPORT, path)
+    other = tmp_path / "other.sqlite"
+    shutil.copy(REPORT, other)
+    need = api.estimate_whole_bytes(str(path))
+    assert prefetch.held_bytes(str(path)) == 0
+    assert prefetch.start_calls(path)
+    where, sql = _statement(path)
+    held = _wait_for_read(prefetch._key(where, sql)).nbytes
+    assert held > 0 and prefetch.held_bytes(str(path)) == held and prefetch.held_bytes(str(other)) == 0
+    # the kernel's figure, with the early rows counted as used, is just short of what fits
+    fits = int(need / api.AUTO_FIT_SHARE) + 1
+    monkeypatch.setattr(memory, "available_bytes", lambda: fits - held)
+    assert api.auto_budget(str(path)) == (None, None)                 # whole: the rows added back
+    assert api.auto_budget(str(other))[0] is not None                 # another file's budget: no early rows
+    assert prefetch.take(where, sql, "pages") is not None
+    assert prefetch.held_bytes(str(path)) == 0
+    assert api.auto_budget(str(path))[0] is not None                  # taken: nothing to add

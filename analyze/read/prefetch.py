@@ -20,8 +20,9 @@ the CLI imports the rest).
 
 Where the early read's rows are not taken the analysis reads the calls itself; a report the
 analysis then refuses (a corrupt page found by its ``quick_check``) may have been read in vain,
-read-only. While the rows wait to be taken they take memory the ``--memory-budget auto`` estimate
-sees as used (the calls of the real 1M-kernel trace: about 0.15 GB).
+read-only. While the rows wait to be taken they hold memory (the calls of the real 1M-kernel
+trace: about 0.15 GB) that the ``--memory-budget auto`` decision adds back to the available memory
+(:func:`held_bytes`): its estimate counts the calls already.
 """
 from __future__ import annotations
 
@@ -180,6 +181,16 @@ def refused(path: str, sql: str, reader: str) -> bool:
         return False
     read.thread.join()
     return reader in read.refused and _identity(read.path) == read.identity
+
+
+def held_bytes(path: str) -> int:
+    """Bytes of the rows read early from the file at ``path`` that wait to be taken (finished reads
+    only, not waited for): memory the kernel's available-memory figure counts as used, though the
+    analysis takes these rows instead of reading them again (run/api.auto_budget adds them back)."""
+    real = os.path.realpath(path)
+    with _LOCK:
+        reads = [r for (p, _), r in _PENDING.items() if p == real]
+    return sum(int(r.table.nbytes) for r in reads if not r.thread.is_alive() and r.table is not None)
 
 
 def forget() -> None:

@@ -269,8 +269,13 @@ def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
-    note that says so. Whole too when the memory or the estimate is unknown."""
+    note that says so. Whole too when the memory or the estimate is unknown. The rows the CLI read
+    early (read/prefetch.py) count as available: the estimate holds them already."""
+    from analyze.read import prefetch
+
     available = memory.available_bytes()
+    if available is not None:
+        available += prefetch.held_bytes(path)
     need = None if available is None else estimate_whole_bytes(path)
     if need is None:
         return None, None
