@@ -185,7 +185,9 @@ def test_interval_split_equals_clipped_unions(ops, intervals, cuts):
     for a, b in zip(edges[:-1], edges[1:]):
         idx = np.flatnonzero((s > a) & (s <= b))
         idx = idx[np.lexsort((s[idx], rank[idx]))]
-        split.update(rank[idx], s[idx], e[idx], ph[idx])
+        for r in np.unique(rank[idx]):                  # a rank's ops of the chunk, as the map step feeds them
+            mine = idx[rank[idx] == r]
+            split.update_rank(int(r), s[mine], e[mine], ph[mine])
     busy, upto = split.result()
     for k in range(len(w_lo)):
         mine = rank == w_rank[k]

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.attribute.intervals import INT64_MIN, group_segments
+from analyze.attribute.intervals import INT64_MIN
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
@@ -248,12 +248,6 @@ class IntervalSplit:
         self.total = np.zeros((n_phases + 1, len(lo)), dtype="int64")
         self._of_rank = {int(r): np.flatnonzero(rank == r) for r in np.unique(rank)}
         self._reach: dict[int, np.ndarray] = {}
-
-    def update(self, op_rank: np.ndarray, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
-        """One chunk of ops, sorted by start within runs of one rank (a rank in one run), every
-        start at or after the starts of the chunks before."""
-        for r, a, b in group_segments(op_rank):
-            self.update_rank(int(r), start[a:b], end[a:b], phase[a:b])
 
     def update_rank(self, rank: int, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
         """Ops of one rank sorted by start, every start at or after those of the rank's ops before."""
