@@ -155,6 +155,7 @@ class PhaseNesting(NamedTuple):
 
     levels: np.ndarray          # per phase range (ranges with a phase, in row order): depth among them
     tops: dict                  # phase code -> positions (among the phase ranges) of its outermost ranges
+    phase_ranges: pd.DataFrame  # the ranges with a phase (thread, start, end, phase; their ids as index)
 
 
 def _phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
@@ -177,7 +178,7 @@ def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
         sel = np.flatnonzero(phase_col == name)
         if len(sel):
             tops[i] = sel[proj.nesting_levels(thread[sel], starts[sel], ends[sel]) == 0]
-    return PhaseNesting(levels, tops)
+    return PhaseNesting(levels, tops, phase_ranges)
 
 
 def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,
@@ -187,9 +188,9 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
     ``layout``: projection.range_layout of ``ranges`` when the caller has it (blocks reused);
     ``nesting``: :func:`phase_nesting` of ``ranges`` when the caller has it."""
     n_calls = len(index.key)
-    phase_ranges = _phase_ranges(ranges)
-    lo, hi, exact, end_key, start_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
     nesting = phase_nesting(ranges, config) if nesting is None else nesting
+    phase_ranges = nesting.phase_ranges          # (selected once per preparation)
+    lo, hi, exact, end_key, start_key = proj.subset_blocks(index, ranges, phase_ranges, layout)
     levels = nesting.levels
     labels = phase_ranges.index.to_numpy(dtype="int64")
     # range ids as int32 when they fit: held per call for the whole analysis
