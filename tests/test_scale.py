@@ -147,6 +147,85 @@ def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch, r
         pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_chunk_reads_cut_between_readers_give_identical_results(scale_file, tmp_path, monkeypatch, threads):
+    """Each chunk's big reads cut in rowid ranges, one per reader (chunks.split_reads): the same
+    tables as the whole analysis, and the cache written while the chunks go by (its parts in rowid
+    order) gives them again."""
+    import shutil
+
+    from analyze.run import chunks
+
+    src, _ = scale_file
+    path = str(tmp_path / "r.sqlite")
+    shutil.copy(src, path)
+    whole = api.load(path)
+    monkeypatch.setenv("SPECPROF_READ_THREADS", str(threads))
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 4_096)
+    monkeypatch.setattr(chunks, "SPLIT_CHUNK_MIN_ROWS", 50)
+    read = []
+    real_read = chunks.SqliteChunks._read_one
+    monkeypatch.setattr(chunks.SqliteChunks, "_read_one", lambda self, part: read.append(part) or real_read(self, part))
+    chunked = api.load(path, memory_budget=1, cache=True)
+    assert chunk_count(chunked) >= 60_000 // 4_096
+    kernel_reads = [r for r in read if r.kind == "kernel"]
+    assert len(kernel_reads) == threads * chunk_count(chunked)
+    same(whole, chunked, ops=False)
+    again = api.load(path, cache=True, memory_budget=None)       # from the cache the chunks wrote
+    same(whole, again)
+
+
+def test_split_read_covers_the_read_in_order():
+    from analyze.run import chunks
+
+    big = report.OpRead("kernel", "K", "S", 10, 250_011, 250_001)
+    for threads in (1, 2, 3, 8):
+        out = chunks.split_read(big, threads)
+        assert len(out) == threads and all(r.kind == "kernel" and r.sql == "S" for r in out)
+        assert out[0].rowid_lo == 10 and out[-1].rowid_hi == 250_011
+        assert all(a.rowid_hi == b.rowid_lo for a, b in zip(out, out[1:]))      # consecutive, no gap
+        assert sum(r.rows_hint for r in out) == 250_001
+    for small in (report.OpRead("memcpy", "M", "S", 1, 7, 6), report.OpRead("memset", "Z", "S", None, None, None)):
+        assert chunks.split_read(small, 4) == [small]
+
+
+def test_repeats_across_cut_reads_are_left_out_and_counted(tmp_path, monkeypatch):
+    """Every kernel row three times, in start order: the chunk reads cut between two readers meet
+    inside runs of repeats; report.join_parts leaves out the repeats across the pieces (each
+    piece left out its own), so the counts and figures equal the whole analysis' and the original's."""
+    import shutil
+    import sqlite3
+
+    from analyze.run import chunks
+
+    src = os.path.join(REAL, "h200_4proc_eager.sqlite")
+    path = str(tmp_path / "tripled.sqlite")
+    shutil.copy(src, path)
+    with sqlite3.connect(path) as c:
+        n = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        c.execute("CREATE TABLE k3 AS SELECT * FROM (SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+                  "SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL) "
+                  "ORDER BY start")
+        c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+        c.execute("ALTER TABLE k3 RENAME TO CUPTI_ACTIVITY_KIND_KERNEL")
+    original = api.load(src)
+    whole = api.load(path)
+    dups = [x.count for x in whole.notes if x.code == "duplicate_rows"]
+    assert dups == [2 * n]
+    monkeypatch.setenv("SPECPROF_READ_THREADS", "2")
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 1_001)
+    monkeypatch.setattr(chunks, "SPLIT_CHUNK_MIN_ROWS", 10)
+    joined = []
+    real_join = report.join_parts
+    monkeypatch.setattr(report, "join_parts", lambda frames, kind: joined.append(len(frames)) or real_join(frames, kind))
+    chunked = api.load(path, memory_budget=1)
+    assert joined and set(joined) == {2}
+    assert [x.count for x in chunked.notes if x.code == "duplicate_rows"] == [2 * n]
+    same(whole, chunked, ops=False)
+    for t in ("totals", "phases", "kernels"):
+        pd.testing.assert_frame_equal(chunked.table(t), original.table(t), check_dtype=False, obj=t)
+
+
 REAL = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real")
 
 
