@@ -93,16 +93,17 @@ def test_an_empty_path_is_2_not_the_demo_nor_the_current_directory(capsys, tmp_p
 
 
 @pytest.mark.parametrize("argv", [["advise", ""], ["whatif", ""], ["diff", "", EAGER], ["diff", EAGER, " "],
-                                  ["advise", EAGER, ""], ["", EAGER]],
+                                  ["advise", EAGER, ""], ["", EAGER], ["scrub", "", "-o", "out.sqlite"]],
                          ids=lambda a: " ".join(Path(x).name or repr(x) for x in a))
 def test_an_empty_path_is_2_on_every_subcommand_even_beside_a_report(capsys, tmp_path, monkeypatch, argv):
     """Path("") is the current directory: with a report there, advise/whatif/diff analysed it (exit 0)
-    before read/inputs.find_reports refused an empty path for every command."""
+    and scrub said it was a directory, before read/inputs.refuse_empty refused an empty path for
+    every command (find_reports and connection.open_report)."""
     import shutil
 
     shutil.copy(STEPS3, tmp_path / "here.sqlite")
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(capsys, *argv, "-q")
+    code, out, err = run(capsys, *argv, *([] if argv[0] == "scrub" else ["-q"]))
     assert code == 2 and out == ""
     assert "empty path" in one_error_line(err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["here.sqlite"]

@@ -225,6 +225,7 @@ def _load_chunked(path: str, monkeypatch, *, after_ops: bool, threads: int, key_
     with monkeypatch.context() as m:
         m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
         m.setattr(report, "OP_KEY_CHUNK_ROWS", key_rows)
+        m.setattr(api, "MIN_CHUNK_ROWS", 400)                 # several op chunks
         m.setenv("SPECPROF_READ_THREADS", str(threads))
         m.setattr(launches, "needed_calls_in_blocks", spy)
         return api.load(path, memory_budget=1), kept, blocks
@@ -246,6 +247,38 @@ def test_chunked_analysis_prepares_only_launching_calls_from_the_ops_keys(name, 
     assert len(blocks) > 1 and max(blocks) <= 997 and sum(blocks) >= n_ops   # every op's key, a block at a time
     _same(every, launching)
     assert launching.gpu_ops.empty
+    assert next(n.count for n in launching.notes if n.code == "chunked") > 1
     whole = api.load(path, memory_budget=None)
     for t in TABLES:
         pd.testing.assert_frame_equal(launching.table(t), whole.table(t), obj=t)
+
+
+def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path, monkeypatch):
+    """The same from a Parquet cache entry: the cached ops' keys, a row group at a time
+    (cache.CachedOps.keys), and the same tables as the run that wrote the entry."""
+    import shutil
+
+    path = str(tmp_path / "eager.sqlite")
+    shutil.copy(REAL / "h200_4proc_eager.sqlite", path)
+    kept: list[tuple[int, int]] = []
+    needed = launches.needed_calls_in_blocks
+
+    def spy(calls, op_keys, strings):
+        mask = needed(calls, op_keys, strings)
+        kept.append((len(calls), len(calls) if mask is None else int(mask.sum())))
+        return mask
+
+    from analyze.read import cache
+
+    monkeypatch.setattr(launches, "needed_calls_in_blocks", spy)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 400)
+    from_cache = []
+    cached_keys = cache.CachedOps.keys
+    monkeypatch.setattr(cache.CachedOps, "keys", lambda self: from_cache.append(1) or cached_keys(self))
+    first = api.load(path, memory_budget=1, cache=True)            # writes the entry
+    assert from_cache == []
+    again = api.load(path, memory_budget=1, cache=True)            # from it
+    assert from_cache == [1]
+    assert len(kept) == 2 and all(k < 0.8 * n for n, k in kept) and kept[0] == kept[1]
+    for t in TABLES:
+        pd.testing.assert_frame_equal(again.table(t), first.table(t), obj=t)

@@ -250,10 +250,11 @@ def test_an_error_does_not_wait_for_the_early_read(tmp_path, monkeypatch, capsys
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_auto_budget_counts_the_early_rows_as_available(tmp_path, monkeypatch):
-    """The estimate of the whole analysis holds the calls already; rows read early (and not yet
-    taken) are memory the kernel counts as used: auto_budget adds them back, for their file only,
-    so an early read never tips a report that fits into chunks."""
+def test_auto_budget_takes_the_memory_available_before_the_early_read(tmp_path, monkeypatch):
+    """The estimate of the whole analysis holds the libraries and the calls already; the kernel's
+    figure taken once rows were read early (or while they are being read) counts them as used: the
+    auto decision takes the figure from before the early read started, for that file only, whether
+    the rows were taken yet or not."""
     from analyze import memory
     from analyze.run import api
 
@@ -262,16 +263,18 @@ def test_auto_budget_counts_the_early_rows_as_available(tmp_path, monkeypatch):
     other = tmp_path / "other.sqlite"
     shutil.copy(REPORT, other)
     need = api.estimate_whole_bytes(str(path))
-    assert prefetch.held_bytes(str(path)) == 0
-    assert prefetch.start_calls(path)
-    where, sql = _statement(path)
-    held = _wait_for_read(prefetch._key(where, sql)).nbytes
-    assert held > 0 and prefetch.held_bytes(str(path)) == held and prefetch.held_bytes(str(other)) == 0
-    # the kernel's figure, with the early rows counted as used, is just short of what fits
     fits = int(need / api.AUTO_FIT_SHARE) + 1
-    monkeypatch.setattr(memory, "available_bytes", lambda: fits - held)
-    assert api.auto_budget(str(path)) == (None, None)                 # whole: the rows added back
-    assert api.auto_budget(str(other))[0] is not None                 # another file's budget: no early rows
+    assert prefetch.available_before(str(path)) is None
+    monkeypatch.setattr(memory, "available_bytes", lambda: fits)      # before the early read
+    assert prefetch.start_calls(path)
+    monkeypatch.setattr(memory, "available_bytes", lambda: fits // 2)  # later: the rows count as used
+    assert prefetch.available_before(str(path)) == fits
+    assert prefetch.available_before(str(tmp_path / "." / "r.sqlite")) == fits      # the same file
+    assert api.auto_budget(str(path)) == (None, None)                  # whole
+    assert api.auto_budget(str(other))[0] is not None                  # another file: the kernel's figure
+    where, sql = _statement(path)
     assert prefetch.take(where, sql, "pages") is not None
-    assert prefetch.held_bytes(str(path)) == 0
-    assert api.auto_budget(str(path))[0] is not None                  # taken: nothing to add
+    assert api.auto_budget(str(path)) == (None, None)                  # taken: still the figure from before
+    prefetch.forget()
+    assert prefetch.available_before(str(path)) is None
+    assert api.auto_budget(str(path))[0] is not None

@@ -316,6 +316,18 @@ class CachedOps:
             self._start_cache = (kind, g, col.column(0).to_numpy())
         return int(self._start_cache[2][j - first[g]])
 
+    def keys(self):
+        """Per row group, the ops' (process, correlation id) as int64 arrays: what the chunked
+        analysis needs to prepare only the launching calls (run/launches.needed_calls_in_blocks)."""
+        for kind in self.kinds:
+            for g in self._groups[kind][0].tolist():
+                t = self._read([int(g)], columns=["global_pid", "correlation_id"])
+                yield (t.column(0).to_numpy().astype("int64", copy=False),
+                       t.column(1).to_numpy().astype("int64", copy=False))
+
+    def total_rows(self) -> int:
+        return sum(self.rows(k) for k in self.kinds)
+
     def read_between(self, kind: str, lo: int, hi: int) -> pd.DataFrame:
         """The rows of ``kind`` that start in [lo, hi). Raises ValueError when the rows are not in
         start order (a chunk could not be cut from them)."""

@@ -34,7 +34,7 @@ from typing import Iterator
 
 from analyze.errors import (CorruptReport, MissingInput, NotAFile, NotNsysExport, NotSqlite, NsysRepGiven,
                             SchemaWarning, TraceError)
-from analyze.read.inputs import NSYS_REP_SUFFIXES, find_reports, nsys_export_command
+from analyze.read.inputs import NSYS_REP_SUFFIXES, find_reports, nsys_export_command, refuse_empty
 
 NEWEST_TESTED_SCHEMA = (3, 25)
 OLDEST_TESTED_SCHEMA = (3, 0)
@@ -190,6 +190,7 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
     ``quick_check``: None = run ``PRAGMA quick_check(1)`` only for files up to
     QUICK_CHECK_MAX_BYTES. Raises a TraceError subclass for every bad input; warns with
     SchemaWarning for an export schema newer than NEWEST_TESTED_SCHEMA."""
+    refuse_empty(path)
     p = Path(path)
     if not p.exists():
         if p.is_symlink():

@@ -45,13 +45,19 @@ def _sqlite_name_for(rep: Path) -> Path:
     return rep.with_name(name + ".sqlite")
 
 
+def refuse_empty(path: str | os.PathLike) -> None:
+    """MissingInput for an empty path (``Path("")`` is the current directory: an unset shell
+    variable would analyse, or scrub, whatever lies there)."""
+    if not os.fspath(path).strip():
+        raise MissingInput("an empty path was given as a report (an unset shell variable?)")
+
+
 def find_reports(path: str | os.PathLike) -> list[Path]:
     """A file -> [file]; a directory -> its ``*.sqlite`` files (not recursive), sorted by name.
     Raises MissingInput when the path is missing or the directory holds no report, and
-    NsysRepGiven when a directory holds only .nsys-rep files. An empty path is refused (``Path("")``
-    is the current directory: an unset shell variable would analyse whatever lies there)."""
-    if not os.fspath(path).strip():
-        raise MissingInput("an empty path was given as a report (an unset shell variable?)")
+    NsysRepGiven when a directory holds only .nsys-rep files; an empty path is refused
+    (:func:`refuse_empty`)."""
+    refuse_empty(path)
     p = Path(path)
     if not p.exists():
         raise MissingInput(f"{p}: no such file or directory", p)

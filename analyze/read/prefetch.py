@@ -21,8 +21,8 @@ the CLI imports the rest).
 Where the early read's rows are not taken the analysis reads the calls itself; a report the
 analysis then refuses (a corrupt page found by its ``quick_check``) may have been read in vain,
 read-only. While the rows wait to be taken they hold memory (the calls of the real 1M-kernel
-trace: about 0.15 GB) that the ``--memory-budget auto`` decision adds back to the available memory
-(:func:`held_bytes`): its estimate counts the calls already.
+trace: about 0.15 GB); the ``--memory-budget auto`` decision takes the available memory from
+before the early read started (:func:`available_before`): its estimate counts the calls already.
 """
 from __future__ import annotations
 
@@ -30,11 +30,13 @@ import os
 import threading
 import warnings
 
+from analyze import memory
 from analyze.read import connection, cxread
 from analyze.read.statements import RUNTIME_TABLE, calls_statement
 
 _LOCK = threading.Lock()
 _PENDING: dict[tuple[str, str], "_Read"] = {}
+_AVAILABLE_BEFORE: dict[str, int] = {}        # per file read early: available memory at the start
 
 
 class _Read:
@@ -136,13 +138,17 @@ def _start_calls(path) -> bool:
     read = _Read(key[0], sql, tried)
     if read.identity is None:
         return False
+    available = memory.available_bytes()
     with _LOCK:
         _PENDING[key] = read
+        if available is not None:
+            _AVAILABLE_BEFORE[key[0]] = available
     try:
         read.thread.start()
     except RuntimeError:                          # no thread to be had: the analysis reads them
         with _LOCK:
             _PENDING.pop(key, None)
+            _AVAILABLE_BEFORE.pop(key[0], None)
         return False
     return True
 
@@ -183,14 +189,14 @@ def refused(path: str, sql: str, reader: str) -> bool:
     return reader in read.refused and _identity(read.path) == read.identity
 
 
-def held_bytes(path: str) -> int:
-    """Bytes of the rows read early from the file at ``path`` that wait to be taken (finished reads
-    only, not waited for): memory the kernel's available-memory figure counts as used, though the
-    analysis takes these rows instead of reading them again (run/api.auto_budget adds them back)."""
-    real = os.path.realpath(path)
+def available_before(path: str) -> int | None:
+    """The available memory (memory.available_bytes) when the early read of the file at ``path``
+    started, before the CLI imported its libraries and before any row was read; None when there
+    was no early read of it. run/api.auto_budget decides from it: its estimate of the whole analysis
+    holds the interpreter, its libraries and the calls already, and the kernel's figure taken later
+    would count the rows read early (or being read) as used."""
     with _LOCK:
-        reads = [r for (p, _), r in _PENDING.items() if p == real]
-    return sum(int(r.table.nbytes) for r in reads if not r.thread.is_alive() and r.table is not None)
+        return _AVAILABLE_BEFORE.get(os.path.realpath(path))
 
 
 def forget() -> None:
@@ -199,6 +205,7 @@ def forget() -> None:
     rows go with it (the ``analyze-trace`` process ends without waiting for it: cli.console_main)."""
     with _LOCK:
         _PENDING.clear()
+        _AVAILABLE_BEFORE.clear()
 
 
 def pending() -> int:

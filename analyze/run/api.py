@@ -121,8 +121,10 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
     fill = None
     if entry is not None:
         tables = cache_mod.load_tables(path, entry, ops=False)
-        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges))
         cached = cache_mod.CachedOps(entry)
+        # calls outnumbering ops (report.prepare_after_ops' rule): only the launching ones
+        keys = cached.keys() if len(tables.calls) > report.CALLS_PER_OP_PREPARED_AFTER * cached.total_rows() else None
+        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=keys, strings=tables.strings))
         notes += [where] if where else []
     else:
         tables = report.read_report(path, prepare=prepare, ops=False,
@@ -269,13 +271,14 @@ def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
-    note that says so. Whole too when the memory or the estimate is unknown. The rows the CLI read
-    early (read/prefetch.py) count as available: the estimate holds them already."""
+    note that says so. Whole too when the memory or the estimate is unknown. Where the CLI read the
+    report's calls early (read/prefetch.py), the memory available before that read started: the
+    estimate holds the libraries and the calls already."""
     from analyze.read import prefetch
 
-    available = memory.available_bytes()
-    if available is not None:
-        available += prefetch.held_bytes(path)
+    available = prefetch.available_before(path)
+    if available is None:
+        available = memory.available_bytes()
     need = None if available is None else estimate_whole_bytes(path)
     if need is None:
         return None, None

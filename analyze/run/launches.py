@@ -9,8 +9,9 @@ and in most reports it is computed while the ops are still being read.
 In a report with many more calls than ops (read/report.prepare_after_ops), and for a report whose
 tables come from the Parquet cache, the ops are known first and only the calls the analysis can
 use are prepared (:func:`needed_calls`; under ``--memory-budget``, where the ops are read later in
-chunks, from their keys alone, read a block at a time: :func:`needed_calls_in_blocks`): those that launched one of the ops and those that capture
-a CUDA graph (cycles.capture_cycle_ids looks at them). A call that launched nothing has no span,
+chunks, from their keys alone, read a block at a time from the export or the cache:
+:func:`needed_calls_in_blocks`): those that launched one of the ops and those that capture a CUDA
+graph (cycles.capture_cycle_ids looks at them). A call that launched nothing has no span,
 so every projection, cycle window and op attribution is a reduction over the same launching calls,
 and where crossing ranges of one level compete for a call the later by start wins, whichever calls
 are there (projection._level_groups); the per-op ``call_pos`` is the call's row in the report's

@@ -438,7 +438,7 @@ def scrub(in_path: str | os.PathLike, out_path: str | os.PathLike, *,
     ``out_path`` cannot be written, is the input itself (or a link to it), or exists and ``force``
     is not given (analyze/output_policy.py)."""
     src_p, dst_p = Path(in_path), Path(out_path)
-    src = open_report(src_p)
+    src = open_report(in_path)          # as given: Path("") would be the current directory
     try:
         with output_policy.protect([src_p], force=force):
             output_policy.check_output(dst_p, overwrite="never")
@@ -484,7 +484,7 @@ def main_scrub(argv: list[str] | None = None) -> int:
     try:
         rep = scrub(args.input, args.output, keep_names=args.keep_names, force=args.force)
     except TraceError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"analyze-trace: error: {e}", file=sys.stderr)      # the one error line of every command
         return e.exit_code
     print("\n".join(rep.lines()))
     return 0
