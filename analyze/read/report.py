@@ -416,22 +416,6 @@ def _duplicates_across(frame: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:
     return dup
 
 
-def join_parts(frames: list[pd.DataFrame], kind: str) -> pd.DataFrame:
-    """One op table's (op ``kind``'s) parts read in consecutive rowid ranges (read_op_part each), as one frame in
-    that order: the repeats across parts left out too (within a part, read_op_part left them out)
-    and counted with what the parts left out (``attrs["excluded_rows"]``)."""
-    excluded = [x for f in frames for x in take_excluded(f)]
-    sizes = [len(f) for f in frames]
-    frame = _concat_columns(frames)
-    if len(frames) > 1:
-        dup = _duplicates_across(frame, np.cumsum([0] + sizes))
-        if dup.any():
-            frame = frame[~dup].reset_index(drop=True)
-            excluded += validate.exclusions(kind, {validate.DUPLICATE_ROWS: int(dup.sum())})
-    frame.attrs[EXCLUDED] = excluded
-    return frame
-
-
 def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.DataFrame:
     """Kernels, memcpys, memsets and graph-level launches as one table (read in rowid chunks of
     ``chunk_rows`` rows when given: bounded memory, same table)."""

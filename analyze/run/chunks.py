@@ -83,35 +83,14 @@ def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[report.OpRead]], list[
     return chunks, times
 
 
-# a chunk's read of a table at least this long is cut between the readers
-SPLIT_CHUNK_MIN_ROWS = 100_000
-
-
-def split_read(read: report.OpRead, threads: int) -> list[report.OpRead]:
-    """A chunk's read of one table as ``threads`` consecutive rowid ranges when it is big
-    (:data:`SPLIT_CHUNK_MIN_ROWS`), else as given: read side by side, their frames joined in order
-    (report.join_parts, which also leaves out repeats across them) make the same table."""
-    n = (read.rowid_hi - read.rowid_lo) if read.rowid_lo is not None else 0
-    if threads <= 1 or n < SPLIT_CHUNK_MIN_ROWS:
-        return [read]
-    step = -(-n // threads)
-    return [read._replace(rowid_lo=a, rowid_hi=min(a + step, read.rowid_hi), rows_hint=min(step, read.rowid_hi - a))
-            for a in range(read.rowid_lo, read.rowid_hi, step)]
-
-
 class SqliteChunks:
-    """The chunks of an export (``chunk_rows`` rows of its biggest op table each), a chunk's big
-    reads cut between ``threads`` readers (report.read_threads when None; each on its own read-only
-    connection: the next chunk is read while the map step works on this one, and the map step
-    waits for the reading).
-    ``on_read``: called with every part read, (op kind, frame), in rowid order, e.g. to write the
-    cache as the chunks go by."""
+    """The chunks of an export (``chunk_rows`` rows of its biggest op table each). ``on_read``:
+    called with every part read, (op kind, frame), e.g. to write the cache as the chunks go by."""
 
-    def __init__(self, path: str, chunk_rows: int, on_read=None, threads: int | None = None):
+    def __init__(self, path: str, chunk_rows: int, on_read=None):
         self.path, self.on_read = str(path), on_read
         conn = open_report(self.path, quick_check=False)
         try:
-            self.threads = max(int(report.read_threads(conn) if threads is None else threads), 1)
             self.immutable = conn.immutable
             self.reads, self.times = plan_chunks(conn, chunk_rows)
         finally:
@@ -123,33 +102,17 @@ class SqliteChunks:
         return len(self.times)
 
     def read(self, k: int) -> OpChunk:
-        pieces = [split_read(r, self.threads) for r in self.reads[k]]
-        flat = [p for group in pieces for p in group]
-        if self.threads > 1 and len(flat) > 1:
-            with ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="specprof-chunk-read") as pool:
-                frames = iter(list(pool.map(self._read_one, flat)))
-        else:
-            frames = iter([self._read_one(p) for p in flat])
-        parts = []
-        for read, group in zip(self.reads[k], pieces):
-            mine = [next(frames) for _ in group]
-            parts.append((read.kind, mine[0] if len(mine) == 1 else report.join_parts(mine, read.kind)))
-            del mine
-        del frames
+        from analyze.read import fastread
+        own = open_report(self.path, immutable=self.immutable, quick_check=False)
+        try:
+            parts = [(r.kind, report.read_op_part(own, r)) for r in self.reads[k]]
+        finally:
+            fastread.close(own)
+            own.close()
         if self.on_read is not None:
             for kind, frame in parts:
                 self.on_read(kind, frame)
         return chunk_of_parts(parts)
-
-
-    def _read_one(self, part: report.OpRead):
-        from analyze.read import fastread
-        own = open_report(self.path, immutable=self.immutable, quick_check=False)
-        try:
-            return report.read_op_part(own, part)
-        finally:
-            fastread.close(own)
-            own.close()
 
 
 class CachedChunks:
