@@ -457,3 +457,34 @@ def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
     assert fig.axes[0].get_title() == f"GPU timeline per rank, cycles {chosen[0]}-{chosen[1]}"
     with pytest.raises(plots.NoData, match="only the default cycles"):
         plots.cycle_timeline(chunked, cycles=chosen[0])
+
+
+def test_a_chunked_run_that_fails_leaves_no_cache_behind(tmp_path, monkeypatch):
+    """--memory-budget with --cache writes the entry while the chunks go by: an error in a chunk's
+    read aborts it (no temporary entry, no empty cache folder beside the report); the report is
+    untouched and a later run writes the entry whole."""
+    import shutil
+
+    from analyze.read import cache
+    from analyze.run import chunks
+
+    path = tmp_path / "r.sqlite"
+    shutil.copy(os.path.join(REAL, "h200_4proc_eager.sqlite"), path)
+    before = sha(str(path))
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 400)
+    real_read = chunks.SqliteChunks.read
+
+    def failing(self, k):
+        if k == 2:
+            raise OSError("disk gone")
+        return real_read(self, k)
+
+    monkeypatch.setattr(chunks.SqliteChunks, "read", failing)
+    with pytest.raises(OSError, match="disk gone"):
+        api.load(str(path), memory_budget=1, cache=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.sqlite"]
+    assert sha(str(path)) == before
+    monkeypatch.setattr(chunks.SqliteChunks, "read", real_read)
+    done = api.load(str(path), memory_budget=1, cache=True)
+    assert (cache.candidates(str(path))[0] / "meta.json").is_file()
+    same(api.load(str(path)), done, ops=False)

@@ -222,6 +222,10 @@ class EntryWriter:
                 pass
         self._writers = {}
         shutil.rmtree(self.tmp, ignore_errors=True)
+        try:
+            self.entry.parent.rmdir()        # the cache folder beside the report, when nothing else is in it
+        except OSError:
+            pass
 
 
 def _save(tables: report.ReportTables, entry: Path) -> None:

@@ -157,6 +157,11 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
         notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
                           "report was analysed in one piece (only its read was chunked)"))
         return None
+    except BaseException:            # an error, an interrupt: no half-written cache entry left behind
+        step.store.close()
+        if fill is not None:
+            fill.abort()
+        raise
     result = step.finish()
     memory.release()          # the freed working heap, before the reports are combined
     cache_note = fill.commit() if fill is not None else None
