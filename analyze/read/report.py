@@ -772,8 +772,13 @@ def prepare_after_ops(call_rows: int | None, plan: list[OpRead]) -> bool:
     out the calls that launched nothing (run/launches.needed_calls), which pays where calls
     outnumber ops (the real H200 eager trace: 3.4 per op, 71% launching nothing), while otherwise
     preparing during the op reads, in the other reader, is the shorter schedule."""
-    op_rows = sum(p.rows_hint or 0 for p in plan)
-    return bool(plan) and op_rows > 0 and (call_rows or 0) > CALLS_PER_OP_PREPARED_AFTER * op_rows
+    return bool(plan) and calls_outnumber_ops(call_rows, sum(p.rows_hint or 0 for p in plan))
+
+
+def calls_outnumber_ops(call_rows: int | None, op_rows: int) -> bool:
+    """More than CALLS_PER_OP_PREPARED_AFTER API calls per GPU op (and some ops): preparing only the
+    launching calls pays (:func:`prepare_after_ops`; the chunked analysis from the cache too)."""
+    return op_rows > 0 and (call_rows or 0) > CALLS_PER_OP_PREPARED_AFTER * op_rows
 
 
 def _results_in_order(futures: list):

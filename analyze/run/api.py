@@ -122,8 +122,7 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
     if entry is not None:
         tables = cache_mod.load_tables(path, entry, ops=False)
         cached = cache_mod.CachedOps(entry)
-        # calls outnumbering ops (report.prepare_after_ops' rule): only the launching ones
-        keys = cached.keys() if len(tables.calls) > report.CALLS_PER_OP_PREPARED_AFTER * cached.total_rows() else None
+        keys = cached.keys() if report.calls_outnumber_ops(len(tables.calls), cached.total_rows()) else None
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=keys, strings=tables.strings))
         notes += [where] if where else []
     else:
@@ -150,18 +149,15 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
             stage(f"chunk {k + 1}/{len(source)}")
             step.update(chunk)
             del chunk
-    except chunks.NotTimeOrdered:
+    except BaseException as exc:     # out of time order, an error, an interrupt: no half-written cache entry
         step.store.close()
         if fill is not None:
             fill.abort()
+        if not isinstance(exc, chunks.NotTimeOrdered):
+            raise
         notes.append(Note(N.NOT_TIME_ORDERED, "--memory-budget: the GPU op tables are not in time order, so the "
                           "report was analysed in one piece (only its read was chunked)"))
         return None
-    except BaseException:            # an error, an interrupt: no half-written cache entry left behind
-        step.store.close()
-        if fill is not None:
-            fill.abort()
-        raise
     result = step.finish()
     memory.release()          # the freed working heap, before the reports are combined
     cache_note = fill.commit() if fill is not None else None
