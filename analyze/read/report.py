@@ -75,12 +75,63 @@ def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = T
 
 
 def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
-    """Upper bound on the rows of ``table`` from its rowid range (a B-tree seek, no scan); None
-    when the table is missing or empty."""
+    """Upper bound on the rows of ``table`` (:func:`rowid_span`); None when the table is missing
+    or empty."""
     if not connection.has_table(conn, table):
         return None
+    span = rowid_span(conn, table)
+    return span.rows if span is not None else None
+
+
+# bytes a row of a rowid table takes at least in the file, besides one serial type per column:
+# its cell pointer, payload size and rowid varints and record header size, one byte each at least
+# (values of serial types 0, 8 and 9, NULL, 0 and 1, take no bytes)
+_MIN_CELL_BYTES = 5
+
+
+class RowidSpan(NamedTuple):
+    """A table's rowids: [lo, hi), and how many rows it has (``dense``: taken to be hi - lo, as
+    nsys writes its tables, 1, 2, 3, ...; else counted)."""
+
+    lo: int
+    hi: int
+    rows: int
+    dense: bool
+
+
+def rowid_span(conn: sqlite3.Connection, table: str) -> RowidSpan | None:
+    """The rowid range of ``table`` (two B-tree seeks) and its row count, None when it is empty.
+    The range's length is the count unless it exceeds what the file could hold (every page full
+    of the table's smallest rows): then the rowids have gaps (rows deleted, rowids set by hand)
+    and the rows are counted (one pass over the table's B-tree), so that nothing is sized or
+    cut by a span of, say, 2**40 rowids that holds a few thousand rows."""
     lo, hi = rowid_bounds(conn, table)
-    return (int(hi) - int(lo) + 1) if lo is not None else None
+    if lo is None:
+        return None
+    lo, hi = int(lo), int(hi) + 1
+    page_count = int(conn.execute("PRAGMA page_count").fetchone()[0])
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    most_rows = page_count * page_size // (_MIN_CELL_BYTES + len(table_columns(conn, table)))
+    if hi - lo <= most_rows:
+        return RowidSpan(lo, hi, hi - lo, True)
+    rows = int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    return RowidSpan(lo, hi, rows, False)
+
+
+def rowid_cuts(conn: sqlite3.Connection, table: str, span: RowidSpan, every_rows: int) -> list[int]:
+    """Rowids that cut ``table`` into ranges of ``every_rows`` rows, [cuts[i], cuts[i + 1]) and the
+    last one up to ``span.hi``: arithmetic on a dense span, else walked (a seek and ``every_rows``
+    steps of the B-tree per cut)."""
+    every_rows = max(int(every_rows), 1)
+    if span.dense:
+        return list(range(span.lo, span.hi, every_rows))
+    cuts = [span.lo]
+    while True:
+        row = conn.execute(f"SELECT rowid FROM {table} WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?",
+                           (cuts[-1], every_rows)).fetchone()
+        if row is None:
+            return cuts
+        cuts.append(int(row[0]))
 
 
 def rowid_bounds(conn: sqlite3.Connection, table: str) -> tuple[int | None, int | None]:
@@ -185,18 +236,17 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
         sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
                f"FROM {table} WHERE 1")
         key_sql = f"SELECT {pid}, correlationId FROM {table} WHERE 1"
-        lo, hi = rowid_bounds(conn, table)
-        if lo is None:
+        span = rowid_span(conn, table)
+        if span is None:
             plan.append(OpRead(kind, table, sql, None, None, None, key_sql))
             continue
-        lo, hi = int(lo), int(hi) + 1
-        step = int(chunk_rows) if chunk_rows else (-(-(hi - lo) // split) if split > 1 and hi - lo >= SPLIT_MIN_ROWS
+        step = int(chunk_rows) if chunk_rows else (-(-span.rows // split) if split > 1 and span.rows >= SPLIT_MIN_ROWS
                                                    else None)
-        if not step:   # rowid bounds: the row count (upper bound), so arrays are sized once
-            plan.append(OpRead(kind, table, sql, None, None, hi - lo, key_sql))
+        if not step:   # the row count (an upper bound), so arrays are sized once
+            plan.append(OpRead(kind, table, sql, None, None, span.rows, key_sql))
             continue
-        plan += [OpRead(kind, table, sql, a, min(a + step, hi), min(step, hi - a), key_sql)
-                 for a in range(lo, hi, step)]
+        cuts = rowid_cuts(conn, table, span, step) + [span.hi]
+        plan += [OpRead(kind, table, sql, a, b, min(step, b - a), key_sql) for a, b in zip(cuts, cuts[1:])]
     return plan
 
 
@@ -482,9 +532,9 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
     sql = "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS"
     empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
              pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
-    lo, hi = rowid_bounds(conn, "NVTX_EVENTS")
-    if not chunk_rows or lo is None or int(hi) - int(lo) < chunk_rows:
-        events = _read(conn, sql, list(sel), copy=False, rows_hint=_rows_hint(conn, "NVTX_EVENTS"))
+    span = rowid_span(conn, "NVTX_EVENTS")
+    if not chunk_rows or span is None or span.rows <= chunk_rows:
+        events = _read(conn, sql, list(sel), copy=False, rows_hint=span.rows if span is not None else None)
         if events.empty:
             return empty
         range_frame, mark_frame, info = _nvtx_frames(events, strings)
@@ -494,9 +544,10 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
     created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
     domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
     parts, max_ts, excluded = [], None, []
-    for a in range(int(lo), int(hi) + 1, int(chunk_rows)):
-        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {a + int(chunk_rows)}", list(sel),
-                       copy=False, rows_hint=int(chunk_rows))
+    cuts = rowid_cuts(conn, "NVTX_EVENTS", span, chunk_rows) + [span.hi]
+    for a, b in zip(cuts, cuts[1:]):
+        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel),
+                       copy=False, rows_hint=min(int(chunk_rows), b - a))
         if len(events):
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))

@@ -257,8 +257,8 @@ def estimate_whole_bytes(path: str) -> int | None:
         def rows(table: str) -> int:
             if not has_table(conn, table):
                 return 0
-            lo, hi = report.rowid_bounds(conn, table)
-            return 0 if lo is None else int(hi) - int(lo) + 1
+            span = report.rowid_span(conn, table)
+            return 0 if span is None else span.rows
         ops = sum(rows(p.table) for p in report.plan_gpu_op_reads(conn))
         return (BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * rows("CUPTI_ACTIVITY_KIND_RUNTIME")
                 + FLOOR_BYTES_PER_RANGE * rows("NVTX_EVENTS"))

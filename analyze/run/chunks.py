@@ -61,25 +61,25 @@ def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[report.OpRead]], list[
     whole = report.plan_gpu_op_reads(conn)
     tables = []
     for part in whole:
-        lo, hi = report.rowid_bounds(conn, part.table)
-        if lo is not None:
-            tables.append((part, int(lo), int(hi) + 1))
+        span = report.rowid_span(conn, part.table)
+        if span is not None:
+            tables.append((part, span))
     if not tables:
         return [], []
-    driver = max(tables, key=lambda t: t[2] - t[1])
-    _, d_lo, d_hi = driver
+    driver, d_span = max(tables, key=lambda t: t[1].rows)
     times = [INT64_MIN]
-    for a in range(d_lo + chunk_rows, d_hi, chunk_rows):
-        found = _start_at(conn, driver[0].table, a)
+    for a in report.rowid_cuts(conn, driver.table, d_span, chunk_rows)[1:]:
+        found = _start_at(conn, driver.table, a)
         if found is not None and found[1] > times[-1]:
             times.append(found[1])
     chunks: list[list[report.OpRead]] = [[] for _ in times]
-    for part, lo, hi in tables:
+    for part, span in tables:
+        lo, hi = span.lo, span.hi
         cuts = [lo] + [_first_rowid_at(conn, part.table, t, lo, hi) for t in times[1:]] + [hi]
         for k in range(len(times)):
             a, b = cuts[k], max(cuts[k], cuts[k + 1])
             if b > a:
-                chunks[k].append(report.OpRead(part.kind, part.table, part.sql, a, b, b - a))
+                chunks[k].append(report.OpRead(part.kind, part.table, part.sql, a, b, min(b - a, span.rows)))
     return chunks, times
 
 

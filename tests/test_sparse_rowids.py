@@ -1,0 +1,125 @@
+"""Tables whose rowids have gaps (rows deleted, rowids set by hand: nsys itself writes 1, 2, 3, ...)
+are sized, split and cut by their rows, not by their rowid range (read/report.rowid_span,
+rowid_cuts): a real H200 export with its kernel and NVTX rows moved 2**40 rowids up from the middle
+gives the same tables, notes and chunks as the export itself, whole and under a budget. Before,
+a span of 2**40 rowids sized arrays of 2**40 rows and cut 2**40 / chunk rows chunks (minutes, or
+an allocation error)."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyze import notes as N
+from analyze.read import report
+from analyze.read.connection import open_report
+from analyze.run import api, chunks
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+GAP = 2 ** 40
+TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment")
+KERNELS = "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(the real eager 4-process export, a copy with the upper half of its kernel and NVTX rows
+    moved GAP rowids up)."""
+    d = tmp_path_factory.mktemp("sparse")
+    orig, sparse = d / "orig.sqlite", d / "sparse.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", orig)
+    shutil.copyfile(orig, sparse)
+    conn = sqlite3.connect(sparse)
+    for table in (KERNELS, "NVTX_EVENTS"):
+        conn.execute(f"UPDATE {table} SET rowid = rowid + {GAP} WHERE rowid > (SELECT max(rowid) / 2 FROM {table})")
+    conn.commit()
+    conn.close()
+    return str(orig), str(sparse)
+
+
+def _count(conn, table: str, lo: int, hi: int) -> int:
+    return conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", (lo, hi)).fetchone()[0]
+
+
+def test_span_counts_rows_where_rowids_have_gaps(pair):
+    orig, sparse = pair
+    with sqlite3.connect(orig) as a, sqlite3.connect(sparse) as b:
+        dense, gapped = report.rowid_span(a, KERNELS), report.rowid_span(b, KERNELS)
+        n = a.execute(f"SELECT count(*) FROM {KERNELS}").fetchone()[0]
+    assert dense == report.RowidSpan(1, n + 1, n, True)
+    assert gapped.rows == n and not gapped.dense and gapped.hi - gapped.lo > GAP
+
+
+def test_cuts_hold_the_asked_rows(pair):
+    orig, sparse = pair
+    with sqlite3.connect(orig) as a, sqlite3.connect(sparse) as b:
+        dense = report.rowid_span(a, KERNELS)
+        assert report.rowid_cuts(a, KERNELS, dense, 500) == list(range(1, dense.hi, 500))
+        span = report.rowid_span(b, KERNELS)
+        cuts = report.rowid_cuts(b, KERNELS, span, 500)
+        counts = [_count(b, KERNELS, lo, hi) for lo, hi in zip(cuts, cuts[1:] + [span.hi])]
+    assert counts[:-1] == [500] * (len(counts) - 1) and 0 < counts[-1] <= 500
+    assert sum(counts) == span.rows
+
+
+def test_op_reads_split_by_rows(pair, monkeypatch):
+    monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1)
+    _, sparse = pair
+    conn = open_report(sparse)
+    try:
+        plan = [p for p in report.plan_gpu_op_reads(conn, split=4) if p.table == KERNELS]
+        n = report.rowid_span(conn, KERNELS).rows
+        counts = [_count(conn, KERNELS, p.rowid_lo, p.rowid_hi) for p in plan]
+    finally:
+        conn.close()
+    assert len(plan) == 4 and sum(counts) == n
+    assert [p.rows_hint for p in plan] == counts          # each part sized by its rows, not its span
+
+
+def test_memory_estimate_counts_rows(pair):
+    orig, sparse = pair
+    assert api.estimate_whole_bytes(sparse) == api.estimate_whole_bytes(orig)
+
+
+def _own(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the column that names its report's file."""
+    return frame.drop(columns=[c for c in ("input",) if c in frame.columns])
+
+
+def _same(a, b) -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(_own(a.table(name)), _own(b.table(name)), obj=name)
+    pd.testing.assert_frame_equal(_own(a.ranges), _own(b.ranges), obj="ranges")
+    assert [(n.code, n.count, n.rank) for n in a.notes] == [(n.code, n.count, n.rank) for n in b.notes]
+
+
+def test_whole_analysis_equal(pair):
+    orig, sparse = pair
+    a, b = api.load(orig, memory_budget=None), api.load(sparse, memory_budget=None)
+    _same(a, b)
+    pd.testing.assert_frame_equal(_own(a.gpu_ops), _own(b.gpu_ops))
+
+
+def test_chunked_analysis_equal(pair, monkeypatch):
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)          # a few dozen chunks of the 2728 kernels
+    orig, sparse = pair
+    with sqlite3.connect(sparse) as conn:
+        plan, _ = chunks.plan_chunks(conn, 97)
+    assert 20 < len(plan) <= 2728 // 97 + 1
+    a, b = api.load(orig, memory_budget=1), api.load(sparse, memory_budget=1)
+    (n_a,), (n_b,) = ([n.count for n in x.notes if n.code == N.CHUNKED] for x in (a, b))
+    assert n_a == n_b == len(plan)
+    _same(a, b)
+
+
+def test_nvtx_read_in_chunks_equal(pair):
+    orig, sparse = pair
+    with open_report(orig) as a, open_report(sparse) as b:
+        strings = report.read_strings(a)
+        whole = report.read_nvtx(a, strings)
+        chunked = report.read_nvtx(b, strings, chunk_rows=50)
+    for x, y in zip(whole, chunked):
+        pd.testing.assert_frame_equal(x, y)
