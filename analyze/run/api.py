@@ -247,7 +247,7 @@ AUTO_BUDGET_SHARE = 0.5
 
 
 def estimate_whole_bytes(path: str) -> int | None:
-    """What the whole analysis of ``path`` is expected to peak at (row counts from rowid bounds, a
+    """What the whole analysis of ``path`` is expected to peak at (row counts from report.rowid_span, a
     few seeks), or None when the report cannot be opened (the analysis then says why)."""
     try:
         conn = open_report(path, quick_check=False)
