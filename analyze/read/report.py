@@ -83,9 +83,10 @@ def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
     return span.rows if span is not None else None
 
 
-# bytes a row of a rowid table takes at least in the file, besides one serial type per column:
-# its cell pointer, payload size and rowid varints and record header size, one byte each at least
-# (values of serial types 0, 8 and 9, NULL, 0 and 1, take no bytes)
+# bytes a row of a rowid table takes at least in the file: its cell pointer (2), payload size and
+# rowid varints and record header size (one byte each at least; a record may hold fewer columns
+# than the table, written before an ALTER TABLE ADD COLUMN, and values of serial types 0, 8 and 9,
+# NULL, 0 and 1, take no bytes)
 _MIN_CELL_BYTES = 5
 
 
@@ -111,7 +112,7 @@ def rowid_span(conn: sqlite3.Connection, table: str) -> RowidSpan | None:
     lo, hi = int(lo), int(hi) + 1
     page_count = int(conn.execute("PRAGMA page_count").fetchone()[0])
     page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    most_rows = page_count * page_size // (_MIN_CELL_BYTES + len(table_columns(conn, table)))
+    most_rows = page_count * page_size // _MIN_CELL_BYTES
     if hi - lo <= most_rows:
         return RowidSpan(lo, hi, hi - lo, True)
     rows = int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
