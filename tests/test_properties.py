@@ -206,3 +206,28 @@ def test_shared_correlation_ids_equal_a_set_reference(rows, block, presence):
         assert checks.count_shared_ids(corr, pid) == want
     finally:
         proj.KEY_BLOCK_ROWS, proj.PRESENCE_MAX_BYTES = old
+
+
+def _depths_by_definition(thread, start, end):
+    """Per range: the ranges of its thread before it in (start, -end, row) order that have not
+    ended strictly before its start (projection.nesting_levels' definition, pair by pair)."""
+    rows = sorted(range(len(start)), key=lambda i: (thread[i], start[i], -end[i], i))
+    rank = {i: k for k, i in enumerate(rows)}
+    return [sum(1 for j in range(len(start)) if thread[j] == thread[i] and rank[j] < rank[i] and not end[j] < start[i])
+            for i in range(len(start))]
+
+
+ranges_lists = st.lists(st.tuples(st.sampled_from([0, 1, 2, 70_000]), st.integers(-50, 50), st.integers(0, 30)), max_size=60)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges=ranges_lists)
+def test_nesting_levels_match_the_definition(ranges):
+    import numpy as np
+
+    from analyze.project.projection import nesting_levels
+
+    thread = np.array([r[0] for r in ranges], dtype="int64")
+    start = np.array([r[1] for r in ranges], dtype="int64")
+    end = start + np.array([r[2] for r in ranges], dtype="int64")
+    assert nesting_levels(thread, start, end).tolist() == _depths_by_definition(thread, start, end)
