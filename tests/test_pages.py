@@ -246,9 +246,9 @@ def test_integer_primary_key_and_columns_added_later(tmp_path):
     ("float", "not an integer"), ("blob", "not an integer"), ("text_in_int", "not an integer"),
     ("overflow", "overflow"), ("without_rowid", "rowid"), ("real_column", "another type"),
     ("not_utf8", "UTF-8"), ("utf16", "UTF-8"), ("view", "no such table"), ("function", "select item"),
-    ("order_by", "condition"), ("unknown_column", "lacks"), ("truncated", ""),
+    ("order_by", "condition"), ("unknown_column", "lacks"), ("truncated", ""), ("text_over_limit", "2 GiB"),
 ])
-def test_what_pages_does_not_read_is_refused_and_read_by_the_next_backend(tmp_path, case, why):
+def test_what_pages_does_not_read_is_refused_and_read_by_the_next_backend(tmp_path, monkeypatch, case, why):
     path = tmp_path / "r.sqlite"
     sql = "SELECT a, s FROM t"
     schema = "CREATE TABLE t (a INTEGER, s TEXT, r REAL)"
@@ -285,6 +285,8 @@ def test_what_pages_does_not_read_is_refused_and_read_by_the_next_backend(tmp_pa
         sql = "SELECT a, s FROM t WHERE 1 ORDER BY a"
     elif case == "unknown_column":
         sql = "SELECT a, nope FROM t"
+    elif case == "text_over_limit":                # (2 GiB of text, scaled down: 2000 texts > 5000 bytes)
+        monkeypatch.setattr(pages, "TEXT_BYTES_MAX", 5000)
     con.commit()
     con.close()
     if case == "truncated":

@@ -20,8 +20,9 @@ reads anything):
 * rowid tables (not ``WITHOUT ROWID``, no generated columns) whose rows fit their leaf page (no
   overflow pages), in a UTF-8 database;
 * columns declared with integer or text affinity whose values are all integers (or NULL) or all
-  text (or NULL); a float, a blob or a mix in a column read, text that is not valid UTF-8, a missing
-  trailing column with a default, a page or cell that does not parse: Unsupported for the whole
+  text (or NULL); a float, a blob or a mix in a column read, text that is not valid UTF-8, a text
+  column of over 2 GiB (:data:`TEXT_BYTES_MAX`: one Arrow string array), a missing trailing column
+  with a default, a page or cell that does not parse: Unsupported for the whole
   statement (fastread counts it in ``FELL_BACK`` and asks the next backend).
 
 A batch is a few MiB of leaf pages (:data:`BATCH_BYTES`: its per-row arrays stay in the CPU's
@@ -517,6 +518,10 @@ def _text_values(pg: Pages, col: Column, body: np.ndarray):
 # a statement's rows
 # ------------------------------------------------------------------------------------------------
 
+# a text column's bytes at most: its batches are joined into one Arrow string array (int32 offsets)
+TEXT_BYTES_MAX = 2 ** 31 - 1
+
+
 class _Out:
     """A result column filled batch by batch: integers into one array sized once (an upper bound on
     the rows: the untouched tail is never faulted in) with a NULL mask made at the first NULL, or
@@ -528,6 +533,7 @@ class _Out:
         self.nulls = None
         self.n = 0
         self.texts = []
+        self.text_bytes = 0
 
     def add_int(self, values: np.ndarray, nulls: np.ndarray | None) -> None:
         if self.kind == "text":
@@ -553,6 +559,10 @@ class _Out:
         if self.kind == "int":
             raise Unsupported("integers and text in one column")
         self.kind = "text"
+        data = arr.buffers()[2]
+        self.text_bytes += data.size if data is not None else 0
+        if self.text_bytes > TEXT_BYTES_MAX:          # (said before the batches are joined)
+            raise Unsupported("a text column over 2 GiB")
         self.texts.append(arr)
         self.n += len(arr)
 
