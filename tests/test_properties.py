@@ -221,13 +221,15 @@ ranges_lists = st.lists(st.tuples(st.sampled_from([0, 1, 2, 70_000]), st.integer
 
 
 @settings(max_examples=300, deadline=None)
-@given(ranges=ranges_lists)
-def test_nesting_levels_match_the_definition(ranges):
+@given(ranges=ranges_lists, scale=st.sampled_from([1, 10 ** 16]))
+def test_nesting_levels_match_the_definition(ranges, scale):
+    """Depths by the definition, on timestamps near zero and ones whose keys (thread code x time
+    span) would not fit in 64 bits (the per-thread path)."""
     import numpy as np
 
     from analyze.project.projection import nesting_levels
 
     thread = np.array([r[0] for r in ranges], dtype="int64")
-    start = np.array([r[1] for r in ranges], dtype="int64")
-    end = start + np.array([r[2] for r in ranges], dtype="int64")
+    start = np.array([r[1] for r in ranges], dtype="int64") * scale
+    end = start + np.array([r[2] for r in ranges], dtype="int64") * scale
     assert nesting_levels(thread, start, end).tolist() == _depths_by_definition(thread, start, end)

@@ -40,6 +40,21 @@ def pair(tmp_path_factory):
     return str(orig), str(sparse)
 
 
+@pytest.fixture(scope="module")
+def strided(pair, tmp_path_factory):
+    """The export with every rowid of its op, call and NVTX tables multiplied by 1000: gaps
+    everywhere, the range still short enough for the file to hold."""
+    path = tmp_path_factory.mktemp("strided") / "strided.sqlite"
+    shutil.copyfile(pair[0], path)
+    conn = sqlite3.connect(path)
+    for table in (KERNELS, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        conn.execute(f"UPDATE {table} SET rowid = -rowid")
+        conn.execute(f"UPDATE {table} SET rowid = -rowid * 1000")
+    conn.commit()
+    conn.close()
+    return str(path)
+
+
 def _count(conn, table: str, lo: int, hi: int) -> int:
     return conn.execute(f"SELECT count(*) FROM {table} WHERE rowid >= ? AND rowid < ?", (lo, hi)).fetchone()[0]
 
@@ -123,3 +138,46 @@ def test_nvtx_read_in_chunks_equal(pair):
         chunked = report.read_nvtx(b, strings, chunk_rows=50)
     for x, y in zip(whole, chunked):
         pd.testing.assert_frame_equal(x, y)
+
+
+def test_regular_gaps_are_found_by_the_probes(pair, strided):
+    with sqlite3.connect(pair[0]) as a, sqlite3.connect(strided) as b:
+        n = a.execute(f"SELECT count(*) FROM {KERNELS}").fetchone()[0]
+        span = report.rowid_span(b, KERNELS)
+    assert span == report.RowidSpan(1000, n * 1000 + 1, n, False)
+
+
+def test_strided_export_equal_whole_and_in_chunks(pair, strided, monkeypatch):
+    orig, _ = pair
+    _same(api.load(orig, memory_budget=None), api.load(strided, memory_budget=None))
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)
+    a, b = api.load(orig, memory_budget=1), api.load(strided, memory_budget=1)
+    (n_a,), (n_b,) = ([n.count for n in x.notes if n.code == N.CHUNKED] for x in (a, b))
+    assert n_a == n_b > 20                                 # cut by rows: as many chunks as the export's
+    _same(a, b)
+    with open_report(orig) as conn_a, open_report(strided) as conn_b:
+        strings = report.read_strings(conn_a)
+        for x, y in zip(report.read_nvtx(conn_a, strings), report.read_nvtx(conn_b, strings, chunk_rows=50)):
+            pd.testing.assert_frame_equal(x, y)
+
+
+def test_chunks_are_cut_by_the_table_with_most_rows(pair, tmp_path):
+    """A small op table with gaps (25 memcpy rows over 72,000 rowids) beside the kernels (2728
+    rows, a 2**40 gap): the kernels drive the chunks, so none holds more than the chunk's rows."""
+    path = tmp_path / "driver.sqlite"
+    shutil.copyfile(pair[1], path)
+    conn = sqlite3.connect(path)
+    memcpy = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    t = conn.execute(f"SELECT start FROM {KERNELS} ORDER BY start LIMIT 1 OFFSET 270").fetchone()[0]
+    conn.execute(f"DELETE FROM {memcpy} WHERE rowid NOT IN (SELECT rowid FROM {memcpy} WHERE start < ? "
+                 "ORDER BY rowid LIMIT 25)", (t,))
+    conn.execute(f"UPDATE {memcpy} SET rowid = -rowid")
+    conn.execute(f"UPDATE {memcpy} SET rowid = -rowid * 3000")
+    conn.commit()
+    try:
+        plan, _ = chunks.plan_chunks(conn, 500)
+        kernels_per_chunk = [sum(_count(conn, KERNELS, p.rowid_lo, p.rowid_hi) for p in parts if p.table == KERNELS)
+                             for parts in plan]
+    finally:
+        conn.close()
+    assert max(kernels_per_chunk) <= 500 and sum(kernels_per_chunk) == 2728

@@ -148,17 +148,25 @@ def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np
     order = _thread_start_order(thread, start, end)
     sorted_thread = thread[order]
     first = np.r_[0, np.flatnonzero(sorted_thread[1:] != sorted_thread[:-1]) + 1]
-    # ends strictly before my start, on my thread: searched in (thread, start) order, so the
-    # queries ascend and walk the sorted ends once (1.5x faster at 2.5M ranges than in row order)
-    span = int(max(end.max(), start.max()) - min(start.min(), end.min()) + 2)
-    base = int(min(start.min(), end.min()))
-    end_keys = np.sort(thread * span + (end - base), kind="stable")     # nearly sorted already
-    ended = np.searchsorted(end_keys, sorted_thread * span + (start[order] - base), side="left")
-    # minus the ends of earlier threads, plus the thread's first position (its ranges before mine)
-    ended -= np.repeat(np.searchsorted(end_keys, sorted_thread[first] * span, side="left") - first,
-                       np.diff(np.r_[first, n]))
+    counts = np.diff(np.r_[first, n])
+    # per range, in (thread, start) order: the ranges of its thread that ended strictly before its start
+    ended = np.empty(n, dtype="int64")
+    base = min(int(start.min()), int(end.min()))          # (Python ints: no wrap-around)
+    span = max(int(end.max()), int(start.max())) - base + 2
+    lo_thread, hi_thread = int(sorted_thread[0]), int(sorted_thread[-1])
+    if 0 <= lo_thread and (hi_thread + 1) * span < 2 ** 62:
+        # one search over keys thread * span + time, the queries in (thread, start) order: they
+        # ascend and walk the sorted ends once (1.5x faster at 2.5M ranges than in row order)
+        end_keys = np.sort(sorted_thread * span + (end[order] - base), kind="stable")   # nearly sorted
+        ended[:] = np.searchsorted(end_keys, sorted_thread * span + (start[order] - base), side="left")
+        # minus the ends of earlier threads
+        ended -= np.repeat(np.searchsorted(end_keys, sorted_thread[first] * span, side="left"), counts)
+    else:   # keys would not fit in 64 bits (timestamps far apart, odd thread codes): a thread at a time
+        for a, c in zip(first.tolist(), counts.tolist()):
+            rows = order[a:a + c]
+            ended[a:a + c] = np.searchsorted(np.sort(end[rows]), start[rows], side="left")
     depth = np.empty(n, dtype="int64")
-    depth[order] = np.arange(n) - ended
+    depth[order] = np.arange(n) - np.repeat(first, counts) - ended     # its position in its thread - ended
     return depth
 
 
