@@ -414,6 +414,34 @@ def case_null_timestamp(r: Run):
                     rebuild="CUPTI_ACTIVITY_KIND_KERNEL")
 
 
+def _without_paths(doc):
+    """A JSON result without the values that name its report's file."""
+    if isinstance(doc, dict):
+        return {k: _without_paths(v) for k, v in doc.items() if k not in ("input", "inputs", "path")}
+    if isinstance(doc, list):
+        return [_without_paths(v) for v in doc]
+    return doc
+
+
+def case_rowid_gaps(r: Run):
+    same = r.copy(EAGER, "orig.sqlite")
+    run = r.copy(EAGER, "run.sqlite")
+    r.sql(run, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET rowid = rowid + (1 << 40) WHERE rowid > 1000",
+          "UPDATE NVTX_EVENTS SET rowid = rowid + (1 << 40) WHERE rowid > 500",
+          "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = -rowid",
+          "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = -rowid * 1000")
+    text = ""
+    for budget in ("none", "1MB"):
+        docs = []
+        for report in (same, run):
+            rc, said = r.cli(report.name, "--memory-budget", budget, "--json", f"{report.stem}.json", "--force")
+            assert rc == 0, said
+            docs.append(_without_paths(json.loads((r.tmp / f"{report.stem}.json").read_text())))
+            text += said
+        assert docs[0] == docs[1], budget
+    return 0, text
+
+
 def case_outside_session(r: Run):
     return _mutated(r, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = end + (SELECT max(duration) FROM "
                        "ANALYSIS_DETAILS) WHERE rowid % 10 = 0")
