@@ -181,3 +181,25 @@ def test_chunks_are_cut_by_the_table_with_most_rows(pair, tmp_path):
     finally:
         conn.close()
     assert max(kernels_per_chunk) <= 500 and sum(kernels_per_chunk) == 2728
+
+
+def test_rows_counted_once_per_file(strided, monkeypatch):
+    """The estimate, the plan and the reads of a report with gaps count each table once (a pass
+    over its B-tree each time); a report not opened ``immutable`` (a WAL beside it) every time."""
+    monkeypatch.setattr(report, "_COUNTED", {})
+    scans: list[str] = []
+
+    def counting(execute):
+        def run(sql, *args):
+            if sql.startswith("SELECT count(*)") and "rowid IN" not in sql:
+                scans.append(sql)
+            return execute(sql, *args)
+        return run
+
+    for immutable, expected in ((True, 1), (False, 2)):
+        scans.clear()
+        with open_report(strided, immutable=immutable) as conn:
+            monkeypatch.setattr(conn, "execute", counting(conn.execute))
+            spans = [report.rowid_span(conn, KERNELS) for _ in range(2)]
+        assert spans[0] == spans[1] and not spans[0].dense
+        assert len(scans) == expected, immutable

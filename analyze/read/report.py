@@ -123,8 +123,28 @@ def rowid_span(conn: sqlite3.Connection, table: str) -> RowidSpan | None:
         found = conn.execute(f"SELECT count(*) FROM {table} WHERE rowid IN ({', '.join(map(str, probes))})")
         if int(found.fetchone()[0]) == len(probes):
             return RowidSpan(lo, hi, hi - lo, True)
+    return RowidSpan(lo, hi, _counted_rows(conn, table), False)
+
+
+_COUNTED: dict[tuple, int] = {}       # (file, its size and mtime, table) -> rows counted
+
+
+def _counted_rows(conn: sqlite3.Connection, table: str) -> int:
+    """``count(*)`` of ``table`` (a pass over its B-tree), once per unchanged file: a report's
+    estimate, plan and reads each ask for it. (Remembered for a report opened ``immutable`` only:
+    with a WAL or journal beside it, rows may change without the file changing.)"""
+    path = getattr(conn, "path", None) if getattr(conn, "immutable", False) else None
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        st = None
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, table) if st else None
+    if key is not None and key in _COUNTED:
+        return _COUNTED[key]
     rows = int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-    return RowidSpan(lo, hi, rows, False)
+    if key is not None:
+        _COUNTED[key] = rows
+    return rows
 
 
 def rowid_cuts(conn: sqlite3.Connection, table: str, span: RowidSpan, every_rows: int) -> list[int]:
