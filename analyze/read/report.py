@@ -74,9 +74,9 @@ def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = T
     return fastread.read_frame(conn, sql, columns, copy=copy, rows_hint=rows_hint)
 
 
-def _rows_hint(conn: sqlite3.Connection, table: str) -> int | None:
-    """Upper bound on the rows of ``table`` (:func:`rowid_span`); None when the table is missing
-    or empty."""
+def table_rows(conn: sqlite3.Connection, table: str) -> int | None:
+    """The rows of ``table`` (:func:`rowid_span`: an upper bound where the probes miss gaps); None
+    when the table is missing or empty."""
     if not connection.has_table(conn, table):
         return None
     span = rowid_span(conn, table)
@@ -509,7 +509,7 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     if sql is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
-        frame = _read(conn, sql, names, copy=False, rows_hint=_rows_hint(conn, RUNTIME_TABLE))
+        frame = _read(conn, sql, names, copy=False, rows_hint=table_rows(conn, RUNTIME_TABLE))
         frame, excluded = _valid_calls(frame)
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
@@ -816,7 +816,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
         # without the ops (chunked analysis): their keys alone tell the launching calls
         key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
-        after_ops = prepare is not None and prepare_after_ops(_rows_hint(conn, RUNTIME_TABLE), plan or key_plan)
+        after_ops = prepare is not None and prepare_after_ops(table_rows(conn, RUNTIME_TABLE), plan or key_plan)
         if threads <= 1:
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)

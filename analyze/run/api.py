@@ -21,7 +21,7 @@ from analyze.attribute.phases import PhaseConfig
 from analyze.errors import TraceError
 from analyze.notes import Note
 from analyze.read import capture, report, runset
-from analyze.read.connection import has_table, open_report
+from analyze.read.connection import open_report
 from analyze.results import Analysis, ReportResult
 from analyze.run import multirank
 from analyze.run.executors import executor
@@ -247,21 +247,17 @@ AUTO_BUDGET_SHARE = 0.5
 
 
 def estimate_whole_bytes(path: str) -> int | None:
-    """What the whole analysis of ``path`` is expected to peak at (row counts from report.rowid_span, a
+    """What the whole analysis of ``path`` is expected to peak at (row counts: report.table_rows, a
     few seeks), or None when the report cannot be opened (the analysis then says why)."""
     try:
         conn = open_report(path, quick_check=False)
     except (TraceError, OSError, sqlite3.Error):
         return None
     try:
-        def rows(table: str) -> int:
-            if not has_table(conn, table):
-                return 0
-            span = report.rowid_span(conn, table)
-            return 0 if span is None else span.rows
-        ops = sum(rows(p.table) for p in report.plan_gpu_op_reads(conn))
-        return (BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * rows("CUPTI_ACTIVITY_KIND_RUNTIME")
-                + FLOOR_BYTES_PER_RANGE * rows("NVTX_EVENTS"))
+        ops = sum(p.rows_hint or 0 for p in report.plan_gpu_op_reads(conn))    # one read per op table: its rows
+        calls = report.table_rows(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") or 0
+        ranges = report.table_rows(conn, "NVTX_EVENTS") or 0
+        return BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * calls + FLOOR_BYTES_PER_RANGE * ranges
     except (TraceError, sqlite3.Error):
         return None
     finally:
