@@ -162,21 +162,24 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(0, 60), st.integers(0, 3)),
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 400), st.integers(0, 60), st.integers(-1, 3)),
                     max_size=50),
        intervals=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 450), st.integers(0, 120)), max_size=12),
-       cuts=st.lists(st.integers(0, 450), max_size=4))
-def test_interval_split_equals_clipped_unions(ops, intervals, cuts):
+       cuts=st.lists(st.integers(0, 450), max_size=4),
+       code_type=st.sampled_from(["int8", "int16"]))
+def test_interval_split_equals_clipped_unions(ops, intervals, cuts, code_type):
     """cycles.IntervalSplit over time-ordered chunks (any cut points), on any ops and any intervals
     (overlapping, empty, beyond the ops): per interval the union of the rank's ops clipped to it,
-    and of the ops of phases 0..i, as computed op by op."""
+    and of the ops of phases 0..i, as computed op by op. Phase codes as the map step gives them
+    (int8) and wider; 3 is ``other``, -1 no phase (in no union but the busy one); phases with no
+    op, and chunks where every op is in phases 0..i, take the reuse of an earlier union."""
     from analyze.attribute.intervals import union_length
 
     n_ph = 3
     rank = np.array([o[0] for o in ops], dtype="int64")
     s = np.array([o[1] for o in ops], dtype="int64")
     e = s + np.array([o[2] for o in ops], dtype="int64")
-    ph = np.array([o[3] for o in ops], dtype="int8")
+    ph = np.array([o[3] for o in ops], dtype=code_type)
     w_rank = np.array([i[0] for i in intervals], dtype="int64")
     w_lo = np.array([i[1] for i in intervals], dtype="int64")
     w_hi = w_lo + np.array([i[2] for i in intervals], dtype="int64")
@@ -194,5 +197,5 @@ def test_interval_split_equals_clipped_unions(ops, intervals, cuts):
         cs, ce = np.clip(s, w_lo[k], w_hi[k]), np.clip(e, w_lo[k], w_hi[k])
         assert busy[k] == union_length(cs[mine], ce[mine])
         for i in range(n_ph):
-            sel = mine & (ph <= i)
+            sel = mine & (ph >= 0) & (ph <= i)
             assert upto[i, k] == union_length(cs[sel], ce[sel]), (k, i)

@@ -211,36 +211,66 @@ def covered_between(start: np.ndarray, end: np.ndarray, seed: int, lo: np.ndarra
     """Per interval [lo, hi), the length of the union of [start, end) intervals (sorted by start)
     inside it, leaving out what lies at or before ``seed`` (the union's reach so far when ops come
     in time-ordered chunks: the chunks before covered everything up to it from the first start of
-    this chunk on).
-
-    Each interval's uncovered part, ``[max(start, running max end), end)``, is a segment; the
-    segments are disjoint and in order, so the covered length up to any time t is a prefix sum and
-    one partial segment: F(t), and the union inside [lo, hi) is F(hi) - F(lo). No (op, interval)
-    pairs are formed, whatever the overlap of intervals and ops."""
+    this chunk on). No (op, interval) pairs are formed, whatever the overlap of intervals and ops:
+    see :class:`UnionPrefix`."""
     if not len(start) or not len(lo):
         return np.zeros(len(lo), dtype="int64")
-    seg_lo = np.empty_like(end)
-    seg_lo[0] = seed
-    if len(end) > 1:
-        np.maximum(np.maximum.accumulate(end)[:-1], seed, out=seg_lo[1:])
-    np.maximum(seg_lo, start, out=seg_lo)
-    length = np.maximum(end - seg_lo, 0)
-    seg_hi = seg_lo + length
-    prefix = np.concatenate([np.zeros(1, dtype="int64"), np.cumsum(length)])
+    return UnionPrefix(start, end.copy(), seed).covered(*query_rows(start, lo, hi))
 
-    def upto(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(seg_lo, t, side="right")
-        inside = np.maximum(seg_hi[np.maximum(k - 1, 0)] - t, 0)
-        return prefix[k] - np.where(k > 0, inside, 0)
 
-    return upto(hi) - upto(lo)
+def query_rows(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(lo, hi, how many starts are at or before each lo, and each hi): what :meth:`UnionPrefix.covered`
+    asks, the same for every subset of the intervals that keeps their positions."""
+    return lo, hi, np.searchsorted(start, lo, side="right"), np.searchsorted(start, hi, side="right")
+
+
+class UnionPrefix:
+    """The union of intervals [start, end) sorted by start, beyond ``seed``, as two prefix arrays:
+    ``R[i]``, the reach (running max of the ends, at least ``base`` = max(seed, first start)) of
+    intervals 0..i, and ``G[k]``, the length of the gaps the union leaves between ``base`` and the
+    start of interval k - 1. The union's length up to time t over the k intervals starting at or
+    before it is then ``F(t) = min(R[k-1], max(base, t)) - base - G[k]`` (0 for k = 0): one gather
+    each, whatever the overlap.
+
+    ``end`` is used as the reach's buffer (pass a copy). An interval given with ``end`` equal to its
+    start adds nothing (its start is at or before every later start): a subset of the intervals is
+    the whole sorted array with the others' ends set to their starts, so every subset shares the
+    positions of :func:`query_rows`."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray, seed: int):
+        n = len(start)
+        self.base = max(int(seed), int(start[0]))
+        reach = np.maximum.accumulate(end, out=end)
+        if self.base > start[0]:
+            np.maximum(reach, self.base, out=reach)
+        gaps = np.empty(n + 1, dtype="int64")
+        gaps[:2] = 0
+        np.subtract(start[1:], reach[:-1], out=gaps[2:])
+        np.maximum(gaps[2:], 0, out=gaps[2:])
+        np.cumsum(gaps, out=gaps)
+        self.reach, self.gaps = reach, gaps
+
+    def upto(self, t: np.ndarray, k: np.ndarray) -> np.ndarray:
+        """F(t) per time, ``k`` the intervals starting at or before it."""
+        got = np.minimum(self.reach[np.maximum(k - 1, 0)], np.maximum(t, self.base)) - self.base - self.gaps[k]
+        return np.where(k > 0, got, 0)
+
+    def covered(self, lo: np.ndarray, hi: np.ndarray, k_lo: np.ndarray, k_hi: np.ndarray) -> np.ndarray:
+        """Per interval [lo, hi), the union's length inside it."""
+        return self.upto(hi, k_hi) - self.upto(lo, k_lo)
+
+    def last_reach(self) -> int:
+        """The reach after every interval: the seed of the next time-ordered chunk (a start of
+        this chunk where a subset's left-out interval lies beyond its union: every later start is
+        at or after it, so it leaves out nothing)."""
+        return int(self.reach[-1])
 
 
 class IntervalSplit:
     """Per interval of a rank (a cycle's GPU window, its GPU period): the union of the rank's GPU
     ops inside it (busy) and, per configured phase i, of the ops of phases 0..i (exclusive time
     is the difference of consecutive ones, as per rank), streamed over time-ordered chunks of ops
-    (:func:`covered_between`). Every op the rank's GPU ran in the interval counts, whatever
+    (:class:`UnionPrefix`). Every op the rank's GPU ran in the interval counts, whatever
     launched it."""
 
     def __init__(self, rank: np.ndarray, lo: np.ndarray, hi: np.ndarray, n_phases: int):
@@ -250,27 +280,59 @@ class IntervalSplit:
         self._reach: dict[int, np.ndarray] = {}
 
     def update_rank(self, rank: int, start: np.ndarray, end: np.ndarray, phase: np.ndarray) -> None:
-        """Ops of one rank sorted by start, every start at or after those of the rank's ops before."""
+        """Ops of one rank sorted by start, every start at or after those of the rank's ops before.
+
+        Union j (0: every op; j >= 1: the ops of phases 0..j-1) is computed once per distinct set
+        of ops: where phase j-1 has no op here, union j is union j-1's set, and where phases 0..j-1
+        hold every op it is union 0's; the result is taken over when the seed (the reach of the
+        chunks before) is the same too. Every union shares one search of the intervals' ends among
+        the starts (:func:`query_rows`)."""
         at = self._of_rank.get(rank)
         if at is None or not len(start):
             return
         reach = self._reach.setdefault(rank, np.full(self.n_phases + 1, INT64_MIN, dtype="int64"))
-        lo, hi = self.lo[at], self.hi[at]
-        covered = np.zeros(len(start), dtype=bool)
+        query = query_rows(start, self.lo[at], self.hi[at])
+        n = len(start)
+        codes = _phase_codes_unsigned(phase)
+        per_phase = np.bincount(codes, minlength=self.n_phases)[:self.n_phases] if codes is not None else None
+        done: dict[tuple[int, int], tuple[np.ndarray, int]] = {}   # (set, seed) -> (covered, reach)
+        ops_in_set, set_of = 0, 0                                # set_of: the first union of this set
         for j in range(self.n_phases + 1):
-            if j == 0:
-                ss, ee = start, end
-            else:
-                covered |= phase == j - 1
-                ss, ee = start[covered], end[covered]
-            if not len(ss):
-                continue
-            self.total[j, at] += covered_between(ss, ee, int(reach[j]), lo, hi)
-            reach[j] = max(int(reach[j]), int(ee.max()))
+            if j >= 1:
+                here = int(per_phase[j - 1]) if per_phase is not None else int((phase == j - 1).sum())
+                ops_in_set += here
+                if not ops_in_set:
+                    continue
+                if ops_in_set == n:
+                    set_of = 0
+                elif here or j == 1:
+                    set_of = j
+            key = (set_of, int(reach[j]))
+            if key not in done:
+                if set_of == 0:
+                    ends = end.copy()
+                else:
+                    ends = np.where((codes < set_of) if codes is not None else ((phase >= 0) & (phase < set_of)),
+                                    end, start)
+                union = UnionPrefix(start, ends, int(reach[j]))
+                done[key] = union.covered(*query), union.last_reach()
+                del union, ends
+            covered, reach[j] = done[key]
+            self.total[j, at] += covered
 
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """(busy per interval, union of phases 0..i per interval as an (n_phases, n) array)."""
         return self.total[0], self.total[1:]
+
+
+def _phase_codes_unsigned(phase: np.ndarray) -> np.ndarray | None:
+    """int8 phase codes viewed as uint8 (a negative code, none, becomes 128 and above: never below
+    a phase count under 127), else None (other dtypes take the comparisons)."""
+    if phase.dtype == np.int8:
+        return phase.view(np.uint8)
+    if phase.dtype == np.uint8:
+        return phase
+    return None
 
 
 def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, period_busy: np.ndarray,
