@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
+from analyze.codes import factorize_objects
 from analyze.project import projection as proj
 from analyze.project.projection import text_codes
 
@@ -201,7 +202,7 @@ def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: Phase
 
     code_of = {n: i for i, n in enumerate(config.names)}
     other = len(config.names)
-    pcode, puniq = pd.factorize(ranges["phase"], use_na_sentinel=True)   # per distinct phase
+    pcode, puniq = factorize_objects(ranges["phase"].to_numpy(dtype=object), use_na_sentinel=True)  # per phase
     plookup = np.array([code_of.get(p, other) if isinstance(p, str) else other for p in puniq] + [other],
                        dtype="int16")
     range_code = np.append(plookup[np.where(pcode < 0, len(puniq), pcode)], np.int16(other))

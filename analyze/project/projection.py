@@ -21,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from analyze.codes import factorize_objects
+
 PROJECTED_KINDS = ("kernel", "memcpy", "memset")
 INT64_MAX = np.iinfo(np.int64).max
 INT64_MIN = np.iinfo(np.int64).min
@@ -355,8 +357,8 @@ def project_ranges(ranges: pd.DataFrame, index: CallIndex, has: np.ndarray, firs
 def text_codes(texts) -> tuple[np.ndarray, np.ndarray]:
     """(code per row, distinct texts as an object array of str): ``pd.factorize(texts.astype(str))``
     without converting every row to a new string column (pandas 3 copies each text into Arrow)."""
-    codes, uniq = pd.factorize(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
-                               use_na_sentinel=False)
+    codes, uniq = factorize_objects(np.asarray(pd.Series(texts, copy=False).to_numpy(dtype=object)),
+                                    use_na_sentinel=False)
     return codes, np.array([str(u) for u in uniq], dtype=object)
 
 
@@ -397,8 +399,8 @@ def nvtx_projection_summary(ranges: pd.DataFrame, projected: pd.DataFrame) -> pd
     sums = np.zeros((4, 0), dtype="int64")      # instances, projected, range time, ops per group
     for a in range(0, len(sel), SUMMARY_SLICE):
         part = sel[a:a + SUMMARY_SLICE]
-        rcode, runiq = pd.factorize(full[part], use_na_sentinel=False)
-        scode, suniq = pd.factorize(style[part], use_na_sentinel=False)
+        rcode, runiq = factorize_objects(full[part], use_na_sentinel=False)
+        scode, suniq = factorize_objects(style[part], use_na_sentinel=False)
         local, luniq = pd.factorize(rcode.astype("int64") * len(suniq) + scode)   # first appearance
         del rcode, scode
         luniq = np.asarray(luniq, dtype="int64")

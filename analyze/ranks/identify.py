@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from analyze.codes import factorize_objects
 from analyze.errors import RankConflict
 from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
 
@@ -22,7 +23,7 @@ def _first_match(pid: np.ndarray, text: np.ndarray, pattern: re.Pattern) -> dict
     The pattern runs once per distinct text (marks and ranges repeat a few texts millions of times)."""
     if not len(text):
         return {}
-    codes, uniq = pd.factorize(np.asarray(text, dtype=object), use_na_sentinel=False)
+    codes, uniq = factorize_objects(np.asarray(text, dtype=object), use_na_sentinel=False)
     matches = [pattern.search(str(t)) for t in uniq]
     ok = np.array([m is not None for m in matches], dtype=bool)
     rows = np.flatnonzero(ok[codes])
@@ -42,7 +43,8 @@ def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
     for frame, col in ((ranges, "name"), (marks, "text")):
         if frame.empty:
             continue
-        dcodes, domains = pd.factorize(np.asarray(frame["domain"].to_numpy(dtype=object)), use_na_sentinel=False)
+        dcodes, domains = factorize_objects(np.asarray(frame["domain"].to_numpy(dtype=object)),
+                                            use_na_sentinel=False)
         nccl_domain = np.array([str(d).upper().startswith("NCCL") for d in domains], dtype=bool)
         sel = np.flatnonzero(nccl_domain[dcodes]) if len(dcodes) else np.zeros(0, dtype="int64")
         for p, m in _first_match(frame["global_pid"].to_numpy()[sel], frame[col].to_numpy(dtype=object)[sel],

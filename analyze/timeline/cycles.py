@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.intervals import INT64_MIN
+from analyze.codes import factorize_objects
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
@@ -429,7 +430,7 @@ def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu
 def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:
     """The marks that carry ``accept_len=N``, with ``n``, ``reqs``, ``cycle`` (NaN: none) and
     ``lens`` parsed (each distinct text once, one compiled regex, no per-row pandas work)."""
-    codes, texts = pd.factorize(np.asarray(marks["text"].to_numpy(dtype=object)), use_na_sentinel=False)
+    codes, texts = factorize_objects(np.asarray(marks["text"].to_numpy(dtype=object)), use_na_sentinel=False)
     n_of = np.full(len(texts) + 1, np.nan)
     reqs_of = np.full(len(texts) + 1, np.nan)
     cycle_of = np.full(len(texts) + 1, np.nan)
