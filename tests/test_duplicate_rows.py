@@ -1,0 +1,50 @@
+"""read/validate.duplicate_mask: exactly ``DataFrame.duplicated(keep="first")`` of the op rows read,
+on rows sorted by start (pairs compared within runs of equal starts, or the 64-bit mix where a run
+is too long) and unsorted (the mix), with NULLs (NaN) equal to NULLs as pandas has them."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from analyze.read import validate
+
+rows = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(0, 2),
+                          st.one_of(st.none(), st.integers(0, 1))), max_size=60)
+
+
+def frame_of(values: list[tuple]) -> pd.DataFrame:
+    """Op-table-like columns: start, a process, a stream, a nullable graph node (float with NaN, as
+    a NULL integer column reads)."""
+    return pd.DataFrame({"start_ns": np.array([v[0] for v in values], dtype="int64"),
+                         "global_pid": np.array([v[1] for v in values], dtype="int64"),
+                         "stream_id": np.array([v[2] for v in values], dtype="int64"),
+                         "graph_node_id": np.array([np.nan if v[3] is None else v[3] for v in values],
+                                                   dtype="float64")})
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=rows, sort=st.booleans(), run_max=st.sampled_from([1, 2, 16]))
+def test_duplicate_mask_is_pandas_duplicated(values, sort, run_max):
+    frame = frame_of(values)
+    if sort:
+        frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    want = frame.duplicated(keep="first").to_numpy()
+    with pytest.MonkeyPatch.context() as mp:          # runs longer than run_max take the mix
+        mp.setattr(validate, "RUN_PAIRS_MAX", run_max)
+        got = validate.duplicate_mask(frame, frame["start_ns"].to_numpy())
+    np.testing.assert_array_equal(got, want)
+
+
+def test_equal_timestamps_on_every_rank_are_no_duplicates():
+    """Eight ranks with the same timestamps (the synthetic benchmark file): no row is a repeat, and
+    the pairs are told apart by the process column without the mix; one real repeat is found."""
+    n = 10_000
+    start = np.repeat(np.arange(n, dtype="int64") * 100, 8)
+    frame = pd.DataFrame({"global_pid": np.tile(np.arange(8, dtype="int64"), n), "stream_id": 7,
+                          "start_ns": start, "end_ns": start + 50})
+    assert not validate.duplicate_mask(frame, start).any()
+    frame = pd.concat([frame.iloc[:13], frame.iloc[[5]], frame.iloc[13:]], ignore_index=True)
+    got = validate.duplicate_mask(frame, frame["start_ns"].to_numpy())
+    assert np.flatnonzero(got).tolist() == [13]
