@@ -64,9 +64,13 @@ def draft_step_table(side: Side, rank=None) -> pd.DataFrame:
     if r is None or r.empty or side.cycles.empty:
         return empty
     rank = side.cycles["rank"].min() if rank is None else rank
-    st = r[(r["rank"] == rank) & (r["name"] == "draft_step")]
-    if st.empty:
+    # the rank's rows first (NumPy), the text compared on those only, the columns used here copied
+    rows = np.flatnonzero((r["rank"] == rank).to_numpy(dtype=bool, na_value=False))
+    rows = rows[r["name"].to_numpy(dtype=object)[rows] == "draft_step"]
+    if not len(rows):
         return empty
+    st = r[[c for c in ("global_tid", "start_ns", "end_ns", "gpu_start_all", "gpu_start_ns") if c in r.columns]] \
+        .take(rows)
     st = st.sort_values(["global_tid", "start_ns", "end_ns"], ascending=[True, True, False])
     keep, last_tid, last_end = [], None, None
     for tid, s, e in zip(st["global_tid"], st["start_ns"], st["end_ns"]):
