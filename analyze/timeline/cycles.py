@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.intervals import INT64_MIN
-from analyze.codes import factorize_objects
 from analyze.attribute.phases import OTHER, PhaseConfig
+from analyze.codes import factorize_objects
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
 
@@ -208,17 +208,6 @@ def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     return out.astype({c: "int64" for c in out.columns if c.endswith("_ns")})
 
 
-def covered_between(start: np.ndarray, end: np.ndarray, seed: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per interval [lo, hi), the length of the union of [start, end) intervals (sorted by start)
-    inside it, leaving out what lies at or before ``seed`` (the union's reach so far when ops come
-    in time-ordered chunks: the chunks before covered everything up to it from the first start of
-    this chunk on). No (op, interval) pairs are formed, whatever the overlap of intervals and ops:
-    see :class:`UnionPrefix`."""
-    if not len(start) or not len(lo):
-        return np.zeros(len(lo), dtype="int64")
-    return UnionPrefix(start, end.copy(), seed).covered(*query_rows(start, lo, hi))
-
-
 def query_rows(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
     """(lo, hi, how many starts are at or before each lo, and each hi): what :meth:`UnionPrefix.covered`
     asks, the same for every subset of the intervals that keeps their positions."""
@@ -226,8 +215,9 @@ def query_rows(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.nd
 
 
 class UnionPrefix:
-    """The union of intervals [start, end) sorted by start, beyond ``seed``, as two prefix arrays:
-    ``R[i]``, the reach (running max of the ends, at least ``base`` = max(seed, first start)) of
+    """The union of intervals [start, end) sorted by start, leaving out what lies at or before
+    ``seed`` (the union's reach so far when intervals come in time-ordered chunks), as two prefix
+    arrays: ``R[i]``, the reach (running max of the ends, at least ``base`` = max(seed, first start)) of
     intervals 0..i, and ``G[k]``, the length of the gaps the union leaves between ``base`` and the
     start of interval k - 1. The union's length up to time t over the k intervals starting at or
     before it is then ``F(t) = min(R[k-1], max(base, t)) - base - G[k]`` (0 for k = 0): one gather
