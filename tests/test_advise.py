@@ -71,6 +71,40 @@ def test_kind_of_kernel_names(name, kind, algo, proto, variant):
     assert k.label
 
 
+@pytest.mark.parametrize("n", [40, 1 << 16])          # both paths of codes.factorize_objects
+def test_allreduce_groups_equal_pandas_groupby(n):
+    """rule_allreduce's phase groups and _kind_rows' per-kind sums (integer codes of the shared name
+    objects) equal the pandas groupby they replace: no phase is ``other`` (merged with a phase
+    named so), groups in first-appearance order, rows without a name left out."""
+    from analyze.tools.advise import model as M
+
+    rng = np.random.default_rng(7)
+    phases = np.array(["verify", None, "draft", "other", float("nan")], dtype=object)
+    names = np.array([NCCL_KERNEL.format("RING_LL"), NCCL_KERNEL.format("TREE_SIMPLE"), None,
+                      "void sglang::cross_device_reduce_1stage<float, (int)8>(...)"], dtype=object)
+    rows = pd.DataFrame({"transfer_ns": rng.integers(0, 10**6, n), "wait_ns": rng.integers(0, 10**6, n),
+                         "duration_ns": rng.integers(0, 10**6, n),
+                         "name": pd.Series(names[rng.integers(0, len(names), n)], dtype=object),
+                         "phase": pd.Series(phases[rng.integers(0, len(phases), n)], dtype=object)})
+    codes, labels = M._phase_groups(rows["phase"].to_numpy(dtype=object))
+    want = [(p, g.index.tolist()) for p, g in rows.groupby(rows["phase"].fillna("other"), sort=False)]
+    got = [(labels[c], g.index.tolist()) for c, g in rows.groupby(codes, sort=False)]
+    assert got == want and [p for p, _ in got][:1] == [rows["phase"].fillna("other").iloc[0]]
+    assert len(got) == 3                                   # verify, other (None, NaN and "other"), draft
+    for _, idx in want:
+        part = rows.loc[idx]
+        ref: dict[str, list] = {}
+        for name, g in part.groupby(part["name"].to_numpy(dtype=object), sort=False):
+            r = ref.setdefault(K.kind_of(name).label, [0, 0, 0])
+            r[0] += len(g)
+            r[1] += int(g["transfer_ns"].sum())
+            r[2] += int(g["duration_ns"].sum())
+        kinds = M._kind_rows(part)
+        assert {k["label"]: [k["count"], k["transfer_ns"], k["duration_ns"]] for k in kinds} == ref
+        assert [k["transfer_ns"] for k in kinds] == sorted((v[1] for v in ref.values()), reverse=True)
+        assert sum(k["count"] for k in kinds) == int(part["name"].notna().sum())
+
+
 def _steady(a) -> pd.DataFrame:
     """The cycles advise reads: the cycle table's steady state (warm-up flags false)."""
     return a.cycles[~a.cycles["warmup"].astype(bool)]

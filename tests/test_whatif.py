@@ -239,6 +239,32 @@ def test_steps_from_kernel_repetition(tmp_path):
     assert W._primitive_repeats(list("ABCDE"))[1] == 1
 
 
+def test_draft_kernels_found_once_per_profile(tmp_path, monkeypatch):
+    """step_costs asks for the draft kernels twice (the step count, then the per-cycle step period):
+    the rank's rows are found once, and the kernel step table is the same with and without the memo
+    (and equal to a plain groupby of the rank's ops)."""
+    from fixtures.synth import write_trace
+
+    paths, _ = write_trace(_spec(3, cycles=8, accept_lengths=[[1] * 8], cuda_graph_mode="node"), tmp_path)
+    run = analyze.load(paths)
+    side = sides.as_side(run)
+    plain = W.kernel_step_table(side)
+    assert len(plain) == 8 and (plain["steps"] == 3).all() and (plain["step_period_ns"] > 0).all()
+    memo: dict = {}
+    pd.testing.assert_frame_equal(W.kernel_step_table(side, memo=memo), plain)
+    assert set(memo) == {("rows", 0), ("draft", 0)}
+    ops = side.gpu_ops
+    rows = W._cycle_rows(ops, 0)
+    assert len(rows) and rows.tolist() == np.flatnonzero((ops["rank"] == 0) & (ops["cycle_range"] >= 0)).tolist()
+    calls = []
+    real = W._cycle_rows
+    monkeypatch.setattr(W, "_cycle_rows", lambda o, r: calls.append(r) or real(o, r))
+    costs = W.step_costs(run)
+    assert calls == [0]
+    assert costs["steps"] == 3 and costs["steps_source"] == "repetitions of the draft kernel sequence per cycle"
+    assert costs["draft_step_ns"] == pytest.approx(plain["step_period_ns"].mean())
+
+
 def test_measured_baseline_from_verify_ranges(synth_runs):
     """A no-speculation report has no decode cycles: the decode step is the verify ranges' period."""
     run = synth_runs[2]

@@ -32,6 +32,7 @@ import pandas as pd
 
 from analyze import findings as F
 from analyze.attribute import attribution
+from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
 from analyze.tools import sides
 from analyze.tools.advise import kinds as K
@@ -273,12 +274,15 @@ def rule_verify_dominated(ctx: Context):
 
 def _kind_rows(rows: pd.DataFrame) -> list[dict]:
     """Per all-reduce kind in ``rows`` (collectives): count and transfer time, most time first."""
-    # grouped by the name objects themselves (no string-dtype copy of a million names)
-    per_name = rows.groupby(rows["name"].to_numpy(dtype=object), sort=False).agg(
+    # grouped by integer codes of the names (codes.factorize_objects: the shared name objects coded
+    # by identity, no hashing of a million texts); rows without a name are left out, as groupby does
+    codes, names = factorize_objects(rows["name"].to_numpy(dtype=object))
+    named = codes >= 0
+    per_name = rows[["transfer_ns", "duration_ns"]][named].groupby(codes[named], sort=False).agg(
         count=("transfer_ns", "size"), transfer_ns=("transfer_ns", "sum"), duration_ns=("duration_ns", "sum"))
     acc: dict[str, dict] = {}
-    for name, r in per_name.iterrows():                 # a few distinct names
-        k = K.kind_of(name)
+    for code, r in per_name.iterrows():                 # a few distinct names
+        k = K.kind_of(names[code])
         a = acc.setdefault(k.label, {"label": k.label, "kind": k.kind, "algorithm": k.algorithm,
                                      "protocol": k.protocol, "variant": k.variant, "count": 0, "transfer_ns": 0,
                                      "duration_ns": 0})
@@ -286,6 +290,18 @@ def _kind_rows(rows: pd.DataFrame) -> list[dict]:
         a["transfer_ns"] += int(r["transfer_ns"])
         a["duration_ns"] += int(r["duration_ns"])
     return sorted(acc.values(), key=lambda a: -a["transfer_ns"])
+
+
+def _phase_groups(phase: np.ndarray) -> tuple[np.ndarray, list]:
+    """(a code per row, the phase of each code) with no phase coded as ``other``, the codes in the
+    order the phases first appear (``groupby(phase.fillna("other"), sort=False)``'s groups)."""
+    codes, uniques = factorize_objects(phase)
+    labels = list(uniques)
+    if (codes < 0).any():
+        if "other" not in labels:
+            labels.append("other")
+        codes = np.where(codes < 0, labels.index("other"), codes)
+    return codes, labels
 
 
 def _allreduce_settings(main: dict, median_bytes: float | None) -> tuple[tuple, str]:
@@ -335,7 +351,9 @@ def rule_allreduce(ctx: Context):
     per_rank_cycles = max(len(ctx.cycles), 1)
     out, checked = [], {}
     needed = colls[["transfer_ns", "wait_ns", "duration_ns", "name"]]     # the groups copy these columns only
-    for phase, rows in needed.groupby(colls["phase"].fillna("other"), sort=False):
+    codes, labels = _phase_groups(colls["phase"].to_numpy(dtype=object))
+    for code, rows in needed.groupby(codes, sort=False):
+        phase = labels[code]
         transfer = float(rows["transfer_ns"].sum()) / per_rank_cycles
         wait = float(rows["wait_ns"].sum()) / per_rank_cycles
         share = transfer / ctx.cycle_ns

@@ -118,20 +118,43 @@ def _primitive_repeats(seq: list) -> tuple[int, int]:
     return p, r
 
 
-def _draft_kernels(side: Side, rank=None) -> pd.DataFrame:
+def _cycle_rows(ops: pd.DataFrame, rank) -> np.ndarray:
+    """Rows of ``ops`` of ``rank`` inside a decode cycle (``cycle_range`` >= 0), ascending."""
+    return np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))
+
+
+def _draft_kernels(side: Side, rank=None, memo: dict | None = None) -> pd.DataFrame:
+    """The draft phase's kernels of one rank (the lowest with cycles unless given) inside decode
+    cycles, in start order; none when the draft phase has a graph launch (traced at graph level).
+    ``memo``: a dict kept by a caller that asks again about the same ops (:func:`step_costs`)."""
     ops = side.gpu_ops
     if ops is None or ops.empty or side.cycles.empty or "cycle_range" not in ops.columns:
         return ops.iloc[0:0] if ops is not None else pd.DataFrame()
     rank = side.cycles["rank"].min() if rank is None else rank
+    if memo is not None and ("draft", rank) in memo:
+        return memo[("draft", rank)]
     # integer columns first: the text comparisons run on one rank's ops in cycles, not every op,
     # and only the draft kernels' rows of the columns read here and by the callers are copied
     cols = [c for c in ("kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns") if c in ops.columns]
-    rows = np.flatnonzero((ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0))
+    rows = _rank_cycle_rows(ops, rank, memo)
     rows = rows[ops["phase"].iloc[rows].to_numpy() == DRAFT]
     if not len(rows) or _equals(ops["kind"], rows, "graph").any():
-        return ops[cols].iloc[0:0]
-    rows = rows[_equals(ops["kind"], rows, "kernel")]
-    return ops[cols].take(rows).sort_values("start_ns")
+        out = ops[cols].iloc[0:0]
+    else:
+        rows = rows[_equals(ops["kind"], rows, "kernel")]
+        out = ops[cols].take(rows).sort_values("start_ns")
+    if memo is not None:
+        memo[("draft", rank)] = out
+    return out
+
+
+def _rank_cycle_rows(ops: pd.DataFrame, rank, memo: dict | None) -> np.ndarray:
+    """:func:`_cycle_rows`, kept in ``memo`` when given."""
+    if memo is None:
+        return _cycle_rows(ops, rank)
+    if ("rows", rank) not in memo:
+        memo[("rows", rank)] = _cycle_rows(ops, rank)
+    return memo[("rows", rank)]
 
 
 def _equals(column: pd.Series, rows: np.ndarray, value: str) -> np.ndarray:
@@ -145,20 +168,21 @@ def _equals(column: pd.Series, rows: np.ndarray, value: str) -> np.ndarray:
     return column.iloc[rows].to_numpy() == value
 
 
-def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
+def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.DataFrame:
     """Per cycle (one rank), from the draft kernels (eager, or graphs traced per node): the repeats of
     the draft kernel block and the GPU start-to-start period of one repeat, i.e. what one draft step
     costs on the GPU including the gaps between its kernels (the CUDA-graph analogue of the
     ``draft_step`` period: a graph replay has no per-step ranges)."""
     empty = pd.DataFrame({"cycle": pd.Series(dtype="int64"), "steps": pd.Series(dtype="int64"),
                           "step_period_ns": pd.Series(dtype="float64")})
-    d = _draft_kernels(side, rank)
+    d = _draft_kernels(side, rank, memo)
     if d.empty:
         return empty
     rank = side.cycles["rank"].min() if rank is None else rank
     ops = side.gpu_ops
-    mine = ops.loc[(ops["rank"].to_numpy() == rank) & (ops["cycle_range"].to_numpy() >= 0), ["cycle_range", "start_ns"]]
-    first = mine.groupby("cycle_range")["start_ns"].min()           # = the cycle's GPU window start
+    mine = _rank_cycle_rows(ops, rank, memo)
+    first = pd.Series(ops["start_ns"].to_numpy()[mine]).groupby(
+        ops["cycle_range"].to_numpy()[mine]).min()                  # = the cycle's GPU window start
     cyc = side.cycles[side.cycles["rank"] == rank]
     by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
     # cycles by their first appearance (groupby(sort=False)'s order), ops in start order within each;
@@ -188,11 +212,11 @@ def kernel_step_table(side: Side, rank=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]).sort_values("cycle") if rows else empty
 
 
-def steps_from_kernels(side: Side, rank=None) -> int | None:
+def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int | None:
     """Draft steps per cycle from the repetition of the draft phase's kernel sequence (eager runs
     or graphs traced per node: one step's kernels repeat once per step). None when the draft phase
     shows no kernels (graph-level trace)."""
-    d = _draft_kernels(side, rank)
+    d = _draft_kernels(side, rank, memo)
     if d.empty:
         return None
     counts = Counter()
@@ -203,11 +227,11 @@ def steps_from_kernels(side: Side, rank=None) -> int | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
-def infer_steps(side: Side) -> tuple[int | None, str]:
+def infer_steps(side: Side, memo: dict | None = None) -> tuple[int | None, str]:
     t = draft_step_table(side)
     if len(t):
         return int(t["steps"].mode().iloc[0]), "draft_step ranges per cycle"
-    k = steps_from_kernels(side)
+    k = steps_from_kernels(side, memo=memo)
     if k is not None:
         return k, "repetitions of the draft kernel sequence per cycle"
     return None, ""
@@ -216,9 +240,10 @@ def infer_steps(side: Side) -> tuple[int | None, str]:
 # ---------------------------------------------------------------------------------------------
 # costs of one profile
 # ---------------------------------------------------------------------------------------------
-def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR) -> tuple[pd.DataFrame, int]:
+def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
+                    memo: dict | None = None) -> tuple[pd.DataFrame, int]:
     """Per cycle (mean over ranks): wall time ``t_ns``, exclusive ns per phase, accepted, requests,
-    the draft step period (when draft_step ranges exist)."""
+    the draft step period (when draft_step ranges exist). ``memo``: see :func:`_draft_kernels`."""
     cycles, dropped = drop_outliers(side.cycles, outlier_factor)
     if cycles.empty:
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
@@ -234,7 +259,7 @@ def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR) -> tuple
     kept = Side(side.label, cycles, side.kernels, side.phase_names, side.ranges, side.gpu_ops)
     steps, source = draft_step_table(kept), "draft_step"
     if steps.empty or steps["step_period_ns"].isna().all():
-        steps, source = kernel_step_table(kept), "kernels"
+        steps, source = kernel_step_table(kept, memo=memo), "kernels"
     per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
         else per.assign(step_period_ns=np.nan)
     per["step_period_source"] = source
@@ -342,12 +367,13 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
     from the trace when None); ``verify_scaling``: see :func:`token_fit`."""
     side = as_side(analysis)
     source = "given"
+    memo: dict = {}            # the draft kernels, found once for the step count and the samples
     if steps is None:
-        steps, source = infer_steps(side)
+        steps, source = infer_steps(side, memo)
         if steps is None:
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
-    samples, dropped = profile_samples(side, outlier_factor)
+    samples, dropped = profile_samples(side, outlier_factor, memo)
     c = costs_from_samples(samples, steps, side.phase_names, verify_scaling)
     c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
              samples=samples, verify_scaling=verify_scaling)
