@@ -53,3 +53,36 @@ def test_equal_timestamps_on_every_rank_are_no_duplicates(monkeypatch):
     frame = pd.concat([frame.iloc[:8], frame.iloc[[5]], frame.iloc[8:]], ignore_index=True)
     got = validate.duplicate_mask(frame, frame["start_ns"].to_numpy())
     assert np.flatnonzero(got).tolist() == [8]
+
+
+ranges = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 3)), max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=ranges, run_max=st.sampled_from([1, 2, 16]))
+def test_identical_range_count_is_the_sorted_neighbours(values, run_max):
+    """run/checks.identical_range_count (ranges in start order, pairs within runs of equal starts;
+    longer runs: the full sort) counts the repeats of (thread, start, end) that sorting every range
+    by all three and comparing neighbours counts, in whatever order the ranges come."""
+    from analyze.run import checks
+
+    tid, start, end = (np.array([v[i] for v in values], dtype="int64") for i in range(3))
+    end = start + end
+    want = len(values) - len(set(values and zip(tid.tolist(), start.tolist(), end.tolist())))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validate, "RUN_PAIRS_MAX", run_max)
+        assert checks.identical_range_count(tid, start, end) == want
+
+
+def test_identical_ranges_note_counts_repeats_across_threads():
+    """Three threads with equal bounds (no repeat across threads); each thread's (10, 15) twice, and
+    three rows added again: 3 + 3 repeats."""
+    from analyze import notes as N
+    from analyze.run import checks
+
+    base = pd.DataFrame({"global_tid": [1, 2, 3] * 4, "start_ns": [10] * 6 + [20] * 6,
+                         "end_ns": [15] * 6 + [25] * 3 + [26] * 3})
+    frame = pd.concat([base, base.iloc[[0, 4, 8]]], ignore_index=True).sample(frac=1, random_state=3)
+    (note,) = checks.identical_ranges(frame)
+    assert note.code == N.IDENTICAL_RANGES and note.count == 3 + 3
+    assert checks.identical_ranges(base.drop_duplicates()) == []

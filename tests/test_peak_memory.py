@@ -131,16 +131,18 @@ def test_segment_duration_sums(n_groups):
         assert (got == intervals.segment_sums(segs, e - s, n_groups, m)).all()
 
 
+@pytest.mark.parametrize("factorized", [False, True])
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("block", [1, 7, 10 ** 6])
-def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, wide, monkeypatch):
+def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, wide, factorized, monkeypatch):
     """Both ways of finding the pairs (a scatter over small device ordinals, hashing when they are
-    spread wide), block by block and whole."""
+    spread wide), block by block and whole, with the processes coded here or by the caller (the
+    map step's one ``pd.factorize``, whose uniques hold every block's)."""
     rng = np.random.default_rng(block)
     pid = rng.choice(np.array([5 << 24, 9 << 24, 2 << 24], dtype="int64"), 3000)
     dev = rng.integers(0, 4, 3000) * (10 ** 9 if wide else 1)
     monkeypatch.setattr(mapstep, "PAIR_BLOCK_ROWS", block)
-    got = mapstep.pid_device_pairs(pid, dev)
+    got = mapstep.pid_device_pairs(pid, dev, pd.factorize(pid) if factorized else None)
     want = pd.DataFrame({"global_pid": pid, "device_id": dev}).drop_duplicates(ignore_index=True)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
 

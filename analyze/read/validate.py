@@ -112,7 +112,7 @@ def duplicate_mask(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray:
         same = step == 0
         if not same.any():
             return dup
-        within = _duplicates_within_runs(frame, start)
+        within = duplicates_within_runs(frame, start)
         if within is not None:
             return within
         candidates = np.flatnonzero(np.r_[same, False] | np.r_[False, same])
@@ -135,7 +135,7 @@ def duplicate_mask(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray:
 RUN_PAIRS_MAX = 16
 
 
-def _duplicates_within_runs(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray | None:
+def duplicates_within_runs(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray | None:
     """:func:`duplicate_mask` of rows sorted by start: a repeat has its original's start, so it lies
     at most the length of its run of equal starts behind it. Per distance d, rows i and i - d are
     compared a column at a time over the whole shifted columns (NA equals NA, as

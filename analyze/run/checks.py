@@ -107,15 +107,29 @@ def cross_thread_ranges(count: int) -> list[Note]:
 
 
 def identical_ranges(ranges: pd.DataFrame) -> list[Note]:
-    if ranges.empty:
-        return []
-    # sorted by (thread, start, end): a duplicate sits right after its twin (no hashing of tuples)
-    tid, start, end = (ranges[c].to_numpy(dtype="int64") for c in ("global_tid", "start_ns", "end_ns"))
-    order = np.lexsort((end, start, tid))
-    t, s, e = tid[order], start[order], end[order]
-    n = int(((t[1:] == t[:-1]) & (s[1:] == s[:-1]) & (e[1:] == e[:-1])).sum())
+    n = identical_range_count(*(ranges[c].to_numpy(dtype="int64") for c in ("global_tid", "start_ns", "end_ns")))
     return [Note(N.IDENTICAL_RANGES, f"{n} NVTX ranges have the same bounds as another range on their thread "
                  "(nested in order of appearance)", n)] if n else []
+
+
+def identical_range_count(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> int:
+    """Ranges whose (thread, start, end) repeats an earlier range's. A repeat shares its twin's
+    start: in start order (a stable sort, quick on the nearly start-ordered ranges nsys writes) it
+    lies within a run of equal starts, where rows i and i - d are compared
+    (validate.duplicates_within_runs); runs longer than it looks at: sorted by (thread, start, end),
+    a repeat sits right after its twin."""
+    if not len(start):
+        return 0
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    if not (s[1:] == s[:-1]).any():
+        return 0
+    within = validate.duplicates_within_runs(pd.DataFrame({"tid": tid[order], "end": end[order]}, copy=False), s)
+    if within is not None:
+        return int(within.sum())
+    order = np.lexsort((end, start, tid))
+    t, s, e = tid[order], start[order], end[order]
+    return int(((t[1:] == t[:-1]) & (s[1:] == s[:-1]) & (e[1:] == e[:-1])).sum())
 
 
 def marks_only(ranges: pd.DataFrame, marks: pd.DataFrame) -> list[Note]:

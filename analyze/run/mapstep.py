@@ -123,8 +123,9 @@ class _Groups:
         self.arrays[name] = np.full(shape_head + (0,), fill, dtype="int64")
         self.fill[name] = fill
 
-    def codes(self, pid: np.ndarray) -> np.ndarray:
-        codes, uniq = pd.factorize(pid)
+    def codes(self, pid: np.ndarray, factorized: tuple | None = None) -> np.ndarray:
+        """The dense code of every row's process; ``factorized``: ``pd.factorize(pid)`` when made already."""
+        codes, uniq = factorized if factorized is not None else pd.factorize(pid)
         lookup = np.array([self.code.setdefault(int(u), len(self.code)) for u in np.asarray(uniq)],
                           dtype="int32")
         n = len(self.code)
@@ -146,18 +147,22 @@ PAIR_BLOCK_ROWS = 1 << 20
 SPLIT_THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
-def pid_device_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
+def pid_device_pairs(pid: np.ndarray, device: np.ndarray, factorized: tuple | None = None) -> pd.DataFrame:
     """Distinct (global_pid, device_id) pairs of some ops (what identify_ranks looks at), in the
-    order they first occur; block by block (no temporaries as long as the ops)."""
+    order they first occur; block by block (no temporaries as long as the ops). ``factorized``:
+    ``pd.factorize(pid)`` when made already (the map step codes the processes with it too)."""
     if len(pid) <= PAIR_BLOCK_ROWS:
-        return _block_pairs(pid, device)
-    parts = [_block_pairs(pid[a:a + PAIR_BLOCK_ROWS], device[a:a + PAIR_BLOCK_ROWS])
+        return _block_pairs(pid, device, factorized)
+    parts = [_block_pairs(pid[a:a + PAIR_BLOCK_ROWS], device[a:a + PAIR_BLOCK_ROWS],
+                          None if factorized is None else (factorized[0][a:a + PAIR_BLOCK_ROWS], factorized[1]))
              for a in range(0, len(pid), PAIR_BLOCK_ROWS)]
     return pd.concat(parts, ignore_index=True).drop_duplicates(ignore_index=True)
 
 
-def _block_pairs(pid: np.ndarray, device: np.ndarray) -> pd.DataFrame:
-    pcode, puniq = pd.factorize(pid)
+def _block_pairs(pid: np.ndarray, device: np.ndarray, factorized: tuple | None = None) -> pd.DataFrame:
+    """:func:`pid_device_pairs` of one block; ``factorized``: codes of the block's pids into uniques
+    that may hold other blocks' pids too."""
+    pcode, puniq = factorized if factorized is not None else pd.factorize(pid)
     dev = np.asarray(device, dtype="int64")
     d_lo = int(dev.min()) if len(dev) else 0
     d_span = (int(dev.max()) - d_lo + 1) if len(dev) else 1
@@ -249,7 +254,8 @@ class ReportMap:
         self.n_ops += len(chunk.start_ns)
         config, n_ph = self.config, len(self.config.names)
         kind, pid, start, end = chunk.kind, chunk.global_pid, chunk.start_ns, chunk.end_ns
-        self.pairs.append(pid_device_pairs(pid, chunk.device_id))
+        pid_codes = pd.factorize(pid)          # the processes coded once: their pairs, then their groups
+        self.pairs.append(pid_device_pairs(pid, chunk.device_id, pid_codes))
         name_code = self.names.codes(kind, chunk.name_id)
         if self.detail:
             self.stage("linking ops to API calls")
@@ -280,7 +286,8 @@ class ReportMap:
                 self.op_columns = {"chunk": chunk, "name_code": name_code, "phase": phase, "range_id": range_id,
                                    "op_call": op_call}
             del range_id
-            g_read = self.groups.codes(pid)
+            g_read = self.groups.codes(pid, pid_codes)
+            del pid_codes
             n_g = len(self.groups.code)
             if self.keep_ops:
                 self.op_columns["group"] = g_read         # the per-op rank, by a gather
