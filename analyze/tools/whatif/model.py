@@ -191,25 +191,28 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
     codes, order_of_first = pd.factorize(cr_all)
     srt = np.argsort(codes, kind="stable")
     bounds = np.r_[0, np.flatnonzero(np.diff(codes[srt])) + 1, len(srt)]
-    names = d["name"].to_numpy(dtype=object)[srt]
+    names = d["name"].to_numpy(dtype=object)[srt].tolist()
     starts = d["start_ns"].to_numpy(dtype="int64")[srt]
     first_of = dict(zip(first.index.to_numpy(dtype="int64").tolist(), first.to_numpy(dtype="int64").tolist()))
     repeat_of: dict[tuple, tuple[int, int, int]] = {}
-    rows = []
-    for k, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-        cycle = by_start.get(first_of.get(int(order_of_first[k]), -1))
+    found = []                                   # (cycle, first op, i, p, r) per cycle
+    for a, b, cr in zip(bounds[:-1].tolist(), bounds[1:].tolist(), order_of_first.tolist()):
+        cycle = by_start.get(first_of.get(cr, -1))
         if cycle is None:
             continue
-        seq = tuple(names[a:b].tolist())
+        seq = tuple(names[a:b])
         if seq not in repeat_of:
             repeat_of[seq] = _tandem_repeat(list(seq))
-        i, p, r = repeat_of[seq]
-        period = np.nan
-        if r >= 2:
-            st = starts[a:b]
-            period = (st[i + (r - 1) * p] - st[i]) / (r - 1)
-        rows.append((int(cycle), int(r), period))
-    return pd.DataFrame(rows, columns=["cycle", "steps", "step_period_ns"]).sort_values("cycle") if rows else empty
+        found.append((cycle, a) + repeat_of[seq])
+    if not found:
+        return empty
+    cycle, a, i, p, r = (np.array(c, dtype="int64") for c in zip(*found))
+    # one repeat's start-to-start period: (start of the last repeat - start of the first) / (r - 1)
+    steps = r >= 2
+    period = np.full(len(found), np.nan)
+    first_op = a[steps] + i[steps]
+    period[steps] = (starts[first_op + (r[steps] - 1) * p[steps]] - starts[first_op]) / (r[steps] - 1)
+    return pd.DataFrame({"cycle": cycle, "steps": r, "step_period_ns": period}).sort_values("cycle")
 
 
 def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int | None:
