@@ -316,3 +316,16 @@ def test_html_first_screen_in_headless_chromium(tmp_path):
 
     assert share(plots.PALETTE["verify"]) > 0.01 and share(plots.PALETTE["draft"]) > 0.01
     assert share(plots.PALETTE["other"]) < 0.05
+
+
+@pytest.mark.parametrize("dtype", [object, "str"])
+def test_reason_counts_in_first_appearance_order(dtype):
+    """The summary's warm-up reasons: steady cycles (no reason, None or NaN) left out, each reason
+    counted, in the order the reasons first appear (the JSON keeps it)."""
+    from analyze.views.decode import _reason_counts
+
+    reasons = pd.Series([None, "outlier", np.nan, "first", "outlier", None, "truncated"], dtype=dtype)
+    got = _reason_counts(reasons)
+    assert got == {"outlier": 2, "first": 1, "truncated": 1}
+    assert list(got) == ["outlier", "first", "truncated"]
+    assert _reason_counts(reasons.iloc[:1]) == {} and _reason_counts(np.array([], dtype=object)) == {}

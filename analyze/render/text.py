@@ -17,7 +17,7 @@ from analyze import notes as N
 from analyze import views
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names
-from analyze.views import decode, phase_hints, skew
+from analyze.views import decode, phase_hints
 
 WIDTH = 120            # when the width cannot be read (not a terminal, no COLUMNS)
 MIN_WIDTH, MAX_WIDTH = 60, 400
@@ -412,7 +412,7 @@ def skew_lines(result, width: int) -> list[str]:
     if not len(coll):
         return []
     n = coll["collective"].nunique()
-    evidence = skew.evidence_mask(coll, result.cycles)
+    evidence = views.get(result, "skew_evidence")
     n_warm = n - coll.loc[evidence, "collective"].nunique()
     out = [f"All-reduce skew over {n} collectives (ms): wait = before the last rank arrived"
            + (f"; late (times) counts the {n - n_warm} after warm-up" if n_warm else "")]

@@ -17,9 +17,9 @@ from analyze import notes as N
 from analyze.notes import Note
 from analyze.timeline import collectives as coll_mod
 from analyze.views import decode
-from analyze.views.registry import get
+from analyze.views.registry import get, view
 
-__all__ = ["steady_start_ns", "evidence_mask", "skew_table", "stragglers", "skew_notes"]
+__all__ = ["steady_start_ns", "evidence_mask", "evidence", "skew_table", "stragglers", "skew_notes"]
 
 
 def steady_start_ns(cycles: pd.DataFrame | None) -> int | None:
@@ -54,9 +54,16 @@ def evidence_mask(collectives: pd.DataFrame, cycles: pd.DataFrame | None) -> np.
     return last_arrival >= begin
 
 
+@view("skew_evidence")
+def evidence(a) -> np.ndarray:
+    """:func:`evidence_mask` of the analysis' collectives (a view: the skew table, its notes and the
+    terminal report's skew section share one)."""
+    return evidence_mask(a.collectives, a.cycles)
+
+
 def skew_table(a) -> pd.DataFrame:
     """:func:`analyze.timeline.collectives.skew_summary` with lateness counted on the evidence."""
-    return coll_mod.skew_summary(a.collectives, evidence_mask(a.collectives, a.cycles))
+    return coll_mod.skew_summary(a.collectives, get(a, "skew_evidence"))
 
 
 def stragglers(a) -> list[int]:
@@ -83,7 +90,7 @@ def skew_notes(a) -> list[Note]:
                       "are invisible: profile with --cuda-graph-trace=node" if graph_level else "")
                    + "; --phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels")
         return [Note(N.SKEW_SKIPPED, f"no all-reduce skew table: {why}", count=0)]
-    ev = evidence_mask(coll, a.cycles)
+    ev = get(a, "skew_evidence")
     all_late = coll_mod.skew_summary(coll)
     counted = get(a, "skew")
     only_warm = all_late[(all_late["times_late"] > 0)
