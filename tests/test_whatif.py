@@ -265,6 +265,25 @@ def test_draft_kernels_found_once_per_profile(tmp_path, monkeypatch):
     assert costs["draft_step_ns"] == pytest.approx(plain["step_period_ns"].mean())
 
 
+def test_draft_kernel_memo_keeps_each_rank_apart(tmp_path):
+    """One memo asked about two ranks in turn gives each rank its own tables (what each gives
+    without the memo), whichever rank is asked first."""
+    from fixtures.synth import write_trace
+
+    paths, _ = write_trace(_spec(3, ranks=2, cycles=6, accept_lengths=[[1] * 6] * 2, cuda_graph_mode="node",
+                                 jitter=0.05), tmp_path)
+    side = sides.as_side(analyze.load(paths))
+    plain = {r: W.kernel_step_table(side, r) for r in (0, 1)}
+    assert all(len(t) == 6 for t in plain.values())
+    assert not plain[0]["step_period_ns"].equals(plain[1]["step_period_ns"])     # the ranks differ
+    for order in ((0, 1), (1, 0)):
+        memo: dict = {}
+        for r in order + order:
+            pd.testing.assert_frame_equal(W.kernel_step_table(side, r, memo=memo), plain[r])
+            assert W.steps_from_kernels(side, r, memo=memo) == W.steps_from_kernels(side, r) == 3
+        assert set(memo) == {("rows", 0), ("draft", 0), ("rows", 1), ("draft", 1)}
+
+
 def test_measured_baseline_from_verify_ranges(synth_runs):
     """A no-speculation report has no decode cycles: the decode step is the verify ranges' period."""
     run = synth_runs[2]

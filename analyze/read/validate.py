@@ -130,7 +130,7 @@ def duplicate_mask(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray:
     return dup
 
 
-# longest run of rows with one start compared pair by pair (_duplicates_within_runs; each distance costs
+# longest run of rows with one start compared pair by pair (duplicates_within_runs; each distance costs
 # a pass per column still equal); longer runs take the mix
 RUN_PAIRS_MAX = 16
 

@@ -254,8 +254,6 @@ class ReportMap:
         self.n_ops += len(chunk.start_ns)
         config, n_ph = self.config, len(self.config.names)
         kind, pid, start, end = chunk.kind, chunk.global_pid, chunk.start_ns, chunk.end_ns
-        pid_codes = pd.factorize(pid)          # the processes coded once: their pairs, then their groups
-        self.pairs.append(pid_device_pairs(pid, chunk.device_id, pid_codes))
         name_code = self.names.codes(kind, chunk.name_id)
         if self.detail:
             self.stage("linking ops to API calls")
@@ -286,6 +284,10 @@ class ReportMap:
                 self.op_columns = {"chunk": chunk, "name_code": name_code, "phase": phase, "range_id": range_id,
                                    "op_call": op_call}
             del range_id
+            # the processes coded once, for their device pairs and their groups (made here, not
+            # earlier: 8 bytes per op held only while both use them)
+            pid_codes = pd.factorize(pid)
+            self.pairs.append(pid_device_pairs(pid, chunk.device_id, pid_codes))
             g_read = self.groups.codes(pid, pid_codes)
             del pid_codes
             n_g = len(self.groups.code)
