@@ -306,9 +306,9 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
-def _read_pages(conn, sql: str, columns: list[str], copy: bool, into: dict | None = None) -> pd.DataFrame | None:
+def _read_pages(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
     """The rows through pages.py, or None where it does not read them (then the next backend)."""
-    table = _pages_table(conn, sql, {columns.index(c): a for c, a in into.items()} if into and not copy else None)
+    table = _pages_table(conn, sql)
     if table is None:
         return None
     if table.num_rows == 0:
@@ -316,9 +316,9 @@ def _read_pages(conn, sql: str, columns: list[str], copy: bool, into: dict | Non
     return _table_frame(table, columns, copy)
 
 
-def _pages_table(conn, sql: str, into: dict | None = None):
+def _pages_table(conn, sql: str):
     """pages.py's Arrow table of ``sql`` (the CLI's early read where it made it: prefetch.py), or
-    None where it does not read the statement. ``into``: pages.read_table's."""
+    None where it does not read the statement."""
     from analyze.read import pages, prefetch
 
     path = getattr(conn, "path", "")
@@ -327,7 +327,7 @@ def _pages_table(conn, sql: str, into: dict | None = None):
         if table is None:
             if path and prefetch.refused(path, sql, "pages"):
                 raise pages.Unsupported("refused by the early read already")
-            table = pages.read_table(conn, sql, into=into)
+            table = pages.read_table(conn, sql)
     except Exception as exc:  # noqa: BLE001 - what it does not read (or a page that does not parse): next backend
         with pages.FELL_BACK_LOCK:
             pages.FELL_BACK[type(exc).__name__] += 1
@@ -428,15 +428,13 @@ def _stream(cur, reader):
 
 
 def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True,
-               rows_hint: int | None = None, into: dict | None = None) -> pd.DataFrame:
+               rows_hint: int | None = None) -> pd.DataFrame:
     """Rows of ``sql`` as a DataFrame with ``columns``: pages.py where it reads the statement, else
     connectorx, else ADBC, else the stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL beside
-    it: the stdlib cursor only (:func:`backend_for`). ``into`` ({column: int64 array}, with
-    ``copy=False``): pages.py writes those integer columns into the arrays given where they hold
-    the rows (the frame's columns are then views of them); the other readers ignore it."""
+    it: the stdlib cursor only (:func:`backend_for`)."""
     be = backend_for(conn)
     if be == "pages":
-        frame = _read_pages(conn, sql, columns, copy, into) if not params else None
+        frame = _read_pages(conn, sql, columns, copy) if not params else None
         if frame is not None:
             return frame
         be = _after(be)

@@ -527,11 +527,9 @@ class _Out:
     the rows: the untouched tail is never faulted in) with a NULL mask made at the first NULL, or
     text as Arrow chunks."""
 
-    def __init__(self, capacity: int, into: np.ndarray | None = None):
+    def __init__(self, capacity: int):
         self.kind = None                  # None (all NULL so far) | "int" | "text"
-        # ``into``: the caller's int64 array (at least ``capacity`` long) the values go to; past it
-        # (never, with the caller's bound) they move to an array of their own
-        self.values = into if into is not None else np.empty(capacity, dtype=np.int64)
+        self.values = np.empty(capacity, dtype=np.int64)
         self.nulls = None
         self.n = 0
         self.texts = []
@@ -659,15 +657,12 @@ def _content_sizes(st):
     return np.where(st >= 12, (st - 12) // 2, _FIXED_SIZE[np.clip(st, 0, 11)])
 
 
-def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES, into: dict | None = None):
+def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
     """The rows of ``sql`` on the report ``conn`` was opened on (an analyze.read.connection
     connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
     per select item; Unsupported for what this reader does not read (module doc). The caller makes
     sure the file holds every row: a report opened ``immutable`` (no journal or WAL beside it), as
-    fastread.backend_for and prefetch.py do. ``into``: {select item index: int64 array} for items
-    that are a column: where the array holds the statement's bound on its rows, the column's values
-    are written into it and the Arrow column is a view of it (the op table's columns, filled in
-    place by the readers: read/report.OpTableBuilder)."""
+    fastread.backend_for and prefetch.py do."""
     import pyarrow as pa
 
     if np.little_endian is False:
@@ -689,8 +684,7 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES, into: dict | None
         inside = (hi >= stmt.rowid_lo) & (lo <= stmt.rowid_hi)
         leaves = leaves[inside] if stmt.rowid_lo <= stmt.rowid_hi else leaves[:0]
         capacity = _rows_bound(pg, leaves, stmt)
-        given = _given_arrays(into, stmt, layout, capacity)
-        outs = {j: _Out(capacity, given.get(j)) for j in record_cols}
+        outs = {j: _Out(capacity) for j in record_cols}
         rows = 0
         cap = _capacity(pg)
         for at in range(0, len(leaves), cap):
@@ -707,20 +701,6 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES, into: dict | None
         os.close(fd)
     return pa.Table.from_arrays([_item_column(it, layout, outs, rows) for it in stmt.items],
                                 names=[f"c{i}" for i in range(len(stmt.items))])
-
-
-def _given_arrays(into: dict | None, stmt: Statement, layout: Layout, capacity: int) -> dict:
-    """{record column: the caller's array} for the ``into`` items that are an integer column (not
-    the rowid) and whose array holds ``capacity`` rows; a column named by two items takes the first."""
-    given: dict = {}
-    for i, arr in (into or {}).items():
-        item = stmt.items[i]
-        if item.kind != "column" or arr is None or len(arr) < capacity or arr.dtype != np.int64:
-            continue
-        j = layout.columns.index(item.columns[0].lower())
-        if j != layout.alias and layout.affinity[j] == "int" and j not in given:
-            given[j] = arr
-    return given
 
 
 def _rows_bound(pg: Pages, leaves: np.ndarray, stmt: Statement) -> int:

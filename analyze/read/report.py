@@ -297,14 +297,13 @@ def session_end_ns(conn: sqlite3.Connection) -> int | None:
 EXCLUDED = "excluded_rows"
 
 
-def read_op_part(conn: sqlite3.Connection, part: OpRead, into: dict | None = None) -> pd.DataFrame:
+def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
     """The rows of one planned read (GPU_OP_COLUMNS but ``kind``), without the rows nsys never writes
     (read/validate.py: bad timestamps, end < start, outside the session, exact duplicates), which
-    are counted in ``frame.attrs["excluded_rows"]``. ``into``: {column: int64 array} the reader may
-    write those columns into (:meth:`OpTableBuilder.slot`)."""
+    are counted in ``frame.attrs["excluded_rows"]``."""
     sql = part.sql if part.rowid_lo is None else \
         f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    frame = fastread.read_frame(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint, into=into)
+    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint)
     frame, excluded = _valid_ops(frame, part.kind, session_end_ns(conn))
     frame = _int64(frame, _OP_INT_COLUMNS)
     frame.attrs[EXCLUDED] = excluded
@@ -351,17 +350,15 @@ def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple
     return frame, validate.exclusions(kind, counts)
 
 
-def assemble_gpu_ops(plan: list[OpRead], parts, builder: "OpTableBuilder | None" = None) -> pd.DataFrame:
+def assemble_gpu_ops(plan: list[OpRead], parts) -> pd.DataFrame:
     """The op table from the parts of :func:`plan_gpu_op_reads`: ``parts`` in plan order, a list
     or an iterator (then each part is copied in and let go of as it comes: the peak is the table
     plus the parts still being read, not twice the table). The plan's row counts size the columns
-    once. ``builder``: one made for ``plan`` already (:meth:`OpTableBuilder.for_plan`: the readers
-    wrote the parts into its slots)."""
-    if builder is None:
-        hint = sum(p.rows_hint or 0 for p in plan)
-        builder = OpTableBuilder(hint if all(p.rows_hint is not None for p in plan) else None)
-    for i, (p, frame) in enumerate(zip(plan, parts)):
-        builder.add(p.kind, frame, slot=i if builder.slots else None)
+    once."""
+    hint = sum(p.rows_hint or 0 for p in plan)
+    builder = OpTableBuilder(hint if all(p.rows_hint is not None for p in plan) else None)
+    for p, frame in zip(plan, parts):
+        builder.add(p.kind, frame)
         del frame
     return builder.table()
 
@@ -387,7 +384,7 @@ class OpTableBuilder:
     grown when short) and each part copied into it, so a part can be freed as soon as it is in.
     :meth:`table` then drops the rows that repeat a row of another part of the same table."""
 
-    def __init__(self, capacity: int | None = None, slots: list[tuple[int, int]] | None = None):
+    def __init__(self, capacity: int | None = None):
         self.capacity = max(int(capacity or 0), 0)
         self.cols = {c: np.empty(self.capacity, dtype="int64") for c in _OP_INT64 + ["graph_node_id"]}
         self.node_missing = np.empty(self.capacity, dtype=bool)
@@ -395,27 +392,6 @@ class OpTableBuilder:
         self.n = 0
         self.bounds: list[tuple[str, int, int]] = []     # (kind, first row, end row) per part
         self.excluded: list = []
-        # per planned part, (first row, rows at most) of its place in the columns: the readers write
-        # its columns there (:meth:`slot`); :meth:`add` then moves it up behind the parts before
-        self.slots = slots or []
-
-    @classmethod
-    def for_plan(cls, plan: list[OpRead]) -> "OpTableBuilder":
-        """A builder with a place per part of ``plan`` that its reader can fill (:meth:`slot`): a
-        part of rowids [lo, hi) holds at most hi - lo rows. Without rowid ranges, or where the
-        ranges' rowids are sparse (the places would hold over twice the rows), no places."""
-        hint = sum(p.rows_hint or 0 for p in plan)
-        spans = [p.rowid_hi - p.rowid_lo if p.rowid_lo is not None and p.rowid_hi is not None else None
-                 for p in plan]
-        if not plan or None in spans or any(p.rows_hint is None for p in plan) or sum(spans) > 2 * hint + 1024:
-            return cls(hint if all(p.rows_hint is not None for p in plan) else None)
-        firsts = np.r_[0, np.cumsum(spans)[:-1]].tolist()
-        return cls(sum(spans), list(zip(firsts, spans)))
-
-    def slot(self, i: int) -> dict:
-        """{column: array} where part ``i``'s reader may write its integer columns (read_op_part)."""
-        first, rows = self.slots[i]
-        return {c: self.cols[c][first:first + rows] for c in _OP_INT64}
 
     def _grow(self, need: int) -> None:
         cap = max(need, 2 * self.capacity, 1024)
@@ -430,27 +406,18 @@ class OpTableBuilder:
             setattr(self, name, grown)
         self.capacity = cap
 
-    def add(self, kind: str, frame: pd.DataFrame, slot: int | None = None) -> None:
-        """Part ``frame`` after the parts before; ``slot``: its place (:meth:`slot`), where its
-        reader may have written its columns already (then only moved up, if at all)."""
+    def add(self, kind: str, frame: pd.DataFrame) -> None:
         self.excluded += list(frame.attrs.get(EXCLUDED, []))
         m = len(frame)
         if not m:
             return
         frame = _int64(frame, _OP_INT64)
         node = _nullable_int64(frame["graph_node_id"])
-        if slot is None and self.n + m > self.capacity:
+        if self.n + m > self.capacity:
             self._grow(self.n + m)
         at, to = self.n, self.n + m
-        first = self.slots[slot][0] if slot is not None else at
-        if slot is not None and m > self.slots[slot][1]:
-            raise ValueError(f"op part {slot}: {m} rows in a place of {self.slots[slot][1]}")
         for c in _OP_INT64:
-            src, dst = frame[c].to_numpy(), self.cols[c]
-            if not _starts_at(src, dst, first):              # not written in place by its reader
-                dst[first:first + m] = src
-            if first != at:                                   # behind a part shorter than its place
-                dst[at:to] = dst[first:first + m]
+            self.cols[c][at:to] = frame[c].to_numpy()
         self.cols["graph_node_id"][at:to] = node._data
         self.node_missing[at:to] = node._mask
         self.kind[at:to] = GPU_OP_KINDS.index(kind)
@@ -482,12 +449,6 @@ class OpTableBuilder:
             ops = ops[~drop].reset_index(drop=True)
         ops.attrs[EXCLUDED] = validate.merge(excluded)
         return ops[GPU_OP_COLUMNS]
-
-
-def _starts_at(src: np.ndarray, dst: np.ndarray, first: int) -> bool:
-    """Whether ``src`` is the view of ``dst`` from row ``first`` (its reader wrote it in place)."""
-    return (src.dtype == dst.dtype and src.strides == dst.strides
-            and src.__array_interface__["data"][0] == dst.__array_interface__["data"][0] + first * dst.itemsize)
 
 
 _EXACT_FLOAT = float(2 ** 53)       # integers a float64 holds exactly
@@ -931,14 +892,8 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
-        # the op parts are read into their places in the op table's columns (OpTableBuilder.slot)
-        builder = OpTableBuilder.for_plan(plan)
-
-        def into(i):
-            return builder.slot(i) if builder.slots else None
-
-        parts = [pool.submit(on_own_connection, read_op_part, p, into(0)) for p in plan[:1]]
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [pool.submit(on_own_connection, read_op_part, p, into(i)) for i, p in enumerate(plan[1:], 1)]
-        ops = assemble_gpu_ops(plan, _results_in_order(parts), builder)
+        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
+        ops = assemble_gpu_ops(plan, _results_in_order(parts))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
