@@ -184,6 +184,68 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 80), st.integers(-3, 25), st.booleans(),
+                              st.booleans(), st.booleans()), min_size=0, max_size=120),
+       windows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 80), st.integers(0, 30), st.integers(0, 9)),
+                        min_size=0, max_size=14),
+       ids_in_start_order=st.booleans())
+def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids_in_start_order):
+    """advise's launch gaps with one sort by (rank, start) (cycle_gaps_in_start_order) against what
+    it replaced, cycle_of_arrays then op_gaps (tested above against pandas): the same rows, the
+    same gaps element for element, the same summary; overlapping windows, ties of starts, ends
+    before starts, ranks without ops or cycles; None exactly where a rank's ids do not increase
+    with start, given ops (then _launch_gaps takes the two functions)."""
+    import numpy as np
+    import pandas as pd
+
+    from analyze.tools.advise import model as M
+
+    cyc = pd.DataFrame(windows, columns=["rank", "start_ns", "len", "cycle"], dtype="int64")
+    if ids_in_start_order:       # ids that grow with start on every rank (unique per rank)
+        cyc = cyc.drop_duplicates(["rank", "start_ns"]).sort_values(["rank", "start_ns"], kind="stable")
+        cyc["cycle"] = cyc.groupby("rank").cumcount() * 3 + cyc["rank"]
+    cyc["end_ns"] = cyc["start_ns"] + cyc["len"]
+    cyc = cyc.drop(columns="len").reset_index(drop=True)
+    frame = pd.DataFrame([o[:3] for o in ops], columns=["rank", "start_ns", "dur"], dtype="int64")
+    frame["end_ns"] = frame["start_ns"] + frame["dur"]
+    frame["cycle_range"] = np.array([0 if o[3] else -1 for o in ops], dtype="int64")
+    frame["graph_node_id"] = pd.array([7 if o[4] else None for o in ops], dtype="Int64")
+    frame["kind"] = ["graph" if o[5] else "kernel" for o in ops]
+
+    rank, start, end = (frame[c].to_numpy(dtype="int64") for c in ("rank", "start_ns", "end_ns"))
+    cycle = M.cycle_of_arrays(rank, start, cyc)
+    keep = cycle >= 0
+    want_gaps = M.op_gaps(rank[keep], cycle[keep], start[keep], end[keep])
+    found = M.cycle_gaps_in_start_order(rank, start, end, cyc)
+    by_rank = cyc.sort_values("start_ns").groupby("rank")["cycle"]
+    increasing = all((np.diff(g.to_numpy()) > 0).all() for _, g in by_rank)
+    assert (found is None) == (not increasing and len(frame) > 0)
+    if ids_in_start_order:
+        assert found is not None
+    if found is not None:
+        rows, gaps = found
+        assert np.array_equal(np.sort(rows), np.flatnonzero(keep))
+        np.testing.assert_array_equal(gaps, want_gaps)
+
+    # the summary _launch_gaps returns, against the same computed from the reference arrays
+    inside = frame["cycle_range"].to_numpy() >= 0
+    ref_cycle = M.cycle_of_arrays(rank[inside], start[inside], cyc)
+    at = np.flatnonzero(inside)[ref_cycle >= 0]
+    got = M._launch_gaps(frame, cyc)
+    if not len(at):
+        assert got == {}
+        return
+    k = ref_cycle >= 0
+    g = M.op_gaps(rank[inside][k], ref_cycle[k], start[inside][k], end[at])
+    big = g[g > M.LAUNCH_GAP_NS]
+    n = max(len(cyc), 1)
+    graph_ops = int(frame["graph_node_id"].notna().to_numpy()[at].sum()) + int((frame["kind"] == "graph").to_numpy()[at].sum())
+    assert got == {"launch_gaps_per_cycle": len(big) / n, "launch_gap_per_cycle_ns": float(big.sum()) / n,
+                   "median_gap_ns": float(np.median(g)) if len(g) else 0.0,
+                   "graph_ops_share": graph_ops / len(at), "ops_per_cycle": len(at) / n}
+
+
 @settings(max_examples=60, deadline=None)
 @given(rows=st.lists(st.tuples(st.sampled_from([3, -7, 10 ** 12, 5]), st.integers(0, 400)), max_size=300),
        block=st.integers(1, 50), presence=st.booleans())

@@ -429,12 +429,18 @@ def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
     inside = np.flatnonzero(ops["cycle_range"].to_numpy() >= 0)     # arrays, not a copy of the op frame
     rank = ops["rank"].to_numpy(dtype="int64")[inside]
     start = ops["start_ns"].to_numpy(dtype="int64")[inside]
-    cycle = cycle_of_arrays(rank, start, cycles)
-    keep = cycle >= 0
-    if not keep.any():
+    end = ops["end_ns"].to_numpy(dtype="int64")
+    found = cycle_gaps_in_start_order(rank, start, end[inside], cycles)
+    if found is None:                        # cycle ids not in start order on some rank: sort by cycle
+        cycle = cycle_of_arrays(rank, start, cycles)
+        keep = cycle >= 0
+        at = inside[keep]
+        gaps = op_gaps(rank[keep], cycle[keep], start[keep], end[at]) if keep.any() else None
+    else:
+        rows, gaps = found
+        at = inside[rows]
+    if gaps is None or not len(at):
         return {}
-    at = inside[keep]
-    gaps = op_gaps(rank[keep], cycle[keep], start[keep], ops["end_ns"].to_numpy(dtype="int64")[at])
     big = gaps[gaps > LAUNCH_GAP_NS]
     n = max(len(cycles), 1)
     graph_ops = int(ops["graph_node_id"].notna().to_numpy()[at].sum()) if "graph_node_id" in ops.columns else 0
@@ -444,17 +450,59 @@ def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
             "graph_ops_share": graph_ops / len(at), "ops_per_cycle": len(at) / n}
 
 
+def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray,
+                              cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`cycle_of_arrays`, then :func:`op_gaps` of the rows in a cycle, with one sort by (rank,
+    start) instead of a sort by (rank, cycle, start): (the rows in a cycle, as positions in the
+    arrays given, in (rank, start) order; their gaps, equal element for element to op_gaps'). Where
+    a rank's cycles sorted by start have increasing ids, a row's cycle never goes back as its start
+    grows, so the (rank, start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order,
+    ties kept in the order given by both. None where some rank's ids do not increase (the caller
+    then takes the two functions)."""
+    if not len(start) or cycles.empty:
+        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="float64")
+    r_lo = int(rank.min())
+    order = attribution.sort_order(rank - r_lo, start)
+    rank_s, start_s = rank[order], start[order]
+    cycle_s = np.full(len(start_s), -1, dtype="int64")
+    for r, c in cycles.groupby("rank"):
+        c = c.sort_values("start_ns")                    # as cycle_of_arrays sorts them
+        ids = c["cycle"].to_numpy(dtype="int64")
+        if (ids[1:] <= ids[:-1]).any():
+            return None
+        lo, hi = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
+        a, b = int(np.searchsorted(rank_s, r, side="left")), int(np.searchsorted(rank_s, r, side="right"))
+        x = start_s[a:b]
+        pos = np.searchsorted(lo, x, side="right") - 1
+        ok = (pos >= 0) & (x <= hi[np.clip(pos, 0, None)])
+        cycle_s[a:b][ok] = ids[pos[ok]]
+    kept = np.flatnonzero(cycle_s >= 0)
+    if not len(kept):
+        return kept, np.zeros(0, dtype="float64")
+    rows = order[kept]
+    return rows, _gaps_in_group_order(_group_codes(rank_s[kept], cycle_s[kept]), start_s[kept], end[rows])
+
+
 def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per (rank, cycle), the ops in (start, then given) order: the gap from the latest end so far to
     the next op's start, at least 0, as float64 in that order (what pandas' sort by rank, cycle and
     start, then a grouped ``cummax`` of ends and ``shift(-1)`` of starts give; tests check it)."""
     if not len(start):
         return np.zeros(0, dtype="float64")
+    group = _group_codes(rank, cycle)
+    order = attribution.sort_order(group, start)
+    return _gaps_in_group_order(group[order], start[order], end[order])
+
+
+def _group_codes(rank: np.ndarray, cycle: np.ndarray) -> np.ndarray:
+    """One code per (rank, cycle), ascending with (rank, cycle)."""
     c_lo = int(cycle.min())
     n_cyc = int(cycle.max()) - c_lo + 1
-    group = (rank - int(rank.min())) * n_cyc + (cycle - c_lo)
-    order = attribution.sort_order(group, start)
-    g, s, e = group[order], start[order], end[order]
+    return (rank - int(rank.min())) * n_cyc + (cycle - c_lo)
+
+
+def _gaps_in_group_order(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """:func:`op_gaps` of rows already ordered by group code, then start."""
     new = np.r_[True, g[1:] != g[:-1]]
     seg = np.cumsum(new) - 1
     e_lo = int(e.min())
