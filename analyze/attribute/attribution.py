@@ -173,10 +173,12 @@ def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
     levels = proj.nesting_levels(thread, starts, ends)
-    phase_col = phase_ranges["phase"].to_numpy(dtype=object)
+    # the phase texts coded once, not compared with every phase name
+    phase_code, phase_uniques = factorize_objects(phase_ranges["phase"].to_numpy(dtype=object))
+    code_of = {u: c for c, u in enumerate(phase_uniques.tolist())}
     tops = {}
     for i, name in enumerate(config.names):
-        sel = np.flatnonzero(phase_col == name)
+        sel = np.flatnonzero(phase_code == code_of[name]) if name in code_of else np.zeros(0, dtype=np.intp)
         if len(sel):
             tops[i] = sel[proj.nesting_levels(thread[sel], starts[sel], ends[sel]) == 0]
     return PhaseNesting(levels, tops, phase_ranges)
