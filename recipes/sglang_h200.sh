@@ -15,6 +15,8 @@
 #   scripts nsys 2025.3's own stats scripts + its sqlite (for the side-by-side benchmark, issue 19;
 #           NVIDIA's files: unpack outside the repository, never commit them)
 # Each step's files are packed into $OUT/<step>.tar.xz; the log is $OUT/record.log.
+# Re-run 2026-12-03 at 47cb4d3 (`eager server`, 176 s): both exports equal nsys stats (projection, kernel
+# and NVTX sums), as tests/test_nsys_equality.py checks fixtures/real/sglang_*.
 # Models: tiny Llama target (8 layers, hidden 1024) and a 1-layer EAGLE-3 draft, random weights
 # (--load-format dummy), written by the bundle's make_tiny_models.py. TP 1 (one GPU): no all-reduce.
 set -uo pipefail
