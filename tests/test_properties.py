@@ -184,6 +184,40 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=400, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(-2, 25), st.integers(0, 3)),
+                     max_size=120),
+       wanted=st.sets(st.integers(0, 4)), far=st.booleans(), given_order=st.booleans())
+def test_outermost_per_code_equals_nesting_levels_per_code(rows, wanted, far, given_order):
+    """attribution.outermost_per_code (one order, a segmented running max of ends) against what it
+    replaced: per code, nesting_levels of that code's ranges == 0. Equal starts, equal ranges,
+    nested and crossing ranges; None exactly where a range ends before it starts or the lifted
+    ends would not fit 64 bits (``far``: ends 2**61 apart)."""
+    import numpy as np
+
+    from analyze.attribute import attribution
+    from analyze.project import projection
+
+    thread = np.array([r[0] for r in rows], dtype="int64")
+    start = np.array([r[1] for r in rows], dtype="int64")
+    end = start + np.array([r[2] for r in rows], dtype="int64")
+    code = np.array([r[3] for r in rows], dtype="int64")
+    if far and len(rows):
+        end[0] = start[0] + 2 ** 61
+    order = projection.thread_start_order(thread, start, end) if given_order and len(rows) else None
+    got = attribution.outermost_per_code(thread, start, end, code, wanted, order)
+    groups = len({(t, c) for t, c in zip(thread.tolist(), code.tolist())})
+    lifted_too_far = bool(len(rows)) and groups * (int(end.max()) - int(end.min()) + 1) >= 2 ** 62
+    if len(rows) and wanted and (bool((end < start).any()) or lifted_too_far):
+        assert got is None
+        return
+    assert got is not None and set(got) == set(wanted)
+    for k in wanted:
+        sel = np.flatnonzero(code == k)
+        want = sel[projection.nesting_levels(thread[sel], start[sel], end[sel]) == 0]
+        np.testing.assert_array_equal(got[k], want)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=st.lists(st.integers(0, 400), max_size=80), queries=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 70)),
                                                                        max_size=120),

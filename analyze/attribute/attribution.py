@@ -159,29 +159,69 @@ class PhaseNesting(NamedTuple):
     phase_ranges: pd.DataFrame  # the ranges with a phase (thread, start, end, phase; their ids as index)
 
 
-def _phase_ranges(ranges: pd.DataFrame) -> pd.DataFrame:
-    # only the columns used (a boolean selection of the whole frame copies every column)
-    has_phase = ranges["phase"].notna().to_numpy()
-    return ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
-
-
 def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
     """Depth of every phase range among the phase ranges of its thread, and per phase its outermost
     ranges (``ranges``: label_ranges' output). Needs no API call: computed while they are prepared."""
-    phase_ranges = _phase_ranges(ranges)
+    # the phase texts coded once (missing: -1), not tested for NA then compared with every phase name
+    code_all, uniques = factorize_objects(ranges["phase"].to_numpy(dtype=object))
+    has_phase = code_all >= 0
+    # only the columns used (a boolean selection of the whole frame copies every column)
+    phase_ranges = ranges[["global_tid", "start_ns", "end_ns", "phase"]][has_phase]
+    phase_code = code_all[has_phase]
+    del code_all
     thread = pd.factorize(phase_ranges["global_tid"].to_numpy(dtype="int64"))[0].astype("int64")
     starts = phase_ranges["start_ns"].to_numpy(dtype="int64")
     ends = phase_ranges["end_ns"].to_numpy(dtype="int64")
-    levels = proj.nesting_levels(thread, starts, ends)
-    # the phase texts coded once, not compared with every phase name
-    phase_code, phase_uniques = factorize_objects(phase_ranges["phase"].to_numpy(dtype=object))
-    code_of = {u: c for c, u in enumerate(phase_uniques.tolist())}
+    order = proj.thread_start_order(thread, starts, ends) if len(starts) else None
+    levels = proj.nesting_levels(thread, starts, ends, order)
+    code_of = {u: c for c, u in enumerate(uniques.tolist())}
+    wanted = {i: code_of[name] for i, name in enumerate(config.names) if name in code_of}
+    by_code = outermost_per_code(thread, starts, ends, phase_code, set(wanted.values()), order)
     tops = {}
-    for i, name in enumerate(config.names):
-        sel = np.flatnonzero(phase_code == code_of[name]) if name in code_of else np.zeros(0, dtype=np.intp)
-        if len(sel):
+    for i, code in wanted.items():
+        if by_code is not None:
+            tops[i] = by_code[code]
+        else:
+            sel = np.flatnonzero(phase_code == code)
             tops[i] = sel[proj.nesting_levels(thread[sel], starts[sel], ends[sel]) == 0]
     return PhaseNesting(levels, tops, phase_ranges)
+
+
+def outermost_per_code(thread: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray,
+                       wanted: set, order: np.ndarray | None = None) -> dict | None:
+    """For each code in ``wanted``, the positions (ascending) of its ranges at depth 0 among the
+    ranges of that code and thread: ``sel[nesting_levels(thread[sel], start[sel], end[sel]) == 0]``
+    for ``sel`` its positions, from one order instead of one nesting per code. In (thread, start,
+    -end) order (stable, as nesting_levels orders them), a range is at depth 0 when every earlier
+    range of its code and thread ended before it started (a segmented running max of ends). None
+    (the caller takes nesting_levels per code) where a range ends before it starts (nesting_levels
+    then counts it differently) or the lifted ends would not fit 64 bits. ``order``:
+    projection.thread_start_order of the ranges when the caller has it."""
+    n = len(start)
+    if not n or not wanted:
+        return {c: np.zeros(0, dtype=np.intp) for c in wanted}
+    if bool((end < start).any()) or int(code.min()) < 0:
+        return None
+    order = proj.thread_start_order(thread, start, end) if order is None else order
+    c_max = int(code.max())
+    by_code = order[np.argsort((code[order]).astype(np.int16 if c_max < 1 << 15 else np.int64), kind="stable")]
+    t, c, s, e = thread[by_code], code[by_code], start[by_code], end[by_code]
+    new = np.r_[True, (t[1:] != t[:-1]) | (c[1:] != c[:-1])]
+    seg = np.cumsum(new) - 1
+    e_lo = int(e.min())
+    span = int(e.max()) - e_lo + 1
+    if (int(seg[-1]) + 1) * span >= 2 ** 62:
+        return None
+    lift = seg * span
+    reach = np.maximum.accumulate((e - e_lo) + lift) - lift + e_lo      # latest end so far in the group
+    top = new.copy()
+    top[1:] |= reach[:-1] < s[1:]
+    out = {}
+    bounds = np.searchsorted(c, np.arange(max(c_max, max(wanted)) + 2))  # c ascends: each code's run
+    for k in wanted:
+        a, b = bounds[k], bounds[k + 1]
+        out[k] = np.sort(by_code[a:b][top[a:b]])
+    return out
 
 
 def paint_phase_calls(ranges: pd.DataFrame, index: proj.CallIndex, config: PhaseConfig,

@@ -139,7 +139,7 @@ def _search(keys: np.ndarray, queries: np.ndarray, side: str, order: np.ndarray 
     return out
 
 
-def _thread_start_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def thread_start_order(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """``np.lexsort((-end, start, thread))``. NVTX ranges come in start order (nsys writes events
     that way), so a stable radix partition by thread is usually already in (start, -end) order
     within each thread: checked, and the full lexsort only when it is not."""
@@ -166,16 +166,18 @@ def subset_blocks(index: CallIndex, ranges: pd.DataFrame, subset: pd.DataFrame, 
     return layout[0][pos], layout[1][pos], layout[2][pos], layout[4][pos], keys[1]
 
 
-def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def nesting_levels(thread: np.ndarray, start: np.ndarray, end: np.ndarray,
+                   order: np.ndarray | None = None) -> np.ndarray:
     """Depth of every range among the given ranges of its thread (0 = outermost).
 
     depth = ranges of the thread that started before it (in (start, -end) order) minus those that
-    ended strictly before its start.
+    ended strictly before its start. ``order``: :func:`thread_start_order` of the ranges when the
+    caller has it.
     """
     n = len(start)
     if n == 0:
         return np.zeros(0, dtype="int64")
-    order = _thread_start_order(thread, start, end)
+    order = thread_start_order(thread, start, end) if order is None else order
     sorted_thread = thread[order]
     first = np.r_[0, np.flatnonzero(sorted_thread[1:] != sorted_thread[:-1]) + 1]
     counts = np.diff(np.r_[first, n])
