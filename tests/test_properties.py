@@ -184,6 +184,27 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-3, 40), max_size=60), dtype=st.sampled_from(["int64", "int32", "int8", "uint16",
+                                                                                "uint64", "float64"]),
+       huge=st.booleans())
+def test_distinct_levels_equal_np_unique(values, dtype, huge):
+    """projection.distinct_levels (np.bincount for small non-negative depths) equals np.unique,
+    values and dtype, for negative depths, other integer widths, floats and depths past its limit."""
+    import numpy as np
+
+    from analyze.project import projection
+
+    if dtype.startswith("uint"):
+        values = [abs(v) for v in values]
+    if huge and dtype in ("int64", "uint64") and values:
+        values[0] = (1 << 20) + 5
+    levels = np.array(values, dtype=dtype)
+    got, want = projection.distinct_levels(levels), np.unique(levels)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 @settings(max_examples=400, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(-2, 25), st.integers(0, 3)),
                      max_size=120),
