@@ -184,6 +184,21 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=200, deadline=None)
+@given(types=st.lists(st.sampled_from([59, 70, 60, 71, 2 ** 40, -5]), max_size=80))
+def test_range_styles_equal_the_style_of_each_event_type(types):
+    """read.report.range_styles (a table indexed by type, or the distinct types where a type is
+    negative or large) gives each event the style RANGE_EVENT_STYLES names for its type."""
+    import numpy as np
+
+    from analyze.read import report
+
+    event_type = np.array(types, dtype="int64")
+    got = report.range_styles(event_type)
+    assert got.dtype == object and len(got) == len(types)
+    assert got.tolist() == [report.RANGE_EVENT_STYLES.get(t) for t in types]
+
+
 @settings(max_examples=300, deadline=None)
 @given(values=st.lists(st.integers(-3, 40), max_size=60), dtype=st.sampled_from(["int64", "int32", "int8", "uint16",
                                                                                 "uint64", "float64"]),

@@ -671,13 +671,12 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
     ranges = np.flatnonzero(is_range)
     max_ts = int(max(start.max(), np.nanmax(end_f) if (~np.isnan(end_f)).any() else start.max()))
     end = end_f[ranges]
-    style_of = np.array([RANGE_EVENT_STYLES.get(int(t)) for t in np.unique(etype[ranges])], dtype=object)
     range_frame = pd.DataFrame({
         "global_tid": tid[ranges],
         "global_pid": pid[ranges],
         "domain": obj(domain_of(ranges)),
         "name": obj(text_of(ranges)),
-        "style": obj(style_of[np.searchsorted(np.unique(etype[ranges]), etype[ranges])]),
+        "style": obj(range_styles(etype[ranges])),
         "start_ns": start[ranges],
         "end_ns": np.where(np.isnan(end), max_ts, end).astype("int64"),
         "end_missing": np.isnan(end),
@@ -694,6 +693,21 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
     }, copy=False)
     return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
             {"max_ts": max_ts, "domains": domain_names, "excluded": excluded})
+
+
+def range_styles(event_type: np.ndarray) -> np.ndarray:
+    """Per NVTX range event, its style (:data:`RANGE_EVENT_STYLES` of its event type), as objects:
+    through a table indexed by the type where types are small non-negative integers (nsys' are),
+    else through the distinct types (``np.unique`` hashes every row: 80 ms per 2.5M ranges)."""
+    if not len(event_type):
+        return np.zeros(0, dtype=object)
+    lo, hi = int(event_type.min()), int(event_type.max())
+    if lo >= 0 and hi < 1 << 16:
+        table = np.array([RANGE_EVENT_STYLES.get(t) for t in range(hi + 1)], dtype=object)
+        return table[event_type]
+    kinds = np.unique(event_type)
+    style_of = np.array([RANGE_EVENT_STYLES.get(int(t)) for t in kinds], dtype=object)
+    return style_of[np.searchsorted(kinds, event_type)]
 
 
 def _float_or_nan(column: pd.Series) -> np.ndarray:
