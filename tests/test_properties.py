@@ -184,6 +184,37 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(st.one_of(st.none(), st.integers(-2 ** 54, 2 ** 54), st.sampled_from([0.5, float("inf")])),
+                       max_size=40),
+       block=st.integers(1, 7), as_int=st.booleans())
+def test_nullable_int64_equals_to_numeric_int64(monkeypatch, values, block, as_int):
+    """read.report._nullable_int64 (float columns a block at a time) against the pandas it stands
+    for, ``pd.to_numeric(column, errors="coerce").astype("Int64")``: values and missing rows, for
+    NULLs, fractions, infinities and integers past 2**53, with blocks of any size."""
+    import numpy as np
+    import pandas as pd
+    import pytest
+
+    from analyze.read import report
+
+    monkeypatch.setattr(report, "NULLABLE_BLOCK_ROWS", block)
+    if as_int:
+        column = pd.Series([v if isinstance(v, int) else 0 for v in values], dtype="int64")
+    else:
+        column = pd.Series([np.nan if v is None else float(v) for v in values], dtype="float64")
+    try:
+        want = pd.to_numeric(column, errors="coerce").astype("Int64").array
+    except (TypeError, ValueError, OverflowError):      # pandas refuses fractions, infinities: so must we
+        with pytest.raises((TypeError, ValueError, OverflowError)):
+            report._nullable_int64(column)
+        return
+    got = report._nullable_int64(column)
+    assert got.dtype == want.dtype
+    assert got.isna().tolist() == want.isna().tolist()
+    assert [x for x in got.tolist() if x is not pd.NA] == [x for x in want.tolist() if x is not pd.NA]
+
+
 @settings(max_examples=200, deadline=None)
 @given(types=st.lists(st.sampled_from([59, 70, 60, 71, 2 ** 40, -5]), max_size=80))
 def test_range_styles_equal_the_style_of_each_event_type(types):

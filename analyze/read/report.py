@@ -452,6 +452,7 @@ class OpTableBuilder:
 
 
 _EXACT_FLOAT = float(2 ** 53)       # integers a float64 holds exactly
+NULLABLE_BLOCK_ROWS = 1 << 16       # rows converted at once by _nullable_int64
 
 
 def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
@@ -461,10 +462,16 @@ def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
     if v.dtype == np.int64:
         return pd.arrays.IntegerArray(v, np.zeros(len(v), dtype=bool))
     if v.dtype == np.float64:
+        # a block at a time: the temporaries stay in cache instead of four fresh column-sized arrays
         missing = np.isnan(v)
-        whole = np.where(missing, 0.0, v)
-        ints = whole.astype("int64")
-        if (ints == whole).all() and not (np.abs(whole) >= _EXACT_FLOAT).any():
+        ints = np.empty(len(v), dtype="int64")
+        for a in range(0, len(v), NULLABLE_BLOCK_ROWS):
+            whole = np.where(missing[a:a + NULLABLE_BLOCK_ROWS], 0.0, v[a:a + NULLABLE_BLOCK_ROWS])
+            block = whole.astype("int64")
+            if not (block == whole).all() or (np.abs(whole) >= _EXACT_FLOAT).any():
+                break
+            ints[a:a + NULLABLE_BLOCK_ROWS] = block
+        else:
             return pd.arrays.IntegerArray(ints, missing)
     return pd.to_numeric(column, errors="coerce").astype("Int64").array
 
