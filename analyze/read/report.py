@@ -467,7 +467,8 @@ def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
         ints = np.empty(len(v), dtype="int64")
         for a in range(0, len(v), NULLABLE_BLOCK_ROWS):
             whole = np.where(missing[a:a + NULLABLE_BLOCK_ROWS], 0.0, v[a:a + NULLABLE_BLOCK_ROWS])
-            block = whole.astype("int64")
+            with np.errstate(invalid="ignore"):          # inf: not whole, pandas' path decides
+                block = whole.astype("int64")
             if not (block == whole).all() or (np.abs(whole) >= _EXACT_FLOAT).any():
                 break
             ints[a:a + NULLABLE_BLOCK_ROWS] = block
