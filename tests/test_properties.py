@@ -285,6 +285,24 @@ def test_outermost_per_code_equals_nesting_levels_per_code(rows, wanted, far, gi
         np.testing.assert_array_equal(got[k], want)
 
 
+def test_launch_gaps_with_ranks_far_apart_keep_each_rank_apart():
+    """Ranks 2**63 - 1 apart (rank - min rank would wrap in int64): _launch_gaps takes the old path
+    and leaves the op of rank -2**62, which has no cycle, out (found by a differential review)."""
+    import numpy as np
+    import pandas as pd
+
+    from analyze.tools.advise import model as M
+
+    ops = pd.DataFrame({"cycle_range": [0, 0, 0], "rank": np.array([-2 ** 62, 2 ** 62, 2 ** 62], dtype="int64"),
+                        "start_ns": [0, 10, 20], "end_ns": [1, 12, 25],
+                        "graph_node_id": pd.array([None] * 3, dtype="Int64"), "kind": ["kernel"] * 3})
+    cycles = pd.DataFrame({"rank": np.array([2 ** 62]), "cycle": [1], "start_ns": [0], "end_ns": [100]})
+    assert M.cycle_gaps_in_start_order(*(ops[c].to_numpy(dtype="int64") for c in ("rank", "start_ns", "end_ns")),
+                                       cycles) is None
+    got = M._launch_gaps(ops, cycles)
+    assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=st.lists(st.integers(0, 400), max_size=80), queries=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 70)),
                                                                        max_size=120),

@@ -189,18 +189,19 @@ def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
 
 def outermost_per_code(thread: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray,
                        wanted: set, order: np.ndarray | None = None) -> dict | None:
-    """For each code in ``wanted``, the positions (ascending) of its ranges at depth 0 among the
-    ranges of that code and thread: ``sel[nesting_levels(thread[sel], start[sel], end[sel]) == 0]``
+    """For each code in ``wanted`` (codes >= 0), the positions (ascending) of its ranges at depth 0
+    among the ranges of that code and thread: ``sel[nesting_levels(thread[sel], start[sel],
+    end[sel]) == 0]``
     for ``sel`` its positions, from one order instead of one nesting per code. In (thread, start,
     -end) order (stable, as nesting_levels orders them), a range is at depth 0 when every earlier
     range of its code and thread ended before it started (a segmented running max of ends). None
     (the caller takes nesting_levels per code) where a range ends before it starts (nesting_levels
-    then counts it differently) or the lifted ends would not fit 64 bits. ``order``:
-    projection.thread_start_order of the ranges when the caller has it."""
+    then counts it differently), a code is negative or the lifted ends would not fit 64 bits.
+    ``order``: projection.thread_start_order of the ranges when the caller has it."""
     n = len(start)
     if not n or not wanted:
         return {c: np.zeros(0, dtype=np.intp) for c in wanted}
-    if bool((end < start).any()) or int(code.min()) < 0:
+    if bool((end < start).any()) or int(code.min()) < 0 or min(wanted) < 0:
         return None
     order = proj.thread_start_order(thread, start, end) if order is None else order
     c_max = int(code.max())

@@ -457,20 +457,24 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     arrays given, in (rank, start) order; their gaps, equal element for element to op_gaps'). Where
     a rank's cycles sorted by start have increasing ids, a row's cycle never goes back as its start
     grows, so the (rank, start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order,
-    ties kept in the order given by both. None where some rank's ids do not increase (the caller
-    then takes the two functions)."""
+    ties kept in the order given by both. None where some rank's ids do not increase, or the ranks
+    span 2**62 or more (the caller then takes the two functions)."""
     if not len(start) or cycles.empty:
         return np.zeros(0, dtype="int64"), np.zeros(0, dtype="float64")
     r_lo = int(rank.min())
-    order = attribution.sort_order(rank - r_lo, start)
-    rank_s, start_s = rank[order], start[order]
-    cycle_s = np.full(len(start_s), -1, dtype="int64")
+    if int(rank.max()) - r_lo >= 2 ** 62:           # rank - r_lo would wrap (no real trace's ranks)
+        return None
+    per_rank = []
     for r, c in cycles.groupby("rank"):
         c = c.sort_values("start_ns")                    # as cycle_of_arrays sorts them
         ids = c["cycle"].to_numpy(dtype="int64")
-        if (ids[1:] <= ids[:-1]).any():
+        if (ids[1:] <= ids[:-1]).any():                  # checked before any sort of the ops
             return None
-        lo, hi = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
+        per_rank.append((r, ids, c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")))
+    order = attribution.sort_order(rank - r_lo, start)
+    rank_s, start_s = rank[order], start[order]
+    cycle_s = np.full(len(start_s), -1, dtype="int64")
+    for r, ids, lo, hi in per_rank:
         a, b = int(np.searchsorted(rank_s, r, side="left")), int(np.searchsorted(rank_s, r, side="right"))
         x = start_s[a:b]
         pos = np.searchsorted(lo, x, side="right") - 1
