@@ -251,6 +251,28 @@ def test_distinct_levels_equal_np_unique(values, dtype, huge):
     np.testing.assert_array_equal(got, want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(-50, 50), min_size=1, max_size=60), cuts=st.lists(st.booleans(), max_size=60),
+       far=st.booleans())
+def test_segmented_running_max_equals_a_loop_per_segment(values, cuts, far):
+    """intervals.segmented_running_max (segments lifted apart in one accumulate, or one pass per
+    segment where the lifted values would not fit 64 bits: ``far``) equals the running max taken
+    segment by segment."""
+    import numpy as np
+
+    from analyze.attribute import intervals
+
+    v = np.array(values, dtype="int64")
+    if far:
+        v[0] = 2 ** 62
+    first = np.array([True] + [bool(c) for c in cuts[:len(values) - 1]] + [False] * (len(values) - 1 - len(cuts)))
+    want, reach = [], None
+    for x, f in zip(v.tolist(), first.tolist()):
+        reach = x if f else max(reach, x)
+        want.append(reach)
+    np.testing.assert_array_equal(intervals.segmented_running_max(v, first), np.array(want, dtype="int64"))
+
+
 @settings(max_examples=400, deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(-2, 25), st.integers(0, 3)),
                      max_size=120),
@@ -258,8 +280,8 @@ def test_distinct_levels_equal_np_unique(values, dtype, huge):
 def test_outermost_per_code_equals_nesting_levels_per_code(rows, wanted, far, given_order):
     """attribution.outermost_per_code (one order, a segmented running max of ends) against what it
     replaced: per code, nesting_levels of that code's ranges == 0. Equal starts, equal ranges,
-    nested and crossing ranges; None exactly where a range ends before it starts or the lifted
-    ends would not fit 64 bits (``far``: ends 2**61 apart)."""
+    nested and crossing ranges, ends 2**61 apart (``far``: the running max one group at a time);
+    None exactly where a range ends before it starts."""
     import numpy as np
 
     from analyze.attribute import attribution
@@ -273,9 +295,7 @@ def test_outermost_per_code_equals_nesting_levels_per_code(rows, wanted, far, gi
         end[0] = start[0] + 2 ** 61
     order = projection.thread_start_order(thread, start, end) if given_order and len(rows) else None
     got = attribution.outermost_per_code(thread, start, end, code, wanted, order)
-    groups = len({(t, c) for t, c in zip(thread.tolist(), code.tolist())})
-    lifted_too_far = bool(len(rows)) and groups * (int(end.max()) - int(end.min()) + 1) >= 2 ** 62
-    if len(rows) and wanted and (bool((end < start).any()) or lifted_too_far):
+    if len(rows) and wanted and bool((end < start).any()):
         assert got is None
         return
     assert got is not None and set(got) == set(wanted)

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from analyze.attribute import intervals
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
 from analyze.codes import factorize_objects
 from analyze.project import projection as proj
@@ -190,14 +191,13 @@ def phase_nesting(ranges: pd.DataFrame, config: PhaseConfig) -> PhaseNesting:
 def outermost_per_code(thread: np.ndarray, start: np.ndarray, end: np.ndarray, code: np.ndarray,
                        wanted: set, order: np.ndarray | None = None) -> dict | None:
     """For each code in ``wanted`` (codes >= 0), the positions (ascending) of its ranges at depth 0
-    among the ranges of that code and thread: ``sel[nesting_levels(thread[sel], start[sel],
-    end[sel]) == 0]``
-    for ``sel`` its positions, from one order instead of one nesting per code. In (thread, start,
-    -end) order (stable, as nesting_levels orders them), a range is at depth 0 when every earlier
-    range of its code and thread ended before it started (a segmented running max of ends). None
-    (the caller takes nesting_levels per code) where a range ends before it starts (nesting_levels
-    then counts it differently), a code is negative or the lifted ends would not fit 64 bits.
-    ``order``: projection.thread_start_order of the ranges when the caller has it."""
+    among the ranges of that code and thread, ``sel[nesting_levels(thread[sel], start[sel],
+    end[sel]) == 0]`` for ``sel`` its positions, from one order instead of one nesting per code.
+    In (thread, start, -end) order (stable, as nesting_levels orders them), a range is at depth 0
+    when every earlier range of its code and thread ended before it started (a segmented running
+    max of ends). None (the caller takes nesting_levels per code) where a range ends before it
+    starts (nesting_levels then counts it differently) or a code is negative. ``order``:
+    projection.thread_start_order of the ranges when the caller has it."""
     n = len(start)
     if not n or not wanted:
         return {c: np.zeros(0, dtype=np.intp) for c in wanted}
@@ -208,13 +208,7 @@ def outermost_per_code(thread: np.ndarray, start: np.ndarray, end: np.ndarray, c
     by_code = order[np.argsort((code[order]).astype(np.int16 if c_max < 1 << 15 else np.int64), kind="stable")]
     t, c, s, e = thread[by_code], code[by_code], start[by_code], end[by_code]
     new = np.r_[True, (t[1:] != t[:-1]) | (c[1:] != c[:-1])]
-    seg = np.cumsum(new) - 1
-    e_lo = int(e.min())
-    span = int(e.max()) - e_lo + 1
-    if (int(seg[-1]) + 1) * span >= 2 ** 62:
-        return None
-    lift = seg * span
-    reach = np.maximum.accumulate((e - e_lo) + lift) - lift + e_lo      # latest end so far in the group
+    reach = intervals.segmented_running_max(e, new)       # the latest end so far in the group
     top = new.copy()
     top[1:] |= reach[:-1] < s[1:]
     out = {}

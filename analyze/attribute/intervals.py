@@ -18,6 +18,25 @@ def union_length(start: np.ndarray, end: np.ndarray) -> int:
     return int(np.maximum(0, e - np.maximum(s, prev)).sum())
 
 
+def segmented_running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """The running max of ``values`` within each segment, a segment starting where ``first`` is
+    True (``first[0]`` must be): one ``np.maximum.accumulate`` with the segments lifted apart,
+    where the lifted values fit 64 bits; else one pass per segment."""
+    if not len(values):
+        return values.astype("int64")
+    seg = np.cumsum(first) - 1                     # segment index: small, monotone
+    base = int(values.min())
+    span = int(values.max()) - base + 1
+    if (int(seg[-1]) + 1) * span < 2 ** 62:
+        lift = seg * span
+        return np.maximum.accumulate((values - base) + lift) - lift + base
+    out = np.empty(len(values), dtype="int64")     # huge spans: one pass per segment
+    runs = np.flatnonzero(first)
+    for a, b in zip(runs.tolist(), np.r_[runs[1:], len(values)].tolist()):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
 FEW_GROUPS = 64      # up to this many groups (ranks), unions walk the groups one by one
 
 
@@ -37,17 +56,7 @@ def union_step(group: np.ndarray, start: np.ndarray, end: np.ndarray, reach: np.
         return
     first = np.r_[True, group[1:] != group[:-1]]
     runs = np.flatnonzero(first)
-    seg = np.cumsum(first) - 1                     # segment index: small, monotone
-    base = int(min(start.min(), end.min()))
-    span = int(end.max()) - base + 1
-    if span * len(runs) < 2 ** 62:
-        # running max of end within each segment (segments lifted apart), exclusive of the element
-        lifted = (end - base) + seg * span
-        within = np.maximum.accumulate(lifted) - seg * span + base
-    else:                                          # huge spans: one pass per segment
-        within = np.empty_like(end)
-        for a, b in zip(runs.tolist(), np.r_[runs[1:], len(end)].tolist()):
-            within[a:b] = np.maximum.accumulate(end[a:b])
+    within = segmented_running_max(end, first)      # running max of end within each group
     prev = np.empty_like(within)
     prev[1:] = within[:-1]
     prev[first] = INT64_MIN

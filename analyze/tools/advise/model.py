@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import findings as F
-from analyze.attribute import attribution
+from analyze.attribute import attribution, intervals
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
 from analyze.tools import sides
@@ -99,14 +99,28 @@ def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -
     out = np.full(len(start), -1, dtype="int64")
     if not len(start) or cycles.empty:
         return out
+    for r, ids, lo, hi in _rank_windows(cycles):
+        sel = np.flatnonzero(rank == r)
+        out[sel] = _cycle_at(start[sel], ids, lo, hi)
+    return out
+
+
+def _rank_windows(cycles: pd.DataFrame) -> list[tuple]:
+    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start."""
+    out = []
     for r, c in cycles.groupby("rank"):
         c = c.sort_values("start_ns")
-        lo, hi = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
-        sel = np.flatnonzero(rank == r)
-        pos = np.searchsorted(lo, start[sel], side="right") - 1
-        ok = (pos >= 0) & (start[sel] <= hi[np.clip(pos, 0, None)])
-        out[sel[ok]] = c["cycle"].to_numpy(dtype="int64")[pos[ok]]
+        out.append((r, c["cycle"].to_numpy(dtype="int64"), c["start_ns"].to_numpy(dtype="int64"),
+                    c["end_ns"].to_numpy(dtype="int64")))
     return out
+
+
+def _cycle_at(start: np.ndarray, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per start, the id of the last window (sorted by start ``lo``) starting at or before it, if
+    its end ``hi`` is not before the start; else -1."""
+    pos = np.searchsorted(lo, start, side="right") - 1
+    ok = (pos >= 0) & (start <= hi[np.clip(pos, 0, None)])
+    return np.where(ok, ids[np.clip(pos, 0, None)], -1)
 
 
 def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
@@ -464,22 +478,15 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     r_lo = int(rank.min())
     if int(rank.max()) - r_lo >= 2 ** 62:           # rank - r_lo would wrap (no real trace's ranks)
         return None
-    per_rank = []
-    for r, c in cycles.groupby("rank"):
-        c = c.sort_values("start_ns")                    # as cycle_of_arrays sorts them
-        ids = c["cycle"].to_numpy(dtype="int64")
-        if (ids[1:] <= ids[:-1]).any():                  # checked before any sort of the ops
-            return None
-        per_rank.append((r, ids, c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")))
+    per_rank = _rank_windows(cycles)                     # as cycle_of_arrays sorts them
+    if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
+        return None
     order = attribution.sort_order(rank - r_lo, start)
     rank_s, start_s = rank[order], start[order]
     cycle_s = np.full(len(start_s), -1, dtype="int64")
     for r, ids, lo, hi in per_rank:
         a, b = int(np.searchsorted(rank_s, r, side="left")), int(np.searchsorted(rank_s, r, side="right"))
-        x = start_s[a:b]
-        pos = np.searchsorted(lo, x, side="right") - 1
-        ok = (pos >= 0) & (x <= hi[np.clip(pos, 0, None)])
-        cycle_s[a:b][ok] = ids[pos[ok]]
+        cycle_s[a:b] = _cycle_at(start_s[a:b], ids, lo, hi)
     kept = np.flatnonzero(cycle_s >= 0)
     if not len(kept):
         return kept, np.zeros(0, dtype="float64")
@@ -508,14 +515,7 @@ def _group_codes(rank: np.ndarray, cycle: np.ndarray) -> np.ndarray:
 def _gaps_in_group_order(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """:func:`op_gaps` of rows already ordered by group code, then start."""
     new = np.r_[True, g[1:] != g[:-1]]
-    seg = np.cumsum(new) - 1
-    e_lo = int(e.min())
-    span = int(e.max()) - e_lo + 1
-    if (int(seg[-1]) + 1) * span < 2 ** 62:      # segmented running max: segments lifted apart
-        lift = seg * span
-        reach = np.maximum.accumulate((e - e_lo) + lift) - lift + e_lo
-    else:                                        # pragma: no cover - a span of centuries
-        reach = pd.Series(e).groupby(seg).cummax().to_numpy()
+    reach = intervals.segmented_running_max(e, new)     # the latest end so far in the group
     same = ~new[1:]
     return np.maximum(s[1:][same] - reach[:-1][same], 0).astype("float64")
 
