@@ -329,6 +329,31 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b") ", 1)[1][:1].decode("ascii", "replace")
+    except (OSError, IndexError):
+        return "?"
+
+
+def still_running(pids: List[int], table: Optional[dict] = None) -> List[tuple]:
+    """(pid, state letter, command line) of ``pids`` and all their descendants that are still in
+    the process table, in pid order: what is left of an nsys session that did not finish."""
+    table = _proc_table() if table is None else table
+    children: dict = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    seen, stack = set(), [p for p in pids if p in table]
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stack.extend(children.get(pid, []))
+    return [(pid, _state(pid), table[pid][1]) for pid in sorted(seen)]
+
+
 def stop_process_group(proc: subprocess.Popen, grace_s: float = 300,
                        log: Callable[[str], None] = lambda s: None) -> int:
     """Stops the server that ``proc`` (nsys, or the server itself; started with
@@ -350,8 +375,11 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 300,
         return proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         log(f"nsys did not finish within {grace_s:g} s after the server stopped: stopping it")
-    agents = [pid for pid, (_, cmd) in _proc_table().items()
+    table = _proc_table()
+    agents = [pid for pid, (_, cmd) in table.items()
               if "--start-agent" in cmd and cmd.split("--session-name=", 1)[-1].split(" ", 1)[0].endswith(f"-{proc.pid}")]
+    for pid, state, cmd in still_running([proc.pid] + agents, table):
+        log(f"still running: pid {pid} ({state}) {' '.join(cmd.split())[:200]}")
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         _signal_groups([proc.pid], sig)
         try:
