@@ -2,7 +2,11 @@
 unattributed time equals the busy time, and both equal the generator's exact answer."""
 from __future__ import annotations
 
+import json
 import tempfile
+from pathlib import Path
+
+import pytest
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -461,3 +465,65 @@ def test_nesting_levels_match_the_definition(ranges, scale):
     start = np.array([r[1] for r in ranges], dtype="int64") * scale
     end = start + np.array([r[2] for r in ranges], dtype="int64") * scale
     assert nesting_levels(thread, start, end).tolist() == _depths_by_definition(thread, start, end)
+
+
+# --- render/json_rows: the --json records' text, a column at a time, equals json.dumps per record ---
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70),
+                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6))
+json_cells = st.one_of(json_scalars, st.dictionaries(st.text(max_size=3), json_scalars, max_size=2),
+                       st.lists(json_scalars, max_size=2), st.just(float("-inf")), st.just(-0.0),
+                       st.sampled_from(["\"q\"", "\\", "\n\t\x00", "é", "\U0001f600", "\ud800"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 12), data=st.data())
+def test_json_lines_equal_json_dumps_of_each_record(n, data):
+    import numpy as np
+    import pandas as pd
+
+    from analyze.render import json_rows, outputs
+
+    columns = {
+        "i64": pd.Series(data.draw(st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), min_size=n, max_size=n)), dtype="int64"),
+        "u64": pd.Series(data.draw(st.lists(st.integers(0, 2 ** 64 - 1), min_size=n, max_size=n)), dtype="uint64"),
+        "i32": pd.Series(data.draw(st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=n, max_size=n)), dtype="int32"),
+        "flag": pd.Series(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool),
+        "f64": pd.Series(data.draw(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=n, max_size=n)),
+                         dtype="float64"),
+        "f32": pd.Series(data.draw(st.lists(st.floats(width=32, allow_nan=True), min_size=n, max_size=n)),
+                         dtype="float32"),
+        "nullable": pd.array(data.draw(st.lists(st.one_of(st.none(), st.integers(-9, 9)), min_size=n, max_size=n)),
+                             dtype="Int64"),
+        "cat": pd.Categorical(data.draw(st.lists(st.sampled_from(["a", "b\"", "ü"]), min_size=n, max_size=n))),
+        "text": pd.array(data.draw(st.lists(st.one_of(st.none(), st.text(max_size=5)), min_size=n, max_size=n)),
+                         dtype="string"),
+        "obj": pd.Series(data.draw(st.lists(json_cells, min_size=n, max_size=n)) + [np.int64(5)] * 0, dtype=object),
+        "np_obj": pd.Series([np.int64(i) if i % 3 == 0 else np.float32(i / 2) if i % 3 == 1 else np.bool_(i % 2)
+                             for i in range(n)], dtype=object),
+        "50% \"key\" é %s": pd.Series(range(n), dtype="int16"),
+    }
+    picked = data.draw(st.lists(st.sampled_from(sorted(columns)), unique=True, max_size=len(columns)))
+    frame = pd.DataFrame({c: columns[c] for c in picked}, index=pd.RangeIndex(n))
+    expected = [json.dumps(r, default=outputs._plain) for r in outputs.records(frame)]
+    assert json_rows.json_lines(frame, outputs._plain) == expected
+
+
+@pytest.mark.parametrize("name", ["h200_4proc_eager", "sglang_server"])
+def test_json_lines_on_real_exports_equal_json_dumps(name):
+    """Every table of a real trace's --json (the SGLang server's decode summary holds dicts), both
+    ways, equal text."""
+    import pandas as pd
+
+    from analyze.render import json_rows, outputs
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / f"{name}.sqlite"
+    result = analyze.load(str(path))
+    checked = nested = 0
+    for table, frame in outputs._json_parts(result):
+        if not isinstance(frame, pd.DataFrame):
+            continue
+        nested += sum(isinstance(v, (dict, list)) for c in frame.columns if frame[c].dtype == object for v in frame[c])
+        expected = [json.dumps(r, default=outputs._plain) for r in outputs.records(frame)]
+        assert json_rows.json_lines(frame, outputs._plain) == expected, table
+        checked += len(frame)
+    assert checked > 200 and nested >= 1
