@@ -10,7 +10,8 @@ fresh process under ``/usr/bin/time`` (wall, user + system CPU, peak RSS), the f
 cache:
 
 * ``analyze-trace FILE`` (the terminal report written to a file): the whole analysis end to end;
-  and ``analyze-trace FILE -q --memory-budget BUDGET``;
+  ``analyze-trace FILE -q --json OUT`` (what profile-trace tells its user to run next); and
+  ``analyze-trace FILE -q --memory-budget BUDGET``;
 * the bare reads of the columns analyze-trace reads (bench/bare_read.py: its very statements into
   Arrow, dropped): ADBC and connectorx (when installed), on one thread and on two;
 * the sqlite3 CLI summing the same columns (no row leaves SQLite; a reference, not a read);
@@ -276,6 +277,8 @@ def contenders(f: Path, out: Path, a, scripts: Path | None, backends: list[str],
                       cmd=["sqlite3", "-readonly", str(f), SCAN_SQL], repeat=a.repeat))
     items.append(dict(key=ANALYZE_KEY, label="analyze-trace", cmd=[ANALYZE, str(f)], stdout=out / "analyze.txt",
                       repeat=a.repeat))
+    items.append(dict(key="analyze_json", label="analyze-trace -q --json (as profile-trace suggests)",
+                      cmd=[ANALYZE, str(f), "-q", "--json", str(out / "analyze.json")], repeat=a.repeat))
     items.append(dict(key="analyze_budget", label=f"analyze-trace --memory-budget {a.budget}",
                       cmd=[ANALYZE, str(f), "-q", "--memory-budget", a.budget], repeat=a.repeat))
     if scripts is not None:

@@ -121,7 +121,7 @@ def test_bench_end_to_end_small(tmp_path):
     assert {r["file_kind"] for r in res["rows"]} == {"synth", "real"}
     for row in res["rows"]:
         runs = row["runs"]
-        for key in ("analyze", "analyze_budget", "bare_adbc_1", "bare_adbc_2", "sqlite_scan"):
+        for key in ("analyze", "analyze_json", "analyze_budget", "bare_adbc_1", "bare_adbc_2", "sqlite_scan"):
             assert runs[key]["rc"] == 0 and runs[key]["wall_s"] > 0, key
         if scripts is not None:
             assert runs["nsys25_proj"]["rc"] == 0 and Path(row["file"]).with_name("bench_out").joinpath(
