@@ -500,6 +500,8 @@ def test_json_lines_equal_json_dumps_of_each_record(n, data):
         "obj": pd.Series(data.draw(st.lists(json_cells, min_size=n, max_size=n)) + [np.int64(5)] * 0, dtype=object),
         "np_obj": pd.Series([np.int64(i) if i % 3 == 0 else np.float32(i / 2) if i % 3 == 1 else np.bool_(i % 2)
                              for i in range(n)], dtype=object),
+        "nan_obj": pd.Series([[float("nan"), np.float64("nan"), pd.NA, np.float32("nan"), 1.5][i % 5]
+                              for i in range(n)], dtype=object),
         "50% \"key\" é %s": pd.Series(range(n), dtype="int16"),
     }
     picked = data.draw(st.lists(st.sampled_from(sorted(columns)), unique=True, max_size=len(columns)))
