@@ -50,31 +50,53 @@ def value_text(value, default: Callable) -> str:
     return json.dumps(value, default=default)
 
 
-def column_texts(column: pd.Series, plain: Callable) -> list[str]:
-    """JSON fragments of one column's values as ``outputs._column_values`` makes them plain:
-    integer and bool columns by NumPy, float columns with NaN as null, anything else (objects,
-    nullable integers, categoricals, Arrow strings) value by value through ``plain``."""
+def column_cells(column: pd.Series, plain: Callable) -> tuple[str, list]:
+    """One column's values as ``outputs._column_values`` makes them plain, as (the ``%`` conversion
+    that writes each as JSON, the values it is given): integers as Python ints (``%d``, which
+    writes them as ``int.__repr__``), floats as Python floats (``%r``) where the column has no NaN or
+    infinity, anything else as JSON text (``%s``): bools, floats with NaN as null, and value by value
+    through ``plain`` objects, nullable integers, categoricals and Arrow strings."""
     dtype = column.dtype
     if isinstance(dtype, np.dtype):
         values = column.to_numpy()
         if dtype.kind in "iu":
-            return list(map(int.__repr__, values.tolist()))
+            return "%d", values.tolist()
         if dtype.kind == "b":
-            return ["true" if v else "false" for v in values.tolist()]
+            return "%s", ["true" if v else "false" for v in values.tolist()]
         if dtype.kind == "f":
-            return ["null" if v != v else float_text(v) for v in values.tolist()]
-        values = values.tolist()
-    else:
-        values = column.tolist()
-    return [encode_basestring_ascii(v) if type(v) is str else value_text(plain(v), plain) for v in values]
+            if np.isfinite(values).all():
+                return "%r", values.tolist()
+            return "%s", ["null" if v != v else float_text(v) for v in values.tolist()]
+        if dtype.kind == "O" and pd.api.types.infer_dtype(values, skipna=True) == "string":
+            return "%s", _coded_texts(*pd.factorize(values), plain)
+        return "%s", [_cell_text(v, plain) for v in values.tolist()]
+    if isinstance(dtype, pd.CategoricalDtype):
+        return "%s", _coded_texts(column.cat.codes.to_numpy(), column.cat.categories, plain)
+    if dtype.kind in "iub" or isinstance(dtype, pd.StringDtype):
+        return "%s", _coded_texts(*pd.factorize(column.array), plain)
+    return "%s", [_cell_text(v, plain) for v in column.tolist()]
+
+
+def _cell_text(value, plain: Callable) -> str:
+    return encode_basestring_ascii(value) if type(value) is str else value_text(plain(value), plain)
+
+
+def _coded_texts(codes: np.ndarray, uniques, plain: Callable) -> list[str]:
+    """Per row, the text of its distinct value (``codes`` into ``uniques``, -1: missing, which
+    ``plain`` makes null): each distinct value encoded once. Only for values whose equality is
+    identity of their text (strings, integers, bools, categories): pandas' hashing would merge 1,
+    1.0 and True, or 0.0 and -0.0."""
+    texts = [_cell_text(v, plain) for v in list(uniques)] + ["null"]
+    return np.asarray(texts, dtype=object)[codes].tolist()
 
 
 def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
     """One JSON object per row of ``frame``: ``{"col": value, ...}`` with ``json.dumps``'
-    separators, the columns in order, values made plain as ``outputs.records`` does."""
+    separators, the columns in order, values made plain as ``outputs.records`` does: one ``%`` of a
+    template holding the keys per row."""
     if not len(frame.columns):          # as outputs.records: no columns, no records
         return []
-    keys = [encode_basestring_ascii(str(c)).replace("%", "%%") + ": %s" for c in frame.columns]
-    template = "{" + ", ".join(keys) + "}"
-    texts = [column_texts(frame[c], plain) for c in frame.columns]
-    return [template % row for row in zip(*texts)]
+    cells = [column_cells(frame[c], plain) for c in frame.columns]
+    template = "{" + ", ".join(encode_basestring_ascii(str(c)).replace("%", "%%") + ": " + conversion
+                               for c, (conversion, _) in zip(frame.columns, cells)) + "}"
+    return [template % row for row in zip(*(values for _, values in cells))]
