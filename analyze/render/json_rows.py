@@ -3,12 +3,13 @@
 ``--json`` writes every table one record per line, as ``json.dumps(record, default=plain)`` does
 for the record ``outputs.records`` makes of each row (NumPy scalars as Python ones, NaN and NA as
 null). Encoding millions of small dicts through ``json.dumps`` cost more than the whole analysis of
-the synthetic 1M-kernel trace (139k records: 2.4 s); here each column becomes its JSON fragments in
-one pass by its dtype (integers by ``int.__repr__``, floats as the encoder writes them, strings by
-the C string encoder), and the records are joined from those fragments. The text is the same byte
-for byte (tests/test_properties.py compares it with ``json.dumps`` on mixed, odd and nested
-values); values that are neither text, number, bool nor null (a dict or list in a cell) are still
-encoded by ``json.dumps`` with the same ``default``.
+the synthetic 1M-kernel trace (139k records: 2.4 s). Here each row is one ``%`` of a template that
+holds the keys: integer columns go in as Python ints (``%d``), finite float columns as floats
+(``%r``), the rest as JSON text made a column at a time (strings by the C string encoder, each
+distinct one once where that is safe). The text is the same byte for byte (tests/test_properties.py
+compares it with ``json.dumps`` on mixed, odd and nested values); values that are neither text,
+number, bool nor null (a dict or list in a cell) are still encoded by ``json.dumps`` with the same
+``default``.
 """
 from __future__ import annotations
 
@@ -90,6 +91,11 @@ def _coded_texts(codes: np.ndarray, uniques, plain: Callable) -> list[str]:
     return np.asarray(texts, dtype=object)[codes].tolist()
 
 
+def key_text(name) -> str:
+    """A column name as ``json.dumps`` writes it as a key (a number or None as its text)."""
+    return json.dumps({name: 0})[1:-len(": 0}")]
+
+
 def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
     """One JSON object per row of ``frame``: ``{"col": value, ...}`` with ``json.dumps``'
     separators, the columns in order, values made plain as ``outputs.records`` does: one ``%`` of a
@@ -97,6 +103,6 @@ def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
     if not len(frame.columns):          # as outputs.records: no columns, no records
         return []
     cells = [column_cells(frame[c], plain) for c in frame.columns]
-    template = "{" + ", ".join(encode_basestring_ascii(str(c)).replace("%", "%%") + ": " + conversion
+    template = "{" + ", ".join(key_text(c).replace("%", "%%") + ": " + conversion
                                for c, (conversion, _) in zip(frame.columns, cells)) + "}"
     return [template % row for row in zip(*(values for _, values in cells))]
