@@ -431,9 +431,11 @@ def plot(results: dict, path: Path) -> None:
         from matplotlib.figure import Figure
     except ImportError:
         return
-    fig = Figure(figsize=(11, 4.2))
-    ax, ax2 = fig.subplots(1, 2)
+    fig = Figure(figsize=(13, 4.6))
+    ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
     styles = {"synth": "-", "real": "--"}
+    colors: dict = {}          # one colour per command, the file kind shown by the line style
+    palette = matplotlib.colormaps["tab20"].colors
     for kind in sorted({r["file_kind"] for r in results["rows"]}):
         rows = sorted([r for r in results["rows"] if r["file_kind"] == kind], key=lambda r: r["rows"]["kernels"])
         keys = []
@@ -445,7 +447,10 @@ def plot(results: dict, path: Path) -> None:
                    and r["runs"][key]["rc"] == 0]
             if pts:
                 label = next(r["runs"][key]["label"] for r in rows if key in r["runs"])
-                ax.plot(*zip(*pts), "o" + styles.get(kind, ":"), label=f"{label} [{kind}]", markersize=4)
+                first = key not in colors
+                color = colors.setdefault(key, palette[len(colors) % len(palette)])
+                ax.plot(*zip(*pts), "o" + styles.get(kind, ":"), color=color, markersize=4,
+                        label=label if first else "_nolegend_")
         for key, mark in ((ANALYZE_KEY, "o"), ("analyze_budget", "s")):
             pts = [(r["rows"]["kernels"], r["runs"][key]["peak_mib"] / 1024) for r in rows
                    if r["runs"].get(key, {}).get("peak_mib")]
@@ -455,7 +460,10 @@ def plot(results: dict, path: Path) -> None:
     ax.set_xlabel("kernels (8 processes)"), ax.set_ylabel("wall time (s)")
     ax.set_title("wall time, measured (" + describe_machine(results["machine"]).split(",")[1].strip() + ")")
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6)
+        for kind, style in styles.items():
+            if any(r["file_kind"] == kind for r in results["rows"]):
+                ax.plot([], [], "k" + style, label={"synth": "synthetic files", "real": "real H200 trace, tiled"}[kind])
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax2.set_xscale("log"), ax2.set_xlabel("kernels (8 processes)"), ax2.set_ylabel("peak RSS (GiB)")
     ax2.axhline(2.0, color="grey", linestyle=":", linewidth=1, label="2 GiB")
     ax2.set_title("peak memory")
