@@ -285,14 +285,20 @@ def _is_nsys_part(cmd: str) -> bool:
     return exe.startswith("nsys") or exe in ("nsys-launcher", "nsys-tee")
 
 
+def _children(table: dict) -> dict:
+    """{pid: [child pids]} of a :func:`_proc_table`."""
+    children: dict = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    return children
+
+
 def app_roots(root_pid: int, table: Optional[dict] = None) -> List[int]:
     """The profiled application's top processes under ``root_pid`` (nsys): the first descendants
     that are not nsys' own processes. nsys' launcher starts the application in a session of its
     own, so a signal to nsys' process group does not reach it."""
     table = _proc_table() if table is None else table
-    children: dict = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
+    children = _children(table)
     roots, stack = [], [root_pid]
     while stack:
         pid = stack.pop()
@@ -322,14 +328,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().split(b") ", 1)[1][:1] != b"Z"
-    except OSError:
-        return True
+    return _state(pid) != "Z"  # a zombie is not alive
 
 
 def _state(pid: int) -> str:
+    """The process' state letter in /proc (Z: a zombie), "?" where it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b") ", 1)[1][:1].decode("ascii", "replace")
@@ -341,9 +344,7 @@ def still_running(pids: List[int], table: Optional[dict] = None) -> List[tuple]:
     """(pid, state letter, command line) of ``pids`` and all their descendants that are still in
     the process table, in pid order: what is left of an nsys session that did not finish."""
     table = _proc_table() if table is None else table
-    children: dict = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
+    children = _children(table)
     seen, stack = set(), [p for p in pids if p in table]
     while stack:
         pid = stack.pop()
