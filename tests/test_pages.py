@@ -157,6 +157,29 @@ def test_integers_of_every_width_nulls_and_text(tmp_path, page_size):
         same_rows(path, sql, batch_bytes=page_size)
 
 
+def test_headers_of_two_words_take_the_fast_path(tmp_path, monkeypatch):
+    """Eleven integer columns (a header of two 8-byte words: constant columns, columns whose width
+    varies row by row, NULLs) and then a text of 60 to 90 bytes (a two-byte serial type, its high
+    bit set, in the bytes after the wanted ones): read with the general header path switched off,
+    so every batch goes through _header_fast, and equal to SQLite's rows."""
+    names = [f"i{k}" for k in range(11)]
+    schema = "CREATE TABLE w (" + ", ".join(f"{n} INTEGER" for n in names) + ", s TEXT, z INTEGER)"
+    rows = []
+    for r in range(3000):
+        ints = [7, 0, 1, INTS[r % len(INTS)], None if r % 3 == 0 else r, 2**40, -5,
+                INTS[(r * 7) % len(INTS)], 300, r % 2, INTS[(r * 5) % len(INTS)]]
+        rows.append((*ints, "t" * (60 + r % 31), r))
+    path = make_db(tmp_path / "w.sqlite", 4096, schema=schema, rows=rows, table="w")
+
+    def general_off(*a, **kw):
+        raise AssertionError("the general header path was taken")
+
+    monkeypatch.setattr(pages, "_header_general", general_off)
+    assert same_rows(path, "SELECT " + ", ".join(names) + " FROM w") == 3000
+    assert same_rows(path, "SELECT i10, i3, i0 FROM w WHERE rowid >= 17 AND rowid < 2500", batch_bytes=4096) == 2483
+    assert same_rows(path, "SELECT i1, i9 FROM w WHERE i6 = -5") == 3000
+
+
 def test_text_of_every_length(tmp_path):
     """Texts 0 to 40 bytes long, with multi-byte characters and NULLs, in batches of many pages
     and of one."""

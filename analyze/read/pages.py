@@ -406,31 +406,45 @@ def _header_fast(pg: Pages, types_at: np.ndarray, n_types: int, wanted: list[int
     """The wanted columns' serial types and content offsets (from the content start) when every row
     has at least ``n_types`` serial types of one byte each (all but long texts and blobs): the
     header bytes are read eight at a time, and the columns whose type is the same in every row of
-    the batch (most of them) are sized once. None: a row needs the general path."""
+    the batch (most of them) are sized once. None: a row needs the general path.
+
+    Each 8-byte word of the headers is one contiguous array over the rows (word-major), so the
+    checks are 1-D reductions: any high bit set (a type of two bytes or more), and which bytes
+    differ from the first row's (an OR of the XOR): a column is constant where its byte is 0 there."""
     n = len(types_at)
     words = -(-n_types // 8)
-    packed = np.empty((n, words), dtype=np.uint64)
-    for w in range(words):
-        packed[:, w] = pg.le64[types_at + 8 * w]
     last = n_types - 8 * (words - 1)
-    high = np.full(words, _HIGH_BITS, dtype=np.uint64)
-    high[-1] &= np.uint64((1 << (8 * last)) - 1) if last < 8 else _HIGH_BITS
-    if (np.bitwise_or.reduce(packed, axis=0) & high).any():
-        return None
-    types = packed.view(np.uint8)[:, :n_types]
-    lo, hi = types.min(axis=0), types.max(axis=0)
+    constant = np.zeros(n_types, dtype=bool)
+    first = np.zeros(n_types, dtype=np.uint8)
+    packed = []
+    for w in range(words):
+        word = pg.le64[types_at + 8 * w]            # a native copy: le64 is a strided view
+        used = np.uint64((1 << (8 * last)) - 1) if w == words - 1 and last < 8 else np.uint64(0xFFFFFFFFFFFFFFFF)
+        if int(np.bitwise_or.reduce(word) & _HIGH_BITS & used):
+            return None
+        differ = int(np.bitwise_or.reduce(word ^ word[0])) if n else 0
+        head = int(word[0]) if n else 0
+        for b in range(min(8, n_types - 8 * w)):
+            constant[8 * w + b] = (differ >> (8 * b)) & 0xFF == 0
+            first[8 * w + b] = (head >> (8 * b)) & 0xFF
+        packed.append(word)
+
+    def types_of(j: int) -> np.ndarray:
+        return ((packed[j // 8] >> np.uint64(8 * (j % 8))) & np.uint64(0xFF)).astype(np.int64)
+
     out: dict[int, Column] = {}
     const = 0
     varying = None
     want = set(wanted)
     for j in range(n_types):
+        column_types = None if constant[j] else types_of(j)
         if j in want:
-            st = int(lo[j]) if lo[j] == hi[j] else types[:, j].astype(np.int64)
+            st = int(first[j]) if constant[j] else column_types
             out[j] = Column(st, const if varying is None else varying + const)
-        if lo[j] == hi[j]:
-            const += int(_SIZE8[lo[j]])
+        if constant[j]:
+            const += int(_SIZE8[first[j]])
         else:
-            size = _SIZE8[types[:, j]]
+            size = _SIZE8[column_types]
             varying = size if varying is None else varying + size
     return out
 
