@@ -3,6 +3,7 @@ real H200 step sweep when its recordings are present."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 import math
 import subprocess
 import sys
@@ -538,3 +539,38 @@ def test_real_sweep2_from_the_three_step_profile_alone(measured_path):
     assert result["calibration"] is None
     # acceptance read from the per-request lengths of the marks, not deconvolved from sums
     assert result["acceptance_method"] == "lens"
+
+
+def test_steps_from_kernels_votes_over_the_first_cycles_by_appearance():
+    """The steps per cycle are the most common repeat count of the draft kernel sequence over the
+    first STEP_SAMPLE_CYCLES cycles in order of first appearance (a cycle's kernels in start order),
+    ties to the count seen first: cycle ids out of order, cycles interleaved, the later cycles
+    voting otherwise (they are not asked), other ranks, phases and kinds left out."""
+    n_first = W.STEP_SAMPLE_CYCLES
+    rows, t = [], 0
+    ids = list(range(3 * n_first, 0, -1))                   # ids fall while the cycles come later
+    for k, cycle in enumerate(ids):
+        steps = 2 if k < n_first // 2 + 1 else (3 if k < n_first else 4)   # 26 vote 2, 24 vote 3, the rest 4
+        seq = ["a", "b"] * steps + ["x"]
+        for j, name in enumerate(seq):
+            rows.append(("kernel", 0, cycle, W.DRAFT, name, t, t + 5))
+            if j == 0 and k + 1 < len(ids):                # the next cycle starts inside this one
+                rows.append(("kernel", 0, ids[k + 1], W.DRAFT, "a", t + 1, t + 2))
+            t += 10
+        rows.append(("kernel", 0, cycle, "verify", "v", t, t + 5))
+        rows.append(("memcpy", 0, cycle, W.DRAFT, "a", t + 1, t + 2))
+        rows.append(("kernel", 1, cycle, W.DRAFT, "z", t + 2, t + 3))
+        t += 10
+    ops = pd.DataFrame(rows, columns=["kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns"])
+    ops["kind"] = ops["kind"].astype("category")
+    cycles = pd.DataFrame({"rank": [0, 1], "cycle": [0, 0], "start_ns": [0, 0]})
+    side = Side("s", cycles, None, [W.DRAFT, "verify"], None, ops)
+    d = W._draft_kernels(side, 0)
+    reference = Counter()
+    for i, (_, g) in enumerate(d.groupby("cycle_range", sort=False)):    # what it computed before
+        if i >= n_first:
+            break
+        reference[W._primitive_repeats(g["name"].tolist())[1]] += 1
+    assert reference.most_common(1)[0][0] == W.steps_from_kernels(side, 0)
+    # each interleaved cycle gets one extra "a" from the next one's first kernel: 2 -> 2 repeats still
+    assert W.steps_from_kernels(side, 0) == 2

@@ -295,6 +295,7 @@ def session_end_ns(conn: sqlite3.Connection) -> int | None:
 
 # where the rows a read left out travel with the rows (a list of validate.Exclusion)
 EXCLUDED = "excluded_rows"
+CROSS_THREAD = "cross_thread_ranges"     # read_nvtx's count of ranges ending on another thread
 
 
 def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
@@ -544,10 +545,15 @@ RANGE_COLUMNS = ["global_tid", "global_pid", "domain", "name", "style", "start_n
 MARK_COLUMNS = ["global_tid", "global_pid", "domain", "text", "time_ns", "int_value"]
 
 
-def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
-              chunk_rows: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | None = None,
+              counts: dict | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """NVTX ranges (push/pop and start/end, nsys' projection rules) and marks (events read in rowid
-    chunks of ``chunk_rows`` when given: the same frames in less memory)."""
+    chunks of ``chunk_rows`` when given: the same frames in less memory). ``counts``, when given,
+    gets ``cross_thread_ranges``: the start/end ranges left out because they end on another thread,
+    counted from the rows read (what ``SELECT count(*) FROM NVTX_EVENTS WHERE endGlobalTid IS NOT
+    NULL AND eventType IN`` the range types counts, without a second scan of the table)."""
+    if counts is not None:
+        counts[CROSS_THREAD] = 0
     cols = set(table_columns(conn, "NVTX_EVENTS"))
     range_cols, mark_cols = RANGE_COLUMNS, MARK_COLUMNS
     if not {"start", "eventType"} <= cols:
@@ -576,6 +582,8 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
             return empty
         range_frame, mark_frame, info = _nvtx_frames(events, strings)
         range_frame.attrs[EXCLUDED] = info["excluded"]
+        if counts is not None:
+            counts[CROSS_THREAD] = info[CROSS_THREAD]
         return range_frame, mark_frame
     # in rowid chunks (bounded memory): domain names first, from every domain-create event
     created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
@@ -589,6 +597,8 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
             excluded += info["excluded"]
+            if counts is not None:
+                counts[CROSS_THREAD] += info[CROSS_THREAD]
             if info["max_ts"] is not None:
                 max_ts = info["max_ts"] if max_ts is None else max(max_ts, info["max_ts"])
         del events
@@ -611,9 +621,13 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series,
 
 
 def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | None = None):
-    """(ranges, marks, {"max_ts", "domains", "excluded"}) from a frame of NVTX events (all of them or a
-    rowid chunk; ``domain_names`` from every domain-create event when a chunk). Events whose start is
-    not an integer, and ranges that end before they start, are left out and counted."""
+    """(ranges, marks, {"max_ts", "domains", "excluded", "cross_thread_ranges"}) from a frame of NVTX
+    events (all of them or a rowid chunk; ``domain_names`` from every domain-create event when a
+    chunk). Events whose start is not an integer, and ranges that end before they start, are left out
+    and counted; ranges that end on another thread are counted over every event given (as SQL
+    would count them, whatever else is wrong with the row)."""
+    cross_thread = int((np.isin(pd.to_numeric(events["eventType"], errors="coerce").to_numpy(), list(RANGE_EVENT_STYLES))
+                        & pd.notna(events["endGlobalTid"].to_numpy())).sum())
     start_values, start_ok = validate.integer_values(events["start"])
     end_values, end_ok = validate.integer_values(events["end"])
     backwards = start_ok & end_ok & (end_values < start_values)
@@ -629,7 +643,8 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
     if not len(events):
         empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in RANGE_COLUMNS}),
                  pd.DataFrame({c: pd.Series(dtype="object") for c in MARK_COLUMNS}))
-        return (*empty, {"max_ts": None, "domains": domain_names or {}, "excluded": excluded})
+        return (*empty, {"max_ts": None, "domains": domain_names or {}, "excluded": excluded,
+                         CROSS_THREAD: cross_thread})
     events = _int64(events, ["start", "eventType", "globalTid", "domainId"])
     # plain NumPy from here: no boolean indexing of a frame with text columns, no str inference
     etype = events["eventType"].to_numpy(dtype="int64")
@@ -700,7 +715,7 @@ def _nvtx_frames(events: pd.DataFrame, strings: pd.Series, domain_names: dict | 
         "int_value": int_value[marks],
     }, copy=False)
     return (range_frame.reset_index(drop=True), mark_frame.reset_index(drop=True),
-            {"max_ts": max_ts, "domains": domain_names, "excluded": excluded})
+            {"max_ts": max_ts, "domains": domain_names, "excluded": excluded, CROSS_THREAD: cross_thread})
 
 
 def range_styles(event_type: np.ndarray) -> np.ndarray:
@@ -787,15 +802,6 @@ def read_hostname(conn: sqlite3.Connection) -> str | None:
     return str(row[0]) if row and row[0] is not None else None
 
 
-def count_cross_thread_ranges(conn: sqlite3.Connection) -> int:
-    if not {"endGlobalTid", "eventType"} <= set(table_columns(conn, "NVTX_EVENTS")):
-        return 0
-    types = ",".join(map(str, RANGE_EVENT_STYLES))
-    row = conn.execute(f"SELECT count(*) FROM NVTX_EVENTS WHERE endGlobalTid IS NOT NULL "
-                       f"AND eventType IN ({types})").fetchone()
-    return int(row[0] or 0)
-
-
 def read_threads(conn=None) -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
@@ -839,14 +845,16 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         # without the ops (chunked analysis): their keys alone tell the launching calls
         key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
         after_ops = prepare is not None and prepare_after_ops(table_rows(conn, RUNTIME_TABLE), plan or key_plan)
+        nvtx_counts: dict = {}
         if threads <= 1:
             calls = read_calls(conn)
-            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows)
+            ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows, nvtx_counts)
             prepared = prepare(calls, ranges) if prepare and not after_ops else None
             op_table = assemble_gpu_ops(plan, (read_op_part(conn, p) for p in plan))
         else:
             op_table, calls, (ranges, marks), prepared = _read_parallel(
-                path, conn.immutable, plan, strings, threads, None if after_ops else prepare, nvtx_chunk_rows)
+                path, conn.immutable, plan, strings, threads, None if after_ops else prepare, nvtx_chunk_rows,
+                nvtx_counts)
         if after_ops and ops:
             prepared = prepare(calls, ranges, ops=op_table, strings=strings)
         elif after_ops:
@@ -856,7 +864,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
                                                           + take_excluded(ranges))]
         return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
-                            meta=meta, cross_thread_ranges=count_cross_thread_ranges(conn),
+                            meta=meta, cross_thread_ranges=nvtx_counts[CROSS_THREAD],
                             prepared=prepared)
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
@@ -890,7 +898,7 @@ def _results_in_order(futures: list):
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
-                   prepare=None, nvtx_chunk_rows: int | None = None):
+                   prepare=None, nvtx_chunk_rows: int | None = None, nvtx_counts: dict | None = None):
     """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
     connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
     from concurrent.futures import ThreadPoolExecutor
@@ -905,7 +913,7 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
-        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows)
+        nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows, nvtx_counts)
         calls = pool.submit(on_own_connection, read_calls)
 
         def prepared_after_reads():

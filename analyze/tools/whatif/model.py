@@ -215,6 +215,10 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
     return pd.DataFrame({"cycle": cycle, "steps": r, "step_period_ns": period}).sort_values("cycle")
 
 
+# cycles whose draft kernel sequence votes for the steps per cycle (steps_from_kernels)
+STEP_SAMPLE_CYCLES = 50
+
+
 def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int | None:
     """Draft steps per cycle from the repetition of the draft phase's kernel sequence (eager runs
     or graphs traced per node: one step's kernels repeat once per step). None when the draft phase
@@ -222,11 +226,14 @@ def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int |
     d = _draft_kernels(side, rank, memo)
     if d.empty:
         return None
-    counts = Counter()
-    for i, (_, g) in enumerate(d.groupby("cycle_range", sort=False)):
-        if i >= 50:
-            break
-        counts[_primitive_repeats(g["name"].tolist())[1]] += 1
+    # the first STEP_SAMPLE_CYCLES cycles by first appearance (groupby(sort=False)'s order), each
+    # cycle's kernels in start order: only their rows' names are taken, not every draft kernel's
+    codes, _ = pd.factorize(d["cycle_range"].to_numpy(dtype="int64"))
+    rows = np.flatnonzero(codes < STEP_SAMPLE_CYCLES)
+    rows = rows[np.argsort(codes[rows], kind="stable")]
+    names = d["name"].to_numpy(dtype=object)[rows].tolist()
+    bounds = np.r_[0, np.flatnonzero(np.diff(codes[rows])) + 1, len(rows)].tolist()
+    counts = Counter(_primitive_repeats(names[a:b])[1] for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
     return counts.most_common(1)[0][0] if counts else None
 
 
