@@ -104,8 +104,9 @@ def no_phase_ranges(a) -> bool:
     ranges = a.ranges
     if ranges is None or ranges.empty or "phase" not in ranges.columns:
         return False
-    has_cycles = a.cycles is not None and len(a.cycles) > 0
-    return bool(ranges["phase"].isna().all()) and not has_cycles
+    if a.cycles is not None and len(a.cycles) > 0:      # before the look at every range's phase
+        return False
+    return bool(ranges["phase"].isna().all())
 
 
 def hint_notes(a, config: PhaseConfig | None = None) -> list[Note]:
