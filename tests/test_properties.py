@@ -510,6 +510,8 @@ def test_json_lines_equal_json_dumps_of_each_record(n, data):
         "collide": pd.Series([[1, 1.0, True, 0.0, -0.0, "1", False, 0][i % 8] for i in range(n)], dtype=object),
         "nan_obj": pd.Series([[float("nan"), np.float64("nan"), pd.NA, np.float32("nan"), 1.5][i % 5]
                               for i in range(n)], dtype=object),
+        "all_missing": pd.Series([[None, float("nan"), np.float32("nan"), pd.NA, pd.NaT, np.float64("nan")][i % 6]
+                                  for i in range(n)], dtype=object),
         "50% \"key\" é %s": pd.Series(range(n), dtype="int16"),
         7: pd.Series(range(n), dtype="int8"),                       # a key that is no string
         None: pd.Series([0.5] * n),
@@ -518,6 +520,7 @@ def test_json_lines_equal_json_dumps_of_each_record(n, data):
     frame = pd.DataFrame({c: columns[c] for c in picked}, index=pd.RangeIndex(n))
     expected = [json.dumps(r, default=outputs._plain) for r in outputs.records(frame)]
     assert json_rows.json_lines(frame, outputs._plain) == expected
+    assert json_rows.json_text(frame, outputs._plain, ",\n  ") == ",\n  ".join(expected)
 
 
 @pytest.mark.parametrize("name", ["h200_4proc_eager", "sglang_server"])
@@ -537,5 +540,6 @@ def test_json_lines_on_real_exports_equal_json_dumps(name):
         nested += sum(isinstance(v, (dict, list)) for c in frame.columns if frame[c].dtype == object for v in frame[c])
         expected = [json.dumps(r, default=outputs._plain) for r in outputs.records(frame)]
         assert json_rows.json_lines(frame, outputs._plain) == expected, table
+        assert json_rows.json_text(frame, outputs._plain, ",\n  ") == ",\n  ".join(expected), table
         checked += len(frame)
     assert checked > 200 and nested >= 1

@@ -3,10 +3,10 @@
 ``--json`` writes every table one record per line, as ``json.dumps(record, default=plain)`` does
 for the record ``outputs.records`` makes of each row (NumPy scalars as Python ones, NaN and NA as
 null). Encoding millions of small dicts through ``json.dumps`` cost more than the whole analysis of
-the synthetic 1M-kernel trace (139k records: 2.4 s). Here each row is one ``%`` of a template that
-holds the keys: integer columns go in as Python ints (``%d``), finite float columns as floats
-(``%r``), the rest as JSON text made a column at a time (strings by the C string encoder, each
-distinct one once where that is safe). The text is the same byte for byte (tests/test_properties.py
+the synthetic 1M-kernel trace (139k records: 2.4 s). Here every column becomes an Arrow array of
+JSON texts (integers by Arrow's cast, floats by ``float.__repr__``, strings by the C string
+encoder, each distinct one once where that is safe) and Arrow joins each row's keys and texts (and
+a slice's rows) without a Python step per cell. The text is the same byte for byte (tests/test_properties.py
 compares it with ``json.dumps`` on mixed, odd and nested values); values that are neither text,
 number, bool nor null (a dict or list in a cell) are still encoded by ``json.dumps`` with the same
 ``default``.
@@ -19,6 +19,8 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _INF = float("inf")
 
@@ -51,44 +53,60 @@ def value_text(value, default: Callable) -> str:
     return json.dumps(value, default=default)
 
 
-def column_cells(column: pd.Series, plain: Callable) -> tuple[str, list]:
-    """One column's values as ``outputs._column_values`` makes them plain, as (the ``%`` conversion
-    that writes each as JSON, the values it is given): integers as Python ints (``%d``, which
-    writes them as ``int.__repr__``), floats as Python floats (``%r``) where the column has no NaN or
-    infinity, anything else as JSON text (``%s``): bools, floats with NaN as null, and value by value
-    through ``plain`` objects, nullable integers, categoricals and Arrow strings."""
+def column_texts(column: pd.Series, plain: Callable) -> pa.Array:
+    """One column's values, made plain as ``outputs._column_values`` makes them, as JSON text: an
+    Arrow string array without nulls. Integers by Arrow's cast (the decimal text ``int.__repr__``
+    writes), bools as true/false, floats as ``float.__repr__`` (NaN as null, infinities as the
+    encoder writes them), strings, nullable integers and bools, categoricals and Arrow strings each
+    distinct value once, an object column of missing values alone as null, anything else value by
+    value through ``plain``."""
     dtype = column.dtype
     if isinstance(dtype, np.dtype):
         values = column.to_numpy()
         if dtype.kind in "iu":
-            return "%d", values.tolist()
+            return pc.cast(pa.array(values), pa.string())
         if dtype.kind == "b":
-            return "%s", ["true" if v else "false" for v in values.tolist()]
+            return pc.if_else(pa.array(values), "true", "false")
         if dtype.kind == "f":
+            floats = values.tolist()
             if np.isfinite(values).all():
-                return "%r", values.tolist()
-            return "%s", ["null" if v != v else float_text(v) for v in values.tolist()]
-        if dtype.kind == "O" and pd.api.types.infer_dtype(values, skipna=True) == "string":
-            return "%s", _coded_texts(*pd.factorize(values), plain)
-        return "%s", [_cell_text(v, plain) for v in values.tolist()]
+                return _texts(list(map(float.__repr__, floats)))
+            return _texts(["null" if v != v else float_text(v) for v in floats])
+        if dtype.kind == "O":
+            inferred = pd.api.types.infer_dtype(values, skipna=True)
+            if inferred == "string":
+                return _coded_texts(*pd.factorize(values), plain)
+            if inferred == "empty" and set(map(type, values)) <= _MISSING_TYPES:    # every cell null
+                return _coded_texts(np.full(len(values), -1), [], plain)
+        return _texts([_cell_text(v, plain) for v in values.tolist()])
     if isinstance(dtype, pd.CategoricalDtype):
-        return "%s", _coded_texts(column.cat.codes.to_numpy(), column.cat.categories, plain)
+        return _coded_texts(column.cat.codes.to_numpy(), column.cat.categories, plain)
     if dtype.kind in "iub" or isinstance(dtype, pd.StringDtype):
-        return "%s", _coded_texts(*pd.factorize(column.array), plain)
-    return "%s", [_cell_text(v, plain) for v in column.tolist()]
+        return _coded_texts(*pd.factorize(column.array), plain)
+    return _texts([_cell_text(v, plain) for v in column.tolist()])
+
+
+# the types of the missing values ``plain`` makes None (float NaN of any width, None, pd.NA, pd.NaT):
+# an object column of these alone is null in every row
+_MISSING_TYPES = {type(None), float, np.float64, np.float32, np.float16, type(pd.NA), type(pd.NaT)}
+
+
+def _texts(texts: list[str]) -> pa.Array:
+    return pa.array(texts, type=pa.string())
 
 
 def _cell_text(value, plain: Callable) -> str:
     return encode_basestring_ascii(value) if type(value) is str else value_text(plain(value), plain)
 
 
-def _coded_texts(codes: np.ndarray, uniques, plain: Callable) -> list[str]:
+def _coded_texts(codes: np.ndarray, uniques, plain: Callable) -> pa.Array:
     """Per row, the text of its distinct value (``codes`` into ``uniques``, -1: missing, which
     ``plain`` makes null): each distinct value encoded once. Only for values whose equality is
     identity of their text (strings, integers, bools, categories): pandas' hashing would merge 1,
     1.0 and True, or 0.0 and -0.0."""
     texts = [_cell_text(v, plain) for v in list(uniques)] + ["null"]
-    return np.asarray(texts, dtype=object)[codes].tolist()
+    codes = np.asarray(codes)
+    return _texts(texts).take(pa.array(np.where(codes < 0, len(texts) - 1, codes)))
 
 
 def key_text(name) -> str:
@@ -96,13 +114,29 @@ def key_text(name) -> str:
     return json.dumps({name: 0})[1:-len(": 0}")]
 
 
-def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
-    """One JSON object per row of ``frame``: ``{"col": value, ...}`` with ``json.dumps``'
-    separators, the columns in order, values made plain as ``outputs.records`` does: one ``%`` of a
-    template holding the keys per row."""
+def row_texts(frame: pd.DataFrame, plain: Callable) -> pa.Array | None:
+    """One JSON object per row of ``frame`` (an Arrow string array; None without columns):
+    ``{"col": value, ...}`` with ``json.dumps``' separators, the columns in order, values made plain
+    as ``outputs.records`` does, each row the keys and its columns' texts joined by Arrow."""
     if not len(frame.columns):          # as outputs.records: no columns, no records
-        return []
-    cells = [column_cells(frame[c], plain) for c in frame.columns]
-    template = "{" + ", ".join(key_text(c).replace("%", "%%") + ": " + conversion
-                               for c, (conversion, _) in zip(frame.columns, cells)) + "}"
-    return [template % row for row in zip(*(values for _, values in cells))]
+        return None
+    parts: list = []
+    for i, name in enumerate(frame.columns):
+        parts += [("{" if i == 0 else ", ") + key_text(name) + ": ", column_texts(frame[name], plain)]
+    return pc.binary_join_element_wise(*parts, "}", "")
+
+
+def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
+    """:func:`row_texts` as Python strings, one per row: what ``json.dumps`` gives each record."""
+    rows = row_texts(frame, plain)
+    return [] if rows is None else rows.to_pylist()
+
+
+def json_text(frame: pd.DataFrame, plain: Callable, separator: str) -> str:
+    """:func:`json_lines` joined by ``separator``, as one string made by Arrow (no Python string
+    per row)."""
+    rows = row_texts(frame, plain)
+    if rows is None or not len(rows):
+        return ""
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(rows)], type=pa.int32()), rows), separator)
+    return joined[0].as_py()

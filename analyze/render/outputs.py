@@ -106,7 +106,7 @@ JSON_RECORDS_PER_WRITE = 20_000
 def write_json(result, path, advice: dict | None = None) -> None:
     """:func:`to_json_dict` as a file, the tables streamed a slice of rows at a time, one record per
     line (millions of cycle and collective rows: bounded memory), each slice's records joined from
-    its columns' JSON fragments (render/json_rows.py: the text ``json.dumps`` gives each record)."""
+    its columns' JSON texts by Arrow (render/json_rows.py: the text ``json.dumps`` gives each record)."""
     parts = _json_parts(result, advice)
     with output_policy.protect(output_policy.inputs_of(result)), atomic_write(path) as f:
         f.write("{")
@@ -117,8 +117,8 @@ def write_json(result, path, advice: dict | None = None) -> None:
                 continue
             f.write("[")
             for at in range(0, len(value), JSON_RECORDS_PER_WRITE):
-                lines = json_rows.json_lines(value.iloc[at:at + JSON_RECORDS_PER_WRITE], _plain)
-                f.write(("\n  " if at == 0 else ",\n  ") + ",\n  ".join(lines))
+                f.write(("\n  " if at == 0 else ",\n  ")
+                        + json_rows.json_text(value.iloc[at:at + JSON_RECORDS_PER_WRITE], _plain, ",\n  "))
             f.write("\n ]" if len(value) else "]")
         f.write("\n}\n")
 
