@@ -3,10 +3,10 @@ real H200 step sweep when its recordings are present."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 import math
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np

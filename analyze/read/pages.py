@@ -411,7 +411,6 @@ def _header_fast(pg: Pages, types_at: np.ndarray, n_types: int, wanted: list[int
     Each 8-byte word of the headers is one contiguous array over the rows (word-major), so the
     checks are 1-D reductions: any high bit set (a type of two bytes or more), and which bytes
     differ from the first row's (an OR of the XOR): a column is constant where its byte is 0 there."""
-    n = len(types_at)
     words = -(-n_types // 8)
     last = n_types - 8 * (words - 1)
     constant = np.zeros(n_types, dtype=bool)
@@ -422,8 +421,8 @@ def _header_fast(pg: Pages, types_at: np.ndarray, n_types: int, wanted: list[int
         used = np.uint64((1 << (8 * last)) - 1) if w == words - 1 and last < 8 else np.uint64(0xFFFFFFFFFFFFFFFF)
         if int(np.bitwise_or.reduce(word) & _HIGH_BITS & used):
             return None
-        differ = int(np.bitwise_or.reduce(word ^ word[0])) if n else 0
-        head = int(word[0]) if n else 0
+        differ = int(np.bitwise_or.reduce(word ^ word[0]))      # (rows: at least one, see the caller)
+        head = int(word[0])
         for b in range(min(8, n_types - 8 * w)):
             constant[8 * w + b] = (differ >> (8 * b)) & 0xFF == 0
             first[8 * w + b] = (head >> (8 * b)) & 0xFF

@@ -168,6 +168,17 @@ def _equals(column: pd.Series, rows: np.ndarray, value: str) -> np.ndarray:
     return column.iloc[rows].to_numpy() == value
 
 
+def _cycle_groups(d: pd.DataFrame, limit: int | None = None) -> tuple[np.ndarray, list[int], np.ndarray]:
+    """The draft kernels ``d`` (in start order) grouped by cycle, the cycles in order of first
+    appearance (``groupby(sort=False)``'s order), only the first ``limit`` of them when given: (the
+    rows of ``d`` in that order, the groups' bounds in those rows, the cycle ids in that order)."""
+    codes, order_of_first = pd.factorize(d["cycle_range"].to_numpy(dtype="int64"))
+    rows = np.arange(len(codes)) if limit is None else np.flatnonzero(codes < limit)
+    rows = rows[np.argsort(codes[rows], kind="stable")]
+    bounds = np.r_[0, np.flatnonzero(np.diff(codes[rows])) + 1, len(rows)].tolist()
+    return rows, bounds, np.asarray(order_of_first)[:limit]
+
+
 def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.DataFrame:
     """Per cycle (one rank), from the draft kernels (eager, or graphs traced per node): the repeats of
     the draft kernel block and the GPU start-to-start period of one repeat, i.e. what one draft step
@@ -185,18 +196,14 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
         ops["cycle_range"].to_numpy()[mine]).min()                  # = the cycle's GPU window start
     cyc = side.cycles[side.cycles["rank"] == rank]
     by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
-    # cycles by their first appearance (groupby(sort=False)'s order), ops in start order within each;
     # one Python step per cycle, the repeat search once per distinct kernel sequence
-    cr_all = d["cycle_range"].to_numpy(dtype="int64")
-    codes, order_of_first = pd.factorize(cr_all)
-    srt = np.argsort(codes, kind="stable")
-    bounds = np.r_[0, np.flatnonzero(np.diff(codes[srt])) + 1, len(srt)]
-    names = d["name"].to_numpy(dtype=object)[srt].tolist()
-    starts = d["start_ns"].to_numpy(dtype="int64")[srt]
+    rows, bounds, order_of_first = _cycle_groups(d)
+    names = d["name"].to_numpy(dtype=object)[rows].tolist()
+    starts = d["start_ns"].to_numpy(dtype="int64")[rows]
     first_of = dict(zip(first.index.to_numpy(dtype="int64").tolist(), first.to_numpy(dtype="int64").tolist()))
     repeat_of: dict[tuple, tuple[int, int, int]] = {}
     found = []                                   # (cycle, first op, i, p, r) per cycle
-    for a, b, cr in zip(bounds[:-1].tolist(), bounds[1:].tolist(), order_of_first.tolist()):
+    for a, b, cr in zip(bounds[:-1], bounds[1:], order_of_first.tolist()):
         cycle = by_start.get(first_of.get(cr, -1))
         if cycle is None:
             continue
@@ -226,14 +233,10 @@ def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int |
     d = _draft_kernels(side, rank, memo)
     if d.empty:
         return None
-    # the first STEP_SAMPLE_CYCLES cycles by first appearance (groupby(sort=False)'s order), each
-    # cycle's kernels in start order: only their rows' names are taken, not every draft kernel's
-    codes, _ = pd.factorize(d["cycle_range"].to_numpy(dtype="int64"))
-    rows = np.flatnonzero(codes < STEP_SAMPLE_CYCLES)
-    rows = rows[np.argsort(codes[rows], kind="stable")]
+    # the first STEP_SAMPLE_CYCLES cycles: only their rows' names are taken, not every draft kernel's
+    rows, bounds, _ = _cycle_groups(d, STEP_SAMPLE_CYCLES)
     names = d["name"].to_numpy(dtype=object)[rows].tolist()
-    bounds = np.r_[0, np.flatnonzero(np.diff(codes[rows])) + 1, len(rows)].tolist()
-    counts = Counter(_primitive_repeats(names[a:b])[1] for a, b in zip(bounds[:-1], bounds[1:]) if b > a)
+    counts = Counter(_primitive_repeats(names[a:b])[1] for a, b in zip(bounds[:-1], bounds[1:]))
     return counts.most_common(1)[0][0] if counts else None
 
 
