@@ -58,7 +58,11 @@ def small_pages() -> None:
         pass
 
 
-M_ARENA_MAX = -8          # glibc mallopt parameter (malloc.h)
+# glibc mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD = -1     # free memory at the heap's top above this is given back at once
+M_MMAP_MAX = -4           # how many blocks may have an mmap of their own (0: none)
+M_ARENA_MAX = -8
+TRIM_THRESHOLD_BYTES = 2**31 - 1      # the largest an int takes: free() never trims (release() does)
 
 
 def one_heap() -> None:
@@ -69,12 +73,23 @@ def one_heap() -> None:
     another, so the analysis faulted in fresh pages all along and its peak held every arena's
     high-water mark. Measured on the 10M-kernel file (bench/results.md's file, ``/usr/bin/time``):
     12.8 s wall, 5.6 s system time, 3.12 GB peak with the defaults; 10.4 s, 3.2 s, 2.61 GB with one
-    arena and the system pool (docs/performance.md)."""
+    arena and the system pool (docs/performance.md).
+
+    And that one heap keeps what is freed for the next allocation: glibc gives a block above its
+    mmap threshold (128 KiB, rising to at most 32 MiB as such blocks are freed: every column of 4M
+    int64 and more) an ``mmap`` of its own and unmaps it when freed, so each such temporary of the
+    analysis was fresh memory the kernel faulted in and zeroed page by page (the 10M-kernel file:
+    1.1-1.5M page faults, 6.5-9 s of system time). With no ``mmap`` and no trimming of the heap's
+    top at every ``free`` the blocks are reused: 0.63-0.67M faults, 3.6-5.1 s (docs/performance.md,
+    eighteenth round). :func:`release` still hands the free pages back between the stages of a big
+    analysis, and the peaks stay where they were (1.92 GiB at 10M; 0.85 GiB under a 1GB budget)."""
     if os.environ.get("SPECPROF_ALLOCATOR") == "default":
         return
     libc = _libc()
     if libc:
         libc.mallopt(M_ARENA_MAX, 1)
+        libc.mallopt(M_MMAP_MAX, 0)
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     try:
         import pyarrow as pa
         pa.set_memory_pool(pa.system_memory_pool())

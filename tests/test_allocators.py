@@ -46,3 +46,31 @@ def test_the_cli_calls_it_before_anything_runs(tmp_path):
     finally:
         cli.memory.one_heap = real
     assert rc != 0 and calls == ["one_heap"]
+
+
+REUSE_PROBE = ("from analyze import memory; memory.one_heap(); memory.small_pages(); import numpy as np, resource; "
+               "a = np.ones(8 << 20); del a; "                      # 64 MB: above glibc's largest mmap threshold
+               "f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt; b = np.ones(8 << 20); "
+               "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)")
+
+
+def _faults_of_a_second_big_array(env_value: str | None) -> int:
+    env = dict(os.environ)
+    env.pop("SPECPROF_ALLOCATOR", None)
+    env.pop("GLIBC_TUNABLES", None)
+    if env_value is not None:
+        env["SPECPROF_ALLOCATOR"] = env_value
+    out = subprocess.run([sys.executable, "-c", REUSE_PROBE], env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_one_heap_reuses_a_freed_big_block_without_faulting_it_in_again():
+    """A 64 MB array freed and another allocated: glibc's default unmaps the first and faults in
+    every page of the second (16,384 of 4 KiB); the CLI's heap hands the same pages back."""
+    from analyze import memory
+
+    if memory._libc() is None:
+        pytest.skip("glibc is not the C library here")
+    pages = (8 << 20) * 8 // 4096
+    assert _faults_of_a_second_big_array("default") > pages // 2
+    assert _faults_of_a_second_big_array(None) < pages // 16
