@@ -95,3 +95,48 @@ def test_table_renderers_derive_no_tables(module):
     tree = ast.parse((ROOT / "analyze" / "render" / module).read_text())
     used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert not used & {"groupby", "pivot", "pivot_table", "agg", "aggregate"}, module
+
+
+def _nvtx_sum_by_texts(ranges: pd.DataFrame) -> pd.DataFrame:
+    """nvtx_range_summary as it was written before it grouped by codes: the texts themselves."""
+    cols = ["range", "style", "instances", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns"]
+    names = ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
+    frame = pd.DataFrame({"range": names, "style": ranges["style"], "d": ranges["end_ns"] - ranges["start_ns"]})
+    out = frame.groupby(["range", "style"], sort=False)["d"].agg(
+        instances="size", total_ns="sum", mean_ns="mean", median_ns="median", min_ns="min", max_ns="max").reset_index()
+    return out.sort_values(["total_ns", "range"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)
+
+
+def test_nvtx_range_summary_groups_as_the_texts_did():
+    """Grouped by codes: the same rows, order and dtypes as grouping by the ``domain:name`` texts,
+    with ties in total time (kept in first-seen order), two (domain, name) pairs that spell one
+    text (one row, as before), a missing style (its rows left out, as before) and many rows."""
+    from analyze.views.nvtx import nvtx_range_summary
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    domains = np.array(["", "sglang", "a:b", "a"], dtype=object)
+    names = np.array(["draft", "verify", "c", "b:c", "decode_cycle"], dtype=object)
+    start = rng.integers(0, 10**9, n)
+    ranges = pd.DataFrame({
+        "domain": pd.Series(domains[rng.integers(0, len(domains), n)], dtype=object),
+        "name": pd.Series(names[rng.integers(0, len(names), n)], dtype=object),
+        "style": pd.Series(np.array(["PushPop", "StartEnd", None], dtype=object)[rng.choice(3, n, p=[0.6, 0.39, 0.01])],
+                           dtype=object),
+        "start_ns": start, "end_ns": start + rng.integers(0, 4, n) * 1000,      # few durations: ties
+    })
+    ours = nvtx_range_summary(ranges)
+    pd.testing.assert_frame_equal(ours, _nvtx_sum_by_texts(ranges))
+    assert "a:b:c" in set(ours["range"]) and ours["style"].notna().all() and len(ours) > 10
+    # with the analysis' full_name column (what a loaded analysis has): the same
+    labelled = ranges.assign(full_name=ranges["domain"] + ":" + ranges["name"])
+    pd.testing.assert_frame_equal(nvtx_range_summary(labelled), ours)
+    tied = ranges.assign(end_ns=ranges["start_ns"] + 5)
+    pd.testing.assert_frame_equal(nvtx_range_summary(tied), _nvtx_sum_by_texts(tied))
+    # one name under two styles with equal totals: their first-seen order (not the styles' codes)
+    crafted = pd.DataFrame({"domain": ["", "", "", ""], "name": ["x", "y", "y", "x"],
+                            "style": ["StartEnd", "PushPop", "StartEnd", "StartEnd"],
+                            "start_ns": [0, 0, 0, 0], "end_ns": [9, 4, 4, 9]})
+    got = nvtx_range_summary(crafted)
+    assert list(zip(got["range"], got["style"])) == [(":x", "StartEnd"), (":y", "PushPop"), (":y", "StartEnd")]
+    pd.testing.assert_frame_equal(got, _nvtx_sum_by_texts(crafted))

@@ -1,8 +1,11 @@
 """Views of the NVTX ranges on the CPU side."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from analyze.codes import factorize_objects
+from analyze.project.projection import full_range_names, text_codes
 from analyze.views.registry import view
 
 
@@ -17,9 +20,21 @@ def nvtx_range_summary(ranges: pd.DataFrame) -> pd.DataFrame:
     cols = ["range", "style", "instances", "total_ns", "mean_ns", "median_ns", "min_ns", "max_ns"]
     if ranges.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    names = ranges["domain"].astype(str) + ":" + ranges["name"].astype(str)
-    frame = pd.DataFrame({"range": names, "style": ranges["style"], "d": ranges["end_ns"] - ranges["start_ns"]})
-    g = frame.groupby(["range", "style"], sort=False)["d"]
-    out = g.agg(instances="size", total_ns="sum", mean_ns="mean", median_ns="median", min_ns="min",
-                max_ns="max").reset_index()
+    # grouped by integer codes of (name, style), not by millions of texts; each distinct name is
+    # ``domain:name`` as ``astype(str)`` spells it (full_range_names), a style that is missing
+    # leaves its rows out as grouping by it did
+    range_code, range_names = text_codes(full_range_names(ranges))
+    style_code, styles = factorize_objects(np.asarray(ranges["style"].to_numpy(dtype=object)))
+    key = range_code.astype("int64") * max(len(styles), 1) + style_code
+    d = ranges["end_ns"].to_numpy(dtype="int64") - ranges["start_ns"].to_numpy(dtype="int64")
+    if (style_code < 0).any():
+        key, d = key[style_code >= 0], d[style_code >= 0]
+    g = pd.Series(d, copy=False).groupby(key, sort=False)
+    out = g.agg(["size", "sum", "mean", "median", "min", "max"])
+    out.columns = cols[2:]
+    group = out.index.to_numpy(dtype="int64")
+    # as Index objects, the dtype grouping by the texts gave their levels (pandas 3: str)
+    out.insert(0, "style", pd.Index(np.asarray(styles, dtype=object)[group % max(len(styles), 1)]))
+    out.insert(0, "range", pd.Index(range_names[group // max(len(styles), 1)]))
+    out = out.reset_index(drop=True)
     return out.sort_values(["total_ns", "range"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)
