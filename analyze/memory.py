@@ -79,7 +79,7 @@ def one_heap() -> None:
     mmap threshold (128 KiB, rising to at most 32 MiB as such blocks are freed: every column of 4M
     int64 and more) an ``mmap`` of its own and unmaps it when freed, so each such temporary of the
     analysis was fresh memory the kernel faulted in and zeroed page by page (the 10M-kernel file:
-    1.1-1.5M page faults, 6.5-9 s of system time). With no ``mmap`` and no trimming of the heap's
+    1.1-1.5M page faults, 5.6-9.8 s of system time). With no ``mmap`` and no trimming of the heap's
     top at every ``free`` the blocks are reused: 0.63-0.67M faults, 3.6-5.1 s (docs/performance.md,
     eighteenth round). :func:`release` still hands the free pages back between the stages of a big
     analysis, and the peaks stay where they were (1.92 GiB at 10M; 0.85 GiB under a 1GB budget)."""
