@@ -24,17 +24,19 @@ def nvtx_range_summary(ranges: pd.DataFrame) -> pd.DataFrame:
     # ``domain:name`` as ``astype(str)`` spells it (full_range_names), a style that is missing
     # leaves its rows out as grouping by it did
     range_code, range_names = text_codes(full_range_names(ranges))
-    style_code, styles = factorize_objects(np.asarray(ranges["style"].to_numpy(dtype=object)))
-    key = range_code.astype("int64") * max(len(styles), 1) + style_code
+    style_code, styles = factorize_objects(ranges["style"].to_numpy(dtype=object))
+    n_styles = max(len(styles), 1)
+    key = range_code.astype("int64") * n_styles + style_code
     d = ranges["end_ns"].to_numpy(dtype="int64") - ranges["start_ns"].to_numpy(dtype="int64")
-    if (style_code < 0).any():
-        key, d = key[style_code >= 0], d[style_code >= 0]
+    styled = style_code >= 0
+    if not styled.all():
+        key, d = key[styled], d[styled]
     g = pd.Series(d, copy=False).groupby(key, sort=False)
     out = g.agg(["size", "sum", "mean", "median", "min", "max"])
     out.columns = cols[2:]
     group = out.index.to_numpy(dtype="int64")
     # as Index objects, the dtype grouping by the texts gave their levels (pandas 3: str)
-    out.insert(0, "style", pd.Index(np.asarray(styles, dtype=object)[group % max(len(styles), 1)]))
-    out.insert(0, "range", pd.Index(range_names[group // max(len(styles), 1)]))
+    out.insert(0, "style", pd.Index(np.asarray(styles, dtype=object)[group % n_styles]))
+    out.insert(0, "range", pd.Index(range_names[group // n_styles]))
     out = out.reset_index(drop=True)
     return out.sort_values(["total_ns", "range"], ascending=[False, True], kind="stable")[cols].reset_index(drop=True)
