@@ -126,14 +126,8 @@ def row_texts(frame: pd.DataFrame, plain: Callable) -> pa.Array | None:
     return pc.binary_join_element_wise(*parts, "}", "")
 
 
-def json_lines(frame: pd.DataFrame, plain: Callable) -> list[str]:
-    """:func:`row_texts` as Python strings, one per row: what ``json.dumps`` gives each record."""
-    rows = row_texts(frame, plain)
-    return [] if rows is None else rows.to_pylist()
-
-
 def json_text(frame: pd.DataFrame, plain: Callable, separator: str) -> str:
-    """:func:`json_lines` joined by ``separator``, as one string made by Arrow (no Python string
+    """:func:`row_texts` joined by ``separator``, as one string made by Arrow (no Python string
     per row)."""
     rows = row_texts(frame, plain)
     if rows is None or not len(rows):
