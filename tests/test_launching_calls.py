@@ -12,7 +12,7 @@ import pytest
 
 from analyze.project import projection
 from analyze.read import report
-from analyze.run import api, launches
+from analyze.run import api, checks, launches
 from analyze.timeline import cycles
 from fixtures.synth import TraceSpec, write_trace
 
@@ -30,7 +30,7 @@ def _load(path: str, monkeypatch, *, after_ops: bool, threads: int):
 
     def spy(calls, *a):
         mask = needed(calls, *a)
-        kept.append((len(calls), len(calls) if mask is None else int(mask.sum())))
+        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
         return mask
 
     with monkeypatch.context() as m:
@@ -97,15 +97,20 @@ def test_needed_calls_against_a_set_lookup(seed, monkeypatch):
     capture = cycles.capture_name_ids(strings)
     assert capture.tolist() == [1, 3]
     want = _reference_mask(calls, op_pid, op_corr, capture)
-    got = launches.needed_calls(calls, op_pid, op_corr, strings)
+    got, shared = launches.needed_calls(calls, op_pid, op_corr, strings)
     assert np.array_equal(np.ones(n, dtype=bool) if got is None else got, want)
     assert got is None or not got.all()
+    # the same pass counts the ids several processes' calls share, as checks.count_shared_ids does
+    by_id: dict[int, set] = {}
+    for p, c in zip(pids.tolist(), corr.tolist()):
+        by_id.setdefault(c, set()).add(p)
+    assert shared == sum(len(ps) > 1 for ps in by_id.values()) == checks.count_shared_ids(corr, pids)
 
 
 def test_ids_too_spread_prepare_every_call(monkeypatch):
     calls = pd.DataFrame({"global_pid": [1, 1], "correlation_id": [0, 10 ** 6], "name_id": [0, 0]})
     monkeypatch.setattr(projection, "PRESENCE_MAX_BYTES", 1000)
-    assert launches.needed_calls(calls, np.array([1]), np.array([0]), pd.Series(["a"])) is None
+    assert launches.needed_calls(calls, np.array([1]), np.array([0]), pd.Series(["a"])) == (None, None)
 
 
 def test_schedule_rule():
@@ -219,7 +224,7 @@ def _load_chunked(path: str, monkeypatch, *, after_ops: bool, threads: int, key_
                 blocks.append(len(pid))
                 yield pid, corr
         mask = needed(calls, counted(), strings)
-        kept.append((len(calls), len(calls) if mask is None else int(mask.sum())))
+        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
         return mask
 
     with monkeypatch.context() as m:
@@ -265,7 +270,7 @@ def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path,
 
     def spy(calls, op_keys, strings):
         mask = needed(calls, op_keys, strings)
-        kept.append((len(calls), len(calls) if mask is None else int(mask.sum())))
+        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
         return mask
 
     from analyze.read import cache

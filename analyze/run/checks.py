@@ -147,10 +147,13 @@ def negative_ids_note(n: int) -> list[Note]:
                  "not dropped", n)] if n else []
 
 
-def shared_correlation_ids(calls: pd.DataFrame) -> list[Note]:
+def shared_correlation_ids(calls: pd.DataFrame, counted: int | None = None) -> list[Note]:
+    """The note on correlation ids several processes' calls share; ``counted``: that number where
+    it is known already (run/launches.needed_calls counts it), else counted here."""
     if calls.empty:
         return []
-    n = count_shared_ids(calls["correlation_id"].to_numpy(dtype="int64"), calls["global_pid"].to_numpy(dtype="int64"))
+    n = counted if counted is not None else \
+        count_shared_ids(calls["correlation_id"].to_numpy(dtype="int64"), calls["global_pid"].to_numpy(dtype="int64"))
     return [Note(N.SHARED_CORRELATION_IDS, f"{n} correlation ids occur in several processes: ops joined to calls "
                  "per process", n)] if n else []
 
@@ -170,13 +173,18 @@ def count_shared_ids(corr: np.ndarray, pid: np.ndarray) -> int:
         present = np.zeros(len(uniq) * span, dtype=bool)
         for _, key in proj.correlation_key_blocks(uniq, pid, corr, lo, span):
             present[key] = True
-        return int((present.reshape(len(uniq), span).sum(axis=0, dtype="int32") >= 2).sum())
+        return ids_in_several_rows(present.reshape(len(uniq), span))
     pid_code = uniq.get_indexer(pid)
     # distinct (id, process) pairs in id order, then ids that occur with several processes
     order = np.lexsort((pid_code, corr))
     c, p = corr[order], pid_code[order]
     ids = c[np.r_[True, (c[1:] != c[:-1]) | (p[1:] != p[:-1])]]
     return len(np.unique(ids[1:][ids[1:] == ids[:-1]]))
+
+
+def ids_in_several_rows(present: np.ndarray) -> int:
+    """How many columns (ids) of a (process x id) presence table are set in two rows or more."""
+    return int((present.sum(axis=0, dtype="int32") >= 2).sum())
 
 
 def invalid_text(strings: pd.Series) -> list[Note]:
@@ -200,16 +208,17 @@ def excluded_rows(tables) -> list:
     return list((tables.meta or {}).get(EXCLUDED, []) or [])
 
 
-def input_notes(tables, ranges: pd.DataFrame) -> dict:
+def input_notes(tables, ranges: pd.DataFrame, shared_ids: int | None = None) -> dict:
     """The checks that look at the calls, ranges, marks and strings only (not at the GPU ops),
     for :func:`notes_from_counts`: worked out before the ops are read, so the call and range
-    tables can be let go of (mapstep.py)."""
+    tables can be let go of (mapstep.py). ``shared_ids``: :func:`count_shared_ids` of the calls
+    where the preparation counted it (run/launches.needed_calls)."""
     return {"marks_only": marks_only(ranges, tables.marks),
             "unclosed": unclosed_ranges(ranges),
             "cross_thread": cross_thread_ranges(getattr(tables, "cross_thread_ranges", 0)),
             "identical": identical_ranges(ranges),
             "negative_ids": int((tables.calls["global_tid"] < 0).sum()) + int((ranges["global_tid"] < 0).sum()),
-            "shared_correlation": shared_correlation_ids(tables.calls),
+            "shared_correlation": shared_correlation_ids(tables.calls, shared_ids),
             "invalid_text": invalid_text(tables.strings),
             "excluded": excluded_rows(tables),
             "uvm": int((tables.meta or {}).get("uvm_migrations") or 0),

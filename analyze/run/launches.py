@@ -29,6 +29,7 @@ import pandas as pd
 from analyze.attribute import attribution
 from analyze.attribute.phases import PhaseConfig
 from analyze.project import projection
+from analyze.run import checks
 from analyze.timeline import cycles
 
 
@@ -42,44 +43,61 @@ class Launches(NamedTuple):
     is_cycle: np.ndarray                 # per range: an outermost cycle range
     full_name: pd.Series                 # per range: nsys' ``domain:name``
     call_rows: np.ndarray | None = None  # per prepared call: its row in the report's calls (None: all prepared)
+    shared_ids: int | None = None        # checks.count_shared_ids of every call, where needed_calls counted it
+
+
+class NeededCalls(NamedTuple):
+    keep: np.ndarray | None      # per call: prepare it (None: every call)
+    shared_ids: int | None       # correlation ids several processes' calls share (checks.count_shared_ids)
 
 
 def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
-                 strings: pd.Series) -> np.ndarray | None:
+                 strings: pd.Series) -> NeededCalls:
     """Per call: it launched one of the ops (same process and correlation id) or captures a CUDA
-    graph (cycles.capture_cycle_ids looks at those). None when every call is needed or the ids
-    are spread too wide for a presence table (then every call is prepared)."""
+    graph (cycles.capture_cycle_ids looks at those); ``keep`` None when every call is needed or the
+    ids are spread too wide for a presence table (then every call is prepared). And, from the same
+    pass over the calls' keys, how many correlation ids occur in several processes' calls (the
+    report's note; None where no presence table was made)."""
     return needed_calls_in_blocks(calls, [(op_pid, op_corr)], strings)
 
 
+# the bits of needed_calls_in_blocks' presence table: a key some op has, a key some call has
+_OP_KEY, _CALL_KEY = np.uint8(1), np.uint8(2)
+
+
 def needed_calls_in_blocks(calls: pd.DataFrame, op_keys: Iterable[tuple[np.ndarray, np.ndarray]],
-                           strings: pd.Series) -> np.ndarray | None:
+                           strings: pd.Series) -> NeededCalls:
     """:func:`needed_calls` from the ops' (process, correlation id) arrays given a block at a time
     (``--memory-budget``: read in rowid ranges, never all at once, read/report.read_op_keys);
-    ``op_keys`` is consumed only when a presence table is made."""
+    ``op_keys`` is consumed only when a presence table is made. One byte per (process, id) key
+    holds both presences: the ops' (which calls to keep) and the calls' own (the shared ids,
+    counted as checks.count_shared_ids counts them, without keying every call a second time)."""
     if not len(calls):
-        return None
+        return NeededCalls(None, 0)
     c_pid = calls["global_pid"].to_numpy(dtype="int64")
     c_corr = calls["correlation_id"].to_numpy(dtype="int64")
     lo, hi = int(c_corr.min()), int(c_corr.max())
     span = hi - lo + 1
     pids = pd.Index(pd.unique(c_pid))
     if span * len(pids) > projection.PRESENCE_MAX_BYTES:
-        return None
-    present = np.zeros(span * len(pids) + 1, dtype=bool)          # the last slot: no call's key
+        return NeededCalls(None, None)
+    present = np.zeros(span * len(pids) + 1, dtype=np.uint8)       # the last slot: no call's key
     for op_pid, op_corr in op_keys:
         for _, key in projection.masked_key_blocks(pids, np.asarray(op_pid, dtype="int64"),
                                                    np.asarray(op_corr, dtype="int64"), lo, span, span * len(pids)):
-            present[key] = True
-    present[-1] = False
+            present[key] = _OP_KEY
+    present[-1] = 0
     keep = np.empty(len(c_pid), dtype=bool)
     for part, key in projection.correlation_key_blocks(pids, c_pid, c_corr, lo, span):
-        keep[part] = present[key]
+        seen = present[key]
+        np.not_equal(seen & _OP_KEY, 0, out=keep[part])
+        present[key] = seen | _CALL_KEY
+    shared = checks.ids_in_several_rows(present[:-1].reshape(len(pids), span) >= _CALL_KEY)
     del present
     capture_ids = cycles.capture_name_ids(strings)
     if len(capture_ids):
         keep |= np.isin(calls["name_id"].to_numpy(dtype="int64"), capture_ids)
-    return None if keep.all() else keep
+    return NeededCalls(None if keep.all() else keep, shared)
 
 
 def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseConfig,
@@ -94,12 +112,14 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     call_rows = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specprof-ranges") as pool:
         range_side = pool.submit(_range_side, ranges, config)
-        keep = None
+        needed = NeededCalls(None, None)
         if ops is not None and strings is not None:
-            keep = needed_calls(calls, ops["global_pid"].to_numpy(dtype="int64"),
-                                ops["correlation_id"].to_numpy(dtype="int64"), strings)
+            needed = needed_calls(calls, ops["global_pid"].to_numpy(dtype="int64"),
+                                  ops["correlation_id"].to_numpy(dtype="int64"), strings)
         elif op_keys is not None and strings is not None:
-            keep = needed_calls_in_blocks(calls, op_keys, strings)
+            needed = needed_calls_in_blocks(calls, op_keys, strings)
+        keep, shared_ids = needed
+        del needed
         if keep is not None:
             calls = calls[keep].reset_index(drop=True)
             call_rows = np.flatnonzero(keep)
@@ -110,7 +130,8 @@ def prepare_launches(calls: pd.DataFrame, ranges: pd.DataFrame, config: PhaseCon
     painted = attribution.paint_phase_calls(ranges, index, config, layout, nesting=nesting)
     cycle_owner = cycles.cycle_of_calls(ranges, index, config, top=top_cycles, layout=layout)
     is_cycle = ranges.index.isin(top_cycles.index)
-    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"], call_rows)
+    return Launches(ranges, calls, index, layout, painted, cycle_owner, is_cycle, ranges["full_name"], call_rows,
+                    shared_ids)
 
 
 def report_rows(launches: Launches) -> np.ndarray:

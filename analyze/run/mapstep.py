@@ -204,7 +204,7 @@ class ReportMap:
         self.stage, self.detail = stage or _quiet, detail
         self.meta, self.marks, self.processes = tables.meta, tables.marks, tables.processes
         # what the calls and ranges alone say, before they are let go of
-        self.input_notes = checks.input_notes(tables, launches.ranges)
+        self.input_notes = checks.input_notes(tables, launches.ranges, launches.shared_ids)
         # (launches.calls: the prepared calls, fewer than the report's when the ops were read first)
         call_names = launches.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
             if len(launches.calls) else np.zeros(0, dtype="int64")
