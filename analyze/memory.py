@@ -36,7 +36,8 @@ def release() -> None:
 
 
 # a report analysed whole with at least this many GPU ops hands its free heap back twice: before its
-# per-op table is made (run/mapstep.py) and once its result is (run/api.py); the map step's freed
+# per-op table is made (run/mapstep.py) and once its result is (run/api.py); and an analysis of at
+# least this many ops once more after its reports are combined (api.load); the map step's freed
 # temporaries (a few hundred MB at 10M ops) would otherwise stay resident under every later stage's;
 # below it, faulting those pages in again costs more than it saves
 TRIM_AFTER_OPS = 4_000_000
