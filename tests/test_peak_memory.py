@@ -278,3 +278,46 @@ def test_sort_order_with_codes_missing_and_the_last_pair_out_of_order():
     np.testing.assert_array_equal(attribution.sort_order(code, start), np.lexsort((start, code)))
     code, start = np.array([3, 1, 3, 3]), np.array([4, 0, 6, 5])
     np.testing.assert_array_equal(attribution.sort_order(code, start), np.lexsort((start, code)))
+
+
+def test_the_map_step_lets_go_of_the_reports_calls_after_its_checks(monkeypatch):
+    """ReportMap keeps no reference to the report's API calls once the checks that read them are
+    done (input_notes): from there on only the prepared calls are used, so what the map step
+    allocates reuses the calls' memory (real tiled 1M: peak 0.67 -> 0.62 GB). With the launching
+    calls prepared (after the op reads), the report's frame is garbage by the map step's first
+    allocation after its checks, and the result still carries the note the calls give."""
+    import gc
+    import weakref
+
+    from analyze.attribute.phases import PhaseConfig
+    from analyze.read import report
+    from analyze.run import launches
+    from analyze.run.spill import OpStore
+
+    monkeypatch.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0)
+    config = PhaseConfig()
+    path = str(REAL / "h200_4proc_eager.sqlite")
+
+    def prepare(calls, ranges, ops=None, strings=None):
+        return launches.prepare_launches(calls, ranges, config, ops=ops, strings=strings)
+
+    tables = report.read_report(path, prepare=prepare)
+    calls = weakref.ref(tables.calls)
+    chunk = mapstep.chunk_of_frame(tables.gpu_ops)
+    box = [tables._replace(gpu_ops=None)]
+    del tables
+    alive_at_keys = []
+    call_keys = projection.call_keys
+
+    def spy(*args):                     # the map step's first allocation after its checks
+        gc.collect()
+        alive_at_keys.append(calls() is not None)
+        return call_keys(*args)
+
+    monkeypatch.setattr(projection, "call_keys", spy)
+    step = mapstep.ReportMap(path, config, box, keep_ops=True, store=OpStore(on_disk=False), detail=True)
+    assert alive_at_keys == [False]
+    step.update(chunk)
+    result = step.finish()
+    # the note the calls give (the one this report has: 2714 ids shared across its 4 processes)
+    assert [(n.code, n.count) for n in result.notes] == [("shared_correlation_ids", 2714)]

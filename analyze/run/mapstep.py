@@ -205,6 +205,9 @@ class ReportMap:
         self.meta, self.marks, self.processes = tables.meta, tables.marks, tables.processes
         # what the calls and ranges alone say, before they are let go of
         self.input_notes = checks.input_notes(tables, launches.ranges, launches.shared_ids)
+        # the report's calls let go of now (from here on only the prepared ones are used): what the
+        # steps below allocate reuses their memory (real tiled 1M: peak 0.67 -> 0.62 GB)
+        tables = tables._replace(calls=None)
         # (launches.calls: the prepared calls, fewer than the report's when the ops were read first)
         call_names = launches.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
             if len(launches.calls) else np.zeros(0, dtype="int64")
