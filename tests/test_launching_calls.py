@@ -29,9 +29,9 @@ def _load(path: str, monkeypatch, *, after_ops: bool, threads: int):
     needed = launches.needed_calls
 
     def spy(calls, *a):
-        mask = needed(calls, *a)
-        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
-        return mask
+        found = needed(calls, *a)
+        kept.append((len(calls), len(calls) if found.keep is None else int(found.keep.sum())))
+        return found
 
     with monkeypatch.context() as m:
         m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
@@ -223,9 +223,9 @@ def _load_chunked(path: str, monkeypatch, *, after_ops: bool, threads: int, key_
             for pid, corr in op_keys:
                 blocks.append(len(pid))
                 yield pid, corr
-        mask = needed(calls, counted(), strings)
-        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
-        return mask
+        found = needed(calls, counted(), strings)
+        kept.append((len(calls), len(calls) if found.keep is None else int(found.keep.sum())))
+        return found
 
     with monkeypatch.context() as m:
         m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
@@ -269,9 +269,9 @@ def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path,
     needed = launches.needed_calls_in_blocks
 
     def spy(calls, op_keys, strings):
-        mask = needed(calls, op_keys, strings)
-        kept.append((len(calls), len(calls) if mask.keep is None else int(mask.keep.sum())))
-        return mask
+        found = needed(calls, op_keys, strings)
+        kept.append((len(calls), len(calls) if found.keep is None else int(found.keep.sum())))
+        return found
 
     from analyze.read import cache
 

@@ -284,14 +284,15 @@ def test_the_map_step_lets_go_of_the_reports_calls_after_its_checks(monkeypatch)
     """ReportMap keeps no reference to the report's API calls once the checks that read them are
     done (input_notes): from there on only the prepared calls are used, so what the map step
     allocates reuses the calls' memory (real tiled 1M: peak 0.67 -> 0.62 GB). With the launching
-    calls prepared (after the op reads), the report's frame is garbage by the map step's first
-    allocation after its checks, and the result still carries the note the calls give."""
+    calls prepared (after the op reads), the report's frame is garbage by the time the map step
+    makes its call keys, and the result still carries the note the calls give, counted by the
+    preparation (launches.needed_calls), not a second time by the checks."""
     import gc
     import weakref
 
     from analyze.attribute.phases import PhaseConfig
     from analyze.read import report
-    from analyze.run import launches
+    from analyze.run import checks, launches
     from analyze.run.spill import OpStore
 
     monkeypatch.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0)
@@ -302,6 +303,7 @@ def test_the_map_step_lets_go_of_the_reports_calls_after_its_checks(monkeypatch)
         return launches.prepare_launches(calls, ranges, config, ops=ops, strings=strings)
 
     tables = report.read_report(path, prepare=prepare)
+    assert tables.prepared.shared_ids == 2714
     calls = weakref.ref(tables.calls)
     chunk = mapstep.chunk_of_frame(tables.gpu_ops)
     box = [tables._replace(gpu_ops=None)]
@@ -309,12 +311,17 @@ def test_the_map_step_lets_go_of_the_reports_calls_after_its_checks(monkeypatch)
     alive_at_keys = []
     call_keys = projection.call_keys
 
-    def spy(*args):                     # the map step's first allocation after its checks
+    def spy(*args):                     # made after the checks (and after a few small arrays)
         gc.collect()
         alive_at_keys.append(calls() is not None)
         return call_keys(*args)
 
     monkeypatch.setattr(projection, "call_keys", spy)
+
+    def recount(*args):
+        raise AssertionError("the shared ids counted again")
+
+    monkeypatch.setattr(checks, "count_shared_ids", recount)
     step = mapstep.ReportMap(path, config, box, keep_ops=True, store=OpStore(on_disk=False), detail=True)
     assert alive_at_keys == [False]
     step.update(chunk)

@@ -57,7 +57,7 @@ def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
     graph (cycles.capture_cycle_ids looks at those); ``keep`` None when every call is needed or the
     ids are spread too wide for a presence table (then every call is prepared). And, from the same
     pass over the calls' keys, how many correlation ids occur in several processes' calls (the
-    report's note; None where no presence table was made)."""
+    report's note; None where the ids are spread too wide: then checks.count_shared_ids counts them)."""
     return needed_calls_in_blocks(calls, [(op_pid, op_corr)], strings)
 
 
@@ -92,7 +92,8 @@ def needed_calls_in_blocks(calls: pd.DataFrame, op_keys: Iterable[tuple[np.ndarr
         seen = present[key]
         np.not_equal(seen & _OP_KEY, 0, out=keep[part])
         present[key] = seen | _CALL_KEY
-    shared = checks.ids_in_several_rows(present[:-1].reshape(len(pids), span) >= _CALL_KEY)
+    np.right_shift(present, 1, out=present)           # the calls' bit alone, 0/1, in place (no second table)
+    shared = checks.ids_in_several_rows(present[:-1].reshape(len(pids), span))
     del present
     capture_ids = cycles.capture_name_ids(strings)
     if len(capture_ids):
