@@ -21,7 +21,7 @@ from analyze import memory
 from analyze import output_policy
 from analyze.atomic import atomic_write
 from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
-from analyze.processes import EXIT_TERMINATED, Terminated, terminate_as_interrupt
+from analyze.processes import EXIT_TERMINATED, Terminated, single_threaded_blas, terminate_as_interrupt
 
 SUBCOMMANDS = ("scrub", "diff", "whatif", "advise")
 
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
+    single_threaded_blas()           # before NumPy loads (the early read's thread imports it)
     memory.one_heap()
     memory.small_pages()
     try:

@@ -8,6 +8,7 @@ that die with their parent, and a bounded number of them.
   parent dies (``PR_SET_PDEATHSIG``, Linux) and handle it as above; when the parent leaves the pool
   on an exception (SIGTERM, Ctrl-C, an error) it kills the workers instead of waiting for them.
 * :func:`bounded_jobs`: never more workers than CPU cores or reports.
+* :func:`single_threaded_blas`: NumPy's OpenBLAS without its thread pool (the CLI, before NumPy loads).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import threading
 from typing import Iterator
 
 __all__ = ["Terminated", "terminate_as_interrupt", "worker_pool", "bounded_jobs", "die_with_parent",
-           "EXIT_TERMINATED"]
+           "single_threaded_blas", "EXIT_TERMINATED"]
 
 EXIT_TERMINATED = 128 + signal.SIGTERM      # 143, what a shell reports for a process ended by SIGTERM
 PR_SET_PDEATHSIG = 1
@@ -116,3 +117,19 @@ def bounded_jobs(jobs: int | None, n_reports: int) -> int:
     cores = os.cpu_count() or 1
     want = cores if jobs is None else int(jobs)
     return max(1, min(want, cores, max(int(n_reports), 1)))
+
+
+BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+
+
+def single_threaded_blas() -> None:
+    """Ask NumPy's OpenBLAS for no thread pool of its own (``OPENBLAS_NUM_THREADS=1`` where the
+    environment does not set it; effective only before NumPy is first imported: the analyze-trace
+    CLI calls this first). OpenBLAS starts a thread per further core when it loads, and each spins
+    a while waiting for work the analysis never gives it (its matrix products are the whatif
+    model's few fits over a few thousand cycles): on a 2-core machine ``import numpy`` took
+    0.26 s of CPU time instead of 0.15 s, the spin taken from the report's early read on the other
+    core. Measured with ``/usr/bin/time`` over ``analyze-trace FILE``, 8 alternating pairs on the
+    benchmark's real tiled and synthetic 1M-kernel files: 4% less CPU time each, wall time median
+    0.96x (docs/performance.md, twentieth round)."""
+    os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")

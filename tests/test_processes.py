@@ -1,6 +1,6 @@
 """SIGTERM is handled as Ctrl-C (no temporary file left, the old output kept, exit 143), worker processes
 die with their parent (SIGTERM or SIGKILL of the parent), and ``--jobs`` never starts more workers than
-CPU cores or reports (analyze/processes.py)."""
+CPU cores or reports, and the CLI loads NumPy's OpenBLAS without its thread pool (analyze/processes.py)."""
 from __future__ import annotations
 
 import os
@@ -178,3 +178,44 @@ def test_jobs_below_one_is_a_usage_error(value):
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(GRAPHS), "--jobs", value, "-q"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 10 and "--jobs" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- OpenBLAS without its thread pool (processes.single_threaded_blas) ---------------------------
+
+def _run_probe(code: str, blas: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if blas is not None:
+        env["OPENBLAS_NUM_THREADS"] = blas
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+THREADS_AFTER_NUMPY = "import os; {setup}import numpy; print(len(os.listdir('/proc/self/task')))"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
+                    reason="counts the threads of a process on a machine of several cores (Linux)")
+def test_numpy_loads_without_blas_threads_after_single_threaded_blas():
+    # without it OpenBLAS starts a thread per further core (so the probe can tell); with it, none
+    default = int(_run_probe(THREADS_AFTER_NUMPY.format(setup="")))
+    single = int(_run_probe(THREADS_AFTER_NUMPY.format(
+        setup="from analyze.processes import single_threaded_blas; single_threaded_blas(); ")))
+    assert default > 1
+    assert single == 1
+
+
+def test_single_threaded_blas_keeps_the_users_setting():
+    code = ("import os; from analyze.processes import single_threaded_blas; single_threaded_blas(); "
+            "print(os.environ['OPENBLAS_NUM_THREADS'])")
+    assert _run_probe(code) == "1"
+    assert _run_probe(code, blas="3") == "3"
+
+
+def test_the_cli_sets_it_before_numpy_loads(tmp_path):
+    # importing the CLI loads no NumPy, and main() sets the variable first (a missing report: exit 2
+    # or 3, whatever the code, after the set-up)
+    code = ("import os, sys; from analyze import cli; assert 'numpy' not in sys.modules, 'numpy loaded early'; "
+            f"rc = cli.main([{str(tmp_path / 'missing.sqlite')!r}]); "
+            "print(rc != 0, os.environ.get('OPENBLAS_NUM_THREADS'))")
+    assert _run_probe(code) == "True 1"
