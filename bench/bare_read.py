@@ -147,6 +147,10 @@ def main(argv: list[str]) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         Path(out).write_text(json.dumps(record(path), indent=1))
         return 0
+    # NumPy's OpenBLAS without its spinning thread pool, as analyze-trace loads it
+    # (analyze/processes.single_threaded_blas): the floor gets what the tool gets
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     import argparse
     ap = argparse.ArgumentParser(prog="bench/bare_read.py read")
     ap.add_argument("what", choices=["read"])
