@@ -119,17 +119,20 @@ def bounded_jobs(jobs: int | None, n_reports: int) -> int:
     return max(1, min(want, cores, max(int(n_reports), 1)))
 
 
-BLAS_THREADS_VARIABLE = "OPENBLAS_NUM_THREADS"
+# the variables OpenBLAS reads its thread count from, in its order of precedence
+OPENBLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def single_threaded_blas() -> None:
     """Ask NumPy's OpenBLAS for no thread pool of its own (``OPENBLAS_NUM_THREADS=1`` where the
-    environment does not set it; effective only before NumPy is first imported: the analyze-trace
-    CLI calls this first). OpenBLAS starts a thread per further core when it loads, and each spins
-    a while waiting for work the analysis never gives it (its matrix products are the whatif
-    model's few fits over a few thousand cycles): on a 2-core machine ``import numpy`` took
-    0.26 s of CPU time instead of 0.15 s, the spin taken from the report's early read on the other
-    core. Measured with ``/usr/bin/time`` over ``analyze-trace FILE``, 8 alternating pairs on the
-    benchmark's real tiled and synthetic 1M-kernel files: 4% less CPU time each, wall time median
-    0.96x (docs/performance.md, twentieth round)."""
-    os.environ.setdefault(BLAS_THREADS_VARIABLE, "1")
+    environment sets none of :data:`OPENBLAS_THREAD_VARIABLES`: a user's own thread count stands;
+    effective only before NumPy is first imported: the analyze-trace CLI calls this first).
+    OpenBLAS starts a thread per further core when it loads, and each spins a while waiting for
+    work the analysis never gives it (its matrix products are the whatif model's few fits over a
+    few thousand cycles, below OpenBLAS' size for threads: results are the same): on a 2-core
+    machine ``import numpy`` took 0.26 s of CPU time instead of 0.15 s, the spin taken from the
+    report's early read on the other core. Measured with ``/usr/bin/time`` over ``analyze-trace
+    FILE``, 8 alternating pairs on the benchmark's real tiled and synthetic 1M-kernel files: 4%
+    less CPU time each, wall time median 0.96x (docs/performance.md, twentieth round)."""
+    if not any(name in os.environ for name in OPENBLAS_THREAD_VARIABLES):
+        os.environ[OPENBLAS_THREAD_VARIABLES[0]] = "1"

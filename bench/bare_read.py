@@ -22,6 +22,7 @@ the same rows and the same data columns.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -149,8 +150,8 @@ def main(argv: list[str]) -> int:
         return 0
     # NumPy's OpenBLAS without its spinning thread pool, as analyze-trace loads it
     # (analyze/processes.single_threaded_blas): the floor gets what the tool gets
-    import os
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
     import argparse
     ap = argparse.ArgumentParser(prog="bench/bare_read.py read")
     ap.add_argument("what", choices=["read"])

@@ -3,6 +3,7 @@ die with their parent (SIGTERM or SIGKILL of the parent), and ``--jobs`` never s
 CPU cores or reports, and the CLI loads NumPy's OpenBLAS without its thread pool (analyze/processes.py)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analyze.processes import EXIT_TERMINATED, bounded_jobs
+from analyze.processes import EXIT_TERMINATED, OPENBLAS_THREAD_VARIABLES, bounded_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -182,40 +183,64 @@ def test_jobs_below_one_is_a_usage_error(value):
 
 # --- OpenBLAS without its thread pool (processes.single_threaded_blas) ---------------------------
 
-def _run_probe(code: str, blas: str | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if blas is not None:
-        env["OPENBLAS_NUM_THREADS"] = blas
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+def _run_probe(code: str, env_set: dict | None = None) -> dict:
+    """Run ``code`` (which prints one JSON object) in a fresh interpreter from the repository root,
+    none of OpenBLAS' thread variables set but ``env_set``."""
+    env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_THREAD_VARIABLES}
+    env.update(env_set or {})
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-THREADS_AFTER_NUMPY = "import os; {setup}import numpy; print(len(os.listdir('/proc/self/task')))"
+THREADS_AFTER_NUMPY_PROBE = ("import json, os; {setup}import numpy; "
+                             "print(json.dumps({{'threads': len(os.listdir('/proc/self/task'))}}))")
+USABLE_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or (os.cpu_count() or 1) < 2,
-                    reason="counts the threads of a process on a machine of several cores (Linux)")
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task") or USABLE_CORES < 2,
+                    reason="counts the threads of a process allowed several cores (Linux)")
 def test_numpy_loads_without_blas_threads_after_single_threaded_blas():
-    # without it OpenBLAS starts a thread per further core (so the probe can tell); with it, none
-    default = int(_run_probe(THREADS_AFTER_NUMPY.format(setup="")))
-    single = int(_run_probe(THREADS_AFTER_NUMPY.format(
-        setup="from analyze.processes import single_threaded_blas; single_threaded_blas(); ")))
-    assert default > 1
+    default = _run_probe(THREADS_AFTER_NUMPY_PROBE.format(setup=""))["threads"]
+    if default == 1:
+        pytest.skip("this NumPy's BLAS starts no threads when it loads: nothing to tell apart")
+    single = _run_probe(THREADS_AFTER_NUMPY_PROBE.format(
+        setup="from analyze.processes import single_threaded_blas; single_threaded_blas(); "))["threads"]
     assert single == 1
 
 
+SETTING_PROBE = ("import json, os; from analyze.processes import single_threaded_blas; single_threaded_blas(); "
+                 "print(json.dumps({k: os.environ.get(k) for k in "
+                 "('OPENBLAS_NUM_THREADS', 'GOTO_NUM_THREADS', 'OMP_NUM_THREADS')}))")
+
+
 def test_single_threaded_blas_keeps_the_users_setting():
-    code = ("import os; from analyze.processes import single_threaded_blas; single_threaded_blas(); "
-            "print(os.environ['OPENBLAS_NUM_THREADS'])")
-    assert _run_probe(code) == "1"
-    assert _run_probe(code, blas="3") == "3"
+    assert _run_probe(SETTING_PROBE) == {"OPENBLAS_NUM_THREADS": "1", "GOTO_NUM_THREADS": None,
+                                         "OMP_NUM_THREADS": None}
+    assert _run_probe(SETTING_PROBE, {"OPENBLAS_NUM_THREADS": "3"})["OPENBLAS_NUM_THREADS"] == "3"
+    # OpenBLAS would take OMP_NUM_THREADS when OPENBLAS_NUM_THREADS is unset: left to it
+    assert _run_probe(SETTING_PROBE, {"OMP_NUM_THREADS": "2"}) == {"OPENBLAS_NUM_THREADS": None,
+                                                                   "GOTO_NUM_THREADS": None, "OMP_NUM_THREADS": "2"}
 
 
-def test_the_cli_sets_it_before_numpy_loads(tmp_path):
-    # importing the CLI loads no NumPy, and main() sets the variable first (a missing report: exit 2
-    # or 3, whatever the code, after the set-up)
-    code = ("import os, sys; from analyze import cli; assert 'numpy' not in sys.modules, 'numpy loaded early'; "
-            f"rc = cli.main([{str(tmp_path / 'missing.sqlite')!r}]); "
-            "print(rc != 0, os.environ.get('OPENBLAS_NUM_THREADS'))")
-    assert _run_probe(code) == "True 1"
+# records OPENBLAS_NUM_THREADS as it is when NumPy is first imported, then runs the CLI on a real report
+CLI_ORDER_PROBE = """
+import importlib.abc, json, os, sys
+seen = {}
+class Spy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy" and "at_numpy_import" not in seen:
+            seen["at_numpy_import"] = os.environ.get("OPENBLAS_NUM_THREADS")
+        return None
+sys.meta_path.insert(0, Spy())
+from analyze import cli
+seen["numpy_loaded_by_the_cli_import"] = "numpy" in sys.modules
+seen["rc"] = cli.main([%r, "-q"])
+print(json.dumps(seen))
+"""
+
+
+def test_the_cli_sets_it_before_numpy_loads():
+    seen = _run_probe(CLI_ORDER_PROBE % str(GRAPHS))
+    assert seen == {"numpy_loaded_by_the_cli_import": False, "at_numpy_import": "1", "rc": 0}
