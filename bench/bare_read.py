@@ -22,7 +22,6 @@ the same rows and the same data columns.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
@@ -143,15 +142,15 @@ def read(backend: str, threads: int, sqls: list[str], path: str) -> int:
 
 
 def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     if argv and argv[0] == "record":
         _, path, out = argv
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
         Path(out).write_text(json.dumps(record(path), indent=1))
         return 0
-    # NumPy's OpenBLAS without its spinning thread pool, as analyze-trace loads it
-    # (analyze/processes.single_threaded_blas): the floor gets what the tool gets
-    if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    # NumPy's OpenBLAS as analyze-trace loads it, before any backend imports NumPy: the floor gets
+    # what the tool gets (analyze.processes imports only the standard library)
+    from analyze.processes import single_threaded_blas
+    single_threaded_blas()
     import argparse
     ap = argparse.ArgumentParser(prog="bench/bare_read.py read")
     ap.add_argument("what", choices=["read"])
