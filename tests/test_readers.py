@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -174,6 +175,45 @@ def test_scale_file_same_tables_every_reader(scale_file, monkeypatch):
         fastread.SERVED.clear()
         frames_equal(report.read_report(scale_file, threads=threads), adbc)
         assert set(fastread.SERVED) == {"pages"}
+
+
+def test_parts_of_a_split_table_are_bounded_and_read_a_few_ahead(scale_file, monkeypatch):
+    """A big op table read in parallel comes in parts of at most PART_MAX_ROWS rows, and only
+    PARTS_AHEAD_PER_READER parts per reader are read ahead of the op table's copying (what the read
+    holds beside the op table): the same tables as one reader reading each table whole."""
+    one = report.read_report(scale_file, threads=1)
+    monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1_000)
+    monkeypatch.setattr(report, "PART_MAX_ROWS", 997)
+    conn = report.open_report(scale_file)
+    try:
+        plan = report.plan_gpu_op_reads(conn, None, split=4)
+        kernel_rows = report.table_rows(conn, report.GPU_OP_TABLES["kernel"])
+    finally:
+        fastread.close(conn)
+        conn.close()
+    kernels = [p for p in plan if p.kind == "kernel"]
+    assert len(kernels) == -(-kernel_rows // 997) > 4
+    assert all(p.rowid_hi - p.rowid_lo <= 997 for p in kernels)
+    assert all(a.rowid_hi == b.rowid_lo for a, b in zip(kernels, kernels[1:]))
+    started, added, ahead = [0], [0], []
+    read_op_part, add = report.read_op_part, report.OpTableBuilder.add
+
+    def counted_read(conn, part):
+        started[0] += 1
+        return read_op_part(conn, part)
+
+    def slow_add(self, kind, frame):          # the readers would run far ahead of a slow first copy
+        if not added[0]:
+            time.sleep(0.5)
+        ahead.append(started[0] - added[0])
+        added[0] += 1
+        return add(self, kind, frame)
+
+    monkeypatch.setattr(report, "read_op_part", counted_read)
+    monkeypatch.setattr(report.OpTableBuilder, "add", slow_add)
+    two = report.read_report(scale_file, threads=2)
+    assert added[0] == len(plan) and max(ahead) <= report.PARTS_AHEAD_PER_READER * 2
+    frames_equal(two, one)
 
 
 @needs_cx
@@ -375,6 +415,9 @@ def _reference_assembly(parts):
         frames.append(f)
     ops = pd.concat(frames, ignore_index=True)
     ops["graph_node_id"] = pd.to_numeric(ops["graph_node_id"], errors="coerce").astype("Int64")
+    for c in report.NARROW_OP_COLUMNS:       # int32 where every value fits, else int64
+        fits = ops[c].between(np.iinfo(np.int32).min, np.iinfo(np.int32).max).all()
+        ops[c] = ops[c].astype("int32" if fits else "int64")
     return ops[report.GPU_OP_COLUMNS]
 
 
@@ -411,6 +454,43 @@ def test_assembly_drops_repeats_across_parts_like_pandas(ordered):
     repeats = len(k1) + len(k2) + len(m1) - len(want)
     assert repeats == 2
     assert [tuple(x) for x in got.attrs["excluded_rows"]] == [("kernel", "duplicate_rows", repeats)]
+
+
+@pytest.mark.parametrize("column", report.NARROW_OP_COLUMNS)
+@pytest.mark.parametrize("big", [2 ** 31, -(2 ** 31) - 1, 2 ** 40])
+def test_narrow_id_column_widens_for_a_value_int32_cannot_hold(column, big):
+    """The op table's small-id columns are int32 while every value fits; a later part with one
+    value outside int32 makes the column int64 with every earlier value kept (no wrap-around)."""
+    def part(n, t0):
+        start = np.arange(t0, t0 + n, dtype="int64")
+        return pd.DataFrame({"global_pid": 1, "device_id": 3, "stream_id": 7, "correlation_id": np.arange(n),
+                             "graph_node_id": np.nan, "name_id": 5, "start_ns": start, "end_ns": start + 2})
+    small = part(300, 0)
+    assert report.assemble_kinds([("kernel", small.copy())])[column].dtype == np.int32
+    wide = part(200, 1000)
+    wide.loc[150, column] = big
+    got = report.assemble_kinds([("kernel", small.copy()), ("kernel", wide.copy())])
+    assert got[column].dtype == np.int64
+    assert got[column].tolist() == small[column].tolist() + wide[column].tolist()
+    assert got[column].iloc[300 + 150] == big
+    for other in set(report.NARROW_OP_COLUMNS) - {column}:
+        assert got[other].dtype == np.int32
+    pd.testing.assert_frame_equal(got, _reference_assembly([("kernel", small), ("kernel", wide)]))
+
+
+def test_op_table_from_the_cache_has_the_read_dtypes(tmp_path):
+    """The op table of a cache entry is the table the export's read gives, dtypes too (the narrow
+    id columns int32 both ways)."""
+    from analyze.read import cache
+
+    path = tmp_path / "eager.sqlite"
+    shutil.copyfile(REAL / "h200_4proc_eager.sqlite", path)
+    read, note = cache.load_or_read(str(path))
+    assert note is None and cache.find_entry(str(path))[0] is not None
+    cached, _ = cache.load_or_read(str(path))
+    assert cached is not read and len(read.gpu_ops) > 1000
+    assert all(read.gpu_ops[c].dtype == np.int32 for c in report.NARROW_OP_COLUMNS)
+    pd.testing.assert_frame_equal(cached.gpu_ops, read.gpu_ops)
 
 
 # ---------------------------------------------------------------------------------------------

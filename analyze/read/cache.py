@@ -29,7 +29,7 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
-from analyze.read import connection, report, validate
+from analyze.read import connection, ids, report, validate
 from analyze.read.inputs import display_path
 
 # 2: rows left out at the read (meta excluded_rows), session end, host name; 3: GPU ops in row groups
@@ -277,6 +277,8 @@ def _ops_frame(table) -> pd.DataFrame:
             out[name] = pd.arrays.IntegerArray(values, np.asarray(missing, dtype=bool))
         else:
             out[name] = col.to_numpy().astype("int64", copy=False)
+            if name in report.NARROW_OP_COLUMNS:
+                out[name] = ids.narrow_ids(out[name])
     return pd.DataFrame(out, copy=False)
 
 

@@ -20,6 +20,7 @@ from analyze.errors import CorruptReport
 from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
+from analyze.read import ids
 from analyze.read import statements
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
@@ -50,7 +51,7 @@ class ReportTables(NamedTuple):
 
     path: str                   # the report as results name it: read.inputs.display_path (UTF-8 always)
     strings: pd.Series          # index: string id, value: text
-    gpu_ops: pd.DataFrame       # GPU_OP_COLUMNS
+    gpu_ops: pd.DataFrame       # GPU_OP_COLUMNS (NARROW_OP_COLUMNS int32 where every value fits)
     calls: pd.DataFrame         # global_tid, global_pid, correlation_id, name_id, start_ns, end_ns
     ranges: pd.DataFrame        # global_tid, global_pid, domain, name, style, start_ns, end_ns, end_missing
     marks: pd.DataFrame         # global_tid, global_pid, domain, text, time_ns, int_value
@@ -240,8 +241,9 @@ class OpRead(NamedTuple):
 def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
                       split: int = 1) -> list[OpRead]:
     """The SELECTs that read every GPU op, in the order their rows make the op table: one per op
-    table, or rowid ranges of ``chunk_rows`` rows (bounded memory), or the biggest table cut in
-    ``split`` rowid ranges (parallel readers).
+    table, or rowid ranges of ``chunk_rows`` rows (bounded memory), or a table of SPLIT_MIN_ROWS
+    rows or more cut in ``split`` rowid ranges (parallel readers), more where they would exceed
+    PART_MAX_ROWS rows.
 
     rowid is the table's B-tree key, so every range is a seek (a ``start`` range would be a full
     scan per chunk: nsys creates no index on start); ranges come in rowid order, the order of a
@@ -269,8 +271,8 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
         if span is None:
             plan.append(OpRead(kind, table, sql, None, None, None, key_sql))
             continue
-        step = int(chunk_rows) if chunk_rows else (-(-span.rows // split) if split > 1 and span.rows >= SPLIT_MIN_ROWS
-                                                   else None)
+        step = int(chunk_rows) if chunk_rows else (min(-(-span.rows // split), PART_MAX_ROWS)
+                                                   if split > 1 and span.rows >= SPLIT_MIN_ROWS else None)
         if not step:   # the row count (an upper bound), so arrays are sized once
             plan.append(OpRead(kind, table, sql, None, None, span.rows, key_sql))
             continue
@@ -281,6 +283,11 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
 
 # a table smaller than this is read by one reader (threads cost more than they save)
 SPLIT_MIN_ROWS = 1_000_000
+# rows of a part of a table read in parallel at most: the parts read, and read but not yet copied
+# into the op table (read_report keeps PARTS_AHEAD_PER_READER per reader submitted), are what the
+# read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.6M rows the heap's
+# bytes in use at the read's peak went from 1712 to 1413 MiB, docs/performance.md)
+PART_MAX_ROWS = 1 << 20
 _OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
 
 
@@ -377,17 +384,23 @@ def assemble_kinds(parts: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
 
 
 _OP_INT64 = ["global_pid", "device_id", "stream_id", "correlation_id", "name_id", "start_ns", "end_ns"]
+# the op table's columns held as int32 while every value fits (read/ids.py): small ids in any real
+# export (the correlation id stays int64, as the per-op table of the results has it)
+NARROW_OP_COLUMNS = ("device_id", "stream_id", "name_id")
 
 
 class OpTableBuilder:
     """The op table filled part by part (parts of one kind one after the other, kinds in
     :data:`GPU_OP_KINDS` order): every column allocated once (``capacity`` rows, an upper bound;
     grown when short) and each part copied into it, so a part can be freed as soon as it is in.
-    :meth:`table` then drops the rows that repeat a row of another part of the same table."""
+    The :data:`NARROW_OP_COLUMNS` are int32 while every value fits (read/ids.py), a column widened
+    to int64 by the first part with one that does not. :meth:`table` then drops the rows that
+    repeat a row of another part of the same table."""
 
     def __init__(self, capacity: int | None = None):
         self.capacity = max(int(capacity or 0), 0)
-        self.cols = {c: np.empty(self.capacity, dtype="int64") for c in _OP_INT64 + ["graph_node_id"]}
+        self.cols = {c: np.empty(self.capacity, dtype=ids.ID_DTYPE if c in NARROW_OP_COLUMNS else "int64")
+                     for c in _OP_INT64 + ["graph_node_id"]}
         self.node_missing = np.empty(self.capacity, dtype=bool)
         self.kind = np.empty(self.capacity, dtype="int8")
         self.n = 0
@@ -397,7 +410,7 @@ class OpTableBuilder:
     def _grow(self, need: int) -> None:
         cap = max(need, 2 * self.capacity, 1024)
         for c, arr in self.cols.items():
-            grown = np.empty(cap, dtype="int64")
+            grown = np.empty(cap, dtype=arr.dtype)
             grown[:self.n] = arr[:self.n]
             self.cols[c] = grown
         for name in ("node_missing", "kind"):
@@ -418,7 +431,10 @@ class OpTableBuilder:
             self._grow(self.n + m)
         at, to = self.n, self.n + m
         for c in _OP_INT64:
-            self.cols[c][at:to] = frame[c].to_numpy()
+            values = frame[c].to_numpy()
+            if c in NARROW_OP_COLUMNS and self.cols[c].dtype != values.dtype and not ids.fits(values):
+                self.cols[c] = self.cols[c].astype("int64")      # a value int32 cannot hold: int64 from here on
+            self.cols[c][at:to] = values
         self.cols["graph_node_id"][at:to] = node._data
         self.node_missing[at:to] = node._mask
         self.kind[at:to] = GPU_OP_KINDS.index(kind)
@@ -891,10 +907,20 @@ def calls_outnumber_ops(call_rows: int | None, op_rows: int) -> bool:
     return op_rows > 0 and (call_rows or 0) > CALLS_PER_OP_PREPARED_AFTER * op_rows
 
 
-def _results_in_order(futures: list):
-    """The futures' results in order, each let go of (by the list too) once handed over."""
+# op parts submitted to the readers and not yet handed to the op table, per reader
+PARTS_AHEAD_PER_READER = 2
+
+
+def _results_in_order(futures: list, submit=None, pending=()):
+    """The futures' results in order, each let go of (by the list too) once handed over; with
+    ``submit``, one more of ``pending`` submitted (``submit(item)`` -> future) each time the
+    caller is done with one (asks for the next), so that at most ``len(futures)`` are ever
+    submitted and not yet done with."""
+    pending = list(pending)
     while futures:
         yield futures.pop(0).result()
+        if submit is not None and pending:
+            futures.append(submit(pending.pop(0)))
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
@@ -922,8 +948,12 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
 
         # queued behind NVTX, calls and the first op read: the reader done with the calls starts
         # an op read, the one done with NVTX prepares
-        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan[:1]]
+        def read_part(p):
+            return pool.submit(on_own_connection, read_op_part, p)
+
+        ahead = PARTS_AHEAD_PER_READER * threads
+        parts = [read_part(p) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [pool.submit(on_own_connection, read_op_part, p) for p in plan[1:]]
-        ops = assemble_gpu_ops(plan, _results_in_order(parts))
+        parts += [read_part(p) for p in plan[1:ahead]]
+        ops = assemble_gpu_ops(plan, _results_in_order(parts, read_part, plan[ahead:]))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None

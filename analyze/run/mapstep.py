@@ -39,6 +39,7 @@ from analyze.notes import Note
 from analyze.project import projection
 from analyze.ranks.identify import identify_ranks
 from analyze.read import capture, report
+from analyze.read.ids import ID_DTYPE, narrow_ids
 from analyze.results import ReportResult
 from analyze.run import checks
 from analyze.run.launches import Launches, cycle_of_ops, report_rows
@@ -55,19 +56,8 @@ OP_TABLE_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation
 
 # the per-op table's id columns (OP_ID_COLUMNS) are int32 whenever every value fits (they do for any
 # real export: ranks, devices, streams, string ids, rows of the report's own tables), int64 otherwise
-ID_DTYPE = np.int32
+# (read/ids.py)
 OP_ID_COLUMNS = ("device_id", "stream_id", "name_id", "range_id", "rank", "call_pos", "cycle_range")
-
-
-def narrow_ids(values: np.ndarray) -> np.ndarray:
-    """Integer ids as int32 when every one fits in it, else as they are (int64). Values never change."""
-    values = np.asarray(values)
-    if values.dtype == ID_DTYPE or not len(values):
-        return values.astype(ID_DTYPE, copy=False)
-    info = np.iinfo(ID_DTYPE)
-    if values.min() >= info.min and values.max() <= info.max:
-        return values.astype(ID_DTYPE)
-    return values
 
 
 class OpChunk(NamedTuple):
