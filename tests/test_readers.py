@@ -7,6 +7,7 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -197,9 +198,11 @@ def test_parts_of_a_split_table_are_bounded_and_read_a_few_ahead(scale_file, mon
     assert all(a.rowid_hi == b.rowid_lo for a, b in zip(kernels, kernels[1:]))
     started, added, ahead = [0], [0], []
     read_op_part, add = report.read_op_part, report.OpTableBuilder.add
+    lock = threading.Lock()
 
     def counted_read(conn, part):
-        started[0] += 1
+        with lock:
+            started[0] += 1
         return read_op_part(conn, part)
 
     def slow_add(self, kind, frame):          # the readers would run far ahead of a slow first copy

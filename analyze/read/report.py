@@ -284,9 +284,9 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
 # a table smaller than this is read by one reader (threads cost more than they save)
 SPLIT_MIN_ROWS = 1_000_000
 # rows of a part of a table read in parallel at most: the parts read, and read but not yet copied
-# into the op table (read_report keeps PARTS_AHEAD_PER_READER per reader submitted), are what the
-# read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.6M rows the heap's
-# bytes in use at the read's peak went from 1712 to 1413 MiB, docs/performance.md)
+# into the op table (_read_parallel keeps PARTS_AHEAD_PER_READER per reader submitted), are what the
+# read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.5M rows, and the
+# window, the heap's bytes in use at the read's peak went from 1712 to 1413 MiB, docs/performance.md)
 PART_MAX_ROWS = 1 << 20
 _OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
 
@@ -365,9 +365,9 @@ def assemble_gpu_ops(plan: list[OpRead], parts) -> pd.DataFrame:
     once."""
     hint = sum(p.rows_hint or 0 for p in plan)
     builder = OpTableBuilder(hint if all(p.rows_hint is not None for p in plan) else None)
-    for p, frame in zip(plan, parts):
-        builder.add(p.kind, frame)
-        del frame
+    parts = iter(parts)
+    for p in plan:                 # (not zip: its result tuple would hold the last part until the next)
+        builder.add(p.kind, next(parts))
     return builder.table()
 
 
@@ -855,8 +855,8 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     try:
         threads = read_threads(conn) if threads is None else threads
         strings = read_strings(conn)
-        # twice as many op parts as readers: the reader done with NVTX and the preparation takes
-        # the last parts, so both finish together
+        # at least twice as many op parts as readers (the reader done with NVTX and the preparation
+        # takes the last parts, so both finish together), more where a part would exceed PART_MAX_ROWS
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
         # without the ops (chunked analysis): their keys alone tell the launching calls
         key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
