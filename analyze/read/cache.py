@@ -257,6 +257,8 @@ def load_tables(path: str, entry: Path, ops: bool = True) -> report.ReportTables
     if ops:
         table = _parquet_file(entry / OPS_FILE).read()
         gpu_ops = _ops_frame(table)
+        for c in report.NARROW_OP_COLUMNS:      # the whole op table, as report.OpTableBuilder holds it
+            gpu_ops[c] = ids.narrow_ids(gpu_ops[c].to_numpy())
         gpu_ops.insert(0, "kind", pd.Categorical.from_codes(table.column("kind").to_numpy().astype("int8"),
                                                             categories=list(report.GPU_OP_KINDS)))
         del table
@@ -267,7 +269,8 @@ def load_tables(path: str, entry: Path, ops: bool = True) -> report.ReportTables
 
 
 def _ops_frame(table) -> pd.DataFrame:
-    """GPU_OP_COLUMNS but ``kind`` from an Arrow table of the op file, typed as the reader types them."""
+    """GPU_OP_COLUMNS but ``kind`` from an Arrow table of the op file, typed as read_op_part types a part
+    (int64; the whole table's small ids are narrowed by load_tables, as the read's assembly does)."""
     out = {}
     for name in _OP_COLUMNS:
         col = table.column(name)
@@ -277,8 +280,6 @@ def _ops_frame(table) -> pd.DataFrame:
             out[name] = pd.arrays.IntegerArray(values, np.asarray(missing, dtype=bool))
         else:
             out[name] = col.to_numpy().astype("int64", copy=False)
-            if name in report.NARROW_OP_COLUMNS:
-                out[name] = ids.narrow_ids(out[name])
     return pd.DataFrame(out, copy=False)
 
 

@@ -23,6 +23,4 @@ def fits(values: np.ndarray) -> bool:
 def narrow_ids(values: np.ndarray) -> np.ndarray:
     """Integer ids as int32 when every one fits in it, else as they are (int64). Values never change."""
     values = np.asarray(values)
-    if values.dtype == ID_DTYPE or not len(values):
-        return values.astype(ID_DTYPE, copy=False)
-    return values.astype(ID_DTYPE) if fits(values) else values
+    return values.astype(ID_DTYPE, copy=False) if fits(values) else values
