@@ -1,11 +1,12 @@
 """Benchmark: analyze-trace against nsys 2025.3's own stats reports and the bare reads, one file at a time.
 
-    python -m bench.run [--sizes 1e6,1e7] [--files synth,real] [--nsys-scripts DIR] [--repeat 3]
+    python -m bench.run [--sizes 1e6,1e7] [--files synth,real,sglang] [--nsys-scripts DIR] [--repeat 3]
 
 Files (kept in --data, made once): ``synth``: fixtures/synth.py's scale mode (8 ranks in one
 report, CUDA graph node traces, NVTX/runtime rows in its proportions, activity tables in start
 order); ``real``: the bundled real H200 trace (4 processes, eager) as 8 processes tiled in time
-(bench/tile_real.py). For every file, one command after the other (never two at once), each in a
+(bench/tile_real.py); ``sglang``: the real SGLang 0.5.17 server trace (fixtures/real/sglang_server:
+EAGLE-3, CUDA graphs, one process) copied to 8 processes and tiled the same way. For every file, one command after the other (never two at once), each in a
 fresh process under ``/usr/bin/time`` (wall, user + system CPU, peak RSS), the file in the page
 cache:
 
@@ -183,13 +184,31 @@ def synth_file(n: int, ranks: int, data: Path, schema: str) -> Path:
     return f
 
 
-def real_file(n: int, data: Path) -> Path:
+# the file kinds' names in the tables and the plot
+SGLANG_SOURCE = ROOT / "fixtures" / "real" / "sglang_server.sqlite"
+KIND_LABELS = {"synth": "synthetic", "real": "real H200 eager, tiled",
+               "sglang": "real SGLang 0.5.17 EAGLE-3 server x 8, tiled"}
+PLOT_LABELS = {"synth": "synthetic files", "real": "real H200 trace, tiled", "sglang": "real SGLang trace, tiled"}
+PLOT_STYLES = {"synth": "-", "real": "--", "sglang": "-."}
+
+
+def tiled_source(kind: str) -> Path:
+    """The real export a tiled file of ``kind`` is built from (``real``: the bundled demo trace;
+    ``sglang``: the SGLang server fixture, unpacked from its .xz on first use)."""
     from bench import tile_real
-    f = data / f"real_k{n}" / "report.sqlite"
+    if kind == "real":
+        return tile_real.default_source()
+    from analyze.demo import unpack_xz
+    return Path(unpack_xz(str(SGLANG_SOURCE) + ".xz", str(SGLANG_SOURCE)))
+
+
+def real_file(n: int, data: Path, kind: str = "real") -> Path:
+    from bench import tile_real
+    f = data / f"{kind}_k{n}" / "report.sqlite"
     if f.exists():
         return f
     t0 = time.perf_counter()
-    tile_real.build(tile_real.default_source(), f, kernels=n)
+    tile_real.build(tiled_source(kind), f, kernels=n)
     print(f"  built {f} ({f.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.0f} s", flush=True)
     return f
 
@@ -383,7 +402,7 @@ def gib(r: dict | None) -> str:
 
 def file_label(row: dict) -> str:
     k = row["rows"]["kernels"]
-    name = {"synth": "synthetic", "real": "real H200 eager, tiled"}.get(row["file_kind"], row["file_kind"])
+    name = KIND_LABELS.get(row["file_kind"], row["file_kind"])
     return f"{name}, {k / 1e6:.2g}M kernels" if k >= 100_000 else f"{name}, {k / 1e3:.0f}k kernels"
 
 
@@ -433,7 +452,7 @@ def plot(results: dict, path: Path) -> None:
         return
     fig = Figure(figsize=(13, 4.6))
     ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
-    styles = {"synth": "-", "real": "--"}
+    styles = PLOT_STYLES
     colors: dict = {}          # one colour per command, the file kind shown by the line style
     palette = matplotlib.colormaps["tab20"].colors
     for kind in sorted({r["file_kind"] for r in results["rows"]}):
@@ -462,7 +481,7 @@ def plot(results: dict, path: Path) -> None:
     if ax.get_legend_handles_labels()[0]:
         for kind, style in styles.items():
             if any(r["file_kind"] == kind for r in results["rows"]):
-                ax.plot([], [], "k" + style, label={"synth": "synthetic files", "real": "real H200 trace, tiled"}[kind])
+                ax.plot([], [], "k" + style, label=PLOT_LABELS[kind])
         ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     ax2.set_xscale("log"), ax2.set_xlabel("kernels (8 processes)"), ax2.set_ylabel("peak RSS (GiB)")
     ax2.axhline(2.0, color="grey", linestyle=":", linewidth=1, label="2 GiB")
@@ -508,9 +527,11 @@ def write_outputs(results: dict, readme: bool = True) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e6,1e7", help="kernels per file, comma separated (default 1e6,1e7)")
-    ap.add_argument("--files", default="synth,real", help="synth, real or both (default synth,real)")
+    ap.add_argument("--files", default="synth,real", help="synth, real, sglang, comma separated (default synth,real; "
+                    "sglang: the real SGLang server fixture, tiled)")
     ap.add_argument("--real-sizes", default="1e6",
-                    help="kernels of the tiled real trace (default 1e6: 4M runtime calls; 1e7 makes 40M, 3.4 GB)")
+                    help="kernels of the tiled real traces (default 1e6: 4M runtime calls for real, 0.8M for "
+                         "sglang; 1e7 makes 40M, 3.4 GB)")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--data", default=str(ROOT / ".work" / "bench"), help="where generated exports are kept")
     ap.add_argument("--nsys-scripts", metavar="DIR", help="nsys 2025.x stats scripts (else $SPECPROF_NSYS_SCRIPTS)")
@@ -544,12 +565,12 @@ def main(argv=None) -> int:
     real_sizes = [int(float(x)) for x in a.real_sizes.split(",")]
     files = []
     for kind in kinds:
-        for n in sorted(real_sizes if kind == "real" else sizes):
+        for n in sorted(sizes if kind == "synth" else real_sizes):
             print(f"{kind}: {n:,} kernels", flush=True)
             if kind == "synth":
                 f = synth_file(n, a.ranks, data, "2025.3")
-            elif kind == "real":
-                f = real_file(n, data)
+            elif kind in ("real", "sglang"):
+                f = real_file(n, data, kind)
             else:
                 raise SystemExit(f"unknown --files kind {kind!r}")
             # nsys 2022.4 (minutes to hours) goes last, after every other command on every file

@@ -1,17 +1,19 @@
-"""A real export made big: the bundled H200 trace (4 processes, eager) as 8 processes, tiled in time.
+"""A real export made big: a real trace's processes copied to 8 processes, tiled in time.
 
     python -m bench.tile_real OUT.sqlite --kernels 1000000 [--source REPORT.sqlite]
 
-The source is the demo trace (analyze/data/h200_4proc_eager.sqlite.xz: nsys 2025.3.1 on an H200,
-4 processes with NVTX decode_cycle > draft > draft_step, verify > allreduce, accept; 2,728 kernels,
-10,856 runtime calls, 1,068 NVTX events). Every process gets a twin (process id + 8, thread ids + 8
+The default source is the demo trace (analyze/data/h200_4proc_eager.sqlite.xz: nsys 2025.3.1 on an
+H200, 4 processes with NVTX decode_cycle > draft > draft_step, verify > allreduce, accept; 2,728
+kernels, 10,856 runtime calls, 1,068 NVTX events); the benchmark also tiles the real SGLang server
+trace (fixtures/real/sglang_server: SGLang 0.5.17, EAGLE-3, CUDA graphs, one process). A source of
+P processes (P dividing 8) gets 8 / P - 1 copies of each process (copy k: process and thread ids + 8k
 in the globalTid's pid and tid fields), so one tile holds 8 processes; tiles follow each other in
 time (shifted by the source's activity span plus 1 ms) with correlation ids shifted past the
-previous tile's, until the kernel count is reached. Domain-create events and the ``rank=R world=4``
-marks appear once per process (in the first tile), rewritten as ``rank=R world=8`` with the twins
-as ranks 4-7. The activity tables are rewritten in start order (as nsys writes them), the session
+previous tile's, until the kernel count is reached. Domain-create events and the ``rank=R world=W``
+marks appear once per process (in the first tile), rewritten as ``rank=R+kW world=8`` (the rest of
+the mark kept); every other event is tiled. The activity tables are rewritten in start order (as nsys writes them), the session
 (``ANALYSIS_DETAILS.duration``, ``stopTime``) lengthened by the tiles; the other
-tables (strings, processes, devices, metadata) are those of the source plus the twins' rows.
+tables (strings, processes, devices, metadata) are those of the source plus the copies' rows.
 The source is opened read-only; the output is written to a temporary name and renamed into place.
 """
 from __future__ import annotations
@@ -25,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TWIN = 8                      # process and thread id offset of a process' twin
+TWIN = 8                      # process and thread id offset of each further copy of a process
+PROCESSES_PER_TILE = 8
 TILED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
          "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS")
 GAP_NS = 1_000_000
@@ -41,12 +44,21 @@ def _cols(db, table: str) -> list[str]:
 
 
 def _twin_tid(col: str, twin: str) -> str:
-    # globalTid = hw<<56 | vm<<48 | pid<<24 | tid: the twin's pid and tid are both + TWIN
+    # globalTid = hw<<56 | vm<<48 | pid<<24 | tid: copy k's pid and tid are both + k * TWIN
     return f"CASE WHEN {col} IS NULL THEN NULL ELSE {col} + {twin} * {(TWIN << 24) + TWIN} END"
 
 
 def _twin_pid(col: str, twin: str) -> str:
     return f"CASE WHEN {col} IS NULL THEN NULL ELSE {col} + {twin} * {TWIN << 24} END"
+
+
+def _mark_parts(txt: str) -> tuple[str, str, str]:
+    """SQL for a ``rank=R world=W...`` mark's R, W (integers) and what follows W."""
+    after = f"substr({txt}, instr({txt}, ' world=') + 7)"
+    rank = f"CAST(substr({txt}, 6, instr({txt}, ' ') - 6) AS INTEGER)"
+    world = f"CAST({after} AS INTEGER)"
+    rest = f"substr({after}, length(CAST({world} AS TEXT)) + 1)"
+    return rank, world, rest
 
 
 def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
@@ -60,20 +72,26 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         db.execute("PRAGMA journal_mode=OFF")
         db.execute("PRAGMA synchronous=OFF")
         gpids = [r[0] for r in db.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL")]
+        if not gpids or PROCESSES_PER_TILE % len(gpids):
+            raise ValueError(f"{source}: {len(gpids)} processes with kernels; tiling needs 1, 2, 4 or 8")
+        copies = PROCESSES_PER_TILE // len(gpids)
         present = [t for t in TILED if db.execute("SELECT 1 FROM sqlite_master WHERE name=?", (t,)).fetchone()]
         lo = min(db.execute(f"SELECT min(start) FROM {t}").fetchone()[0] or 0 for t in present)
         hi = max(db.execute(f"SELECT max(coalesce(end, start)) FROM {t}").fetchone()[0] or 0 for t in present)
         period = hi - lo + GAP_NS
         corr = db.execute("SELECT max(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
-        per_tile = 2 * db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+        per_tile = copies * db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
         tiles = max(1, -(-int(kernels) // per_tile))
         db.execute("CREATE TEMP TABLE tile (i INTEGER PRIMARY KEY, twin INTEGER)")
         db.executemany("INSERT INTO temp.tile VALUES (?, ?)",
-                       [(c * 2 + w, w) for c in range(tiles) for w in (0, 1)])
-        # the rank marks rewritten for 8 processes (text, not a registered string)
-        mark_text = ("CASE WHEN o.eventType = 34 AND coalesce(o.text, s.value) LIKE 'rank=% world=4' THEN "
-                     "'rank=' || (CAST(substr(coalesce(o.text, s.value), 6, instr(coalesce(o.text, s.value), ' ') - 6)"
-                     " AS INTEGER) + 4 * t.twin) || ' world=8' ELSE o.text END")
+                       [(c * copies + w, w) for c in range(tiles) for w in range(copies)])
+        # the rank marks rewritten for 8 processes (text, not a registered string); they and the
+        # domains' creation appear once per process, in the first tile
+        txt = "coalesce(o.text, s.value)"
+        is_mark = f"(o.eventType = 34 AND {txt} LIKE 'rank=% world=%')"
+        rank, world, rest = _mark_parts(txt)
+        mark_text = (f"CASE WHEN {is_mark} THEN 'rank=' || ({rank} + {world} * t.twin) || "
+                     f"' world={PROCESSES_PER_TILE}' || {rest} ELSE o.text END")
         for table in present:
             cols = _cols(db, table)
             db.execute(f"CREATE TEMP TABLE orig AS SELECT * FROM {table}")
@@ -82,9 +100,9 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
             for c in cols:
                 e = f"o.{c}"
                 if c in ("start", "end"):
-                    e = f"o.{c} + (t.i / 2) * {period}"
+                    e = f"o.{c} + (t.i / {copies}) * {period}"
                 elif c == "correlationId":
-                    e = f"o.{c} + (t.i / 2) * {corr}"
+                    e = f"o.{c} + (t.i / {copies}) * {corr}"
                 elif c in ("globalTid", "endGlobalTid"):
                     e = _twin_tid(f"o.{c}", "t.twin")
                 elif c == "globalPid":
@@ -92,24 +110,27 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
                 elif table == "NVTX_EVENTS" and c == "text":
                     e = mark_text
                 elif table == "NVTX_EVENTS" and c == "textId":
-                    e = ("CASE WHEN o.eventType = 34 AND coalesce(o.text, s.value) LIKE 'rank=% world=4' "
-                         "THEN NULL ELSE o.textId END")
+                    e = f"CASE WHEN {is_mark} THEN NULL ELSE o.textId END"
                 exprs.append(e)
             join = " LEFT JOIN StringIds AS s ON s.id = o.textId" if table == "NVTX_EVENTS" else ""
-            once = " WHERE t.i < 2 OR o.eventType NOT IN (34, 75)" if table == "NVTX_EVENTS" else ""
+            once = (f" WHERE t.i < {copies} OR NOT (o.eventType = 75 OR {is_mark})" if table == "NVTX_EVENTS"
+                    else "")
             start = exprs[cols.index("start")]
             db.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(exprs)} "
                        f"FROM temp.tile AS t CROSS JOIN temp.orig AS o{join}{once} ORDER BY {start}, t.i, o.rowid")
             db.execute("DROP TABLE temp.orig")
+        db.execute("CREATE TEMP TABLE copy (k INTEGER PRIMARY KEY)")
+        db.executemany("INSERT INTO temp.copy VALUES (?)", [(k,) for k in range(1, copies)])
         for table, pid_col, tid_col in (("PROCESSES", "globalPid", None), ("ThreadNames", None, "globalTid")):
             cols = _cols(db, table)
             if not cols:
                 continue
-            exprs = [("pid + 8" if c == "pid" else _twin_pid(c, "1") if c == pid_col else
-                      _twin_tid(c, "1") if c == tid_col else c) for c in cols]
+            exprs = [(f"pid + {TWIN} * c.k" if c == "pid" else _twin_pid(c, "c.k") if c == pid_col else
+                      _twin_tid(c, "c.k") if c == tid_col else c) for c in cols]
             key = "globalPid" if table == "PROCESSES" else "(globalTid & ~16777215)"
             where = f"{key} IN ({', '.join(str(int(g)) for g in gpids)})"
-            db.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM {table} WHERE {where}")
+            db.execute(f"INSERT INTO {table} ({', '.join(cols)}) SELECT {', '.join(exprs)} "
+                       f"FROM {table} CROSS JOIN temp.copy AS c WHERE {where}")
         # the capture session grows with the tiles (else the analysis leaves every op past the
         # source's session out, read/validate.py)
         cols = _cols(db, "ANALYSIS_DETAILS")
@@ -120,7 +141,8 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         cols = _cols(db, "TARGET_INFO_CUDA_DEVICE")
         if "pid" in cols:
             db.execute(f"INSERT INTO TARGET_INFO_CUDA_DEVICE ({', '.join(cols)}) SELECT "
-                       + ", ".join("pid + 8" if c == "pid" else c for c in cols) + " FROM TARGET_INFO_CUDA_DEVICE")
+                       + ", ".join(f"pid + {TWIN} * c.k" if c == "pid" else c for c in cols)
+                       + " FROM TARGET_INFO_CUDA_DEVICE CROSS JOIN temp.copy AS c")
         db.commit()
         db.execute("VACUUM")
         db.close()

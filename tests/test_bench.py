@@ -104,6 +104,46 @@ def test_tiled_real_trace_has_eight_ranks_and_the_source_kernels_times_tiles(tmp
     assert all(busy[r] == busy[r + 4] for r in range(4))
 
 
+def test_tiled_sglang_trace_is_eight_copies_of_its_one_process(tmp_path):
+    """The real SGLang server trace (one process, CUDA graphs) as 8 ranks: each rank is the
+    source's process, once per tile, to the nanosecond; its rank mark and the domains' creation
+    once per process, every other mark (the accepted-token marks) in every tile."""
+    from analyze.render import text
+    from analyze.run import api
+
+    src_path = ROOT / "fixtures" / "real" / "sglang_server.sqlite"
+    before = src_path.read_bytes()
+    out = tile_real.build(src_path, tmp_path / "tiled.sqlite", kernels=100_000)
+    assert src_path.read_bytes() == before
+    con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)
+    src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True)
+    count = "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    k_src = src.execute(count).fetchone()[0]
+    tiles = -(-100_000 // (8 * k_src))
+    assert tiles == 2 and con.execute(count).fetchone()[0] == 8 * k_src * tiles
+    marks = "SELECT {} FROM NVTX_EVENTS LEFT JOIN StringIds s ON s.id = textId WHERE eventType = 34 AND "
+    src_rank_marks = src.execute(marks.format("count(*)") + "coalesce(text, s.value) LIKE 'rank=%'").fetchone()[0]
+    src_other_marks = src.execute(marks.format("count(*)") + "coalesce(text, s.value) NOT LIKE 'rank=%'").fetchone()[0]
+    assert sorted(set(r[0] for r in con.execute(marks.format("coalesce(text, s.value)") + "text LIKE 'rank=%'"))) == \
+        [f"rank={r} world=8 device=0" for r in range(8)]
+    assert con.execute(marks.format("count(*)") + "coalesce(text, s.value) LIKE 'rank=%'").fetchone()[0] == \
+        8 * src_rank_marks
+    assert con.execute(marks.format("count(*)") + "coalesce(text, s.value) NOT LIKE 'rank=%'").fetchone()[0] == \
+        8 * tiles * src_other_marks
+    src.close()
+    con.close()
+    one, a = api.load(str(src_path)), api.load(str(out))
+    assert sorted(a.ranks["rank"]) == list(range(8)) and set(a.ranks["source"]) == {"mark"}
+    assert not [n.code for n in a.notes if n.code in ("outside_session", "bad_timestamps", "duplicate_rows")]
+    busy = a.totals.set_index("rank")["busy_ns"]
+    assert set(busy) == {tiles * int(one.totals["busy_ns"].iloc[0])}
+    assert set(a.cycles.groupby("rank").size()) == {tiles * len(one.cycles)}
+    # every rank alike: the set-up outside the cycles is one figure, not a range
+    outside = " ".join(text.render(a, width=200).split("Outside decode cycles: ", 1)[1].split("\n")[:2])
+    each = text.render(one, width=200).split("Outside decode cycles: ", 1)[1].split(" ms", 1)[0]
+    assert outside.startswith(f"{each} ms of GPU work per rank") and "on each rank: prefill" in outside
+
+
 @pytest.mark.slow
 def test_bench_end_to_end_small(tmp_path):
     """The whole benchmark on a 20k-kernel file of each kind: every command measured, ratios in

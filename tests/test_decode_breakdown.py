@@ -329,3 +329,18 @@ def test_reason_counts_in_first_appearance_order(dtype):
     assert got == {"outlier": 2, "first": 1, "truncated": 1}
     assert list(got) == ["outlier", "first", "truncated"]
     assert _reason_counts(reasons.iloc[:1]) == {} and _reason_counts(np.array([], dtype=object)) == {}
+
+
+def test_outside_cycles_line_gives_the_range_over_ranks_and_the_busiest_rank():
+    """The bundled 4-rank trace: its ranks' set-up work differs by a few microseconds, so the line
+    gives the range and the rank with the most (the tiled SGLang trace, every rank alike, gives one
+    figure: tests/test_bench.py)."""
+    from analyze.views import registry as views
+
+    a = analyze.load(REAL / "h200_4proc_eager.sqlite")
+    line = " ".join(text.render(a, width=200).split("Outside decode cycles: ", 1)[1].split("\n")[:2])
+    per_rank = views.get(a, "decode_summary").set_index("rank")["outside_cycles_busy_ns"]
+    lo, hi = per_rank.min() / 1e6, per_rank.max() / 1e6
+    assert lo != hi
+    assert line.startswith(f"{lo:.3f} to {hi:.3f} ms of GPU work per rank")
+    assert f"most on rank {int(per_rank.idxmax())}: " in line

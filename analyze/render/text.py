@@ -245,9 +245,10 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
     else:
         top = int(busy.idxmax())
         p = parts(top)
-        text = (f"Outside decode cycles: {ms(busy.min())} to {ms(busy.max())} ms of GPU work per rank (model load, "
-                f"CUDA-graph capture, prefill between cycles; most on rank {top}{': ' + p if p else ''}); not in the "
-                "cycle figures above")
+        lo, hi = ms(busy.min()), ms(busy.max())
+        span, where = (lo, "on each rank") if lo == hi else (f"{lo} to {hi}", f"most on rank {top}")
+        text = (f"Outside decode cycles: {span} ms of GPU work per rank (model load, CUDA-graph capture, prefill "
+                f"between cycles; {where}{': ' + p if p else ''}); not in the cycle figures above")
         if warm_n.sum():
             text += f"; warm-up cycles: {int(warm_n.sum())} over all ranks, {ms(warm_busy.sum())} ms of GPU work"
         lines += _wrap(text + ".", width)
