@@ -11,7 +11,8 @@ in the globalTid's pid and tid fields), so one tile holds 8 processes; tiles fol
 time (shifted by the source's activity span plus 1 ms) with correlation ids shifted past the
 previous tile's, until the kernel count is reached. Domain-create events and the ``rank=R world=W``
 marks appear once per process (in the first tile), rewritten as ``rank=R+kW world=8`` (the rest of
-the mark kept); every other event is tiled. The activity tables are rewritten in start order (as nsys writes them), the session
+the mark kept); every other event is tiled, the decode-cycle numbers (the ``decode_cycle`` ranges'
+int64 payload K and the accept marks' ``cycle=K``) counting on from tile to tile. The activity tables are rewritten in start order (as nsys writes them), the session
 (``ANALYSIS_DETAILS.duration``, ``stopTime``) lengthened by the tiles; the other
 tables (strings, processes, devices, metadata) are those of the source plus the copies' rows.
 The source is opened read-only; the output is written to a temporary name and renamed into place.
@@ -61,6 +62,14 @@ def _mark_parts(txt: str) -> tuple[str, str, str]:
     return rank, world, rest
 
 
+def _cycle_mark_parts(txt: str) -> tuple[str, str, str]:
+    """SQL for an ``accept_len=N reqs=M cycle=K ...`` mark's text up to ``cycle=``, K and the rest."""
+    at = f"instr({txt}, ' cycle=')"
+    after = f"substr({txt}, {at} + 7)"
+    k = f"CAST({after} AS INTEGER)"
+    return f"substr({txt}, 1, {at} + 6)", k, f"substr({after}, length(CAST({k} AS TEXT)) + 1)"
+
+
 def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,8 +99,17 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         txt = "coalesce(o.text, s.value)"
         is_mark = f"(o.eventType = 34 AND {txt} LIKE 'rank=% world=%')"
         rank, world, rest = _mark_parts(txt)
+        # decode-cycle numbers (the cycle ranges' int64 payload, the accept marks' cycle=K) go on
+        # counting from tile to tile, as in one longer run
+        has_ranges = "NVTX_EVENTS" in present
+        k_top = db.execute("SELECT max(int64Value) FROM NVTX_EVENTS WHERE eventType IN (59, 60)").fetchone()[0] \
+            if has_ranges else None
+        k_shift = f"(t.i / {copies}) * {int(k_top or 0) + 1}"
+        numbered = f"(o.eventType = 34 AND {txt} LIKE '% cycle=%' AND t.i >= {copies})"
+        head, k, tail = _cycle_mark_parts(txt)
         mark_text = (f"CASE WHEN {is_mark} THEN 'rank=' || ({rank} + {world} * t.twin) || "
-                     f"' world={PROCESSES_PER_TILE}' || {rest} ELSE o.text END")
+                     f"' world={PROCESSES_PER_TILE}' || {rest} "
+                     f"WHEN {numbered} THEN {head} || ({k} + {k_shift}) || {tail} ELSE o.text END")
         for table in present:
             cols = _cols(db, table)
             db.execute(f"CREATE TEMP TABLE orig AS SELECT * FROM {table}")
@@ -110,7 +128,9 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
                 elif table == "NVTX_EVENTS" and c == "text":
                     e = mark_text
                 elif table == "NVTX_EVENTS" and c == "textId":
-                    e = f"CASE WHEN {is_mark} THEN NULL ELSE o.textId END"
+                    e = f"CASE WHEN {is_mark} OR {numbered} THEN NULL ELSE o.textId END"
+                elif table == "NVTX_EVENTS" and c == "int64Value" and k_top is not None:
+                    e = f"CASE WHEN o.eventType IN (59, 60) THEN o.int64Value + {k_shift} ELSE o.int64Value END"
                 exprs.append(e)
             join = " LEFT JOIN StringIds AS s ON s.id = o.textId" if table == "NVTX_EVENTS" else ""
             once = (f" WHERE t.i < {copies} OR NOT (o.eventType = 75 OR {is_mark})" if table == "NVTX_EVENTS"

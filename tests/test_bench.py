@@ -107,7 +107,8 @@ def test_tiled_real_trace_has_eight_ranks_and_the_source_kernels_times_tiles(tmp
 def test_tiled_sglang_trace_is_eight_copies_of_its_one_process(tmp_path):
     """The real SGLang server trace (one process, CUDA graphs) as 8 ranks: each rank is the
     source's process, once per tile, to the nanosecond; its rank mark and the domains' creation
-    once per process, every other mark (the accepted-token marks) in every tile."""
+    once per process, every other mark (the accepted-token marks) in every tile, with the decode-
+    cycle numbers counting on."""
     from analyze.render import text
     from analyze.run import api
 
@@ -138,6 +139,11 @@ def test_tiled_sglang_trace_is_eight_copies_of_its_one_process(tmp_path):
     busy = a.totals.set_index("rank")["busy_ns"]
     assert set(busy) == {tiles * int(one.totals["busy_ns"].iloc[0])}
     assert set(a.cycles.groupby("rank").size()) == {tiles * len(one.cycles)}
+    # the cycle numbers count on from tile to tile: each cycle gets its own accept mark's tokens
+    # and requests, as in one longer run (not every tile's marks summed on the first tile's cycles)
+    for col in ("tokens", "requests"):
+        assert set(a.cycles.groupby("rank")[col].sum()) == {tiles * one.cycles[col].sum()}, col
+        assert a.cycles[col].max() == one.cycles[col].max(), col
     # every rank alike: the set-up outside the cycles is one figure, not a range
     outside = " ".join(text.render(a, width=200).split("Outside decode cycles: ", 1)[1].split("\n")[:2])
     each = text.render(one, width=200).split("Outside decode cycles: ", 1)[1].split(" ms", 1)[0]
