@@ -199,3 +199,19 @@ def test_interval_split_equals_clipped_unions(ops, intervals, cuts, code_type):
         for i in range(n_ph):
             sel = mine & (ph >= 0) & (ph <= i)
             assert upto[i, k] == union_length(cs[sel], ce[sel]), (k, i)
+
+
+def test_joined_accept_lengths_equal_a_grouped_join():
+    """Each cycle row's marks' ``lens`` joined in order, marks without one left out, rows with none
+    absent: as pandas' grouped join gives (random rows with 1-4 marks, None and NaN among them)."""
+    rng = np.random.default_rng(7)
+    rows = np.repeat(np.arange(0, 400, 2), rng.integers(1, 5, 200))
+    pool = np.array(["1,2", "0", "3,3,1", None, np.nan, "2"], dtype=object)
+    lens = pool[rng.integers(0, len(pool), len(rows))]
+    got_rows, got = cycles_mod._joined_lengths(rows, lens)
+    want = pd.Series(lens).groupby(rows, sort=True).agg(
+        lambda s: ",".join(x for x in s if isinstance(x, str)) or None).dropna()
+    assert got_rows.tolist() == want.index.tolist() and got.tolist() == want.tolist()
+    assert any("," in x and x.count(",") > 2 for x in got)            # some rows joined several marks
+    empty_rows, empty = cycles_mod._joined_lengths(np.array([3, 3, 5]), np.array([None, np.nan, None], dtype=object))
+    assert len(empty_rows) == 0 and len(empty) == 0

@@ -465,9 +465,25 @@ def _accepted(cyc: pd.DataFrame, marks: pd.DataFrame) -> tuple[pd.Series, pd.Ser
     accepted.loc[n.index] = n.to_numpy()
     requests.loc[reqs.index] = reqs.to_numpy()
     if hit["lens"].notna().any():
-        joined = g["lens"].agg(lambda s: ",".join(x for x in s if isinstance(x, str)) or None)
-        lengths.loc[joined.index] = joined.to_numpy()
+        rows, joined = _joined_lengths(hit["_row"].to_numpy(), hit["lens"].to_numpy(dtype=object))
+        lengths.loc[rows] = joined
     return accepted.astype("Int64"), requests.astype("Int64"), lengths
+
+
+def _joined_lengths(rows: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per cycle row (``rows`` grouped: equal rows next to each other), its marks' ``lens`` texts
+    joined by commas in the order given, marks without one left out: (the rows with any, their
+    joined texts). A Python join only for the few rows with several marks."""
+    has = np.fromiter((isinstance(x, str) for x in lens), dtype=bool, count=len(lens))
+    rows, lens = rows[has], lens[has]
+    if not len(rows):
+        return rows, lens
+    first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    ends = np.r_[first[1:], len(rows)]
+    joined = lens[first].copy()
+    for i in np.flatnonzero(ends - first > 1):
+        joined[i] = ",".join(lens[first[i]:ends[i]])
+    return rows[first], joined
 
 
 def _matched_by_number(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | None:
