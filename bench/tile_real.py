@@ -105,7 +105,8 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         k_top = db.execute("SELECT max(int64Value) FROM NVTX_EVENTS WHERE eventType IN (59, 60)").fetchone()[0] \
             if has_ranges else None
         k_shift = f"(t.i / {copies}) * {int(k_top or 0) + 1}"
-        numbered = f"(o.eventType = 34 AND {txt} LIKE '% cycle=%' AND t.i >= {copies})"
+        numbered = f"(o.eventType = 34 AND {txt} LIKE '% cycle=%' AND t.i >= {copies})" if k_top is not None \
+            else "0"
         head, k, tail = _cycle_mark_parts(txt)
         mark_text = (f"CASE WHEN {is_mark} THEN 'rank=' || ({rank} + {world} * t.twin) || "
                      f"' world={PROCESSES_PER_TILE}' || {rest} "
