@@ -53,21 +53,13 @@ def _twin_pid(col: str, twin: str) -> str:
     return f"CASE WHEN {col} IS NULL THEN NULL ELSE {col} + {twin} * {TWIN << 24} END"
 
 
-def _mark_parts(txt: str) -> tuple[str, str, str]:
-    """SQL for a ``rank=R world=W...`` mark's R, W (integers) and what follows W."""
-    after = f"substr({txt}, instr({txt}, ' world=') + 7)"
-    rank = f"CAST(substr({txt}, 6, instr({txt}, ' ') - 6) AS INTEGER)"
-    world = f"CAST({after} AS INTEGER)"
-    rest = f"substr({after}, length(CAST({world} AS TEXT)) + 1)"
-    return rank, world, rest
-
-
-def _cycle_mark_parts(txt: str) -> tuple[str, str, str]:
-    """SQL for an ``accept_len=N reqs=M cycle=K ...`` mark's text up to ``cycle=``, K and the rest."""
-    at = f"instr({txt}, ' cycle=')"
-    after = f"substr({txt}, {at} + 7)"
-    k = f"CAST({after} AS INTEGER)"
-    return f"substr({txt}, 1, {at} + 6)", k, f"substr({after}, length(CAST({k} AS TEXT)) + 1)"
+def _int_field(txt: str, key: str) -> tuple[str, str, str]:
+    """SQL for a mark text's part up to and including ``key`` (e.g. ``' cycle='``), the integer
+    right after it, and the rest of the text after that integer."""
+    at = f"instr({txt}, '{key}')"
+    after = f"substr({txt}, {at} + {len(key)})"
+    value = f"CAST({after} AS INTEGER)"
+    return f"substr({txt}, 1, {at} + {len(key) - 1})", value, f"substr({after}, length(CAST({value} AS TEXT)) + 1)"
 
 
 def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
@@ -98,16 +90,16 @@ def build(source: Path, out: Path, kernels: int = 1_000_000) -> Path:
         # domains' creation appear once per process, in the first tile
         txt = "coalesce(o.text, s.value)"
         is_mark = f"(o.eventType = 34 AND {txt} LIKE 'rank=% world=%')"
-        rank, world, rest = _mark_parts(txt)
+        rank = _int_field(txt, "rank=")[1]
+        _, world, rest = _int_field(txt, " world=")
         # decode-cycle numbers (the cycle ranges' int64 payload, the accept marks' cycle=K) go on
         # counting from tile to tile, as in one longer run
-        has_ranges = "NVTX_EVENTS" in present
         k_top = db.execute("SELECT max(int64Value) FROM NVTX_EVENTS WHERE eventType IN (59, 60)").fetchone()[0] \
-            if has_ranges else None
+            if "NVTX_EVENTS" in present else None
         k_shift = f"(t.i / {copies}) * {int(k_top or 0) + 1}"
         numbered = f"(o.eventType = 34 AND {txt} LIKE '% cycle=%' AND t.i >= {copies})" if k_top is not None \
             else "0"
-        head, k, tail = _cycle_mark_parts(txt)
+        head, k, tail = _int_field(txt, " cycle=")
         mark_text = (f"CASE WHEN {is_mark} THEN 'rank=' || ({rank} + {world} * t.twin) || "
                      f"' world={PROCESSES_PER_TILE}' || {rest} "
                      f"WHEN {numbered} THEN {head} || ({k} + {k_shift}) || {tail} ELSE o.text END")
