@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib
 import os
 import sys
 import warnings
@@ -147,10 +148,11 @@ def early_read_path(args) -> str | None:
 
 
 def _run_analyze(args) -> int:
-    from analyze import command_inputs
-    from analyze.render import outputs, text as render
-    from analyze.run import api
-    from analyze.views.analysis_notes import with_view_notes
+    with memory.modules_load_without_gc():     # pandas and the rest: no collections while they load
+        from analyze import command_inputs
+        from analyze.render import outputs, text as render
+        from analyze.run import api
+        from analyze.views.analysis_notes import with_view_notes
 
     config = command_inputs.phase_config(args.config, args.phase)
     blank = [r for r in args.reports if not str(r).strip()]
@@ -254,20 +256,19 @@ def show_nvtx_only(path: str, args) -> None:
         sys.stdout.flush()
 
 
+# the subcommands: name -> (module, its entry point)
+SUBCOMMANDS = {"scrub": ("analyze.tools.scrub", "main_scrub"), "diff": ("analyze.tools.diff.command", "main_diff"),
+               "whatif": ("analyze.tools.whatif.command", "main_whatif"),
+               "advise": ("analyze.tools.advise.command", "main_advise")}
+
+
 def dispatch(argv: list[str]) -> int:
-    if argv and argv[0] == "scrub":
-        from analyze.tools.scrub import main_scrub
-        return main_scrub(argv[1:]) or 0
-    if argv and argv[0] == "diff":
-        from analyze.tools.diff.command import main_diff
-        return main_diff(argv[1:]) or 0
-    if argv and argv[0] == "whatif":
-        from analyze.tools.whatif.command import main_whatif
-        return main_whatif(argv[1:]) or 0
-    if argv and argv[0] == "advise":
-        from analyze.tools.advise.command import main_advise
-        return main_advise(argv[1:]) or 0
-    return run_analyze(argv)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        return run_analyze(argv)
+    module, entry = SUBCOMMANDS[argv[0]]
+    with memory.modules_load_without_gc():
+        tool_main = getattr(importlib.import_module(module), entry)
+    return tool_main(argv[1:]) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
