@@ -394,9 +394,13 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
     if ids_in_start_order:
         assert found is not None
     if found is not None:
-        rows, gaps = found
+        pieces = list(found)                            # per rank with cycles, in rank order
+        rows = np.concatenate([np.zeros(0, dtype="int64")] + [p[0] for p in pieces])
+        gaps = np.concatenate([np.zeros(0)] + [p[1] for p in pieces])
         assert np.array_equal(np.sort(rows), np.flatnonzero(keep))
         np.testing.assert_array_equal(gaps, want_gaps)
+        ranks_of_pieces = [int(rank[p[0][0]]) for p in pieces if len(p[0])]
+        assert ranks_of_pieces == sorted(set(ranks_of_pieces))     # one piece a rank, ascending
 
     # the summary _launch_gaps returns, against the same computed from the reference arrays
     inside = frame["cycle_range"].to_numpy() >= 0

@@ -26,6 +26,7 @@ observed value). The rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -444,40 +445,58 @@ def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
     rank = ops["rank"].to_numpy()[inside]                          # its own integer type (int32)
     start = ops["start_ns"].to_numpy(dtype="int64")[inside]
     end = ops["end_ns"].to_numpy(dtype="int64")
-    found = cycle_gaps_in_start_order(rank, start, end[inside], cycles)
-    if found is None:                        # cycle ids not in start order on some rank: sort by cycle
+    pieces = cycle_gaps_in_start_order(rank, start, end[inside], cycles)
+    if pieces is None:                        # cycle ids not in start order on some rank: sort by cycle
         rank = rank.astype("int64")
         cycle = cycle_of_arrays(rank, start, cycles)
-        keep = cycle >= 0
-        at = inside[keep]
-        gaps = op_gaps(rank[keep], cycle[keep], start[keep], end[at]) if keep.any() else None
-    else:
-        rows, gaps = found
-        at = inside[rows]
-    if gaps is None or not len(at):
+        keep = np.flatnonzero(cycle >= 0)
+        pieces = [(keep, op_gaps(rank[keep], cycle[keep], start[keep], end[inside[keep]]))]
+    del rank, start, end
+    graph = _graph_marks(ops)
+    n_rows = graph_ops = n_big = 0
+    big_ns, gap_parts = 0.0, []
+    for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps but the median's
+        n_rows += len(rows)
+        graph_ops += int(graph[inside[rows]].sum()) if graph is not None else 0
+        big = gaps[gaps > LAUNCH_GAP_NS]
+        n_big, big_ns = n_big + len(big), big_ns + float(big.sum())    # whole ns: exact in float64
+        gap_parts.append(gaps)
+    if not n_rows:
         return {}
-    big = gaps[gaps > LAUNCH_GAP_NS]
+    gaps = np.concatenate(gap_parts)
+    del gap_parts
     n = max(len(cycles), 1)
-    graph_ops = int(ops["graph_node_id"].notna().to_numpy()[at].sum()) if "graph_node_id" in ops.columns else 0
-    graph_ops += int((ops["kind"] == "graph").to_numpy()[at].sum()) if "kind" in ops.columns else 0
-    return {"launch_gaps_per_cycle": len(big) / n, "launch_gap_per_cycle_ns": float(big.sum()) / n,
-            "median_gap_ns": float(np.median(gaps)) if len(gaps) else 0.0,
-            "graph_ops_share": graph_ops / len(at), "ops_per_cycle": len(at) / n}
+    return {"launch_gaps_per_cycle": n_big / n, "launch_gap_per_cycle_ns": big_ns / n,
+            "median_gap_ns": float(np.median(gaps, overwrite_input=True)) if len(gaps) else 0.0,
+            "graph_ops_share": graph_ops / n_rows, "ops_per_cycle": n_rows / n}
+
+
+def _graph_marks(ops: pd.DataFrame) -> np.ndarray | None:
+    """Per op, 0-2: one for a CUDA graph node id, one for a graph launch (kind ``graph``); None
+    when the ops have neither column."""
+    marks = None
+    if "graph_node_id" in ops.columns:
+        marks = ops["graph_node_id"].notna().to_numpy().astype("int8")
+    if "kind" in ops.columns:
+        launch = (ops["kind"] == "graph").to_numpy()
+        marks = launch.astype("int8") if marks is None else marks + launch
+    return marks
 
 
 def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-                              cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+                              cycles: pd.DataFrame) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
     """:func:`cycle_of_arrays`, then :func:`op_gaps` of the rows in a cycle, with one sort by (rank,
-    start) instead of a sort by (rank, cycle, start): (the rows in a cycle, as positions in the
-    arrays given, in (rank, start) order; their gaps, equal element for element to op_gaps'). Where
-    a rank's cycles sorted by start have increasing ids, a row's cycle never goes back as its start
-    grows, so the (rank, start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order,
-    ties kept in the order given by both. After the one sort the work goes a rank at a time (its
-    temporaries an eighth of the rows' on 8 ranks: at 10M ops the full-size ones cost more in fresh
-    pages than in arithmetic). None where some rank's ids do not increase, or the ranks span 2**62
-    or more (the caller then takes the two functions)."""
+    start) instead of a sort by (rank, cycle, start), a rank at a time: per rank with cycles, in
+    rank order, (its rows in a cycle, as positions in the arrays given, in start order; their
+    gaps). Concatenated, equal element for element to op_gaps'. Where a rank's cycles sorted by
+    start have increasing ids, a row's cycle never goes back as its start grows, so the (rank,
+    start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order, ties kept in the
+    order given by both; within a rank the group is the cycle. After the one sort each rank's
+    temporaries are made from its slice (an eighth of the rows' on 8 ranks: at 10M ops full-size
+    ones cost more in fresh pages than in arithmetic). None where some rank's ids do not
+    increase, or the ranks span 2**62 or more (the caller then takes the two functions)."""
     if not len(start) or cycles.empty:
-        return np.zeros(0, dtype="int64"), np.zeros(0, dtype="float64")
+        return iter(())
     r_lo = int(rank.min())
     if int(rank.max()) - r_lo >= 2 ** 62:           # rank - r_lo would wrap (no real trace's ranks)
         return None
@@ -485,8 +504,11 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
         return None
     order = attribution.sort_order(rank - r_lo, start)
-    rank_sorted = rank[order]
-    rows, gaps = [np.zeros(0, dtype="int64")], [np.zeros(0, dtype="float64")]
+    return _gaps_of_each_rank(order, rank[order], per_rank, start, end)
+
+
+def _gaps_of_each_rank(order: np.ndarray, rank_sorted: np.ndarray, per_rank: list[tuple], start: np.ndarray,
+                       end: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     for r, ids, lo, hi in per_rank:
         a, b = int(np.searchsorted(rank_sorted, r, side="left")), int(np.searchsorted(rank_sorted, r, side="right"))
         at = order[a:b]                                  # the rank's rows in start order
@@ -494,9 +516,7 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
         cycle = _cycle_at(s, ids, lo, hi)
         kept = np.flatnonzero(cycle >= 0)
         at = at[kept]
-        rows.append(at)
-        gaps.append(_gaps_in_group_order(cycle[kept], s[kept], end[at]))   # a rank's groups: its cycles
-    return np.concatenate(rows), np.concatenate(gaps)
+        yield at, _gaps_in_group_order(cycle[kept], s[kept], end[at])
 
 
 def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
