@@ -24,7 +24,10 @@ from analyze.atomic import atomic_write
 from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
 from analyze.processes import EXIT_TERMINATED, Terminated, single_threaded_blas, terminate_as_interrupt
 
-SUBCOMMANDS = ("scrub", "diff", "whatif", "advise")
+# the subcommands: name -> (module, its entry point)
+SUBCOMMANDS = {"scrub": ("analyze.tools.scrub", "main_scrub"), "diff": ("analyze.tools.diff.command", "main_diff"),
+               "whatif": ("analyze.tools.whatif.command", "main_whatif"),
+               "advise": ("analyze.tools.advise.command", "main_advise")}
 
 
 def default_trace() -> str:
@@ -254,12 +257,6 @@ def show_nvtx_only(path: str, args) -> None:
     if not args.quiet:
         sys.stdout.write(nvtx_only.render(ov))
         sys.stdout.flush()
-
-
-# the subcommands: name -> (module, its entry point)
-SUBCOMMANDS = {"scrub": ("analyze.tools.scrub", "main_scrub"), "diff": ("analyze.tools.diff.command", "main_diff"),
-               "whatif": ("analyze.tools.whatif.command", "main_whatif"),
-               "advise": ("analyze.tools.advise.command", "main_advise")}
 
 
 def dispatch(argv: list[str]) -> int:

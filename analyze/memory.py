@@ -101,22 +101,29 @@ def one_heap() -> None:
         pass
 
 
+# the module whose first load marks a process' start-up (modules_load_without_gc)
+STARTUP_MODULE = "pandas"
+
+
 @contextlib.contextmanager
 def modules_load_without_gc() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the analysis' modules load, the objects they
-    made then frozen (``gc.freeze``: never scanned again by later collections). Importing pandas
-    creates some hundred thousand container objects and almost no garbage; the collections they
-    trigger scan them again and again (generation 0 every 700 allocations, generation 2 once):
-    ``import pandas`` took 0.12 s less wall time without them (docs/performance.md, twenty-third
-    round). Nothing is frozen when no module loaded (a second analysis in one process: the test
-    suite's). The collector is left as it was found: one the user turned off stays off."""
+    """Python's cyclic garbage collector paused while the analysis' modules load. Importing pandas
+    creates about 100k container objects and almost no garbage; the collections they trigger scan
+    them again and again (generation 0 every 700 allocations, generation 2 once): the import of
+    the analysis' modules took 0.12 s less wall time without them (docs/performance.md,
+    twenty-third round). When the load is the process' start-up (it brought in
+    :data:`STARTUP_MODULE`) what the heap then holds, the modules' objects, is frozen too
+    (``gc.freeze``: never scanned by later collections). Only then: a freeze pins every object
+    alive at that moment for good, garbage cycles included, and a process that ran something
+    before (a notebook, the test suite) may have some. The collector is left as it was found:
+    one the user turned off stays off."""
     was_enabled = gc.isenabled()
-    modules_before = len(sys.modules)
-    gc.disable()
+    start_up = STARTUP_MODULE not in sys.modules
     try:
+        gc.disable()
         yield
     finally:
-        if len(sys.modules) > modules_before:
+        if start_up and STARTUP_MODULE in sys.modules:
             gc.freeze()
         if was_enabled:
             gc.enable()

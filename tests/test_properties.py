@@ -327,6 +327,25 @@ def test_launch_gaps_with_ranks_far_apart_keep_each_rank_apart():
     assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
 
 
+def test_launch_gaps_with_int32_ranks_far_apart_keep_each_rank_apart():
+    """The per-op table's int32 ranks -1 and 2**31 - 1 (rank - min rank would wrap in int32): the
+    sort is by int64 codes there, so the op of rank -1, which has no cycle, stays out (found by a
+    review: it had been counted in the other rank's cycle)."""
+    import numpy as np
+    import pandas as pd
+
+    from analyze.tools.advise import model as M
+
+    ops = pd.DataFrame({"cycle_range": [0, 0, 0], "rank": np.array([-1, 2 ** 31 - 1, 2 ** 31 - 1], dtype="int32"),
+                        "start_ns": [0, 10, 20], "end_ns": [1, 12, 25],
+                        "graph_node_id": pd.array([None] * 3, dtype="Int64"), "kind": ["kernel"] * 3})
+    cycles = pd.DataFrame({"rank": np.array([2 ** 31 - 1]), "cycle": [1], "start_ns": [0], "end_ns": [100]})
+    pieces = list(M.cycle_gaps_in_start_order(*(ops[c].to_numpy() for c in ("rank", "start_ns", "end_ns")), cycles))
+    assert [(list(rows), list(gaps)) for rows, gaps in pieces] == [([1, 2], [8.0])]
+    got = M._launch_gaps(ops, cycles)
+    assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(keys=st.lists(st.integers(0, 400), max_size=80), queries=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 70)),
                                                                        max_size=120),

@@ -1,6 +1,7 @@
-"""Python's cyclic garbage collector paused while the analysis' modules load, what they made then
-frozen (memory.modules_load_without_gc; the CLI loads pandas inside it). What a fresh process does is
-checked in a fresh interpreter; what a second load in one process does, in this one."""
+"""Python's cyclic garbage collector paused while the analysis' modules load, the heap frozen when
+that load is the process' start-up (memory.modules_load_without_gc; the CLI loads pandas inside it).
+What a fresh process does is checked in a fresh interpreter; what a second load in one process
+does, in this one."""
 from __future__ import annotations
 
 import gc
@@ -25,8 +26,9 @@ def _probe(code: str, cwd: Path = ROOT) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-# a module of 5000 lists, loaded inside the context: the collector's state inside and after, the
-# objects frozen
+# a module of 5000 lists loaded inside the context, with pandas (the process' start-up) or without:
+# the collector's state inside and after, whether the lists were frozen (frozen objects are not
+# among gc.get_objects())
 LOAD_PROBE = """
 import gc, json, sys
 from analyze import memory
@@ -34,29 +36,42 @@ frozen_before = gc.get_freeze_count()
 with memory.modules_load_without_gc():
     enabled_inside = gc.isenabled()
     import five_thousand_lists
-print(json.dumps({"enabled_inside": enabled_inside, "enabled_after": gc.isenabled(),
+    {startup}
+print(json.dumps({{"enabled_inside": enabled_inside, "enabled_after": gc.isenabled(),
                   "frozen_before": frozen_before, "frozen_after": gc.get_freeze_count(),
-                  "lists_frozen": gc.is_tracked(five_thousand_lists.LISTS[0])}))
+                  "lists_frozen": not any(o is five_thousand_lists.LISTS[0] for o in gc.get_objects())}}))
 """
 
 
-def test_a_module_loads_without_collections_and_what_it_made_is_frozen(tmp_path):
+@pytest.mark.parametrize("startup", [True, False])
+def test_modules_load_without_collections_and_a_start_up_is_frozen(tmp_path, startup):
     (tmp_path / "five_thousand_lists.py").write_text("LISTS = [[i] for i in range(5000)]\n")
-    seen = _probe(f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + LOAD_PROBE, cwd=tmp_path)
+    code = LOAD_PROBE.format(startup="import pandas" if startup else "pass")
+    seen = _probe(f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n" + code, cwd=tmp_path)
     assert seen["enabled_inside"] is False and seen["enabled_after"] is True
     assert seen["frozen_before"] == 0
-    assert seen["frozen_after"] >= 5000 + 1          # the lists and the list holding them, at least
-    assert seen["lists_frozen"] is True              # frozen objects stay tracked, never scanned
+    assert seen["lists_frozen"] is startup
+    assert (seen["frozen_after"] > 50_000) is startup           # pandas' objects too (about 100k)
 
 
-def test_nothing_is_frozen_when_no_module_loads_and_the_collector_comes_back():
+def test_a_start_up_after_other_work_freezes_nothing_it_made():
+    """This process loaded pandas long ago: a second load (the CLI run again in one process) pauses
+    the collector but freezes nothing, so no garbage left by earlier work is pinned."""
+    import pandas  # noqa: F401  (the earlier work)
+
+    assert memory.STARTUP_MODULE in sys.modules
+    frozen = gc.get_freeze_count()
+    with memory.modules_load_without_gc():
+        import fractions  # noqa: F401  (loaded or not: no start-up either way)
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_the_collector_comes_back_after_an_error_and_nothing_is_frozen_without_a_load():
     frozen = gc.get_freeze_count()
     assert gc.isenabled()
     with memory.modules_load_without_gc():
         assert not gc.isenabled()
-        garbage = [[i] for i in range(100)]
     assert gc.isenabled() and gc.get_freeze_count() == frozen
-    del garbage
     with pytest.raises(ZeroDivisionError):
         with memory.modules_load_without_gc():
             1 / 0

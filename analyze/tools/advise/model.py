@@ -443,6 +443,8 @@ def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
         return {}
     inside = np.flatnonzero(ops["cycle_range"].to_numpy() >= 0)     # arrays, not a copy of the op frame
     rank = ops["rank"].to_numpy()[inside]                          # its own integer type (int32)
+    if rank.dtype.kind not in "iu":
+        rank = rank.astype("int64")
     start = ops["start_ns"].to_numpy(dtype="int64")[inside]
     end = ops["end_ns"].to_numpy(dtype="int64")
     pieces = cycle_gaps_in_start_order(rank, start, end[inside], cycles)
@@ -494,16 +496,21 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     order given by both; within a rank the group is the cycle. After the one sort each rank's
     temporaries are made from its slice (an eighth of the rows' on 8 ranks: at 10M ops full-size
     ones cost more in fresh pages than in arithmetic). None where some rank's ids do not
-    increase, or the ranks span 2**62 or more (the caller then takes the two functions)."""
+    increase, or the ranks span 2**62 or more (the caller then takes the two functions). The
+    ranks are integers of any width (the per-op table's are int32)."""
     if not len(start) or cycles.empty:
         return iter(())
     r_lo = int(rank.min())
-    if int(rank.max()) - r_lo >= 2 ** 62:           # rank - r_lo would wrap (no real trace's ranks)
+    span = int(rank.max()) - r_lo
+    if span >= 2 ** 62:                             # rank - r_lo would wrap (no real trace's ranks)
         return None
     per_rank = _rank_windows(cycles)                     # as cycle_of_arrays sorts them
     if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
         return None
-    order = attribution.sort_order(rank - r_lo, start)
+    # in the ranks' own integer type (int32) where the span fits it, else in int64
+    code = rank - r_lo if span <= np.iinfo(rank.dtype).max else rank.astype("int64") - r_lo
+    order = attribution.sort_order(code, start)
+    del code
     return _gaps_of_each_rank(order, rank[order], per_rank, start, end)
 
 
