@@ -1,6 +1,7 @@
 """Benchmark: analyze-trace against nsys 2025.3's own stats reports and the bare reads, one file at a time.
 
-    python -m bench.run [--sizes 1e6,1e7] [--files synth,real,sglang] [--nsys-scripts DIR] [--repeat 3]
+    python -m bench.run [--sizes 1e6,1e7] [--files synth,real,sglang] [--real-sizes 1e6] [--sglang-sizes 1e6,1e7]
+                        [--nsys-scripts DIR] [--repeat 3]
 
 Files (kept in --data, made once): ``synth``: fixtures/synth.py's scale mode (8 ranks in one
 report, CUDA graph node traces, NVTX/runtime rows in its proportions, activity tables in start
@@ -524,6 +525,15 @@ def write_outputs(results: dict, readme: bool = True) -> str:
     return md
 
 
+def kind_sizes(a) -> dict[str, list[int]]:
+    """Kernels per file of each kind, ascending: ``--sizes`` (synthetic), ``--real-sizes`` (the real
+    eager trace), ``--sglang-sizes`` (the SGLang trace; ``--real-sizes`` when not given)."""
+    def parse(text: str) -> list[int]:
+        return sorted(int(float(x)) for x in text.split(",") if x.strip())
+    real = parse(a.real_sizes)
+    return {"synth": parse(a.sizes), "real": real, "sglang": parse(a.sglang_sizes) if a.sglang_sizes else real}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1e6,1e7", help="kernels per file, comma separated (default 1e6,1e7)")
@@ -532,6 +542,8 @@ def main(argv=None) -> int:
     ap.add_argument("--real-sizes", default="1e6",
                     help="kernels of the tiled real traces (default 1e6: 4M runtime calls for real, 0.8M for "
                          "sglang; 1e7 makes 40M, 3.4 GB)")
+    ap.add_argument("--sglang-sizes", help="kernels of the tiled SGLang traces (default: --real-sizes; 1e7 makes "
+                    "8.0M calls, 1.2 GiB)")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--data", default=str(ROOT / ".work" / "bench"), help="where generated exports are kept")
     ap.add_argument("--nsys-scripts", metavar="DIR", help="nsys 2025.x stats scripts (else $SPECPROF_NSYS_SCRIPTS)")
@@ -546,10 +558,13 @@ def main(argv=None) -> int:
     if a.replot:
         print(write_outputs(json.loads((HERE / "results.json").read_text()), readme=not a.no_readme))
         return 0
+    kinds = [k.strip() for k in a.files.split(",") if k.strip()]
+    sizes_of = kind_sizes(a)
+    unknown = [k for k in kinds if k not in sizes_of]
+    if unknown:
+        raise SystemExit(f"unknown --files kind {unknown[0]!r} (synth, real, sglang)")
     data = Path(a.data)
     data.mkdir(parents=True, exist_ok=True)
-    sizes = [int(float(s)) for s in a.sizes.split(",")]
-    kinds = [k.strip() for k in a.files.split(",") if k.strip()]
     scripts = nsys_scripts_dir(a.nsys_scripts)
     backends = ["adbc"] + (["connectorx"] if have_module("connectorx") else []) + ["pages"]
     nsys22 = NSYS and (nsys_binary_version() or "").startswith("2022") and not a.no_nsys22
@@ -562,17 +577,11 @@ def main(argv=None) -> int:
                                                            if scripts is not None else []))
     print(describe_machine(results["machine"]), flush=True)
     stopped: set = set()
-    real_sizes = [int(float(x)) for x in a.real_sizes.split(",")]
     files = []
     for kind in kinds:
-        for n in sorted(sizes if kind == "synth" else real_sizes):
+        for n in sizes_of[kind]:
             print(f"{kind}: {n:,} kernels", flush=True)
-            if kind == "synth":
-                f = synth_file(n, a.ranks, data, "2025.3")
-            elif kind in ("real", "sglang"):
-                f = real_file(n, data, kind)
-            else:
-                raise SystemExit(f"unknown --files kind {kind!r}")
+            f = synth_file(n, a.ranks, data, "2025.3") if kind == "synth" else real_file(n, data, kind)
             # nsys 2022.4 (minutes to hours) goes last, after every other command on every file
             results["rows"].append(run_file(kind, n, f, a, scripts, backends, None, stopped, only,
                                             skip={"nsys22_proj"}))

@@ -2,6 +2,7 @@
 its bare reads fetch the very rows analyze-trace reads. The end-to-end run is marked slow."""
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sqlite3
@@ -196,3 +197,18 @@ def test_python_is_byte_compiled_beforehand_even_where_bytecode_is_not_written(t
                          capture_output=True, text=True, check=True).stdout.split()
     assert len(out) == 2 and all(Path(c).is_file() and Path(c).is_relative_to(pkg) for c in out)
     assert all(p.is_dir() for p in run.own_packages())
+
+
+def test_sizes_per_file_kind(tmp_path):
+    """--sizes for the synthetic files, --real-sizes for the real eager trace, --sglang-sizes for the
+    SGLang trace (--real-sizes when not given), each ascending; an unknown --files kind stops the
+    run before any file is made."""
+    ap_defaults = ["--no-readme", "--no-nsys22"]
+    a = argparse.Namespace(sizes="1e7,1e6", real_sizes="1e6", sglang_sizes="1e7,1e6")
+    assert run.kind_sizes(a) == {"synth": [1_000_000, 10_000_000], "real": [1_000_000],
+                                 "sglang": [1_000_000, 10_000_000]}
+    a.sglang_sizes = None
+    assert run.kind_sizes(a)["sglang"] == [1_000_000]
+    with pytest.raises(SystemExit, match="unknown --files kind 'eager'"):
+        run.main(["--files", "synth,eager", "--data", str(tmp_path / "data"), *ap_defaults])
+    assert not (tmp_path / "data").exists()
