@@ -363,3 +363,73 @@ def test_launch_gaps_work_a_rank_at_a_time():
     assert len(keep) < n                               # ops between the windows are left out
     np.testing.assert_array_equal(rows, keep)          # already in (rank, start) order here
     np.testing.assert_array_equal(gaps, M.op_gaps(rank[keep].astype("int64"), cycle[keep], start[keep], end[keep]))
+
+
+def _calls_and_ops(rng, n_pids: int, calls_per_pid: int, id_stride: int, id_base_step: int, ops_per_call: float = 3):
+    """Calls of ``n_pids`` processes whose correlation ids hold one id in ``id_stride`` (a real SGLang
+    server's runtime calls: about one in 7.5), each process' ids from its own base, a few repeated;
+    ops that launch from most ids, some from none, some of a process without calls."""
+    pids = (np.arange(n_pids, dtype="int64") + 7) << 24
+    c_pid = np.repeat(pids, calls_per_pid)
+    base = np.repeat(np.arange(n_pids, dtype="int64") * id_base_step + 1, calls_per_pid)
+    c_corr = base + np.tile(np.arange(calls_per_pid, dtype="int64") * id_stride, n_pids)
+    c_corr[::97] = c_corr[1::97][:len(c_corr[::97])]          # repeated ids: the first call wins
+    shuffle = rng.permutation(len(c_pid))                       # rows not grouped by process
+    c_pid, c_corr = c_pid[shuffle], c_corr[shuffle]
+    n = len(c_pid)
+    calls = pd.DataFrame({"global_tid": c_pid + 1, "global_pid": c_pid, "correlation_id": c_corr,
+                          "start_ns": np.arange(n) * 10, "end_ns": np.arange(n) * 10 + 5})
+    ranges = pd.DataFrame({c: np.zeros(0, dtype="int64") for c in ("global_tid", "start_ns", "end_ns")})
+    o_pick = rng.integers(0, n, int(ops_per_call * n))
+    o_pid = np.concatenate([c_pid[o_pick], np.full(50, 3 << 24)])
+    o_corr = np.concatenate([c_corr[o_pick] + rng.choice([0, 0, 0, 1, -1, 10**9], len(o_pick)), np.arange(50)])
+    return calls, projection.build_call_index(calls, ranges), o_pid, o_corr
+
+
+def test_direct_tables_per_process_link_like_the_join_whole_and_in_chunks():
+    """The direct tables are made per process when ops are linked: each process' ids from its own
+    base (the global id range 2000x the calls, so one table over it would be refused), ops linked
+    whole, in time-like chunks (sorted by id, each reaching a part of every process' range) and in
+    random chunks: the pandas join's call for every op, -1 for ids between, past or before a
+    process' calls and for a process without calls, the first call of a repeated id."""
+    rng = np.random.default_rng(23)
+    calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=5, calls_per_pid=2000, id_stride=7,
+                                                 id_base_step=10**7)
+    keys = projection.call_keys(calls, index)
+    assert keys.by_process is not None and keys.keys is None
+    assert keys.span * len(keys.pids) > 1000 * len(calls)
+    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    assert (want >= 0).sum() > 0.4 * len(want) and (want < 0).sum() > 0.3 * len(want)
+    np.testing.assert_array_equal(projection.link_with_keys(o_pid, o_corr, keys), want)
+    by_id = np.argsort(o_corr % 10**7, kind="stable")          # time-like: every process, a part of its ids
+    for order in (by_id, rng.permutation(len(o_pid))):
+        for part in np.array_split(order, 7):
+            np.testing.assert_array_equal(projection.link_with_keys(o_pid[part], o_corr[part], keys), want[part])
+
+
+def test_linking_holds_one_process_table_at_a_time():
+    """8 processes whose calls hold one correlation id in 8, 1.25 ops a call (the real SGLang file
+    at 10M: 7.5 ids a call, 8.0M calls, 10M ops): the NumPy memory (tracemalloc, bytes a call) the
+    keys hold once made is 8 (the ids and positions, int32; 32 with one table over every process'
+    id range), and the peak of making them and linking every op stays below 40 (44 and 50 with that
+    table); the links those of the pandas join."""
+    import tracemalloc
+
+    rng = np.random.default_rng(29)
+    calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=8, calls_per_pid=50_000, id_stride=8,
+                                                 id_base_step=0, ops_per_call=1.25)
+    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    n = len(calls)
+    tracemalloc.start()
+    try:
+        keys = projection.call_keys(calls, index)
+        held, keys_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        got = projection.link_with_keys(o_pid, o_corr, keys)
+        link_peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert keys.by_process is not None
+    assert held < 9 * n
+    assert max(keys_peak, link_peak) < 40 * n
+    np.testing.assert_array_equal(got, want)

@@ -493,14 +493,6 @@ def _position_dtype(n: int):
     return np.int32 if n < np.iinfo(np.int32).max else np.int64
 
 
-def _gather_blocks(table: np.ndarray, blocks, n: int) -> np.ndarray:
-    """``table[key]`` for every (slice, key) block: one output array, no full-size key array."""
-    out = np.empty(n, dtype=table.dtype)
-    for part, key in blocks:
-        out[part] = table[key]
-    return out
-
-
 def _lookup_blocks(keys: pd.Index, pos: np.ndarray, blocks, n: int) -> np.ndarray:
     """``pos`` of each block key's position in ``keys``, -1 where it is not there."""
     out = np.empty(n, dtype=pos.dtype)
@@ -510,19 +502,12 @@ def _lookup_blocks(keys: pd.Index, pos: np.ndarray, blocks, n: int) -> np.ndarra
     return out
 
 
-# a direct (process, correlation id) -> call table is used when it has at most this many slots per
-# call (plus a constant): nsys' correlation ids count up per process, so the table is dense (and
-# when only the launching calls are prepared, run/launches.py, a fraction of the ids are calls)
+# direct (correlation id) -> call tables, one per process, are used when they have at most this many
+# slots per call (plus a constant): nsys' correlation ids count up per process, so the tables are
+# dense (a real SGLang server's runtime calls hold about one id in 7.5; and when only the launching
+# calls are prepared, run/launches.py, a fraction of the ids are calls)
 DIRECT_TABLE_FACTOR = 16
 DIRECT_TABLE_MIN = 1 << 20
-
-
-def _direct_table(c_key: np.ndarray, sorted_pos: np.ndarray, size: int) -> np.ndarray:
-    """key -> sorted position of the first call with that key, -1 none (the last slot: no key);
-    int32 while the positions fit (half the bytes of a table as big as the id range)."""
-    table = np.full(size + 1, -1, dtype=_position_dtype(len(sorted_pos)))
-    table[c_key[::-1]] = sorted_pos[::-1]          # reversed: the first call of a key wins
-    return table
 
 
 def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
@@ -542,14 +527,47 @@ def _sorted_positions(index: CallIndex) -> np.ndarray:
     return sorted_pos
 
 
+class ProcessCalls(NamedTuple):
+    """The calls grouped by process (in ``pids`` order, each process' calls in the order read), for
+    :func:`link_by_process`: a direct table of one process' id range is made when its ops are
+    linked, so only one process' table (and only the range a chunk's ops reach) is alive at a time."""
+
+    bounds: np.ndarray      # calls of process k: [bounds[k], bounds[k + 1])
+    lo: np.ndarray          # per process, its smallest correlation id
+    span: np.ndarray        # per process, its id range (largest - smallest + 1)
+    rel: np.ndarray         # per call, its id - its process' smallest (int32 where every one fits)
+    pos: np.ndarray         # per call, its sorted position
+
+
 class CallKeys(NamedTuple):
-    """The calls' (process, correlation id) keys, hashed once, for linking ops chunk by chunk."""
+    """The calls' (process, correlation id) keys, made once, for linking ops chunk by chunk."""
 
     pids: pd.Index          # distinct processes of the calls
     corr_lo: int
     span: int               # correlation id range of the calls
-    keys: pd.Index | None   # distinct call keys (None: ``pos`` is a direct table by key)
-    pos: np.ndarray         # sorted position of the first call of each key
+    keys: pd.Index | None   # distinct call keys (None: direct tables per process, ``by_process``)
+    pos: np.ndarray | None  # sorted position of the first call of each key
+    by_process: ProcessCalls | None = None
+
+
+def _code_dtype(n: int):
+    """The narrowest of int16/int32/int64 holding codes -1..n-1 (NumPy's stable sort of int16 is a
+    radix sort)."""
+    for dtype in (np.int16, np.int32):
+        if n <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int64)
+
+
+def _process_calls(bounds: np.ndarray, corr: np.ndarray, pos: np.ndarray) -> ProcessCalls:
+    """:class:`ProcessCalls` from the calls' ids and positions in process order (``corr`` is made
+    relative in place)."""
+    starts = bounds[:-1]
+    lo = np.minimum.reduceat(corr, starts)
+    span = np.maximum.reduceat(corr, starts) - lo + 1
+    corr -= np.repeat(lo, np.diff(bounds))
+    rel = corr.astype(np.int32) if int(span.max()) <= np.iinfo(np.int32).max else corr
+    return ProcessCalls(bounds, lo, span, rel, pos)
 
 
 def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
@@ -561,25 +579,63 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
         return None
     lo, hi = int(c_corr.min()), int(c_corr.max())
     span = hi - lo + 1
-    pids = pd.Index(pd.unique(c_pid))
+    codes, uniques = pd.factorize(c_pid)
+    pids = pd.Index(uniques)
     if span * (len(pids) + 1) >= 2 ** 62:
         return None
+    # the calls in process order (a stable sort of narrow codes: a radix sort), each process' ids
+    order = np.argsort(codes.astype(_code_dtype(len(pids))), kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(pids)))]
+    del codes
     sorted_pos = _sorted_positions(index)
+    grouped = _process_calls(bounds, c_corr[order], sorted_pos[order])
+    if int(grouped.span.sum()) <= DIRECT_TABLE_FACTOR * len(c_corr) + DIRECT_TABLE_MIN:
+        # correlation ids are dense per process: a direct table per process when ops are linked
+        return CallKeys(pids, lo, span, None, None, grouped)
+    del grouped, order
     c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
-    if span * len(pids) <= DIRECT_TABLE_FACTOR * len(c_key) + DIRECT_TABLE_MIN:
-        # correlation ids are dense per process: a direct table, one gather per op, keys None
-        return CallKeys(pids, lo, span, None, _direct_table(c_key, sorted_pos, span * len(pids)))
     uk, first = np.unique(c_key, return_index=True)       # first call of every key
     return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
 
 
 def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
     """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
-    if keys.keys is None:                                   # direct table
-        blocks = masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, len(keys.pos) - 1)
-        return _gather_blocks(keys.pos, blocks, len(pid))
+    if keys.by_process is not None:
+        return link_by_process(pid, corr, keys.pids, keys.by_process)
     return _lookup_blocks(keys.keys, keys.pos, masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, -1),
                           len(pid))
+
+
+def link_by_process(pid: np.ndarray, corr: np.ndarray, pids: pd.Index, calls: ProcessCalls) -> np.ndarray:
+    """Per op, the sorted position of the first call of its process with its correlation id, -1
+    none: the ops grouped by process (a radix sort of their process codes), then per process one
+    direct table over the id range its ops reach, filled from its calls in that range."""
+    n_pids = len(pids)
+    out = np.full(len(pid), -1, dtype=calls.pos.dtype)
+    codes = np.empty(len(pid), dtype=_code_dtype(n_pids))
+    for a in range(0, len(pid), KEY_BLOCK_ROWS):
+        codes[a:a + KEY_BLOCK_ROWS] = pids.get_indexer(pid[a:a + KEY_BLOCK_ROWS])
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1))   # process k: [bounds[k+1], bounds[k+2])
+    del codes
+    for k in range(n_pids):
+        ops = order[bounds[k + 1]:bounds[k + 2]]
+        if not len(ops):
+            continue
+        rel = corr[ops] - calls.lo[k]
+        lo, hi = max(int(rel.min()), 0), min(int(rel.max()), int(calls.span[k]) - 1)
+        if lo > hi:                                        # every id outside the process' calls
+            continue
+        c_rel, c_pos = calls.rel[calls.bounds[k]:calls.bounds[k + 1]], calls.pos[calls.bounds[k]:calls.bounds[k + 1]]
+        if lo > 0 or hi < calls.span[k] - 1:               # a chunk's ops: the calls of their range
+            reach = (c_rel >= lo) & (c_rel <= hi)
+            c_rel, c_pos = c_rel[reach], c_pos[reach]
+        table = np.full(hi - lo + 2, -1, dtype=out.dtype)  # the last slot: an id out of the range
+        table[c_rel[::-1] - lo] = c_pos[::-1]              # reversed: the first call of an id wins
+        rel -= lo
+        np.putmask(rel, (rel < 0) | (rel > hi - lo), hi - lo + 1)
+        out[ops] = table[rel]
+    return out
 
 
 class CallSpans(NamedTuple):
