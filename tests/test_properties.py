@@ -421,8 +421,19 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
         ranks_of_pieces = [int(rank[p[0][0]]) for p in pieces if len(p[0])]
         assert ranks_of_pieces == sorted(set(ranks_of_pieces))     # one piece a rank, ascending
 
-    # the summary _launch_gaps returns, against the same computed from the reference arrays
+    # only the rows ``keep`` marks (those inside a cycle's range): as the arrays gathered first
     inside = frame["cycle_range"].to_numpy() >= 0
+    found_kept = M.cycle_gaps_in_start_order(rank.astype("int32"), start, end, cyc, keep=inside)
+    assert (found_kept is None) == (found is None)
+    if found_kept is not None:
+        pieces = list(found_kept)
+        rows = np.concatenate([np.zeros(0, dtype="int64")] + [p[0] for p in pieces])
+        gaps = np.concatenate([np.zeros(0)] + [p[1] for p in pieces])
+        assert np.array_equal(np.sort(rows), np.flatnonzero(keep & inside))
+        k = keep & inside
+        np.testing.assert_array_equal(gaps, M.op_gaps(rank[k], cycle[k], start[k], end[k]))
+
+    # the summary _launch_gaps returns, against the same computed from the reference arrays
     ref_cycle = M.cycle_of_arrays(rank[inside], start[inside], cyc)
     at = np.flatnonzero(inside)[ref_cycle >= 0]
     got = M._launch_gaps(frame, cyc)

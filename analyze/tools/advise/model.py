@@ -441,25 +441,26 @@ def launch_gaps(ctx: Context) -> dict:
 def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
     if ops is None or ops.empty or "cycle_range" not in ops.columns:
         return {}
-    inside = np.flatnonzero(ops["cycle_range"].to_numpy() >= 0)     # arrays, not a copy of the op frame
-    rank = ops["rank"].to_numpy()[inside]                          # its own integer type (int32)
+    inside = ops["cycle_range"].to_numpy() >= 0
+    rank = ops["rank"].to_numpy()                                  # its own integer type (int32)
     if rank.dtype.kind not in "iu":
         rank = rank.astype("int64")
-    start = ops["start_ns"].to_numpy(dtype="int64")[inside]
+    start = ops["start_ns"].to_numpy(dtype="int64")                # the columns, not copies of them
     end = ops["end_ns"].to_numpy(dtype="int64")
-    pieces = cycle_gaps_in_start_order(rank, start, end[inside], cycles)
+    pieces = cycle_gaps_in_start_order(rank, start, end, cycles, keep=inside)
     if pieces is None:                        # cycle ids not in start order on some rank: sort by cycle
-        rank = rank.astype("int64")
+        at = np.flatnonzero(inside)
+        rank, start = rank[at].astype("int64"), start[at]
         cycle = cycle_of_arrays(rank, start, cycles)
         keep = np.flatnonzero(cycle >= 0)
-        pieces = [(keep, op_gaps(rank[keep], cycle[keep], start[keep], end[inside[keep]]))]
-    del rank, start, end
+        pieces = [(at[keep], op_gaps(rank[keep], cycle[keep], start[keep], end[at[keep]]))]
+    del rank, start, end, inside
     graph = _graph_marks(ops)
     n_rows = graph_ops = n_big = 0
     big_ns, gap_parts = 0.0, []
     for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps but the median's
         n_rows += len(rows)
-        graph_ops += int(graph[inside[rows]].sum()) if graph is not None else 0
+        graph_ops += int(graph[rows].sum()) if graph is not None else 0
         big = gaps[gaps > LAUNCH_GAP_NS]
         n_big, big_ns = n_big + len(big), big_ns + float(big.sum())    # whole ns: exact in float64
         gap_parts.append(gaps)
@@ -485,8 +486,8 @@ def _graph_marks(ops: pd.DataFrame) -> np.ndarray | None:
     return marks
 
 
-def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray,
-                              cycles: pd.DataFrame) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
+def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray, cycles: pd.DataFrame,
+                              keep: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
     """:func:`cycle_of_arrays`, then :func:`op_gaps` of the rows in a cycle, with one sort by (rank,
     start) instead of a sort by (rank, cycle, start), a rank at a time: per rank with cycles, in
     rank order, (its rows in a cycle, as positions in the arrays given, in start order; their
@@ -495,9 +496,10 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order, ties kept in the
     order given by both; within a rank the group is the cycle. After the one sort each rank's
     temporaries are made from its slice (an eighth of the rows' on 8 ranks: at 10M ops full-size
-    ones cost more in fresh pages than in arithmetic). None where some rank's ids do not
-    increase, or the ranks span 2**62 or more (the caller then takes the two functions). The
-    ranks are integers of any width (the per-op table's are int32)."""
+    ones cost more in fresh pages than in arithmetic). ``keep``: where given, only the rows it
+    marks count (the others sort after every rank's, so the arrays need not be gathered first).
+    None where some rank's ids do not increase, or the ranks span 2**62 or more (the caller then
+    takes the two functions). The ranks are integers of any width (the per-op table's are int32)."""
     if not len(start) or cycles.empty:
         return iter(())
     r_lo = int(rank.min())
@@ -507,17 +509,21 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     per_rank = _rank_windows(cycles)                     # as cycle_of_arrays sorts them
     if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
         return None
-    # in the ranks' own integer type (int32) where the span fits it, else in int64
-    code = rank - r_lo if span <= np.iinfo(rank.dtype).max else rank.astype("int64") - r_lo
+    # in the ranks' own integer type (int32) where the span and one code past it fit, else in int64
+    code = rank - r_lo if span < np.iinfo(rank.dtype).max else rank.astype("int64") - r_lo
+    if keep is not None:
+        np.copyto(code, span + 1, where=~keep)          # rows left out: after every rank
     order = attribution.sort_order(code, start)
-    del code
-    return _gaps_of_each_rank(order, rank[order], per_rank, start, end)
+    # the ranks with rows (a code past the span would be the left-out rows')
+    with_rows = [(r - r_lo, *w) for r, *w in per_rank if 0 <= r - r_lo <= span]
+    return _gaps_of_each_rank(order, code[order], with_rows, start, end)
 
 
-def _gaps_of_each_rank(order: np.ndarray, rank_sorted: np.ndarray, per_rank: list[tuple], start: np.ndarray,
+def _gaps_of_each_rank(order: np.ndarray, code_sorted: np.ndarray, per_rank: list[tuple], start: np.ndarray,
                        end: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    for r, ids, lo, hi in per_rank:
-        a, b = int(np.searchsorted(rank_sorted, r, side="left")), int(np.searchsorted(rank_sorted, r, side="right"))
+    for code, ids, lo, hi in per_rank:
+        code = np.int64(code)                            # compared with the codes' type, whatever it is
+        a, b = int(np.searchsorted(code_sorted, code, side="left")), int(np.searchsorted(code_sorted, code, side="right"))
         at = order[a:b]                                  # the rank's rows in start order
         s = start[at]
         cycle = _cycle_at(s, ids, lo, hi)
