@@ -433,3 +433,27 @@ def test_linking_holds_one_process_table_at_a_time():
     assert held < 9 * n
     assert max(keys_peak, link_peak) < 40 * n
     np.testing.assert_array_equal(got, want)
+
+
+def test_linking_calls_not_in_id_order_and_small_chunks():
+    """Calls whose ids do not ascend within a process (threads interleaved) are put in id order
+    once (stably: a repeated id's first call read stays the one linked), so a chunk's calls are a
+    slice: ops linked one at a time and in chunks of 3 equal the pandas join."""
+    rng = np.random.default_rng(31)
+    calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=3, calls_per_pid=400, id_stride=3,
+                                                 id_base_step=5000, ops_per_call=0.5)
+    keys = projection.call_keys(calls, index)
+    by = keys.by_process
+    assert by is not None
+    for k in range(3):
+        ids = by.rel[by.bounds[k]:by.bounds[k + 1]]
+        assert (np.diff(ids) >= 0).all()
+    # the input's rows were shuffled: ids not in order within a process before the sort
+    c_pid, c_corr = calls["global_pid"].to_numpy(), calls["correlation_id"].to_numpy()
+    assert (np.diff(c_corr[c_pid == c_pid[0]]) < 0).any()
+    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    order = np.argsort(o_corr, kind="stable")
+    for size in (1, 3):
+        got = np.concatenate([projection.link_with_keys(o_pid[p], o_corr[p], keys)
+                              for p in np.array_split(order, -(-len(order) // size))])
+        np.testing.assert_array_equal(got, want[order])

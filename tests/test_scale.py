@@ -320,7 +320,7 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
 
 
 def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
-    """Ops are linked to calls by a direct (process, correlation id) table when ids are dense and by a
+    """Ops are linked to calls by direct correlation id tables per process when ids are dense and by a
     hash lookup when they are not (and chunk by chunk through call_keys): the same call for every op,
     -1 for ops whose id or process has no call, the first call when an id repeats."""
     from analyze.project import projection

@@ -528,25 +528,28 @@ def _sorted_positions(index: CallIndex) -> np.ndarray:
 
 
 class ProcessCalls(NamedTuple):
-    """The calls grouped by process (in ``pids`` order, each process' calls in the order read), for
-    :func:`link_by_process`: a direct table of one process' id range is made when its ops are
-    linked, so only one process' table (and only the range a chunk's ops reach) is alive at a time."""
+    """The calls grouped by process (in ``pids`` order), each process' calls in id order (ties in
+    the order read), for :func:`link_by_process`: a direct table of one process' ids is made when
+    its ops are linked, so only one process' table (and only the range a chunk's ops reach: a
+    slice of its calls) is alive at a time."""
 
     bounds: np.ndarray      # calls of process k: [bounds[k], bounds[k + 1])
     lo: np.ndarray          # per process, its smallest correlation id
     span: np.ndarray        # per process, its id range (largest - smallest + 1)
-    rel: np.ndarray         # per call, its id - its process' smallest (int32 where every one fits)
+    rel: np.ndarray         # per call, its id - its process' smallest (int32 when every process' fit)
     pos: np.ndarray         # per call, its sorted position
 
 
 class CallKeys(NamedTuple):
-    """The calls' (process, correlation id) keys, made once, for linking ops chunk by chunk."""
+    """The calls' (process, correlation id) keys, made once, for linking ops chunk by chunk: direct
+    tables per process (``by_process``) or, where the ids are sparse, hashed keys (``keys``,
+    ``pos``; ``corr_lo`` and ``span`` make an op's key)."""
 
     pids: pd.Index          # distinct processes of the calls
     corr_lo: int
     span: int               # correlation id range of the calls
-    keys: pd.Index | None   # distinct call keys (None: direct tables per process, ``by_process``)
-    pos: np.ndarray | None  # sorted position of the first call of each key
+    keys: pd.Index | None   # distinct call keys (None: direct tables per process)
+    pos: np.ndarray | None  # sorted position of the first call of each key (None: direct tables)
     by_process: ProcessCalls | None = None
 
 
@@ -559,14 +562,19 @@ def _code_dtype(n: int):
     return np.dtype(np.int64)
 
 
-def _process_calls(bounds: np.ndarray, corr: np.ndarray, pos: np.ndarray) -> ProcessCalls:
+def _process_calls(bounds: np.ndarray, lo: np.ndarray, span: np.ndarray, corr: np.ndarray,
+                   pos: np.ndarray) -> ProcessCalls:
     """:class:`ProcessCalls` from the calls' ids and positions in process order (``corr`` is made
-    relative in place)."""
-    starts = bounds[:-1]
-    lo = np.minimum.reduceat(corr, starts)
-    span = np.maximum.reduceat(corr, starts) - lo + 1
+    relative in place); a process whose ids do not already ascend is sorted by id (stably: the
+    first call of an id stays first)."""
     corr -= np.repeat(lo, np.diff(bounds))
     rel = corr.astype(np.int32) if int(span.max()) <= np.iinfo(np.int32).max else corr
+    down = np.flatnonzero(rel[1:] < rel[:-1]) + 1           # a call with a smaller id than the one before
+    for k in np.unique(np.searchsorted(bounds, down, side="right") - 1).tolist():
+        a, b = int(bounds[k]), int(bounds[k + 1])
+        if a < b - 1 and (rel[a + 1:b] < rel[a:b - 1]).any():   # not just the step from process k-1
+            by_id = np.argsort(rel[a:b], kind="stable")
+            rel[a:b], pos[a:b] = rel[a:b][by_id], pos[a:b][by_id]
     return ProcessCalls(bounds, lo, span, rel, pos)
 
 
@@ -585,17 +593,21 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
         return None
     # the calls in process order (a stable sort of narrow codes: a radix sort), each process' ids
     order = np.argsort(codes.astype(_code_dtype(len(pids))), kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(pids)))]
+    counts = np.bincount(codes, minlength=len(pids))
     del codes
-    sorted_pos = _sorted_positions(index)
-    grouped = _process_calls(bounds, c_corr[order], sorted_pos[order])
-    if int(grouped.span.sum()) <= DIRECT_TABLE_FACTOR * len(c_corr) + DIRECT_TABLE_MIN:
+    bounds = np.r_[0, np.cumsum(counts)]
+    corr, pos = c_corr[order], _sorted_positions(index)[order]
+    del order
+    p_lo = np.minimum.reduceat(corr, bounds[:-1])
+    p_span = np.maximum.reduceat(corr, bounds[:-1]) - p_lo + 1
+    if int(p_span.sum()) <= DIRECT_TABLE_FACTOR * len(corr) + DIRECT_TABLE_MIN:
         # correlation ids are dense per process: a direct table per process when ops are linked
-        return CallKeys(pids, lo, span, None, None, grouped)
-    del grouped, order
-    c_key = pids.get_indexer(c_pid).astype("int64") * span + (c_corr - lo)
-    uk, first = np.unique(c_key, return_index=True)       # first call of every key
-    return CallKeys(pids, lo, span, pd.Index(uk), sorted_pos[first])
+        return CallKeys(pids, lo, span, None, None, _process_calls(bounds, p_lo, p_span, corr, pos))
+    # sparse ids: hashed keys; the calls' order within a process kept, so the first of a key is the
+    # first call read with it (np.unique's index sort is stable)
+    c_key = np.repeat(np.arange(len(pids), dtype="int64"), counts) * span + (corr - lo)
+    uk, first = np.unique(c_key, return_index=True)
+    return CallKeys(pids, lo, span, pd.Index(uk), pos[first])
 
 
 def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
@@ -608,15 +620,17 @@ def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndar
 
 def link_by_process(pid: np.ndarray, corr: np.ndarray, pids: pd.Index, calls: ProcessCalls) -> np.ndarray:
     """Per op, the sorted position of the first call of its process with its correlation id, -1
-    none: the ops grouped by process (a radix sort of their process codes), then per process one
-    direct table over the id range its ops reach, filled from its calls in that range."""
+    none: the ops grouped by process (a stable sort of their process codes: a radix sort up to
+    32,767 processes), then per process one direct table over the id range its ops reach, filled
+    from its calls in that range (a slice: they are in id order)."""
     n_pids = len(pids)
     out = np.full(len(pid), -1, dtype=calls.pos.dtype)
     codes = np.empty(len(pid), dtype=_code_dtype(n_pids))
     for a in range(0, len(pid), KEY_BLOCK_ROWS):
         codes[a:a + KEY_BLOCK_ROWS] = pids.get_indexer(pid[a:a + KEY_BLOCK_ROWS])
     order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1))   # process k: [bounds[k+1], bounds[k+2])
+    # process k's ops: order[bounds[k + 1]:bounds[k + 2]] (needles of the codes' type: no wide copy)
+    bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1, dtype=codes.dtype))
     del codes
     for k in range(n_pids):
         ops = order[bounds[k + 1]:bounds[k + 2]]
@@ -626,12 +640,10 @@ def link_by_process(pid: np.ndarray, corr: np.ndarray, pids: pd.Index, calls: Pr
         lo, hi = max(int(rel.min()), 0), min(int(rel.max()), int(calls.span[k]) - 1)
         if lo > hi:                                        # every id outside the process' calls
             continue
-        c_rel, c_pos = calls.rel[calls.bounds[k]:calls.bounds[k + 1]], calls.pos[calls.bounds[k]:calls.bounds[k + 1]]
-        if lo > 0 or hi < calls.span[k] - 1:               # a chunk's ops: the calls of their range
-            reach = (c_rel >= lo) & (c_rel <= hi)
-            c_rel, c_pos = c_rel[reach], c_pos[reach]
+        c_rel = calls.rel[calls.bounds[k]:calls.bounds[k + 1]]
+        a, b = int(calls.bounds[k]) + np.searchsorted(c_rel, [lo, hi + 1])      # its calls with ids in [lo, hi]
         table = np.full(hi - lo + 2, -1, dtype=out.dtype)  # the last slot: an id out of the range
-        table[c_rel[::-1] - lo] = c_pos[::-1]              # reversed: the first call of an id wins
+        table[calls.rel[a:b][::-1] - lo] = calls.pos[a:b][::-1]   # reversed: the first call of an id wins
         rel -= lo
         np.putmask(rel, (rel < 0) | (rel > hi - lo), hi - lo + 1)
         out[ops] = table[rel]
