@@ -94,3 +94,31 @@ def test_mostly_distinct_or_short_columns_go_to_pandas(monkeypatch):
     ints = np.arange(100_000) % 7
     np.testing.assert_array_equal(codes.factorize_objects(ints)[0], real(ints)[0])
     assert seen == [ints.dtype]
+
+
+@pytest.mark.parametrize("lo,hi,want", [(0, 0, np.int8), (-1, 127, np.int8), (0, 255, np.uint8),
+                                        (-1, 255, np.int16), (-1, 32_767, np.int16), (0, 65_535, np.uint16),
+                                        (-1, 65_535, np.int32), (0, 2 ** 32 - 1, np.uint32),
+                                        (-1, 2 ** 32 - 1, np.int64), (-2 ** 40, 0, np.int64)])
+def test_code_dtype_is_the_narrowest_holding_the_bounds(lo, hi, want):
+    assert codes.code_dtype(lo, hi) == np.dtype(want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 70_000), st.integers(-3, 3), st.integers(0, 3000), st.booleans(), st.integers(0, 2 ** 31))
+def test_stable_order_equals_the_stable_argsort(n_codes, offset, n, bounds_given, seed):
+    """Equal to ``np.argsort(codes, kind="stable")`` of the int64 codes (ties in row order) across
+    every width: a few codes, 256 and 65,536 boundaries, negatives, bounds given or found."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(offset, offset + n_codes, size=n).astype(np.int64)
+    lo, hi = (offset, offset + n_codes - 1) if bounds_given else (None, None)
+    got = codes.stable_order(values, lo, hi)
+    np.testing.assert_array_equal(got, np.argsort(values, kind="stable"))
+    if n:
+        width = codes.code_dtype(int(values.min()), int(values.max())).itemsize
+        assert width <= (1 if n_codes <= 128 else 2 if n_codes <= 32_768 else 4)
+
+
+def test_stable_order_of_nothing():
+    assert codes.stable_order(np.zeros(0, dtype=np.int64)).dtype == np.intp
+    assert len(codes.stable_order(np.zeros(0, dtype=np.int64), 0, -1)) == 0

@@ -17,7 +17,7 @@ import pandas as pd
 
 from analyze.attribute import intervals
 from analyze.attribute.phases import OTHER, PhaseConfig, kernel_phase, range_phase
-from analyze.codes import factorize_objects
+from analyze.codes import factorize_objects, stable_order
 from analyze.project import projection as proj
 from analyze.project.projection import text_codes
 
@@ -205,7 +205,7 @@ def outermost_per_code(thread: np.ndarray, start: np.ndarray, end: np.ndarray, c
         return None
     order = proj.thread_start_order(thread, start, end) if order is None else order
     c_max = int(code.max())
-    by_code = order[np.argsort((code[order]).astype(np.int16 if c_max < 1 << 15 else np.int64), kind="stable")]
+    by_code = order[stable_order(code[order], 0, c_max)]
     t, c, s, e = thread[by_code], code[by_code], start[by_code], end[by_code]
     new = np.r_[True, (t[1:] != t[:-1]) | (c[1:] != c[:-1])]
     reach = intervals.segmented_running_max(e, new)       # the latest end so far in the group
@@ -325,7 +325,7 @@ def _by_code_then_start(code: np.ndarray, start: np.ndarray) -> np.ndarray | Non
     codes' runs are out of start order. numpy's stable sort of 16-bit integers is a radix sort
     (linear), which keeps the order read within a code; a run out of start order is then sorted
     stably by start, so ties keep the order read as in ``np.lexsort``."""
-    order = np.argsort(code.astype(np.int16), kind="stable")
+    order = stable_order(code, 0, RADIX_CODES - 1)
     counts = np.bincount(code)
     s = start[order]
     down = s[1:] < s[:-1]

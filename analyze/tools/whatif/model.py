@@ -30,6 +30,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from analyze.codes import stable_order
 from analyze.errors import UsageError
 from analyze.tools.sides import OUTLIER_FACTOR, Side, as_side, drop_outliers, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
@@ -174,7 +175,7 @@ def _cycle_groups(d: pd.DataFrame, limit: int | None = None) -> tuple[np.ndarray
     rows of ``d`` in that order, the groups' bounds in those rows, the cycle ids in that order)."""
     codes, order_of_first = pd.factorize(d["cycle_range"].to_numpy(dtype="int64"))
     rows = np.arange(len(codes)) if limit is None else np.flatnonzero(codes < limit)
-    rows = rows[np.argsort(codes[rows], kind="stable")]
+    rows = rows[stable_order(codes[rows], 0, len(order_of_first) - 1)]
     bounds = np.r_[0, np.flatnonzero(np.diff(codes[rows])) + 1, len(rows)].tolist()
     return rows, bounds, np.asarray(order_of_first)[:limit]
 
