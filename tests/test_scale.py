@@ -338,12 +338,12 @@ def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
     o_corr = np.concatenate([rng.integers(-5, 3_100, 20_000), np.arange(10)])
     direct = projection.link_op_arrays(o_pid, o_corr, calls, index)
     keys_direct = projection.call_keys(calls, index)
-    assert keys_direct.keys is None
+    assert isinstance(keys_direct, projection.ProcessCalls)
     monkeypatch.setattr(projection, "DIRECT_TABLE_FACTOR", 0)
     monkeypatch.setattr(projection, "DIRECT_TABLE_MIN", 0)
     hashed = projection.link_op_arrays(o_pid, o_corr, calls, index)
     keys_hashed = projection.call_keys(calls, index)
-    assert keys_hashed.keys is not None
+    assert isinstance(keys_hashed, projection.HashedCallKeys)
     merged = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
     assert (direct == merged).all() and (hashed == merged).all()
     assert (projection.link_with_keys(o_pid, o_corr, keys_direct) == merged).all()

@@ -525,11 +525,13 @@ def _sorted_positions(index: CallIndex) -> np.ndarray:
 
 
 class ProcessCalls(NamedTuple):
-    """The calls grouped by process (in ``pids`` order), each process' calls in id order (ties in
-    the order read), for :func:`link_by_process`: a direct table of one process' ids is made when
-    its ops are linked, so only one process' table (and only the range a chunk's ops reach: a
-    slice of its calls) is alive at a time."""
+    """The calls' keys where their correlation ids are dense per process: the calls grouped by
+    process (in ``pids`` order), each process' calls in id order (ties in the order read), for
+    :func:`link_by_process`: a direct table of one process' ids is made when its ops are linked, so
+    only one process' table (and only the range a chunk's ops reach: a slice of its calls) is alive
+    at a time."""
 
+    pids: pd.Index          # distinct processes of the calls
     bounds: np.ndarray      # calls of process k: [bounds[k], bounds[k + 1])
     lo: np.ndarray          # per process, its smallest correlation id
     span: np.ndarray        # per process, its id range (largest - smallest + 1)
@@ -537,20 +539,22 @@ class ProcessCalls(NamedTuple):
     pos: np.ndarray         # per call, its sorted position
 
 
-class CallKeys(NamedTuple):
-    """The calls' (process, correlation id) keys, made once, for linking ops chunk by chunk: direct
-    tables per process (``by_process``) or, where the ids are sparse, hashed keys (``keys``,
-    ``pos``; ``corr_lo`` and ``span`` make an op's key)."""
+class HashedCallKeys(NamedTuple):
+    """The calls' keys where their correlation ids are sparse: one int64 per distinct (process,
+    correlation id), process code * ``span`` + (id - ``corr_lo``), looked up by hash."""
 
     pids: pd.Index          # distinct processes of the calls
     corr_lo: int
     span: int               # correlation id range of the calls
-    keys: pd.Index | None   # distinct call keys (None: direct tables per process)
-    pos: np.ndarray | None  # sorted position of the first call of each key (None: direct tables)
-    by_process: ProcessCalls | None = None
+    keys: pd.Index          # distinct call keys
+    pos: np.ndarray         # sorted position of the first call of each key
 
 
-def _process_calls(bounds: np.ndarray, lo: np.ndarray, span: np.ndarray, corr: np.ndarray,
+# the calls' keys, made once, for linking ops chunk by chunk (:func:`call_keys`)
+CallKeys = ProcessCalls | HashedCallKeys
+
+
+def _process_calls(pids: pd.Index, bounds: np.ndarray, lo: np.ndarray, span: np.ndarray, corr: np.ndarray,
                    pos: np.ndarray) -> ProcessCalls:
     """:class:`ProcessCalls` from the calls' ids and positions in process order (``corr`` is made
     relative in place); a process whose ids do not already ascend is sorted by id (stably: the
@@ -563,7 +567,7 @@ def _process_calls(bounds: np.ndarray, lo: np.ndarray, span: np.ndarray, corr: n
         if a < b - 1 and (rel[a + 1:b] < rel[a:b - 1]).any():   # not just the step from process k-1
             by_id = np.argsort(rel[a:b], kind="stable")
             rel[a:b], pos[a:b] = rel[a:b][by_id], pos[a:b][by_id]
-    return ProcessCalls(bounds, lo, span, rel, pos)
+    return ProcessCalls(pids, bounds, lo, span, rel, pos)
 
 
 def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
@@ -590,27 +594,28 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     p_span = np.maximum.reduceat(corr, bounds[:-1]) - p_lo + 1
     if int(p_span.sum()) <= DIRECT_TABLE_FACTOR * len(corr) + DIRECT_TABLE_MIN:
         # correlation ids are dense per process: a direct table per process when ops are linked
-        return CallKeys(pids, lo, span, None, None, _process_calls(bounds, p_lo, p_span, corr, pos))
+        return _process_calls(pids, bounds, p_lo, p_span, corr, pos)
     # sparse ids: hashed keys; the calls' order within a process kept, so the first of a key is the
     # first call read with it (np.unique's index sort is stable)
     c_key = np.repeat(np.arange(len(pids), dtype="int64"), counts) * span + (corr - lo)
     uk, first = np.unique(c_key, return_index=True)
-    return CallKeys(pids, lo, span, pd.Index(uk), pos[first])
+    return HashedCallKeys(pids, lo, span, pd.Index(uk), pos[first])
 
 
 def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
     """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
-    if keys.by_process is not None:
-        return link_by_process(pid, corr, keys.pids, keys.by_process)
+    if isinstance(keys, ProcessCalls):
+        return link_by_process(pid, corr, keys)
     return _lookup_blocks(keys.keys, keys.pos, masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, -1),
                           len(pid))
 
 
-def link_by_process(pid: np.ndarray, corr: np.ndarray, pids: pd.Index, calls: ProcessCalls) -> np.ndarray:
+def link_by_process(pid: np.ndarray, corr: np.ndarray, calls: ProcessCalls) -> np.ndarray:
     """Per op, the sorted position of the first call of its process with its correlation id, -1
     none: the ops grouped by process (a stable sort of their process codes: a radix sort up to
     32,767 processes), then per process one direct table over the id range its ops reach, filled
     from its calls in that range (a slice: they are in id order)."""
+    pids = calls.pids
     n_pids = len(pids)
     out = np.full(len(pid), -1, dtype=calls.pos.dtype)
     codes = np.empty(len(pid), dtype=code_dtype(-1, n_pids - 1))
