@@ -625,10 +625,8 @@ def link_by_process(pid: np.ndarray, corr: np.ndarray, calls: ProcessCalls) -> n
     # process k's ops: order[bounds[k + 1]:bounds[k + 2]] (needles of the codes' type: no wide copy)
     bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1, dtype=codes.dtype))
     del codes
-    for k in range(n_pids):
+    for k in np.flatnonzero(bounds[2:] > bounds[1:-1]).tolist():     # the processes the ops are of
         ops = order[bounds[k + 1]:bounds[k + 2]]
-        if not len(ops):
-            continue
         rel = corr[ops] - calls.lo[k]
         lo, hi = max(int(rel.min()), 0), min(int(rel.max()), int(calls.span[k]) - 1)
         if lo > hi:                                        # every id outside the process' calls
