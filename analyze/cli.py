@@ -167,8 +167,8 @@ def _run_analyze(args) -> int:
     jobs = command_inputs.worker_count(args.jobs)
     files, protected = command_inputs.report_inputs(reports, args.config)
     with output_policy.protect(protected, force=args.force):
-        check_outputs(file_outputs=(args.json, args.html, args.perfetto),
-                      dir_outputs=(args.csv, args.parquet, args.plots))
+        output_policy.check_outputs({"--json": args.json, "--html": args.html, "--perfetto": args.perfetto},
+                                    {"--csv": args.csv, "--parquet": args.parquet, "--plots": args.plots})
         try:
             result = api.load(reports, config, jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                               cache=args.cache, memory_budget=args.memory_budget, scheduler=args.scheduler,
@@ -228,19 +228,6 @@ def report_advice(result, debug: bool = False) -> dict | None:
             raise
         return {"findings": [], "checks": [], "cycle_ns": 0.0, "cycles": 0, "ranks": 0,
                 "error": f"advice not computed: {type(exc).__name__}: {exc}"}
-
-
-def check_outputs(file_outputs=(), dir_outputs=()) -> None:
-    """Every output path against the output policy before any work (analyze/output_policy.py): an
-    input, an existing report without --force, a directory given for a file are refused now, not
-    after the analysis. The writers check again when they write."""
-    for path in file_outputs:
-        if path:
-            output_policy.check_output(path)
-    for path in dir_outputs:
-        if path and output_policy.same_file_as_input(path):
-            raise OutputError(f"cannot write into {path}: it is an input of this run; choose another directory",
-                              path)
 
 
 def show_nvtx_only(path: str, args) -> None:

@@ -7,6 +7,9 @@
 * An existing Nsight Systems report (an SQLite database or a ``.nsys-rep`` by its first bytes) is not
   overwritten without ``--force``; a target that must not exist at all (``scrub -o``) is refused when
   it exists, unless ``--force``.
+* Two outputs of one run never name the same file (or a file output the same path as an output
+  directory): refused before any work, as one would replace the other.
+* A file output given with a trailing ``/`` names a directory, not a file: refused.
 * Only regular files are written under a temporary name and renamed into place (analyze/atomic.py).
   ``-`` is standard output; a target that exists and is not a regular file (a character or block
   device such as ``/dev/null``, a FIFO) is written to as a stream: opened and written, never renamed
@@ -27,8 +30,8 @@ from typing import Iterable, Iterator
 from analyze.errors import OutputError
 
 __all__ = ["STDOUT", "SIDECAR_SUFFIXES", "REPORT_SUFFIXES", "protect", "protected_inputs", "forced",
-           "target_kind", "check_output", "refuse_existing", "identities", "same_file_as_input",
-           "is_report_file"]
+           "target_kind", "check_output", "check_outputs", "refuse_existing", "identities",
+           "same_file_as_input", "is_report_file"]
 
 STDOUT = "-"
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
@@ -173,6 +176,42 @@ def check_output(path, *, overwrite: str = "reports") -> str:
             raise OutputError(f"cannot write {path}: it is an existing Nsight Systems report (SQLite); refusing to "
                               "overwrite it without --force", path)
     return kind
+
+
+def _where(path) -> tuple:
+    """What two output paths are compared by: the file's identity when it exists, else its resolved
+    absolute path (symbolic links in its parents followed)."""
+    ident = _identity(path)
+    return ("inode", *ident) if ident is not None else ("path", os.path.realpath(os.path.abspath(path)))
+
+
+def check_outputs(files: dict | None = None, dirs: dict | None = None) -> None:
+    """Every output path of one run (``files``: option -> file path, ``dirs``: option -> directory;
+    None where not given) against the policy before any work: each file by :func:`check_output`; a
+    file path ending in ``/`` (a directory, not a file); a directory that is an input of the run; and
+    no two file outputs, nor a file output and a directory, naming one target (``-`` counts; a device
+    such as ``/dev/null`` may take several; directories may be shared: their writers' names differ)."""
+    files = {k: v for k, v in (files or {}).items() if v}
+    dirs = {k: v for k, v in (dirs or {}).items() if v}
+    for option, path in files.items():
+        if os.fspath(path) != STDOUT and os.fspath(path).endswith(("/", os.sep)):
+            raise OutputError(f"cannot write {path} ({option}): a path ending in '/' names a directory; give a "
+                              "file name", path)
+        check_output(path)
+    for option, path in dirs.items():
+        if same_file_as_input(path):
+            raise OutputError(f"cannot write into {path} ({option}): it is an input of this run; choose another "
+                              "directory", path)
+    seen: dict[tuple, tuple[str, bool]] = {}           # target -> (the first option naming it, a file?)
+    for option, path in [*files.items(), *dirs.items()]:
+        is_file = option in files
+        if is_file and os.fspath(path) != STDOUT and target_kind(path) == STREAM:
+            continue                                    # /dev/null and other devices: any number of outputs
+        key = ("stdout",) if os.fspath(path) == STDOUT else _where(path)
+        if key in seen and (is_file or seen[key][1]):
+            raise OutputError(f"cannot write {path}: both {seen[key][0]} and {option} name it and one would "
+                              "replace the other; give each output its own path", path)
+        seen.setdefault(key, (option, is_file))
 
 
 def refuse_existing(paths: Iterable, *, force: bool = False) -> None:

@@ -242,6 +242,20 @@ def case_output_directory(r: Run):
     return r.cli("run.sqlite", "--json", "outdir", "-q")
 
 
+def case_outputs_one_file(r: Run):
+    r.copy(GRAPH, "run.sqlite")
+    rc, text = r.cli("run.sqlite", "--json", "out.json", "--html", "out.json", "-q")
+    assert not (r.tmp / "out.json").exists()
+    return rc, text
+
+
+def case_output_trailing_slash(r: Run):
+    r.copy(GRAPH, "run.sqlite")
+    rc, text = r.cli("run.sqlite", "--json", "newdir/", "-q")
+    assert not (r.tmp / "newdir").exists()
+    return rc, text
+
+
 def case_scrub_target_exists(r: Run):
     r.copy(GRAPH, "run.sqlite")
     (r.tmp / "s.sqlite").write_text("mine\n")

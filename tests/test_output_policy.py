@@ -225,3 +225,35 @@ def test_profile_trace_uses_the_policy_without_pandas(tmp_path):
     assert out[0] == f"cannot write {tmp_path / 'run1.sqlite'}: it exists; choose another path, or --force to " \
                      "replace it (an earlier run?)"
     assert out[1:] == ["None", "None", "False"]
+
+
+@pytest.mark.parametrize("args,clash", [
+    (["--json", "out/same", "--html", "out/same"], True),
+    (["--json", "out/a.json", "--perfetto", "out/../out/a.json"], True),
+    (["--json", "out/a.json", "--html", "out/link.json"], True),            # a symbolic link to it
+    (["--json", "out/a.json", "--csv", "out/a.json"], True),                # a file and a directory
+    (["--json", "-", "--perfetto", "-"], True),                            # both to standard output
+    (["--json", "out/newdir/"], True),                                      # a directory's name
+    (["--json", "/dev/null", "--html", "/dev/null"], False),
+    (["--json", "out/a.json", "--html", "out/a.html", "--csv", "out", "--plots", "out"], False),
+])
+def test_two_outputs_never_name_one_file(tmp_path, args, clash):
+    """One output would silently replace the other (the JSON lost, the HTML kept): refused with exit 8
+    before any work, nothing written; devices and shared output directories stay allowed."""
+    (tmp_path / "out").mkdir()
+    os.symlink("a.json", tmp_path / "out" / "link.json")
+    rc = run_cli(tmp_path, [str(GRAPH), "-q", *args])
+    assert rc == (8 if clash else 0)
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    if clash:
+        assert written == ["link.json"]
+    else:
+        assert "a.html" in written or args[1] == "/dev/null"
+
+
+@pytest.mark.parametrize("command", ["diff", "whatif"])
+def test_diff_and_whatif_json_and_plot_never_one_file(tmp_path, template, command):
+    runs = sorted(str(p) for p in template.glob("*.sqlite"))
+    argv = [command, *runs, "-q", "--json", "x.out", "--plot", "./x.out"]
+    assert run_cli(tmp_path, argv) == 8
+    assert not (tmp_path / "x.out").exists()

@@ -38,8 +38,7 @@ def main_advise(argv: list[str]) -> int:
     config = command_inputs.phase_config(args.config, args.phase)
     _, protected = command_inputs.report_inputs(args.reports, args.config)
     with output_policy.protect(protected, force=args.force):
-        if args.json:
-            output_policy.check_output(args.json)
+        output_policy.check_outputs({"--json": args.json})
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         try:
             adv = advise(result, whatif=not args.no_whatif).to_dict()

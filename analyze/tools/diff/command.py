@@ -44,9 +44,7 @@ def build_parser() -> ArgumentParser:
 def main_diff(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     with output_policy.protect([args.before, args.after], force=args.force):
-        for path in (args.json, args.plot):
-            if path:
-                output_policy.check_output(path)
+        output_policy.check_outputs({"--json": args.json, "--plot": args.plot})
         d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
                          top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
         if args.json:

@@ -128,9 +128,7 @@ def main_whatif(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     with output_policy.protect([*args.reports, args.baseline, args.measured], force=args.force):
-        for path in (args.json, args.plot):
-            if path:
-                output_policy.check_output(path)
+        output_policy.check_outputs({"--json": args.json, "--plot": args.plot})
         sides = [load_side(r) for r in args.reports]
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
