@@ -21,7 +21,8 @@ import warnings
 from analyze import memory
 from analyze import output_policy
 from analyze.atomic import atomic_write
-from analyze.errors import ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError
+from analyze.errors import (ArgumentParser, MissingInput, NvtxOnly, OutputError, SchemaWarning, TraceError, UsageError,
+                            positive_int)
 from analyze.processes import EXIT_TERMINATED, Terminated, single_threaded_blas, terminate_as_interrupt
 
 # the subcommands: name -> (module, its entry point)
@@ -52,11 +53,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML report")
     p.add_argument("--perfetto", metavar="PATH",
                    help="write the analyzed timeline (a track per rank: phases, decode cycles, all-reduce wait and "
-                        "transfer, tokens) as a Chrome JSON trace that ui.perfetto.dev opens")
-    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/phases.py")
+                        "transfer, tokens) as a Perfetto protobuf trace that ui.perfetto.dev opens")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/attribute/phases.py")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
-    p.add_argument("--top", type=int, default=5, help="kernels shown per phase (default 5)")
+    p.add_argument("--top", type=positive_int, default=5, help="kernels shown per phase (default 5)")
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                    help="reports analyzed in parallel processes (default, and at most: the number of CPU "
                         "cores, and of reports)")
@@ -84,17 +85,6 @@ def build_parser() -> ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal report, no progress")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     return p
-
-
-def positive_int(text: str) -> int:
-    """``--jobs``: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give at least 1")
-    return value
 
 
 def parse_budget(text: str) -> int | str | None:

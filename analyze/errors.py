@@ -126,6 +126,28 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{sub}{message} (see {self.prog} --help)")
 
 
+def whole_number(text: str, least: int) -> int:
+    """An option's whole-number value, at least ``least``; argparse.ArgumentTypeError otherwise (the
+    parser's error: exit 10, one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r}: give at least {least}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """``--jobs``, ``--top``, ``--boot``: an integer >= 1."""
+    return whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (a count that may be none, e.g. ``--warmup-requests``)."""
+    return whole_number(text, 0)
+
+
 class SchedulerError(TraceError):
     exit_code = 2
 

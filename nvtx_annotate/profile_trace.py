@@ -66,6 +66,8 @@ def nsys_version(nsys: str) -> Tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from analyze.errors import non_negative_int, positive_int     # no pandas (analyze/__init__.py)
+
     p = argparse.ArgumentParser(
         prog="profile-trace",
         description=__doc__,
@@ -106,12 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--drive", action="store_true",
                    help="CMD is an SGLang server: wait for it, warm it up, start its profiler "
                         "(--capture cudaprofilerapi), send the load, then stop it")
-    d.add_argument("--requests", type=int, default=16, help="requests sent (default 16)")
-    d.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    d.add_argument("--input-len", type=int, default=32, help="prompt token ids per request (default 32)")
-    d.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
-    d.add_argument("--warmup-requests", type=int, default=2, help="untimed requests first (default 2)")
-    d.add_argument("--prompt-vocab", type=int, default=1000,
+    d.add_argument("--requests", type=positive_int, default=16, help="requests sent (default 16)")
+    d.add_argument("--concurrency", type=positive_int, default=8, help="requests in flight (default 8)")
+    d.add_argument("--input-len", type=positive_int, default=32, help="prompt token ids per request (default 32)")
+    d.add_argument("--output-len", type=positive_int, default=64, help="tokens generated per request (default 64)")
+    d.add_argument("--warmup-requests", type=non_negative_int, default=2, help="untimed requests first (default 2)")
+    d.add_argument("--prompt-vocab", type=positive_int, default=1000,
                    help="prompt token ids are drawn from [3, 3 + N) (default 1000; keep it below the model's vocabulary)")
     d.add_argument("--stop-grace", type=float, default=300,
                    help="seconds nsys may take to write its report after the server is stopped")

@@ -36,6 +36,10 @@ def one_error_line(err: str) -> str:
     ["whatif", STEPS3, "--extrapolate", "nonsense"],
     ["scrub"], ["scrub", EAGER],
     [EAGER, "--phase", "nothing"],
+    # counts below 1: a negative --top sliced the tables ([:-3]), --boot 0 or below crashed diff
+    [EAGER, "--top", "-3"], [EAGER, "--top", "0"], ["diff", EAGER, EAGER, "--top", "-2"],
+    ["diff", EAGER, EAGER, "--boot", "0"], ["diff", EAGER, EAGER, "--boot", "-5"],
+    ["whatif", STEPS3, "--boot", "-1"], ["whatif", STEPS3, "--boot", "0"], ["advise", EAGER, "--jobs", "0"],
 ], ids=lambda a: " ".join(Path(x).name for x in a))
 def test_option_errors_are_10(capsys, argv):
     code, out, err = run(capsys, *argv)
@@ -143,3 +147,19 @@ def test_a_report_run_is_not_called_the_demo_and_lists_what_it_wrote(capsys, tmp
     assert all(Path(x).is_file() for x in listed)
     code, out, _ = run(capsys, EAGER)                     # nothing written, nothing listed
     assert "wrote:" not in out
+
+
+@pytest.mark.parametrize("sub", [[], ["diff"], ["whatif"], ["advise"], ["scrub"]])
+def test_help_names_only_files_that_exist(capsys, sub):
+    """A path the help points to (``see analyze/attribute/phases.py``) is in the repository."""
+    import re
+
+    with pytest.raises(SystemExit):
+        cli.main([*sub, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    named = re.findall(r"\b((?:analyze|nvtx_annotate|docs)/[\w/]+\.(?:py|md))", text)
+    root = REAL.parents[1]
+    assert all((root / p).is_file() for p in named), named
+    if not sub:
+        assert "analyze/attribute/phases.py" in named
+        assert "protobuf" in text and "Chrome JSON" not in text        # what --perfetto writes

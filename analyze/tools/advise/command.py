@@ -6,7 +6,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, UnsuitableInput
+from analyze.errors import ArgumentParser, UnsuitableInput, positive_int
 
 
 def build_parser() -> ArgumentParser:
@@ -16,12 +16,12 @@ def build_parser() -> ArgumentParser:
                                             "of the gain and the settings to try (see docs/advise.md).")
     p.add_argument("reports", nargs="+", help="nsys SQLite exports or directories of them (one per rank), analysed "
                                               "together like `analyze-trace REPORT...`")
-    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON)")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON), see analyze/attribute/phases.py")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT")
     p.add_argument("--json", metavar="PATH", help="write the advice as JSON (findings, checks)")
     p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
-    p.add_argument("--jobs", type=int, default=None, metavar="N")
+    p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
     p.add_argument("--force", action="store_true",
                    help="let --json replace an existing Nsight Systems report (never an input of this run)")
     p.add_argument("-q", "--quiet", action="store_true")

@@ -17,7 +17,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser
+from analyze.errors import ArgumentParser, positive_int
 from analyze.tools.diff.model import N_BOOT, diff_results
 from analyze.tools.diff.render import plot_diff, render_diff, to_json
 from analyze.tools.sides import OUTLIER_FACTOR, load_side
@@ -30,8 +30,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("after")
     p.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a figure (PNG/SVG/PDF by extension)")
-    p.add_argument("--top", type=int, default=10, help="kernels listed (default 10)")
-    p.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    p.add_argument("--top", type=positive_int, default=10, help="kernels listed (default 10)")
+    p.add_argument("--boot", type=positive_int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--keep-outliers", action="store_true",
                    help=f"keep cycles longer than {OUTLIER_FACTOR:g}x the median (warm-up)")
