@@ -216,3 +216,17 @@ def test_side_of_a_chunked_analysis_keeps_kernels_and_says_so(monkeypatch):
     assert side.notes[-1].startswith("no per-op table (chunked analysis)")
     assert set(side.kernels["name"]) >= set(whole.kernels["name"])
     assert side.kernels["total_ns"].sum() >= whole.kernels["total_ns"].sum()
+
+
+def test_notes_are_wrapped_to_the_terminal_never_cut():
+    """Each note whole, in lines within the width (it was cut at 120 characters with '…')."""
+    from analyze.tools.diff.render import render_diff
+
+    d = D.diff_results(REAL / "h200_diff_before.sqlite", REAL / "h200_diff_after.sqlite")
+    assert d["notes"] and max(len(str(n)) for n in d["notes"]) > 60
+    for width in (60, 300):
+        text = render_diff(d, width=width)
+        tail = text[text.index("note: "):]
+        lines = tail.splitlines()
+        assert all(len(line) <= width for line in lines) and "…" not in tail
+        assert " ".join(" ".join(lines).split()) == " ".join(" ".join(f"note: {n}" for n in d["notes"]).split())

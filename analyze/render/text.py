@@ -101,7 +101,7 @@ def table(headers: list[str], rows: list[list], align: str | None = None, width:
     return out
 
 
-def _wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
+def wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
     return textwrap.wrap(first + text, width, subsequent_indent=indent or " " * len(first),
                          break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
 
@@ -144,7 +144,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     if bd.empty:
         return [f"Decode cycles: {len(cycles)}, every one of them warm-up ({_reasons(_merged_reasons(sm))}): "
                 "no steady state to break down."]
-    out = _wrap(views.get(result, "headline"), width)
+    out = wrap(views.get(result, "headline"), width)
     out.append("")
     tp1 = decode.no_allreduce(bd, result.ranks)
     ranks = sorted(bd["rank"].unique().tolist())
@@ -207,7 +207,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
                 + f" ({reasons})" if sum(warm) else "")
              + ("; TP 1: no all-reduce" if tp1 else "")
              + (f"; first {max_ranks} of {len(ranks)} ranks" if len(ranks) > len(shown) else "") + ")")
-    out += _wrap(title, width)
+    out += wrap(title, width)
     out += table(headers, rows, width=width)
     if "median" not in " ".join(headers) and len(shown) > 1:
         out.append("(medians per rank: --json decode_breakdown, --html)")
@@ -232,7 +232,7 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
         if warm_n.sum():
             text += (f"; warm-up cycles: {int(warm_n.sum())}{' over all ranks' if len(busy) > 1 else ''}, "
                      f"{ms(warm_busy.sum())} ms of GPU work")
-        return _wrap(text + ".", width)
+        return wrap(text + ".", width)
     if len(busy) <= 2:
         for rank in busy.index:
             p = parts(rank)
@@ -241,7 +241,7 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
                     f"not in the cycle figures above")
             if warm_n[rank]:
                 text += f"; warm-up cycles: {int(warm_n[rank])}, {ms(warm_busy[rank])} ms of GPU work"
-            lines += _wrap(text + ".", width)
+            lines += wrap(text + ".", width)
     else:
         top = int(busy.idxmax())
         p = parts(top)
@@ -251,7 +251,7 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
                 f"between cycles; {where}{': ' + p if p else ''}); not in the cycle figures above")
         if warm_n.sum():
             text += f"; warm-up cycles: {int(warm_n.sum())} over all ranks, {ms(warm_busy.sum())} ms of GPU work"
-        lines += _wrap(text + ".", width)
+        lines += wrap(text + ".", width)
     return lines
 
 
@@ -266,7 +266,7 @@ def hint_lines(result, width: int) -> list[str]:
     top = [n for n in result.notes if getattr(n, "code", None) in TOP_NOTES]
     for note in top:
         if note.code == N.NVTX_NOT_PHASES:
-            out += _wrap(f"{note.count} NVTX ranges, none of them a phase (was the trace made without the specprof "
+            out += wrap(f"{note.count} NVTX ranges, none of them a phase (was the trace made without the specprof "
                          "shim?): every GPU op is `other`. The ranges with the most GPU time, and the option that "
                          "makes a phase of each:", width)
             fams = phase_hints.range_families(result.ranges)
@@ -276,7 +276,7 @@ def hint_lines(result, width: int) -> list[str]:
             for t, n, option in cells:      # one line each (wrapped by _fit when too long)
                 out.append(f"  {t:>{w_ms}} ms  {n:>{w_n}} ranges  {option}")
         else:
-            out += _wrap(note.message, width, indent="  ")
+            out += wrap(note.message, width, indent="  ")
     return out + ([""] if out else [])
 
 
@@ -297,7 +297,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     if len(shown_inputs) < len(result.inputs):
         out.append(f"  ... and {len(result.inputs) - len(shown_inputs)} more inputs (one per rank)")
     if demo:
-        out += _wrap("demo: no report was given, so this is specprof's bundled trace (a real H200 run); analyze "
+        out += wrap("demo: no report was given, so this is specprof's bundled trace (a real H200 run); analyze "
                      "yours with `analyze-trace REPORT.sqlite` or `analyze-trace DIR/`", width, indent="    ",
                      first="  ")
     out.append("")
@@ -347,7 +347,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
                       for r in dist.itertuples()], width=width)
         tok = views.get(result, "tokens")
         if tok:
-            out += _wrap(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
+            out += wrap(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
                          f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
                          f"bonus), {tok['tokens_per_s']:.1f} tokens/s", width)
         out.append("")
@@ -368,7 +368,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     for note in result.notes:       # wrapped, not clipped: a note is read whole
         if getattr(note, "code", None) in TOP_NOTES:
             continue
-        out += _wrap(f"note: {note!s}", width, indent="      ")
+        out += wrap(f"note: {note!s}", width, indent="      ")
     if written:
         out.append("")
         out.append("wrote:")
@@ -384,7 +384,7 @@ def _fit(lines: list[str], width: int) -> list[str]:
             out.append(line)
         else:
             lead = len(line) - len(line.lstrip())
-            out += _wrap(line.strip(), width, indent=" " * (lead + 2), first=" " * lead)
+            out += wrap(line.strip(), width, indent=" " * (lead + 2), first=" " * lead)
     return out
 
 

@@ -25,8 +25,10 @@ def _label(fig: str) -> str:
     return fig
 
 
-def render_diff(d: dict, max_ranks: int = 8, top: int = 10) -> str:
-    from analyze.render.text import clip, table
+def render_diff(d: dict, max_ranks: int = 8, top: int = 10, width: int | None = None) -> str:
+    from analyze.render.text import clip, table, terminal_width, wrap
+
+    width = terminal_width() if width is None else width
 
     out = ["specprof diff: what moved (95% bootstrap CI of the delta; * = significant, CI excludes 0)",
            clip(f"  before: {d['inputs']['before']}", 120), clip(f"  after:  {d['inputs']['after']}", 120), ""]
@@ -69,8 +71,8 @@ def render_diff(d: dict, max_ranks: int = 8, top: int = 10) -> str:
                         for r in g.head(top).itertuples(index=False)]
                 out += table(["phase", "kernel", "us/cycle"], rows, "llr")
                 out.append("")
-    for n in d["notes"]:
-        out.append(clip(f"note: {n}", 120))
+    for n in d["notes"]:                              # whole, wrapped to the terminal (never cut)
+        out += wrap(str(n), width, first="note: ")
     return "\n".join(out).rstrip() + "\n"
 
 
