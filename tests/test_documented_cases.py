@@ -418,6 +418,18 @@ def case_duplicate_rows(r: Run):
     return _mutated(r, "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")
 
 
+def case_compressed_report(r: Run):
+    import gzip
+    import lzma
+
+    data = GRAPH.read_bytes()[:1 << 16]
+    (r.tmp / "run.sqlite.gz").write_bytes(gzip.compress(data))
+    rc, text = r.cli("run.sqlite.gz", "-q")
+    assert rc == 4 and "(gzip-compressed); decompress it first (`gunzip -k run.sqlite.gz`)" in text, text
+    (r.tmp / "run.sqlite.xz").write_bytes(lzma.compress(data))
+    return r.cli("run.sqlite.xz", "-q")
+
+
 def case_text_timestamp(r: Run):
     return _mutated(r, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' || start WHERE rowid % 5 = 0")
 
