@@ -458,3 +458,14 @@ def test_advise_command_exit_codes_and_output_policy(tmp_path, capsys):
     assert cli.main(["advise", str(victim), "--json", str(out), "-q"]) == 0
     adv = json.loads(out.read_text())
     assert [f["rule"] for f in adv["findings"]][:1] == ["host_bound"]
+
+
+def test_suggestions_are_sentences_whole_and_chunked():
+    """Every suggestion's sentences start with a capital letter and nothing ends in ' .' or '. .',
+    whether the report was analysed whole or in chunks (the chunked host-bound finding read 'host
+    bound. the host starts')."""
+    for budget in (None, 10**6):
+        adv = advise(analyze.load(str(REAL / "h200_4proc_eager.sqlite"), memory_budget=budget), message_sizes=False)
+        assert adv.findings
+        for f in adv.findings:
+            assert not re.search(r"\. [a-z]", f.suggestion) and " ." not in f.suggestion, f.suggestion

@@ -67,7 +67,7 @@ def text_lines(advice: dict, *, evidence: bool = True) -> list[str]:
     n = advice.get("cycles") or 0
     head = "Advice: what to change, ranked by the cycle time it could save"
     if advice.get("cycle_ns"):
-        head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles"
+        head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles, host start to next start"
                  + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "") + ")")
     out += _wrap(head, "", "  ")
     if advice.get("error"):
@@ -115,7 +115,8 @@ def html_fragment(advice: dict) -> str:
     findings = advice.get("findings") or []
     if advice.get("cycle_ns"):
         parts.append(f"<p>Ranked by the cycle time each could save; mean cycle "
-                     f"{advice['cycle_ns'] / 1e3:,.1f} us over {advice.get('cycles')} cycles.</p>")
+                     f"{advice['cycle_ns'] / 1e3:,.1f} us over {advice.get('cycles')} cycles, host start to next "
+                     "start (the decode table's period runs GPU start to GPU start).</p>")
     if not findings:
         parts.append("<p>No finding: every rule is below its threshold or does not apply.</p>")
     items = []

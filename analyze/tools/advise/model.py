@@ -225,6 +225,12 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     return ctx
 
 
+def _sentence(parts: list[str]) -> str:
+    """`` Part one; part two.`` (a capital first letter), or nothing without parts."""
+    text = "; ".join(parts)
+    return f" {text[:1].upper()}{text[1:]}." if text else ""
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -615,8 +621,7 @@ def rule_host_bound(ctx: Context):
         settings.append(F.Setting(F.CHECK, "the batch per cycle", note="more concurrent requests amortise the host's "
                                   "per-cycle time"))
     suggestion = (f"The GPU is idle {_us(idle)} of each {_us(ctx.cycle_ns)} cycle ({_pct(share)}; {_us(gap)} inside "
-                  f"its GPU window, {_us(outside)} outside it): the decode loop is host bound. " + "; ".join(parts)
-                  + ".")
+                  f"its GPU window, {_us(outside)} outside it): the decode loop is host bound." + _sentence(parts))
     f = F.Finding(rule, f"host-bound decode loop: GPU idle {_pct(share)} of the cycle", idle, idle, ctx.cycle_ns,
                   "upper bound: the GPU idle time per cycle", suggestion, ev, tuple(settings))
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"the GPU is idle {_pct(share)} of the cycle", figures)
