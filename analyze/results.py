@@ -29,6 +29,7 @@ class ReportResult:
     cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_frame
     collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
+    launch_gaps: object = None                  # chunked only: timeline.launch_gaps.GapStats of the ops
 
 
 @dataclass
@@ -51,6 +52,9 @@ class Analysis:
     # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
     # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
     window_ops: pd.DataFrame | None = None
+    # the launch gaps (timeline.launch_gaps.GapStats) of the reports analysed without a per-op table
+    # (chunked), added up; advise adds those of gpu_ops' to them. None when every report kept its ops
+    launch_gaps: object = None
     # the derived tables computed so far (analyze.views.get): each computed once per analysis
     view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 

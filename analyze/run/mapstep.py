@@ -45,7 +45,7 @@ from analyze.run import checks
 from analyze.run.launches import Launches, cycle_of_ops, report_rows
 from analyze.run.spill import OpStore
 from analyze.timeline import collectives as coll_mod
-from analyze.timeline import cycles
+from analyze.timeline import cycles, launch_gaps
 
 INT64_MAX = np.iinfo(np.int64).max
 KINDS = attribution.KIND_NAMES
@@ -72,7 +72,18 @@ class OpChunk(NamedTuple):
     end_ns: np.ndarray
     stream_id: np.ndarray | None = None     # the per-op table's own columns (whole reports only)
     graph_node_id: object = None
+    graph_node: np.ndarray | None = None    # per op, a CUDA graph node (bool; chunks read in parts)
     excluded: tuple = ()          # what the read of these rows left out (read/validate.py Exclusions)
+
+
+def launch_marks(kind: np.ndarray, graph_node: np.ndarray | None, cycle_range: np.ndarray) -> np.ndarray:
+    """Per op (int8): -1 when its launching call is in no cycle range, else its graph marks, 0-2 (a
+    CUDA graph node, a graph launch), as advise counts them from the per-op table."""
+    marks = (kind == KINDS.index("graph")).astype("int8")
+    if graph_node is not None:
+        marks += graph_node
+    marks[cycle_range < 0] = -1
+    return marks
 
 
 def chunk_of_frame(ops: pd.DataFrame) -> OpChunk:
@@ -96,8 +107,10 @@ def chunk_of_parts(parts: list[tuple[str, pd.DataFrame]]) -> OpChunk:
     kind = np.concatenate([np.full(len(f), KINDS.index(k), dtype="int8") for k, f in parts])
     col = {c: np.concatenate([f[c].to_numpy(dtype="int64") for _, f in parts])
            for c in ("global_pid", "device_id", "correlation_id", "name_id", "start_ns", "end_ns")}
+    node = np.concatenate([f["graph_node_id"].notna().to_numpy() if "graph_node_id" in f.columns else
+                           np.zeros(len(f), dtype=bool) for _, f in parts])
     return OpChunk(kind, col["global_pid"], col["device_id"], col["correlation_id"], col["name_id"],
-                   col["start_ns"], col["end_ns"], excluded=excluded)
+                   col["start_ns"], col["end_ns"], graph_node=node, excluded=excluded)
 
 
 class _Groups:
@@ -292,7 +305,11 @@ class ReportMap:
             # the runs of one process in (process, start) order (the order sorts by process code first)
             segs = [(int(c), int(bounds[c]), int(bounds[c + 1])) for c in np.flatnonzero(counts_of)]
             # kept in the order read (with the permutation): the chunk's own arrays, no sorted copies
-            self.store.put({"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}, order, segs)
+            kept = {"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}
+            if not self.keep_ops:                # no per-op table: the launch gaps' marks kept too
+                kept["lg"] = launch_marks(kind, chunk.graph_node, cycle_of_ops(launches, op_call))
+            self.store.put(kept, order, segs)
+            del kept
             if len(segs) > intervals.FEW_GROUPS:   # many processes: one pass over the whole sorted arrays
                 passes = [self._op_pass(segs, g_read[order], start, end, phase, kind, inclusive, name_code, order)]
             else:
@@ -451,6 +468,7 @@ class ReportMap:
 
         window_ops = None if self.keep_ops else self._window_ops(row_of_group, rank_values, cycle_tab,
                                                                   phase_names, texts)
+        gap_stats = None if self.keep_ops else self._launch_gaps(row_of_group, rank_values, cycle_tab)
         if chunked:
             memory.release()
             self.stage("collectives and notes")
@@ -464,7 +482,8 @@ class ReportMap:
             gpu_ops = empty_op_table()
         notes = checks.notes_from_counts(self.input_notes, self.counts)
         return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
-                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops)
+                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops,
+                            launch_gaps=gap_stats)
 
     def _rank_figures(self, row_of_group: np.ndarray, n_r: int) -> attribution.RankFigures:
         """Per rank (rows of the ranks table) from the per-process accumulators."""
@@ -559,6 +578,28 @@ class ReportMap:
         busy, upto = split.result()
         return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
                                   self.marks.assign(input=self.path), self.config, self.capture_ids)
+
+    def _launch_gaps(self, row_of_group: np.ndarray, rank_values: np.ndarray,
+                     cycle_tab: pd.DataFrame) -> launch_gaps.GapStats:
+        """The launch gaps of the kept ops in the steady cycles (what advise reads from the per-op
+        table, which a chunked analysis does not keep): a rank at a time in start order, the chunks
+        one after the other (launch_gaps.GapStream)."""
+        steady = cycle_tab[~cycle_tab["warmup"].fillna(False).astype(bool)] if "warmup" in cycle_tab.columns \
+            else cycle_tab
+        stream, store = launch_gaps.GapStream(steady), self.store
+        for k in range(len(store)):
+            by_rank: dict[int, list[tuple[int, int]]] = {}
+            for group, first, stop in store.runs(k):
+                by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
+            for rank, runs in by_rank.items():
+                s, e, lg = (np.concatenate([store.get_run(k, c, a, b) for a, b in runs]) for c in ("s", "e", "lg"))
+                inside = lg >= 0
+                s, e, lg = s[inside], e[inside], lg[inside]
+                if len(runs) > 1:                # a rank of several processes: their ops merged by start
+                    order = np.argsort(s, kind="stable")
+                    s, e, lg = s[order], e[order], lg[order]
+                stream.feed(rank, s, e, lg)
+        return stream.stats
 
     def _window_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
                     phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:

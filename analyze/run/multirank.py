@@ -6,6 +6,8 @@ rank on one clock (see alignment.py).
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 
@@ -110,7 +112,11 @@ def combine(results, config: PhaseConfig):
     # the default timeline window is chosen over all ranks: one report's window is the analysis' only
     # when it is the only report (then on its own clock: offset 0)
     window_ops = results[0].window_ops if len(results) == 1 else None
+    gap_parts = [r.launch_gaps for r in results if r.launch_gaps is not None]
+    launch_gaps = None
+    for part in gap_parts:                  # the reports analysed in chunks (no per-op table)
+        launch_gaps = copy.deepcopy(part) if launch_gaps is None else launch_gaps.merge(part)
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
                     collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
-                    window_ops=window_ops)
+                    window_ops=window_ops, launch_gaps=launch_gaps)

@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 
 from analyze import findings as F
-from analyze.attribute import attribution, intervals
+from analyze.attribute import attribution
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
+from analyze.timeline.launch_gaps import LAUNCH_GAP_NS, GapStats, cycle_at, gaps_in_group_order, rank_windows
 from analyze.tools import sides
 from analyze.tools.advise import kinds as K
 from analyze.tools.advise import settings as S
@@ -43,7 +44,7 @@ VERIFY_SHARE = 0.50
 ALLREDUCE_SHARE = 0.05
 IDLE_SHARE = 0.30
 DRAFT_EXTEND_SHARE = 0.10
-LAUNCH_GAP_NS = 5_000        # GPU idle between consecutive ops of a cycle longer than this: a launch gap
+# LAUNCH_GAP_NS (timeline/launch_gaps.py): GPU idle between consecutive ops of a cycle longer than this
 MIN_LATE_SHARE = 0.10        # a straggler finding needs the rank late at >= 10% of the collectives (and twice)
 WHATIF_STEPS = range(1, 11)
 
@@ -100,28 +101,10 @@ def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -
     out = np.full(len(start), -1, dtype="int64")
     if not len(start) or cycles.empty:
         return out
-    for r, ids, lo, hi in _rank_windows(cycles):
+    for r, ids, lo, hi in rank_windows(cycles):
         sel = np.flatnonzero(rank == r)
-        out[sel] = _cycle_at(start[sel], ids, lo, hi)
+        out[sel] = cycle_at(start[sel], ids, lo, hi)
     return out
-
-
-def _rank_windows(cycles: pd.DataFrame) -> list[tuple]:
-    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start."""
-    out = []
-    for r, c in cycles.groupby("rank"):
-        c = c.sort_values("start_ns")
-        out.append((r, c["cycle"].to_numpy(dtype="int64"), c["start_ns"].to_numpy(dtype="int64"),
-                    c["end_ns"].to_numpy(dtype="int64")))
-    return out
-
-
-def _cycle_at(start: np.ndarray, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per start, the id of the last window (sorted by start ``lo``) starting at or before it, if
-    its end ``hi`` is not before the start; else -1."""
-    pos = np.searchsorted(lo, start, side="right") - 1
-    ok = (pos >= 0) & (start <= hi[np.clip(pos, 0, None)])
-    return np.where(ok, ids[np.clip(pos, 0, None)], -1)
 
 
 def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
@@ -440,13 +423,23 @@ def launch_gaps(ctx: Context) -> dict:
     gaps > LAUNCH_GAP_NS per cycle and their time, the median gap, the share of ops that are CUDA graph
     nodes or graph launches. Computed once per context (two rules cite it)."""
     if ctx.gaps is None:
-        ctx.gaps = _launch_gaps(ctx.analysis.gpu_ops, ctx.cycles)
+        stats = _launch_gap_stats(ctx.analysis.gpu_ops, ctx.cycles)
+        chunked = ctx.analysis.launch_gaps          # the reports analysed without a per-op table
+        if chunked is not None:
+            stats.merge(chunked)
+        ctx.gaps = stats.figures(len(ctx.cycles))
     return ctx.gaps
 
 
 def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
-    if ops is None or ops.empty or "cycle_range" not in ops.columns:
-        return {}
+    """:func:`launch_gaps`' figures from a per-op table alone."""
+    return _launch_gap_stats(ops, cycles).figures(len(cycles))
+
+
+def _launch_gap_stats(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> GapStats:
+    stats = GapStats()
+    if ops is None or ops.empty or "cycle_range" not in ops.columns or cycles.empty:
+        return stats
     inside = ops["cycle_range"].to_numpy() >= 0
     rank = ops["rank"].to_numpy()                                  # its own integer type (int32)
     if rank.dtype.kind not in "iu":
@@ -462,22 +455,9 @@ def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
         pieces = [(at[keep], op_gaps(rank[keep], cycle[keep], start[keep], end[at[keep]]))]
     del rank, start, end, inside
     graph = _graph_marks(ops)
-    n_rows = graph_ops = n_big = 0
-    big_ns, gap_parts = 0.0, []
-    for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps but the median's
-        n_rows += len(rows)
-        graph_ops += int(graph[rows].sum()) if graph is not None else 0
-        big = gaps[gaps > LAUNCH_GAP_NS]
-        n_big, big_ns = n_big + len(big), big_ns + float(big.sum())    # whole ns: exact in float64
-        gap_parts.append(gaps)
-    if not n_rows:
-        return {}
-    gaps = np.concatenate(gap_parts)
-    del gap_parts
-    n = max(len(cycles), 1)
-    return {"launch_gaps_per_cycle": n_big / n, "launch_gap_per_cycle_ns": big_ns / n,
-            "median_gap_ns": float(np.median(gaps, overwrite_input=True)) if len(gaps) else 0.0,
-            "graph_ops_share": graph_ops / n_rows, "ops_per_cycle": n_rows / n}
+    for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps
+        stats.add(gaps, len(rows), int(graph[rows].sum()) if graph is not None else 0)
+    return stats
 
 
 def _graph_marks(ops: pd.DataFrame) -> np.ndarray | None:
@@ -512,7 +492,7 @@ def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarr
     span = int(rank.max()) - r_lo
     if span >= 2 ** 62:                             # rank - r_lo would wrap (no real trace's ranks)
         return None
-    per_rank = _rank_windows(cycles)                     # as cycle_of_arrays sorts them
+    per_rank = rank_windows(cycles)                     # as cycle_of_arrays sorts them
     if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
         return None
     # in the ranks' own integer type (int32) where the span and one code past it fit, else in int64
@@ -532,10 +512,10 @@ def _gaps_of_each_rank(order: np.ndarray, code_sorted: np.ndarray, per_rank: lis
         a, b = int(np.searchsorted(code_sorted, code, side="left")), int(np.searchsorted(code_sorted, code, side="right"))
         at = order[a:b]                                  # the rank's rows in start order
         s = start[at]
-        cycle = _cycle_at(s, ids, lo, hi)
+        cycle = cycle_at(s, ids, lo, hi)
         kept = np.flatnonzero(cycle >= 0)
         at = at[kept]
-        yield at, _gaps_in_group_order(cycle[kept], s[kept], end[at])
+        yield at, gaps_in_group_order(cycle[kept], s[kept], end[at])
 
 
 def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -546,7 +526,7 @@ def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndar
         return np.zeros(0, dtype="float64")
     group = _group_codes(rank, cycle)
     order = attribution.sort_order(group, start)
-    return _gaps_in_group_order(group[order], start[order], end[order])
+    return gaps_in_group_order(group[order], start[order], end[order])
 
 
 def _group_codes(rank: np.ndarray, cycle: np.ndarray) -> np.ndarray:
@@ -554,14 +534,6 @@ def _group_codes(rank: np.ndarray, cycle: np.ndarray) -> np.ndarray:
     c_lo = int(cycle.min())
     n_cyc = int(cycle.max()) - c_lo + 1
     return (rank - int(rank.min())) * n_cyc + (cycle - c_lo)
-
-
-def _gaps_in_group_order(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """:func:`op_gaps` of rows already ordered by group code, then start."""
-    new = np.r_[True, g[1:] != g[:-1]]
-    reach = intervals.segmented_running_max(e, new)     # the latest end so far in the group
-    same = ~new[1:]
-    return np.maximum(s[1:][same] - reach[:-1][same], 0).astype("float64")
 
 
 def host_overlap(ctx: Context) -> dict:

@@ -1,0 +1,107 @@
+"""timeline/launch_gaps.py: the launch-gap figures advise cites are the same whether they come from a
+per-op table a rank at a time or from a report analysed in chunks (the map step's GapStream, no
+per-op table): on real reports the whole Advice of a chunked analysis equals the whole analysis'
+(it lost the CUDA-graph and launch-gap evidence before); the exact median and the carry across
+chunks checked against NumPy on random ops."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import analyze
+from analyze import notes as N
+from analyze.run import api
+from analyze.timeline import launch_gaps as LG
+from analyze.tools.advise import model as M
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 3000), st.integers(LG.SMALL_GAP_NS - 3, LG.SMALL_GAP_NS + 3),
+                          st.integers(0, 10**10)), min_size=0, max_size=60),
+       st.integers(1, 4))
+def test_median_and_sums_equal_numpy_over_any_split(values, parts):
+    gaps = np.array(values, dtype="float64")
+    whole = LG.GapStats()
+    whole.add(gaps, len(gaps), 3)
+    split = LG.GapStats()
+    for piece in np.array_split(gaps, parts):
+        part = LG.GapStats()
+        part.add(piece, len(piece), 1)
+        split.merge(part)
+    want = float(np.median(gaps)) if len(gaps) else 0.0
+    assert whole.median_ns() == split.median_ns() == want
+    big = gaps[gaps > LG.LAUNCH_GAP_NS]
+    assert whole.big == split.big == len(big) and whole.big_ns == split.big_ns == float(big.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 300), st.integers(0, 40), st.integers(-1, 2)),
+                    min_size=0, max_size=80),
+       windows=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 300), st.integers(0, 80)), min_size=0,
+                        max_size=10),
+       cuts=st.lists(st.integers(0, 320), max_size=5))
+def test_stream_in_time_chunks_equals_the_per_op_table(ops, windows, cuts):
+    """Ops fed a rank at a time in time chunks (cut at any starts) give the figures advise computes
+    from the whole per-op table; marks -1 are ops launched outside every cycle range."""
+    rank = np.array([o[0] for o in ops], dtype="int64")
+    start = np.array([o[1] for o in ops], dtype="int64")
+    end = start + np.array([o[2] for o in ops], dtype="int64")
+    mark = np.array([o[3] for o in ops], dtype="int8")
+    cycles = pd.DataFrame({"rank": [w[0] for w in windows], "cycle": np.arange(len(windows)),
+                           "start_ns": [w[1] for w in windows], "end_ns": [w[1] + w[2] for w in windows]},
+                          dtype="int64")
+    table = pd.DataFrame({"rank": rank, "start_ns": start, "end_ns": end,
+                          "cycle_range": np.where(mark >= 0, 1, -1),
+                          "graph_node_id": pd.array(np.where(mark >= 1, 5, 0), dtype="Int64").astype("Int64"),
+                          "kind": np.where(mark == 2, "graph", "kernel")})
+    table.loc[mark < 1, "graph_node_id"] = pd.NA
+    want = M._launch_gaps(table, cycles)
+    stream = LG.GapStream(cycles)
+    bounds = sorted(set(cuts)) + [10**9]
+    lo = -1
+    for hi in bounds:                                    # time chunks: starts in [lo, hi)
+        for r in range(3):
+            sel = np.flatnonzero((rank == r) & (start >= lo) & (start < hi) & (mark >= 0))
+            sel = sel[np.argsort(start[sel], kind="stable")]
+            stream.feed(r, start[sel], end[sel], mark[sel])
+        lo = hi
+    assert stream.stats.figures(len(cycles)) == want
+
+
+@pytest.mark.parametrize("reports", [["h200_4proc_eager.sqlite"], ["sglang_server.sqlite"],
+                                     ["h200_shim_graphs_node.sqlite"],
+                                     [f"h200_shim_4rank_rank{i}.sqlite" for i in range(4)]],
+                         ids=["eager-4proc", "sglang-server", "graphs-node", "4-reports"])
+@pytest.mark.parametrize("rows", [7, 97])
+def test_chunked_advice_equals_the_whole(monkeypatch, reports, rows):
+    """Under a memory budget (dozens to thousands of chunks, cycles cut between them) the rules that
+    do not ask whatif give the whole analysis' findings and checks, evidence and suggestions
+    included. (whatif's draft step count from the draft kernels' repetition needs the per-op
+    table: a chunked analysis of a trace without draft_step ranges has no whatif.)"""
+    paths = [str(REAL / r) for r in reports]
+    whole = analyze.load(paths if len(paths) > 1 else paths[0])
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", rows)
+    chunked = analyze.load(paths if len(paths) > 1 else paths[0], memory_budget=1)
+    assert chunked.gpu_ops.empty and chunked.launch_gaps is not None and whole.launch_gaps is None
+    chunks = [n.count for n in chunked.notes if n.code == N.CHUNKED]
+    assert len(chunks) == len(paths) and min(chunks) >= 3         # several chunks per report
+    want = M.advise(whole, message_sizes=False).to_dict()
+    got = M.advise(chunked, message_sizes=False).to_dict()
+
+    def without_whatif(items):
+        return [x for x in items if x["rule"] not in ("verify_dominated", "draft_extend")]
+
+    assert without_whatif(got["findings"]) == without_whatif(want["findings"])
+    assert without_whatif(got["checks"]) == without_whatif(want["checks"])
+    assert (got["cycle_ns"], got["cycles"], got["warmup_cycles"]) == (want["cycle_ns"], want["cycles"],
+                                                                       want["warmup_cycles"])
+    if got["whatif"] is not None:
+        assert got == want
+    host = [f for f in want["findings"] if f["rule"] == "host_bound"]
+    assert host and host[0]["evidence"].get("cuda_graphs") is not None
