@@ -36,10 +36,11 @@ def one_error_line(err: str) -> str:
     ["whatif", STEPS3, "--extrapolate", "nonsense"],
     ["scrub"], ["scrub", EAGER],
     [EAGER, "--phase", "nothing"],
-    # counts below 1: a negative --top sliced the tables ([:-3]), --boot 0 or below crashed diff
+    # counts below 1: a negative --top sliced the tables ([:-3]), --boot 0 or below crashed diff (whatif
+    # takes 0: point estimates)
     [EAGER, "--top", "-3"], [EAGER, "--top", "0"], ["diff", EAGER, EAGER, "--top", "-2"],
     ["diff", EAGER, EAGER, "--boot", "0"], ["diff", EAGER, EAGER, "--boot", "-5"],
-    ["whatif", STEPS3, "--boot", "-1"], ["whatif", STEPS3, "--boot", "0"], ["advise", EAGER, "--jobs", "0"],
+    ["whatif", STEPS3, "--boot", "-1"], ["advise", EAGER, "--jobs", "0"],
 ], ids=lambda a: " ".join(Path(x).name for x in a))
 def test_option_errors_are_10(capsys, argv):
     code, out, err = run(capsys, *argv)

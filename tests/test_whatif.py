@@ -574,3 +574,27 @@ def test_steps_from_kernels_votes_over_the_first_cycles_by_appearance():
     assert reference.most_common(1)[0][0] == W.steps_from_kernels(side, 0)
     # each interleaved cycle gets one extra "a" from the next one's first kernel: 2 -> 2 repeats still
     assert W.steps_from_kernels(side, 0) == 2
+
+
+def test_tokens_beyond_the_profile_only_where_a_line_was_fitted():
+    """'tokens beyond the profile's' marks predictions that extrapolate a line fitted in the verified
+    tokens (a varying batch); a constant batch keeps verify constant and fits nothing, so no row is
+    marked (every non-profiled row was)."""
+    const = W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 7), n_boot=0)
+    assert const["verify_scaling"]["method"] in ("cannot_tell", "constant")
+    assert not const["predictions"].get("tokens_extrapolated", pd.Series(False)).any()
+    fitted = W.whatif(analyze.load(REAL / "h200_moe_steps3.sqlite"), range(1, 11), n_boot=0)
+    assert fitted["verify_scaling"]["method"] == "fit"
+    marked = fitted["predictions"]["tokens_extrapolated"]
+    assert marked.any() and not marked.all()
+
+
+def test_no_resamples_shows_no_intervals():
+    """--boot 0 (point estimates): the CI columns say '-' instead of a zero-width interval."""
+    from analyze.tools.whatif.render import render_whatif
+
+    text = render_whatif(W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=0))
+    rows = text[text.index("Prediction"):text.index("Predicted cycle time")].splitlines()[3:]
+    assert len([r for r in rows if r.strip()]) == 3 and not any("[" in r for r in rows)
+    booted = render_whatif(W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=20))
+    assert "[" in booted[booted.index("Prediction"):booted.index("Predicted cycle time")]

@@ -6,7 +6,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, positive_int
+from analyze.errors import ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, non_negative_int
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
 from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
@@ -101,7 +101,8 @@ def build_parser() -> ArgumentParser:
                         "so); 'constant'; or F in [0, 1], the fraction of verify time proportional to the tokens")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH")
-    p.add_argument("--boot", type=positive_int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    p.add_argument("--boot", type=non_negative_int, default=N_BOOT,
+                   help=f"bootstrap resamples (default {N_BOOT}; 0: point estimates, no intervals)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true",
                    help="let an output replace an existing Nsight Systems report (never an input)")

@@ -587,7 +587,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     else:
         pred["tokens_per_s_lo"] = pred["tokens_per_s_hi"] = pred["tokens_per_s"]
     scaling = scaling_summary(costs, boot_slopes, level, verify_scaling)
-    if scaling.get("tokens_max") is not None:
+    if scaling.get("method") == "fit" and scaling.get("tokens_max") is not None:
+        # lines fitted over the profile's token counts: a prediction beyond them extrapolates the line
         n_pred = acc.requests * (pred["steps"] + 1)
         pred["tokens_extrapolated"] = (n_pred > scaling["tokens_max"] + 1e-9) | (n_pred < scaling["tokens_min"] - 1e-9)
     m = acc.requests
@@ -616,6 +617,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "calibration": None,
         "measured_baseline_tps": measured_baseline_tps,
         "verify_scaling": scaling,
+        "n_boot": int(n_boot),            # 0: point estimates (the intervals' bounds equal them)
     }
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])

@@ -19,10 +19,15 @@ def render_whatif(r: dict) -> str:
     out += table(["report", "steps", "cycles", "reqs", "cycle us", "step us", "tok/cycle", "tok/s"], rows)
     out.append("")
     a = r["acceptance"]
+    boot = r.get("n_boot") != 0                # without resamples there are no intervals to show
+
+    def ci(lo: str, hi: str) -> str:
+        return f"[{lo}, {hi}]" if boot else "-"
+
     out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
     out.append(_wrap("  from: " + acc_mod.METHOD_TEXT.get(r.get("acceptance_method"), str(r.get("acceptance_method")))))
     out += table(["position", "rate", "95% CI", "survival", ""],
-                 [[int(x.position), f"{x.rate:.3f}", f"[{x.rate_lo:.3f}, {x.rate_hi:.3f}]", f"{x.survival:.3f}",
+                 [[int(x.position), f"{x.rate:.3f}", ci(f"{x.rate_lo:.3f}", f"{x.rate_hi:.3f}"), f"{x.survival:.3f}",
                    "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
     out.append("")
     p = r["predictions"]
@@ -34,7 +39,7 @@ def render_whatif(r: dict) -> str:
     rows = []
     for x in p.itertuples(index=False):
         row = [x.steps, f"{x.cycle_ns / 1e3:,.1f}", f"{x.accepted_per_request:.3f}", f"{x.tokens_per_cycle:.2f}",
-               f"{x.tokens_per_s:,.0f}", f"[{x.tokens_per_s_lo:,.0f}, {x.tokens_per_s_hi:,.0f}]", f"{x.speedup:.2f}x"]
+               f"{x.tokens_per_s:,.0f}", ci(f"{x.tokens_per_s_lo:,.0f}", f"{x.tokens_per_s_hi:,.0f}"), f"{x.speedup:.2f}x"]
         if has_meas:
             row += ["-" if np.isnan(x.measured_tokens_per_s) else f"{x.measured_tokens_per_s:,.0f}",
                     "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]
