@@ -140,3 +140,22 @@ def test_nvtx_range_summary_groups_as_the_texts_did():
     got = nvtx_range_summary(crafted)
     assert list(zip(got["range"], got["style"])) == [(":x", "StartEnd"), (":y", "PushPop"), (":y", "StartEnd")]
     pd.testing.assert_frame_equal(got, _nvtx_sum_by_texts(crafted))
+
+
+def test_csv_and_parquet_write_every_table_of_the_json(tmp_path):
+    """--csv/--parquet: a file for each table the JSON holds (inputs, cycle_distribution and notes
+    were missing), with the JSON's rows."""
+    import json
+
+    a = analyze.load(str(REAL / "h200_4proc_eager.sqlite"))
+    doc = outputs.to_json_dict(a)
+    listed = {k for k, v in doc.items() if isinstance(v, list) and k not in ("phase_names", "stragglers")}
+    csv_names = {n[:-4] for n in outputs.write_csv(a, tmp_path / "csv")}
+    pq_names = {n[:-8] for n in outputs.write_parquet(a, tmp_path / "pq")}
+    assert csv_names == pq_names == listed
+    notes = pd.read_csv(tmp_path / "csv" / "notes.csv")
+    assert list(notes["code"]) == [n["code"] for n in doc["notes"]] and len(notes) >= 1
+    dist = pd.read_parquet(tmp_path / "pq" / "cycle_distribution.parquet")
+    pd.testing.assert_frame_equal(dist, pd.DataFrame(doc["cycle_distribution"]), check_dtype=False)
+    inputs = pd.read_csv(tmp_path / "csv" / "inputs.csv")
+    assert list(inputs["path"]) == [i["path"] for i in doc["inputs"]]

@@ -12,10 +12,7 @@ from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.render import json_rows
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
-# the tables written by --csv and --parquet, one file each
-FILE_TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives",
-               "alignment", "cross_rank", "skew", "nvtx_sum", "decode_breakdown", "decode_summary",
-               "outside_cycles")
+NOTE_COLUMNS = ["code", "count", "message", "input", "rank"]
 
 PUBLIC_COLUMNS = {
     "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
@@ -132,9 +129,20 @@ def _flat(frame: pd.DataFrame) -> pd.DataFrame:
                                            if isinstance(v, (dict, list)) else v) for c in nested}) if nested else frame
 
 
+def file_tables(result) -> dict[str, pd.DataFrame]:
+    """What --csv and --parquet write, a file per table: :func:`tables`, then the JSON document's
+    other tables, ``inputs`` (its notes are in ``notes``, each with its input), ``cycle_distribution``
+    and ``notes``."""
+    out = tables(result)
+    out["inputs"] = pd.DataFrame([{k: v for k, v in i.items() if k != "notes"} for i in result.inputs])
+    out["cycle_distribution"] = views.get(result, "cycle_distribution")
+    out["notes"] = pd.DataFrame(note_records(result.notes), columns=NOTE_COLUMNS)
+    return out
+
+
 def write_csv(result, directory) -> list[str]:
     with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
-        for name, frame in ((n, _flat(f)) for n, f in tables(result).items()):
+        for name, frame in ((n, _flat(f)) for n, f in file_tables(result).items()):
             with d.open(f"{name}.csv", newline="") as f:
                 frame.to_csv(f, index=False)
         return d.names
@@ -158,7 +166,7 @@ def _write_parquet_slices(frame: pd.DataFrame, path) -> None:
 
 def write_parquet(result, directory) -> list[str]:
     with output_policy.protect(output_policy.inputs_of(result)), atomic_dir_write(directory) as d:
-        for name, frame in ((n, _flat(f)) for n, f in tables(result).items()):
+        for name, frame in ((n, _flat(f)) for n, f in file_tables(result).items()):
             # object columns as text (None kept); the other columns shared, not copied
             text = {c: frame[c].map(lambda v: None if v is None else str(v))
                     for c in frame.columns if frame[c].dtype == object}
