@@ -469,3 +469,12 @@ def test_suggestions_are_sentences_whole_and_chunked():
         assert adv.findings
         for f in adv.findings:
             assert not re.search(r"\. [a-z]", f.suggestion) and " ." not in f.suggestion, f.suggestion
+
+
+@pytest.mark.parametrize("report,reason", [("h200_4proc_eager.sqlite", "no GPU op of the 4 ranks matched"),
+                                           ("sglang_server.sqlite", "one rank")])
+def test_straggler_says_why_there_is_no_collective(report, reason):
+    """Four ranks whose all-reduce kernels match no pattern are not 'one rank, or no collectives'."""
+    adv = advise(analyze.load(str(REAL / report)), whatif=False, message_sizes=False)
+    check = next(c for c in adv.checks if c.rule == F.STRAGGLER)
+    assert check.status == F.NOT_APPLICABLE and reason in check.reason

@@ -599,11 +599,19 @@ def rule_host_bound(ctx: Context):
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"the GPU is idle {_pct(share)} of the cycle", figures)
 
 
+def _no_collectives(ctx: Context) -> str:
+    """Why there is no all-reduce to compare ranks by: one rank, or no op matched the patterns."""
+    if ctx.ranks <= 1:
+        return "no all-reduce across ranks: one rank"
+    return (f"no all-reduce across ranks: no GPU op of the {ctx.ranks} ranks matched the allreduce phase's kernel "
+            "patterns (--phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels)")
+
+
 def rule_straggler(ctx: Context):
     rule = F.STRAGGLER
     colls = ctx.collectives
     if colls.empty:
-        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "no all-reduce across ranks (one rank, or no collectives)")
+        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, _no_collectives(ctx))
     summary = coll_mod.skew_summary(colls)
     late = coll_mod.stragglers_of(summary)
     figures = {"max_times_late": int(summary["times_late"].max()) if len(summary) else 0,
