@@ -20,8 +20,9 @@ ALLREDUCE = "allreduce"
 HOST_BOUND = "host_bound"
 STRAGGLER = "straggler"
 DRAFT_EXTEND = "draft_extend"
+SPECULATION = "speculation"
 
-RULES = (VERIFY_DOMINATED, ALLREDUCE, HOST_BOUND, STRAGGLER, DRAFT_EXTEND)
+RULES = (VERIFY_DOMINATED, ALLREDUCE, HOST_BOUND, STRAGGLER, DRAFT_EXTEND, SPECULATION)
 
 # why a rule produced no finding
 BELOW_THRESHOLD = "below_threshold"

@@ -478,3 +478,26 @@ def test_straggler_says_why_there_is_no_collective(report, reason):
     adv = advise(analyze.load(str(REAL / report)), whatif=False, message_sizes=False)
     check = next(c for c in adv.checks if c.rule == F.STRAGGLER)
     assert check.status == F.NOT_APPLICABLE and reason in check.reason
+
+
+def test_speculation_that_does_not_pay_is_a_finding():
+    """The real SGLang server fixture (random weights: no draft token is accepted) yields one token per
+    request per cycle with or without its drafter, so whatif's no-speculation baseline (the cycle
+    without draft and draft_extend) beats every step count: a finding whose saving is the time per
+    token that turning speculation off saves, with the flag to remove; where speculation pays
+    (the H200 sweep, 2 steps 1.46x over its baseline) the rule stays quiet and says by how much."""
+    a = analyze.load(str(REAL / "sglang_server.sqlite"))
+    adv = advise(a, message_sizes=False)
+    f = next(x for x in adv.findings if x.rule == F.SPECULATION)
+    w = adv.whatif
+    assert w["accepted_per_request_profiled"] == 0.0 and w["tokens_per_s_best"] < w["tokens_per_s_baseline"]
+    assert f.saving_ns == pytest.approx(adv.cycle_ns * (1 - w["tokens_per_s_profiled"] / w["tokens_per_s_baseline"]))
+    assert f.ceiling_ns == pytest.approx(f.evidence["draft_and_extend_ns"]) and 0 < f.saving_ns < adv.cycle_ns
+    assert S.SPEC_ALGORITHM in f.setting_names() and f.evidence["baseline_source"] == "estimated"
+    assert [x.rule for x in adv.findings] == ["host_bound", "speculation"]      # ranked by saving
+    pays = advise(analyze.load(str(REAL / "h200_sweep2_steps3.sqlite")), message_sizes=False)
+    check = next(c for c in pays.checks if c.rule == F.SPECULATION)
+    assert check.status == F.BELOW_THRESHOLD and "speculation pays: 2 draft steps" in check.reason
+    assert not any(x.rule == F.SPECULATION for x in pays.findings)
+    none = advise(analyze.load(str(REAL / "h200_4proc_eager.sqlite")), message_sizes=False)
+    assert next(c for c in none.checks if c.rule == F.SPECULATION).status == F.NO_DATA

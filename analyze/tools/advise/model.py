@@ -122,7 +122,11 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
         prof = r["profiles"][0]
     p = r["predictions"].set_index("steps")
     best = r["best"]["steps"]
+    base = r["baseline"]
     return {"profiled_steps": int(k), "best_steps": int(best),
+            "tokens_per_s_baseline": float(base["tokens_per_s"]), "baseline_source": base["source"],
+            "baseline_method": base["method"], "tokens_per_cycle_profiled": float(p.loc[k, "tokens_per_cycle"]),
+            "accepted_per_request_profiled": float(p.loc[k, "accepted_per_request"]),
             "tokens_per_s_profiled": float(p.loc[k, "tokens_per_s"]), "tokens_per_s_best": float(p.loc[best, "tokens_per_s"]),
             "cycle_ns_best": float(p.loc[best, "cycle_ns"]), "draft_step_ns": float(prof["draft_step_ns"]),
             "requests": float(prof["requests"]), "verified_tokens": float(prof["verified_tokens"]),
@@ -688,7 +692,57 @@ def rule_draft_extend(ctx: Context):
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"draft_extend is {_pct(share)} of the cycle", figures)
 
 
-RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend)
+def rule_speculation(ctx: Context):
+    """Speculation that costs more than it gains: whatif's no-speculation baseline (a cycle without
+    draft and draft_extend yielding one token per request, or a measured one) beats its prediction at
+    every step count it weighs."""
+    rule = F.SPECULATION
+    w = ctx.whatif
+    if not w:
+        return [], F.RuleCheck(rule, F.NO_DATA, "no whatif model of this trace" + (f": {ctx.whatif_error}"
+                                                                                   if ctx.whatif_error else ""))
+    base, best, prof = w["tokens_per_s_baseline"], w["tokens_per_s_best"], w["tokens_per_s_profiled"]
+    figures = {"tokens_per_s_baseline": base, "tokens_per_s_best": best, "tokens_per_s_profiled": prof,
+               "best_steps": w["best_steps"], "baseline_source": w["baseline_source"]}
+    if not (base == base and base > 0 and prof > 0):           # NaN or nothing measured
+        return [], F.RuleCheck(rule, F.NO_DATA, "no tokens/s without speculation to compare with", figures)
+    if best >= base:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft steps predicted "
+                               f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",
+                               figures)
+    draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
+    gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
+    ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
+              accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
+              tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
+              baseline_method=w["baseline_method"])
+    measured = w["baseline_source"] != "estimated"
+    suggestion = (f"Speculation costs more than it gains here: each request gets "
+                  f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
+                  f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
+                  f"draft and draft_extend take {_us(draft)} of each {_us(ctx.cycle_ns)} cycle. Without speculation "
+                  f"{base:,.0f} tokens/s " + ("were measured" if measured else "are predicted (estimated: "
+                                              + w["baseline_method"] + ")")
+                  + f", against {prof:,.0f} at the profiled {w['profiled_steps']} draft steps and {best:,.0f} at "
+                  f"whatif's best, {w['best_steps']}. "
+                  + ("" if measured else "Measure a run without speculation first (`analyze-trace whatif REPORT "
+                     "--baseline NOSPEC_REPORT`, or `--baseline-tps`); if it holds, ")
+                  + ("Turn speculation off" if measured else "turn speculation off")
+                  + " or raise the acceptance (a drafter trained on this target's own outputs, the same chat "
+                    "template and sampling).")
+    settings = (F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif "
+                          "estimated") if not measured else None,
+                F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count"))
+    f = F.Finding(rule, f"speculation does not pay: {prof:,.0f} tokens/s against {base:,.0f} without it",
+                  ctx.cycle_ns * gain, draft, ctx.cycle_ns,
+                  f"whatif: the time per token that running without speculation saves ({_pct(gain)} of the cycle)",
+                  suggestion, ev, tuple(x for x in settings if x is not None))
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"no speculation predicted at {base:,.0f} tokens/s, above every step "
+                            f"count (best {best:,.0f})", figures)
+
+
+RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
+                  rule_speculation)
 
 
 def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0) -> F.Advice:

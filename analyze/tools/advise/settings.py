@@ -8,6 +8,7 @@ from analyze.findings import SET, Setting
 SGLANG_CHECKED = "0.5.17"
 
 # SGLang 0.5.17 server flags (the CLI form of ServerArgs fields, or explicit add_argument names)
+SPEC_ALGORITHM = "--speculative-algorithm"                # EAGLE, EAGLE3, NEXTN, ...: no flag, no speculation
 SPEC_STEPS = "--speculative-num-steps"
 SPEC_TOPK = "--speculative-eagle-topk"
 SPEC_DRAFT_TOKENS = "--speculative-num-draft-tokens"
@@ -24,7 +25,7 @@ GRAPH_BACKEND_DECODE = "--cuda-graph-backend-decode"       # full | breakable | 
 GRAPH_MAX_BS = "--cuda-graph-max-bs-decode"                # batches above it run without graphs
 GRAPH_MAX_BS_OLD = "--cuda-graph-max-bs"                   # deprecated alias
 
-SGLANG_FLAGS = (SPEC_STEPS, SPEC_TOPK, SPEC_DRAFT_TOKENS, DISABLE_CUSTOM_AR, TORCH_SYMM_MEM, NCCL_SYMM_MEM, MSCCLPP,
+SGLANG_FLAGS = (SPEC_ALGORITHM, SPEC_STEPS, SPEC_TOPK, SPEC_DRAFT_TOKENS, DISABLE_CUSTOM_AR, TORCH_SYMM_MEM, NCCL_SYMM_MEM, MSCCLPP,
                 FUSION_BACKEND, NO_FUSION, DISABLE_OVERLAP, DISABLE_GRAPH, DISABLE_DECODE_GRAPH, GRAPH_BACKEND_DECODE,
                 GRAPH_MAX_BS, GRAPH_MAX_BS_OLD)
 
