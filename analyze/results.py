@@ -30,6 +30,7 @@ class ReportResult:
     collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
     launch_gaps: object = None                  # chunked only: timeline.launch_gaps.GapStats of the ops
+    whatif_ops: pd.DataFrame | None = None      # chunked only: the per-op rows whatif reads (mapstep)
 
 
 @dataclass
@@ -55,6 +56,9 @@ class Analysis:
     # the launch gaps (timeline.launch_gaps.GapStats) of the reports analysed without a per-op table
     # (chunked), added up; advise adds those of gpu_ops' to them. None when every report kept its ops
     launch_gaps: object = None
+    # the per-op table's rows whatif reads (the lowest rank's draft ops and each cycle range's first
+    # op) of the reports analysed without a per-op table; None when every report kept its ops
+    whatif_ops: pd.DataFrame | None = None
     # the derived tables computed so far (analyze.views.get): each computed once per analysis
     view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 

@@ -212,7 +212,8 @@ def test_side_of_a_chunked_analysis_keeps_kernels_and_says_so(monkeypatch):
     whole = sides.load_side(path)
     monkeypatch.setattr(memory, "available_bytes", lambda: 1)
     side = sides.load_side(path)
-    assert side.gpu_ops.empty and len(side.kernels) > 0
+    # only the rows whatif reads (the lowest rank's draft ops, each cycle's first op), not the per-op table
+    assert len(side.gpu_ops) < len(whole.gpu_ops) / 2 and len(side.kernels) > 0
     assert side.notes[-1].startswith("no per-op table (chunked analysis)")
     assert set(side.kernels["name"]) >= set(whole.kernels["name"])
     assert side.kernels["total_ns"].sum() >= whole.kernels["total_ns"].sum()

@@ -76,14 +76,10 @@ class OpChunk(NamedTuple):
     excluded: tuple = ()          # what the read of these rows left out (read/validate.py Exclusions)
 
 
-def launch_marks(kind: np.ndarray, graph_node: np.ndarray | None, cycle_range: np.ndarray) -> np.ndarray:
-    """Per op (int8): -1 when its launching call is in no cycle range, else its graph marks, 0-2 (a
-    CUDA graph node, a graph launch), as advise counts them from the per-op table."""
-    marks = (kind == KINDS.index("graph")).astype("int8")
-    if graph_node is not None:
-        marks += graph_node
-    marks[cycle_range < 0] = -1
-    return marks
+def graph_marks(kind: np.ndarray, graph_node: np.ndarray) -> np.ndarray:
+    """Per op (int8), 0-2: one for a CUDA graph node, one for a graph launch, as advise counts them
+    from the per-op table."""
+    return (kind == KINDS.index("graph")).astype("int8") + graph_node
 
 
 def chunk_of_frame(ops: pd.DataFrame) -> OpChunk:
@@ -306,8 +302,9 @@ class ReportMap:
             segs = [(int(c), int(bounds[c]), int(bounds[c + 1])) for c in np.flatnonzero(counts_of)]
             # kept in the order read (with the permutation): the chunk's own arrays, no sorted copies
             kept = {"g": g_read, "s": start, "e": end, "ph": phase, "nc": name_code}
-            if not self.keep_ops:                # no per-op table: the launch gaps' marks kept too
-                kept["lg"] = launch_marks(kind, chunk.graph_node, cycle_of_ops(launches, op_call))
+            if not self.keep_ops:     # no per-op table: what launch gaps and whatif read from it kept too
+                kept.update(k=kind, cr=narrow_ids(cycle_of_ops(launches, op_call)),
+                            gn=chunk.graph_node if chunk.graph_node is not None else np.zeros(len(kind), dtype=bool))
             self.store.put(kept, order, segs)
             del kept
             if len(segs) > intervals.FEW_GROUPS:   # many processes: one pass over the whole sorted arrays
@@ -469,6 +466,8 @@ class ReportMap:
         window_ops = None if self.keep_ops else self._window_ops(row_of_group, rank_values, cycle_tab,
                                                                   phase_names, texts)
         gap_stats = None if self.keep_ops else self._launch_gaps(row_of_group, rank_values, cycle_tab)
+        whatif_ops = None if self.keep_ops else self._whatif_ops(row_of_group, rank_values, cycle_tab,
+                                                                  phase_names, texts)
         if chunked:
             memory.release()
             self.stage("collectives and notes")
@@ -483,7 +482,7 @@ class ReportMap:
         notes = checks.notes_from_counts(self.input_notes, self.counts)
         return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
                             nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops,
-                            launch_gaps=gap_stats)
+                            launch_gaps=gap_stats, whatif_ops=whatif_ops)
 
     def _rank_figures(self, row_of_group: np.ndarray, n_r: int) -> attribution.RankFigures:
         """Per rank (rows of the ranks table) from the per-process accumulators."""
@@ -586,20 +585,60 @@ class ReportMap:
         one after the other (launch_gaps.GapStream)."""
         steady = cycle_tab[~cycle_tab["warmup"].fillna(False).astype(bool)] if "warmup" in cycle_tab.columns \
             else cycle_tab
-        stream, store = launch_gaps.GapStream(steady), self.store
+        stream = launch_gaps.GapStream(steady)
+        for rank, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "gn")):
+            stream.feed(rank, cols["s"], cols["e"], graph_marks(cols["k"], cols["gn"]))
+        return stream.stats
+
+    def _rank_ops_in_cycles(self, row_of_group: np.ndarray, rank_values: np.ndarray, names: tuple,
+                            only_rank: int | None = None):
+        """Per chunk and rank (``only_rank``'s alone when given): (rank, {column: values}) of the kept
+        ops whose launching call lies in a cycle range, in start order (a rank's processes merged),
+        the columns ``names`` and ``cr`` (the cycle range)."""
+        store = self.store
         for k in range(len(store)):
             by_rank: dict[int, list[tuple[int, int]]] = {}
             for group, first, stop in store.runs(k):
-                by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
+                rank = int(rank_values[row_of_group[group]])
+                if only_rank is None or rank == only_rank:
+                    by_rank.setdefault(rank, []).append((first, stop))
             for rank, runs in by_rank.items():
-                s, e, lg = (np.concatenate([store.get_run(k, c, a, b) for a, b in runs]) for c in ("s", "e", "lg"))
-                inside = lg >= 0
-                s, e, lg = s[inside], e[inside], lg[inside]
+                cols = {c: np.concatenate([store.get_run(k, c, a, b) for a, b in runs]) for c in ("cr", *names)}
+                inside = np.flatnonzero(cols["cr"] >= 0)
                 if len(runs) > 1:                # a rank of several processes: their ops merged by start
-                    order = np.argsort(s, kind="stable")
-                    s, e, lg = s[order], e[order], lg[order]
-                stream.feed(rank, s, e, lg)
-        return stream.stats
+                    inside = inside[np.argsort(cols["s"][inside], kind="stable")]
+                yield rank, {c: v[inside] for c, v in cols.items()}
+
+    def _whatif_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
+                    phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
+        """What whatif reads from the per-op table (a chunked analysis keeps none): the lowest rank
+        with cycles' ops inside cycle ranges that are in the draft phase, and each cycle range's first
+        op (its GPU window start), with the per-op table's columns (kind, rank, cycle_range, phase,
+        name, start_ns, end_ns) in start order. None without cycles or a draft phase."""
+        if not len(cycle_tab) or "draft" not in phase_names:
+            return None
+        rank = int(cycle_tab["rank"].min())
+        draft = phase_names.index("draft")
+        parts, seen = [], set()
+        for _, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "ph", "nc"), rank):
+            cr = cols["cr"]
+            first = np.zeros(len(cr), dtype=bool)
+            _, at = np.unique(cr, return_index=True)      # each range's first op of the chunk ...
+            new = [i for i in at.tolist() if int(cr[i]) not in seen]      # ... and of the report
+            first[new] = True
+            seen.update(int(cr[i]) for i in new)
+            keep = np.flatnonzero(first | (cols["ph"] == draft))
+            parts.append({c: v[keep] for c, v in cols.items()})
+        if not parts:
+            return None
+        col = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        return pd.DataFrame({"kind": pd.Categorical.from_codes(col["k"], categories=list(KINDS)),
+                             "rank": np.full(len(col["s"]), rank, dtype="int64"),
+                             "cycle_range": col["cr"].astype("int64"),
+                             "phase": pd.Series(np.array(phase_names, dtype=object)[col["ph"]], dtype=object),
+                             "name": pd.Series(texts[col["nc"]] if len(texts) else np.full(len(col["s"]), None),
+                                               dtype=object),
+                             "start_ns": col["s"], "end_ns": col["e"]})
 
     def _window_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
                     phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:

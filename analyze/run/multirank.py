@@ -72,7 +72,7 @@ def combine(results, config: PhaseConfig):
     inputs = []
     for res in results:
         off = offsets.set_index("input")["offset_ns"].get(res.path, 0)
-        for frame, cols in ((res.gpu_ops, ("start_ns", "end_ns")),
+        for frame, cols in ((res.gpu_ops, ("start_ns", "end_ns")), (res.whatif_ops, ("start_ns", "end_ns")),
                             (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
                                           "gpu_start_all", "gpu_end_all")),
                             (res.marks, ("time_ns",)),
@@ -119,4 +119,6 @@ def combine(results, config: PhaseConfig):
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
                     collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
-                    window_ops=window_ops, launch_gaps=launch_gaps)
+                    window_ops=window_ops, launch_gaps=launch_gaps,
+                    whatif_ops=_concat([r.whatif_ops for r in results if r.whatif_ops is not None])
+                    if any(r.whatif_ops is not None for r in results) else None)

@@ -28,7 +28,7 @@ class Side:
     kernels: pd.DataFrame
     phase_names: list
     ranges: pd.DataFrame | None = None     # only for reports (not for JSON results)
-    gpu_ops: pd.DataFrame | None = None
+    gpu_ops: pd.DataFrame | None = None    # the per-op rows whatif reads (:func:`whatif_ops`)
     notes: list = field(default_factory=list)
 
 
@@ -43,6 +43,15 @@ def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
 
 
+def whatif_ops(result) -> pd.DataFrame | None:
+    """The per-op rows whatif reads: the per-op table, or where the reports were analysed in chunks
+    (no per-op table) the rows the map step kept for it (``Analysis.whatif_ops``)."""
+    ops = result.gpu_ops
+    if (ops is None or not len(ops)) and result.whatif_ops is not None:
+        return result.whatif_ops
+    return ops
+
+
 def side_from_analysis(result, label: str = "") -> Side:
     kernels, notes = result.kernels, [text_of(n) for n in result.notes]
     ops = result.gpu_ops
@@ -51,8 +60,8 @@ def side_from_analysis(result, label: str = "") -> Side:
     elif len(result.cycles) and (ops is None or not len(ops)):
         notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
                      "not only those inside decode cycles")
-    return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges, ops,
-                notes)
+    return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges,
+                whatif_ops(result), notes)
 
 
 def side_from_json(data: dict, label: str = "") -> Side:
