@@ -458,3 +458,21 @@ def test_linking_calls_not_in_id_order_and_small_chunks():
         got = np.concatenate([projection.link_with_keys(o_pid[p], o_corr[p], keys)
                               for p in np.array_split(order, -(-len(order) // size))])
         np.testing.assert_array_equal(got, want[order])
+
+
+@pytest.mark.parametrize("n_pids", [127, 128, 129, 255, 256, 32_767, 32_768])
+def test_linking_at_the_code_type_boundaries(n_pids):
+    """Process counts where the codes' narrow type changes (int8, uint8/int16, int32): every process'
+    ops are linked, the last one's too (at 128 and 32,768 the search needle n_pids wrapped in the
+    codes' type and the last process' ops stayed unlinked)."""
+    rng = np.random.default_rng(n_pids)
+    calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=n_pids, calls_per_pid=3, id_stride=2,
+                                                 id_base_step=0, ops_per_call=1)
+    mine = calls["global_pid"].to_numpy() == calls["global_pid"].max()      # ops of the last process' calls
+    o_pid = np.r_[o_pid, calls["global_pid"].to_numpy()[mine]]
+    o_corr = np.r_[o_corr, calls["correlation_id"].to_numpy()[mine]]
+    keys = projection.call_keys(calls, index)
+    assert isinstance(keys, projection.ProcessCalls)
+    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
+    np.testing.assert_array_equal(projection.link_with_keys(o_pid, o_corr, keys), want)
+    assert (want[-int(mine.sum()):] >= 0).all()

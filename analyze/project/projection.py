@@ -618,10 +618,11 @@ def link_by_process(pid: np.ndarray, corr: np.ndarray, calls: ProcessCalls) -> n
     pids = calls.pids
     n_pids = len(pids)
     out = np.full(len(pid), -1, dtype=calls.pos.dtype)
-    codes = np.empty(len(pid), dtype=code_dtype(-1, n_pids - 1))
+    # codes -1..n_pids - 1, in a type that holds n_pids too: the last needle below (no wrap at 128, 32,768)
+    codes = np.empty(len(pid), dtype=code_dtype(-1, n_pids))
     for a in range(0, len(pid), KEY_BLOCK_ROWS):
         codes[a:a + KEY_BLOCK_ROWS] = pids.get_indexer(pid[a:a + KEY_BLOCK_ROWS])
-    order = stable_order(codes, -1, n_pids - 1)
+    order = stable_order(codes, -1, n_pids)
     # process k's ops: order[bounds[k + 1]:bounds[k + 2]] (needles of the codes' type: no wide copy)
     bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1, dtype=codes.dtype))
     del codes
