@@ -180,9 +180,9 @@ def check_output(path, *, overwrite: str = "reports") -> str:
 
 def _where(path) -> tuple:
     """What two output paths are compared by: the file's identity when it exists, else its resolved
-    absolute path (symbolic links in its parents followed)."""
+    absolute path (symbolic links followed before any '..' is applied, as the system does)."""
     ident = _identity(path)
-    return ("inode", *ident) if ident is not None else ("path", os.path.realpath(os.path.abspath(path)))
+    return ("inode", *ident) if ident is not None else ("path", os.path.realpath(path))
 
 
 def check_outputs(files: dict | None = None, dirs: dict | None = None) -> None:
@@ -194,7 +194,8 @@ def check_outputs(files: dict | None = None, dirs: dict | None = None) -> None:
     files = {k: v for k, v in (files or {}).items() if v}
     dirs = {k: v for k, v in (dirs or {}).items() if v}
     for option, path in files.items():
-        if os.fspath(path) != STDOUT and os.fspath(path).endswith(("/", os.sep)):
+        text = os.fspath(path)
+        if text != STDOUT and (text.endswith(("/", os.sep)) or os.path.basename(text) in ("", ".", "..")):
             raise OutputError(f"cannot write {path} ({option}): a path ending in '/' names a directory; give a "
                               "file name", path)
         check_output(path)

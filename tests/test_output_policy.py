@@ -234,21 +234,25 @@ def test_profile_trace_uses_the_policy_without_pandas(tmp_path):
     (["--json", "out/a.json", "--csv", "out/a.json"], True),                # a file and a directory
     (["--json", "-", "--perfetto", "-"], True),                            # both to standard output
     (["--json", "out/newdir/"], True),                                      # a directory's name
+    (["--json", "out/a.json/."], True),
+    (["--json", "sub/../out/a.json", "--html", "out/b.json"], False),      # sub -> out/deep: not one file
+    (["--json", "sub/../a.json", "--html", "out/a.json"], True),           # sub/.. is out: one file
     (["--json", "/dev/null", "--html", "/dev/null"], False),
     (["--json", "out/a.json", "--html", "out/a.html", "--csv", "out", "--plots", "out"], False),
 ])
 def test_two_outputs_never_name_one_file(tmp_path, args, clash):
     """One output would silently replace the other (the JSON lost, the HTML kept): refused with exit 8
     before any work, nothing written; devices and shared output directories stay allowed."""
-    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "deep").mkdir(parents=True)
     os.symlink("a.json", tmp_path / "out" / "link.json")
+    os.symlink("out/deep", tmp_path / "sub")                 # sub/.. is out, not the current directory
     rc = run_cli(tmp_path, [str(GRAPH), "-q", *args])
     assert rc == (8 if clash else 0)
     written = sorted(p.name for p in (tmp_path / "out").iterdir())
     if clash:
-        assert written == ["link.json"]
+        assert written == ["deep", "link.json"]
     else:
-        assert "a.html" in written or args[1] == "/dev/null"
+        assert "a.html" in written or "b.json" in written or args[1] == "/dev/null"
 
 
 @pytest.mark.parametrize("command", ["diff", "whatif"])
