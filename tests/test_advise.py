@@ -501,3 +501,13 @@ def test_speculation_that_does_not_pay_is_a_finding():
     assert not any(x.rule == F.SPECULATION for x in pays.findings)
     none = advise(analyze.load(str(REAL / "h200_4proc_eager.sqlite")), message_sizes=False)
     assert next(c for c in none.checks if c.rule == F.SPECULATION).status == F.NO_DATA
+
+
+def test_straggler_with_collectives_outside_the_steady_cycles_says_so(tmp_path):
+    a, _, _ = _trace(tmp_path, ranks=2)
+    assert len(a.collectives) > 0
+    a.collectives = a.collectives.assign(start_ns=a.collectives["start_ns"] + 10**15,
+                                         end_ns=a.collectives["end_ns"] + 10**15)     # after every cycle
+    adv = advise(a, whatif=False, message_sizes=False)
+    check = next(c for c in adv.checks if c.rule == F.STRAGGLER)
+    assert check.status == F.NOT_APPLICABLE and "in a steady cycle" in check.reason and "warm-up" in check.reason

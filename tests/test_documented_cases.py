@@ -425,7 +425,10 @@ def case_compressed_report(r: Run):
     data = GRAPH.read_bytes()[:1 << 16]
     (r.tmp / "run.sqlite.gz").write_bytes(gzip.compress(data))
     rc, text = r.cli("run.sqlite.gz", "-q")
-    assert rc == 4 and "(gzip-compressed); decompress it first (`gunzip -k run.sqlite.gz`)" in text, text
+    assert rc == 4 and "(gzip-compressed); decompress it first (`gzip -dc run.sqlite.gz > run.sqlite`)" in text, text
+    (r.tmp / "my trace.sqlite").write_bytes(lzma.compress(data))           # no suffix to drop; a space
+    rc, text = r.cli("my trace.sqlite", "-q")
+    assert rc == 4 and "(`xz -dc 'my trace.sqlite' > 'my trace.sqlite.sqlite'`)" in text, text
     (r.tmp / "run.sqlite.xz").write_bytes(lzma.compress(data))
     return r.cli("run.sqlite.xz", "-q")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sqlite3
 import stat
 import struct
@@ -42,9 +43,10 @@ QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The first bytes of every .nsys-rep / .qdrep seen so far (nsys 2021.3 .. 2025.3).
 NSYS_REP_MAGIC = b"NVIDIA Tegra Pro"
-# compressed files, by their first bytes: (magic, what, the command that decompresses FILE beside it)
-COMPRESSED = ((b"\xfd7zXZ\x00", "xz-compressed", "xz -dk"), (b"\x1f\x8b", "gzip-compressed", "gunzip -k"),
-              (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd -d"), (b"BZh", "bzip2-compressed", "bunzip2 -k"))
+# compressed files, by their first bytes: (magic, what, the tool that writes the data to stdout with -dc)
+COMPRESSED = ((b"\xfd7zXZ\x00", "xz-compressed", "xz"), (b"\x1f\x8b", "gzip-compressed", "gzip"),
+              (b"\x28\xb5\x2f\xfd", "zstd-compressed", "zstd"), (b"BZh", "bzip2-compressed", "bzip2"))
+COMPRESSED_SUFFIXES = (".xz", ".gz", ".zst", ".bz2")
 NSYS_MARKER_TABLES = ("StringIds", "NVTX_EVENTS", "META_DATA_EXPORT", "EXPORT_META_DATA",
                       "TARGET_INFO_SESSION_START_TIME")
 NSYS_MARKER_PREFIX = "CUPTI_ACTIVITY_KIND_"
@@ -79,6 +81,16 @@ def require_regular_file(path: str | os.PathLike) -> int:
     raise NotAFile(f"{p}: is {kind}, not a report file: give the .sqlite export itself", p)
 
 
+def _decompressed_name(p: Path) -> str:
+    """The name a decompressed copy of ``p`` gets: without its compression suffix, else with
+    ``.sqlite`` added."""
+    text = str(p)
+    for suffix in COMPRESSED_SUFFIXES:
+        if text.endswith(suffix) and len(text) > len(suffix):
+            return text[: -len(suffix)]
+    return text + ".sqlite"
+
+
 def _read_header(p: Path, size: int) -> bytes:
     try:
         with open(p, "rb") as f:
@@ -100,10 +112,11 @@ def _check_header(p: Path, head: bytes, size: int, wal_present: bool) -> None:
         raise NsysRepGiven(f"{p}: is an Nsight Systems report, not its SQLite export; run "
                            f"`{nsys_export_command(p)}`", p)
     if not (head.startswith(SQLITE_MAGIC) or (len(head) < 16 and SQLITE_MAGIC.startswith(head))):
-        packed = next(((what, tool) for magic, what, tool in COMPRESSED if head.startswith(magic)), None)
+        packed = next(((what, tool) for magic, what, tool in COMPRESSED if head.startswith(magic)
+                       and (tool != "bzip2" or head[3:4] in b"123456789")), None)
         if packed is not None:
-            raise NotSqlite(f"{p}: not an SQLite database ({packed[0]}); decompress it first (`{packed[1]} "
-                            f"{p}`) and give the .sqlite it makes", p)
+            raise NotSqlite(f"{p}: not an SQLite database ({packed[0]}); decompress it first (`{packed[1]} -dc "
+                            f"{shlex.quote(str(p))} > {shlex.quote(_decompressed_name(p))}`) and give that file", p)
         kind = "a text file" if _looks_text(head) else "binary data"
         raise NotSqlite(f"{p}: not an SQLite database ({kind}); expected an "
                         "`nsys export --type sqlite` file", p)

@@ -604,11 +604,16 @@ def rule_host_bound(ctx: Context):
 
 
 def _no_collectives(ctx: Context) -> str:
-    """Why there is no all-reduce to compare ranks by: one rank, or no op matched the patterns."""
+    """Why there is no all-reduce to compare ranks by: one rank, no op matched the patterns, or none
+    lies in a steady cycle (all in warm-up or outside the cycles)."""
     if ctx.ranks <= 1:
         return "no all-reduce across ranks: one rank"
-    return (f"no all-reduce across ranks: no GPU op of the {ctx.ranks} ranks matched the allreduce phase's kernel "
-            "patterns (--phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels)")
+    if ctx.analysis.collectives is None or ctx.analysis.collectives.empty:
+        return (f"no all-reduce across ranks: no GPU op of the {ctx.ranks} ranks matched the allreduce phase's "
+                "kernel patterns (--phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective "
+                "kernels)")
+    return (f"no all-reduce across ranks in a steady cycle: the {len(ctx.analysis.collectives):,} collective ops "
+            "lie in warm-up cycles or outside the decode cycles")
 
 
 def rule_straggler(ctx: Context):
