@@ -128,7 +128,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def whole_number(text: str, least: int) -> int:
     """An option's whole-number value, at least ``least``; argparse.ArgumentTypeError otherwise (the
-    parser's error: exit 10, one line)."""
+    parser's error: analyze-trace's exit 10, one line; plain argparse's exit 2 in profile-trace)."""
     try:
         value = int(text)
     except ValueError:

@@ -29,7 +29,8 @@ class ReportResult:
     cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_frame
     collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
-    launch_gaps: object = None                  # chunked only: timeline.launch_gaps.GapStats of the ops
+    # chunked only: the ops' timeline.launch_gaps.GapStats (typed object: results come before timeline)
+    launch_gaps: object = None
     whatif_ops: pd.DataFrame | None = None      # chunked only: the per-op rows whatif reads (mapstep)
 
 

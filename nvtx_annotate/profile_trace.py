@@ -81,10 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cudaprofilerapi: collect between cudaProfilerStart/Stop only")
     p.add_argument("--sglang-url", default=None,
                    help="with --capture cudaprofilerapi: POST <url>/start_profile once the server is up")
-    p.add_argument("--sglang-steps", type=int, default=20, help="num_steps for /start_profile")
+    p.add_argument("--sglang-steps", type=positive_int, default=20, help="num_steps for /start_profile")
     p.add_argument("--sglang-wait", type=float, default=600, help="seconds to wait for the server")
     p.add_argument("--cuda-graph-trace", choices=["node", "graph"], default="node")
-    p.add_argument("--cuda-flush-interval", type=int, default=1000, metavar="MS",
+    p.add_argument("--cuda-flush-interval", type=non_negative_int, default=1000, metavar="MS",
                    help="nsys saves buffered CUDA data every MS milliseconds (default 1000; 0: only when a "
                         "buffer is full). SGLang kills its TP workers at shutdown, so data still buffered then "
                         "is lost: on a real SGLang 0.5.17 run the last 3 s of kernels (and with eager mode, "

@@ -492,6 +492,7 @@ def test_speculation_that_does_not_pay_is_a_finding():
     w = adv.whatif
     assert w["accepted_per_request_profiled"] == 0.0 and w["tokens_per_s_best"] < w["tokens_per_s_baseline"]
     assert f.saving_ns == pytest.approx(adv.cycle_ns * (1 - w["tokens_per_s_profiled"] / w["tokens_per_s_baseline"]))
+    assert f.saving_ns <= f.ceiling_ns
     assert f.ceiling_ns == pytest.approx(f.evidence["draft_and_extend_ns"]) and 0 < f.saving_ns < adv.cycle_ns
     assert S.SPEC_ALGORITHM in f.setting_names() and f.evidence["baseline_source"] == "estimated"
     assert [x.rule for x in adv.findings] == ["host_bound", "speculation"]      # ranked by saving
@@ -511,3 +512,9 @@ def test_straggler_with_collectives_outside_the_steady_cycles_says_so(tmp_path):
     adv = advise(a, whatif=False, message_sizes=False)
     check = next(c for c in adv.checks if c.rule == F.STRAGGLER)
     assert check.status == F.NOT_APPLICABLE and "in a steady cycle" in check.reason and "warm-up" in check.reason
+
+
+def test_speculation_check_without_whatif_says_it_was_not_run():
+    adv = advise(analyze.load(str(REAL / "sglang_server.sqlite")), whatif=False, message_sizes=False)
+    check = next(c for c in adv.checks if c.rule == F.SPECULATION)
+    assert check.status == F.NO_DATA and check.reason == "whatif not run (--no-whatif)"

@@ -37,7 +37,8 @@ def test_median_and_sums_equal_numpy_over_any_split(values, parts):
     want = float(np.median(gaps)) if len(gaps) else 0.0
     assert whole.median_ns() == split.median_ns() == want
     big = gaps[gaps > LG.LAUNCH_GAP_NS]
-    assert whole.big == split.big == len(big) and whole.big_ns == split.big_ns == float(big.sum())
+    assert whole.launch_gaps == split.launch_gaps == len(big)
+    assert whole.launch_gap_ns == split.launch_gap_ns == float(big.sum())
 
 
 @settings(max_examples=200, deadline=None)

@@ -76,12 +76,6 @@ class OpChunk(NamedTuple):
     excluded: tuple = ()          # what the read of these rows left out (read/validate.py Exclusions)
 
 
-def graph_marks(kind: np.ndarray, graph_node: np.ndarray) -> np.ndarray:
-    """Per op (int8), 0-2: one for a CUDA graph node, one for a graph launch, as advise counts them
-    from the per-op table."""
-    return (kind == KINDS.index("graph")).astype("int8") + graph_node
-
-
 def chunk_of_frame(ops: pd.DataFrame) -> OpChunk:
     """The op table of :func:`analyze.read.report.read_report` (every op: the one-chunk case)."""
     col = {c: ops[c].to_numpy() for c in ("global_pid", "device_id", "stream_id", "correlation_id",
@@ -583,11 +577,12 @@ class ReportMap:
         """The launch gaps of the kept ops in the steady cycles (what advise reads from the per-op
         table, which a chunked analysis does not keep): a rank at a time in start order, the chunks
         one after the other (launch_gaps.GapStream)."""
-        steady = cycle_tab[~cycle_tab["warmup"].fillna(False).astype(bool)] if "warmup" in cycle_tab.columns \
-            else cycle_tab
-        stream = launch_gaps.GapStream(steady)
+        stream = launch_gaps.GapStream(cycles.steady(cycle_tab))
+        if not stream.windows:                  # no steady cycle: nothing to read again
+            return stream.stats
         for rank, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "gn")):
-            stream.feed(rank, cols["s"], cols["e"], graph_marks(cols["k"], cols["gn"]))
+            stream.feed(rank, cols["s"], cols["e"], launch_gaps.graph_marks(cols["k"] == KINDS.index("graph"),
+                                                                            cols["gn"]))
         return stream.stats
 
     def _rank_ops_in_cycles(self, row_of_group: np.ndarray, rank_values: np.ndarray, names: tuple,

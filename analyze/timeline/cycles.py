@@ -196,6 +196,13 @@ def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
     return [c for c in numbers if first <= c < first + 2]
 
 
+def steady(cycles: pd.DataFrame) -> pd.DataFrame:
+    """The cycles not flagged warm-up (the table's ``warmup`` column; every cycle without one)."""
+    if "warmup" not in cycles.columns:
+        return cycles
+    return cycles[~cycles["warmup"].fillna(False).astype(bool)]
+
+
 def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     """The cycles that have a GPU window (not ``no_gpu_ops``), GPU columns as plain int64: what
     per-cycle figures and plots are drawn from."""

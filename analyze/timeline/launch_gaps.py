@@ -24,6 +24,12 @@ LAUNCH_GAP_NS = 5_000           # a gap longer than this is a launch gap (host t
 SMALL_GAP_NS = 1 << 16          # gaps below this are counted per value, larger ones kept
 
 
+def graph_marks(is_graph_launch: np.ndarray, is_graph_node: np.ndarray) -> np.ndarray:
+    """Per op (int8), 0-2: one for a CUDA graph node, one for a graph launch (what the graph-ops
+    share counts)."""
+    return is_graph_launch.astype("int8") + is_graph_node
+
+
 def rank_windows(cycles: pd.DataFrame) -> list[tuple]:
     """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start."""
     out = []
@@ -55,42 +61,45 @@ def gaps_in_group_order(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarr
 class GapStats:
     """The launch-gap figures' parts, added up over ranks, chunks and reports."""
 
-    rows: int = 0                   # ops in steady cycles
-    graph_ops: int = 0              # of them, graph nodes plus graph launches (an op may count twice)
-    big: int = 0                    # gaps > LAUNCH_GAP_NS
-    big_ns: float = 0.0             # their sum (whole ns: exact in float64)
-    small: np.ndarray = field(default_factory=lambda: np.zeros(SMALL_GAP_NS, dtype="int64"))
-    large: list = field(default_factory=list)           # arrays of the gaps >= SMALL_GAP_NS
+    ops: int = 0                    # ops in steady cycles
+    graph_marks: int = 0            # of them, graph nodes plus graph launches (an op may count twice)
+    launch_gaps: int = 0            # gaps > LAUNCH_GAP_NS
+    launch_gap_ns: float = 0.0      # their sum (whole ns: exact in float64)
+    # every gap, for the median: a count per value below SMALL_GAP_NS, the larger gaps themselves
+    small_counts: np.ndarray = field(default_factory=lambda: np.zeros(SMALL_GAP_NS, dtype="int64"))
+    large_gaps: list = field(default_factory=list)
 
-    def add(self, gaps: np.ndarray, rows: int, graph_ops: int) -> None:
-        """``rows`` more ops (``graph_ops`` graph marks among them) and their ``gaps`` (float64 ns)."""
-        self.rows += int(rows)
-        self.graph_ops += int(graph_ops)
-        big = gaps[gaps > LAUNCH_GAP_NS]
-        self.big += len(big)
-        self.big_ns += float(big.sum())
+    def add(self, gaps: np.ndarray, ops: int, graph_marks: int) -> None:
+        """``ops`` more ops (``graph_marks`` marks among them) and their ``gaps`` (float64 ns)."""
+        self.ops += int(ops)
+        self.graph_marks += int(graph_marks)
+        launch = gaps[gaps > LAUNCH_GAP_NS]
+        self.launch_gaps += len(launch)
+        self.launch_gap_ns += float(launch.sum())
         small = gaps < SMALL_GAP_NS
-        self.small += np.bincount(gaps[small].astype("int64"), minlength=SMALL_GAP_NS)
+        counts = np.bincount(gaps[small].astype("int64"))     # up to the largest small gap: no 64k array
+        self.small_counts[:len(counts)] += counts
         if not small.all():
-            self.large.append(gaps[~small])
+            self.large_gaps.append(gaps[~small])
 
     def merge(self, other: "GapStats") -> "GapStats":
-        self.rows += other.rows
-        self.graph_ops += other.graph_ops
-        self.big += other.big
-        self.big_ns += other.big_ns
-        self.small += other.small
-        self.large += other.large
+        """``other``'s ops and gaps added to these (in place); returns self."""
+        self.ops += other.ops
+        self.graph_marks += other.graph_marks
+        self.launch_gaps += other.launch_gaps
+        self.launch_gap_ns += other.launch_gap_ns
+        self.small_counts += other.small_counts
+        self.large_gaps += other.large_gaps
         return self
 
     def median_ns(self) -> float:
         """The median of every gap added (``np.median`` of them all), 0.0 without gaps."""
-        n_small = int(self.small.sum())
-        large = np.sort(np.concatenate(self.large)) if self.large else np.zeros(0, dtype="float64")
+        n_small = int(self.small_counts.sum())
+        large = np.sort(np.concatenate(self.large_gaps)) if self.large_gaps else np.zeros(0, dtype="float64")
         n = n_small + len(large)
         if not n:
             return 0.0
-        cum = np.cumsum(self.small)
+        cum = np.cumsum(self.small_counts)
 
         def kth(k: int) -> float:
             return float(np.searchsorted(cum, k, side="right")) if k < n_small else float(large[k - n_small])
@@ -100,12 +109,12 @@ class GapStats:
     def figures(self, n_cycles: int) -> dict:
         """advise's evidence: launch gaps and their time per cycle (``n_cycles``: the steady cycles'
         rows, all ranks), the median gap, the graph ops' share, ops per cycle; {} without ops."""
-        if not self.rows:
+        if not self.ops:
             return {}
         n = max(n_cycles, 1)
-        return {"launch_gaps_per_cycle": self.big / n, "launch_gap_per_cycle_ns": self.big_ns / n,
-                "median_gap_ns": self.median_ns(), "graph_ops_share": self.graph_ops / self.rows,
-                "ops_per_cycle": self.rows / n}
+        return {"launch_gaps_per_cycle": self.launch_gaps / n, "launch_gap_per_cycle_ns": self.launch_gap_ns / n,
+                "median_gap_ns": self.median_ns(), "graph_ops_share": self.graph_marks / self.ops,
+                "ops_per_cycle": self.ops / n}
 
 
 class GapStream:

@@ -35,7 +35,9 @@ from analyze import findings as F
 from analyze.attribute import attribution
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
-from analyze.timeline.launch_gaps import LAUNCH_GAP_NS, GapStats, cycle_at, gaps_in_group_order, rank_windows
+from analyze.timeline import cycles as cycles_mod
+from analyze.timeline.launch_gaps import (LAUNCH_GAP_NS, GapStats, cycle_at, gaps_in_group_order, graph_marks,
+                                          rank_windows)
 from analyze.tools import sides
 from analyze.tools.advise import kinds as K
 from analyze.tools.advise import settings as S
@@ -63,6 +65,7 @@ class Context:
     collectives: pd.DataFrame          # collective rows inside steady cycles, column ``cycle``
     whatif: dict | None = None
     whatif_error: str | None = None
+    whatif_asked: bool = True          # False: --no-whatif (the rules that cite it say so)
     message_sizes: pd.DataFrame | None = None    # per sized NCCL range: phase, message_bytes
     message_info: dict = field(default_factory=dict)
     gaps: dict | None = None                     # launch_gaps, once computed
@@ -85,7 +88,7 @@ def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
         return cycles, 0
     if "warmup" in cycles.columns:
         warm = cycles["warmup"].fillna(False).astype(bool)
-        return cycles[~warm], int(cycles.loc[warm, "cycle"].nunique())
+        return cycles_mod.steady(cycles), int(cycles.loc[warm, "cycle"].nunique())
     return sides.drop_outliers(cycles, sides.OUTLIER_FACTOR)
 
 
@@ -198,7 +201,7 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     if len(colls):
         colls = colls.assign(cycle=_cycle_of(colls, cyc))
         colls = colls[colls["cycle"] >= 0]
-    ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls)
+    ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif)
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot)
@@ -465,15 +468,12 @@ def _launch_gap_stats(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> GapStat
 
 
 def _graph_marks(ops: pd.DataFrame) -> np.ndarray | None:
-    """Per op, 0-2: one for a CUDA graph node id, one for a graph launch (kind ``graph``); None
-    when the ops have neither column."""
-    marks = None
-    if "graph_node_id" in ops.columns:
-        marks = ops["graph_node_id"].notna().to_numpy().astype("int8")
-    if "kind" in ops.columns:
-        launch = (ops["kind"] == "graph").to_numpy()
-        marks = launch.astype("int8") if marks is None else marks + launch
-    return marks
+    """Per op, launch_gaps.graph_marks from the per-op table's columns; None when it has neither."""
+    if "graph_node_id" not in ops.columns and "kind" not in ops.columns:
+        return None
+    node = ops["graph_node_id"].notna().to_numpy() if "graph_node_id" in ops.columns else np.zeros(len(ops), bool)
+    launch = (ops["kind"] == "graph").to_numpy() if "kind" in ops.columns else np.zeros(len(ops), bool)
+    return graph_marks(launch, node)
 
 
 def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray, cycles: pd.DataFrame,
@@ -698,14 +698,15 @@ def rule_draft_extend(ctx: Context):
 
 
 def rule_speculation(ctx: Context):
-    """Speculation that costs more than it gains: whatif's no-speculation baseline (a cycle without
-    draft and draft_extend yielding one token per request, or a measured one) beats its prediction at
-    every step count it weighs."""
+    """Speculation that costs more than it gains: whatif's no-speculation baseline (estimated: the
+    profile's cycle without draft and draft_extend, yielding one token per request) beats its
+    prediction at every step count it weighs."""
     rule = F.SPECULATION
     w = ctx.whatif
     if not w:
-        return [], F.RuleCheck(rule, F.NO_DATA, "no whatif model of this trace" + (f": {ctx.whatif_error}"
-                                                                                   if ctx.whatif_error else ""))
+        reason = ("whatif not run (--no-whatif)" if not ctx.whatif_asked else
+                  "no whatif model of this trace" + (f": {ctx.whatif_error}" if ctx.whatif_error else ""))
+        return [], F.RuleCheck(rule, F.NO_DATA, reason)
     base, best, prof = w["tokens_per_s_baseline"], w["tokens_per_s_best"], w["tokens_per_s_profiled"]
     figures = {"tokens_per_s_baseline": base, "tokens_per_s_best": best, "tokens_per_s_profiled": prof,
                "best_steps": w["best_steps"], "baseline_source": w["baseline_source"]}
@@ -717,31 +718,28 @@ def rule_speculation(ctx: Context):
                                figures)
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
+    # the estimate removes draft and draft_extend from the cycle: the saving is that time (up to rounding)
+    saving = min(ctx.cycle_ns * gain, draft) if draft > 0 else ctx.cycle_ns * gain
     ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
               accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
               tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
               baseline_method=w["baseline_method"])
-    measured = w["baseline_source"] != "estimated"
     suggestion = (f"Speculation costs more than it gains here: each request gets "
                   f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
                   f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
                   f"draft and draft_extend take {_us(draft)} of each {_us(ctx.cycle_ns)} cycle. Without speculation "
-                  f"{base:,.0f} tokens/s " + ("were measured" if measured else "are predicted (estimated: "
-                                              + w["baseline_method"] + ")")
-                  + f", against {prof:,.0f} at the profiled {w['profiled_steps']} draft steps and {best:,.0f} at "
-                  f"whatif's best, {w['best_steps']}. "
-                  + ("" if measured else "Measure a run without speculation first (`analyze-trace whatif REPORT "
-                     "--baseline NOSPEC_REPORT`, or `--baseline-tps`); if it holds, ")
-                  + ("Turn speculation off" if measured else "turn speculation off")
-                  + " or raise the acceptance (a drafter trained on this target's own outputs, the same chat "
-                    "template and sampling).")
+                  f"{base:,.0f} tokens/s are predicted (estimated: {w['baseline_method']}), against {prof:,.0f} at "
+                  f"the profiled {w['profiled_steps']} draft steps and {best:,.0f} at whatif's best, "
+                  f"{w['best_steps']}. Measure a run without speculation first (`analyze-trace whatif REPORT "
+                  "--baseline NOSPEC_REPORT`, or `--baseline-tps`); if it holds, turn speculation off or raise the "
+                  "acceptance (a drafter trained on this target's own outputs, the same chat template and sampling).")
     settings = (F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif "
-                          "estimated") if not measured else None,
+                          "estimated"),
                 F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count"))
     f = F.Finding(rule, f"speculation does not pay: {prof:,.0f} tokens/s against {base:,.0f} without it",
-                  ctx.cycle_ns * gain, draft, ctx.cycle_ns,
+                  saving, draft if draft > 0 else saving, ctx.cycle_ns,
                   f"whatif: the time per token that running without speculation saves ({_pct(gain)} of the cycle)",
-                  suggestion, ev, tuple(x for x in settings if x is not None))
+                  suggestion, ev, settings)
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"no speculation predicted at {base:,.0f} tokens/s, above every step "
                             f"count (best {best:,.0f})", figures)
 

@@ -57,7 +57,7 @@ def render_whatif(r: dict) -> str:
         out.append(f"Time per cycle vs verified tokens n ({how}; observed n = {sc['tokens_min']:.0f}..{sc['tokens_max']:.0f})")
         out += table(["component", "at n = 0 us", "per token us", "95% CI"],
                      [[name, f"{line['intercept_ns'] / 1e3:,.1f}", f"{line['per_token_ns'] / 1e3:,.2f}",
-                       f"[{line['per_token_lo_ns'] / 1e3:,.2f}, {line['per_token_hi_ns'] / 1e3:,.2f}]"]
+                       ci(f"{line['per_token_lo_ns'] / 1e3:,.2f}", f"{line['per_token_hi_ns'] / 1e3:,.2f}")]
                       for name, line in sc["components"].items()])
         out.append("")
     out.append("Predicted cycle time by component (us per cycle)")
