@@ -60,6 +60,10 @@ CODES = (MARKS_ONLY, NO_NVTX_RANGES, UNLINKED_OPS, UNCLOSED_RANGES, CROSS_THREAD
          SKEW_SKIPPED, STRAGGLER_WARMUP_ONLY)
 
 
+# a note's fields in its JSON form (and the columns of the notes table --csv/--parquet write)
+NOTE_FIELDS = ("code", "count", "message", "input", "rank")
+
+
 @dataclass(frozen=True)
 class Note:
     code: str
@@ -80,9 +84,8 @@ class Note:
         return dataclasses.replace(self, input=str(path))
 
     def to_dict(self) -> dict:
-        """The JSON form: every field, ``message`` readable on its own."""
-        return {"code": self.code, "count": self.count, "message": self.message, "input": self.input,
-                "rank": self.rank}
+        """The JSON form: every field (:data:`NOTE_FIELDS`), ``message`` readable on its own."""
+        return {name: getattr(self, name) for name in NOTE_FIELDS}
 
 
 def has(notes, code: str) -> bool:

@@ -12,7 +12,6 @@ from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.render import json_rows
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
-NOTE_COLUMNS = ["code", "count", "message", "input", "rank"]
 
 PUBLIC_COLUMNS = {
     "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
@@ -130,13 +129,19 @@ def _flat(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def file_tables(result) -> dict[str, pd.DataFrame]:
-    """What --csv and --parquet write, a file per table: :func:`tables`, then the JSON document's
-    other tables, ``inputs`` (its notes are in ``notes``, each with its input), ``cycle_distribution``
-    and ``notes``."""
-    out = tables(result)
-    out["inputs"] = pd.DataFrame([{k: v for k, v in i.items() if k != "notes"} for i in result.inputs])
-    out["cycle_distribution"] = views.get(result, "cycle_distribution")
-    out["notes"] = pd.DataFrame(note_records(result.notes), columns=NOTE_COLUMNS)
+    """What --csv and --parquet write, a file per table of the JSON document (:func:`_json_parts`):
+    its DataFrames and its lists of records (``inputs`` without their notes: ``notes`` holds them,
+    each with its input); in the document's order."""
+    from analyze.notes import NOTE_FIELDS
+
+    out = {}
+    for name, value in _json_parts(result):
+        if isinstance(value, pd.DataFrame):
+            out[name] = value
+        elif name == "notes":
+            out[name] = pd.DataFrame(value, columns=list(NOTE_FIELDS))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out[name] = pd.DataFrame([{k: x for k, x in v.items() if k != "notes"} for v in value])
     return out
 
 
