@@ -338,6 +338,7 @@ def test_launch_gaps_work_a_rank_at_a_time():
     op_gaps give (the rows in (rank, start) order)."""
     import tracemalloc
 
+    from analyze.timeline import launch_gaps as LG
     from analyze.tools.advise import model as M
 
     n, n_ranks, n_cycles = 800_000, 8, 400
@@ -351,18 +352,18 @@ def test_launch_gaps_work_a_rank_at_a_time():
     tracemalloc.start()
     try:
         held = []                                     # what a caller keeps of each rank: its gaps
-        for rows_of_rank, gaps_of_rank in M.cycle_gaps_in_start_order(rank, start, end, cycles):
+        for rows_of_rank, gaps_of_rank in LG.cycle_gaps_in_start_order(rank, start, end, cycles):
             held.append((rows_of_rank, gaps_of_rank))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 6 * 8 * n
     rows, gaps = (np.concatenate(part) for part in zip(*held))
-    cycle = M.cycle_of_arrays(rank.astype("int64"), start, cycles)
+    cycle = LG.cycle_of_arrays(rank.astype("int64"), start, cycles)
     keep = np.flatnonzero(cycle >= 0)
     assert len(keep) < n                               # ops between the windows are left out
     np.testing.assert_array_equal(rows, keep)          # already in (rank, start) order here
-    np.testing.assert_array_equal(gaps, M.op_gaps(rank[keep].astype("int64"), cycle[keep], start[keep], end[keep]))
+    np.testing.assert_array_equal(gaps, LG.op_gaps(rank[keep].astype("int64"), cycle[keep], start[keep], end[keep]))
 
 
 def _calls_and_ops(rng, n_pids: int, calls_per_pid: int, id_stride: int, id_base_step: int, ops_per_call: float = 3):

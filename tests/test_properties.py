@@ -176,7 +176,7 @@ def test_launch_gaps_equal_the_grouped_pandas_reference(ops):
     import numpy as np
     import pandas as pd
 
-    from analyze.tools.advise.model import op_gaps
+    from analyze.timeline.launch_gaps import op_gaps
 
     frame = pd.DataFrame(ops, columns=["rank", "cycle", "start_ns", "dur"], dtype="int64")
     frame["end_ns"] = frame["start_ns"] + frame["dur"]
@@ -315,13 +315,14 @@ def test_launch_gaps_with_ranks_far_apart_keep_each_rank_apart():
     import numpy as np
     import pandas as pd
 
+    from analyze.timeline import launch_gaps as LG
     from analyze.tools.advise import model as M
 
     ops = pd.DataFrame({"cycle_range": [0, 0, 0], "rank": np.array([-2 ** 62, 2 ** 62, 2 ** 62], dtype="int64"),
                         "start_ns": [0, 10, 20], "end_ns": [1, 12, 25],
                         "graph_node_id": pd.array([None] * 3, dtype="Int64"), "kind": ["kernel"] * 3})
     cycles = pd.DataFrame({"rank": np.array([2 ** 62]), "cycle": [1], "start_ns": [0], "end_ns": [100]})
-    assert M.cycle_gaps_in_start_order(*(ops[c].to_numpy(dtype="int64") for c in ("rank", "start_ns", "end_ns")),
+    assert LG.cycle_gaps_in_start_order(*(ops[c].to_numpy(dtype="int64") for c in ("rank", "start_ns", "end_ns")),
                                        cycles) is None
     got = M._launch_gaps(ops, cycles)
     assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
@@ -334,13 +335,14 @@ def test_launch_gaps_with_int32_ranks_far_apart_keep_each_rank_apart():
     import numpy as np
     import pandas as pd
 
+    from analyze.timeline import launch_gaps as LG
     from analyze.tools.advise import model as M
 
     ops = pd.DataFrame({"cycle_range": [0, 0, 0], "rank": np.array([-1, 2 ** 31 - 1, 2 ** 31 - 1], dtype="int32"),
                         "start_ns": [0, 10, 20], "end_ns": [1, 12, 25],
                         "graph_node_id": pd.array([None] * 3, dtype="Int64"), "kind": ["kernel"] * 3})
     cycles = pd.DataFrame({"rank": np.array([2 ** 31 - 1]), "cycle": [1], "start_ns": [0], "end_ns": [100]})
-    pieces = list(M.cycle_gaps_in_start_order(*(ops[c].to_numpy() for c in ("rank", "start_ns", "end_ns")), cycles))
+    pieces = list(LG.cycle_gaps_in_start_order(*(ops[c].to_numpy() for c in ("rank", "start_ns", "end_ns")), cycles))
     assert [(list(rows), list(gaps)) for rows, gaps in pieces] == [([1, 2], [8.0])]
     got = M._launch_gaps(ops, cycles)
     assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
@@ -388,6 +390,7 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
     import numpy as np
     import pandas as pd
 
+    from analyze.timeline import launch_gaps as LG
     from analyze.tools.advise import model as M
 
     cyc = pd.DataFrame(windows, columns=["rank", "start_ns", "len", "cycle"], dtype="int64")
@@ -403,10 +406,10 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
     frame["kind"] = ["graph" if o[5] else "kernel" for o in ops]
 
     rank, start, end = (frame[c].to_numpy(dtype="int64") for c in ("rank", "start_ns", "end_ns"))
-    cycle = M.cycle_of_arrays(rank, start, cyc)
+    cycle = LG.cycle_of_arrays(rank, start, cyc)
     keep = cycle >= 0
-    want_gaps = M.op_gaps(rank[keep], cycle[keep], start[keep], end[keep])
-    found = M.cycle_gaps_in_start_order(rank, start, end, cyc)
+    want_gaps = LG.op_gaps(rank[keep], cycle[keep], start[keep], end[keep])
+    found = LG.cycle_gaps_in_start_order(rank, start, end, cyc)
     by_rank = cyc.sort_values("start_ns").groupby("rank")["cycle"]
     increasing = all((np.diff(g.to_numpy()) > 0).all() for _, g in by_rank)
     assert (found is None) == (not increasing and len(frame) > 0)
@@ -423,7 +426,7 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
 
     # only the rows ``keep`` marks (those inside a cycle's range): as the arrays gathered first
     inside = frame["cycle_range"].to_numpy() >= 0
-    found_kept = M.cycle_gaps_in_start_order(rank.astype("int32"), start, end, cyc, keep=inside)
+    found_kept = LG.cycle_gaps_in_start_order(rank.astype("int32"), start, end, cyc, keep=inside)
     assert (found_kept is None) == (found is None)
     if found_kept is not None:
         pieces = list(found_kept)
@@ -431,17 +434,17 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
         gaps = np.concatenate([np.zeros(0)] + [p[1] for p in pieces])
         assert np.array_equal(np.sort(rows), np.flatnonzero(keep & inside))
         k = keep & inside
-        np.testing.assert_array_equal(gaps, M.op_gaps(rank[k], cycle[k], start[k], end[k]))
+        np.testing.assert_array_equal(gaps, LG.op_gaps(rank[k], cycle[k], start[k], end[k]))
 
     # the summary _launch_gaps returns, against the same computed from the reference arrays
-    ref_cycle = M.cycle_of_arrays(rank[inside], start[inside], cyc)
+    ref_cycle = LG.cycle_of_arrays(rank[inside], start[inside], cyc)
     at = np.flatnonzero(inside)[ref_cycle >= 0]
     got = M._launch_gaps(frame, cyc)
     if not len(at):
         assert got == {}
         return
     k = ref_cycle >= 0
-    g = M.op_gaps(rank[inside][k], ref_cycle[k], start[inside][k], end[at])
+    g = LG.op_gaps(rank[inside][k], ref_cycle[k], start[inside][k], end[at])
     big = g[g > M.LAUNCH_GAP_NS]
     n = max(len(cyc), 1)
     graph_ops = int(frame["graph_node_id"].notna().to_numpy()[at].sum()) + int((frame["kind"] == "graph").to_numpy()[at].sum())

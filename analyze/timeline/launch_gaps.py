@@ -1,24 +1,26 @@
 """Launch gaps: the GPU idle between consecutive ops inside decode cycles, what advise's host-bound
 and draft_extend rules cite (gaps above :data:`LAUNCH_GAP_NS` per cycle, the median gap, the share
-of the ops that are CUDA graph nodes or graph launches).
+of the ops that are CUDA graph nodes or graph launches): the one definition, whichever way the ops
+come.
 
 An op counts when its launching call lies inside a ``decode_cycle`` range and its start falls in a
 steady cycle's GPU window on its rank (:func:`cycle_at`); per (rank, cycle), in start order, the gap
 before an op is its start minus the latest end so far, at least 0 (ops that start together give 0
 in either order, so ties need no order). The figures are sums, counts and a median, kept in
-:class:`GapStats` so that they add up over parts: a rank at a time (advise over the per-op table),
-or chunk by chunk (:class:`GapStream`, the map step of a report analysed in chunks, which keeps no
-per-op table) and report by report; the median is exact (a count per gap below
+:class:`GapStats` so that they add up over parts: from a per-op table a rank at a time
+(:func:`stats_from_op_table`, what advise reads), or chunk by chunk (:class:`GapStream`, the map
+step of a report analysed in chunks, which keeps no per-op table), and report by report; the median is exact (a count per gap below
 :data:`SMALL_GAP_NS` ns, the larger gaps kept as values).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
-from analyze.attribute import intervals
+from analyze.attribute import attribution, intervals
 
 LAUNCH_GAP_NS = 5_000           # a gap longer than this is a launch gap (host time between ops)
 SMALL_GAP_NS = 1 << 16          # gaps below this are counted per value, larger ones kept
@@ -145,3 +147,112 @@ class GapStream:
         last = g[-1]
         tail = len(g) - int(np.argmax(g[::-1] != last)) if (g != last).any() else 0
         self.carry[int(rank)] = (int(last), int(e[tail:].max()))
+
+
+def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -> np.ndarray:
+    """:func:`_cycle_of` on arrays."""
+    out = np.full(len(start), -1, dtype="int64")
+    if not len(start) or cycles.empty:
+        return out
+    for r, ids, lo, hi in rank_windows(cycles):
+        sel = np.flatnonzero(rank == r)
+        out[sel] = cycle_at(start[sel], ids, lo, hi)
+    return out
+
+
+def stats_from_op_table(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> GapStats:
+    """:class:`GapStats` of a per-op table's ops in ``cycles`` (the steady cycles), a rank at a time."""
+    stats = GapStats()
+    if ops is None or ops.empty or "cycle_range" not in ops.columns or cycles.empty:
+        return stats
+    inside = ops["cycle_range"].to_numpy() >= 0
+    rank = ops["rank"].to_numpy()                                  # its own integer type (int32)
+    if rank.dtype.kind not in "iu":
+        rank = rank.astype("int64")
+    start = ops["start_ns"].to_numpy(dtype="int64")                # the columns, not copies of them
+    end = ops["end_ns"].to_numpy(dtype="int64")
+    pieces = cycle_gaps_in_start_order(rank, start, end, cycles, keep=inside)
+    if pieces is None:                        # cycle ids not in start order on some rank: sort by cycle
+        at = np.flatnonzero(inside)
+        rank, start = rank[at].astype("int64"), start[at]
+        cycle = cycle_of_arrays(rank, start, cycles)
+        keep = np.flatnonzero(cycle >= 0)
+        pieces = [(at[keep], op_gaps(rank[keep], cycle[keep], start[keep], end[at[keep]]))]
+    del rank, start, end, inside
+    graph = op_graph_marks(ops)
+    for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps
+        stats.add(gaps, len(rows), int(graph[rows].sum()) if graph is not None else 0)
+    return stats
+
+
+def op_graph_marks(ops: pd.DataFrame) -> np.ndarray | None:
+    """Per op, launch_gaps.graph_marks from the per-op table's columns; None when it has neither."""
+    if "graph_node_id" not in ops.columns and "kind" not in ops.columns:
+        return None
+    node = ops["graph_node_id"].notna().to_numpy() if "graph_node_id" in ops.columns else np.zeros(len(ops), bool)
+    launch = (ops["kind"] == "graph").to_numpy() if "kind" in ops.columns else np.zeros(len(ops), bool)
+    return graph_marks(launch, node)
+
+
+def cycle_gaps_in_start_order(rank: np.ndarray, start: np.ndarray, end: np.ndarray, cycles: pd.DataFrame,
+                              keep: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]] | None:
+    """:func:`cycle_of_arrays`, then :func:`op_gaps` of the rows in a cycle, with one sort by (rank,
+    start) instead of a sort by (rank, cycle, start), a rank at a time: per rank with cycles, in
+    rank order, (its rows in a cycle, as positions in the arrays given, in start order; their
+    gaps). Concatenated, equal element for element to op_gaps'. Where a rank's cycles sorted by
+    start have increasing ids, a row's cycle never goes back as its start grows, so the (rank,
+    start) order of the rows in a cycle is op_gaps' (rank, cycle, start) order, ties kept in the
+    order given by both; within a rank the group is the cycle. After the one sort each rank's
+    temporaries are made from its slice (an eighth of the rows' on 8 ranks: at 10M ops full-size
+    ones cost more in fresh pages than in arithmetic). ``keep``: where given, only the rows it
+    marks count (the others sort after every rank's, so the arrays need not be gathered first).
+    None where some rank's ids do not increase, or the ranks span 2**62 or more (the caller then
+    takes the two functions). The ranks are integers of any width (the per-op table's are int32)."""
+    if not len(start) or cycles.empty:
+        return iter(())
+    r_lo = int(rank.min())
+    span = int(rank.max()) - r_lo
+    if span >= 2 ** 62:                             # rank - r_lo would wrap (no real trace's ranks)
+        return None
+    per_rank = rank_windows(cycles)                     # as cycle_of_arrays sorts them
+    if any((ids[1:] <= ids[:-1]).any() for _, ids, _, _ in per_rank):   # before any sort of the ops
+        return None
+    # in the ranks' own integer type (int32) where the span and one code past it fit, else in int64
+    code = rank - r_lo if span < np.iinfo(rank.dtype).max else rank.astype("int64") - r_lo
+    if keep is not None:
+        np.copyto(code, span + 1, where=~keep)          # rows left out: after every rank
+    order = attribution.sort_order(code, start)
+    # the ranks with rows (a code past the span would be the left-out rows')
+    with_rows = [(r - r_lo, *w) for r, *w in per_rank if 0 <= r - r_lo <= span]
+    return _gaps_of_each_rank(order, code[order], with_rows, start, end)
+
+
+def _gaps_of_each_rank(order: np.ndarray, code_sorted: np.ndarray, per_rank: list[tuple], start: np.ndarray,
+                       end: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    for code, ids, lo, hi in per_rank:
+        code = np.int64(code)                            # compared with the codes' type, whatever it is
+        a, b = int(np.searchsorted(code_sorted, code, side="left")), int(np.searchsorted(code_sorted, code, side="right"))
+        at = order[a:b]                                  # the rank's rows in start order
+        s = start[at]
+        cycle = cycle_at(s, ids, lo, hi)
+        kept = np.flatnonzero(cycle >= 0)
+        at = at[kept]
+        yield at, gaps_in_group_order(cycle[kept], s[kept], end[at])
+
+
+def op_gaps(rank: np.ndarray, cycle: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per (rank, cycle), the ops in (start, then given) order: the gap from the latest end so far to
+    the next op's start, at least 0, as float64 in that order (what pandas' sort by rank, cycle and
+    start, then a grouped ``cummax`` of ends and ``shift(-1)`` of starts give; tests check it)."""
+    if not len(start):
+        return np.zeros(0, dtype="float64")
+    group = _group_codes(rank, cycle)
+    order = attribution.sort_order(group, start)
+    return gaps_in_group_order(group[order], start[order], end[order])
+
+
+def _group_codes(rank: np.ndarray, cycle: np.ndarray) -> np.ndarray:
+    """One code per (rank, cycle), ascending with (rank, cycle)."""
+    c_lo = int(cycle.min())
+    n_cyc = int(cycle.max()) - c_lo + 1
+    return (rank - int(rank.min())) * n_cyc + (cycle - c_lo)
