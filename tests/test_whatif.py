@@ -598,3 +598,11 @@ def test_no_resamples_shows_no_intervals():
     assert len([r for r in rows if r.strip()]) == 3 and not any("[" in r for r in rows)
     booted = render_whatif(W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=20))
     assert "[" in booted[booted.index("Prediction"):booted.index("Predicted cycle time")]
+
+
+def test_no_resamples_no_slope_intervals_in_the_assumptions():
+    moe = analyze.load(REAL / "h200_moe_steps3.sqlite")
+    point = " ".join(W.whatif(moe, range(1, 4), n_boot=0)["assumptions"])
+    booted = " ".join(W.whatif(moe, range(1, 4), n_boot=20)["assumptions"])
+    assert "least-squares line" in point and "95% CI of the slope" not in point
+    assert "95% CI of the slope" in booted

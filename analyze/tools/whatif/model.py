@@ -633,7 +633,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                    "only host time")
     result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
                                         profiled_baseline=baseline is not None and baseline_tps is None,
-                                        scaling=scaling)
+                                        scaling=scaling, intervals=n_boot > 0)
     return result
 
 
@@ -689,18 +689,22 @@ def scaling_summary(costs: list[dict], boot_slopes: list[dict], level: float, ve
                        "proportional to the verified tokens)"}
 
 
-def _scaling_lines(c: dict, scaling: dict | None) -> list[str]:
-    """The one-profile assumption about verify (and draft_extend, allreduce) vs verified tokens."""
+def _scaling_lines(c: dict, scaling: dict | None, intervals: bool = True) -> list[str]:
+    """The one-profile assumption about verify (and draft_extend, allreduce) vs verified tokens
+    (``intervals``: the slopes' bootstrap intervals exist, i.e. resamples were drawn)."""
     method = (scaling or {}).get("method")
     comps = (scaling or {}).get("components") or {}
     if method == "fit":
         parts = []
         for name, line in comps.items():
-            parts.append(f"{name} {line['intercept_ns'] / 1e3:,.1f} us + {line['per_token_ns'] / 1e3:,.2f} us "
-                         f"[{line['per_token_lo_ns'] / 1e3:,.2f}, {line['per_token_hi_ns'] / 1e3:,.2f}] per token")
+            ci = (f" [{line['per_token_lo_ns'] / 1e3:,.2f}, {line['per_token_hi_ns'] / 1e3:,.2f}]"
+                  if intervals else "")
+            parts.append(f"{name} {line['intercept_ns'] / 1e3:,.1f} us + {line['per_token_ns'] / 1e3:,.2f} us{ci} "
+                         "per token")
         return [f"the profile's cycles verify {scaling['tokens_min']:.0f} to {scaling['tokens_max']:.0f} tokens "
                 f"({scaling['batch_sizes']} batch sizes): each token-dependent component is a least-squares line in "
-                "the verified tokens n = M(s+1) over the cycles (95% CI of the slope): " + "; ".join(parts),
+                "the verified tokens n = M(s+1) over the cycles" + (" (95% CI of the slope): " if intervals else ": ")
+                + "; ".join(parts),
                 "the other phases keep their measured time per cycle (they follow the batch's requests, which do "
                 "not change with the step count)"]
     if method == "given":
@@ -718,7 +722,7 @@ def _scaling_lines(c: dict, scaling: dict | None) -> list[str]:
 
 def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
                 calibration: dict | None = None, profiled_baseline: bool = False,
-                scaling: dict | None = None) -> list[str]:
+                scaling: dict | None = None, intervals: bool = True) -> list[str]:
     ks = sorted({c["steps"] for c in costs})
     out = []
     for c in costs:
@@ -730,7 +734,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
         c = costs[0]
         out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
                    "draft time is linear in the step count")
-        out += _scaling_lines(c, scaling)
+        out += _scaling_lines(c, scaling, intervals)
     else:
         out.append(f"draft time linear in the step count, every other component linear in the verified tokens "
                    f"M(s+1) (least squares over the profiled step counts {ks})")
