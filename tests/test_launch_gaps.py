@@ -62,7 +62,7 @@ def test_stream_in_time_chunks_equals_the_per_op_table(ops, windows, cuts):
                           "graph_node_id": pd.array(np.where(mark >= 1, 5, 0), dtype="Int64").astype("Int64"),
                           "kind": np.where(mark == 2, "graph", "kernel")})
     table.loc[mark < 1, "graph_node_id"] = pd.NA
-    want = M._launch_gaps(table, cycles)
+    want = LG.stats_from_op_table(table, cycles).figures(len(cycles))
     stream = LG.GapStream(cycles)
     bounds = sorted(set(cuts)) + [10**9]
     lo = -1

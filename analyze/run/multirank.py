@@ -6,8 +6,6 @@ rank on one clock (see alignment.py).
 """
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import pandas as pd
 
@@ -17,6 +15,7 @@ from analyze.ranks.identify import RankConflict
 from analyze.run import checks
 from analyze.results import Analysis
 from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
+from analyze.timeline.launch_gaps import GapStats
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -112,13 +111,14 @@ def combine(results, config: PhaseConfig):
     # the default timeline window is chosen over all ranks: one report's window is the analysis' only
     # when it is the only report (then on its own clock: offset 0)
     window_ops = results[0].window_ops if len(results) == 1 else None
+    # what the reports analysed in chunks (no per-op table) kept for advise and whatif
     gap_parts = [r.launch_gaps for r in results if r.launch_gaps is not None]
-    launch_gaps = None
-    for part in gap_parts:                  # the reports analysed in chunks (no per-op table)
-        launch_gaps = copy.deepcopy(part) if launch_gaps is None else launch_gaps.merge(part)
+    launch_gaps = GapStats() if gap_parts else None
+    for part in gap_parts:
+        launch_gaps.merge(part)
+    whatif_parts = [r.whatif_ops for r in results if r.whatif_ops is not None]
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
                     collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
                     window_ops=window_ops, launch_gaps=launch_gaps,
-                    whatif_ops=_concat([r.whatif_ops for r in results if r.whatif_ops is not None])
-                    if any(r.whatif_ops is not None for r in results) else None)
+                    whatif_ops=_concat(whatif_parts) if whatif_parts else None)

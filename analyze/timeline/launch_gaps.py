@@ -150,7 +150,8 @@ class GapStream:
 
 
 def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -> np.ndarray:
-    """:func:`_cycle_of` on arrays."""
+    """Per (rank, start): the id of the cycle of ``cycles`` on that rank whose GPU window holds the
+    start (:func:`cycle_at`), else -1."""
     out = np.full(len(start), -1, dtype="int64")
     if not len(start) or cycles.empty:
         return out

@@ -424,11 +424,6 @@ def launch_gaps(ctx: Context) -> dict:
     return ctx.gaps
 
 
-def _launch_gaps(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> dict:
-    """:func:`launch_gaps`' figures from a per-op table alone."""
-    return stats_from_op_table(ops, cycles).figures(len(cycles))
-
-
 def host_overlap(ctx: Context) -> dict:
     """Does the host start the next cycle before this cycle's GPU work ends? (median over ranks/cycles)"""
     c = ctx.cycles
