@@ -19,6 +19,7 @@ from .targets import (
     ACCEPT_RESOLVE,
     ALLREDUCE_FN,
     ALLREDUCE_TP,
+    CONFIG_INIT,
     CYCLE,
     PROFILE_START,
     RANGE,
@@ -136,8 +137,13 @@ def _records(t: Target, shape: str, reads: Dict[str, Optional[str]]) -> tuple:
             rec.append("rank mark")
         else:
             nope.append(f"rank: {t.label} has no instance")
+    elif t.kind == CONFIG_INIT:
+        if bound.get("the instance"):
+            rec.append("spec_config mark (SGLang's speculative configuration)")
+        else:
+            nope.append(f"config: {t.label} has no instance")
     elif t.kind == PROFILE_START:
-        rec.append("rank mark again when profiling starts")
+        rec.append("rank and spec_config marks again when profiling starts")
     return rec, nope
 
 

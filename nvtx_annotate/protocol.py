@@ -20,6 +20,13 @@ Marks:
 
 ``rank=R world=W device=D``
     Once per process when the TP group is created, again when SGLang starts profiling.
+``spec_config algo=A steps=N topk=K draft_tokens=D tp=T cuda_graph=0|1 max_running=R [adaptive=0|1] [overlap=0|1]``
+    Once per scheduler process (after ``Scheduler.__init__``), again when SGLang starts profiling:
+    SGLang's own speculative configuration, read from its ``server_args`` (``algo=none steps=0`` when
+    speculation is off). ``steps`` is ``--speculative-num-steps``: the draft tokens proposed per request
+    per cycle (SGLang's ``draft_forward`` runs ``steps - 1`` draft forwards; the first draft token
+    comes from the draft extend of the previous cycle). The analyzer takes the profiled step count
+    from it instead of inferring it from kernels.
 ``accept_len=N reqs=M [cycle=K] [lens=l1,...,lM]`` (int64 payload ``N``)
     The accepted *draft* tokens of one decode cycle: ``N`` summed over the ``M`` requests of the
     batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
@@ -137,6 +144,81 @@ def accept_mark(lengths: Sequence[int], cycle: int | None = None) -> tuple[str, 
     n = sum(vals)
     lens = vals if 0 < len(vals) <= ACCEPT_LENS_MAX_REQS else None
     return format_accept_mark(n, len(vals), cycle, lens), n
+
+
+CONFIG_PREFIX = "spec_config"
+SpecConfig = namedtuple("SpecConfig", "algo steps topk draft_tokens tp cuda_graph max_running adaptive overlap",
+                        defaults=(None, None))
+SpecConfig.__doc__ = ("SGLang's speculative configuration of one process: algo (str, 'none' without speculation), "
+                      "steps (--speculative-num-steps, 0 without), topk, draft_tokens (int or None), tp (int), "
+                      "cuda_graph (bool), max_running (int or None), adaptive, overlap (bool or None).")
+_CONFIG_INTS = ("steps", "topk", "draft_tokens", "tp", "max_running")
+_CONFIG_BOOLS = ("cuda_graph", "adaptive", "overlap")
+CONFIG_MARK_RE = re.compile(r"^spec_config(?P<body>(?:\s+[a-z_]+=[^\s=]+)+)\s*$")
+
+
+def format_spec_config(cfg: SpecConfig) -> str:
+    """``spec_config algo=... steps=...`` (fields that are None left out)."""
+    parts = [CONFIG_PREFIX]
+    for name, value in zip(SpecConfig._fields, cfg):
+        if value is None:
+            continue
+        if name in _CONFIG_BOOLS:
+            value = int(bool(value))
+        parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+def spec_config_from_server_args(server_args, max_running=None) -> SpecConfig:
+    """SGLang's ServerArgs (any version: missing attributes are None) -> SpecConfig."""
+    def get(name, default=None):
+        return getattr(server_args, name, default)
+
+    algo = get("speculative_algorithm")
+    algo = "none" if algo in (None, "", "NONE", "none") else str(getattr(algo, "name", algo))
+    steps = get("speculative_num_steps") if algo != "none" else 0
+    running = max_running if max_running is not None else get("max_running_requests")
+    overlap = get("disable_overlap_schedule")
+    return SpecConfig(
+        algo=algo,
+        steps=int(steps) if steps is not None else None,
+        topk=int(get("speculative_eagle_topk")) if algo != "none" and get("speculative_eagle_topk") is not None else None,
+        draft_tokens=(int(get("speculative_num_draft_tokens"))
+                      if algo != "none" and get("speculative_num_draft_tokens") is not None else None),
+        tp=int(get("tp_size", 1) or 1),
+        cuda_graph=not bool(get("disable_cuda_graph", False)),
+        max_running=int(running) if running is not None else None,
+        adaptive=bool(get("speculative_adaptive")) if get("speculative_adaptive") is not None else None,
+        overlap=(not bool(overlap)) if overlap is not None else None,
+    )
+
+
+def parse_spec_config(text) -> SpecConfig | None:
+    """The SpecConfig of a ``spec_config ...`` mark, else None (a value that does not parse: None)."""
+    m = CONFIG_MARK_RE.match(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    fields = dict(kv.split("=", 1) for kv in m["body"].split())
+    if "algo" not in fields:
+        return None
+    out = {"algo": fields["algo"]}
+    try:
+        for name in _CONFIG_INTS:
+            if name in fields:
+                v = int(fields[name])
+                if not 0 <= v < 2 ** 31:
+                    return None
+                out[name] = v
+        for name in _CONFIG_BOOLS:
+            if name in fields:
+                if fields[name] not in ("0", "1"):
+                    return None
+                out[name] = fields[name] == "1"
+    except ValueError:
+        return None
+    if out["algo"] == "none":
+        out.setdefault("steps", 0)
+    return SpecConfig(**{f: out.get(f) for f in SpecConfig._fields})
 
 
 def parse_accept_mark(text) -> AcceptMark | None:

@@ -16,6 +16,7 @@ against an unpacked source tree by parsing, without importing SGLang (see ``chec
 | graph_replay_* | ``graph_replay_draft`` / ``_draft_extend`` / ``_verify`` | ``EAGLEDraftCudaGraphRunner.replay`` / ``.execute`` (0.5.2x), ``EAGLEDraftExtendCudaGraphRunner.replay`` / ``.execute``, ``CudaGraphRunner.replay`` (<= 0.5.1x), ``DecodeCudaGraphRunner.execute`` (0.5.17+) |
 | accept | mark ``accept_len=N reqs=M [cycle=K] lens=...`` | v1: return value of ``EAGLEWorker.verify`` (inside the cycle); v2: ``SchedulerOutputProcessorMixin._resolve_spec_overlap_token_ids`` (<= 0.5.1x), ``SchedulerBatchResultProcessor._resolve_spec_v2_tokens`` (0.5.17+) with ``cycle=K``; ``EAGLEWorkerV2.on_verify_complete_cpu`` when no resolver wraps it |
 | rank | mark ``rank=R world=W device=D`` | ``GroupCoordinator.__init__`` of the TP group |
+| config | mark ``spec_config algo=... steps=N ...`` (SGLang's ``server_args``) | ``Scheduler.__init__`` (every version) |
 | profile_start | the rank mark again | ``Scheduler.start_profile`` (0.4.x), ``SchedulerProfilerMixin.start_profile`` (0.5.x), ``SchedulerProfilerManager._start_profile`` (0.5.17+), ``_ProfilerCudart.start`` (0.5.10+) |
 """
 
@@ -36,6 +37,7 @@ ACCEPT_RESOLVE = "accept_resolve"  # no range; accept mark (cycle=K) from the re
 ACCEPT_CPU_ARG = "accept_cpu_arg"  # no range; accept mark from an argument (no cycle)
 RANK_INIT = "rank_init"  # no range; rank mark after GroupCoordinator.__init__ of the TP group
 PROFILE_START = "profile_start"  # no range; the rank mark again once profiling has started
+CONFIG_INIT = "config_init"  # no range; spec_config mark after Scheduler.__init__ (its server_args)
 
 INSTANCE = Read("the instance", (), None)
 BATCH = Read("the batch (forward mode)", ("batch", "model_worker_batch", "schedule_batch", "forward_batch"), 0)
@@ -51,6 +53,7 @@ KIND_READS: dict[str, tuple[Read, ...]] = {
     ACCEPT_RESOLVE: (RESULT, REQS_BATCH),
     ACCEPT_CPU_ARG: (LENGTHS,),
     RANK_INIT: (INSTANCE,),
+    CONFIG_INIT: (INSTANCE,),
 }
 """What each kind reads from its call (bound from the signature at patch time)."""
 
@@ -139,6 +142,8 @@ TARGETS: list[Target] = [
     Target("accept", None, "srt.managers.scheduler_components.batch_result_processor",
            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", ACCEPT_RESOLVE),
     Target("accept", None, _V2, "EAGLEWorkerV2.on_verify_complete_cpu", ACCEPT_CPU_ARG),
+    # SGLang's speculative configuration (steps, topk, TP, graphs...), once per scheduler process
+    Target("config", None, "srt.managers.scheduler", "Scheduler.__init__", CONFIG_INIT),
     # rank, and again when profiling starts (a cudaProfilerApi capture window misses the first)
     Target("rank", None, "srt.distributed.parallel_state", "GroupCoordinator.__init__", RANK_INIT),
     Target("profile_start", None, "srt.managers.scheduler", "Scheduler.start_profile", PROFILE_START),
@@ -151,7 +156,7 @@ TARGETS: list[Target] = [
 
 ROLES = [
     "decode_cycle", "draft", "draft_extend", "verify", "allreduce",
-    "graph_replay_draft", "graph_replay_draft_extend", "graph_replay_verify", "accept", "rank", "profile_start",
+    "graph_replay_draft", "graph_replay_draft_extend", "graph_replay_verify", "accept", "rank", "config", "profile_start",
 ]
 REQUIRED_ROLES = ("draft", "verify", "allreduce")
 WORKER_ROLES = ("draft", "verify", "draft_extend")

@@ -31,6 +31,7 @@ from .targets import (
     ACCEPT_RESOLVE,
     ALLREDUCE_FN,
     ALLREDUCE_TP,
+    CONFIG_INIT,
     CYCLE,
     PROFILE_START,
     RANGE,
@@ -54,10 +55,10 @@ class _Thread(_local):
 
 _tls = _Thread()
 _cycle_numbers = itertools.count(1)
-_stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "faults": 0}
+_stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "config_marks": 0, "faults": 0}
 _faults: dict[str, int] = {}
 _warned: set = set()
-_rank = {"mark": None, "world": None, "refresh": 0}  # the TP group's rank mark; re-emits pending
+_rank = {"mark": None, "world": None, "refresh": 0, "config": None}  # the TP group's rank mark; re-emits pending
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -141,6 +142,18 @@ def emit_rank_mark(rank: int, world: int, device) -> None:
     _stats["rank_marks"] += 1
 
 
+def emit_config_mark(scheduler) -> None:
+    """The per-process mark ``spec_config ...`` from a SGLang Scheduler's ``server_args``
+    (remembered, so that it is emitted again when profiling starts)."""
+    args = getattr(scheduler, "server_args", None)
+    if args is None:
+        return
+    text = P.format_spec_config(P.spec_config_from_server_args(args, getattr(scheduler, "max_running_requests", None)))
+    _rank["config"] = text
+    _nvtx.mark(text)
+    _stats["config_marks"] += 1
+
+
 def _tp_name(group) -> str | None:
     name = getattr(group, "unique_name", None) or getattr(group, "group_name", None)
     return None if name is None else str(name)
@@ -153,22 +166,29 @@ def emit_rank_mark_for_group(group) -> None:
     emit_rank_mark(group.rank_in_group, group.world_size, getattr(group, "device", "?"))
 
 
+def _emit_remembered(b) -> None:
+    if _rank["mark"] is not None:
+        b.mark(_rank["mark"])
+        _stats["rank_marks"] += 1
+    if _rank.get("config") is not None:
+        b.mark(_rank["config"])
+        _stats["config_marks"] += 1
+
+
 def refresh_rank_mark() -> None:
-    """Profiling started: emit the rank mark now and at the next worker calls."""
-    if _rank["mark"] is None:
+    """Profiling started: emit the rank and config marks now and at the next worker calls."""
+    if _rank["mark"] is None and _rank.get("config") is None:
         return
     b = _nvtx._backend or _nvtx.get_backend()
     if b.active:
-        b.mark(_rank["mark"])
-        _stats["rank_marks"] += 1
+        _emit_remembered(b)
     _rank["refresh"] = RANK_REFRESH_CALLS
 
 
 def _pending_rank_mark(b) -> None:
     if _rank["refresh"] > 0:
         _rank["refresh"] -= 1
-        b.mark(_rank["mark"])
-        _stats["rank_marks"] += 1
+        _emit_remembered(b)
 
 
 def tp_world() -> int | None:
@@ -440,6 +460,16 @@ def _hooks_rank_init(get_self) -> Hooks:
     return Hooks(enter, leave, _noop_fail)
 
 
+def _hooks_config_init(get_self) -> Hooks:
+    def enter(args, kwargs):
+        return True
+
+    def leave(_, args, kwargs, ret):
+        emit_config_mark(get_self(args, kwargs))
+
+    return Hooks(enter, leave, _noop_fail)
+
+
 def _hooks_profile_start() -> Hooks:
     def enter(args, kwargs):
         return True
@@ -588,6 +618,8 @@ def _unbound_consequence(kind: str, what: str) -> str:
         return "all-reduce ranges are recorded for every group"
     if kind == RANK_INIT:
         return "no rank mark"
+    if kind == CONFIG_INIT:
+        return "no spec_config mark"
     return "no accept mark"
 
 
@@ -611,6 +643,9 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
     if kind == RANK_INIT:
         get = g.get("the instance")
         return _hooks_rank_init(get) if get is not None else None
+    if kind == CONFIG_INIT:
+        get = g.get("the instance")
+        return _hooks_config_init(get) if get is not None else None
     if kind == PROFILE_START:
         return _hooks_profile_start()
     raise ValueError(f"unknown target kind {kind!r}")

@@ -13,6 +13,7 @@ import pandas as pd
 
 from analyze.codes import factorize_objects
 from analyze.errors import RankConflict
+from nvtx_annotate.protocol import CONFIG_MARK_RE  # the shim's `spec_config algo=... steps=N ...`
 from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
 
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
@@ -38,6 +39,15 @@ def _marked_ranks(marks: pd.DataFrame) -> dict[int, tuple[int, int | None]]:
     return {p: (int(m.group(1)), int(m.group(2)) if m.group(2) else None) for p, m in found.items()}
 
 
+def spec_configs(marks: pd.DataFrame) -> dict[int, str]:
+    """Per process, the text of its first ``spec_config`` mark (SGLang's speculative configuration,
+    recorded by the shim from the scheduler's ``server_args``)."""
+    if marks.empty:
+        return {}
+    found = _first_match(marks["global_pid"].to_numpy(), marks["text"].to_numpy(dtype=object), CONFIG_MARK_RE)
+    return {p: m.group(0) for p, m in found.items()}
+
+
 def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     for frame, col in ((ranges, "name"), (marks, "text")):
@@ -55,8 +65,9 @@ def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
 
 def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFrame,
                    processes: pd.DataFrame, path: str) -> pd.DataFrame:
-    """One row per process that launched GPU work: rank, pid, global_pid, device_ids, source, world."""
-    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input"]
+    """One row per process that launched GPU work: rank, pid, global_pid, device_ids, source, world,
+    input, spec_config (the text of the process' ``spec_config`` mark, None without one)."""
+    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config"]
     if gpu_ops.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     pairs = gpu_ops[["global_pid", "device_id"]].drop_duplicates()
@@ -64,6 +75,7 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
     pids = sorted(int(p) for p in devices.index)
     marked = _marked_ranks(marks)
     nccl = _nccl_ranks(ranges, marks)
+    configs = spec_configs(marks)
     pid_of = dict(zip(processes["global_pid"].tolist(), processes["pid"].tolist())) if len(processes) else {}
     distinct_devices = len({tuple(devices[p]) for p in pids}) == len(pids) and all(len(devices[p]) == 1 for p in pids)
 
@@ -78,7 +90,7 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
         else:
             rank, world, source = None, None, "order"
         pid = pid_of.get(p, (p >> 24) & 0xFFFFFF)
-        rows.append([rank, int(pid), p, ",".join(map(str, devices[p])), source, world, path])
+        rows.append([rank, int(pid), p, ",".join(map(str, devices[p])), source, world, path, configs.get(p)])
     frame = pd.DataFrame(rows, columns=cols)
     taken = set(int(r) for r in frame["rank"].dropna())
     next_free = 0

@@ -14,7 +14,7 @@ from analyze.render import json_rows
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
 
 PUBLIC_COLUMNS = {
-    "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns"],
+    "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns", "spec_config"],
     "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
     "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
     "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",

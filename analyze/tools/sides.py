@@ -15,6 +15,7 @@ from analyze.attribute.phases import OTHER
 from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
 from analyze.notes import text_of
 from analyze.timeline import cycles as cycles_mod
+from nvtx_annotate.protocol import SpecConfig, parse_spec_config
 
 OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
 
@@ -30,6 +31,19 @@ class Side:
     ranges: pd.DataFrame | None = None     # only for reports (not for JSON results)
     gpu_ops: pd.DataFrame | None = None    # the per-op rows whatif reads (:func:`whatif_ops`)
     notes: list = field(default_factory=list)
+    spec_config: SpecConfig | None = None  # SGLang's speculative configuration (the shim's mark)
+
+
+def spec_config_of(ranks) -> SpecConfig | None:
+    """The speculative configuration the ranks' ``spec_config`` marks record (the lowest rank's
+    that parses), else None."""
+    if ranks is None or not len(ranks) or "spec_config" not in ranks.columns:
+        return None
+    for text in ranks.sort_values("rank")["spec_config"].tolist():
+        cfg = parse_spec_config(text)
+        if cfg is not None:
+            return cfg
+    return None
 
 
 def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
@@ -61,7 +75,7 @@ def side_from_analysis(result, label: str = "") -> Side:
         notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
                      "not only those inside decode cycles")
     return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges,
-                whatif_ops(result), notes)
+                whatif_ops(result), notes, spec_config_of(getattr(result, "ranks", None)))
 
 
 def side_from_json(data: dict, label: str = "") -> Side:
@@ -71,8 +85,10 @@ def side_from_json(data: dict, label: str = "") -> Side:
     for c in ("accepted_tokens", "requests", "tokens"):
         if c in cycles.columns:
             cycles[c] = pd.to_numeric(cycles[c], errors="coerce").astype("Int64")
+    ranks = pd.DataFrame(data.get("ranks") or [])
     return Side(label, cycles_mod.with_gpu(cycles), pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
-                notes=[text_of(n) for n in data.get("notes") or []])
+                notes=[text_of(n) for n in data.get("notes") or []],
+                spec_config=spec_config_of(ranks if "rank" in ranks.columns else None))
 
 
 def load_side(path, config=None) -> Side:

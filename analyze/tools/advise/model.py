@@ -102,7 +102,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
 
     # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
-                      sides.whatif_ops(analysis))
+                      sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)))
     r = W.whatif(side, steps, n_boot=n_boot)
     prof = r["profiles"][0]
     k = prof["steps"]

@@ -6,7 +6,8 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, non_negative_int
+from analyze.errors import (ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, non_negative_int,
+                            positive_int)
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
 from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
@@ -54,10 +55,38 @@ def parse_calibration(text) -> tuple[int | None, float | None]:
     return kk, val
 
 
-def read_measured(path) -> tuple[dict, float | None]:
-    """{steps: tokens/s} (+ the no-speculation tokens/s) from a JSON file: ``{"3": 1234.5, ...}``, or
-    the workload's ``--out-json`` (``ranks[0].runs``: [{mode, steps, tokens_per_s}])."""
+def sweep_tokens_per_s(data: dict, batch: int | None) -> tuple[dict, float | None]:
+    """{steps: tokens/s} and the no-speculation tokens/s of one batch size from a real-SGLang sweep
+    (``recipes/sglang_sweep.sh``'s ``sweep.json``: runs of {steps, batches: [{batch, tokens_per_s}]}).
+    ``batch`` None: the sweep's only batch size (an error when it has several)."""
+    runs = data["runs"]
+    sizes = sorted({int(b["batch"]) for r in runs for b in r["batches"]})
+    if batch is None:
+        if len(sizes) != 1:
+            raise ValueError(f"the sweep holds batch sizes {sizes}: say which one (--batch M)")
+        batch = sizes[0]
+    out, base = {}, None
+    for r in runs:
+        for b in r["batches"]:
+            if int(b["batch"]) != int(batch):
+                continue
+            if int(r["steps"]) == 0:
+                base = float(b["tokens_per_s"])
+            else:
+                out[int(r["steps"])] = float(b["tokens_per_s"])
+    if not out and base is None:
+        raise ValueError(f"the sweep has no batch {batch} (batch sizes: {sizes})")
+    return out, base
+
+
+def read_measured(path, batch: int | None = None) -> tuple[dict, float | None]:
+    """{steps: tokens/s} (+ the no-speculation tokens/s) from a JSON file: ``{"3": 1234.5, ...}``, the
+    workload's ``--out-json`` (``ranks[0].runs``: [{mode, steps, tokens_per_s}]), or a real-SGLang sweep
+    (:func:`sweep_tokens_per_s`, at ``batch``)."""
     data = json.loads(open(path).read())
+    if isinstance(data, dict) and isinstance(data.get("runs"), list) and data["runs"] \
+            and isinstance(data["runs"][0], dict) and "batches" in data["runs"][0]:
+        return sweep_tokens_per_s(data, batch)
     if isinstance(data, dict) and isinstance(data.get("ranks"), list) and data["ranks"]:
         data = data["ranks"][0]          # spec_workload --out-json: rank 0's runs
     runs = data.get("runs") if isinstance(data, dict) else data
@@ -89,7 +118,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--baseline", metavar="REPORT", help="a no-speculation report (else the baseline is estimated)")
     p.add_argument("--extrapolate", choices=acc_mod.EXTRAPOLATIONS, default="repeat",
                    help="acceptance beyond the profiled positions (default: the last rate repeats)")
-    p.add_argument("--measured", metavar="JSON", help="tokens/s measured without the profiler, to compare")
+    p.add_argument("--measured", metavar="JSON", help="tokens/s measured without the profiler, to compare "
+                   "(a {steps: tokens/s} JSON, or recipes/sglang_sweep.sh's sweep.json at --batch)")
+    p.add_argument("--batch", metavar="M", type=positive_int, default=None,
+                   help="model only the decode cycles of M requests (a profile that holds several batch sizes)")
     p.add_argument("--calibrate-tps", metavar="[K:]X",
                    help="your tokens/s of the profiled configuration (K steps; default the profiled step count) "
                         "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
@@ -135,7 +167,7 @@ def main_whatif(argv: list[str]) -> int:
         measured = measured_base = None
         if args.measured:
             try:
-                measured, measured_base = read_measured(args.measured)
+                measured, measured_base = read_measured(args.measured, args.batch)
             except OSError as exc:
                 raise MissingInput(f"--measured {args.measured}: {exc.strerror or exc}", args.measured) from exc
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -145,7 +177,7 @@ def main_whatif(argv: list[str]) -> int:
             r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
-                       verify_scaling=scaling)
+                       verify_scaling=scaling, batch=args.batch)
         except TraceError:
             raise
         except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)

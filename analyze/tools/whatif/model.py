@@ -241,7 +241,24 @@ def steps_from_kernels(side: Side, rank=None, memo: dict | None = None) -> int |
     return counts.most_common(1)[0][0] if counts else None
 
 
+def has_draft_extend(side: Side) -> bool:
+    """Whether the decode cycles do draft-extend work: SGLang's EAGLE loop, where the draft extend
+    after verify proposes the next cycle's first draft token."""
+    c = side.cycles
+    col = "draft_extend_ns"
+    return bool(len(c) and col in c.columns and (pd.to_numeric(c[col], errors="coerce").fillna(0) > 0).mean() > 0.5)
+
+
 def infer_steps(side: Side, memo: dict | None = None) -> tuple[int | None, str]:
+    """(profiled step count, where it comes from). The step count is SGLang's
+    ``--speculative-num-steps``: the draft tokens proposed per request per cycle. The shim's
+    ``spec_config`` mark records it; without the mark it is inferred: ``draft_step`` ranges per cycle,
+    else the repeats of the draft kernel sequence, plus one where the cycle has a draft extend
+    (SGLang's ``draft_forward`` runs ``steps - 1`` forwards; the first draft token comes from the
+    draft extend)."""
+    cfg = side.spec_config
+    if cfg is not None and cfg.steps:
+        return int(cfg.steps), "SGLang's --speculative-num-steps (the spec_config mark)"
     t = draft_step_table(side)
     if len(t):
         return int(t["steps"].mode().iloc[0]), "draft_step ranges per cycle"
@@ -254,11 +271,29 @@ def infer_steps(side: Side, memo: dict | None = None) -> tuple[int | None, str]:
 # ---------------------------------------------------------------------------------------------
 # costs of one profile
 # ---------------------------------------------------------------------------------------------
+def batch_cycles(cycles: pd.DataFrame, batch: int | None) -> pd.DataFrame:
+    """The cycles (every rank's rows) whose accept mark counts ``batch`` requests (all when None)."""
+    if batch is None or not len(cycles):
+        return cycles
+    req = pd.to_numeric(cycles["requests"], errors="coerce") if "requests" in cycles.columns else None
+    if req is None:
+        return cycles.iloc[0:0]
+    ids = set(cycles.loc[req == int(batch), "cycle"].tolist())
+    return cycles[cycles["cycle"].isin(ids)]
+
+
 def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
-                    memo: dict | None = None) -> tuple[pd.DataFrame, int]:
+                    memo: dict | None = None, batch: int | None = None) -> tuple[pd.DataFrame, int]:
     """Per cycle (mean over ranks): wall time ``t_ns``, exclusive ns per phase, accepted, requests,
-    the draft step period (when draft_step ranges exist). ``memo``: see :func:`_draft_kernels`."""
-    cycles, dropped = drop_outliers(side.cycles, outlier_factor)
+    the draft step period (when draft_step ranges exist), the host time of the spec-only ranges.
+    ``memo``: see :func:`_draft_kernels`; ``batch``: only the cycles of that many requests."""
+    chosen = batch_cycles(side.cycles, batch)
+    if batch is not None and chosen.empty and len(side.cycles):
+        seen = sorted(int(x) for x in pd.to_numeric(side.cycles.get("requests"), errors="coerce").dropna().unique()) \
+            if "requests" in side.cycles.columns else []
+        raise ValueError(f"{side.label}: no decode cycle of batch {batch} (requests per cycle seen: "
+                         f"{', '.join(map(str, seen[:20])) or 'none'})")
+    cycles, dropped = drop_outliers(chosen, outlier_factor)
     if cycles.empty:
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
     per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
@@ -270,14 +305,46 @@ def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
         per = per.join(acc, on="cycle")
     else:
         per["accepted"], per["requests"] = np.nan, np.nan
-    kept = Side(side.label, cycles, side.kernels, side.phase_names, side.ranges, side.gpu_ops)
+    kept = Side(side.label, cycles, side.kernels, side.phase_names, side.ranges, side.gpu_ops,
+                spec_config=side.spec_config)
     steps, source = draft_step_table(kept), "draft_step"
     if steps.empty or steps["step_period_ns"].isna().all():
         steps, source = kernel_step_table(kept, memo=memo), "kernels"
     per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
         else per.assign(step_period_ns=np.nan)
     per["step_period_source"] = source
+    per = per.merge(range_host_times(kept, cycles), on="cycle", how="left")
     return per.reset_index(drop=True), dropped
+
+
+HOST_RANGES = {"draft_cpu_ns": "draft", "draft_extend_cpu_ns": "draft_extend", "replay_draft_cpu_ns": "graph_replay_draft",
+               "replay_draft_extend_cpu_ns": "graph_replay_draft_extend"}
+"""Per-cycle host (CPU) time of these shim ranges: the spec-only work a plain decode step does not do,
+and the draft graph replay SGLang runs only at --speculative-num-steps >= 2."""
+
+
+def range_host_times(side: Side, cycles: pd.DataFrame) -> pd.DataFrame:
+    """Per cycle of the lowest rank: the summed CPU duration of the ranges in :data:`HOST_RANGES`
+    that start inside the cycle's host window (NaN columns when the side has no ranges)."""
+    out = pd.DataFrame({"cycle": cycles["cycle"].drop_duplicates().to_numpy()})
+    r = side.ranges
+    if r is None or r.empty or "name" not in r.columns or not len(cycles):
+        for col in HOST_RANGES:
+            out[col] = np.nan
+        return out
+    rank = cycles["rank"].min()
+    w = _cycle_windows(cycles, rank)
+    rr = r[(r["rank"] == rank) & r["end_ns"].notna()]
+    starts = w["lo"].to_numpy()
+    for col, name in HOST_RANGES.items():
+        x = rr[rr["name"] == name]
+        s0 = x["start_ns"].to_numpy(dtype="int64")
+        dur = (x["end_ns"].to_numpy(dtype="float64") - s0)
+        i = np.searchsorted(starts, s0, side="right") - 1
+        ok = (i >= 0) & (s0 < w["hi"].to_numpy()[np.clip(i, 0, None)])
+        sums = np.bincount(i[ok], weights=dur[ok], minlength=len(w)) if len(w) else np.zeros(0)
+        out[col] = pd.Series(sums, index=w["cycle"].to_numpy()).reindex(out["cycle"]).to_numpy()
+    return out
 
 
 def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
@@ -341,12 +408,23 @@ def token_fit(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=Non
             b, a = 0.0, float(y.mean())
         else:
             b, a = np.polyfit(x, y, 1)
+        if b < 0 or a < 0:
+            # more tokens never take less GPU time, and no work takes negative time: a fit that says so
+            # measures something else (clock states, kernel choices between batch sizes): refused,
+            # the component keeps its mean measured time
+            out[c] = {"intercept_ns": float(y.mean()), "per_token_ns": 0.0, "source": "refused",
+                      "fitted_per_token_ns": float(b), "fitted_intercept_ns": float(a)}
+            continue
         out[c] = {"intercept_ns": float(a), "per_token_ns": float(b), "source": "fit"}
     return out
 
 
-def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=None) -> dict:
-    """Mean costs per cycle of one profile (see the module docstring)."""
+def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=None,
+                       sglang_loop: bool = False) -> dict:
+    """Mean costs per cycle of one profile (see the module docstring). ``sglang_loop``: SGLang's EAGLE
+    loop (the spec_config mark says so): ``steps`` is its --speculative-num-steps, the draft phase runs
+    ``steps - 1`` draft forwards in one graph replay (none at 1 step), the first draft token comes from
+    the draft extend."""
     cols = _phase_cols(samples, phase_names)
     t = float(samples["t_ns"].mean())
     comp = {c[:-3]: float(samples[c].mean()) for c in cols}
@@ -354,11 +432,34 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
     src = samples["step_period_source"].iloc[0] if "step_period_source" in samples.columns and len(samples) \
         else "draft_step"
-    if len(per) and steps >= 2:
+    sglang = bool(sglang_loop)
+    forwards = draft_forwards(steps, sglang)
+    if len(per) and forwards >= 1:
         d, how = float(per.mean()), ("draft_step period on the GPU (start to start)" if src == "draft_step" else
                                      "period of the repeating draft kernel block on the GPU (start to start)")
+    elif forwards >= 1:
+        d, how = comp.get(DRAFT, 0.0) / forwards, "draft GPU time / draft forwards"
+    elif sglang:
+        d, how = comp.get("draft_extend", 0.0), ("no draft forward at 1 step: the draft extend's GPU time (a forward "
+                                                 "of the same draft model over more tokens: an upper estimate)")
     else:
-        d, how = comp.get(DRAFT, 0.0) / max(steps, 1), "draft GPU time / steps"
+        d, how = comp.get(DRAFT, 0.0), "draft GPU time"
+    busy = sum(comp.values())
+    idle_frac = min(max((t - busy) / t, 0.0), 1.0) if t > 0 else 0.0
+    host = {col: float(samples[col].median()) if col in samples.columns and samples[col].notna().any() else np.nan
+            for col in HOST_RANGES}
+    replay, replay_how = 0.0, "not SGLang's loop (no spec_config mark): no draft graph replay term"
+    if sglang:
+        if steps >= 2 and np.isfinite(host["replay_draft_cpu_ns"]):
+            replay = host["replay_draft_cpu_ns"] * idle_frac
+            replay_how = ("host time of the draft graph replay (graph_replay_draft) x the share of the cycle the GPU "
+                          "is idle (host-bound share)")
+        elif steps == 1 and np.isfinite(host["replay_draft_extend_cpu_ns"]):
+            replay = host["replay_draft_extend_cpu_ns"] * idle_frac
+            replay_how = ("no draft graph replay at 1 step: the draft extend's graph replay host time x the host-bound "
+                          "share, as an estimate")
+        else:
+            replay_how = "no graph_replay_draft ranges (eager, or no ranges): no replay term"
     req = samples["requests"].dropna()
     m = float(req.mean()) if len(req) else 1.0
     tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
@@ -366,6 +467,9 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     tsum = samples.loc[samples["accepted"].notna(), "t_ns"].sum() if len(tok) else np.nan
     return {"steps": int(steps), "cycles": int(len(samples)), "requests": m, "cycle_ns": t, **{f"{k}_ns": v for k, v in comp.items()},
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
+            "sglang_loop": sglang, "draft_forwards": forwards, "idle_fraction": idle_frac,
+            "draft_replay_ns": replay, "draft_replay_source": replay_how,
+            **{k: v for k, v in host.items()},
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
             "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
@@ -374,7 +478,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
 
 
 def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR,
-               verify_scaling=None) -> dict:
+               verify_scaling=None, batch: int | None = None) -> dict:
     """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
     marginal cost of one draft step, requests, tokens, and (``token_fit``) how the token-dependent
     components grow with the verified tokens. ``steps``: the profiled draft step count (inferred
@@ -387,16 +491,33 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
         if steps is None:
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
-    samples, dropped = profile_samples(side, outlier_factor, memo)
-    c = costs_from_samples(samples, steps, side.phase_names, verify_scaling)
+    samples, dropped = profile_samples(side, outlier_factor, memo, batch)
+    cfg = side.spec_config
+    sglang_loop = cfg is not None and cfg.algo not in ("none", "NGRAM") and bool(cfg.steps)
+    c = costs_from_samples(samples, steps, side.phase_names, verify_scaling, sglang_loop)
+    notes = []
+    if source != "given" and cfg is None and has_draft_extend(side):
+        notes.append(f"{side.label}: no spec_config mark (a profile of an older shim): {steps} draft step(s) inferred "
+                     f"from the trace; if this is SGLang, its --speculative-num-steps is {steps + 1} (its draft_forward "
+                     "runs steps - 1 forwards, the first draft token comes from the draft extend): pass "
+                     "--profiled-steps, or profile with the current shim, which records the flag")
     c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
-             samples=samples, verify_scaling=verify_scaling)
+             profile_notes=notes,
+             samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
 
 
 # ---------------------------------------------------------------------------------------------
 # prediction
 # ---------------------------------------------------------------------------------------------
+def draft_forwards(steps, sglang: bool):
+    """Draft-model forwards in the draft phase at ``steps`` (array or int): SGLang's
+    ``draft_forward`` runs ``steps - 1`` (its first draft token comes from the draft extend)."""
+    steps = np.asarray(steps)
+    out = np.maximum(steps - 1, 0) if sglang else steps
+    return int(out) if out.ndim == 0 else out
+
+
 def _components(costs: list[dict]) -> list[str]:
     names = list(dict.fromkeys(p for c in costs for p in c["phase_names"] if f"{p}_ns" in c))
     return [p for p in names if p != DRAFT] + ["overhead"]
@@ -418,10 +539,14 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
         for comp in _components(costs):
             y = np.array([c.get(f"{comp}_ns", 0.0) for c in costs])
             b, a = np.polyfit(n_obs, y, 1, w=np.sqrt(w))
+            if comp != "overhead" and b < 0:     # more tokens never take less GPU time: refused, the mean
+                b, a = 0.0, float(np.average(y, weights=w))
             out[f"{comp}_ns"] = a + b * n
     else:
         c = costs[0]
-        out[f"{DRAFT}_ns"] = c.get(f"{DRAFT}_ns", 0.0) + (steps - c["steps"]) * c["draft_step_ns"]
+        sg = bool(c.get("sglang_loop"))
+        fw = draft_forwards(steps, sg) - draft_forwards(c["steps"], sg)
+        out[f"{DRAFT}_ns"] = c.get(f"{DRAFT}_ns", 0.0) + fw * c["draft_step_ns"]
         fit = c.get("token_fit") or {}
         n = requests * (steps + 1)
         for comp in _components(costs):
@@ -430,6 +555,18 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
             else:
                 out[f"{comp}_ns"] = c.get(f"{comp}_ns", 0.0)
     comp_cols = [f"{DRAFT}_ns"] + [f"{p}_ns" for p in _components(costs)]
+    replay = [c for c in costs if c.get("sglang_loop") and c.get("draft_replay_ns")]
+    if not multi and replay:
+        # SGLang replays the draft graph only at >= 2 steps: its host time on the critical path is a
+        # component of its own, taken out of the profile's overhead where the profile had it
+        c = replay[0]
+        out["draft_replay_ns"] = np.where(steps >= 2, c["draft_replay_ns"], 0.0)
+        if c["steps"] >= 2:
+            out["overhead_ns"] = out["overhead_ns"] - c["draft_replay_ns"]
+        comp_cols.append("draft_replay_ns")
+    for col in comp_cols:                 # no component of a cycle takes negative time
+        if col != "overhead_ns":
+            out[col] = out[col].clip(lower=0.0)
     out["cycle_ns"] = out[comp_cols].sum(axis=1)
     return out
 
@@ -473,15 +610,39 @@ def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
 
 
 def estimated_baseline(costs, requests: float) -> dict:
-    """No speculation, estimated: a cycle without draft and draft_extend (verify at M tokens)."""
+    """No speculation, estimated from the speculative profile: a plain decode step runs the target
+    forward and the scheduler's work, not the draft and the draft extend. Where the shim's ranges give
+    their host time: the cycle minus the host time of the ``draft`` and ``draft_extend`` ranges (their
+    launches, graph replays and the GPU work they wait for), at least verify's GPU time; else one cycle
+    without the draft and draft_extend GPU time. Both keep host work of the speculative verify (tree
+    masks, accept bookkeeping) that a plain step does not do: the plain step's time is over-estimated,
+    so the baseline's tokens/s is a LOWER bound and the speed-up an upper one."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
-    comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
-    model = cost_model(costs, [0], requests).iloc[0]
-    t = float(sum(model[f"{p}_ns"] for p in comps))
+    c = min(costs, key=lambda x: x["steps"])
+    host = c.get("draft_cpu_ns", np.nan) + c.get("draft_extend_cpu_ns", np.nan)
+    if len(costs) == 1 and np.isfinite(host):
+        verify = c.get("verify_ns", 0.0) + c.get("allreduce_ns", 0.0)
+        t = max(c["cycle_ns"] - host, verify)
+        method = (f"a plain decode step estimated from the {c['steps']}-step profile: its cycle minus the host time of "
+                  "the draft and draft_extend ranges (at least verify's GPU time), yielding M tokens; an upper estimate "
+                  "of the step's time (the speculative verify's host work stays in): the speed-up is an upper bound")
+    else:
+        comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
+        model = cost_model(costs, [0], requests).iloc[0]
+        t = float(sum(model[f"{p}_ns"] for p in comps))
+        method = ("one cycle of the profile without draft and draft_extend (" + " + ".join(comps)
+                  + "), verify as at M tokens, yielding M tokens")
     return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
-            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan,
-            "method": "one cycle of the profile without draft and draft_extend ("
-                      + " + ".join(comps) + "), verify as at M tokens, yielding M tokens"}
+            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method}
+
+
+def scale_baseline(base: dict, ratio: float) -> dict:
+    """A baseline measured or estimated under the profiler, put on the unprofiled clock of the
+    calibration: its step time x ``ratio`` (unprofiled / profiled cycle at the calibrated step count)."""
+    t = base["cycle_ns"] * ratio
+    return dict(base, cycle_ns=t, tokens_per_s=base["tokens_per_cycle"] * 1e9 / t if t > 0 else np.nan,
+                profiled_cycle_ns=base["cycle_ns"], scale=ratio,
+                method=base["method"] + f"; scaled x{ratio:.3f} to the unprofiled clock of the calibration")
 
 
 def measured_baseline(side: Side, requests: float, outlier_factor: float = OUTLIER_FACTOR) -> dict:
@@ -530,7 +691,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
            n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
            baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
-           verify_scaling=None) -> dict:
+           verify_scaling=None, batch: int | None = None) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
     ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
@@ -549,7 +710,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if profiled_steps is None or isinstance(profiled_steps, int):
         profiled_steps = [profiled_steps] * len(profiles)
     verify_scaling = check_verify_scaling(verify_scaling)
-    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling)
+    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling, batch=batch)
              for p, k in zip(profiles, profiled_steps)]
     if verify_scaling is not None and len({c["steps"] for c in costs}) > 1:
         raise ValueError("--verify-scaling: profiles of several step counts fit verify in the verified tokens "
@@ -573,7 +734,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     boot, boot_slopes = [], []
     for _ in range(n_boot):
         bs = [_resample(s, rng) for s in samples]
-        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling")))
+        bc = [dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling"),
+                                           c.get("sglang_loop", False)))
               for c, s in zip(costs, bs)]
         try:
             ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
@@ -599,20 +761,26 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         base = measured_baseline(baseline, m, outlier_factor)
     else:
         base = estimated_baseline(costs, m)
+    if calibrate is not None and baseline_tps is None:
+        # the profiler stretched the baseline's step too: put it on the calibrated clock
+        t_prof = float(cost_model(costs, [calibrate[0]], m)["cycle_ns"].iloc[0])
+        t_cal = t_prof - calibration_shift(costs, acc, calibrate)
+        if t_prof > 0 and t_cal > 0:
+            base = scale_baseline(base, t_cal / t_prof)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
         pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
     best = pred.loc[pred["tokens_per_s"].idxmax()]
     result = {
-        "profiles": [{k: v for k, v in c.items() if k != "samples"} for c in costs],
+        "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in costs],
         "acceptance": acc.table(max(steps)),
         "predictions": pred,
         "baseline": base,
         "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
                  "baseline_source": base["source"]},
-        "notes": list(acc.notes),
+        "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
         "acceptance_method": acc.method,
         "calibration": None,
         "measured_baseline_tps": measured_baseline_tps,

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Real SGLang 0.5.17 EAGLE-3 on one H200 under profile-trace (nsys + the shim), in the configurations of
+# recipes/sglang_sweep.sh: the profiles whatif/advise predict from, beside that recipe's unprofiled truth.
+#
+#   device: carry [".sglreal", ".device-kit"], command:
+#     RUNS="2:8:3:1,16 2:8:0:1" bash recipes/sglang_profiles.sh
+#
+# RUNS: space-separated VOCAB:LAYERS:STEPS:BATCHES (BATCHES comma-separated; STEPS 0: no speculation).
+# Each run is recipes/sglang_sweep.py with --profile-window under `profile-trace --capture
+# cudaprofilerapi`: exactly the measured rounds are captured (one round per batch size, NEW tokens a
+# request: PROFILE_TOKENS at batch 1). Writes $OUT/profiles.tar.xz (BASE.sqlite + BASE.profiled.json per
+# run, BASE = sglang_v{V}_l{L}_s{S}) and $OUT/profiles.log.
+set -uo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
+O="${OUT:-/tmp/out}"; W=/tmp/profiles; mkdir -p "$O" "$W"
+RUNS=${RUNS:-"2:8:3:1,16 2:8:0:1"}; BUDGET_S=${BUDGET_S:-520}; PROFILE_TOKENS=${PROFILE_TOKENS:-512}
+exec > >(tee -a "$O/profiles.log") 2>&1
+source recipes/sglang_env.sh
+deep_gemm_stub on
+source .device-kit/nsys-setup.sh >/dev/null || exit 5
+python3 -m nvtx_annotate install-pth
+PT=(python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi
+    --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none)
+for run in $RUNS; do
+  IFS=: read -r V L S B <<< "$run"; base="sglang_v${V}_l${L}_s${S}"
+  if [ "$SECONDS" -gt "$BUDGET_S" ]; then echo "== budget: skipping $base"; continue; fi
+  [ -d "/tmp/tiny_v${V}_l${L}" ] || tiny "/tmp/tiny_v${V}_l${L}" "$V" "$L"
+  echo "== $(date -u +%T) +${SECONDS}s $base batches $B"
+  timeout 240 "${PT[@]}" -o "$W/$base" -- python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
+    --steps "$S" --batches "$B" --min-new "$PROFILE_TOKENS" --tokens-per-round 2048 --min-rounds 1 --max-rounds 1 \
+    --profile-window --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
+  ls -la "$W/$base.sqlite" 2>/dev/null
+done
+(cd "$W" && tar -cJf "$O/profiles.tar.xz" ./*.sqlite ./*.profiled.json) && ls -la "$O"
+echo "== done in ${SECONDS}s"

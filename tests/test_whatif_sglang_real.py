@@ -1,0 +1,187 @@
+"""whatif held to REAL SGLang 0.5.17 on the H200: unprofiled tokens/s swept over step counts
+(recipes/sglang_sweep.sh) beside profiles of the same configurations (recipes/sglang_profiles.sh).
+
+fixtures/real/sglang_sweep_v2_l{8,64}.json: EAGLE-3, vocabulary 2 (a draft token accepted with
+probability ~1/2), a tiny Llama target of 8 or 64 layers, CUDA graphs, TP 1, temperature 1; per step
+count (0 = no speculation) and batch size the median tokens/s of the last three rounds and their
+spread. sglang_v2_l{L}_s{S}.sqlite: profile-trace of the same engine at S steps, batch 1 then 16.
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyze.tools import sides
+from analyze.tools.whatif import model as W
+from analyze.tools.whatif.command import read_measured
+from nvtx_annotate import protocol as P
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PROFILE = {(layers, s): REAL / f"sglang_v2_l{layers}_s{s}.sqlite" for layers in (8, 64) for s in (1, 3)}
+SWEEP = {layers: REAL / f"sglang_sweep_v2_l{layers}.json" for layers in (8, 64)}
+need = pytest.mark.skipif(not all(p.exists() for p in [*PROFILE.values(), *SWEEP.values()]),
+                          reason="real SGLang sweep fixtures not unpacked")
+
+
+def truth(layers, batch):
+    """{steps: (tokens/s, spread)} and the no-speculation tokens/s of the unprofiled sweep."""
+    data = json.loads(SWEEP[layers].read_text())
+    out, base = {}, None
+    for run in data["runs"]:
+        for b in run["batches"]:
+            if b["batch"] == batch:
+                if run["steps"] == 0:
+                    base = b["tokens_per_s"]
+                else:
+                    out[run["steps"]] = (b["tokens_per_s"], b["spread"])
+    return out, base
+
+
+@pytest.fixture(scope="module")
+def side():
+    cache = {}
+
+    def get(layers, s):
+        if (layers, s) not in cache:
+            cache[(layers, s)] = sides.load_side(PROFILE[(layers, s)])
+        return cache[(layers, s)]
+    return get
+
+
+@need
+@pytest.mark.parametrize("layers, s", [(8, 1), (8, 3), (64, 1), (64, 3)])
+def test_profiled_step_count_is_sglangs_flag(side, layers, s):
+    """The shim's spec_config mark holds SGLang's own --speculative-num-steps; whatif takes it (before:
+    the draft forwards, one fewer: 3 -> 2)."""
+    sd = side(layers, s)
+    assert sd.spec_config == P.SpecConfig(algo="EAGLE3", steps=s, topk=1, draft_tokens=s + 1, tp=1, cuda_graph=True,
+                                          max_running=16, adaptive=False, overlap=True)
+    assert W.infer_steps(sd) == (s, "SGLang's --speculative-num-steps (the spec_config mark)")
+    c = W.step_costs(sd, batch=1)
+    assert c["steps"] == s and c["sglang_loop"] and c["draft_forwards"] == s - 1
+
+
+@need
+def test_acceptance_matches_sglangs_own_count(side):
+    """Tokens per request per cycle from the marks vs SGLang's meta_info (completion tokens /
+    spec_verify_ct) of the same profiled run: V = 2, so about 1 + 0.5 + 0.25 at 3 steps."""
+    prof = json.loads((REAL / "sglang_v2_l64_s3.profiled.json").read_text())
+    sglang_b1 = next(b for b in prof["batches"] if b["batch"] == 1)["tokens_per_request_cycle"]
+    r = W.whatif(side(64, 3), [1, 2, 3], n_boot=0, batch=1)
+    p = r["predictions"].set_index("steps")
+    assert p.loc[3, "tokens_per_cycle"] == pytest.approx(sglang_b1, rel=0.02)
+    assert 1.7 < p.loc[3, "tokens_per_cycle"] < 2.1
+
+
+@need
+def test_no_negative_slope_and_no_negative_time(side):
+    """The mixed-batch profile (batch 1 then 16) fitted verify with a NEGATIVE slope per verified token
+    (clock states, not physics): refused, kept constant; no predicted component below zero."""
+    c = W.step_costs(side(8, 3))
+    fit = c["token_fit"]
+    assert fit["verify"]["source"] == "refused" and fit["verify"]["fitted_per_token_ns"] < 0
+    assert fit["verify"]["per_token_ns"] == 0.0
+    model = W.cost_model([c], range(1, 11), c["requests"])
+    comps = [col for col in model.columns if col.endswith("_ns") and col != "overhead_ns"]
+    assert (model[comps].to_numpy() >= 0).all()
+
+
+@need
+@pytest.mark.parametrize("profiled", [1, 3])
+def test_calibrated_prediction_holds_to_the_unprofiled_sweep(side, profiled):
+    """64-layer target, batch 1 (the stable sweep: spreads <= 3%): from ONE profile plus the unprofiled
+    tokens/s at its step count, every measured step count within 5% (measured: 1, 3, 5 steps), the
+    predicted best within the measured best's noise."""
+    meas, base = truth(64, 1)
+    r = W.whatif(side(64, profiled), range(1, 7), n_boot=0, batch=1, calibrate_tps=meas[profiled][0],
+                 baseline_tps=base)
+    p = r["predictions"].set_index("steps")
+    for s, (tps, _) in meas.items():
+        assert abs(p.loc[s, "tokens_per_s"] / tps - 1) < 0.05, (s, p.loc[s, "tokens_per_s"], tps)
+    best_measured = max(v[0] for v in meas.values())
+    near_best = {s for s, (v, spread) in meas.items() if v >= best_measured * (1 - max(spread, 0.03))}
+    assert near_best == {3, 5}
+    assert r["best"]["steps"] in {3, 4, 5}
+    # with the measured baseline, the speed-up is the sweep's (1.10x at the best), within 10%
+    assert r["best"]["speedup"] == pytest.approx(best_measured / base, rel=0.10)
+
+
+@need
+def test_step_cost_is_the_graph_replay_not_three_times_the_kernels(side):
+    """SGLang runs the draft forwards of a cycle as one CUDA graph replay: a step costs its GPU block
+    (~70 us here), the replay's host time is paid once from 2 steps on. The 1 -> 3 -> 5 step
+    differences of the unprofiled sweep (64 layers, batch 1) match."""
+    meas, _ = truth(64, 1)
+    acc = {1: 1.516, 3: 1.9225, 5: 1.987}     # SGLang's own tokens per request per cycle in that sweep
+    cycle_us = {s: acc[s] / meas[s][0] * 1e6 for s in acc}
+    c = W.step_costs(side(64, 3), batch=1)
+    model = W.cost_model([c], [1, 3, 5], 1.0).set_index("steps")["cycle_ns"] / 1e3
+    assert model[5] - model[3] == pytest.approx(cycle_us[5] - cycle_us[3], abs=60)
+    assert model[3] - model[1] == pytest.approx(cycle_us[3] - cycle_us[1], abs=120)
+
+
+@need
+def test_speculation_does_not_pay_on_the_shallow_target(side):
+    """8-layer target: the speculative cycle is host bound and costs 2-3x a plain decode step, so no step
+    count beats no speculation at any batch size in the unprofiled sweep; given that baseline, whatif
+    says so (best speed-up < 1) at batch 1 and 16."""
+    for batch in (1, 16):
+        meas, base = truth(8, batch)
+        assert max(v[0] for v in meas.values()) < base
+        r = W.whatif(side(8, 3), range(1, 7), n_boot=0, batch=batch, calibrate_tps=meas[3][0], baseline_tps=base)
+        assert r["best"]["speedup"] < 1.0
+
+
+def test_read_measured_takes_a_sweep_at_a_batch(tmp_path):
+    f = tmp_path / "sweep.json"
+    f.write_text(json.dumps({"runs": [
+        {"steps": 0, "batches": [{"batch": 1, "tokens_per_s": 100.0}, {"batch": 4, "tokens_per_s": 300.0}]},
+        {"steps": 2, "batches": [{"batch": 1, "tokens_per_s": 120.0}, {"batch": 4, "tokens_per_s": 280.0}]}]}))
+    assert read_measured(f, 4) == ({2: 280.0}, 300.0)
+    assert read_measured(f, 1) == ({2: 120.0}, 100.0)
+    with pytest.raises(ValueError, match="--batch"):
+        read_measured(f, None)
+
+
+def test_spec_config_mark_round_trip_and_rejects():
+    cfg = P.SpecConfig("EAGLE3", 5, 1, 6, 8, True, 64, False, True)
+    text = P.format_spec_config(cfg)
+    assert text == "spec_config algo=EAGLE3 steps=5 topk=1 draft_tokens=6 tp=8 cuda_graph=1 max_running=64 " \
+                   "adaptive=0 overlap=1"
+    assert P.parse_spec_config(text) == cfg
+    assert P.parse_spec_config("spec_config algo=none tp=2") == P.SpecConfig("none", 0, None, None, 2, None, None)
+    for bad in ("spec_config steps=3", "spec_config algo=EAGLE steps=x", "spec_config algo=EAGLE steps=99999999999",
+                "spec_config algo=EAGLE cuda_graph=2", "rank=0 world=1", None, 3):
+        assert P.parse_spec_config(bad) is None
+
+
+def test_spec_config_from_sglang_server_args():
+    """What the shim reads from SGLang's ServerArgs (attribute names of 0.5.17's server_args.py)."""
+    from types import SimpleNamespace as NS
+
+    args = NS(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+              speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=True, max_running_requests=None,
+              speculative_adaptive=False, disable_overlap_schedule=False)
+    assert P.spec_config_from_server_args(args, 48) == P.SpecConfig("EAGLE3", 3, 1, 4, 2, False, 48, False, True)
+    off = NS(speculative_algorithm=None, tp_size=1)
+    assert P.spec_config_from_server_args(off) == P.SpecConfig("none", 0, None, None, 1, True, None, None, None)
+
+
+def test_shim_emits_the_config_mark_after_scheduler_init(monkeypatch):
+    """The wrapper of Scheduler.__init__ marks the configuration once, and again when profiling starts."""
+    from types import SimpleNamespace as NS
+
+    from nvtx_annotate import wrappers
+
+    marks = []
+    monkeypatch.setattr(wrappers._nvtx, "mark", lambda text, *a: marks.append(text))
+    monkeypatch.setitem(wrappers._rank, "config", None)
+    sched = NS(server_args=NS(speculative_algorithm="EAGLE", speculative_num_steps=2, speculative_eagle_topk=1,
+                              speculative_num_draft_tokens=3, tp_size=4, disable_cuda_graph=False,
+                              speculative_adaptive=False, disable_overlap_schedule=True),
+               max_running_requests=32)
+    wrappers.emit_config_mark(sched)
+    assert marks == ["spec_config algo=EAGLE steps=2 topk=1 draft_tokens=3 tp=4 cuda_graph=1 max_running=32 "
+                     "adaptive=0 overlap=0"]
+    assert np.all([P.parse_spec_config(m) is not None for m in marks])
