@@ -143,6 +143,17 @@ def positive_int(text: str) -> int:
     return whole_number(text, 1)
 
 
+def positive_float(text: str) -> float:
+    """``--baseline-tps``, ``--calibrate-tps``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number > 0")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (a count that may be none, e.g. ``--warmup-requests``)."""
     return whole_number(text, 0)

@@ -176,7 +176,8 @@ def test_check_reports_shapes_and_what_is_recorded(version):
     will = "\n".join(res["will_record"])
     assert "decode_cycle: range decode_cycle (payload: cycle number); range prefill for extend batches" in will
     assert "cycle=K" in will
-    assert "rank: rank mark" in will and "profile_start: rank mark again when profiling starts" in will
+    assert "rank: rank mark" in will and "profile_start: rank and spec_config marks again when profiling starts" in will
+    assert "config: spec_config mark (SGLang's speculative configuration)" in will
     assert not any(line.startswith(("draft:", "verify:", "allreduce:", "accept:")) for line in res["will_not_record"])
 
 

@@ -185,3 +185,55 @@ def test_shim_emits_the_config_mark_after_scheduler_init(monkeypatch):
     assert marks == ["spec_config algo=EAGLE steps=2 topk=1 draft_tokens=3 tp=4 cuda_graph=1 max_running=32 "
                      "adaptive=0 overlap=0"]
     assert np.all([P.parse_spec_config(m) is not None for m in marks])
+
+
+@need
+def test_advise_speculation_rule_fires_where_the_sweep_says_it_does_not_pay():
+    """advise on the 8-layer profile with the sweep's unprofiled figures: the speculation finding, with
+    the measured baseline named as such and only SGLang's flag to remove."""
+    from analyze.run import api
+    from analyze.tools.advise.model import advise
+
+    meas, base = truth(8, 1)
+    adv = advise(api.load(str(PROFILE[(8, 3)])), baseline_tps=base, calibrate_tps=meas[3][0]).to_dict()
+    spec = [f for f in adv["findings"] if f["rule"] == "speculation"]
+    assert len(spec) == 1
+    assert spec[0]["evidence"]["baseline_source"] == "given"
+    assert spec[0]["evidence"]["tokens_per_s_baseline"] == pytest.approx(base)
+    assert [(s["action"], s["name"]) for s in spec[0]["settings"]] == [("remove", "--speculative-algorithm")]
+
+
+@need
+def test_advise_says_when_the_best_is_the_edge_of_the_searched_range(side):
+    from analyze.tools.advise.model import whatif_summary
+
+    sd = side(64, 3)
+    w = whatif_summary(sd, steps=range(1, 5))
+    assert w["best_steps"] == 4 and w["best_at_edge"] and w["steps_searched"] == [1, 4]
+
+
+@need
+@pytest.mark.parametrize("layers, batch, pays", [(8, 1, False), (8, 16, False), (64, 1, True), (64, 16, True)])
+def test_one_profile_alone_tells_whether_speculation_pays(side, layers, batch, pays):
+    """No unprofiled figure at all: the plain decode step estimated from the 3-step profile (the longer
+    of its GPU work without draft/draft_extend and its host time: the scheduler's + the target's graph
+    replay) gives the right verdict at every (depth, batch) of the sweeps, and at batch 1 the speed-up
+    within 30% of the measured one (8 layers: 0.75x measured; 64 layers: 1.10x)."""
+    meas, base = truth(layers, batch)
+    measured_best = max(v[0] for v in meas.values()) / base
+    assert (measured_best > 1) == pays
+    r = W.whatif(side(layers, 3), range(1, 7), n_boot=0, batch=batch)
+    assert r["baseline"]["source"] == "estimated"
+    assert (r["best"]["speedup"] > 1) == pays
+    if batch == 1:
+        assert r["best"]["speedup"] == pytest.approx(measured_best, rel=0.30)
+
+
+@need
+def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
+    """8 layers, batch 1: the host-bound plain step, put on the unprofiled clock by the calibration,
+    within 5% of the unprofiled no-speculation tokens/s (730)."""
+    meas, base = truth(8, 1)
+    r = W.whatif(side(8, 3), range(1, 7), n_boot=0, batch=1, calibrate_tps=meas[3][0])
+    assert r["baseline"]["tokens_per_s"] == pytest.approx(base, rel=0.05)
+    assert "host bound" in r["baseline"]["method"]

@@ -6,7 +6,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, UnsuitableInput, positive_int
+from analyze.errors import ArgumentParser, UnsuitableInput, positive_float, positive_int
 
 
 def build_parser() -> ArgumentParser:
@@ -20,6 +20,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT")
     p.add_argument("--json", metavar="PATH", help="write the advice as JSON (findings, checks)")
     p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
+    p.add_argument("--baseline-tps", metavar="Y", type=positive_float, default=None,
+                   help="tokens/s WITHOUT speculation, measured without the profiler (else the baseline is estimated "
+                        "from the profile, an upper bound on the speed-up)")
+    p.add_argument("--calibrate-tps", metavar="X", type=positive_float, default=None,
+                   help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps)")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
     p.add_argument("--force", action="store_true",
@@ -41,7 +46,8 @@ def main_advise(argv: list[str]) -> int:
         output_policy.check_outputs({"--json": args.json})
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         try:
-            adv = advise(result, whatif=not args.no_whatif).to_dict()
+            adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,
+                         calibrate_tps=args.calibrate_tps).to_dict()
         except ValueError as exc:  # the trace cannot answer the rules' questions
             raise UnsuitableInput(str(exc)) from exc
         if args.json:

@@ -96,18 +96,22 @@ def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_
     return cycle_of_arrays(rows["rank"].to_numpy(), rows[start_col].to_numpy(dtype="int64"), cycles)
 
 
-def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
-    """The whatif prediction advise cites (point estimates unless ``n_boot``)."""
+def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: float | None = None,
+                   calibrate_tps: float | None = None) -> dict:
+    """The whatif prediction advise cites (point estimates unless ``n_boot``); ``baseline_tps`` /
+    ``calibrate_tps``: the no-speculation and the profiled configuration's tokens/s measured without
+    the profiler (whatif's --baseline-tps / --calibrate-tps)."""
     from analyze.tools.whatif import model as W
 
     # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)))
-    r = W.whatif(side, steps, n_boot=n_boot)
+    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
+    r = W.whatif(side, steps, **kw)
     prof = r["profiles"][0]
     k = prof["steps"]
     if k not in set(steps):                   # profiled beyond the grid: predict it too
-        r = W.whatif(side, sorted(set(steps) | {k}), profiled_steps=k, n_boot=n_boot)
+        r = W.whatif(side, sorted(set(steps) | {k}), profiled_steps=k, **kw)
         prof = r["profiles"][0]
     p = r["predictions"].set_index("steps")
     best = r["best"]["steps"]
@@ -120,7 +124,25 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0) -> dict:
             "cycle_ns_best": float(p.loc[best, "cycle_ns"]), "draft_step_ns": float(prof["draft_step_ns"]),
             "requests": float(prof["requests"]), "verified_tokens": float(prof["verified_tokens"]),
             "verify_scaling": r["verify_scaling"], "acceptance_method": r["acceptance_method"],
-            "best_extrapolated": bool(r["best"]["extrapolated"])}
+            "best_extrapolated": bool(r["best"]["extrapolated"]),
+            # the best at the top of the searched step counts: the optimum may lie beyond it
+            "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
+            "per_batch": _per_batch(side, steps)}
+
+
+def _per_batch(side, steps) -> list[dict] | None:
+    """whatif's best step count per batch size (point estimates, estimated baselines) where the
+    profile holds two batch sizes or more with enough cycles each; else None."""
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.render.outputs import records
+
+    counts = PB.batch_counts([side])
+    if int((counts >= PB.MIN_CYCLES).sum()) < 2:
+        return None
+    try:
+        return records(PB.per_batch([side], steps, n_boot=0))
+    except (ValueError, KeyError, IndexError):
+        return None
 
 
 def message_sizes_by_phase(analysis) -> tuple[pd.DataFrame, dict]:
@@ -174,7 +196,8 @@ def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
     return out
 
 
-def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0) -> Context:
+def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
+                  baseline_tps: float | None = None, calibrate_tps: float | None = None) -> Context:
     cyc, warm = steady_cycles(analysis.cycles)
     tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
     cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
@@ -190,7 +213,7 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif)
     if whatif and len(cyc):
         try:
-            ctx.whatif = whatif_summary(analysis, n_boot=n_boot)
+            ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
         except (ValueError, KeyError, IndexError) as exc:
             ctx.whatif_error = str(exc)
     if message_sizes and len(analysis.collectives):
@@ -241,8 +264,10 @@ def rule_verify_dominated(ctx: Context):
             ev.update(verify_per_token_ns=comp["per_token_ns"], verify_at_zero_tokens_ns=comp["intercept_ns"])
         gain = 1 - w["tokens_per_s_profiled"] / w["tokens_per_s_best"] if w["tokens_per_s_best"] > 0 else 0.0
         saving = max(0.0, ctx.cycle_ns * gain)
+        edge = (f" ({w['best_steps']} is the edge of the searched {w['steps_searched'][0]}..{w['steps_searched'][1]}: "
+                "the optimum may lie beyond it)") if w.get("best_at_edge") else ""
         basis = (f"whatif (point estimate): {w['best_steps']} draft steps instead of {w['profiled_steps']} give the "
-                 f"same tokens in {_pct(gain)} less time" if w["best_steps"] != w["profiled_steps"] else
+                 f"same tokens in {_pct(gain)} less time{edge}" if w["best_steps"] != w["profiled_steps"] else
                  f"whatif: the profiled {w['profiled_steps']} draft steps are already the predicted best")
         if w["best_steps"] != w["profiled_steps"]:
             settings = S.steps_settings(w["best_steps"])
@@ -602,8 +627,9 @@ def rule_speculation(ctx: Context):
                                figures)
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
-    # the estimate removes draft and draft_extend from the cycle: the saving is that time (up to rounding)
-    saving = min(ctx.cycle_ns * gain, draft) if draft > 0 else ctx.cycle_ns * gain
+    # a plain step saves the draft and draft_extend work and their host time, and the speculative verify's
+    # extra host work: the saving is whatif's time per token, its own ceiling
+    saving = ctx.cycle_ns * gain
     ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
               accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
               tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
@@ -612,34 +638,79 @@ def rule_speculation(ctx: Context):
                   f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
                   f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
                   f"draft and draft_extend take {_us(draft)} of each {_us(ctx.cycle_ns)} cycle. Without speculation "
-                  f"{base:,.0f} tokens/s are predicted (estimated: {w['baseline_method']}), against {prof:,.0f} at "
-                  f"the profiled {w['profiled_steps']} draft steps and {best:,.0f} at whatif's best, "
-                  f"{w['best_steps']}. Measure a run without speculation first (`analyze-trace whatif REPORT "
-                  "--baseline NOSPEC_REPORT`, or `--baseline-tps`); if it holds, turn speculation off or raise the "
-                  "acceptance (a drafter trained on this target's own outputs, the same chat template and sampling).")
-    settings = (F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif "
-                          "estimated"),
-                F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count"))
+                  f"{base:,.0f} tokens/s are "
+                  + ("measured (given, without the profiler)" if w["baseline_source"] == "given" else
+                     f"predicted ({w['baseline_source']}: {w['baseline_method']})")
+                  + f", against {prof:,.0f} at the profiled {w['profiled_steps']} draft steps and {best:,.0f} at "
+                  f"whatif's best, {w['best_steps']}. "
+                  + ("" if w["baseline_source"] == "given" else
+                     "Measure a run without speculation first (`analyze-trace advise REPORT --baseline-tps Y`, or "
+                     "`analyze-trace whatif REPORT --baseline NOSPEC_REPORT`); if it holds, ")
+                  + ("Turn" if w["baseline_source"] == "given" else "turn")
+                  + " speculation off or raise the acceptance (a drafter trained on this target's own outputs, the "
+                  "same chat template and sampling).")
+    remove = F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count")
+    settings = (remove,) if w["baseline_source"] == "given" else (
+        F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif estimated"), remove)
     f = F.Finding(rule, f"speculation does not pay: {prof:,.0f} tokens/s against {base:,.0f} without it",
-                  saving, draft if draft > 0 else saving, ctx.cycle_ns,
+                  saving, saving, ctx.cycle_ns,
                   f"whatif: the time per token that running without speculation saves ({_pct(gain)} of the cycle)",
                   suggestion, ev, settings)
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"no speculation predicted at {base:,.0f} tokens/s, above every step "
                             f"count (best {best:,.0f})", figures)
 
 
+def rule_adaptive_steps(ctx: Context):
+    """The best step count differs between the batch sizes the load visits: SGLang can switch by batch
+    size (--speculative-adaptive with a config whatif writes)."""
+    rule = F.ADAPTIVE_STEPS
+    w = ctx.whatif
+    if not w:
+        return [], F.RuleCheck(rule, F.NO_DATA, "no whatif model of this trace")
+    rows = w.get("per_batch")
+    if not rows:
+        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "fewer than two batch sizes with enough decode cycles each")
+    uses = {r["batch"]: r["best_or_off"] for r in rows}
+    figures = {"best_by_batch": {str(b): u for b, u in uses.items()}}
+    if len(set(uses.values())) < 2:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "one step count is best at every batch size measured: "
+                               + ", ".join(f"{b}: {u}" for b, u in uses.items()), figures)
+    n = sum(r["cycles"] for r in rows)
+    gain = sum(r["cycles"] * max(0.0, 1 - r["tokens_per_s_profiled"] / max(r["tokens_per_s_best"] if r["best_or_off"]
+                                                                             else r["tokens_per_s_baseline"], 1e-9))
+               for r in rows) / n
+    saving = ctx.cycle_ns * gain
+    desc = "; ".join(f"batch {r['batch']}: " + (f"{r['best_or_off']} steps" if r["best_or_off"] else "off")
+                     + f" ({r['speedup']:.2f}x, {r['baseline_source']} baseline)" for r in rows)
+    suggestion = (f"The best draft step count differs by batch size ({desc}). SGLang switches it by batch size with "
+                  f"{S.SPEC_ADAPTIVE} and a config: write it with `analyze-trace whatif REPORT --adaptive-config "
+                  "adaptive.json` (measured no-speculation tokens/s per batch size: --batch-baseline-tps M=Y,...).")
+    settings = (F.Setting(F.SET, S.SPEC_ADAPTIVE, note="switch the step count by batch size at run time"),
+                F.Setting(F.SET, S.SPEC_ADAPTIVE_CONFIG, "adaptive.json",
+                          note="written by analyze-trace whatif --adaptive-config"))
+    f = F.Finding(rule, "the best step count depends on the batch size: " + ", ".join(
+        f"{b}: {u or 'off'}" for b, u in uses.items()), saving, saving, ctx.cycle_ns,
+        "whatif per batch size: the cycle-weighted time per token the best step count of each batch size saves",
+        suggestion, dict(figures, per_batch_cycles=n, cycle_ns=ctx.cycle_ns), settings)
+    return [f], F.RuleCheck(rule, F.TRIGGERED, "best step counts differ: " + desc, figures)
+
+
 RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
-                  rule_speculation)
+                  rule_speculation, rule_adaptive_steps)
 
 
-def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0) -> F.Advice:
-    """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule."""
+def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
+           baseline_tps: float | None = None, calibrate_tps: float | None = None) -> F.Advice:
+    """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule.
+    ``baseline_tps`` / ``calibrate_tps``: unprofiled tokens/s without speculation / of the profiled
+    configuration, for the step-count and speculation rules (see whatif)."""
     if analysis.cycles is None or analysis.cycles.empty:
         checks = [F.RuleCheck(r, F.NO_DATA, "no decode cycles (`decode_cycle` ranges): the rules measure per cycle")
                   for r in F.RULES]
         return F.Advice([], checks, cycle_ns=0.0, cycles=0, ranks=int(analysis.ranks["rank"].nunique())
                         if len(analysis.ranks) else 0, warmup_cycles=0)
-    ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot)
+    ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot,
+                        baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
         f, c = fn(ctx)

@@ -12,6 +12,8 @@ SPEC_ALGORITHM = "--speculative-algorithm"                # EAGLE, EAGLE3, NEXTN
 SPEC_STEPS = "--speculative-num-steps"
 SPEC_TOPK = "--speculative-eagle-topk"
 SPEC_DRAFT_TOKENS = "--speculative-num-draft-tokens"
+SPEC_ADAPTIVE = "--speculative-adaptive"                   # switch the step count by batch size at run time
+SPEC_ADAPTIVE_CONFIG = "--speculative-adaptive-config"     # its JSON (batch size -> candidate_steps)
 DISABLE_CUSTOM_AR = "--disable-custom-all-reduce"          # custom all-reduce off: NCCL for every all-reduce
 TORCH_SYMM_MEM = "--enable-torch-symm-mem"                 # torch symmetric-memory all-reduce (SM90: TP 4, 6, 8)
 NCCL_SYMM_MEM = "--enable-symm-mem"                        # NCCL symmetric memory
@@ -25,7 +27,8 @@ GRAPH_BACKEND_DECODE = "--cuda-graph-backend-decode"       # full | breakable | 
 GRAPH_MAX_BS = "--cuda-graph-max-bs-decode"                # batches above it run without graphs
 GRAPH_MAX_BS_OLD = "--cuda-graph-max-bs"                   # deprecated alias
 
-SGLANG_FLAGS = (SPEC_ALGORITHM, SPEC_STEPS, SPEC_TOPK, SPEC_DRAFT_TOKENS, DISABLE_CUSTOM_AR, TORCH_SYMM_MEM, NCCL_SYMM_MEM, MSCCLPP,
+SGLANG_FLAGS = (SPEC_ALGORITHM, SPEC_STEPS, SPEC_TOPK, SPEC_DRAFT_TOKENS, SPEC_ADAPTIVE, SPEC_ADAPTIVE_CONFIG,
+                DISABLE_CUSTOM_AR, TORCH_SYMM_MEM, NCCL_SYMM_MEM, MSCCLPP,
                 FUSION_BACKEND, NO_FUSION, DISABLE_OVERLAP, DISABLE_GRAPH, DISABLE_DECODE_GRAPH, GRAPH_BACKEND_DECODE,
                 GRAPH_MAX_BS, GRAPH_MAX_BS_OLD)
 

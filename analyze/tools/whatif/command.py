@@ -106,6 +106,23 @@ def read_measured(path, batch: int | None = None) -> tuple[dict, float | None]:
     return out, base
 
 
+def parse_batch_values(text, option: str) -> dict[int, float]:
+    """``1=546.5,16=6654`` -> {1: 546.5, 16: 6654.0} (batch sizes >= 1, values > 0)."""
+    out: dict[int, float] = {}
+    if not text:
+        return out
+    for part in str(text).split(","):
+        m, _, x = part.partition("=")
+        try:
+            batch, value = int(m), float(x)
+        except ValueError:
+            raise ValueError(f"{option} {text!r}: give M=X pairs, e.g. 1=546.5,16=6654") from None
+        if batch < 1 or not value > 0:
+            raise ValueError(f"{option} {text!r}: batch sizes >= 1 and tokens/s > 0")
+        out[batch] = value
+    return out
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="analyze-trace whatif",
                                 description="Predict cycle time, tokens per cycle and tokens/s for each draft "
@@ -131,6 +148,15 @@ def build_parser() -> ArgumentParser:
                    help="one profile: how verify time grows with the verified tokens. Default 'fit': a line in the "
                         "verified tokens over the profile's cycles when their batch sizes differ, else constant (said "
                         "so); 'constant'; or F in [0, 1], the fraction of verify time proportional to the tokens")
+    p.add_argument("--per-batch", action="store_true",
+                   help="the best step count per batch size the profile(s) hold (each modelled from its own cycles)")
+    p.add_argument("--batch-tps", metavar="M=X[,M=X...]", default=None,
+                   help="with --per-batch: unprofiled tokens/s of the profiled configuration per batch size (calibrates)")
+    p.add_argument("--batch-baseline-tps", metavar="M=Y[,M=Y...]", default=None,
+                   help="with --per-batch: no-speculation tokens/s measured without the profiler, per batch size")
+    p.add_argument("--adaptive-config", metavar="PATH", default=None,
+                   help="write SGLang's --speculative-adaptive-config JSON from the per-batch best step counts "
+                        "(implies --per-batch)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--plot", metavar="PATH")
     p.add_argument("--boot", type=non_negative_int, default=N_BOOT,
@@ -140,6 +166,34 @@ def build_parser() -> ArgumentParser:
                    help="let an output replace an existing Nsight Systems report (never an input)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
+
+
+def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
+    from analyze.atomic import atomic_write
+    from analyze.render.outputs import _plain, records
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.render import render_per_batch
+
+    sides = [load_side(r) for r in args.reports]
+    try:
+        table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
+                             seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps)
+        cfg = PB.adaptive_config(table) if args.adaptive_config else None
+    except TraceError:
+        raise
+    except ValueError as exc:
+        raise UnsuitableInput(str(exc)) from exc
+    if args.json:
+        with atomic_write(args.json) as f:
+            json.dump({"per_batch": records(table), "adaptive_config": cfg}, f, indent=1, default=_plain)
+            f.write("\n")
+    if cfg is not None:
+        with atomic_write(args.adaptive_config) as f:
+            json.dump(cfg, f, indent=1)
+            f.write("\n")
+    if not args.quiet:
+        sys.stdout.write(render_per_batch(table, args.adaptive_config))
+    return 0
 
 
 def main_whatif(argv: list[str]) -> int:
@@ -158,10 +212,19 @@ def main_whatif(argv: list[str]) -> int:
             raise ValueError("--profiled-steps: one step count per report")
         cal_k, cal_x = parse_calibration(args.calibrate_tps)
         scaling = check_verify_scaling(args.verify_scaling)
+        batch_tps = parse_batch_values(args.batch_tps, "--batch-tps")
+        batch_base = parse_batch_values(args.batch_baseline_tps, "--batch-baseline-tps")
+        per_batch_mode = args.per_batch or args.adaptive_config is not None
+        if (batch_tps or batch_base) and not per_batch_mode:
+            raise ValueError("--batch-tps / --batch-baseline-tps go with --per-batch or --adaptive-config")
+        if per_batch_mode and (args.batch is not None or args.plot or args.measured):
+            raise ValueError("--per-batch / --adaptive-config model every batch size: no --batch, --plot or --measured")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     with output_policy.protect([*args.reports, args.baseline, args.measured], force=args.force):
-        output_policy.check_outputs({"--json": args.json, "--plot": args.plot})
+        output_policy.check_outputs({"--json": args.json, "--plot": args.plot, "--adaptive-config": args.adaptive_config})
+        if per_batch_mode:
+            return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
         sides = [load_side(r) for r in args.reports]
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None

@@ -317,8 +317,9 @@ def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
     return per.reset_index(drop=True), dropped
 
 
-HOST_RANGES = {"draft_cpu_ns": "draft", "draft_extend_cpu_ns": "draft_extend", "replay_draft_cpu_ns": "graph_replay_draft",
-               "replay_draft_extend_cpu_ns": "graph_replay_draft_extend"}
+HOST_RANGES = {"draft_cpu_ns": "draft", "draft_extend_cpu_ns": "draft_extend", "verify_cpu_ns": "verify",
+               "replay_draft_cpu_ns": "graph_replay_draft", "replay_draft_extend_cpu_ns": "graph_replay_draft_extend",
+               "replay_verify_cpu_ns": "graph_replay_verify"}
 """Per-cycle host (CPU) time of these shim ranges: the spec-only work a plain decode step does not do,
 and the draft graph replay SGLang runs only at --speculative-num-steps >= 2."""
 
@@ -446,7 +447,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
         d, how = comp.get(DRAFT, 0.0), "draft GPU time"
     busy = sum(comp.values())
     idle_frac = min(max((t - busy) / t, 0.0), 1.0) if t > 0 else 0.0
-    host = {col: float(samples[col].median()) if col in samples.columns and samples[col].notna().any() else np.nan
+    host = {col: float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
             for col in HOST_RANGES}
     replay, replay_how = 0.0, "not SGLang's loop (no spec_config mark): no draft graph replay term"
     if sglang:
@@ -609,29 +610,55 @@ def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
     return out
 
 
-def estimated_baseline(costs, requests: float) -> dict:
-    """No speculation, estimated from the speculative profile: a plain decode step runs the target
-    forward and the scheduler's work, not the draft and the draft extend. Where the shim's ranges give
-    their host time: the cycle minus the host time of the ``draft`` and ``draft_extend`` ranges (their
-    launches, graph replays and the GPU work they wait for), at least verify's GPU time; else one cycle
-    without the draft and draft_extend GPU time. Both keep host work of the speculative verify (tree
-    masks, accept bookkeeping) that a plain step does not do: the plain step's time is over-estimated,
-    so the baseline's tokens/s is a LOWER bound and the speed-up an upper one."""
+def plain_step(c: dict) -> dict | None:
+    """A plain decode step (no speculation) estimated from one speculative profile's costs ``c``, or
+    None without the shim's phase ranges. A plain step runs the target forward and the scheduler's
+    work; SGLang overlaps the host work of one step with the GPU work of the previous (overlap
+    scheduler), so the step takes the longer of the two:
+
+    * GPU: the cycle's GPU work but the draft's and the draft extend's (verify, all-reduce, other);
+    * host: the cycle's host time outside the draft, verify and draft_extend ranges (the scheduler:
+      batch building, result processing) plus the target forward's own host time, which is its graph
+      replay (``graph_replay_verify``) with CUDA graphs, else the whole verify range (eager launches).
+      The speculative verify's other host work (tree masks, accept bookkeeping) is left out."""
+    host_in = [c.get(k, np.nan) for k in ("draft_cpu_ns", "verify_cpu_ns", "draft_extend_cpu_ns")]
+    if not all(np.isfinite(host_in)):
+        return None
+    replay = c.get("replay_verify_cpu_ns", np.nan)
+    forward_host = replay if np.isfinite(replay) and replay > 0 else c["verify_cpu_ns"]
+    host = max(c["cycle_ns"] - sum(host_in), 0.0) + forward_host
+    gpu = sum(v for k, v in c.items() if k.endswith("_ns") and k[:-3] in c.get("phase_names", ())
+              and k[:-3] not in NO_DRAFT_IN_BASELINE)
+    return {"gpu_ns": float(gpu), "host_ns": float(host), "forward_host": "graph_replay_verify" if
+            np.isfinite(replay) and replay > 0 else "verify"}
+
+
+def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
+    """No speculation, estimated from the speculative profile (:func:`plain_step`): the longer of the
+    plain step's GPU and host time, the host time x ``host_scale`` (a calibration's unprofiled /
+    profiled ratio: the profiler stretches host time, not kernels). Without the shim's ranges (a JSON
+    result) or with several profiles: one cycle without the draft and draft_extend GPU time."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     c = min(costs, key=lambda x: x["steps"])
-    host = c.get("draft_cpu_ns", np.nan) + c.get("draft_extend_cpu_ns", np.nan)
-    if len(costs) == 1 and np.isfinite(host):
-        verify = c.get("verify_ns", 0.0) + c.get("allreduce_ns", 0.0)
-        t = max(c["cycle_ns"] - host, verify)
-        method = (f"a plain decode step estimated from the {c['steps']}-step profile: its cycle minus the host time of "
-                  "the draft and draft_extend ranges (at least verify's GPU time), yielding M tokens; an upper estimate "
-                  "of the step's time (the speculative verify's host work stays in): the speed-up is an upper bound")
-    else:
-        comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
-        model = cost_model(costs, [0], requests).iloc[0]
-        t = float(sum(model[f"{p}_ns"] for p in comps))
-        method = ("one cycle of the profile without draft and draft_extend (" + " + ".join(comps)
-                  + "), verify as at M tokens, yielding M tokens")
+    plain = plain_step(c) if len(costs) == 1 else None
+    if plain is not None:
+        host = plain["host_ns"] * host_scale
+        t = max(plain["gpu_ns"], host)
+        bound = "host" if host >= plain["gpu_ns"] else "GPU"
+        method = (f"a plain decode step estimated from the {c['steps']}-step profile: the longer of its GPU work "
+                  f"without draft and draft_extend ({plain['gpu_ns'] / 1e3:,.1f} us) and its host time (the scheduler's, "
+                  f"outside the speculative ranges, + the target forward's {plain['forward_host']} range: "
+                  f"{plain['host_ns'] / 1e3:,.1f} us" + (f" x{host_scale:.3f} calibrated" if host_scale != 1.0 else "")
+                  + f"); {bound} bound")
+        return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
+                "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method,
+                "gpu_ns": plain["gpu_ns"], "host_ns": host}
+    comps = [p for p in _components(costs) if p not in NO_DRAFT_IN_BASELINE]
+    model = cost_model(costs, [0], requests).iloc[0]
+    t = float(sum(model[f"{p}_ns"] for p in comps)) * (host_scale if host_scale < 1.0 else 1.0)
+    method = ("one cycle of the profile without draft and draft_extend (" + " + ".join(comps)
+              + "), verify as at M tokens, yielding M tokens" + (f", x{host_scale:.3f} calibrated" if host_scale < 1.0
+                                                                  else ""))
     return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
             "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method}
 
@@ -757,16 +784,19 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if baseline_tps is not None:
         base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
                 "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
-    elif baseline is not None:
-        base = measured_baseline(baseline, m, outlier_factor)
     else:
-        base = estimated_baseline(costs, m)
-    if calibrate is not None and baseline_tps is None:
-        # the profiler stretched the baseline's step too: put it on the calibrated clock
-        t_prof = float(cost_model(costs, [calibrate[0]], m)["cycle_ns"].iloc[0])
-        t_cal = t_prof - calibration_shift(costs, acc, calibrate)
-        if t_prof > 0 and t_cal > 0:
-            base = scale_baseline(base, t_cal / t_prof)
+        ratio = 1.0
+        if calibrate is not None:
+            # the profiler stretched the baseline's host time too: put it on the calibrated clock
+            t_prof = float(cost_model(costs, [calibrate[0]], m)["cycle_ns"].iloc[0])
+            t_cal = t_prof - calibration_shift(costs, acc, calibrate)
+            ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
+        if baseline is not None:
+            base = measured_baseline(baseline, m, outlier_factor)
+            if ratio != 1.0:
+                base = scale_baseline(base, ratio)
+        else:
+            base = estimated_baseline(costs, m, ratio)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})

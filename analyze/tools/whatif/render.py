@@ -91,6 +91,33 @@ def _wrap(text: str, width: int = 120) -> str:
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="  "))
 
 
+def render_per_batch(table, config_path=None) -> str:
+    from analyze.render.text import table as text_table
+
+    from analyze.tools.whatif.per_batch import MIN_CYCLES, differs
+
+    out = ["specprof whatif: the best draft step count per batch size (EAGLE)", ""]
+    if table.empty:
+        return "\n".join(out + [f"no batch size with {MIN_CYCLES} decode cycles or more in the profile(s)", ""])
+    rows = [[r.batch, r.cycles, r.profiled_steps, r.best_steps, f"{r.tokens_per_s_best:,.0f}",
+             f"{r.tokens_per_s_baseline:,.0f}", r.baseline_source, f"{r.speedup:.2f}x",
+             "off" if r.best_or_off == 0 else str(r.best_or_off),
+             ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
+            for r in table.itertuples()]
+    out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best", "tok/s no spec", "baseline",
+                       "speed-up", "use", ""], rows)
+    out.append("")
+    if differs(table):
+        out.append("The best step count differs between batch sizes: SGLang can switch by batch size "
+                   "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
+    if (table["baseline_source"] == "estimated").any():
+        out.append("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host time): "
+                   "measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
+    if config_path:
+        out.append(f"wrote: {config_path} (SGLang --speculative-adaptive-config; candidate_steps = the best, 0 = off)")
+    return "\n".join(out) + "\n"
+
+
 def to_json(r: dict) -> dict:
     from analyze.render.outputs import records
 
