@@ -38,6 +38,16 @@ def default_trace() -> str:
     return demo_trace()
 
 
+def package_version() -> str:
+    """specprof's installed version (the source tree's pyproject version when not installed)."""
+    try:
+        from importlib.metadata import version
+
+        return version("specprof")
+    except Exception:  # noqa: BLE001 - run from a source tree
+        return "0.1.0 (source tree)"
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="analyze-trace",
@@ -46,7 +56,9 @@ def build_parser() -> ArgumentParser:
                     "SUBCOMMAND --help`).")
     p.add_argument("reports", nargs="*", help="nsys SQLite exports, or directories of them (one per rank); "
                                               "default: the bundled real H200 trace")
-    p.add_argument("--json", metavar="PATH", help="write every table as one JSON document")
+    p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    p.add_argument("--json", metavar="PATH", help="write every table as one JSON document ('-': standard output, "
+                                                  "the text report then goes to standard error)")
     p.add_argument("--csv", metavar="DIR", help="write one CSV per table into DIR")
     p.add_argument("--parquet", metavar="DIR", help="write one Parquet file per table into DIR")
     p.add_argument("--plots", metavar="DIR", help="write the figures (PNG and SVG) into DIR")
@@ -202,7 +214,8 @@ def _run_analyze(args) -> int:
             perfetto.write_perfetto(result, args.perfetto)
             written.append(args.perfetto)
     if not args.quiet:
-        sys.stdout.write(render.render(result, top=args.top, demo=demo, written=written, advice=advice))
+        output_policy.text_stream(args.json).write(render.render(result, top=args.top, demo=demo, written=written,
+                                                                 advice=advice))
     return 0
 
 

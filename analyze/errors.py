@@ -121,6 +121,11 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose errors are a :class:`UsageError` (exit 10, one line) instead of a usage
     message and exit 2; ``--help`` still exits 0."""
 
+    def __init__(self, *args, **kwargs):
+        # no abbreviations: `--plot out` taken as `--plots` (an option of another meaning) surprised users
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # noqa: D401 - argparse's hook
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""     # "analyze-trace diff"
         raise UsageError(f"{sub}{message} (see {self.prog} --help)")

@@ -29,11 +29,19 @@ from typing import Iterable, Iterator
 
 from analyze.errors import OutputError
 
-__all__ = ["STDOUT", "SIDECAR_SUFFIXES", "REPORT_SUFFIXES", "protect", "protected_inputs", "forced",
+__all__ = ["STDOUT", "text_stream", "SIDECAR_SUFFIXES", "REPORT_SUFFIXES", "protect", "protected_inputs", "forced",
            "target_kind", "check_output", "check_outputs", "refuse_existing", "identities",
            "same_file_as_input", "is_report_file"]
 
 STDOUT = "-"
+
+
+def text_stream(*outputs):
+    """Where a command's text report goes: standard error when one of its ``outputs`` (a JSON, say)
+    is written to standard output (``-``), so that stdout holds that document alone; else stdout."""
+    import sys
+
+    return sys.stderr if any(o is not None and os.fspath(o) == STDOUT for o in outputs) else sys.stdout
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 # files of a directory that count as its reports (read/inputs.py lists the same suffixes)
 REPORT_SUFFIXES = (".sqlite", ".sqlite3", ".db", ".nsys-rep", ".qdrep")

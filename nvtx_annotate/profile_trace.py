@@ -65,6 +65,19 @@ def nsys_version(nsys: str) -> Tuple[int, ...]:
     return v
 
 
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("specprof")
+    except Exception:  # noqa: BLE001 - a source tree
+        return "0.1.0 (source tree)"
+
+
+def _own_options(p: argparse.ArgumentParser) -> set[str]:
+    return {s for a in p._actions for s in a.option_strings if s.startswith("--")}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from analyze.errors import non_negative_int, positive_int     # no pandas (analyze/__init__.py)
 
@@ -73,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="profile-trace [options] -- CMD...",
+        allow_abbrev=False,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("-o", "--output", help="report path without extension (default specprof-<time>)")
     p.add_argument("--delay", type=float, default=None, help="seconds before collection starts")
     p.add_argument("--duration", type=float, default=None, help="seconds of collection")
@@ -140,6 +155,12 @@ def profile_command(a, nsys: str, base: str) -> List[str]:
         cmd.append(f"--duration={a.duration:g}")
     if a.capture == "cudaprofilerapi":
         cmd += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    # the analyzer reads neither CPU samples nor context switches, and nsys' default sampling costs time
+    # in every TP worker: off unless the user's --nsys-arg says otherwise
+    given = {x.split("=", 1)[0] for x in a.nsys_arg}
+    for flag in ("--sample", "--cpuctxsw"):
+        if flag not in given and not (flag == "--sample" and "-s" in given):
+            cmd.append(f"{flag}=none")
     cmd += list(a.nsys_arg)
     return cmd + list(a.cmd)
 
@@ -264,9 +285,16 @@ def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
 
 def main(argv=None) -> int:
     p = build_parser()
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = p.parse_args(argv)
     if a.cmd and a.cmd[0] == "--":
         a.cmd = a.cmd[1:]
+    elif a.cmd:
+        # no `--`: an option of ours after the command would go to the command (`CMD --dry-run` ran CMD)
+        mine = sorted(_own_options(p) & {x.split("=", 1)[0] for x in a.cmd})
+        if mine:
+            p.error(f"{', '.join(mine)} after the command would be passed to it: put profile-trace's options "
+                    "first and the command after `--` (profile-trace [options] -- CMD...)")
     if not a.cmd:
         p.error("no command given: profile-trace [options] -- CMD...")
     if a.drive and a.delay is not None:

@@ -64,9 +64,13 @@ def test_help_still_exits_0(capsys):
 
 
 def test_whatif_on_a_profile_without_draft_steps_is_12(capsys):
+    """A trace without speculation: 'no decode cycles' is said first (before: it asked for
+    --profiled-steps, then said there were no cycles)."""
     code, out, err = run(capsys, "whatif", NOSPEC)
     assert code == 12
-    assert "cannot tell the profiled draft step count" in one_error_line(err)
+    assert "no decode cycles" in one_error_line(err)
+    code, out, err = run(capsys, "whatif", NOSPEC, "--profiled-steps", "3")
+    assert code == 12 and "no decode cycles" in one_error_line(err)
 
 
 def test_diff_and_whatif_on_a_json_that_is_not_a_result_are_12(capsys, tmp_path):
@@ -164,3 +168,21 @@ def test_help_names_only_files_that_exist(capsys, sub):
     if not sub:
         assert "analyze/attribute/phases.py" in named
         assert "protobuf" in text and "Chrome JSON" not in text        # what --perfetto writes
+
+
+def test_json_to_stdout_is_the_only_thing_on_stdout(capsys):
+    """`--json -` piped to a JSON reader failed with 'Extra data': the text report followed the JSON on
+    stdout. It goes to stderr then."""
+    code, out, err = run(capsys, NOSPEC, "--json", "-", "--no-advice")
+    assert code == 0
+    doc = json.loads(out)
+    assert "ranks" in doc and "Exclusive GPU time per phase" in err
+
+
+def test_no_option_abbreviations_and_a_version(capsys):
+    """`--plot out` was silently taken as `--plots`: abbreviations are off (exit 10, one line)."""
+    code, out, err = run(capsys, NOSPEC, "--plot", "/tmp/x")
+    assert code == 10 and "unrecognized arguments: --plot" in one_error_line(err)
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--version"])
+    assert ei.value.code == 0 and capsys.readouterr().out.startswith("analyze-trace ")

@@ -40,7 +40,7 @@ def test_dry_run_prints_the_full_nsys_command(tmp_path):
     assert lines[0] == (
         f"SPECPROF_NVTX=1 SPECPROF_NVTX_PACKAGE=spec_workload {nsys} profile -t cuda,nvtx,osrt "
         "--trace-fork-before-exec=true --cuda-graph-trace=node --cuda-flush-interval=1000 -o run1 --delay=5 "
-        "--duration=30 python3 -m sglang.launch_server --tp 8")
+        "--duration=30 --sample=none --cpuctxsw=none python3 -m sglang.launch_server --tp 8")
     assert lines[1] == f"{nsys} export --type sqlite --force-overwrite true -o run1.sqlite run1.nsys-rep"
     assert lines[2].startswith(f"{nsys} stats -r cuda_gpu_kern_sum,nvtx_gpu_proj_sum --format csv")
     assert lines[-1] == "analyze-trace run1.sqlite --json run1.json"
@@ -124,3 +124,21 @@ def test_real_nsys_records_the_shim_in_spawned_ranks(tmp_path):
         "FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId").fetchall()
     assert scrubbed == rows
 
+
+
+def test_cpu_sampling_off_by_default_unless_asked(tmp_path):
+    """The analyzer reads no CPU samples or context switches: off by default (nsys' sampling costs time in
+    every TP worker); a --nsys-arg that sets either wins."""
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0")
+    r = run_pt(["--dry-run", "--nsys", nsys, "-o", "r", "--nsys-arg=--sample=cpu", "--", "python3", "x.py"])
+    first = r.stdout.splitlines()[0]
+    assert "--cpuctxsw=none" in first and "--sample=cpu" in first and "--sample=none" not in first
+
+
+def test_options_after_the_command_without_separator_are_refused(tmp_path):
+    """`profile-trace CMD ... --dry-run` (no --) ran CMD with --dry-run passed to it: refused, exit 2."""
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0")
+    r = run_pt(["--nsys", nsys, "python3", "-c", "pass", "--dry-run"])
+    assert r.returncode == 2 and "--dry-run after the command" in r.stderr
+    r = run_pt(["--version"])
+    assert r.returncode == 0 and r.stdout.startswith("profile-trace ")

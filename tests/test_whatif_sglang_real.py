@@ -237,3 +237,22 @@ def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
     r = W.whatif(side(8, 3), range(1, 7), n_boot=0, batch=1, calibrate_tps=meas[3][0])
     assert r["baseline"]["tokens_per_s"] == pytest.approx(base, rel=0.05)
     assert "host bound" in r["baseline"]["method"]
+
+
+@pytest.mark.parametrize("name", ["sglang_eager", "sglang_graphs", "sglang_server", "sglang_vocab64",
+                                  "sglang_v2_l8_s1", "sglang_v2_l64_s3"])
+def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
+    """Before: 'cannot convert NA to integer' on 3 of the 4 older fixtures (cycles whose GPU data was
+    lost have no GPU start). No predicted component is negative on any of them."""
+    from analyze.run import api
+    from analyze.tools.advise.model import whatif_summary
+
+    path = REAL / f"{name}.sqlite"
+    if not path.exists():
+        pytest.skip("fixture not unpacked")
+    a = api.load(str(path))
+    w = whatif_summary(a)
+    assert w["profiled_steps"] >= 1 and w["tokens_per_s_best"] > 0
+    r = W.whatif(sides.as_side(a), range(1, 11), n_boot=0)
+    comps = [c for c in r["predictions"].columns if c.endswith("_ns") and c != "overhead_ns"]
+    assert (r["predictions"][comps].to_numpy() >= 0).all()

@@ -59,5 +59,5 @@ def main_advise(argv: list[str]) -> int:
     if not args.quiet:
         inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
         lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence)
-        sys.stdout.write("\n".join(line[:120] for line in lines).rstrip() + "\n")
+        output_policy.text_stream(args.json).write("\n".join(line[:120] for line in lines).rstrip() + "\n")
     return 0

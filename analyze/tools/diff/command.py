@@ -56,5 +56,5 @@ def main_diff(argv: list[str]) -> int:
         if args.plot:
             plot_diff(d, args.plot, top=args.top)
     if not args.quiet:
-        sys.stdout.write(render_diff(d, top=args.top))
+        output_policy.text_stream(args.json).write(render_diff(d, top=args.top))
     return 0

@@ -192,7 +192,7 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
             json.dump(cfg, f, indent=1)
             f.write("\n")
     if not args.quiet:
-        sys.stdout.write(render_per_batch(table, args.adaptive_config))
+        output_policy.text_stream(args.json, args.adaptive_config).write(render_per_batch(table, args.adaptive_config))
     return 0
 
 
@@ -255,5 +255,5 @@ def main_whatif(argv: list[str]) -> int:
         if args.plot:
             plot_whatif(r, args.plot)
     if not args.quiet:
-        sys.stdout.write(render_whatif(r))
+        output_policy.text_stream(args.json).write(render_whatif(r))
     return 0

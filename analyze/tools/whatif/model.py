@@ -196,6 +196,7 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
     first = pd.Series(ops["start_ns"].to_numpy()[mine]).groupby(
         ops["cycle_range"].to_numpy()[mine]).min()                  # = the cycle's GPU window start
     cyc = side.cycles[side.cycles["rank"] == rank]
+    cyc = cyc[cyc["start_ns"].notna()]          # cycles whose GPU data was lost have no GPU start
     by_start = dict(zip(cyc["start_ns"].astype("int64"), cyc["cycle"].astype("int64")))
     # one Python step per cycle, the repeat search once per distinct kernel sequence
     rows, bounds, order_of_first = _cycle_groups(d)
@@ -487,6 +488,9 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
     side = as_side(analysis)
     source = "given"
     memo: dict = {}            # the draft kernels, found once for the step count and the samples
+    if side.cycles is None or side.cycles.empty:   # the first thing to say of a trace without speculation
+        raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle (a profile "
+                         "of a speculative SGLang server under profile-trace has them)")
     if steps is None:
         steps, source = infer_steps(side, memo)
         if steps is None:
@@ -930,8 +934,15 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
                       if c.get("outlier_cycles") else ""))
     if len(ks) == 1:
         c = costs[0]
-        out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
-                   "draft time is linear in the step count")
+        if c.get("sglang_loop"):
+            out.append(f"SGLang's loop: s steps run s - 1 draft forwards in one CUDA-graph replay (none at 1 step), the "
+                       f"first draft token comes from the draft extend; one draft forward costs "
+                       f"{c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); the draft replay adds "
+                       f"{c.get('draft_replay_ns', 0.0) / 1e3:.1f} us per cycle from 2 steps on "
+                       f"({c.get('draft_replay_source', '')})")
+        else:
+            out.append(f"one draft step costs {c['draft_step_ns'] / 1e3:.1f} us ({c['draft_step_source']}); "
+                       "draft time is linear in the step count")
         out += _scaling_lines(c, scaling, intervals)
     else:
         out.append(f"draft time linear in the step count, every other component linear in the verified tokens "

@@ -93,8 +93,12 @@ def _wrap(text: str, width: int = 120) -> str:
 
 def render_per_batch(table, config_path=None) -> str:
     from analyze.render.text import table as text_table
-
+    from analyze.render.text import terminal_width
+    from analyze.render.text import wrap as wrap_to
     from analyze.tools.whatif.per_batch import MIN_CYCLES, differs
+
+    def wrap(text):
+        return wrap_to(text, terminal_width())
 
     out = ["specprof whatif: the best draft step count per batch size (EAGLE)", ""]
     if table.empty:
@@ -108,13 +112,13 @@ def render_per_batch(table, config_path=None) -> str:
                        "speed-up", "use", ""], rows)
     out.append("")
     if differs(table):
-        out.append("The best step count differs between batch sizes: SGLang can switch by batch size "
-                   "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
+        out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
+                    "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
     if (table["baseline_source"] == "estimated").any():
-        out.append("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host time): "
-                   "measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
+        out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
+                    "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
     if config_path:
-        out.append(f"wrote: {config_path} (SGLang --speculative-adaptive-config; candidate_steps = the best, 0 = off)")
+        out += wrap(f"wrote: {config_path} (SGLang --speculative-adaptive-config; candidate_steps = the best, 0 = off)")
     return "\n".join(out) + "\n"
 
 
