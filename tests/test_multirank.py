@@ -112,3 +112,26 @@ def test_long_notes_are_wrapped_whole_within_120_columns(single_and_split):
     flat = " ".join(" ".join(line.split()) for line in lines)
     for note in result.notes:
         assert f"note: {' '.join(str(note).split())}" in flat
+
+
+def test_a_directory_of_some_ranks_names_the_missing_ones(tmp_path):
+    """Two of a 4-rank run's per-rank reports: 'mean of 2 ranks' held without a word that ranks 2 and 3
+    were missing (JSON world 4): a missing_ranks note."""
+    import shutil
+
+    import analyze
+    from analyze.notes import MISSING_RANKS
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+    src = [real / f"h200_shim_4rank_rank{r}.sqlite" for r in (0, 1)]
+    if not all(p.exists() for p in src):
+        pytest.skip("fixtures not unpacked")
+    for p in src:
+        shutil.copy(p, tmp_path / p.name)
+    a = analyze.load(str(tmp_path))
+    (note,) = [n for n in a.notes if n.code == MISSING_RANKS]
+    assert note.count == 2 and "ranks 2, 3" in note.message and "TP world 4" in note.message
+    whole = analyze.load([str(real / f"h200_shim_4rank_rank{r}.sqlite") for r in range(4)]) \
+        if all((real / f"h200_shim_4rank_rank{r}.sqlite").exists() for r in range(4)) else None
+    if whole is not None:
+        assert not [n for n in whole.notes if n.code == MISSING_RANKS]

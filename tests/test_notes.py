@@ -33,13 +33,16 @@ def test_notes_of_several_reports_name_their_input(tmp_path):
     paths, _ = write_trace(TraceSpec(ranks=2, cycles=2, one_file=False, zero_length_kernels=2, unclosed_range=True), tmp_path)
     from analyze.views.analysis_notes import CODES
 
-    def of_reports(notes):       # the views' notes are about the whole analysis, not one report
-        return [n for n in notes if n.code not in CODES]
+    def of_reports(notes):       # the views' notes (and missing ranks) are about the whole analysis, not one report
+        return [n for n in notes if n.code not in CODES and n.code != N.MISSING_RANKS]
 
     one = analyze.load(str(paths[0]))
     both = analyze.load([str(p) for p in paths])
     assert one.notes and all(n.input is None for n in one.notes)
     assert [n.code for n in one.notes if n.code in CODES] == ["skew_skipped"]        # one rank
+    assert [n.message for n in one.notes if n.code == N.MISSING_RANKS] == [
+        "the rank marks say TP world 2; no input holds rank 1: every per-rank figure is of the 1 rank given"]
+    assert not [n for n in both.notes if n.code == N.MISSING_RANKS]
     assert [n.input for n in of_reports(both.notes)] == [str(p) for p in paths for n in of_reports(one.notes)]
     assert [n.code for n in of_reports(both.notes)] == [n.code for n in of_reports(one.notes)] * 2
 

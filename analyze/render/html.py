@@ -409,8 +409,10 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
         per = tok.get("tokens_per_cycle") or tok.get("accepted_per_cycle")
         tps = tok.get("tokens_per_s")
         cyc_html += (f'<p class="sub">rank {tok["rank"]}: {tok.get("tokens", 0):.0f} tokens in {tok["cycles"]} '
-                     f"cycles" + (f", {per:.2f} per cycle" if per else "")
-                     + (f", {tps:,.1f} tokens/s" if tps else "") + "</p>")
+                     f"cycles (every cycle with an accept mark, warm-up included)"
+                     + (f", {per:.2f} per cycle" if per else "")
+                     + (f", {tps:,.1f} tokens/s over their periods (steady state: the headline)" if tps else "")
+                     + "</p>")
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
     if len(t["skew"]):

@@ -459,7 +459,8 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
          ["#B0B0B0"] * len(ranks))
     ax1.set_ylabel(f"{label} ({unit})")
     ax1.set_xlabel("rank")
-    ax1.set_title(f"Decode cycle time ({cyc['cycle'].nunique()} cycles x {len(ranks)} ranks)")
+    ax1.set_title(f"Decode cycle time ({cyc['cycle'].nunique()} cycles x {len(ranks)} rank"
+                  f"{'' if len(ranks) == 1 else 's'})")
     if len(ranks) > 8:
         ax1.tick_params(axis="x", rotation=45)
     _log_if_spread(ax1, cyc[col])

@@ -339,7 +339,8 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     if len(cycles):
         n = views.get(result, "cycle_counts")
         lost = f"; {n['no_gpu_ops']} more without GPU data" if n["no_gpu_ops"] else ""
-        out.append(f"Decode cycles: {n['cycles']} (over {n['ranks']} ranks, warm-up included{lost}), pooled "
+        out.append(f"Decode cycles: {n['cycles']} (over {n['ranks']} rank{'' if n['ranks'] == 1 else 's'}, warm-up "
+                   f"included{lost}), pooled "
                    "percentiles (ms)")
         dist = views.get(result, "cycle_distribution")
         out += table(["figure", "mean", "p50", "p90", "p99", "max"],
@@ -347,9 +348,11 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
                       for r in dist.itertuples()], width=width)
         tok = views.get(result, "tokens")
         if tok:
-            out += wrap(f"tokens (rank {tok['rank']}): {tok['tokens']:.0f} in {tok['cycles']} cycles = "
+            out += wrap(f"tokens (rank {tok['rank']}, every cycle with an accept mark, warm-up included): "
+                         f"{tok['tokens']:.0f} in {tok['cycles']} cycles = "
                          f"{tok['tokens_per_cycle']:.2f} per cycle ({tok['accepted_per_cycle']:.2f} accepted draft + "
-                         f"bonus), {tok['tokens_per_s']:.1f} tokens/s", width)
+                         f"bonus), {tok['tokens_per_s']:.1f} tokens/s over their periods (steady state: the headline)",
+                         width)
         out.append("")
 
     out += skew_lines(result, width)

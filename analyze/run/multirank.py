@@ -62,6 +62,27 @@ def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
     return pd.Categorical.from_codes(np.full(n, paths.index(path), dtype="int16"), categories=paths)
 
 
+def missing_ranks(ranks: pd.DataFrame) -> list:
+    """A note naming the ranks of the TP world (the shim's rank marks say its size) that no input
+    holds: a directory of some ranks' reports is analysed as what it holds, and says so."""
+    from analyze.notes import MISSING_RANKS, Note
+
+    if not len(ranks) or "world" not in ranks.columns:
+        return []
+    world = pd.to_numeric(ranks["world"], errors="coerce").dropna()
+    if not len(world):
+        return []
+    size = int(world.max())
+    have = set(int(r) for r in ranks["rank"])
+    gone = [r for r in range(size) if r not in have]
+    if not gone or size > 1_000_000:
+        return []
+    shown = ", ".join(map(str, gone[:16])) + (" ..." if len(gone) > 16 else "")
+    return [Note(MISSING_RANKS, f"the rank marks say TP world {size}; no input holds rank{'s' if len(gone) > 1 else ''} "
+                                f"{shown}: every per-rank figure is of the {len(have)} rank{'s' if len(have) > 1 else ''} "
+                                "given", len(gone))]
+
+
 def combine(results, config: PhaseConfig):
     for res in results:           # what each report's own tables say about its capture (checks.py)
         res.notes.extend(n for n in checks.report_notes(res) if n not in res.notes)
@@ -108,6 +129,7 @@ def combine(results, config: PhaseConfig):
     collectives = coll_mod.collective_table_from(_concat([r.collective_ops for r in results
                                                           if r.collective_ops is not None]))
     notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]
+    notes += missing_ranks(ranks)
     # the default timeline window is chosen over all ranks: one report's window is the analysis' only
     # when it is the only report (then on its own clock: offset 0)
     window_ops = results[0].window_ops if len(results) == 1 else None

@@ -622,7 +622,7 @@ def rule_speculation(ctx: Context):
     if not (base == base and base > 0 and prof > 0):           # NaN or nothing measured
         return [], F.RuleCheck(rule, F.NO_DATA, "no tokens/s without speculation to compare with", figures)
     if best >= base:
-        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft steps predicted "
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'} predicted "
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",
                                figures)
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")

@@ -22,12 +22,15 @@ def render_whatif(r: dict) -> str:
     boot = r.get("n_boot") != 0                # without resamples there are no intervals to show
 
     def ci(lo: str, hi: str) -> str:
-        return f"[{lo}, {hi}]" if boot else "-"
+        return f"[{lo}, {hi}]" if boot and "-" not in (lo, hi) else "-"
+
+    def num(x: float) -> str:
+        return "-" if x != x else f"{x:.3f}"            # a position no request reached: no rate, not 'nan'
 
     out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
     out.append(_wrap("  from: " + acc_mod.METHOD_TEXT.get(r.get("acceptance_method"), str(r.get("acceptance_method")))))
     out += table(["position", "rate", "95% CI", "survival", ""],
-                 [[int(x.position), f"{x.rate:.3f}", ci(f"{x.rate_lo:.3f}", f"{x.rate_hi:.3f}"), f"{x.survival:.3f}",
+                 [[int(x.position), num(x.rate), ci(num(x.rate_lo), num(x.rate_hi)), num(x.survival),
                    "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
     out.append("")
     p = r["predictions"]
@@ -73,7 +76,7 @@ def render_whatif(r: dict) -> str:
                          f"{(cal['profiled_cycle_ns'] - cal['shift_ns']) / 1e3:,.1f} us (overhead "
                          f"{-cal['shift_ns'] / 1e3:+,.1f} us per cycle)"))
     out.append("")
-    out.append(f"Best: {b['steps']} draft steps, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
+    out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
                + (" [extrapolated]" if b["extrapolated"] else ""))
     out.append("")
