@@ -103,3 +103,24 @@ def test_terminal_width_reads_columns(monkeypatch):
     assert text.terminal_width() == 97
     monkeypatch.setenv("COLUMNS", "10")
     assert text.terminal_width() == text.MIN_WIDTH
+
+
+@pytest.mark.parametrize("columns", [80, 110])
+def test_advice_is_wrapped_once_to_the_terminal(columns, monkeypatch, capsys):
+    """The Advice section was wrapped at 120 and then again at the terminal's width ('(90.5% of' / 'the
+    cycle' on lines of their own); analyze-trace advise cut its lines at 120."""
+    server = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang_server.sqlite"
+    if not server.exists():
+        pytest.skip("fixture not unpacked")
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for argv in ([str(server)], ["advise", str(server)]):
+        assert cli.main(argv) == 0
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert max(map(len, lines)) <= columns
+        advice = lines[next(i for i, ln in enumerate(lines) if ln.startswith("Advice:")):]
+        # no orphan fragment: every wrapped line but a paragraph's last is more than half the width
+        short = [a for a, b in zip(advice, advice[1:]) if 0 < len(a) < columns // 2 and b.startswith("   ")
+                 and not b.lstrip().startswith(("-", "saving", "evidence", "The ", "Speculation"))
+                 and a.startswith("   ") and not a.lstrip().startswith(("-", "saving", "evidence"))]
+        assert not short, short

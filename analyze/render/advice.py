@@ -54,13 +54,12 @@ def evidence_items(ev: dict) -> list[tuple[str, str]]:
     return out
 
 
-def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent if more is None else more,
-                         break_on_hyphens=False) or [indent.rstrip()]
+def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> list[str]:
+    """The Advice section of the terminal report, wrapped to ``width`` columns (default 120)."""
+    def _wrap(text: str, indent: str, more: str | None = None) -> list[str]:
+        return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent if more is None else more,
+                             break_on_hyphens=False) or [indent.rstrip()]
 
-
-def text_lines(advice: dict, *, evidence: bool = True) -> list[str]:
-    """The Advice section of the terminal report (fits 120 columns)."""
     out = []
     if not advice:
         return out

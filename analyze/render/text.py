@@ -367,7 +367,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     if advice is not None:          # analyze-trace advise's findings (Advice.to_dict())
         from analyze.render import advice as advice_render
 
-        out += advice_render.text_lines(advice) + [""]
+        out += advice_render.text_lines(advice, width=width) + [""]
     for note in result.notes:       # wrapped, not clipped: a note is read whole
         if getattr(note, "code", None) in TOP_NOTES:
             continue

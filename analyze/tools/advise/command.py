@@ -58,6 +58,9 @@ def main_advise(argv: list[str]) -> int:
                 f.write("\n")
     if not args.quiet:
         inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
-        lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence)
-        output_policy.text_stream(args.json).write("\n".join(line[:120] for line in lines).rstrip() + "\n")
+        from analyze.render.text import terminal_width
+
+        lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence,
+                                                                 width=terminal_width())
+        output_policy.text_stream(args.json).write("\n".join(lines).rstrip() + "\n")
     return 0
