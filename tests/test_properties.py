@@ -410,7 +410,7 @@ def test_cycle_gaps_in_start_order_equal_cycle_of_then_op_gaps(ops, windows, ids
     keep = cycle >= 0
     want_gaps = LG.op_gaps(rank[keep], cycle[keep], start[keep], end[keep])
     found = LG.cycle_gaps_in_start_order(rank, start, end, cyc)
-    by_rank = cyc.sort_values("start_ns").groupby("rank")["cycle"]
+    by_rank = cyc.sort_values(["start_ns", "cycle"], kind="stable").groupby("rank")["cycle"]
     increasing = all((np.diff(g.to_numpy()) > 0).all() for _, g in by_rank)
     assert (found is None) == (not increasing and len(frame) > 0)
     if ids_in_start_order:

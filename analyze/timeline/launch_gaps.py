@@ -33,10 +33,11 @@ def graph_marks(is_graph_launch: np.ndarray, is_graph_node: np.ndarray) -> np.nd
 
 
 def rank_windows(cycles: pd.DataFrame) -> list[tuple]:
-    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start."""
+    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start, windows
+    of one start by cycle id (a stable, total order: an unstable sort put tied windows in either order)."""
     out = []
     for r, c in cycles.groupby("rank"):
-        c = c.sort_values("start_ns")
+        c = c.sort_values(["start_ns", "cycle"], kind="stable")
         out.append((r, c["cycle"].to_numpy(dtype="int64"), c["start_ns"].to_numpy(dtype="int64"),
                     c["end_ns"].to_numpy(dtype="int64")))
     return out
