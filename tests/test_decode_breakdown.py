@@ -344,3 +344,20 @@ def test_outside_cycles_line_gives_the_range_over_ranks_and_the_busiest_rank():
     assert lo != hi
     assert line.startswith(f"{lo:.3f} to {hi:.3f} ms of GPU work per rank")
     assert f"most on rank {int(per_rank.idxmax())}: " in line
+
+
+def test_cycles_whose_gpu_data_was_lost_are_not_called_warm_up():
+    """sglang_graphs: 1 warm-up cycle and 49 whose CUDA data nsys cut off at the end; the headline
+    called all 50 'warm-up'."""
+    from pathlib import Path
+
+    import analyze
+    from analyze import views
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang_graphs.sqlite"
+    if not path.exists():
+        pytest.skip("fixture not unpacked")
+    text = views.get(analyze.load(str(path)), "headline")
+    assert "1 warm-up cycle left out; 49 cycles whose GPU data was lost (cut off at the end of the capture) left " \
+           "out" in text
+    assert "50 warm-up" not in text

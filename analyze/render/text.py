@@ -203,7 +203,8 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
              + ("; rN = rank N" if len(shown) > 1 else "") + f"; {_per_rank_text(steady)} cycles"
              + (" per rank" if len(ranks) > 1 else "") + ", mean" + (" and median" if "median" in " ".join(headers)
                                                                      else "") + "; share of the mean period"
-             + (f"; warm-up left out: {_per_rank_text(warm)}" + (" per rank" if len(ranks) > 1 else "")
+             + (f"; {'left out' if any(k in ('no_gpu_ops', 'truncated') for d in per_rank for k in d) else 'warm-up left out'}"
+                f": {_per_rank_text(warm)}" + (" per rank" if len(ranks) > 1 else "")
                 + f" ({reasons})" if sum(warm) else "")
              + ("; TP 1: no all-reduce" if tp1 else "")
              + (f"; first {max_ranks} of {len(ranks)} ranks" if len(ranks) > len(shown) else "") + ")")

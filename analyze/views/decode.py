@@ -269,13 +269,25 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
         if first["gpu_ms_per_token"]:
             tok += f", {first['gpu_ms_per_token']:.3f} GPU-ms per token"
         parts.append(tok)
+    # cycles whose GPU data was lost (nsys cut its CUDA data off) are no warm-up: counted apart
+    lost_codes = ("no_gpu_ops", "truncated")
+    reasons = [dict(d or {}) for d in summary["warmup_reasons"]] if len(summary) and "warmup_reasons" in summary \
+        else [{}]
+    lost = [sum(int(d.get(k, 0)) for k in lost_codes) for d in reasons]
     warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
+    warm = [w - x for w, x in zip(warm, lost)] if len(warm) == len(lost) else warm
+
+    def count(values, what):
+        each = values[0] if len(set(values)) == 1 else None
+        n = each if each is not None else sum(values)
+        return (f"{n} {what.replace('CYCLE', 'cycle' if n == 1 else 'cycles')}"
+                + (" per rank" if n_ranks > 1 and each is not None else " over all ranks" if n_ranks > 1 else "")
+                + " left out")
+
     if sum(warm):
-        each = warm[0] if len(set(warm)) == 1 else None
-        n = each if each is not None else sum(warm)
-        parts.append(f"{n} warm-up cycle{'s' if n != 1 else ''}"
-                     + (" per rank" if n_ranks > 1 and each is not None else " over all ranks" if n_ranks > 1 else "")
-                     + " left out")
+        parts.append(count(warm, "warm-up CYCLE"))
+    if sum(lost):
+        parts.append(count(lost, "CYCLE whose GPU data was lost (cut off at the end of the capture)"))
     if len(summary):
         outside = float(summary["outside_cycles_busy_ns"].max())
         if outside > 0:
