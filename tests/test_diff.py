@@ -231,3 +231,30 @@ def test_notes_are_wrapped_to_the_terminal_never_cut():
         lines = tail.splitlines()
         assert all(len(line) <= width for line in lines) and "…" not in tail
         assert " ".join(" ".join(lines).split()) == " ".join(" ".join(f"note: {n}" for n in d["notes"]).split())
+
+
+def test_diff_of_saved_json_results_lists_the_same_kernels_as_of_the_reports(tmp_path):
+    """Saved --json results carry the kernels inside decode cycles (cycle_kernels): the diff of two
+    results listed 'other [CUDA memcpy] 22,206.70 -> 35,012.02 us per cycle' in a ~1,000 us cycle (the
+    whole report's ops, set-up included, divided by the cycles); now it equals the reports' diff."""
+    import analyze
+    from analyze.render.outputs import write_json
+    from analyze.tools.diff.model import diff_results
+
+    real = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+    paths = [real / f"h200_diff_{s}.sqlite" for s in ("before", "after")]
+    if not all(p.exists() for p in paths):
+        pytest.skip("fixtures not unpacked")
+    results = [analyze.load(str(p)) for p in paths]
+    jsons = []
+    for p, a in zip(paths, results):
+        out = tmp_path / (p.stem + ".json")
+        write_json(a, str(out))
+        jsons.append(str(out))
+    from_reports = diff_results(*results)["kernels"]
+    from_json = diff_results(*jsons)["kernels"]
+    cols = ["phase", "kernel", "before_ns", "after_ns"]
+    assert from_json[cols].reset_index(drop=True).equals(from_reports[cols].reset_index(drop=True))
+    cycle = 1_300_000                               # both runs' cycles are ~1.0-1.2 ms
+    per_cycle = [c for c in from_json.columns if c.endswith("_ns") and "delta" not in c]
+    assert (from_json[per_cycle].abs().to_numpy() < cycle).all()

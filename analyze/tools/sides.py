@@ -47,14 +47,11 @@ def spec_config_of(ranks) -> SpecConfig | None:
 
 
 def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
-    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles, so
-    set-up work (weight uploads, warm-up outside cycles) does not count as time per cycle."""
-    inside = gpu_ops[gpu_ops["cycle_range"].to_numpy() >= 0]
-    dur = inside["end_ns"].to_numpy() - inside["start_ns"].to_numpy()
-    frame = pd.DataFrame({"rank": inside["rank"].to_numpy(), "phase": inside["phase"].astype(str).to_numpy(),
-                          "name": inside["name"].astype(str).to_numpy(), "d": dur})
-    return frame.groupby(["rank", "phase", "name"], sort=False)["d"].agg(instances="size", total_ns="sum") \
-        .reset_index()
+    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles (the one
+    definition: views.kernels.cycle_kernels_of)."""
+    from analyze.views.kernels import cycle_kernels_of
+
+    return cycle_kernels_of(gpu_ops)
 
 
 def whatif_ops(result) -> pd.DataFrame | None:
@@ -86,8 +83,18 @@ def side_from_json(data: dict, label: str = "") -> Side:
         if c in cycles.columns:
             cycles[c] = pd.to_numeric(cycles[c], errors="coerce").astype("Int64")
     ranks = pd.DataFrame(data.get("ranks") or [])
-    return Side(label, cycles_mod.with_gpu(cycles), pd.DataFrame(data["kernels"]), list(data.get("phase_names") or []),
-                notes=[text_of(n) for n in data.get("notes") or []],
+    in_cycles = pd.DataFrame(data.get("cycle_kernels") or [])
+    notes = [text_of(n) for n in data.get("notes") or []]
+    if len(in_cycles):            # results written since the table exists: the kernels inside decode cycles
+        kernels = in_cycles
+    else:
+        kernels = pd.DataFrame(data["kernels"])
+        if len(cycles):
+            notes.append(f"{label}: a JSON result without the cycle_kernels table (older, or analysed in chunks): "
+                         "kernel lists count every op of the report (set-up included), not only those inside "
+                         "decode cycles")
+    return Side(label, cycles_mod.with_gpu(cycles), kernels, list(data.get("phase_names") or []),
+                notes=notes,
                 spec_config=spec_config_of(ranks if "rank" in ranks.columns else None))
 
 

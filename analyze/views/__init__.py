@@ -36,6 +36,6 @@ from analyze.views import collectives, cycles, decode, kernels, nvtx, phases  # 
 from analyze.views.registry import VIEWS, get, view
 
 # the views written as files by --csv / --parquet and as tables of --json, in order
-FILE_VIEWS = ("cross_rank", "skew", "nvtx_sum", "decode_breakdown", "decode_summary", "outside_cycles")
+FILE_VIEWS = ("cross_rank", "skew", "nvtx_sum", "decode_breakdown", "decode_summary", "outside_cycles", "cycle_kernels")
 
 __all__ = ["VIEWS", "FILE_VIEWS", "get", "view"]

@@ -7,6 +7,29 @@ from analyze.views.phases import phase_order
 from analyze.views.registry import get, view
 
 COLUMNS = ["phase", "name", "instances", "total_ns", "mean_ns", "share"]
+CYCLE_KERNEL_COLUMNS = ["rank", "phase", "name", "instances", "total_ns"]
+
+
+def cycle_kernels_of(gpu_ops: pd.DataFrame | None) -> pd.DataFrame:
+    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles (set-up work,
+    weight uploads and warm-up outside cycles left out), from the per-op table; empty without one."""
+    if gpu_ops is None or not len(gpu_ops) or "cycle_range" not in gpu_ops.columns:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("rank", "instances", "total_ns") else "object")
+                             for c in CYCLE_KERNEL_COLUMNS})
+    inside = gpu_ops[gpu_ops["cycle_range"].to_numpy() >= 0]
+    dur = inside["end_ns"].to_numpy() - inside["start_ns"].to_numpy()
+    frame = pd.DataFrame({"rank": inside["rank"].to_numpy(), "phase": inside["phase"].astype(str).to_numpy(),
+                          "name": inside["name"].astype(str).to_numpy(), "d": dur})
+    return frame.groupby(["rank", "phase", "name"], sort=False)["d"].agg(instances="size", total_ns="sum") \
+        .reset_index()
+
+
+@view("cycle_kernels")
+def cycle_kernels(a) -> pd.DataFrame:
+    """GPU time per (rank, exclusive phase, kernel) of the ops inside decode cycles: what diff divides
+    by the cycles (the ``kernels`` table holds every op of the report); empty when the analysis kept
+    no per-op table (analysed in chunks)."""
+    return cycle_kernels_of(a.gpu_ops if len(a.cycles) else None)
 
 
 @view("kernel_totals")
