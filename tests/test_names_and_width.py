@@ -124,3 +124,15 @@ def test_advice_is_wrapped_once_to_the_terminal(columns, monkeypatch, capsys):
                  and not b.lstrip().startswith(("-", "saving", "evidence", "The ", "Speculation"))
                  and a.startswith("   ") and not a.lstrip().startswith(("-", "saving", "evidence"))]
         assert not short, short
+
+
+def test_wrap_never_breaks_a_quoted_argument():
+    """A --phase hint wrapped inside its quotes could not be copied; apostrophes are not quotes."""
+    arg = "'allreduce=ranges:allreduce;kernels:PATTERN'"
+    msg = f"no GPU op of the 4 ranks matched the allreduce phase's kernel patterns; --phase {arg} names other kernels"
+    for width in (30, 50, 60, 80):
+        lines = text.wrap(msg, width, indent="  ")
+        assert sum(arg in ln for ln in lines) == 1
+        assert all(len(ln) <= width for ln in lines if arg not in ln)
+    spaced = "run 'python -m x --flag value' then go"
+    assert any("'python -m x --flag value'" in ln for ln in text.wrap(spaced, 12))

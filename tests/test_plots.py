@@ -409,3 +409,21 @@ def test_same_kernel_in_two_phases_keeps_its_label(real4):
     text = html._table_html(t, left=("phase",), kernel_col="kernel")
     assert text.count(">nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT<") == 2  # in draft and in verify
     assert " #2" not in text
+
+
+def test_gpu_busy_bars_stay_visible_on_a_log_scale():
+    """sglang_server: a 600 ms first cycle turns the lower panel logarithmic; the GPU busy bars (0.66 ms,
+    drawn from 0) fell below the axis and were invisible."""
+    from pathlib import Path
+
+    import analyze
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang_server.sqlite"
+    if not path.exists():
+        pytest.skip("fixture not unpacked")
+    a = analyze.load(str(path))
+    fig = plots.cycle_breakdown(a)
+    ax2 = fig.axes[1]
+    assert ax2.get_yscale() == "log"
+    busy = [p.get_height() for p in ax2.patches if p.get_y() == 0 and p.get_height() > 0]
+    assert busy and ax2.get_ylim()[0] < min(busy)

@@ -34,6 +34,12 @@ def fmt_value(key: str, v) -> str:
     return str(v)
 
 
+def _shown_key(key: str) -> str:
+    """An evidence key as the text shows it: without the ``_ns`` of the JSON key (the text prints the
+    value in us, with its unit: 'idle 4,188.1 us', not 'idle_ns 4,188.1 us')."""
+    return key[:-3] if key.endswith("_ns") else key
+
+
 def evidence_items(ev: dict) -> list[tuple[str, str]]:
     """(key, formatted value) of the scalar evidence, then one item per structured entry."""
     out = []
@@ -90,7 +96,8 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
         if evidence:
             items = evidence_items(f.get("evidence") or {})
             if items:
-                out += _wrap("evidence: " + "; ".join(f"{k} {v}" for k, v in items[:MAX_EVIDENCE + 4]), "   ")
+                out += _wrap("evidence: " + "; ".join(f"{_shown_key(k)} {v}" for k, v in items[:MAX_EVIDENCE + 4]),
+                             "   ")
     quiet = [c for c in advice.get("checks") or [] if c["status"] != "triggered"]
     if quiet:
         out += _wrap("rules without a finding: " + "; ".join(f"{c['rule']} ({c['status'].replace('_', ' ')}: "

@@ -39,6 +39,13 @@ TABLE_TITLES = {
 }
 
 
+def _reason_words(reasons: dict) -> str:
+    """Why cycles were left out, in words (the text report's), never the raw codes."""
+    from analyze.render.text import WARMUP_WORDS
+
+    return ", ".join(f"{WARMUP_WORDS.get(k, k)} {v}" for k, v in reasons.items())
+
+
 def _ms(v):
     if v is None:
         return np.nan
@@ -332,7 +339,7 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
     sub = (f"Each cell: the mean GPU time per cycle in us over the steady-state cycles of the rank ({per}"
            f"{' per rank' if len(sm) > 1 else ''}), and its share of the mean cycle period; the components add "
            "up to the period (medians below). "
-           + (f"Warm-up cycles left out: {warm} ({', '.join(f'{k} {v}' for k, v in reasons.items())}). " if warm else "")
+           + (f"Cycles left out: {warm} ({_reason_words(reasons)}). " if warm else "")
            + "GPU idle is time inside the cycle when the GPU waited for the host.")
     oc = views.get(a, "outside_cycles")
     outside = []

@@ -406,11 +406,18 @@ def _cycle_time(cyc: pd.DataFrame) -> tuple[str, str]:
     return "duration_ns", "cycle time"
 
 
-def _log_if_spread(ax, values) -> None:
+def _log_if_spread(ax, values, floor=None) -> None:
+    """A logarithmic y axis where a few values dwarf the median; ``floor``: values (bars from 0) that
+    must stay visible: the axis then starts below the smallest of them."""
     v = np.asarray(values, dtype="float64").ravel()
     v = v[np.isfinite(v) & (v > 0)]
     if len(v) and v.max() / max(float(np.median(v)), 1e-12) > 20:
         ax.set_yscale("log")
+        if floor is not None:
+            f = np.asarray(floor, dtype="float64").ravel()
+            f = f[np.isfinite(f) & (f > 0)]
+            if len(f):
+                ax.set_ylim(bottom=float(f.min()) / 2)
 
 
 @_styled
@@ -533,7 +540,7 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     ax1.set_title(f"Where each decode cycle's GPU time went ({_rank_label(rank)}, exclusive per phase"
                   f"{title_bars})")
     ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, title="phase")
-    _log_if_spread(ax1, bottom)
+    _log_if_spread(ax1, bottom, floor=bottom)
 
     col, _ = _cycle_time(c)
     unit2, div2 = _unit(c[col].quantile(0.9))
@@ -555,7 +562,7 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
     ax2.set_title("GPU window of each cycle: busy + gap" + (", and period (host start to next start)"
                                                             if col != "duration_ns" else ""))
     ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    _log_if_spread(ax2, wall)
+    _log_if_spread(ax2, wall, floor=busy)          # the GPU busy bars start at 0: keep them in view
     step = max(1, int(np.ceil(n / 30)))
     ax2.set_xticks(x[::step], [str(v) for v in c["cycle"].to_numpy()[::step]])
     ax2.set_xlabel("decode cycle")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import re
 import textwrap
 
 import pandas as pd
@@ -23,7 +24,8 @@ WIDTH = 120            # when the width cannot be read (not a terminal, no COLUM
 MIN_WIDTH, MAX_WIDTH = 60, 400
 # notes shown at the top of the report (they change how to read everything below), not at the end
 TOP_NOTES = (N.NVTX_NOT_PHASES, N.PHASE_UNMATCHED)
-WARMUP_WORDS = {"first": "first", "capture": "CUDA-graph capture", "outlier": "outlier period",
+WARMUP_WORDS = {"first": "first", "capture": "CUDA-graph capture", "graph_capture": "CUDA-graph capture",
+                "outlier": "outlier period",
                 "no_gpu_ops": "no GPU ops recorded", "truncated": "CUDA data cut off"}
 
 
@@ -101,9 +103,17 @@ def table(headers: list[str], rows: list[list], align: str | None = None, width:
     return out
 
 
+_QUOTED = re.compile(r"(?<![\w'])'[^'\n]*'(?![\w'])")     # 'a quoted argument', not an apostrophe
+_NBSP = "\u00a0"
+
+
 def wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
-    return textwrap.wrap(first + text, width, subsequent_indent=indent or " " * len(first),
-                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+    """``text`` wrapped to ``width``; a single-quoted span (a command-line argument to copy, e.g. a
+    --phase hint) is never broken inside (a line may exceed the width to keep it whole)."""
+    held = _QUOTED.sub(lambda m: m.group(0).replace(" ", _NBSP), first + text)
+    lines = textwrap.wrap(held, width, subsequent_indent=indent or " " * len(first),
+                          break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+    return [line.replace(_NBSP, " ") for line in lines]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,8 +157,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--adaptive-config", metavar="PATH", default=None,
                    help="write SGLang's --speculative-adaptive-config JSON from the per-batch best step counts "
                         "(implies --per-batch)")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--plot", metavar="PATH")
+    p.add_argument("--json", metavar="PATH", help="write the prediction (or the per-batch table) as JSON ('-': standard "
+                                                  "output, the text then goes to standard error)")
+    p.add_argument("--plot", metavar="PATH", help="write predicted (and --measured) tokens/s per step count as a figure "
+                                                  "(PNG or SVG by the suffix)")
     p.add_argument("--boot", type=non_negative_int, default=N_BOOT,
                    help=f"bootstrap resamples (default {N_BOOT}; 0: point estimates, no intervals)")
     p.add_argument("--seed", type=int, default=0)
