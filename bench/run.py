@@ -27,7 +27,7 @@ cache:
 Everything is measured, nothing extrapolated: a command still running after --timeout (30 min) is
 stopped and reported as "> 30 min"; once a command has been stopped at one size it is not started on
 a larger one (reported "> 30 min, not run": the same statements on more rows). Writes
-bench/results.json, bench/results.md, bench/scaling.png and the README's table (between its
+bench/results.json, bench/results.md, bench/scaling.png and docs/performance.md's table (between its
 ``bench:begin``/``bench:end`` marks).
 """
 from __future__ import annotations
@@ -495,8 +495,8 @@ def plot(results: dict, path: Path) -> None:
 README_BEGIN, README_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-def update_readme(md: str, readme: Path = ROOT / "README.md") -> bool:
-    """Replace the README's text between the bench marks with ``md``; False when there are no marks."""
+def update_readme(md: str, readme: Path = ROOT / "docs" / "performance.md") -> bool:
+    """Replace docs/performance.md's text between the bench marks with ``md``; False when there are no marks."""
     text = readme.read_text()
     i, j = text.find(README_BEGIN), text.find(README_END)
     if i < 0 or j < i:
@@ -552,7 +552,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds before a command is stopped")
     ap.add_argument("--budget", default="1GB")
     ap.add_argument("--only", help="comma-separated contender keys to run (e.g. analyze,bare_connectorx_2)")
-    ap.add_argument("--no-readme", action="store_true", help="leave README.md alone")
+    ap.add_argument("--no-readme", action="store_true", help="leave docs/performance.md's table alone")
     ap.add_argument("--replot", action="store_true", help="rewrite results.md, the plot and README from results.json")
     a = ap.parse_args(argv)
     if a.replot:

@@ -26,6 +26,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--calibrate-tps", metavar="X", type=positive_float, default=None,
                    help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps)")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
+    p.add_argument("--batch", metavar="M", type=positive_int, default=None,
+                   help="the step-count and speculation rules model only the decode cycles of M requests (whatif's --batch)")
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
     p.add_argument("--force", action="store_true",
                    help="let --json replace an existing Nsight Systems report (never an input of this run)")
@@ -47,7 +49,7 @@ def main_advise(argv: list[str]) -> int:
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         try:
             adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,
-                         calibrate_tps=args.calibrate_tps).to_dict()
+                         calibrate_tps=args.calibrate_tps, batch=args.batch).to_dict()
         except ValueError as exc:  # the trace cannot answer the rules' questions
             raise UnsuitableInput(str(exc)) from exc
         if args.json:

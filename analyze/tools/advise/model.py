@@ -97,7 +97,7 @@ def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_
 
 
 def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: float | None = None,
-                   calibrate_tps: float | None = None) -> dict:
+                   calibrate_tps: float | None = None, batch: int | None = None) -> dict:
     """The whatif prediction advise cites (point estimates unless ``n_boot``); ``baseline_tps`` /
     ``calibrate_tps``: the no-speculation and the profiled configuration's tokens/s measured without
     the profiler (whatif's --baseline-tps / --calibrate-tps)."""
@@ -106,7 +106,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)))
-    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
+    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch)
     r = W.whatif(side, steps, **kw)
     prof = r["profiles"][0]
     k = prof["steps"]
@@ -197,7 +197,8 @@ def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
 
 
 def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
-                  baseline_tps: float | None = None, calibrate_tps: float | None = None) -> Context:
+                  baseline_tps: float | None = None, calibrate_tps: float | None = None,
+                  batch: int | None = None) -> Context:
     cyc, warm = steady_cycles(analysis.cycles)
     tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
     cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
@@ -213,7 +214,8 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif)
     if whatif and len(cyc):
         try:
-            ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
+            ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
+                                        batch=batch)
         except (ValueError, KeyError, IndexError) as exc:
             ctx.whatif_error = str(exc)
     if message_sizes and len(analysis.collectives):
@@ -700,7 +702,7 @@ RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_s
 
 
 def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
-           baseline_tps: float | None = None, calibrate_tps: float | None = None) -> F.Advice:
+           baseline_tps: float | None = None, calibrate_tps: float | None = None, batch: int | None = None) -> F.Advice:
     """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule.
     ``baseline_tps`` / ``calibrate_tps``: unprofiled tokens/s without speculation / of the profiled
     configuration, for the step-count and speculation rules (see whatif)."""
@@ -710,7 +712,7 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
         return F.Advice([], checks, cycle_ns=0.0, cycles=0, ranks=int(analysis.ranks["rank"].nunique())
                         if len(analysis.ranks) else 0, warmup_cycles=0)
     ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot,
-                        baseline_tps=baseline_tps, calibrate_tps=calibrate_tps)
+                        baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch)
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
         f, c = fn(ctx)
