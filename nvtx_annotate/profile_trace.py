@@ -247,6 +247,21 @@ def _log(text: str) -> None:
     print(f"profile-trace: {text}", file=sys.stderr, flush=True)
 
 
+def drive_plan(a) -> List[str]:
+    """What ``--drive`` does over HTTP, as comment lines for ``--dry-run``."""
+    from . import serve
+
+    url = serve.server_url(a.cmd, a.sglang_url)
+    start = a.capture == "cudaprofilerapi"
+    return [f"# --drive: wait up to {a.sglang_wait:g} s for GET {url}/health",
+            f"# --drive: {a.warmup_requests} warm-up POST {url}/generate (input_ids of {a.input_len} tokens)",
+            *([f"# --drive: POST {url}/start_profile {{\"activities\": [\"CUDA_PROFILER\"]"
+               + (f", \"num_steps\": {a.sglang_steps}" if a.sglang_steps else "") + "}"] if start else []),
+            f"# --drive: {a.requests} POST {url}/generate, {a.concurrency} at a time, {a.output_len} new tokens each",
+            *([f"# --drive: POST {url}/stop_profile (if the window is still open)"] if start else []),
+            "# --drive: stop the server as Ctrl-C would (SIGINT to its process group)"]
+
+
 def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
     """Starts the server under nsys in its own process group, drives it, stops it; returns 0, or 3
     when the server never answered or no request succeeded."""
@@ -307,6 +322,9 @@ def main(argv=None) -> int:
         n = nsys or "nsys"
         envs = " ".join(f"{k}={env[k]}" for k in ("SPECPROF_NVTX", "SPECPROF_NVTX_PACKAGE") if k in env)
         print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
+        if a.drive:
+            for line in drive_plan(a):
+                print(line)
         if not a.no_export:
             print(shlex.join(export_command(n, base)))
             if a.stats:

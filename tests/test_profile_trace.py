@@ -142,3 +142,16 @@ def test_options_after_the_command_without_separator_are_refused(tmp_path):
     assert r.returncode == 2 and "--dry-run after the command" in r.stderr
     r = run_pt(["--version"])
     assert r.returncode == 0 and r.stdout.startswith("profile-trace ")
+
+
+def test_dry_run_drive_shows_the_http_steps(tmp_path):
+    nsys = fake_nsys(tmp_path, "NVIDIA Nsight Systems version 2025.3.1.90-253135822126v0")
+    r = run_pt(["--dry-run", "--nsys", nsys, "-o", "r", "--drive", "--capture", "cudaprofilerapi", "--sglang-steps",
+                "400", "--requests", "32", "--concurrency", "4", "--", "python3", "-m", "sglang.launch_server",
+                "--port", "30001"])
+    assert r.returncode == 0, r.stderr
+    plan = [ln for ln in r.stdout.splitlines() if ln.startswith("# --drive:")]
+    assert plan[0].endswith("GET http://127.0.0.1:30001/health")
+    assert any('/start_profile {"activities": ["CUDA_PROFILER"], "num_steps": 400}' in ln for ln in plan)
+    assert "32 POST http://127.0.0.1:30001/generate, 4 at a time" in " ".join(plan)
+    assert plan[-1].startswith("# --drive: stop the server as Ctrl-C would")
