@@ -118,11 +118,18 @@ def rank_mark(rank: int, world: int, device) -> str:
     return f"rank={int(rank)} world={int(world)} device={device_index(device)}"
 
 
+MARK_INT_MAX = 2 ** 31 - 1
+"""Ranks, world sizes, token and request counts above this are no real values: such a mark is ignored."""
+
+
 def parse_rank_mark(text) -> RankMark | None:
     m = RANK_MARK_RE.search(text) if isinstance(text, str) else None
     if m is None:
         return None
-    return RankMark(int(m["rank"]), int(m["world"]) if m["world"] else None, m["device"])
+    rank, world = int(m["rank"]), int(m["world"]) if m["world"] else None
+    if rank > MARK_INT_MAX or (world is not None and world > MARK_INT_MAX):
+        return None
+    return RankMark(rank, world, m["device"])
 
 
 def format_accept_mark(accepted: int, requests: int | None = None, cycle: int | None = None,
@@ -224,6 +231,8 @@ def parse_spec_config(text) -> SpecConfig | None:
 def parse_accept_mark(text) -> AcceptMark | None:
     m = ACCEPT_MARK_RE.search(text) if isinstance(text, str) else None
     if m is None:
+        return None
+    if any(m[g] is not None and len(m[g]) > 10 and int(m[g]) > MARK_INT_MAX for g in ("n", "reqs", "cycle")):
         return None
     return AcceptMark(int(m["n"]), int(m["reqs"]) if m["reqs"] is not None else None,
                       int(m["cycle"]) if m["cycle"] is not None else None,

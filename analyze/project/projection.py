@@ -223,9 +223,16 @@ def _level_groups(levels: np.ndarray, lo: np.ndarray, hi: np.ndarray, exact: np.
     start order too: a block starts at the first call at or after the range's start): an order
     that does not depend on which calls there are, for :func:`paint_blocks`, where the later of
     two crossing ranges wins."""
-    for level in distinct_levels(levels):
-        members = np.flatnonzero(levels == level)
-        members = members[np.argsort((lo if start_key is None else start_key)[members], kind="stable")]
+    if not len(levels):
+        return
+    # one sort by (level, key) instead of a pass over every range per level: deep nesting (hundreds
+    # of thousands of levels on one thread) stays O(n log n), not O(n x depth)
+    key = lo if start_key is None else start_key
+    order = np.lexsort((key, levels))
+    lv = levels[order]
+    cuts = np.r_[0, np.flatnonzero(lv[1:] != lv[:-1]) + 1, len(order)]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        members = order[a:b]
         ok = exact[members].copy()
         if len(members) > 1:
             clash = lo[members][1:] < hi[members][:-1]
@@ -303,11 +310,17 @@ def paint_blocks(n_calls: int, lo: np.ndarray, hi: np.ndarray, levels: np.ndarra
     owner = np.full(n_calls, -1, dtype=dtype)
     for members, ok in _level_groups(levels, lo, hi, exact, start_key):   # outermost level first
         good = members[ok]
-        lens = hi[good] - lo[good]
-        total = int(lens.sum())
-        if total:
-            offsets = np.repeat(lo[good] - np.r_[0, np.cumsum(lens)[:-1]], lens)
-            owner[offsets + np.arange(total)] = np.repeat(labels[good], lens)
+        if len(good) == 1:              # one range at this depth (deep nesting): a slice, no index arrays
+            g = int(good[0])
+            if hi[g] > lo[g]:
+                owner[lo[g]:hi[g]] = labels[g]
+        elif len(good):
+            lens = hi[good] - lo[good]
+            total = int(lens.sum())
+            if total:
+                before = np.cumsum(lens) - lens
+                offsets = np.repeat(lo[good] - before, lens)
+                owner[offsets + np.arange(total)] = np.repeat(labels[good], lens)
         bad = members[~ok]
         if len(bad):
             for rid, calls in _slow_pairs(bad, lo, hi, slow):

@@ -15,6 +15,7 @@ from analyze.codes import factorize_objects
 from analyze.errors import RankConflict
 from nvtx_annotate.protocol import CONFIG_MARK_RE  # the shim's `spec_config algo=... steps=N ...`
 from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
+from nvtx_annotate.protocol import parse_rank_mark
 
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
 
@@ -36,7 +37,12 @@ def _first_match(pid: np.ndarray, text: np.ndarray, pattern: re.Pattern) -> dict
 
 def _marked_ranks(marks: pd.DataFrame) -> dict[int, tuple[int, int | None]]:
     found = _first_match(marks["global_pid"].to_numpy(), marks["text"].to_numpy(dtype=object), RANK_MARK)
-    return {p: (int(m.group(1)), int(m.group(2)) if m.group(2) else None) for p, m in found.items()}
+    out = {}
+    for p, m in found.items():
+        parsed = parse_rank_mark(m.group(0))
+        if parsed is not None:          # a rank or world no real run has (2**31 and more): no mark
+            out[p] = (parsed.rank, parsed.world)
+    return out
 
 
 def spec_configs(marks: pd.DataFrame) -> dict[int, str]:

@@ -169,7 +169,16 @@ def table_names(conn: sqlite3.Connection) -> list[str]:
 
 
 def has_table(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type IN ('table','view') AND name=?",
+    """Whether ``table`` is a table of the export: matched without regard to case, as SQLite resolves
+    names in statements; a view of that name is no table (its SQL is never run: a view named like
+    an nsys table, over a missing table or calling a function, would fail or run code)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND lower(name) = lower(?)",
+                        (table,)).fetchone() is not None
+
+
+def shadowed_by_view(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether a VIEW carries ``table``'s name (a statement naming it would run the view)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND lower(name) = lower(?)",
                         (table,)).fetchone() is not None
 
 
@@ -244,7 +253,8 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
             row = conn.execute("PRAGMA quick_check(1)").fetchone()
             if not row or row[0] != "ok":
                 raise CorruptReport(f"{p}: corrupt SQLite file ({row[0] if row else '?'})", p)
-        if not any(t in NSYS_MARKER_TABLES or t.startswith(NSYS_MARKER_PREFIX) for t in tables):
+        upper_markers = {m.upper() for m in NSYS_MARKER_TABLES}
+        if not any(t.upper() in upper_markers or t.upper().startswith(NSYS_MARKER_PREFIX.upper()) for t in tables):
             shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
             raise NotNsysExport(f"{p}: SQLite database without Nsight Systems tables "
                                 f"({len(tables)} table(s): {shown or 'none'})", p)

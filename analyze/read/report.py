@@ -196,7 +196,10 @@ def _int64(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     for c in cols:
         if frame[c].dtype == np.int64:      # already clean (the usual case): no copy
             continue
-        frame[c] = pd.to_numeric(frame[c], errors="coerce").fillna(-1).astype("int64")
+        # text, NULL, non-finite or out-of-range values (never written by nsys) become -1: no process,
+        # no correlation (the op stays unlinked and is counted in the unlinked_ops note)
+        values, ok = validate.integer_values(frame[c].to_numpy())
+        frame[c] = np.where(ok, values, -1)
     return frame
 
 
@@ -214,8 +217,18 @@ def read_strings(conn: sqlite3.Connection) -> pd.Series:
     if not {"id", "value"} <= set(cols):
         return pd.Series(dtype="object", name="value")
     frame = _read(conn, "SELECT id, value FROM StringIds", ["id", "value"])
-    return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy(dtype="int64"),
-                     name="value")
+    # nsys writes each id once, as an integer; text, real or NULL ids and a second row of an id (a
+    # damaged or hand-edited export) are left out and counted: the first row of an id names it
+    ids, ok = validate.integer_values(frame["id"].to_numpy())
+    first = ok.copy()
+    if ok.any():
+        dup = pd.Index(ids[ok]).duplicated(keep="first")
+        first[np.flatnonzero(ok)[dup]] = False
+    strings = pd.Series(frame["value"].to_numpy(dtype=object)[first], index=ids[first], name="value")
+    bad = int(len(frame) - first.sum())
+    if bad:
+        strings.attrs[EXCLUDED] = validate.exclusions("strings", {validate.BAD_IDS: bad})
+    return strings
 
 
 def _name_expr(cols: list[str]) -> str:
@@ -535,25 +548,29 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
         frame = _read(conn, sql, names, copy=False, rows_hint=table_rows(conn, RUNTIME_TABLE))
-        frame, excluded = _valid_calls(frame)
+        frame, excluded = _valid_calls(frame, session_end_ns(conn))
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
     frame["global_pid"] = frame["global_tid"].to_numpy(dtype="int64") & PID_OF_TID
     return frame
 
 
-def _valid_calls(frame: pd.DataFrame) -> tuple[pd.DataFrame, list]:
-    """API calls with integer timestamps, end >= start; what was left out."""
+def _valid_calls(frame: pd.DataFrame, session_end: int | None = None) -> tuple[pd.DataFrame, list]:
+    """API calls with integer timestamps, end >= start, inside the capture session (when its length
+    is known: a call ending at 2**62 ns spans no real session); what was left out."""
     if not len(frame):
         return frame, []
     start, end, ok, negative = validate.timestamp_mask(frame["start_ns"], frame["end_ns"])
     keep = ok & ~negative
+    inside = validate.session_mask(start, end, session_end) | ~keep
+    keep &= inside
     if not keep.all():
         frame = frame[keep].reset_index(drop=True)
-    if frame["start_ns"].dtype != np.int64:
+    if frame["start_ns"].dtype != np.int64 or not inside.all():
         frame["start_ns"], frame["end_ns"] = start[keep], end[keep]
     return frame, validate.exclusions("api_call", {validate.BAD_TIMESTAMPS: int((~ok).sum()),
-                                                   validate.NEGATIVE_DURATION: int(negative.sum())})
+                                                   validate.NEGATIVE_DURATION: int(negative.sum()),
+                                                   validate.OUTSIDE_SESSION: int((~inside).sum())})
 
 
 RANGE_COLUMNS = ["global_tid", "global_pid", "domain", "name", "style", "start_ns", "end_ns", "end_missing",
@@ -877,7 +894,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
             prepared = prepare(calls, ranges, op_keys=read_op_keys(conn, key_plan), strings=strings)
         meta = read_meta(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
-                                                          + take_excluded(ranges))]
+                                                          + take_excluded(ranges) + take_excluded(strings))]
         return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=meta, cross_thread_ranges=nvtx_counts[CROSS_THREAD],

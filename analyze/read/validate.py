@@ -23,9 +23,10 @@ BAD_TIMESTAMPS = "bad_timestamps"
 NEGATIVE_DURATION = "negative_duration"
 OUTSIDE_SESSION = "outside_session"
 DUPLICATE_ROWS = "duplicate_rows"
-PROBLEMS = (BAD_TIMESTAMPS, NEGATIVE_DURATION, OUTSIDE_SESSION, DUPLICATE_ROWS)
+BAD_IDS = "bad_ids"
+PROBLEMS = (BAD_TIMESTAMPS, NEGATIVE_DURATION, OUTSIDE_SESSION, DUPLICATE_ROWS, BAD_IDS)
 NOTE_CODE = {BAD_TIMESTAMPS: N.BAD_TIMESTAMPS, NEGATIVE_DURATION: N.NEGATIVE_DURATIONS,
-             OUTSIDE_SESSION: N.OUTSIDE_SESSION, DUPLICATE_ROWS: N.DUPLICATE_ROWS}
+             OUTSIDE_SESSION: N.OUTSIDE_SESSION, DUPLICATE_ROWS: N.DUPLICATE_ROWS, BAD_IDS: N.BAD_IDS}
 
 # the largest value an int64 timestamp column can carry exactly through float64 (NULLs make floats)
 EXACT_FLOAT = 2 ** 53
@@ -92,11 +93,16 @@ def timestamp_mask(start, end) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return s, e, ok, negative
 
 
+MAX_TIME_NS = 2 ** 53
+"""No capture lasts 2**53 ns (104 days): where the export does not say how long its session was, rows
+ending later are outside it (times that large, summed, would overflow 64-bit totals)."""
+
+
 def session_mask(start: np.ndarray, end: np.ndarray, session_end_ns: int | None) -> np.ndarray:
-    """Rows inside the capture session [0, ``session_end_ns``] (all, when the export does not say)."""
-    if session_end_ns is None:
-        return np.ones(len(start), dtype=bool)
-    return (start >= 0) & (end <= session_end_ns)
+    """Rows inside the capture session [0, ``session_end_ns``] ([0, MAX_TIME_NS] when the export
+    does not say)."""
+    limit = MAX_TIME_NS if session_end_ns is None else min(int(session_end_ns), MAX_TIME_NS)
+    return (start >= 0) & (end <= limit)
 
 
 def duplicate_mask(frame: pd.DataFrame, start: np.ndarray) -> np.ndarray:
@@ -203,11 +209,12 @@ def merge(items: Iterable) -> list[Exclusion]:
 
 
 WHAT = {"kernel": "kernels", "memcpy": "memcpys", "memset": "memsets", "graph": "graph launches",
-        "api_call": "API calls", "nvtx": "NVTX events"}
+        "api_call": "API calls", "nvtx": "NVTX events", "strings": "StringIds rows"}
 WHY = {BAD_TIMESTAMPS: "a NULL or non-integer start/end timestamp",
        NEGATIVE_DURATION: "an end before their start",
        OUTSIDE_SESSION: "times outside the capture session",
-       DUPLICATE_ROWS: "exact duplicates of another row"}
+       DUPLICATE_ROWS: "exact duplicates of another row",
+       BAD_IDS: "an id that is not an integer, or one another row already has"}
 
 
 def exclusion_notes(items: Iterable) -> list[Note]:

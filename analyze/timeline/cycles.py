@@ -25,6 +25,7 @@ from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.codes import factorize_objects
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
+from nvtx_annotate.protocol import parse_accept_mark
 
 
 def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -434,6 +435,8 @@ def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:
     lens_of = np.full(len(texts) + 1, None, dtype=object)
     for i, text in enumerate(texts):
         m = ACCEPT_MARK.search(text) if isinstance(text, str) else None
+        if m and parse_accept_mark(text) is None:     # counts no real batch has (2**31 and more): ignored
+            m = None
         if m:
             n_of[i] = float(m["n"])
             reqs_of[i] = float(m["reqs"]) if m["reqs"] is not None else np.nan
