@@ -66,7 +66,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--perfetto", metavar="PATH",
                    help="write the analyzed timeline (a track per rank: phases, decode cycles, all-reduce wait and "
                         "transfer, tokens) as a Perfetto protobuf trace that ui.perfetto.dev opens")
-    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON): README, section Phases")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON): docs/reference.md, section Phases")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT",
                    help="define or replace a phase (repeatable)")
     p.add_argument("--top", type=positive_int, default=5, help="kernels shown per phase (default 5)")

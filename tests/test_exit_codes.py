@@ -156,7 +156,7 @@ def test_a_report_run_is_not_called_the_demo_and_lists_what_it_wrote(capsys, tmp
 
 @pytest.mark.parametrize("sub", [[], ["diff"], ["whatif"], ["advise"], ["scrub"]])
 def test_help_names_only_files_that_exist(capsys, sub):
-    """A path the help points to (``see analyze/attribute/phases.py``) is in the repository."""
+    """A path the help points to (``docs/reference.md``) is in the repository; no source paths."""
     import re
 
     with pytest.raises(SystemExit):
@@ -166,7 +166,7 @@ def test_help_names_only_files_that_exist(capsys, sub):
     root = REAL.parents[1]
     assert all((root / p).is_file() for p in named), named
     if not sub:
-        assert "analyze/attribute/phases.py" in named
+        assert named == ["docs/reference.md"] and "section Phases" in text   # for users, not a source path
         assert "protobuf" in text and "Chrome JSON" not in text        # what --perfetto writes
 
 

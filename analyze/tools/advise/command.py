@@ -16,7 +16,7 @@ def build_parser() -> ArgumentParser:
                                             "of the gain and the settings to try (see docs/advise.md).")
     p.add_argument("reports", nargs="+", help="nsys SQLite exports or directories of them (one per rank), analysed "
                                               "together like `analyze-trace REPORT...`")
-    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON): README, section Phases")
+    p.add_argument("--config", metavar="FILE", help="phase definitions (TOML or JSON): docs/reference.md, section Phases")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=ranges:A,B;kernels:PAT")
     p.add_argument("--json", metavar="PATH", help="write the advice as JSON (findings, checks)")
     p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
