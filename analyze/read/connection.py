@@ -159,6 +159,32 @@ def _sqlite_uri(p: Path, immutable: bool) -> str:
     return uri + ("&immutable=1" if immutable else "")
 
 
+_SNAPSHOTS: dict[tuple, Path] = {}      # (path, size, mtime of it and its sidecars) -> private copy
+
+
+def private_snapshot(p: Path) -> Path:
+    """A copy of report ``p`` with its ``-wal``/``-journal`` in a private temporary directory (made
+    once per process and unchanged file, removed at exit): SQLite may write the snapshot's -shm,
+    never one beside the input."""
+    import atexit
+    import shutil
+    import tempfile
+
+    parts = [p] + [q for q in (Path(str(p) + s) for s in ("-wal", "-journal")) if q.exists()]
+    key = tuple((str(q.resolve()), q.stat().st_size, q.stat().st_mtime_ns) for q in parts)
+    snap = _SNAPSHOTS.get(key)
+    if snap is not None and snap.exists():
+        return snap
+    d = Path(tempfile.mkdtemp(prefix="specprof-snapshot-"))
+    atexit.register(shutil.rmtree, d, True)
+    snap = d / p.name
+    shutil.copyfile(p, snap)
+    for q in parts[1:]:
+        shutil.copyfile(q, d / (p.name + q.name[len(p.name):]))
+    _SNAPSHOTS[key] = snap
+    return snap
+
+
 def _sidecars(p: Path) -> list[Path]:
     return [q for q in (Path(str(p) + s) for s in ("-journal", "-wal", "-shm")) if q.exists()]
 
@@ -237,8 +263,12 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
     _check_header(p, _read_header(p, size), size, wal_present)
     if immutable is None:
         immutable = not sidecars
+    # with a journal or WAL beside it SQLite reads them and rewrites (or creates) the -shm: a report
+    # with sidecars is read from a private snapshot of the file and its journal/WAL, so that no byte
+    # beside the input changes (the -shm is never copied: SQLite rebuilds it from the WAL)
+    opened = private_snapshot(p) if sidecars and not immutable else p
     try:
-        conn = sqlite3.connect(_sqlite_uri(p, immutable), uri=True,
+        conn = sqlite3.connect(_sqlite_uri(opened, immutable), uri=True,
                                factory=ReportConnection, check_same_thread=False)
     except sqlite3.Error as e:
         raise CorruptReport(f"{p}: SQLite cannot open it ({e})", p) from None
