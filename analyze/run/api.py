@@ -57,6 +57,16 @@ class _Stages:
 
 def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
                    memory_budget: int | None = None, progress: bool = False) -> ReportResult:
+    """:func:`_analyze_report`; an SQLite error anywhere in it (a page that fails to read deep inside
+    a damaged file shows up only when that page is queried) is the corrupt-input error (exit 6)."""
+    from analyze.read.connection import reading
+
+    with reading(path):
+        return _analyze_report(path, config, cache=cache, memory_budget=memory_budget, progress=progress)
+
+
+def _analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
+                    memory_budget: int | None = None, progress: bool = False) -> ReportResult:
     """The map step of one report (times on the report's own clock): whole (``memory_budget``
     None: the per-op table ``gpu_ops`` is kept), or in time-ordered chunks sized to
     ``memory_budget`` bytes (the same tables, ``gpu_ops`` not kept, a note). ``cache``: the
