@@ -93,12 +93,13 @@ def unified_memory_events(conn: sqlite3.Connection) -> int:
     return int(conn.execute(f"SELECT count(*) FROM {UNIFIED_MEMORY_COUNTER}").fetchone()[0] or 0)
 
 
-def kernel_launch_calls(conn: sqlite3.Connection) -> int:
-    """API calls that launch kernels or graphs (a scan of the API calls: only asked when no kernel was
-    recorded)."""
+def kernel_launch_calls(conn: sqlite3.Connection, graphs: bool = True) -> int:
+    """API calls that launch kernels or (``graphs``) graphs (a scan of the API calls: only asked when
+    no kernel was recorded)."""
     if not {"nameId"} <= set(table_columns(conn, RUNTIME)) or not {"id", "value"} <= set(table_columns(conn, "StringIds")):
         return 0
-    like = " OR ".join(f"value LIKE '{p}'" for p in LAUNCH_PATTERNS)
+    patterns = LAUNCH_PATTERNS if graphs else tuple(p for p in LAUNCH_PATTERNS if "Graph" not in p)
+    like = " OR ".join(f"value LIKE '{p}'" for p in patterns)
     return int(conn.execute(f"SELECT count(*) FROM {RUNTIME} WHERE nameId IN (SELECT id FROM StringIds WHERE {like})"
                             ).fetchone()[0] or 0)
 
@@ -136,9 +137,18 @@ def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = No
             raise CorruptReport(f"{path}: every GPU op row has a NULL or non-integer timestamp, an end before its "
                                 "start or a time outside the session: nothing left to analyse", path)
         has_kernels = any(t in op_tables for t in OP_TABLES[:1] + OP_TABLES[3:])
+        has_calls = _has_rows(conn, RUNTIME)
+        if op_tables and OP_TABLES[0] not in op_tables and OP_TABLES[3] in op_tables and has_calls:
+            # a graph-level trace: graph launches traced, but kernels launched one by one left no row
+            launches = kernel_launch_calls(conn, graphs=False)
+            if launches:
+                words = said(diagnostics(conn), runtime_pids(conn))
+                raise KernelsMissing(
+                    f"{path}: {launches} kernel launches (outside CUDA graphs) were traced but the export holds no "
+                    f"kernel rows ({OP_TABLES[0]} is missing or empty): kernel time would read 0"
+                    + (f"; nsys said {words}" if words else ""), path)
         if op_tables and has_kernels:
             return
-        has_calls = _has_rows(conn, RUNTIME)
         if op_tables:
             launches = kernel_launch_calls(conn) if has_calls else 0
             if not launches:

@@ -54,3 +54,21 @@ def test_each_mutation_family_once(tmp_path, mutation):
 @pytest.mark.parametrize("seed", range(1000, 1300))
 def test_fuzz_long(tmp_path, seed):
     _case(tmp_path, seed)
+
+
+def test_graph_level_trace_without_its_kernel_table_is_exit_7(tmp_path):
+    """Issue 45: a graph-level trace whose kernel table is gone (its 298 kernels launched outside
+    graphs lost) gave exit 0 with kernel_ns 0 and no note."""
+    import sqlite3
+
+    src = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
+    if not src.exists():
+        pytest.skip("fixture not unpacked")
+    path = tmp_path / "g.sqlite"
+    shutil.copy(src, path)
+    c = sqlite3.connect(path)
+    c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    c.commit()
+    c.close()
+    code, err = M.check(path, tmp_path / "g.json")
+    assert code == 7 and "298 kernel launches (outside CUDA graphs)" in err
