@@ -72,3 +72,23 @@ def test_graph_level_trace_without_its_kernel_table_is_exit_7(tmp_path):
     c.close()
     code, err = M.check(path, tmp_path / "g.json")
     assert code == 7 and "298 kernel launches (outside CUDA graphs)" in err
+
+
+@need
+@pytest.mark.parametrize("table", ["CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "StringIds"])
+def test_lower_case_table_names_read_as_sqlite_resolves_them(tmp_path, table):
+    """Issue 45: a lower-case kernel table silently gave kernel time 0, a lower-case nvtx_events was
+    ignored: SQLite's names are case-insensitive, and so are ours now (the same result)."""
+    import json
+    import sqlite3
+
+    path = tmp_path / "l.sqlite"
+    shutil.copy(SOURCES[0], path)
+    c = sqlite3.connect(path)
+    c.executescript(f"ALTER TABLE {table} RENAME TO t_tmp; ALTER TABLE t_tmp RENAME TO {table.lower()};")
+    c.commit()
+    c.close()
+    assert M.check(path, tmp_path / "l.json")[0] == 0
+    assert M.check(SOURCES[0], tmp_path / "o.json")[0] == 0
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("l.json", "o.json"))
+    assert a["phases"] == b["phases"] and a["totals"] == b["totals"]
