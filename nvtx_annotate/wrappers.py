@@ -450,22 +450,14 @@ def _hooks_accept_arg(get_lengths) -> Hooks:
     return Hooks(enter, leave, _noop_fail)
 
 
-def _hooks_rank_init(get_self) -> Hooks:
+def _hooks_after_init(get_self, emit) -> Hooks:
+    """No range: after an ``__init__`` returns, ``emit(the instance)`` (the rank mark of a TP group,
+    the spec_config mark of a scheduler)."""
     def enter(args, kwargs):
         return True
 
     def leave(_, args, kwargs, ret):
-        emit_rank_mark_for_group(get_self(args, kwargs))
-
-    return Hooks(enter, leave, _noop_fail)
-
-
-def _hooks_config_init(get_self) -> Hooks:
-    def enter(args, kwargs):
-        return True
-
-    def leave(_, args, kwargs, ret):
-        emit_config_mark(get_self(args, kwargs))
+        emit(get_self(args, kwargs))
 
     return Hooks(enter, leave, _noop_fail)
 
@@ -642,10 +634,10 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
         return _hooks_accept_arg(get) if get is not None else None
     if kind == RANK_INIT:
         get = g.get("the instance")
-        return _hooks_rank_init(get) if get is not None else None
+        return _hooks_after_init(get, emit_rank_mark_for_group) if get is not None else None
     if kind == CONFIG_INIT:
         get = g.get("the instance")
-        return _hooks_config_init(get) if get is not None else None
+        return _hooks_after_init(get, emit_config_mark) if get is not None else None
     if kind == PROFILE_START:
         return _hooks_profile_start()
     raise ValueError(f"unknown target kind {kind!r}")

@@ -24,31 +24,9 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 K="$REPO/.sglreal"; O="${OUT:-/tmp/out}"; W=/tmp/sgrec; mkdir -p "$O" "$W"
 STEPS=("$@"); [ ${#STEPS[@]} -eq 0 ] && STEPS=(eager graphs server vocab scripts)
 exec > >(tee -a "$O/record.log") 2>&1
-SHA=$(cut -d' ' -f1 "$K/h200_bundle.sha256")
-if [ "$(cat /tmp/b/.bundle_sha 2>/dev/null)" != "$SHA" ]; then
-  rm -rf /tmp/b; mkdir -p /tmp/b && tar -C /tmp/b -xJf "$K"/h200_bundle_sglang0.5.17.tar.xz || exit 4
-  echo "$SHA" > /tmp/b/.bundle_sha
-fi
-[ -d /tmp/b/site/pydantic ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/b/site "$K"/extra/*.whl
-[ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ] && export CUDA_HOME=/usr/local/cuda
-export PYTHONPATH=/tmp/b/site:$REPO TVM_FFI_CACHE_DIR=/tmp/b/tvm-ffi-cache FLASHINFER_WORKSPACE_BASE=/tmp/b \
-  HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 SGLANG_ENABLE_JIT_DEEPGEMM=0
-# SGLang 0.5.17 imports its DSA backend (which imports deep_gemm) while capturing EAGLE graphs; unused by
-# a bf16 Llama: for graph runs only, a stub whose names fail only when called (as the bundle's run.sh does)
-deep_gemm_stub() {
-  rm -rf /tmp/b/site/deep_gemm; [ "$1" = on ] || return 0
-  mkdir -p /tmp/b/site/deep_gemm
-  for m in __init__ utils; do cat > /tmp/b/site/deep_gemm/$m.py <<'PY'
-"""Stub: DeepGEMM is not used by this run; importing it must not fail."""
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    def unavailable(*a, **k):
-        raise RuntimeError(f"deep_gemm.{name} is a stub")
-    return unavailable
-PY
-  done
-}
+# the bundle, the environment and deep_gemm_stub (one definition, shared with the sweep recipes);
+# this recipe's own `tiny [VOCAB]` below replaces the shared `tiny DIR VOCAB LAYERS`
+source recipes/sglang_env.sh
 tiny() {  # tiny [VOCAB]: config.json files of the target and drafts in /tmp/tiny${1}
   python3 /tmp/b/make_tiny_models.py "/tmp/tiny$1" >/dev/null
   python3 - "/tmp/tiny$1" "$1" <<'PY'
