@@ -76,7 +76,7 @@ def test_two_spawned_ranks_are_annotated_through_the_pth_hook(tmp_path):
                                      "graph_replay_draft", "graph_replay_draft_extend",
                                      "graph_replay_verify", "accept", "rank"}
         # 1 warmup + 4 cycles, one accept mark each, one rank mark per process, no shim fault
-        assert r["shim_stats"] == {"cycles": 5, "prefills": 0, "marks": 5, "rank_marks": 1, "faults": 0,
+        assert r["shim_stats"] == {"cycles": 5, "prefills": 0, "marks": 5, "rank_marks": 1, "config_marks": 0, "faults": 0,
                                    "faults_by_target": {}}
         (run,) = r["runs"]
         assert run["steps"] == 3 and run["cycles"] == 4 and len(run["per_cycle"]) == 4
