@@ -133,9 +133,64 @@ def m_deep_nesting(c, rng):
     return f"{n} nested NVTX ranges on one thread"
 
 
+def m_version_rows(c, rng):
+    value = rng.choice(["abc", "99.99.99", "", None, "3", "-1.-2"])
+    for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if _has(c, t):
+            c.execute(f"UPDATE {t} SET value = ? WHERE name = 'EXPORT_SCHEMA_VERSION'", (value,))
+    return f"export schema version {value!r}"
+
+
+def m_type_swap(c, rng):
+    table = rng.choice([OP_TABLE, CALLS, NVTX])
+    if not _has(c, table):
+        return "no table to swap types in"
+    _loose(c, table)
+    cols = [r[1] for r in c.execute(f"PRAGMA table_info({table})")]
+    col = rng.choice(cols)
+    value = rng.choice(["x", 1.5, -(2 ** 63), 2 ** 63 - 1, None, b"\x00\xff", "", "1e400", -1])
+    rows = _rows(c, table, rng, rng.choice([1, 5, 50]))
+    c.executemany(f'UPDATE {table} SET "{col}" = ? WHERE rowid = ?', [(value, r) for r in rows])
+    return f"{table}.{col} = {value!r} on {len(rows)} rows"
+
+
+def m_delete_strings(c, rng):
+    rows = _rows(c, "StringIds", rng, 30)
+    c.executemany("DELETE FROM StringIds WHERE rowid = ?", [(r,) for r in rows])
+    return "StringIds rows deleted (dangling name ids)"
+
+
+def m_empty_table(c, rng):
+    t = rng.choice([OP_TABLE, CALLS, NVTX, "StringIds", "TARGET_INFO_GPU", "ANALYSIS_DETAILS",
+                    "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"])
+    if _has(c, t):
+        c.execute(f"DELETE FROM {t}")
+    return f"table {t} emptied"
+
+
+def m_many_marks(c, rng):
+    tid = c.execute(f"SELECT globalTid FROM {NVTX} WHERE eventType = 34 LIMIT 1").fetchone()
+    if tid is None:
+        return "no marks to copy"
+    t0 = c.execute(f"SELECT min(start) FROM {NVTX}").fetchone()[0] or 0
+    n = 50000
+    c.executemany(f"INSERT INTO {NVTX}(eventType, start, globalTid, text) VALUES (34, ?, ?, ?)",
+                  [(t0 + i, tid[0], f"accept_len={i % 7} reqs={1 + i % 3} cycle={i}") for i in range(n)])
+    return f"{n} accept marks"
+
+
+def m_odd_event_types(c, rng):
+    _loose(c, NVTX)
+    rows = _rows(c, NVTX, rng, 20)
+    c.executemany(f"UPDATE {NVTX} SET eventType = ? WHERE rowid = ?", [(rng.choice([99, -1, 60, 75, 33]), r)
+                                                                          for r in rows])
+    return "odd NVTX event types"
+
+
 ROW_AND_SCHEMA = [m_null_times, m_text_ids, m_dup_strings, m_huge_times, m_span_kernels, m_nonfinite, m_negative,
                   m_delete_calls, m_dup_ops, m_odd_marks, m_unclosed, m_drop_table, m_view_table, m_lower_name,
-                  m_deep_nesting]
+                  m_deep_nesting, m_version_rows, m_type_swap, m_delete_strings, m_empty_table, m_many_marks,
+                  m_odd_event_types]
 
 
 def _has(c, t):
@@ -165,7 +220,7 @@ def mutate_sql(path: Path, rng: random.Random) -> str:
 
 def mutate_file(path: Path, rng: random.Random) -> str:
     data = bytearray(path.read_bytes())
-    kind = rng.choice(["truncate", "flip", "zero_page", "garbage_shm"])
+    kind = rng.choice(["truncate", "flip", "zero_page", "garbage_shm", "garbage_journal"])
     if kind == "truncate":
         path.write_bytes(bytes(data[: rng.randint(100, len(data) - 1)]))
     elif kind == "flip":
@@ -178,8 +233,10 @@ def mutate_file(path: Path, rng: random.Random) -> str:
         k = rng.randrange(1, max(2, len(data) // page))
         data[k * page:(k + 1) * page] = bytes(min(page, len(data) - k * page))
         path.write_bytes(bytes(data))
-    else:
+    elif kind == "garbage_shm":
         Path(str(path) + "-shm").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
+    else:
+        Path(str(path) + "-journal").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
     return f"file: {kind}"
 
 
