@@ -504,7 +504,10 @@ def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
             ints[a:a + NULLABLE_BLOCK_ROWS] = block
         else:
             return pd.arrays.IntegerArray(ints, missing)
-    return pd.to_numeric(column, errors="coerce").astype("Int64").array
+    # text, non-finite, fractional or out-of-range values (never written by nsys): NULL, like a missing one
+    values, ok = validate.integer_values(np.asarray(column.to_numpy(dtype=object) if hasattr(column, "to_numpy")
+                                                    else column, dtype=object))
+    return pd.arrays.IntegerArray(np.where(ok, values, 0).astype("int64"), ~ok)
 
 
 def _duplicates_across(frame: pd.DataFrame, bounds: np.ndarray) -> np.ndarray:

@@ -92,3 +92,23 @@ def test_lower_case_table_names_read_as_sqlite_resolves_them(tmp_path, table):
     assert M.check(SOURCES[0], tmp_path / "o.json")[0] == 0
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("l.json", "o.json"))
     assert a["phases"] == b["phases"] and a["totals"] == b["totals"]
+
+
+@pytest.mark.parametrize("value", [2 ** 63 - 1, "x", 1.5, "1e400"])
+def test_odd_graph_node_ids_are_null_not_a_crash(tmp_path, value):
+    """A held-out fuzz case: graphNodeId = 2**63-1 on 5 kernel rows crashed ('cannot safely cast
+    non-equivalent float64 to int64'); such an id is no node (NULL), the kernel is counted."""
+    import sqlite3
+
+    src = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
+    if not src.exists():
+        pytest.skip("fixture not unpacked")
+    path = tmp_path / "g.sqlite"
+    shutil.copy(src, path)
+    c = sqlite3.connect(path)
+    M._loose(c, "CUPTI_ACTIVITY_KIND_KERNEL")
+    c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = ? WHERE rowid IN "
+              "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 5)", (value,))
+    c.commit()
+    c.close()
+    assert M.check(path, tmp_path / "g.json")[0] == 0
