@@ -130,17 +130,27 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "per_batch": _per_batch(side, steps)}
 
 
+ADVISE_BATCH_SIZES = 6
+"""advise models at most this many batch sizes (those with the most cycles): a bound on its work."""
+VISITED_SHARE = 0.10
+"""A batch size the load *visits*: at least this share of the decode cycles (a batch of 7 while the
+last requests of a batch of 8 finish is no bucket of its own)."""
+
+
 def _per_batch(side, steps) -> list[dict] | None:
     """whatif's best step count per batch size (point estimates, estimated baselines) where the
-    profile holds two batch sizes or more with enough cycles each; else None."""
+    profile's load visits two batch sizes or more (each with enough cycles and a share of them);
+    else None."""
     from analyze.tools.whatif import per_batch as PB
     from analyze.render.outputs import records
 
     counts = PB.batch_counts([side])
-    if int((counts >= PB.MIN_CYCLES).sum()) < 2:
+    visited = counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+    if len(visited) < 2:
         return None
-    try:
-        return records(PB.per_batch([side], steps, n_boot=0))
+    try:        # the visited sizes are those with the most cycles: the first len(visited) of them
+        table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES))
+        return records(table[table["batch"].isin(visited.index)])
     except (ValueError, KeyError, IndexError):
         return None
 

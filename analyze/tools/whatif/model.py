@@ -500,14 +500,16 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
 
 
 def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR,
-               verify_scaling=None, batch: int | None = None) -> dict:
+               verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
     """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
     marginal cost of one draft step, requests, tokens, and (``token_fit``) how the token-dependent
     components grow with the verified tokens. ``steps``: the profiled draft step count (inferred
     from the trace when None); ``verify_scaling``: see :func:`token_fit`."""
     side = as_side(analysis)
     source = "given"
-    memo: dict = {}            # the draft kernels, found once for the step count and the samples
+    # the draft kernels, found once for the step count and the samples (a caller modelling several
+    # batch sizes of one side passes its own memo: they depend on the ops, not on the cycles chosen)
+    memo = {} if memo is None else memo
     if side.cycles is None or side.cycles.empty:   # the first thing to say of a trace without speculation
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle (a profile "
                          "of a speculative SGLang server under profile-trace has them)")
@@ -742,7 +744,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
            n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
            baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
-           verify_scaling=None, batch: int | None = None) -> dict:
+           verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
     ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
@@ -761,7 +763,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if profiled_steps is None or isinstance(profiled_steps, int):
         profiled_steps = [profiled_steps] * len(profiles)
     verify_scaling = check_verify_scaling(verify_scaling)
-    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling, batch=batch)
+    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling, batch=batch,
+                        memo=memo if len(profiles) == 1 else None)
              for p, k in zip(profiles, profiled_steps)]
     if verify_scaling is not None and len({c["steps"] for c in costs}) > 1:
         raise ValueError("--verify-scaling: profiles of several step counts fit verify in the verified tokens "

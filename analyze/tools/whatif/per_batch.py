@@ -40,22 +40,26 @@ def batch_counts(profiles) -> pd.Series:
 
 
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
-              calibrate: dict | None = None, **kw) -> pd.DataFrame:
+              calibrate: dict | None = None, most: int | None = None, **kw) -> pd.DataFrame:
     """One row per batch size with at least ``min_cycles`` cycles: the batch, its cycles, the
     profiled step count, the best step count, tokens/s at the best and at the profiled one, the
     baseline (``baselines_tps`` {batch: no-speculation tokens/s measured without the profiler}, else
     estimated) and the speed-up; ``best_or_off`` is 0 where no step count beats the baseline.
-    ``calibrate``: {batch: unprofiled tokens/s at the profiled step count}. ``kw``: whatif's."""
+    ``calibrate``: {batch: unprofiled tokens/s at the profiled step count}; ``most``: only that many
+    batch sizes, those with the most cycles (a bound on the work). ``kw``: whatif's."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
     sides = [as_side(p) for p in profiles]
     counts = batch_counts(sides)
+    if most is not None:
+        counts = counts[counts >= min_cycles].sort_values(ascending=False, kind="stable").head(most).sort_index()
     rows = []
+    memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
             continue
         base = (baselines_tps or {}).get(int(batch))
         cal = (calibrate or {}).get(int(batch))
-        r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, **kw)
+        r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo, **kw)
         p = r["predictions"].set_index("steps")
         best = r["best"]
         k = r["profiles"][0]["steps"]
