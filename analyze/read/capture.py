@@ -136,29 +136,21 @@ def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = No
         if op_tables and usable_ops == 0:
             raise CorruptReport(f"{path}: every GPU op row has a NULL or non-integer timestamp, an end before its "
                                 "start or a time outside the session: nothing left to analyse", path)
-        has_kernels = any(t in op_tables for t in OP_TABLES[:1] + OP_TABLES[3:])
         has_calls = _has_rows(conn, RUNTIME)
-        if op_tables and OP_TABLES[0] not in op_tables and OP_TABLES[3] in op_tables and has_calls:
-            # a graph-level trace: graph launches traced, but kernels launched one by one left no row
-            launches = kernel_launch_calls(conn, graphs=False)
+        if op_tables and OP_TABLES[0] not in op_tables and has_calls:
+            # no kernel row, yet kernels were launched: one by one (a graph-level trace keeps its graph
+            # launches in their own table, so only the launches outside graphs count there)
+            graphs_traced = OP_TABLES[3] in op_tables
+            launches = kernel_launch_calls(conn, graphs=not graphs_traced)
             if launches:
                 words = said(diagnostics(conn), runtime_pids(conn))
                 raise KernelsMissing(
-                    f"{path}: {launches} kernel launches (outside CUDA graphs) were traced but the export holds no "
-                    f"kernel rows ({OP_TABLES[0]} is missing or empty): kernel time would read 0"
-                    + (f"; nsys said {words}" if words else ""), path)
-        if op_tables and has_kernels:
-            return
+                    f"{path}: {launches} kernel launches{' (outside CUDA graphs)' if graphs_traced else ''} were "
+                    f"traced but the export holds no kernel rows ({OP_TABLES[0]} is missing or empty): kernel time "
+                    "would read 0"
+                    + (f"; nsys said: {words}" if words else "; the CUDA data was lost or the table was removed"), path)
         if op_tables:
-            launches = kernel_launch_calls(conn) if has_calls else 0
-            if not launches:
-                return           # memcpys/memsets only, and no kernel was launched: a valid (odd) trace
-            diags = diagnostics(conn)
-            words = said(diags, runtime_pids(conn))
-            raise KernelsMissing(
-                f"{path}: {launches} kernel launches were traced but the export holds no kernel rows "
-                f"({OP_TABLES[0]} is missing or empty): kernel time would read 0"
-                + (f"; nsys said: {words}" if words else "; the CUDA data was lost or the table was removed"), path)
+            return           # kernels or graph launches recorded, or memcpys/memsets only with no kernel launched
         nvtx = _has_rows(conn, "NVTX_EVENTS", f"WHERE eventType IN ({','.join(map(str, NVTX_EVENT_TYPES))})") \
             if "eventType" in table_columns(conn, "NVTX_EVENTS") else False
         diags = diagnostics(conn)

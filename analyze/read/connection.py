@@ -202,12 +202,6 @@ def has_table(conn: sqlite3.Connection, table: str) -> bool:
                         (table,)).fetchone() is not None
 
 
-def shadowed_by_view(conn: sqlite3.Connection, table: str) -> bool:
-    """Whether a VIEW carries ``table``'s name (a statement naming it would run the view)."""
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'view' AND lower(name) = lower(?)",
-                        (table,)).fetchone() is not None
-
-
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     """Column names of ``table`` in order (PRAGMA table_info); [] when the table is missing."""
     if not has_table(conn, table):

@@ -505,8 +505,7 @@ def _nullable_int64(column: pd.Series) -> pd.arrays.IntegerArray:
         else:
             return pd.arrays.IntegerArray(ints, missing)
     # text, non-finite, fractional or out-of-range values (never written by nsys): NULL, like a missing one
-    values, ok = validate.integer_values(np.asarray(column.to_numpy(dtype=object) if hasattr(column, "to_numpy")
-                                                    else column, dtype=object))
+    values, ok = validate.integer_values(np.asarray(column))
     return pd.arrays.IntegerArray(np.where(ok, values, 0).astype("int64"), ~ok)
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from analyze import views
 from analyze.attribute.phases import OTHER
-from analyze.render import names as kernel_names, plots
+from analyze.render import names as kernel_names, plots, text
 from analyze.views import decode, skew
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
@@ -37,13 +37,6 @@ TABLE_TITLES = {
     "cycles": "Decode cycles: pooled percentiles over all cycles of all ranks (ms)",
     "skew": "All-reduce skew per rank (ms): wait = time spent before the last rank arrived",
 }
-
-
-def _reason_words(reasons: dict) -> str:
-    """Why cycles were left out, in words (the text report's), never the raw codes."""
-    from analyze.render.text import WARMUP_WORDS
-
-    return ", ".join(f"{WARMUP_WORDS.get(k, k)} {v}" for k, v in reasons.items())
 
 
 def _ms(v):
@@ -339,7 +332,7 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
     sub = (f"Each cell: the mean GPU time per cycle in us over the steady-state cycles of the rank ({per}"
            f"{' per rank' if len(sm) > 1 else ''}), and its share of the mean cycle period; the components add "
            "up to the period (medians below). "
-           + (f"Cycles left out: {warm} ({_reason_words(reasons)}). " if warm else "")
+           + (f"Cycles left out: {warm} ({text.reasons_text(reasons)}). " if warm else "")
            + "GPU idle is time inside the cycle when the GPU waited for the host.")
     oc = views.get(a, "outside_cycles")
     outside = []
@@ -479,7 +472,7 @@ def write_html(result, path, *, top: int = 5, advice: dict | None = None) -> Pat
     from analyze import output_policy
     from analyze.atomic import atomic_write
 
-    text = render_html(result, top=top, advice=advice)
+    page = render_html(result, top=top, advice=advice)
     with output_policy.protect(output_policy.inputs_of(result)), atomic_write(path) as f:
-        f.write(text)
+        f.write(page)
     return Path(path)

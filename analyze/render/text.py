@@ -17,6 +17,7 @@ import pandas as pd
 from analyze import notes as N
 from analyze import views
 from analyze.attribute.phases import OTHER
+from analyze.timeline.cycles import LOST_REASONS
 from analyze.render import names as kernel_names
 from analyze.views import decode, phase_hints
 
@@ -124,7 +125,8 @@ def _label(component: str) -> str:
     return "GPU idle" if component == decode.GPU_IDLE else component
 
 
-def _reasons(counts: dict) -> str:
+def reasons_text(counts: dict) -> str:
+    """Why cycles were left out, in words, never the raw codes: 'first 1, no GPU ops recorded 48'."""
     return ", ".join(f"{WARMUP_WORDS.get(k, k)} {v}" for k, v in counts.items())
 
 
@@ -152,7 +154,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     bd = views.get(result, "decode_breakdown")
     sm = views.get(result, "decode_summary")
     if bd.empty:
-        return [f"Decode cycles: {len(cycles)}, every one of them warm-up ({_reasons(_merged_reasons(sm))}): "
+        return [f"Decode cycles: {len(cycles)}, every one of them warm-up ({reasons_text(_merged_reasons(sm))}): "
                 "no steady state to break down."]
     out = wrap(views.get(result, "headline"), width)
     out.append("")
@@ -208,12 +210,12 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     warm = sm["warmup_cycles"].tolist()
     per_rank = [dict(d or {}) for d in sm["warmup_reasons"]]
     same = all(d == per_rank[0] for d in per_rank)
-    reasons = _reasons(per_rank[0]) if same else _reasons(_merged_reasons(sm)) + " over all ranks"
+    reasons = reasons_text(per_rank[0]) if same else reasons_text(_merged_reasons(sm)) + " over all ranks"
     title = (f"Steady-state decode cycle per rank ({unit} per cycle"
              + ("; rN = rank N" if len(shown) > 1 else "") + f"; {_per_rank_text(steady)} cycles"
              + (" per rank" if len(ranks) > 1 else "") + ", mean" + (" and median" if "median" in " ".join(headers)
                                                                      else "") + "; share of the mean period"
-             + (f"; {'left out' if any(k in ('no_gpu_ops', 'truncated') for d in per_rank for k in d) else 'warm-up left out'}"
+             + (f"; {'left out' if any(k in LOST_REASONS for d in per_rank for k in d) else 'warm-up left out'}"
                 f": {_per_rank_text(warm)}" + (" per rank" if len(ranks) > 1 else "")
                 + f" ({reasons})" if sum(warm) else "")
              + ("; TP 1: no all-reduce" if tp1 else "")

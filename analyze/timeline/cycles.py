@@ -89,6 +89,8 @@ GRAPH_CAPTURE = "graph_capture"    # a CUDA graph was captured inside the cycle'
 FIRST = "first"                    # the rank's first cycle
 OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the rank's median GPU period
 WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER)
+LOST_REASONS = (NO_GPU_OPS, TRUNCATED)
+"""The reasons of cycles whose GPU data was lost (no warm-up: counted apart in the report)."""
 OUTLIER_FACTOR = 10
 # runtime/driver calls that capture a CUDA graph (names carry version suffixes: matched by prefix)
 CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaStreamEndCapture",

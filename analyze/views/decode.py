@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
+from analyze.timeline.cycles import LOST_REASONS
 
 __all__ = ["GPU_IDLE", "ALLREDUCE", "components", "component_column", "has_period_split", "warmup_flags",
            "steady_cycles", "decode_breakdown", "decode_summary", "outside_cycles", "headline",
@@ -270,7 +271,7 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
             tok += f", {first['gpu_ms_per_token']:.3f} GPU-ms per token"
         parts.append(tok)
     # cycles whose GPU data was lost (nsys cut its CUDA data off) are no warm-up: counted apart
-    lost_codes = ("no_gpu_ops", "truncated")
+    lost_codes = LOST_REASONS
     reasons = [dict(d or {}) for d in summary["warmup_reasons"]] if len(summary) and "warmup_reasons" in summary \
         else [{}]
     lost = [sum(int(d.get(k, 0)) for k in lost_codes) for d in reasons]

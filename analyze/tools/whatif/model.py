@@ -274,9 +274,8 @@ def infer_steps(side: Side, memo: dict | None = None) -> tuple[int | None, str]:
     """(profiled step count, where it comes from). The step count is SGLang's
     ``--speculative-num-steps``: the draft tokens proposed per request per cycle. The shim's
     ``spec_config`` mark records it; without the mark it is inferred: ``draft_step`` ranges per cycle,
-    else the repeats of the draft kernel sequence, plus one where the cycle has a draft extend
-    (SGLang's ``draft_forward`` runs ``steps - 1`` forwards; the first draft token comes from the
-    draft extend)."""
+    else the repeats of the draft kernel sequence (the draft forwards: on SGLang one fewer than its
+    flag, which :func:`step_costs` says in a note)."""
     cfg = side.spec_config
     if cfg is not None and cfg.steps:
         return int(cfg.steps), "SGLang's --speculative-num-steps (the spec_config mark)"
@@ -808,6 +807,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         n_pred = acc.requests * (pred["steps"] + 1)
         pred["tokens_extrapolated"] = (n_pred > scaling["tokens_max"] + 1e-9) | (n_pred < scaling["tokens_min"] - 1e-9)
     m = acc.requests
+    # the calibrated step count's profiled cycle and the shift the calibration takes off it (once)
+    cal_row = cost_model(costs, [calibrate[0]], m).iloc[0] if calibrate is not None else None
+    shift = calibration_shift(costs, acc, calibrate) if calibrate is not None else 0.0
     if baseline_tps is not None:
         base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
                 "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
@@ -815,8 +817,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         ratio = 1.0
         if calibrate is not None:
             # the profiler stretched the baseline's host time too: put it on the calibrated clock
-            t_prof = float(cost_model(costs, [calibrate[0]], m)["cycle_ns"].iloc[0])
-            t_cal = t_prof - calibration_shift(costs, acc, calibrate)
+            t_prof = float(cal_row["cycle_ns"])
+            t_cal = t_prof - shift
             ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
         if baseline is not None:
             base = measured_baseline(baseline, m, outlier_factor)
@@ -847,12 +849,10 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])
     if calibrate is not None:
-        shift = calibration_shift(costs, acc, calibrate)
-        row = cost_model(costs, [calibrate[0]], m).iloc[0]
         result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
-                                 "profiled_cycle_ns": float(row["cycle_ns"]),
-                                 "overhead_ns": float(row["overhead_ns"]) - shift}
-        if float(row["overhead_ns"]) - shift < 0:
+                                 "profiled_cycle_ns": float(cal_row["cycle_ns"]),
+                                 "overhead_ns": float(cal_row["overhead_ns"]) - shift}
+        if float(cal_row["overhead_ns"]) - shift < 0:
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
