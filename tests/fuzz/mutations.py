@@ -240,6 +240,20 @@ def mutate_file(path: Path, rng: random.Random) -> str:
     return f"file: {kind}"
 
 
+def edited_copy(src: Path, dest: Path, edit) -> Path:
+    """``src`` copied to ``dest`` and changed by ``edit(connection)`` (committed); returns ``dest``."""
+    import shutil
+
+    shutil.copy(src, dest)
+    c = sqlite3.connect(dest)
+    try:
+        edit(c)
+        c.commit()
+    finally:
+        c.close()
+    return dest
+
+
 def digest(path: Path) -> dict:
     out = {}
     for p in [path] + [Path(str(path) + s) for s in ("-wal", "-shm", "-journal")]:

@@ -39,14 +39,7 @@ def test_fuzz_case(tmp_path, seed):
 @pytest.mark.parametrize("mutation", M.ROW_AND_SCHEMA, ids=[m.__name__ for m in M.ROW_AND_SCHEMA])
 def test_each_mutation_family_once(tmp_path, mutation):
     """Every row/schema mutation on its own (the cases issue 45 listed: each crashed or hung before)."""
-    import sqlite3
-
-    path = tmp_path / "m.sqlite"
-    shutil.copy(SOURCES[0], path)
-    c = sqlite3.connect(path)
-    mutation(c, random.Random(0))
-    c.commit()
-    c.close()
+    path = M.edited_copy(SOURCES[0], tmp_path / "m.sqlite", lambda c: mutation(c, random.Random(0)))
     M.check(path, tmp_path / "m.json")
 
 
@@ -59,17 +52,10 @@ def test_fuzz_long(tmp_path, seed):
 def test_graph_level_trace_without_its_kernel_table_is_exit_7(tmp_path):
     """Issue 45: a graph-level trace whose kernel table is gone (its 298 kernels launched outside
     graphs lost) gave exit 0 with kernel_ns 0 and no note."""
-    import sqlite3
-
     src = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
     if not src.exists():
         pytest.skip("fixture not unpacked")
-    path = tmp_path / "g.sqlite"
-    shutil.copy(src, path)
-    c = sqlite3.connect(path)
-    c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
-    c.commit()
-    c.close()
+    path = M.edited_copy(src, tmp_path / "g.sqlite", lambda c: c.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL"))
     code, err = M.check(path, tmp_path / "g.json")
     assert code == 7 and "298 kernel launches (outside CUDA graphs)" in err
 
@@ -80,14 +66,9 @@ def test_lower_case_table_names_read_as_sqlite_resolves_them(tmp_path, table):
     """Issue 45: a lower-case kernel table silently gave kernel time 0, a lower-case nvtx_events was
     ignored: SQLite's names are case-insensitive, and so are ours now (the same result)."""
     import json
-    import sqlite3
 
-    path = tmp_path / "l.sqlite"
-    shutil.copy(SOURCES[0], path)
-    c = sqlite3.connect(path)
-    c.executescript(f"ALTER TABLE {table} RENAME TO t_tmp; ALTER TABLE t_tmp RENAME TO {table.lower()};")
-    c.commit()
-    c.close()
+    path = M.edited_copy(SOURCES[0], tmp_path / "l.sqlite", lambda c: c.executescript(
+        f"ALTER TABLE {table} RENAME TO t_tmp; ALTER TABLE t_tmp RENAME TO {table.lower()};"))
     assert M.check(path, tmp_path / "l.json")[0] == 0
     assert M.check(SOURCES[0], tmp_path / "o.json")[0] == 0
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("l.json", "o.json"))
@@ -98,17 +79,13 @@ def test_lower_case_table_names_read_as_sqlite_resolves_them(tmp_path, table):
 def test_odd_graph_node_ids_are_null_not_a_crash(tmp_path, value):
     """A held-out fuzz case: graphNodeId = 2**63-1 on 5 kernel rows crashed ('cannot safely cast
     non-equivalent float64 to int64'); such an id is no node (NULL), the kernel is counted."""
-    import sqlite3
-
     src = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
     if not src.exists():
         pytest.skip("fixture not unpacked")
-    path = tmp_path / "g.sqlite"
-    shutil.copy(src, path)
-    c = sqlite3.connect(path)
-    M._loose(c, "CUPTI_ACTIVITY_KIND_KERNEL")
-    c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = ? WHERE rowid IN "
-              "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 5)", (value,))
-    c.commit()
-    c.close()
+    def odd_ids(c):
+        M._loose(c, "CUPTI_ACTIVITY_KIND_KERNEL")
+        c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET graphNodeId = ? WHERE rowid IN "
+                  "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 5)", (value,))
+
+    path = M.edited_copy(src, tmp_path / "g.sqlite", odd_ids)
     assert M.check(path, tmp_path / "g.json")[0] == 0
