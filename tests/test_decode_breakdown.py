@@ -95,9 +95,16 @@ def test_warmup_as_reason_text_and_absent():
     t = hand_table().drop(columns=["warmup_reason"])
     t["warmup"] = np.where(t["warmup"], "first", None)
     assert decode.warmup_flags(t)[0].tolist() == hand_table()["warmup"].tolist()
+    # no flags at all (a hand-made table, an older result): the same rules give them (timeline.cycles):
+    # each rank's first cycle is warm-up; without a period column no outlier can be told
     no = hand_table().drop(columns=["warmup", "warmup_reason"])
-    assert not decode.warmup_flags(no)[0].any()
-    assert len(decode.steady_cycles(no)) == 8
+    assert decode.warmup_flags(no)[1].tolist() == ["first", None, None, None] * 2
+    assert len(decode.steady_cycles(no)) == 6
+    # with the GPU period: rank 0's cycle 3 (10,000 ns against a median of 1,000) is an outlier
+    comps = [c for c in no.columns if c.startswith("period_")]
+    no["gpu_period_ns"] = no[comps].sum(axis=1)
+    assert decode.warmup_flags(no)[1].tolist() == ["first", None, None, "outlier", "first", None, None, None]
+    assert decode.steady_cycles(no)[["rank", "cycle"]].values.tolist() == [[0, 1], [0, 2], [1, 1], [1, 2], [1, 3]]
 
 
 def test_headline_known_answer():

@@ -574,7 +574,7 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
 
 def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
-    rank, with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
+    rank (:func:`analyze.timeline.cycles.cycle_at`, its end included), with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
     (plus ``cycle``; millions of ops: the figures take the few they need)."""
     ops, cyc = a.gpu_ops, cycles_mod.with_gpu(a.cycles)
     if ops is not None and columns is not None:
@@ -584,20 +584,12 @@ def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) 
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     if phase is not None:
         ops = ops[ops["phase"] == phase]
-    parts = []
-    for r, c in cyc.groupby("rank"):
-        o = ops[ops["rank"] == r]
-        if o.empty:
-            continue
-        c = c.sort_values("start_ns")
-        starts, ends = c["start_ns"].to_numpy(dtype="int64"), c["end_ns"].to_numpy(dtype="int64")
-        t = o["start_ns"].to_numpy(dtype="int64")
-        i = np.searchsorted(starts, t, side="right") - 1
-        ok = (i >= 0) & (t < ends[np.clip(i, 0, None)])
-        parts.append(o[ok].assign(cycle=c["cycle"].to_numpy()[i[ok]]))
-    if not parts:
+    cycle = cycles_mod.cycle_of_arrays(ops["rank"].to_numpy(dtype="int64"), ops["start_ns"].to_numpy(dtype="int64"),
+                                       cyc)           # the one op -> cycle rule (timeline.cycles.cycle_at)
+    ok = cycle >= 0
+    if not ok.any():
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
-    return pd.concat(parts, ignore_index=True)
+    return ops[ok].assign(cycle=cycle[ok]).reset_index(drop=True)
 
 
 def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pandas as pd
 from analyze import notes as N
 from analyze import views
 from analyze.attribute.phases import OTHER
-from analyze.timeline.cycles import LOST_REASONS
+from analyze.timeline.cycles import LOST, LOST_REASONS, OUTLIER, OUTLIER_FACTOR, WARMUP
 from analyze.render import names as kernel_names
 from analyze.views import decode, phase_hints
 
@@ -128,6 +128,20 @@ def _label(component: str) -> str:
 def reasons_text(counts: dict) -> str:
     """Why cycles were left out, in words, never the raw codes: 'first 1, no GPU ops recorded 48'."""
     return ", ".join(f"{WARMUP_WORDS.get(k, k)} {v}" for k, v in counts.items())
+
+
+def left_out_text(counts: dict) -> str:
+    """Cycles left out of steady-state figures per state (timeline.cycles.left_out_counts), in words:
+    '1 warm-up cycle, 6 outlier cycles (GPU period over 5x the median of their batch size)'."""
+    words = {WARMUP: "warm-up", LOST: "lost (no GPU data)",
+             OUTLIER: f"outlier (GPU period over {OUTLIER_FACTOR:g}x the median of its batch size)"}
+    parts = []
+    for state in (WARMUP, LOST, OUTLIER):
+        n = int(counts.get(state, 0))
+        if n:
+            parts.append(f"{n} {words[state].split(' ', 1)[0]} cycle{'s' if n != 1 else ''}"
+                         + (f" {words[state].split(' ', 1)[1]}" if ' ' in words[state] else ""))
+    return ", ".join(parts)
 
 
 def _merged_reasons(summary_frame: pd.DataFrame) -> dict:

@@ -87,11 +87,15 @@ NO_GPU_OPS = "no_gpu_ops"          # after the rank's last cycle with GPU ops: n
 TRUNCATED = "truncated"            # the rank's last cycle with GPU ops when no_gpu_ops cycles follow it
 GRAPH_CAPTURE = "graph_capture"    # a CUDA graph was captured inside the cycle's range
 FIRST = "first"                    # the rank's first cycle
-OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the rank's median GPU period
+OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the median GPU period of the rank's
+#                                    cycles of the same batch size (requests; a cycle's cost grows with it)
 WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER)
 LOST_REASONS = (NO_GPU_OPS, TRUNCATED)
 """The reasons of cycles whose GPU data was lost (no warm-up: counted apart in the report)."""
-OUTLIER_FACTOR = 10
+OUTLIER_FACTOR = 5
+# the three kinds of cycles steady-state figures leave out (:func:`states`), apart from ``steady``
+STEADY, WARMUP, LOST = "steady", "warmup", "lost"
+STATES = (STEADY, WARMUP, LOST, OUTLIER)
 # runtime/driver calls that capture a CUDA graph (names carry version suffixes: matched by prefix)
 CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaStreamEndCapture",
                          "cuStreamBeginCapture", "cuGraphInstantiate", "cuStreamEndCapture")
@@ -199,11 +203,12 @@ def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
     return [c for c in numbers if first <= c < first + 2]
 
 
-def steady(cycles: pd.DataFrame) -> pd.DataFrame:
-    """The cycles not flagged warm-up (the table's ``warmup`` column; every cycle without one)."""
-    if "warmup" not in cycles.columns:
+def steady(cycles: pd.DataFrame, keep_outliers: bool = False) -> pd.DataFrame:
+    """The steady cycles: the one definition the report, whatif, diff and advise use (rows with no
+    :func:`left_out_reasons`; ``keep_outliers``: ``outlier`` rows kept too)."""
+    if cycles is None or cycles.empty:
         return cycles
-    return cycles[~cycles["warmup"].fillna(False).astype(bool)]
+    return cycles[steady_mask(cycles, keep_outliers)]
 
 
 def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -383,7 +388,8 @@ def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, p
     out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
     capturing = np.isin(cyc["range_id"].to_numpy(dtype="int64"),
                         capture_ids if capture_ids is not None else np.zeros(0, dtype="int64"))
-    reason = warmup_reasons(rank, out["cycle"].to_numpy(), has, _spread(has, p_hi - p_lo), capturing)
+    reason = warmup_reasons(rank, out["cycle"].to_numpy(), has, _spread(has, p_hi - p_lo), capturing,
+                            out["requests"].to_numpy(dtype="float64", na_value=np.nan))
     out["warmup"] = pd.notna(reason)
     out["warmup_reason"] = pd.Series(reason, dtype=object)
     return out[columns(config)]
@@ -406,16 +412,19 @@ def _exclusive(busy: np.ndarray, upto_all: np.ndarray, n_ph: int) -> list[np.nda
 
 
 def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu_period: np.ndarray,
-                   capturing: np.ndarray) -> np.ndarray:
+                   capturing: np.ndarray, batch: np.ndarray | None = None) -> np.ndarray:
     """Per cycle (rows in (rank, CPU start) order) the reason it is left out of steady-state figures
-    (:data:`WARMUP_REASONS`, the first that applies), None for a steady-state cycle."""
+    (:data:`WARMUP_REASONS`, the first that applies), None for a steady-state cycle. ``batch``: the
+    cycle's requests (NaN: unknown); an outlier is judged against the cycles of its own batch size."""
     n = len(rank)
     reason = np.full(n, None, dtype=object)
     if not n:
         return reason
-    frame = pd.DataFrame({"rank": rank, "period": np.where(has_gpu, gpu_period, np.nan), "has": has_gpu,
-                          "pos": np.arange(n)})
-    median = frame.groupby("rank")["period"].transform("median").to_numpy()
+    has_gpu = np.asarray(has_gpu, dtype=bool)
+    batch = np.full(n, -1.0) if batch is None else np.nan_to_num(np.asarray(batch, dtype="float64"), nan=-1.0)
+    frame = pd.DataFrame({"rank": rank, "batch": batch, "period": np.where(has_gpu, gpu_period, np.nan),
+                          "has": has_gpu, "pos": np.arange(n)})
+    median = frame.groupby(["rank", "batch"])["period"].transform("median").to_numpy()
     last_with_gpu = frame["pos"].where(frame["has"]).groupby(rank).transform("max").to_numpy()
     lost_after = frame.assign(lost=~frame["has"]).groupby("rank")["lost"].transform("any").to_numpy(dtype=bool)
     # lowest precedence first: later rules overwrite
@@ -425,6 +434,90 @@ def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu
     reason[has_gpu & lost_after & (frame["pos"].to_numpy() == last_with_gpu)] = TRUNCATED
     reason[~has_gpu] = NO_GPU_OPS
     return reason
+
+
+def left_out_reasons(cycles: pd.DataFrame) -> np.ndarray:
+    """Per row of a cycle table, why steady-state figures leave it out (:data:`WARMUP_REASONS`),
+    None for a steady cycle: the table's own flags (``warmup`` true/false with ``warmup_reason``, or
+    ``warmup`` holding the reason as text, as older results and hand-made tables have it); a table
+    without flags gets them by the same rules (:func:`warmup_reasons`: first cycle, outlier period;
+    no graph-capture information)."""
+    n = len(cycles)
+    if not n:
+        return np.full(0, None, dtype=object)
+    if "warmup" not in cycles.columns:
+        return _derived_reasons(cycles)
+    w = cycles["warmup"]
+    if w.dtype == object or isinstance(w.dtype, pd.StringDtype):
+        text = w.astype(object)
+        told = w.notna() & ~text.astype(str).isin(["", "False", "false", "0"])
+        reason = text.where(told, None)
+        if "warmup_reason" in cycles.columns:
+            reason = cycles["warmup_reason"].astype(object).where(told & cycles["warmup_reason"].notna(), reason)
+        reason = reason.where(~reason.isin([True, "True", "true", "1"]), "warmup")
+        return reason.to_numpy(dtype=object)
+    flag = w.fillna(False).astype(bool).to_numpy()
+    reason_col = next((c for c in ("warmup_reason", "warmup_code") if c in cycles.columns), None)
+    reason = cycles[reason_col].astype(object).to_numpy() if reason_col else np.full(n, "warmup", dtype=object)
+    reason = np.where(flag, reason, None)
+    reason[flag & pd.isna(reason)] = "warmup"
+    return reason
+
+
+def _derived_reasons(cycles: pd.DataFrame) -> np.ndarray:
+    """:func:`warmup_reasons` of a table without flags, rows taken in (rank, start) order."""
+    order = cycles.assign(_pos=np.arange(len(cycles)))
+    by = [c for c in ("rank", "cpu_start_ns", "start_ns", "cycle") if c in order.columns]
+    order = order.sort_values(by, kind="stable") if by else order
+    rank = order["rank"].to_numpy(dtype="int64") if "rank" in order.columns else np.zeros(len(order), dtype="int64")
+    has = order["start_ns"].notna().to_numpy(dtype=bool) if "start_ns" in order.columns \
+        else np.ones(len(order), dtype=bool)
+    col = next((c for c in ("gpu_period_ns", "period_ns", "duration_ns") if c in order.columns), None)
+    period = pd.to_numeric(order[col], errors="coerce").to_numpy(dtype="float64", na_value=np.nan) if col \
+        else np.full(len(order), np.nan)
+    first = (order.groupby(rank).cumcount() == 0).to_numpy() if len(order) else np.zeros(0, dtype=bool)
+    batch = pd.to_numeric(order["requests"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan) \
+        if "requests" in order.columns else None
+    reason = warmup_reasons(rank, np.where(first, 0, 1), has, np.nan_to_num(period), np.zeros(len(order), bool),
+                            batch)
+    out = np.full(len(order), None, dtype=object)
+    out[order["_pos"].to_numpy()] = reason
+    return out
+
+
+def states(cycles: pd.DataFrame) -> np.ndarray:
+    """Per row: ``steady``, ``warmup`` (first cycle, graph capture), ``lost`` (its GPU data was
+    lost: :data:`LOST_REASONS`) or ``outlier`` (:data:`STATES`)."""
+    reason = left_out_reasons(cycles)
+    out = np.full(len(reason), WARMUP, dtype=object)
+    out[pd.isna(reason)] = STEADY
+    out[np.isin(reason.astype(str), LOST_REASONS)] = LOST
+    out[reason.astype(str) == OUTLIER] = OUTLIER
+    return out
+
+
+def steady_mask(cycles: pd.DataFrame, keep_outliers: bool = False) -> np.ndarray:
+    """Per row: is it a steady cycle (:func:`steady`)."""
+    s = states(cycles)
+    return (s == STEADY) | ((s == OUTLIER) if keep_outliers else False)
+
+
+def left_out_counts(cycles: pd.DataFrame, keep_outliers: bool = False) -> dict[str, int]:
+    """Cycle numbers left out, per state (``warmup``, ``lost``, ``outlier``), a number counted once
+    (under its first state in that order) whatever its ranks; only the states with any."""
+    if cycles is None or cycles.empty:
+        return {}
+    s = states(cycles)
+    numbers = cycles["cycle"].to_numpy()
+    out, seen = {}, set()
+    for state in (WARMUP, LOST, OUTLIER):
+        if keep_outliers and state == OUTLIER:
+            continue
+        mine = set(numbers[s == state].tolist()) - seen
+        seen |= mine
+        if mine:
+            out[state] = len(mine)
+    return out
 
 
 def _accept_marks(marks: pd.DataFrame) -> pd.DataFrame:
@@ -537,3 +630,35 @@ def _matched_by_time(cyc: pd.DataFrame, acc: pd.DataFrame) -> pd.DataFrame | Non
         rows = np.repeat(group.index.to_numpy(), hi - lo)
         out.append(same.iloc[concat_ranges(lo, hi)].assign(_row=rows))
     return pd.concat(out) if out else None
+
+
+# ------------------------------------------------------------------------- op -> cycle (the one rule)
+def rank_windows(cycles: pd.DataFrame) -> list[tuple]:
+    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start, windows
+    of one start by cycle id (a stable, total order: an unstable sort put tied windows in either order)."""
+    out = []
+    for r, c in cycles.groupby("rank"):
+        c = c.sort_values(["start_ns", "cycle"], kind="stable")
+        out.append((r, c["cycle"].to_numpy(dtype="int64"), c["start_ns"].to_numpy(dtype="int64"),
+                    c["end_ns"].to_numpy(dtype="int64")))
+    return out
+
+
+def cycle_at(start: np.ndarray, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per start, the id of the last window (sorted by start ``lo``) starting at or before it, if
+    its end ``hi`` is not before the start; else -1."""
+    pos = np.searchsorted(lo, start, side="right") - 1
+    ok = (pos >= 0) & (start <= hi[np.clip(pos, 0, None)])
+    return np.where(ok, ids[np.clip(pos, 0, None)], -1)
+
+
+def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -> np.ndarray:
+    """Per (rank, start): the id of the cycle of ``cycles`` on that rank whose GPU window holds the
+    start (:func:`cycle_at`), else -1."""
+    out = np.full(len(start), -1, dtype="int64")
+    if not len(start) or cycles.empty:
+        return out
+    for r, ids, lo, hi in rank_windows(cycles):
+        sel = np.flatnonzero(rank == r)
+        out[sel] = cycle_at(start[sel], ids, lo, hi)
+    return out

@@ -4,7 +4,7 @@ of the ops that are CUDA graph nodes or graph launches): the one definition, whi
 come.
 
 An op counts when its launching call lies inside a ``decode_cycle`` range and its start falls in a
-steady cycle's GPU window on its rank (:func:`cycle_at`); per (rank, cycle), in start order, the gap
+steady cycle's GPU window on its rank (``analyze.timeline.cycles.cycle_at``: the one op -> cycle rule); per (rank, cycle), in start order, the gap
 before an op is its start minus the latest end so far, at least 0 (ops that start together give 0
 in either order, so ties need no order). The figures are sums, counts and a median, kept in
 :class:`GapStats` so that they add up over parts: from a per-op table a rank at a time
@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute import attribution, intervals
+from analyze.timeline.cycles import cycle_at, cycle_of_arrays, rank_windows  # noqa: F401 (op -> cycle)
 
 LAUNCH_GAP_NS = 5_000           # a gap longer than this is a launch gap (host time between ops)
 SMALL_GAP_NS = 1 << 16          # gaps below this are counted per value, larger ones kept
@@ -30,25 +31,6 @@ def graph_marks(is_graph_launch: np.ndarray, is_graph_node: np.ndarray) -> np.nd
     """Per op (int8), 0-2: one for a CUDA graph node, one for a graph launch (what the graph-ops
     share counts)."""
     return is_graph_launch.astype("int8") + is_graph_node
-
-
-def rank_windows(cycles: pd.DataFrame) -> list[tuple]:
-    """Per rank of ``cycles``: (rank, cycle ids, GPU window starts, window ends), sorted by start, windows
-    of one start by cycle id (a stable, total order: an unstable sort put tied windows in either order)."""
-    out = []
-    for r, c in cycles.groupby("rank"):
-        c = c.sort_values(["start_ns", "cycle"], kind="stable")
-        out.append((r, c["cycle"].to_numpy(dtype="int64"), c["start_ns"].to_numpy(dtype="int64"),
-                    c["end_ns"].to_numpy(dtype="int64")))
-    return out
-
-
-def cycle_at(start: np.ndarray, ids: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Per start, the id of the last window (sorted by start ``lo``) starting at or before it, if
-    its end ``hi`` is not before the start; else -1."""
-    pos = np.searchsorted(lo, start, side="right") - 1
-    ok = (pos >= 0) & (start <= hi[np.clip(pos, 0, None)])
-    return np.where(ok, ids[np.clip(pos, 0, None)], -1)
 
 
 def gaps_in_group_order(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -148,18 +130,6 @@ class GapStream:
         last = g[-1]
         tail = len(g) - int(np.argmax(g[::-1] != last)) if (g != last).any() else 0
         self.carry[int(rank)] = (int(last), int(e[tail:].max()))
-
-
-def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -> np.ndarray:
-    """Per (rank, start): the id of the cycle of ``cycles`` on that rank whose GPU window holds the
-    start (:func:`cycle_at`), else -1."""
-    out = np.full(len(start), -1, dtype="int64")
-    if not len(start) or cycles.empty:
-        return out
-    for r, ids, lo, hi in rank_windows(cycles):
-        sel = np.flatnonzero(rank == r)
-        out[sel] = cycle_at(start[sel], ids, lo, hi)
-    return out
 
 
 def stats_from_op_table(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> GapStats:

@@ -1,6 +1,6 @@
 """One measurement as diff and whatif see it (:class:`Side`): its decode cycles, kernels and phase
 names, loaded from a report, a directory of per-rank reports, an Analysis or a saved ``--json``
-result; and its per-cycle samples (one row per cycle, warm-up outliers left out)."""
+result; and its per-cycle samples (one row per cycle)."""
 from __future__ import annotations
 
 import json
@@ -16,9 +16,6 @@ from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
 from analyze.notes import text_of
 from analyze.timeline import cycles as cycles_mod
 from nvtx_annotate.protocol import SpecConfig, parse_spec_config
-
-OUTLIER_FACTOR = 5.0   # cycles longer than this many medians are warm-up/outliers and left out
-
 
 @dataclass
 class Side:
@@ -138,15 +135,6 @@ def time_column(cycles: pd.DataFrame) -> str:
 def figures(cycles: pd.DataFrame, phase_names: list) -> list[str]:
     cols = [time_column(cycles)] + [f"{p}_ns" for p in list(phase_names) + [OTHER]] + ["gap_ns"]
     return [c for c in dict.fromkeys(cols) if c in cycles.columns]
-
-
-def drop_outliers(cycles: pd.DataFrame, factor: float = OUTLIER_FACTOR) -> tuple[pd.DataFrame, int]:
-    """Leave out cycles (all ranks of a cycle index) whose wall time exceeds ``factor`` x median."""
-    if cycles.empty or not factor:
-        return cycles, 0
-    t = cycles.groupby("cycle")[time_column(cycles)].max()
-    bad = t.index[t > factor * t.median()]
-    return cycles[~cycles["cycle"].isin(bad)], int(len(bad))
 
 
 def per_cycle(cycles: pd.DataFrame, phase_names: list, rank=None) -> pd.DataFrame:

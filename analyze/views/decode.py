@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
+from analyze.timeline import cycles as cycles_mod
 from analyze.timeline.cycles import LOST_REASONS
 
 __all__ = ["GPU_IDLE", "ALLREDUCE", "components", "component_column", "has_period_split", "warmup_flags",
@@ -56,28 +57,15 @@ def has_period_split(cycles: pd.DataFrame | None, phase_names: list[str]) -> boo
 
 
 def warmup_flags(cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(is warm-up, reason) per cycle. ``warmup`` is a bool column with the reason in
-    ``warmup_reason``, or the reason itself (text; empty or missing: steady state). No column: no
-    cycle is warm-up."""
-    n = len(cycles)
-    if "warmup" not in cycles.columns:
-        return np.zeros(n, dtype=bool), np.full(n, None, dtype=object)
-    w = cycles["warmup"]
-    if w.dtype == object or isinstance(w.dtype, pd.StringDtype):
-        reason = w.astype(object).where(w.notna() & (w.astype(str) != "") & (w.astype(str) != "False"), None)
-        flag = reason.notna().to_numpy()
-        return flag, reason.to_numpy(dtype=object)
-    flag = w.fillna(False).astype(bool).to_numpy()
-    reason_col = next((c for c in ("warmup_reason", "warmup_code") if c in cycles.columns), None)
-    reason = cycles[reason_col].astype(object).to_numpy() if reason_col else np.full(n, "warmup", dtype=object)
-    reason = np.where(flag, reason, None)
-    return flag, reason
+    """(left out of steady-state figures, reason) per cycle: the one definition,
+    :func:`analyze.timeline.cycles.left_out_reasons`."""
+    reason = cycles_mod.left_out_reasons(cycles)
+    return pd.notna(reason), reason
 
 
 def steady_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
-    """The cycles that are not warm-up."""
-    flag, _ = warmup_flags(cycles)
-    return cycles[~flag]
+    """The steady cycles (:func:`analyze.timeline.cycles.steady`)."""
+    return cycles_mod.steady(cycles)
 
 
 def _periods(c: pd.DataFrame, comps: list[str]) -> np.ndarray:

@@ -24,14 +24,11 @@ __all__ = ["steady_start_ns", "evidence_mask", "evidence", "skew_table", "stragg
 
 def steady_start_ns(cycles: pd.DataFrame | None) -> int | None:
     """When the steady state has begun on every rank: the latest, over ranks, start of the rank's
-    first steady-state cycle (the cycle table's warm-up flags; without them, its second cycle).
+    first steady-state cycle (analyze.timeline.cycles.steady).
     None without cycles or without a steady-state cycle."""
     if cycles is None or cycles.empty:
         return None
-    flag, _ = decode.warmup_flags(cycles)
-    if "warmup" not in cycles.columns:       # no flags: the first cycle of every rank is warm-up
-        first = cycles.groupby("rank")["start_ns"].transform("min") == cycles["start_ns"]
-        flag = first.to_numpy()
+    flag, _ = decode.warmup_flags(cycles)     # no flags: derived by the same rules (first cycle, outliers)
     steady = cycles.loc[~flag, ["rank", "start_ns"]]     # the two columns read (a copy of each)
     if steady.empty:
         return None

@@ -80,13 +80,11 @@ class Context:
 
 
 def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """The cycles without warm-up: the table's ``warmup`` flag when present, else the 5x-median rule."""
+    """The steady cycles (:func:`analyze.timeline.cycles.steady`) and how many cycle numbers were
+    left out (warm-up, lost, outlier)."""
     if cycles.empty:
         return cycles, 0
-    if "warmup" in cycles.columns:
-        warm = cycles["warmup"].fillna(False).astype(bool)
-        return cycles_mod.steady(cycles), int(cycles.loc[warm, "cycle"].nunique())
-    return sides.drop_outliers(cycles, sides.OUTLIER_FACTOR)
+    return cycles_mod.steady(cycles), sum(cycles_mod.left_out_counts(cycles).values())
 
 
 def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_ns") -> np.ndarray:

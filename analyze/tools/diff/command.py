@@ -20,7 +20,8 @@ from analyze import output_policy
 from analyze.errors import ArgumentParser, positive_int
 from analyze.tools.diff.model import N_BOOT, diff_results
 from analyze.tools.diff.render import plot_diff, render_diff, to_json
-from analyze.tools.sides import OUTLIER_FACTOR, load_side
+from analyze.timeline.cycles import OUTLIER_FACTOR
+from analyze.tools.sides import load_side
 
 
 def build_parser() -> ArgumentParser:
@@ -34,7 +35,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--boot", type=positive_int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--keep-outliers", action="store_true",
-                   help=f"keep cycles longer than {OUTLIER_FACTOR:g}x the median (warm-up)")
+                   help=f"keep the outlier cycles (GPU period over {OUTLIER_FACTOR:g}x the median of the rank's cycles "
+                        "of the same batch size); warm-up and lost cycles stay out")
     p.add_argument("--force", action="store_true",
                    help="let an output replace an existing Nsight Systems report (never an input)")
     p.add_argument("-q", "--quiet", action="store_true", help="no terminal table")
@@ -46,7 +48,7 @@ def main_diff(argv: list[str]) -> int:
     with output_policy.protect([args.before, args.after], force=args.force):
         output_policy.check_outputs({"--json": args.json, "--plot": args.plot})
         d = diff_results(load_side(args.before), load_side(args.after), n_boot=args.boot, seed=args.seed,
-                         top=args.top, outlier_factor=0 if args.keep_outliers else OUTLIER_FACTOR)
+                         top=args.top, keep_outliers=args.keep_outliers)
         if args.json:
             from analyze.atomic import atomic_write
             from analyze.render.outputs import _plain

@@ -8,7 +8,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from analyze.tools.sides import OUTLIER_FACTOR, Side, as_side, drop_outliers, per_cycle, time_column
+from analyze.render.text import left_out_text
+from analyze.timeline import cycles as cycles_mod
+from analyze.tools.sides import Side, as_side, per_cycle, time_column
 
 N_BOOT = 2000
 LEVEL = 0.95
@@ -164,18 +166,18 @@ def kernel_diff(before: Side, after: Side, top: int = 10) -> pd.DataFrame:
 # the diff
 # ---------------------------------------------------------------------------------------------
 def diff_results(before, after, *, n_boot: int = N_BOOT, seed: int = 0, top: int = 10,
-                 outlier_factor: float = OUTLIER_FACTOR, level: float = LEVEL) -> dict:
+                 keep_outliers: bool = False, level: float = LEVEL) -> dict:
     """Before/after/delta with bootstrap CIs, per rank (+ ``all``) and figure; kernel changes.
 
     ``before``/``after``: an Analysis, a ``to_json_dict`` result, a :class:`Side` or a path.
     Returns {"summary": DataFrame, "kernels": DataFrame, "notes": [str]}."""
     b, a = as_side(before, "before"), as_side(after, "after")
     notes = []
-    cb, nb = drop_outliers(b.cycles, outlier_factor)
-    ca, na = drop_outliers(a.cycles, outlier_factor)
+    cb, nb = cycles_mod.steady(b.cycles, keep_outliers), cycles_mod.left_out_counts(b.cycles, keep_outliers)
+    ca, na = cycles_mod.steady(a.cycles, keep_outliers), cycles_mod.left_out_counts(a.cycles, keep_outliers)
     for side, n in (("before", nb), ("after", na)):
         if n:
-            notes.append(f"{side}: {n} cycle(s) longer than {outlier_factor:g}x the median left out (warm-up)")
+            notes.append(f"{side}: {left_out_text(n)} left out")
     phases = list(dict.fromkeys(list(b.phase_names) + [p for p in a.phase_names if p not in b.phase_names]))
     if cb.empty or ca.empty:
         notes.append("no decode cycles on one side: only kernels are compared")

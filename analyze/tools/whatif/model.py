@@ -32,7 +32,9 @@ import pandas as pd
 
 from analyze.codes import stable_order
 from analyze.errors import UsageError
-from analyze.tools.sides import OUTLIER_FACTOR, Side, as_side, drop_outliers, per_cycle, time_column
+from analyze.render.text import left_out_text
+from analyze.timeline import cycles as cycles_mod
+from analyze.tools.sides import Side, as_side, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
 
 N_BOOT = 200
@@ -302,8 +304,8 @@ def batch_cycles(cycles: pd.DataFrame, batch: int | None) -> pd.DataFrame:
     return cycles[cycles["cycle"].isin(ids)]
 
 
-def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
-                    memo: dict | None = None, batch: int | None = None) -> tuple[pd.DataFrame, int]:
+def profile_samples(side: Side, keep_outliers: bool = False,
+                    memo: dict | None = None, batch: int | None = None) -> tuple[pd.DataFrame, dict]:
     """Per cycle (mean over ranks): wall time ``t_ns``, exclusive ns per phase, accepted, requests,
     the draft step period (when draft_step ranges exist), the host time of the spec-only ranges.
     ``memo``: see :func:`_draft_kernels`; ``batch``: only the cycles of that many requests."""
@@ -313,7 +315,7 @@ def profile_samples(side: Side, outlier_factor: float = OUTLIER_FACTOR,
             if "requests" in side.cycles.columns else []
         raise ValueError(f"{side.label}: no decode cycle of batch {batch} (requests per cycle seen: "
                          f"{', '.join(map(str, seen[:20])) or 'none'})")
-    cycles, dropped = drop_outliers(chosen, outlier_factor)
+    cycles, dropped = cycles_mod.steady(chosen, keep_outliers), cycles_mod.left_out_counts(chosen, keep_outliers)
     if cycles.empty:
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
     per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
@@ -498,7 +500,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
             "token_fit": token_fit(samples, steps, phase_names, verify_scaling)}
 
 
-def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OUTLIER_FACTOR,
+def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = False,
                verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
     """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
     marginal cost of one draft step, requests, tokens, and (``token_fit``) how the token-dependent
@@ -517,7 +519,7 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
         if steps is None:
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
-    samples, dropped = profile_samples(side, outlier_factor, memo, batch)
+    samples, dropped = profile_samples(side, keep_outliers, memo, batch)
     cfg = side.spec_config
     sglang_loop = cfg is not None and cfg.algo not in ("none", "NGRAM") and bool(cfg.steps)
     c = costs_from_samples(samples, steps, side.phase_names, verify_scaling, sglang_loop)
@@ -527,7 +529,7 @@ def step_costs(analysis, steps: int | None = None, *, outlier_factor: float = OU
                      f"from the trace; if this is SGLang, its --speculative-num-steps is {steps + 1} (its draft_forward "
                      "runs steps - 1 forwards, the first draft token comes from the draft extend): pass "
                      "--profiled-steps, or profile with the current shim, which records the flag")
-    c.update(label=side.label, steps_source=source, outlier_cycles=dropped, phase_names=list(side.phase_names),
+    c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
              profile_notes=notes,
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
@@ -697,12 +699,12 @@ def scale_baseline(base: dict, ratio: float) -> dict:
                 method=base["method"] + f"; scaled x{ratio:.3f} to the unprofiled clock of the calibration")
 
 
-def measured_baseline(side: Side, requests: float, outlier_factor: float = OUTLIER_FACTOR) -> dict:
+def measured_baseline(side: Side, requests: float, keep_outliers: bool = False) -> dict:
     """Decode step time of a no-speculation report: its cycles when it has them, else the start-to-
     start interval of its outermost verify-phase ranges (the target forward, e.g. graph replays)."""
     side = as_side(side)
     if not side.cycles.empty:
-        cyc, _ = drop_outliers(side.cycles, outlier_factor)
+        cyc = cycles_mod.steady(side.cycles, keep_outliers)
         t = float(per_cycle(cyc, side.phase_names)[time_column(cyc)].mean())
         method = "mean decode cycle"
     else:
@@ -717,7 +719,7 @@ def measured_baseline(side: Side, requests: float, outlier_factor: float = OUTLI
         if len(starts) < 3:
             raise ValueError(f"{side.label}: fewer than 3 decode steps (verify-phase ranges) in the baseline")
         gaps = np.diff(starts).astype("float64")
-        gaps = gaps[gaps <= outlier_factor * np.median(gaps)] if outlier_factor else gaps
+        gaps = gaps if keep_outliers else gaps[gaps <= cycles_mod.OUTLIER_FACTOR * np.median(gaps)]
         t = float(gaps.mean())
         method = f"start-to-start interval of {len(starts)} '{v['name'].mode().iloc[0]}' ranges"
     return {"source": "measured", "label": side.label, "cycle_ns": t, "tokens_per_cycle": requests,
@@ -740,7 +742,7 @@ def _acc_profiles(costs: list[dict], samples_list) -> list:
 
 
 def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, extrapolation: str = "repeat",
-           n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, outlier_factor: float = OUTLIER_FACTOR,
+           n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, keep_outliers: bool = False,
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
            baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
            verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
@@ -762,7 +764,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if profiled_steps is None or isinstance(profiled_steps, int):
         profiled_steps = [profiled_steps] * len(profiles)
     verify_scaling = check_verify_scaling(verify_scaling)
-    costs = [step_costs(p, k, outlier_factor=outlier_factor, verify_scaling=verify_scaling, batch=batch,
+    costs = [step_costs(p, k, keep_outliers=keep_outliers, verify_scaling=verify_scaling, batch=batch,
                         memo=memo if len(profiles) == 1 else None)
              for p, k in zip(profiles, profiled_steps)]
     if verify_scaling is not None and len({c["steps"] for c in costs}) > 1:
@@ -821,7 +823,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             t_cal = t_prof - shift
             ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
         if baseline is not None:
-            base = measured_baseline(baseline, m, outlier_factor)
+            base = measured_baseline(baseline, m, keep_outliers)
             if ratio != 1.0:
                 base = scale_baseline(base, ratio)
         else:
@@ -953,8 +955,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     for c in costs:
         out.append(f"profile {c.get('label') or ''}: {c['steps']} draft steps ({c.get('steps_source', 'given')}), "
                    f"{c['cycles']} cycles"
-                   + (f" ({c['outlier_cycles']} warm-up/outlier cycles > {OUTLIER_FACTOR:g}x median left out)"
-                      if c.get("outlier_cycles") else ""))
+                   + (f" ({left_out_text(c['left_out_cycles'])} left out)" if c.get("left_out_cycles") else ""))
     if len(ks) == 1:
         c = costs[0]
         if c.get("sglang_loop"):

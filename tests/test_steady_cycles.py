@@ -1,0 +1,99 @@
+"""One definition of a steady decode cycle (analyze.timeline.cycles.steady): the report, whatif, diff and
+advise count the same cycles on every real fixture (issue 42). Before, whatif and diff left out cycles
+over 5x the median wall time (the first cycle kept), the report and advise the cycle table's flags."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyze
+from analyze.errors import TraceError
+from analyze.timeline import cycles as C
+from analyze.tools import sides
+from analyze.tools.advise import model as advise_model
+from analyze.tools.diff import model as diff_model
+from analyze.tools.whatif import model as whatif_model
+from analyze.views import decode
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+REPORTS = sorted(p for p in REAL.glob("*.sqlite") if "_rank" not in p.name)    # per-rank reports: as a set
+SETS = [sorted(REAL.glob("h200_shim_4rank_rank*.sqlite"))]
+
+
+def _load(paths):
+    try:
+        return analyze.load([str(p) for p in paths] if isinstance(paths, list) else str(paths))
+    except TraceError:          # NVTX-only exports and the like: nothing to count
+        return None
+
+
+@pytest.mark.parametrize("paths", REPORTS + [s for s in SETS if s], ids=lambda p: p.name if isinstance(p, Path)
+                         else "+".join(x.stem for x in p))
+def test_report_whatif_diff_advise_count_the_same_steady_cycles(paths):
+    a = _load(paths)
+    if a is None or a.cycles is None or a.cycles.empty:
+        pytest.skip("no decode cycles")
+    steady = C.steady(a.cycles)
+    rows = set(map(tuple, steady[["rank", "cycle"]].to_numpy().tolist()))
+    numbers = set(steady["cycle"].tolist())
+    # the report: per rank, its steady cycles (decode_summary) are the rows of the one definition
+    summary = decode.decode_summary(a.cycles, a.totals, a.phase_names)
+    if len(summary):
+        want = pd.Series([r for r, _ in rows]).value_counts()
+        assert {int(r): int(n) for r, n in zip(summary["rank"], summary["steady_cycles"])} == \
+            {int(r): int(want.get(r, 0)) for r in summary["rank"]}
+    assert set(map(tuple, decode.steady_cycles(a.cycles)[["rank", "cycle"]].to_numpy().tolist())) == rows
+    # advise: its steady rows and its per-cycle table
+    ctx = advise_model.build_context(a, whatif=False, message_sizes=False)
+    assert set(map(tuple, ctx.cycles[["rank", "cycle"]].to_numpy().tolist())) == rows
+    assert set(ctx.per_cycle["cycle"].tolist()) == numbers
+    assert ctx.warmup_cycles == sum(C.left_out_counts(a.cycles).values())
+    # diff (the run against itself): the cycles each side compares
+    d = diff_model.diff_results(a, a, n_boot=10)
+    if len(d["summary"]):
+        all_rows = d["summary"][d["summary"]["rank"] == "all"]
+        assert set(all_rows["cycles_before"]) == {len(numbers)}
+    # whatif: the cycles it models
+    side = sides.as_side(a)
+    try:
+        samples, left_out = whatif_model.profile_samples(side)
+    except ValueError:
+        return
+    assert set(samples["cycle"].tolist()) == numbers
+    # whatif's side holds the cycles with GPU data (timeline.cycles.with_gpu): the lost ones without any
+    # are not its to count; the rest as the table says
+    assert left_out == C.left_out_counts(C.with_gpu(a.cycles))
+    assert {k: v for k, v in left_out.items() if k != C.LOST} == \
+        {k: v for k, v in C.left_out_counts(a.cycles).items() if k != C.LOST}
+
+
+def test_states_are_distinct_labels():
+    """warm-up (first cycle, graph capture), lost (no GPU data), outlier: told apart, never all 'warm-up'."""
+    cyc = pd.DataFrame({"rank": [0] * 6, "cycle": range(6),
+                        "warmup_reason": ["first", None, "graph_capture", "outlier", "truncated", "no_gpu_ops"]})
+    cyc["warmup"] = cyc["warmup_reason"].notna()
+    assert C.states(cyc).tolist() == ["warmup", "steady", "warmup", "outlier", "lost", "lost"]
+    assert C.left_out_counts(cyc) == {"warmup": 2, "outlier": 1, "lost": 2}
+    assert C.steady(cyc)["cycle"].tolist() == [1]
+    assert C.steady(cyc, keep_outliers=True)["cycle"].tolist() == [1, 3]
+    assert C.left_out_counts(cyc, keep_outliers=True) == {"warmup": 2, "lost": 2}
+
+
+def test_an_outlier_is_judged_against_its_own_batch_size():
+    """A server's cycles span batch sizes: a batch-64 cycle 6x as long as the batch-1 median is no outlier
+    (its own batch's median is its cost); a batch-1 cycle 6x its batch's median is."""
+    period = np.array([100, 100, 100, 600, 100, 600, 600, 600, 610, 600], dtype="int64")
+    batch = np.array([1, 1, 1, 1, 1, 64, 64, 64, 64, 64], dtype="float64")
+    reason = C.warmup_reasons(np.zeros(10, dtype="int64"), np.arange(10), np.ones(10, bool), period,
+                              np.zeros(10, bool), batch)
+    assert reason.tolist() == ["first", None, None, "outlier", None, None, None, None, None, None]
+    # without the batch sizes, the batch-64 cycles would be judged against a median of 600: none left out
+    # but, with more batch-1 cycles, they would all be outliers
+    many = np.r_[np.full(20, 100), np.full(5, 600)]
+    no_batch = C.warmup_reasons(np.zeros(25, dtype="int64"), np.arange(25), np.ones(25, bool), many,
+                                np.zeros(25, bool))
+    assert (no_batch[20:] == "outlier").all()
+    with_batch = C.warmup_reasons(np.zeros(25, dtype="int64"), np.arange(25), np.ones(25, bool), many,
+                                  np.zeros(25, bool), np.r_[np.ones(20), np.full(5, 64.0)])
+    assert pd.isna(with_batch[20:]).all()
