@@ -235,11 +235,21 @@ class Acceptance:
         n = max(steps or 0, self.profiled_steps)
         a = self.rates_for(n)
         boot = np.array([self.rates_for(n, b) for b in self.rates_boot]) if len(self.rates_boot) else None
-        lo = np.nanpercentile(boot, 50 * (1 - level), axis=0) if boot is not None else a
-        hi = np.nanpercentile(boot, 50 * (1 + level), axis=0) if boot is not None else a
+        lo = _column_percentile(boot, 50 * (1 - level)) if boot is not None else a
+        hi = _column_percentile(boot, 50 * (1 + level)) if boot is not None else a
         return pd.DataFrame({"position": np.arange(1, n + 1), "rate": a, "rate_lo": lo, "rate_hi": hi,
                              "survival": np.cumprod(np.nan_to_num(a)),
                              "observed": np.arange(1, n + 1) <= self.profiled_steps})
+
+
+def _column_percentile(values: np.ndarray, q: float) -> np.ndarray:
+    """Per column, the ``q`` percentile of its finite values; NaN (without a warning) for a column
+    with none (a draft position no resample reached)."""
+    out = np.full(values.shape[1], np.nan)
+    seen = np.isfinite(values).any(axis=0)
+    if seen.any():
+        out[seen] = np.nanpercentile(values[:, seen], q, axis=0)
+    return out
 
 
 def _pooled_rates(profiles: list[tuple[int, pd.DataFrame]], pmfs: list[np.ndarray]) -> np.ndarray:

@@ -36,6 +36,7 @@ from analyze.render.text import left_out_text
 from analyze.timeline import cycles as cycles_mod
 from analyze.tools.sides import Side, as_side, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
+from analyze.tools.whatif import context as ctx_mod
 
 N_BOOT = 200
 LEVEL = 0.95
@@ -530,7 +531,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
                      "runs steps - 1 forwards, the first draft token comes from the draft extend): pass "
                      "--profiled-steps, or profile with the current shim, which records the flag")
     c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
-             profile_notes=notes,
+             profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
 
@@ -976,6 +977,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     out.append(f"M = {acc.requests:.2f} requests per cycle at every step count; each yields min(L, s) accepted "
                "draft tokens + 1")
     out.append("acceptance: " + acc_mod.METHOD_TEXT.get(acc.method, acc.method))
+    out += [t for t in (ctx_mod.trend_text(c.get("context_trend")) for c in costs) if t]
     if calibration is not None:
         c = calibration
         way = "shorter" if c["shift_ns"] >= 0 else "longer"
