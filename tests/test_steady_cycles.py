@@ -82,18 +82,26 @@ def test_states_are_distinct_labels():
 
 def test_an_outlier_is_judged_against_its_own_batch_size():
     """A server's cycles span batch sizes: a batch-64 cycle 6x as long as the batch-1 median is no outlier
-    (its own batch's median is its cost); a batch-1 cycle 6x its batch's median is."""
-    period = np.array([100, 100, 100, 600, 100, 600, 600, 600, 610, 600], dtype="int64")
-    batch = np.array([1, 1, 1, 1, 1, 64, 64, 64, 64, 64], dtype="float64")
-    reason = C.warmup_reasons(np.zeros(10, dtype="int64"), np.arange(10), np.ones(10, bool), period,
-                              np.zeros(10, bool), batch)
-    assert reason.tolist() == ["first", None, None, "outlier", None, None, None, None, None, None]
-    # without the batch sizes, the batch-64 cycles would be judged against a median of 600: none left out
-    # but, with more batch-1 cycles, they would all be outliers
-    many = np.r_[np.full(20, 100), np.full(5, 600)]
-    no_batch = C.warmup_reasons(np.zeros(25, dtype="int64"), np.arange(25), np.ones(25, bool), many,
-                                np.zeros(25, bool))
-    assert (no_batch[20:] == "outlier").all()
-    with_batch = C.warmup_reasons(np.zeros(25, dtype="int64"), np.arange(25), np.ones(25, bool), many,
-                                  np.zeros(25, bool), np.r_[np.ones(20), np.full(5, 64.0)])
-    assert pd.isna(with_batch[20:]).all()
+    (its own batch's median is its cost); a batch-1 cycle 6x its batch's median is; a batch size seen in
+    fewer than OUTLIER_MIN_BATCH_CYCLES cycles (requests arriving one by one) is judged against all the
+    rank's cycles."""
+    n1, n64 = 12, 10
+    period = np.r_[np.full(n1, 100), np.full(n64, 600), [610, 3100]].astype("int64")
+    period[3] = 600                                       # a batch-1 cycle 6x its batch's median
+    batch = np.r_[np.ones(n1), np.full(n64, 64.0), [7.0, 8.0]]
+    n = len(period)
+    reason = C.warmup_reasons(np.zeros(n, dtype="int64"), np.arange(n), np.ones(n, bool), period,
+                              np.zeros(n, bool), batch)
+    assert reason[0] == "first" and reason[3] == "outlier"
+    assert pd.isna(reason[n1:n1 + n64]).all()             # batch 64 against its own median (600)
+    assert pd.isna(reason[-2])                            # 610 against the rank's median (600): kept
+    assert reason[-1] == "outlier"                        # 3100 > 5 x 600 (batch 8, one cycle)
+    # without the batch sizes, all against the rank's median: the batch-64 cycles are outliers when
+    # batch 1 dominates
+    many = np.r_[np.full(30, 100), np.full(10, 600)]
+    no_batch = C.warmup_reasons(np.zeros(40, dtype="int64"), np.arange(40), np.ones(40, bool), many,
+                                np.zeros(40, bool))
+    assert (no_batch[30:] == "outlier").all()
+    with_batch = C.warmup_reasons(np.zeros(40, dtype="int64"), np.arange(40), np.ones(40, bool), many,
+                                  np.zeros(40, bool), np.r_[np.ones(30), np.full(10, 64.0)])
+    assert pd.isna(with_batch[30:]).all()

@@ -88,11 +88,15 @@ TRUNCATED = "truncated"            # the rank's last cycle with GPU ops when no_
 GRAPH_CAPTURE = "graph_capture"    # a CUDA graph was captured inside the cycle's range
 FIRST = "first"                    # the rank's first cycle
 OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the median GPU period of the rank's
-#                                    cycles of the same batch size (requests; a cycle's cost grows with it)
+#                                    cycles of the same batch size (requests; a cycle's cost grows with it;
+#                                    all its cycles where the batch size is rare)
 WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER)
 LOST_REASONS = (NO_GPU_OPS, TRUNCATED)
 """The reasons of cycles whose GPU data was lost (no warm-up: counted apart in the report)."""
 OUTLIER_FACTOR = 5
+# a batch size seen in fewer cycles than this (requests arriving or finishing one by one) is judged
+# against the rank's median over all its cycles instead
+OUTLIER_MIN_BATCH_CYCLES = 10
 # the three kinds of cycles steady-state figures leave out (:func:`states`), apart from ``steady``
 STEADY, WARMUP, LOST = "steady", "warmup", "lost"
 STATES = (STEADY, WARMUP, LOST, OUTLIER)
@@ -415,7 +419,8 @@ def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu
                    capturing: np.ndarray, batch: np.ndarray | None = None) -> np.ndarray:
     """Per cycle (rows in (rank, CPU start) order) the reason it is left out of steady-state figures
     (:data:`WARMUP_REASONS`, the first that applies), None for a steady-state cycle. ``batch``: the
-    cycle's requests (NaN: unknown); an outlier is judged against the cycles of its own batch size."""
+    cycle's requests (NaN: unknown); an outlier is judged against the cycles of its own batch size
+    (against all the rank's cycles where that batch size has fewer than :data:`OUTLIER_MIN_BATCH_CYCLES`)."""
     n = len(rank)
     reason = np.full(n, None, dtype=object)
     if not n:
@@ -424,7 +429,10 @@ def warmup_reasons(rank: np.ndarray, cycle: np.ndarray, has_gpu: np.ndarray, gpu
     batch = np.full(n, -1.0) if batch is None else np.nan_to_num(np.asarray(batch, dtype="float64"), nan=-1.0)
     frame = pd.DataFrame({"rank": rank, "batch": batch, "period": np.where(has_gpu, gpu_period, np.nan),
                           "has": has_gpu, "pos": np.arange(n)})
-    median = frame.groupby(["rank", "batch"])["period"].transform("median").to_numpy()
+    by_batch = frame.groupby(["rank", "batch"])["period"]
+    median = np.where(by_batch.transform("count").to_numpy() >= OUTLIER_MIN_BATCH_CYCLES,
+                      by_batch.transform("median").to_numpy(),
+                      frame.groupby("rank")["period"].transform("median").to_numpy())
     last_with_gpu = frame["pos"].where(frame["has"]).groupby(rank).transform("max").to_numpy()
     lost_after = frame.assign(lost=~frame["has"]).groupby("rank")["lost"].transform("any").to_numpy(dtype=bool)
     # lowest precedence first: later rules overwrite
