@@ -1,7 +1,7 @@
 """``advise``: from the numbers of one analysis to ranked, quantified findings (docs/advise.md).
 
-Every rule reads the same steady decode cycles (warm-up cycles left out: the cycle table's ``warmup``
-flag when it has one, else cycles longer than 5x the median), measures one component per cycle and
+Every rule reads the same steady decode cycles (analyze.timeline.cycles.steady: the report's,
+whatif's and diff's), measures one component per cycle and
 returns a :class:`analyze.findings.Finding` when the component is large enough to matter, with the
 figures it used as ``evidence``; every rule also leaves a :class:`analyze.findings.RuleCheck`
 saying what it measured when it found nothing. Findings are ranked by ``saving_ns`` (cycle time per

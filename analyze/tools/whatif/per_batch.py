@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.timeline.cycles import steady
 from analyze.tools.sides import as_side
 from analyze.tools.whatif import model as W
 
@@ -27,10 +28,11 @@ ADAPTIVE_DEFAULTS = {"up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coef
 
 
 def batch_counts(profiles) -> pd.Series:
-    """Decode cycles per batch size (requests per cycle, from the accept marks), over the profiles."""
+    """Steady decode cycles (timeline.cycles.steady) per batch size (requests per cycle, from the accept
+    marks), over the profiles."""
     counts = pd.Series(dtype="int64")
     for p in profiles:
-        c = as_side(p).cycles
+        c = steady(as_side(p).cycles)
         if "requests" not in c.columns or not len(c):
             continue
         low = c[c["rank"] == c["rank"].min()]
