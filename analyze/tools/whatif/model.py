@@ -664,11 +664,13 @@ def plain_step(c: dict) -> dict | None:
 def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     """No speculation, estimated from the speculative profile (:func:`plain_step`): the longer of the
     plain step's GPU and host time, the host time x ``host_scale`` (a calibration's unprofiled /
-    profiled ratio: the profiler stretches host time, not kernels). Without the shim's ranges (a JSON
-    result) or with several profiles: one cycle without the draft and draft_extend GPU time."""
+    profiled ratio: the profiler stretches host time, not kernels), from the profile of the fewest
+    steps. Without the shim's ranges (a JSON result: no host time per range to split the cycle by):
+    one cycle without the draft and draft_extend GPU time, all of it scaled where the calibration
+    shrinks it (a ratio above 1 is not applied: there is no host part to stretch)."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     c = min(costs, key=lambda x: x["steps"])
-    plain = plain_step(c) if len(costs) == 1 else None
+    plain = plain_step(c)
     if plain is not None:
         host = plain["host_ns"] * host_scale
         t = max(plain["gpu_ns"], host)
