@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.errors import CorruptReport
+from analyze.errors import CorruptReport, TraceError
 from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
@@ -976,3 +976,104 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         parts += [read_part(p) for p in plan[1:ahead]]
         ops = assemble_gpu_ops(plan, _results_in_order(parts, read_part, plan[ahead:]))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
+
+# ------------------------------------------------------------------------------------------
+# time-ordered chunks of the GPU ops (run/chunks.py's SqliteChunks): rowid ranges cut at times
+
+def _start_at(conn, table: str, rowid: int) -> tuple[int, int] | None:
+    row = conn.execute(f"SELECT rowid, start FROM {table} WHERE rowid >= ? AND start IS NOT NULL "
+                       "ORDER BY rowid LIMIT 1", (rowid,)).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def _first_rowid_at(conn, table: str, t: int, lo: int, hi: int) -> int:
+    """Smallest rowid in [lo, hi] whose start is >= t (hi when none), rows in start order."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = _start_at(conn, table, mid)
+        if found is None or found[0] >= hi:
+            hi = mid
+        elif found[1] >= t:
+            hi = mid
+        else:
+            lo = found[0] + 1
+    return lo
+
+
+def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[OpRead]], list[int]]:
+    """(reads per chunk, chunk start times): the biggest op table cut every ``chunk_rows`` rows,
+    the others cut at the same times."""
+    whole = plan_gpu_op_reads(conn)
+    tables = []
+    for part in whole:
+        span = rowid_span(conn, part.table)
+        if span is not None:
+            tables.append((part, span))
+    if not tables:
+        return [], []
+    driver, d_span = max(tables, key=lambda t: t[1].rows)
+    times = [int(np.iinfo(np.int64).min)]
+    for a in rowid_cuts(conn, driver.table, d_span, chunk_rows)[1:]:
+        found = _start_at(conn, driver.table, a)
+        if found is not None and found[1] > times[-1]:
+            times.append(found[1])
+    chunks: list[list[OpRead]] = [[] for _ in times]
+    for part, span in tables:
+        lo, hi = span.lo, span.hi
+        cuts = [lo] + [_first_rowid_at(conn, part.table, t, lo, hi) for t in times[1:]] + [hi]
+        for k in range(len(times)):
+            a, b = cuts[k], max(cuts[k], cuts[k + 1])
+            if b > a:
+                chunks[k].append(OpRead(part.kind, part.table, part.sql, a, b, min(b - a, span.rows)))
+    return chunks, times
+
+
+class TimeChunkPlan(NamedTuple):
+    """The chunks of an export: per chunk the op reads (rowid ranges), the chunk start times, and
+    how the export was opened (the same way for every read)."""
+
+    path: str
+    immutable: bool
+    reads: list
+    times: list
+
+
+def plan_time_chunks(path: str, chunk_rows: int) -> TimeChunkPlan:
+    """The chunks of ``path``: its biggest op table cut every ``chunk_rows`` rows, the others at
+    the same times (nsys writes activity tables in start order; run/chunks.py checks each chunk)."""
+    conn = open_report(path, quick_check=False)
+    try:
+        reads, times = plan_chunks(conn, chunk_rows)
+        return TimeChunkPlan(str(path), bool(conn.immutable), reads, times)
+    finally:
+        fastread.close(conn)
+        conn.close()
+
+
+def read_time_chunk(plan: TimeChunkPlan, k: int) -> list[tuple[str, pd.DataFrame]]:
+    """(op kind, frame) of every op read of chunk ``k`` (:func:`read_op_part`), on its own connection
+    (chunks are read in a thread)."""
+    own = open_report(plan.path, immutable=plan.immutable, quick_check=False)
+    try:
+        return [(r.kind, read_op_part(own, r)) for r in plan.reads[k]]
+    finally:
+        fastread.close(own)
+        own.close()
+
+
+def row_counts(path: str) -> dict | None:
+    """Rows of the tables an analysis' memory grows with: ``ops`` (every GPU op table), ``calls``
+    (CUDA API calls), ``ranges`` (NVTX events); None when the report cannot be opened or read (the
+    analysis then says why). A few seeks, no scan."""
+    try:
+        conn = open_report(path, quick_check=False)
+    except (TraceError, OSError, sqlite3.Error):
+        return None
+    try:
+        return {"ops": sum(p.rows_hint or 0 for p in plan_gpu_op_reads(conn)),
+                "calls": table_rows(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") or 0,
+                "ranges": table_rows(conn, "NVTX_EVENTS") or 0}
+    except (TraceError, sqlite3.Error):
+        return None
+    finally:
+        conn.close()
