@@ -1,7 +1,7 @@
 """The API calls read while analyze-trace starts up (read/prefetch.py): taken by the analysis for
 the same statement on the same, unchanged file, by the reader that made it, never otherwise; the
-output is the same as without the early read; no early read where the analysis would use neither
-pages.py nor connectorx on an immutable report."""
+output is the same as without the early read; no early read where the analysis would not use
+pages.py on an immutable report."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analyze import cli
-from analyze.read import connection, cxread, pages, prefetch, statements
+from analyze.read import connection, pages, prefetch, statements
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 REPORT = REAL / "h200_4proc_eager.sqlite"
@@ -35,17 +35,9 @@ def _statement(path) -> tuple[str, str]:
         conn.close()
 
 
-# the readers an early read uses, and what each counts its reads with
-READERS = {"pages": (pages, "read_table"), "connectorx": (cxread, "read_table")}
-
-
-@pytest.mark.parametrize("reader", list(READERS))
-def test_the_analysis_takes_the_early_read_and_writes_the_same(reader, tmp_path, monkeypatch):
-    if reader == "connectorx":
-        pytest.importorskip("connectorx")
-        monkeypatch.setenv("SPECPROF_READER", "connectorx")
+def test_the_analysis_takes_the_early_read_and_writes_the_same(tmp_path, monkeypatch):
     reads: list[str] = []
-    module, name = READERS[reader]
+    module, name = pages, "read_table"
     real_read = getattr(module, name)
 
     def counting(conn, sql):
@@ -111,48 +103,11 @@ def test_only_the_same_statement_file_and_reader_take_it(tmp_path):
     where, sql = _statement(path)
     assert prefetch.take(where, sql + " WHERE 1", "pages") is None and prefetch.pending() == 1
     assert prefetch.take(str(other), sql, "pages") is None and prefetch.pending() == 1
-    assert prefetch.take(where, sql, "connectorx") is None and prefetch.pending() == 1   # made by pages
+    assert prefetch.take(where, sql, "stdlib") is None and prefetch.pending() == 1   # made by pages
     link = tmp_path / "link.sqlite"
     link.symlink_to(path)
     assert prefetch.take(str(link), sql, "pages").num_rows > 0       # the same file by another name
     assert prefetch.pending() == 0
-
-
-def test_a_statement_pages_does_not_read_is_read_early_by_connectorx(tmp_path, monkeypatch):
-    pytest.importorskip("connectorx")
-    path = tmp_path / "r.sqlite"
-    shutil.copy(REPORT, path)
-
-    def refuses(conn, sql):
-        raise pages.Unsupported("not this one")
-
-    monkeypatch.setattr(pages, "read_table", refuses)
-    assert prefetch.start_calls(path)
-    where, sql = _statement(path)
-    assert prefetch.take(where, sql, "pages") is None and prefetch.pending() == 1
-    assert prefetch.refused(where, sql, "pages") and not prefetch.refused(where, sql, "connectorx")
-    assert prefetch.take(where, sql, "connectorx").num_rows > 0
-    assert not prefetch.refused(where, sql, "pages")                 # taken: nothing is said any more
-
-
-def test_the_analysis_does_not_ask_pages_again_for_what_the_early_read_found_it_refuses(tmp_path, monkeypatch):
-    pytest.importorskip("connectorx")
-    from analyze.read import fastread
-
-    calls_sql = _statement(REPORT)[1]
-    asked: list[str] = []
-    real_read = pages.read_table
-
-    def refuses_the_calls(conn, sql):
-        asked.append(sql)
-        if sql == calls_sql:
-            raise pages.Unsupported("not this one")
-        return real_read(conn, sql)
-
-    monkeypatch.setattr(pages, "read_table", refuses_the_calls)
-    fastread.SERVED.clear()
-    assert cli.main([str(REPORT), "-q", "--json", str(tmp_path / "r.json")]) == 0
-    assert asked.count(calls_sql) == 1 and fastread.SERVED["connectorx"] == 1 and fastread.SERVED["pages"] > 3
 
 
 @pytest.mark.parametrize("case", ["wal", "not_a_report", "missing", "directory", "stdlib", "adbc", "no_calls",
@@ -170,7 +125,7 @@ def test_no_early_read(case, tmp_path, monkeypatch):
         path = tmp_path
     elif case in ("stdlib", "adbc"):
         monkeypatch.setenv("SPECPROF_READER", case)
-    elif case == "no_reader":        # neither pyarrow (for pages.py) nor connectorx
+    elif case == "no_reader":
         monkeypatch.setattr(prefetch, "readers", lambda: ())
     elif case == "no_calls":
         import sqlite3
@@ -197,7 +152,7 @@ def test_errors_and_output_are_those_without_an_early_read(case, tmp_path, monke
         shutil.copy(REPORT, path)
     argv = [str(path)] + (["--json", str(path)] if case == "output_replaces_input" else [])
     if case == "early_read_fails":
-        for module, name in READERS.values():
+        for module, name in [(pages, "read_table")]:
             def fails_early(conn, sql, _real=getattr(module, name)):
                 import threading
 

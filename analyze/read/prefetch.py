@@ -8,12 +8,11 @@ imports leave idle. When the analysis reaches the same statement on the same fil
 takes the rows from here (:func:`take`) instead of reading them again.
 
 Nothing else changes: the statement is the one read/statements.py gives read/report.py, the
-reader is the first fastread would use (pages.py, NumPy letting go of the GIL between its steps;
-connectorx, without the GIL, where pages.py does not read the statement or SPECPROF_READER starts
-there), on an ``immutable`` report only, and rows are used only by that reader, for that statement,
+reader is the first fastread would use (pages.py, NumPy letting go of the GIL between its steps),
+on an ``immutable`` report only, and rows are used only by that reader, for that statement,
 if the file is still the one that was read (device, inode, size and modification time). Where
-anything is off (not an nsys export, a ``-wal``/``-journal`` beside it, no reader but ADBC or the
-stdlib, an error while reading) there is no prefetch and the analysis reads as before; its errors
+anything is off (not an nsys export, a ``-wal``/``-journal`` beside it, ``SPECPROF_READER=stdlib``,
+an error while reading) there is no prefetch and the analysis reads as before; its errors
 are the analysis' own, and nothing that goes wrong here stops a run. The module imports neither
 NumPy nor pandas (it runs before them; the read's own thread imports what its reader needs while
 the CLI imports the rest).
@@ -31,7 +30,7 @@ import threading
 import warnings
 
 from analyze import memory
-from analyze.read import connection, cxread
+from analyze.read import connection
 from analyze.read.statements import RUNTIME_TABLE, calls_statement
 
 _LOCK = threading.Lock()
@@ -41,7 +40,7 @@ _AVAILABLE_BEFORE: dict[str, int] = {}        # per file read early: available m
 
 class _Read:
     """One background read: its thread, the file it read, and its result (an Arrow table) with the
-    reader that made it (``pages`` or ``connectorx``)."""
+    reader that made it (``pages``)."""
 
     def __init__(self, path: str, sql: str, readers: tuple[str, ...]):
         self.path, self.sql, self.readers = path, sql, readers
@@ -74,29 +73,13 @@ def _read_pages(path: str, sql: str):
         conn.close()
 
 
-def _read_connectorx(path: str, sql: str):
-    conn_string = cxread.connection_string(path, True)
-    if conn_string is None or not cxread.available():
-        return None
-    return cxread.read_table(conn_string, sql)
-
-
-_READERS = {"pages": _read_pages, "connectorx": _read_connectorx}
+_READERS = {"pages": _read_pages}
 
 
 def readers() -> tuple[str, ...]:
-    """The readers an early read tries, in fastread's order (found without importing them)."""
-    import importlib.util
-
-    forced = cxread.forced_reader()
-    if forced in ("adbc", "stdlib"):
-        return ()
-    found = []
-    if forced != "connectorx" and importlib.util.find_spec("pyarrow") is not None:
-        found.append("pages")
-    if not cxread.connectorx_missing():
-        found.append("connectorx")
-    return tuple(found)
+    """The readers an early read tries: pages.py, unless ``SPECPROF_READER=stdlib``."""
+    # (fastread.forced_reader's rule, read here without importing NumPy and pandas)
+    return ("pages",) if os.environ.get("SPECPROF_READER", "").strip().lower() in ("", "pages") else ()
 
 
 def _identity(path: str) -> tuple | None:
@@ -109,7 +92,7 @@ def _identity(path: str) -> tuple | None:
 
 def start_calls(path: str | os.PathLike) -> bool:
     """Start reading the API calls of the report at ``path`` in the background; False (nothing
-    started) where the analysis' own read would use neither pages.py nor connectorx on an
+    started) where the analysis' own read would not use pages.py on an
     immutable report."""
     try:
         return _start_calls(path)

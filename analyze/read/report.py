@@ -66,13 +66,12 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return connection.table_columns(conn, table)
 
 
-def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True,
-          rows_hint: int | None = None) -> pd.DataFrame:
+def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True) -> pd.DataFrame:
     """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
 
-    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py.
+    The readers (pages.py; the stdlib cursor where it does not read a statement) are in fastread.py.
     ``copy=False``: integer columns may be read-only views of the Arrow buffers."""
-    return fastread.read_frame(conn, sql, columns, copy=copy, rows_hint=rows_hint)
+    return fastread.read_frame(conn, sql, columns, copy=copy)
 
 
 def table_rows(conn: sqlite3.Connection, table: str) -> int | None:
@@ -324,7 +323,7 @@ def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
     are counted in ``frame.attrs["excluded_rows"]``."""
     sql = part.sql if part.rowid_lo is None else \
         f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint)
+    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False)
     frame, excluded = _valid_ops(frame, part.kind, session_end_ns(conn))
     frame = _int64(frame, _OP_INT_COLUMNS)
     frame.attrs[EXCLUDED] = excluded
@@ -345,7 +344,7 @@ def read_op_keys(conn: sqlite3.Connection, plan: list[OpRead]):
     for part in plan:
         sql = part.key_sql if part.rowid_lo is None else \
             f"{part.key_sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False, rows_hint=part.rows_hint), _KEY_COLUMNS)
+        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False), _KEY_COLUMNS)
         yield frame["global_pid"].to_numpy(), frame["correlation_id"].to_numpy()
         del frame
 
@@ -549,7 +548,7 @@ def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     if sql is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
-        frame = _read(conn, sql, names, copy=False, rows_hint=table_rows(conn, RUNTIME_TABLE))
+        frame = _read(conn, sql, names, copy=False)
         frame, excluded = _valid_calls(frame, session_end_ns(conn))
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
@@ -612,7 +611,7 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
              pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
     span = rowid_span(conn, "NVTX_EVENTS")
     if not chunk_rows or span is None or span.rows <= chunk_rows:
-        events = _read(conn, sql, list(sel), copy=False, rows_hint=span.rows if span is not None else None)
+        events = _read(conn, sql, list(sel), copy=False)
         if events.empty:
             return empty
         range_frame, mark_frame, info = _nvtx_frames(events, strings)
@@ -626,8 +625,7 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
     parts, max_ts, excluded = [], None, []
     cuts = rowid_cuts(conn, "NVTX_EVENTS", span, chunk_rows) + [span.hi]
     for a, b in zip(cuts, cuts[1:]):
-        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel),
-                       copy=False, rows_hint=min(int(chunk_rows), b - a))
+        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel), copy=False)
         if len(events):
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
@@ -840,7 +838,7 @@ def read_hostname(conn: sqlite3.Connection) -> str | None:
 def read_threads(conn=None) -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
-    overrides. The stdlib fallback reads in one thread (it holds the GIL); connectorx and ADBC in two.
+    overrides. The stdlib cursor reads in one thread (it holds the GIL); pages.py in two.
     ``conn``: the report to read (one with a WAL beside it is read by the stdlib cursor)."""
     env = os.environ.get("SPECPROF_READ_THREADS")
     if env:
@@ -904,7 +902,6 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
-        fastread.close(conn)
         conn.close()
 
 
@@ -953,7 +950,6 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         try:
             return fn(own, *args)
         finally:
-            fastread.close(own)
             own.close()
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
@@ -1046,7 +1042,6 @@ def plan_time_chunks(path: str, chunk_rows: int) -> TimeChunkPlan:
         reads, times = plan_chunks(conn, chunk_rows)
         return TimeChunkPlan(str(path), bool(conn.immutable), reads, times)
     finally:
-        fastread.close(conn)
         conn.close()
 
 
@@ -1057,7 +1052,6 @@ def read_time_chunk(plan: TimeChunkPlan, k: int) -> list[tuple[str, pd.DataFrame
     try:
         return [(r.kind, read_op_part(own, r)) for r in plan.reads[k]]
     finally:
-        fastread.close(own)
         own.close()
 
 
