@@ -196,17 +196,11 @@ def _read_pages(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame 
 
 
 def _pages_table(conn, sql: str):
-    """pages.py's Arrow table of ``sql`` (the CLI's early read where it made it: prefetch.py), or
-    None where it does not read the statement."""
-    from analyze.read import pages, prefetch
+    """pages.py's Arrow table of ``sql``, or None where it does not read the statement."""
+    from analyze.read import pages
 
-    path = getattr(conn, "path", "")
     try:
-        table = prefetch.take(path, sql, "pages") if path else None
-        if table is None:
-            if path and prefetch.refused(path, sql, "pages"):
-                raise pages.Unsupported("refused by the early read already")
-            table = pages.read_table(conn, sql)
+        table = pages.read_table(conn, sql)
     except Exception as exc:  # noqa: BLE001 - what it does not read (or a page that does not parse): the stdlib cursor
         with pages.FELL_BACK_LOCK:
             pages.FELL_BACK[type(exc).__name__] += 1

@@ -675,7 +675,7 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
     connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
     per select item; Unsupported for what this reader does not read (module doc). The caller makes
     sure the file holds every row: a report opened ``immutable`` (no journal or WAL beside it), as
-    fastread.backend_for and prefetch.py do."""
+    fastread.backend_for does."""
     import pyarrow as pa
 
     if np.little_endian is False:

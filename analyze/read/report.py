@@ -21,7 +21,6 @@ from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
 from analyze.read import ids
-from analyze.read import statements
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
 from analyze.read.inputs import display_path
@@ -40,7 +39,8 @@ GPU_OP_TABLES = {
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
     "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
 }
-RUNTIME_TABLE = statements.RUNTIME_TABLE
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+CALL_COLUMNS = ("globalTid", "correlationId", "start", "end")
 
 GPU_OP_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id",
                   "name_id", "start_ns", "end_ns"]
@@ -541,10 +541,19 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
     return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
 
 
+def calls_statement(columns: list[str]) -> str | None:
+    """The SELECT of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
+    (None: the table lacks what the analysis needs)."""
+    if not set(CALL_COLUMNS) <= set(columns):
+        return None
+    name = "nameId" if "nameId" in columns else "NULL"
+    return f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}"
+
+
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     """CUDA runtime and driver API calls (the launch side of every GPU op)."""
     names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
-    sql = statements.calls_statement(table_columns(conn, RUNTIME_TABLE))    # (the CLI may have read it early)
+    sql = calls_statement(table_columns(conn, RUNTIME_TABLE))
     if sql is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:

@@ -270,14 +270,8 @@ def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
-    note that says so. Whole too when the memory or the estimate is unknown. Where the CLI read the
-    report's calls early (read/prefetch.py), the memory available before that read started: the
-    estimate holds the libraries and the calls already."""
-    from analyze.read import prefetch
-
-    available = prefetch.available_before(path)
-    if available is None:
-        available = memory.available_bytes()
+    note that says so. Whole too when the memory or the estimate is unknown."""
+    available = memory.available_bytes()
     need = None if available is None else estimate_whole_bytes(path)
     if need is None:
         return None, None
