@@ -3,6 +3,9 @@
     python bench/bare_read.py record REPORT STATEMENTS.json      # once, not timed
     python bench/bare_read.py read --backend adbc|connectorx|pages --threads N STATEMENTS.json REPORT
 
+(adbc and connectorx: ``pip install .[bench]``; analyze-trace itself reads with pages.py and the
+stdlib cursor only, issue 42.)
+
 ``record`` runs analyze.read.report's reader on the report with every statement cut to ``LIMIT 0``
 (its one entry point: fastread.read_frame) and writes the statements
 it issued (so the columns and rowid parts are exactly those the analysis
