@@ -138,9 +138,11 @@ def _read_stdlib(conn, sql: str, columns: list[str], params=(), copy: bool = Tru
         if not rows:
             break
         rows_read += len(rows)
-        for i, values in enumerate(zip(*rows)):
-            parts[i].append(_arrow_or_objects(values))
+        grid = np.array(rows, dtype=object)          # rows x columns, built in C (zip(*rows) took 2x)
         del rows
+        for i in range(len(columns)):
+            parts[i].append(_arrow_or_objects(grid[:, i]))
+        del grid
     if rows_read == 0:
         return _empty(columns)
     out = {}
@@ -150,15 +152,16 @@ def _read_stdlib(conn, sql: str, columns: list[str], params=(), copy: bool = Tru
     return _frame(out, columns)
 
 
-def _arrow_or_objects(values: tuple):
-    """One batch of one column: an Arrow array where Arrow types every value alike (integers,
-    floats, integers and floats as floats, text, blobs, NULLs), else the values as they are."""
+def _arrow_or_objects(values: np.ndarray):
+    """One batch of one column (an object array): an Arrow array where Arrow types every value
+    alike (integers, floats, integers and floats as floats, text, blobs, NULLs), else the values as
+    they are."""
     import pyarrow as pa
 
     try:
-        return pa.array(values)
+        return pa.array(values, from_pandas=False)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return list(values)
+        return values.tolist()
 
 
 def _stdlib_column(parts: list, copy: bool) -> np.ndarray:
