@@ -132,24 +132,7 @@ def parse_size(text: str) -> int:
 
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from analyze.read import prefetch
-
-    path = early_read_path(args)
-    early = path is not None and prefetch.start_calls(path)
-    try:
-        return _run_analyze(args)
-    finally:
-        if early:
-            prefetch.forget()          # not taken (an error, an NVTX-only report): dropped
-
-
-def early_read_path(args) -> str | None:
-    """The report whose API calls are read while the CLI starts up (read/prefetch.py): one report
-    analysed here from its export (not several, not from the Parquet cache, not on a Dask
-    cluster); None otherwise."""
-    if len(args.reports) != 1 or args.cache or args.scheduler:
-        return None
-    return str(args.reports[0])
+    return _run_analyze(args)
 
 
 def _run_analyze(args) -> int:
@@ -264,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", RuntimeWarning)   # numpy's empty-slice chatter is not for users
     warnings.simplefilter("default", SchemaWarning)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"analyze-trace: warning: {msg}\n"
-    single_threaded_blas()           # before NumPy loads (the early read's thread imports it)
+    single_threaded_blas()           # before NumPy loads
     memory.one_heap()
     memory.small_pages()
     try:

@@ -72,7 +72,7 @@ TRIM_THRESHOLD_BYTES = 2**31 - 1      # the largest an int takes: free() never t
 def one_heap() -> None:
     """One malloc arena for every thread, and Arrow's buffers from that same malloc (the
     analyze-trace CLI calls this first, before any thread starts; ``SPECPROF_ALLOCATOR=default``
-    keeps glibc's and Arrow's defaults). The readers' threads (connectorx's, the pool's) each got
+    keeps glibc's and Arrow's defaults). The readers' threads (then connectorx's, the pool's) each got
     an arena of their own, and Arrow its mimalloc heap: memory freed in one was never reused by
     another, so the analysis faulted in fresh pages all along and its peak held every arena's
     high-water mark. Measured on the 10M-kernel file (bench/results.md's file, ``/usr/bin/time``):

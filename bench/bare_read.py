@@ -3,8 +3,11 @@
     python bench/bare_read.py record REPORT STATEMENTS.json      # once, not timed
     python bench/bare_read.py read --backend adbc|connectorx|pages --threads N STATEMENTS.json REPORT
 
+(adbc and connectorx: ``pip install .[bench]``; analyze-trace itself reads with pages.py and the
+stdlib cursor only, issue 42.)
+
 ``record`` runs analyze.read.report's reader on the report with every statement cut to ``LIMIT 0``
-(both of its entry points: fastread.read_frame and fastread.read_batches) and writes the statements
+(its one entry point: fastread.read_frame) and writes the statements
 it issued (so the columns and rowid parts are exactly those the analysis
 reads). ``read`` is what is timed (in a fresh process, by bench/run.py): it imports only the
 backend and pyarrow (``pages``: analyze/read/pages.py, specprof's own reader of the file's pages,
@@ -33,29 +36,40 @@ def record(path: str) -> list[str]:
     from analyze.read import fastread, report
 
     seen: list[str] = []
-    frame, batches = fastread.read_frame, fastread.read_batches
+    frame = fastread.read_frame
 
     def spy_frame(conn, sql, columns, params=(), **kw):
         seen.append(sql)
         return frame(conn, sql + " LIMIT 0", columns, params, **kw)
 
-    def spy_batches(conn, sql):
-        seen.append(sql)
-        return batches(conn, sql + " LIMIT 0")
-
-    fastread.read_frame, fastread.read_batches = spy_frame, spy_batches
+    fastread.read_frame = spy_frame
     try:
         report.read_report(path, threads=1)
     finally:
-        fastread.read_frame, fastread.read_batches = frame, batches
+        fastread.read_frame = frame
     return seen
+
+
+def split_select(sql: str) -> tuple[list[str], str]:
+    """``SELECT a, f(b, c), d FROM ...`` -> (['a', 'f(b, c)', 'd'], 'FROM ...')."""
+    m = re.match(r"\s*SELECT\s+(.*?)\s+(FROM\s.*)$", sql, re.S | re.I)
+    if not m:
+        raise ValueError(f"not a SELECT ... FROM: {sql[:60]}")
+    items, depth, cur = [], 0, ""
+    for ch in m.group(1):
+        if ch == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+            continue
+        depth += (ch == "(") - (ch == ")")
+        cur += ch
+    items.append(cur.strip())
+    return items, m.group(2)
 
 
 def for_connectorx(sql: str) -> str:
     """The same statement as connectorx can type it (see the module docstring)."""
-    from analyze.read import cxread
-
-    items, rest = cxread.split_select(sql)
+    items, rest = split_select(sql)
     kept = []
     for it in items:
         if it.upper() == "NULL":
@@ -75,8 +89,10 @@ def connectorx_uri(path: str) -> str:
     """A read-only connectorx connection string for ``path``. connectorx hands SQLite the text after
     the 9th character of the URL it parses (``sqlite://`` is 9 long) and opens it with SQLite's URI
     flag; ``sqlite:<2 chars>file:...?mode=ro`` is left intact by URL parsing, so SQLite opens a
-    ``file:`` URI read-only (a ``sqlite://`` URL would lose the colon of ``file:``). analyze-trace's
-    own connectorx reader (analyze/read/cxread.py) checks that writes fail before it reads."""
+    ``file:`` URI read-only (a ``sqlite://`` URL would lose the colon of ``file:``; connectorx's
+    documented ``sqlite://PATH`` opens the file read-write). connectorx is no reader of
+    analyze-trace's (issue 42); the benchmark times it as the reference its speed bar is stated
+    against."""
     return "sqlite:ro" + Path(path).resolve().as_uri().replace("file:///", "file:/", 1) + "?mode=ro&immutable=1"
 
 

@@ -68,12 +68,23 @@ def test_bare_read_statements_are_those_of_analyze_trace_and_read_the_same_rows(
     con = sqlite3.connect(f"file:{REAL}?mode=ro", uri=True)
     want = sum(len(con.execute(s).fetchall()) for s in sqls)
     con.close()
-    assert bare_read.read("adbc", 1, sqls, str(REAL)) == want
-    assert bare_read.read("adbc", 2, sqls, str(REAL)) == want
-    pytest.importorskip("connectorx")
-    assert bare_read.read("connectorx", 2, sqls, str(REAL)) == want
+    assert bare_read.read("pages", 1, sqls, str(REAL)) == want
+    assert bare_read.read("pages", 2, sqls, str(REAL)) == want
     assert bare_read.for_connectorx("SELECT a, NULL, COALESCE(b, c), d FROM t WHERE x") == \
         "SELECT a, IFNULL(COALESCE(b, c), 0), d FROM t WHERE x"
+    assert bare_read.split_select("SELECT a, f(b, c), d FROM t") == (["a", "f(b, c)", "d"], "FROM t")
+    for backend, module in (("adbc", "adbc_driver_sqlite"), ("connectorx", "connectorx")):
+        if run.have_module(module):          # (pip install .[bench]; skipped where absent)
+            assert bare_read.read(backend, 2, sqls, str(REAL)) == want, backend
+
+
+def test_bare_read_contenders_are_those_installed(monkeypatch):
+    """ADBC and connectorx are bench-only (the [bench] extra): each is a contender only where it is
+    installed; pages.py always is."""
+    for have in ([], ["connectorx"], ["adbc_driver_sqlite"], ["adbc_driver_sqlite", "connectorx"]):
+        monkeypatch.setattr(run, "have_module", lambda name, have=have: name in have)
+        want = (["adbc"] if "adbc_driver_sqlite" in have else []) + (["connectorx"] if "connectorx" in have else [])
+        assert run.bare_backends() == want + ["pages"]
 
 
 def test_tiled_real_trace_has_eight_ranks_and_the_source_kernels_times_tiles(tmp_path):
@@ -168,7 +179,8 @@ def test_bench_end_to_end_small(tmp_path):
     assert {r["file_kind"] for r in res["rows"]} == {"synth", "real"}
     for row in res["rows"]:
         runs = row["runs"]
-        for key in ("analyze", "analyze_json", "analyze_budget", "bare_adbc_1", "bare_adbc_2", "sqlite_scan"):
+        for key in ("analyze", "analyze_json", "analyze_budget", "sqlite_scan") + tuple(
+                f"bare_{b}_{t}" for b in run.bare_backends() for t in (1, 2)):
             assert runs[key]["rc"] == 0 and runs[key]["wall_s"] > 0, key
         if scripts is not None:
             assert runs["nsys25_proj"]["rc"] == 0 and Path(row["file"]).with_name("bench_out").joinpath(

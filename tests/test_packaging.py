@@ -98,3 +98,42 @@ def test_analyze_trace_from_the_wheel_runs_the_demo(wheel, tmp_path):
     for key in ("ranks", "phases", "kernels", "totals", "cycles", "notes"):
         assert rows(data[key]) == rows(here[key]), key
     assert len(data["phases"]) == 24 and data["notes"][0]["code"] == "shared_correlation_ids"
+
+
+def test_the_wheel_needs_neither_connectorx_nor_adbc(wheel):
+    """connectorx and ADBC are no readers of analyze-trace's (issue 42): not runtime dependencies,
+    only the benchmark's ``[bench]`` extra."""
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    runtime = [r for r in requires if "extra ==" not in r]
+    assert any(r.startswith("pyarrow") for r in runtime) and any(r.startswith("pandas") for r in runtime)
+    assert not any(r.startswith(("connectorx", "adbc")) for r in runtime), runtime
+    bench = sorted(r.split(";")[0].strip() for r in requires if "extra == \"bench\"" in r)
+    assert bench == ["adbc-driver-sqlite>=1.0", "connectorx>=0.4"]
+
+
+def test_the_analysis_runs_where_connectorx_and_adbc_cannot_be_imported(tmp_path):
+    """analyze-trace on a real export with connectorx and the ADBC driver unimportable: the same
+    JSON as here, and neither module loaded."""
+    report = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
+    code = f"""
+import importlib.abc, sys
+BLOCKED = ("connectorx", "adbc_driver_sqlite", "adbc_driver_manager")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+from analyze import cli
+rc = cli.main([{str(report)!r}, "-q", "--json", {str(tmp_path / "blocked.json")!r}])
+assert rc == 0, rc
+assert not [m for m in sys.modules if m.split(".")[0] in BLOCKED]
+print("ok")
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    from analyze import cli
+    assert cli.main([str(report), "-q", "--json", str(tmp_path / "here.json")]) == 0
+    assert json.loads((tmp_path / "blocked.json").read_text()) == json.loads((tmp_path / "here.json").read_text())

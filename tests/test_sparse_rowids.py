@@ -122,7 +122,7 @@ def test_chunked_analysis_equal(pair, monkeypatch):
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)          # a few dozen chunks of the 2728 kernels
     orig, sparse = pair
     with sqlite3.connect(sparse) as conn:
-        plan, _ = chunks.plan_chunks(conn, 97)
+        plan, _ = report.plan_chunks(conn, 97)
     assert 20 < len(plan) <= 2728 // 97 + 1
     a, b = api.load(orig, memory_budget=1), api.load(sparse, memory_budget=1)
     (n_a,), (n_b,) = ([n.count for n in x.notes if n.code == N.CHUNKED] for x in (a, b))
@@ -175,7 +175,7 @@ def test_chunks_are_cut_by_the_table_with_most_rows(pair, tmp_path):
     conn.execute(f"UPDATE {memcpy} SET rowid = -rowid * 3000")
     conn.commit()
     try:
-        plan, _ = chunks.plan_chunks(conn, 500)
+        plan, _ = report.plan_chunks(conn, 500)
         kernels_per_chunk = [sum(_count(conn, KERNELS, p.rowid_lo, p.rowid_hi) for p in parts if p.table == KERNELS)
                              for parts in plan]
     finally:

@@ -1,6 +1,6 @@
 """SQLite's file format read directly: a rowid table's B-tree into NumPy columns, vectorised over rows.
 
-The first of fastread's backends. SQLite (and connectorx and ADBC, which drive it) turn every row
+The first of fastread's two readers (the stdlib cursor is the other). SQLite turns every row
 into values one at a time; here a whole batch of leaf pages is decoded at once, each step one NumPy
 operation over every row of the batch: the cell pointers, the record headers' varints, the serial
 types and the big-endian integers (one gather of eight bytes per value through a byte-strided
@@ -9,9 +9,9 @@ view). NumPy lets go of the GIL in these steps, so the reads of several tables r
 Read-only by construction: the file is opened ``O_RDONLY`` and its pages are copied into a buffer
 with ``pread`` (no mapping whose pages would count as this process' memory, no SIGBUS if the file
 shrank). Only a report opened ``immutable=1`` is read this way (no journal or WAL beside it: the
-file holds every committed row; :func:`fastread.second_sqlite_allowed`).
+file holds every committed row; :func:`fastread.backend_for`).
 
-What it reads (anything else: :class:`Unsupported`, and the caller asks the next backend, which
+What it reads (anything else: :class:`Unsupported`, and the caller asks the stdlib cursor, which
 reads anything):
 
 * statements ``SELECT item, ... FROM table [WHERE cond AND ...]`` with items a column, ``NULL``, an
@@ -23,7 +23,7 @@ reads anything):
   text (or NULL); a float, a blob or a mix in a column read, text that is not valid UTF-8, a text
   column of over 2 GiB (:data:`TEXT_BYTES_MAX`: one Arrow string array), a missing trailing column
   with a default, a page or cell that does not parse: Unsupported for the whole
-  statement (fastread counts it in ``FELL_BACK`` and asks the next backend).
+  statement (fastread counts it in ``FELL_BACK`` and asks the stdlib cursor).
 
 A batch is a few MiB of leaf pages (:data:`BATCH_BYTES`: its per-row arrays stay in the CPU's
 caches); a record header's serial types are read eight bytes at a time, and the columns whose type
@@ -31,7 +31,7 @@ is the same in every row of the batch (most: nsys writes its tables row by row w
 widths) are sized once for the batch. Results go into arrays sized once from the rowid range (the
 untouched tail of an over-estimate is never faulted in).
 
-The result is what connectorx returns for the statement (cxread.read_table): an Arrow table, one
+The result is an Arrow table, one
 column per item, ``int64`` (NULLs as nulls) or ``string``; rows in rowid order, the order of
 SQLite's scan. tests/test_pages.py checks it against SQLite on real exports and crafted files.
 File format: https://www.sqlite.org/fileformat2.html (sections 1.3, 1.6, 2.1, 2.2).
@@ -675,7 +675,7 @@ def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
     connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
     per select item; Unsupported for what this reader does not read (module doc). The caller makes
     sure the file holds every row: a report opened ``immutable`` (no journal or WAL beside it), as
-    fastread.backend_for and prefetch.py do."""
+    fastread.backend_for does."""
     import pyarrow as pa
 
     if np.little_endian is False:

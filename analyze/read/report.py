@@ -16,12 +16,11 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.errors import CorruptReport
+from analyze.errors import CorruptReport, TraceError
 from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
 from analyze.read import ids
-from analyze.read import statements
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
 from analyze.read.inputs import display_path
@@ -40,7 +39,8 @@ GPU_OP_TABLES = {
     "memset": "CUPTI_ACTIVITY_KIND_MEMSET",
     "graph": "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
 }
-RUNTIME_TABLE = statements.RUNTIME_TABLE
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+CALL_COLUMNS = ("globalTid", "correlationId", "start", "end")
 
 GPU_OP_COLUMNS = ["kind", "global_pid", "device_id", "stream_id", "correlation_id", "graph_node_id",
                   "name_id", "start_ns", "end_ns"]
@@ -66,13 +66,12 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return connection.table_columns(conn, table)
 
 
-def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True,
-          rows_hint: int | None = None) -> pd.DataFrame:
+def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True) -> pd.DataFrame:
     """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
 
-    The backend (ADBC -> Arrow, read-only URI; stdlib cursor as fallback) lives in fastread.py.
+    The readers (pages.py; the stdlib cursor where it does not read a statement) are in fastread.py.
     ``copy=False``: integer columns may be read-only views of the Arrow buffers."""
-    return fastread.read_frame(conn, sql, columns, copy=copy, rows_hint=rows_hint)
+    return fastread.read_frame(conn, sql, columns, copy=copy)
 
 
 def table_rows(conn: sqlite3.Connection, table: str) -> int | None:
@@ -324,7 +323,7 @@ def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
     are counted in ``frame.attrs["excluded_rows"]``."""
     sql = part.sql if part.rowid_lo is None else \
         f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False, rows_hint=part.rows_hint)
+    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False)
     frame, excluded = _valid_ops(frame, part.kind, session_end_ns(conn))
     frame = _int64(frame, _OP_INT_COLUMNS)
     frame.attrs[EXCLUDED] = excluded
@@ -345,7 +344,7 @@ def read_op_keys(conn: sqlite3.Connection, plan: list[OpRead]):
     for part in plan:
         sql = part.key_sql if part.rowid_lo is None else \
             f"{part.key_sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False, rows_hint=part.rows_hint), _KEY_COLUMNS)
+        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False), _KEY_COLUMNS)
         yield frame["global_pid"].to_numpy(), frame["correlation_id"].to_numpy()
         del frame
 
@@ -542,14 +541,23 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
     return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
 
 
+def calls_statement(columns: list[str]) -> str | None:
+    """The SELECT of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
+    (None: the table lacks what the analysis needs)."""
+    if not set(CALL_COLUMNS) <= set(columns):
+        return None
+    name = "nameId" if "nameId" in columns else "NULL"
+    return f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}"
+
+
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     """CUDA runtime and driver API calls (the launch side of every GPU op)."""
     names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
-    sql = statements.calls_statement(table_columns(conn, RUNTIME_TABLE))    # (the CLI may have read it early)
+    sql = calls_statement(table_columns(conn, RUNTIME_TABLE))
     if sql is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
-        frame = _read(conn, sql, names, copy=False, rows_hint=table_rows(conn, RUNTIME_TABLE))
+        frame = _read(conn, sql, names, copy=False)
         frame, excluded = _valid_calls(frame, session_end_ns(conn))
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
@@ -612,7 +620,7 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
              pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
     span = rowid_span(conn, "NVTX_EVENTS")
     if not chunk_rows or span is None or span.rows <= chunk_rows:
-        events = _read(conn, sql, list(sel), copy=False, rows_hint=span.rows if span is not None else None)
+        events = _read(conn, sql, list(sel), copy=False)
         if events.empty:
             return empty
         range_frame, mark_frame, info = _nvtx_frames(events, strings)
@@ -626,8 +634,7 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
     parts, max_ts, excluded = [], None, []
     cuts = rowid_cuts(conn, "NVTX_EVENTS", span, chunk_rows) + [span.hi]
     for a, b in zip(cuts, cuts[1:]):
-        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel),
-                       copy=False, rows_hint=min(int(chunk_rows), b - a))
+        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel), copy=False)
         if len(events):
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
@@ -840,7 +847,7 @@ def read_hostname(conn: sqlite3.Connection) -> str | None:
 def read_threads(conn=None) -> int:
     """Readers working at once: one per core, at most two (SQLite pages are decoded in parallel, the
     rest is copying: measured 1.3x faster with two, no better with more); ``SPECPROF_READ_THREADS``
-    overrides. The stdlib fallback reads in one thread (it holds the GIL); connectorx and ADBC in two.
+    overrides. The stdlib cursor reads in one thread (it holds the GIL); pages.py in two.
     ``conn``: the report to read (one with a WAL beside it is read by the stdlib cursor)."""
     env = os.environ.get("SPECPROF_READ_THREADS")
     if env:
@@ -904,7 +911,6 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
-        fastread.close(conn)
         conn.close()
 
 
@@ -953,7 +959,6 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         try:
             return fn(own, *args)
         finally:
-            fastread.close(own)
             own.close()
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="specprof-read") as pool:
@@ -976,3 +981,102 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         parts += [read_part(p) for p in plan[1:ahead]]
         ops = assemble_gpu_ops(plan, _results_in_order(parts, read_part, plan[ahead:]))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
+
+# ------------------------------------------------------------------------------------------
+# time-ordered chunks of the GPU ops (run/chunks.py's SqliteChunks): rowid ranges cut at times
+
+def _start_at(conn, table: str, rowid: int) -> tuple[int, int] | None:
+    row = conn.execute(f"SELECT rowid, start FROM {table} WHERE rowid >= ? AND start IS NOT NULL "
+                       "ORDER BY rowid LIMIT 1", (rowid,)).fetchone()
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def _first_rowid_at(conn, table: str, t: int, lo: int, hi: int) -> int:
+    """Smallest rowid in [lo, hi] whose start is >= t (hi when none), rows in start order."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        found = _start_at(conn, table, mid)
+        if found is None or found[0] >= hi:
+            hi = mid
+        elif found[1] >= t:
+            hi = mid
+        else:
+            lo = found[0] + 1
+    return lo
+
+
+def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[OpRead]], list[int]]:
+    """(reads per chunk, chunk start times): the biggest op table cut every ``chunk_rows`` rows,
+    the others cut at the same times."""
+    whole = plan_gpu_op_reads(conn)
+    tables = []
+    for part in whole:
+        span = rowid_span(conn, part.table)
+        if span is not None:
+            tables.append((part, span))
+    if not tables:
+        return [], []
+    driver, d_span = max(tables, key=lambda t: t[1].rows)
+    times = [int(np.iinfo(np.int64).min)]
+    for a in rowid_cuts(conn, driver.table, d_span, chunk_rows)[1:]:
+        found = _start_at(conn, driver.table, a)
+        if found is not None and found[1] > times[-1]:
+            times.append(found[1])
+    chunks: list[list[OpRead]] = [[] for _ in times]
+    for part, span in tables:
+        lo, hi = span.lo, span.hi
+        cuts = [lo] + [_first_rowid_at(conn, part.table, t, lo, hi) for t in times[1:]] + [hi]
+        for k in range(len(times)):
+            a, b = cuts[k], max(cuts[k], cuts[k + 1])
+            if b > a:
+                chunks[k].append(OpRead(part.kind, part.table, part.sql, a, b, min(b - a, span.rows)))
+    return chunks, times
+
+
+class TimeChunkPlan(NamedTuple):
+    """The chunks of an export: per chunk the op reads (rowid ranges), the chunk start times, and
+    how the export was opened (the same way for every read)."""
+
+    path: str
+    immutable: bool
+    reads: list
+    times: list
+
+
+def plan_time_chunks(path: str, chunk_rows: int) -> TimeChunkPlan:
+    """The chunks of ``path``: its biggest op table cut every ``chunk_rows`` rows, the others at
+    the same times (nsys writes activity tables in start order; run/chunks.py checks each chunk)."""
+    conn = open_report(path, quick_check=False)
+    try:
+        reads, times = plan_chunks(conn, chunk_rows)
+        return TimeChunkPlan(str(path), bool(conn.immutable), reads, times)
+    finally:
+        conn.close()
+
+
+def read_time_chunk(plan: TimeChunkPlan, k: int) -> list[tuple[str, pd.DataFrame]]:
+    """(op kind, frame) of every op read of chunk ``k`` (:func:`read_op_part`), on its own connection
+    (chunks are read in a thread)."""
+    own = open_report(plan.path, immutable=plan.immutable, quick_check=False)
+    try:
+        return [(r.kind, read_op_part(own, r)) for r in plan.reads[k]]
+    finally:
+        own.close()
+
+
+def row_counts(path: str) -> dict | None:
+    """Rows of the tables an analysis' memory grows with: ``ops`` (every GPU op table), ``calls``
+    (CUDA API calls), ``ranges`` (NVTX events); None when the report cannot be opened or read (the
+    analysis then says why). A few seeks, no scan."""
+    try:
+        conn = open_report(path, quick_check=False)
+    except (TraceError, OSError, sqlite3.Error):
+        return None
+    try:
+        return {"ops": sum(p.rows_hint or 0 for p in plan_gpu_op_reads(conn)),
+                "calls": table_rows(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") or 0,
+                "ranges": table_rows(conn, "NVTX_EVENTS") or 0}
+    except (TraceError, sqlite3.Error):
+        return None
+    finally:
+        conn.close()

@@ -51,8 +51,9 @@ def integer_values(column) -> tuple[np.ndarray, np.ndarray]:
     if values.dtype.kind == "f":
         ok = np.isfinite(values) & (values == np.floor(values)) & (np.abs(values) < 2.0 ** 63)
         return np.where(ok, values, 0).astype("int64"), ok
-    # object: Python ints, floats, text, None. A column whose values change type mid-table comes
-    # from the ADBC reader as text throughout ("5402893519"): integer text is the integer it shows
+    # object: Python ints, floats, text, None. A column whose values change type mid-table may hold
+    # integers as text ("5402893519"; the ADBC reader, gone since issue 42, gave such a column as
+    # text throughout): integer text is the integer it shows
     # (SQLite's INTEGER affinity stores every integer-looking text as an integer, so only text that
     # does not look like one was text in the file)
     out = np.zeros(len(values), dtype="int64")

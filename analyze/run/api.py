@@ -10,7 +10,6 @@ would not fit the memory available where it runs; then in time-ordered chunks.
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,8 @@ from pathlib import Path
 from analyze import memory
 from analyze import notes as N
 from analyze.attribute.phases import PhaseConfig
-from analyze.errors import TraceError
 from analyze.notes import Note
 from analyze.read import capture, report, runset
-from analyze.read.connection import open_report
 from analyze.results import Analysis, ReportResult
 from analyze.run import multirank
 from analyze.run.executors import executor
@@ -260,35 +257,21 @@ AUTO_BUDGET_SHARE = 0.5
 
 
 def estimate_whole_bytes(path: str) -> int | None:
-    """What the whole analysis of ``path`` is expected to peak at (row counts: report.table_rows, a
+    """What the whole analysis of ``path`` is expected to peak at (row counts: report.row_counts, a
     few seeks), or None when the report cannot be opened (the analysis then says why)."""
-    try:
-        conn = open_report(path, quick_check=False)
-    except (TraceError, OSError, sqlite3.Error):
+    rows = report.row_counts(path)
+    if rows is None:
         return None
-    try:
-        ops = sum(p.rows_hint or 0 for p in report.plan_gpu_op_reads(conn))    # one read per op table: its rows
-        calls = report.table_rows(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") or 0
-        ranges = report.table_rows(conn, "NVTX_EVENTS") or 0
-        return BASE_BYTES + WHOLE_BYTES_PER_OP * ops + FLOOR_BYTES_PER_CALL * calls + FLOOR_BYTES_PER_RANGE * ranges
-    except (TraceError, sqlite3.Error):
-        return None
-    finally:
-        conn.close()
+    return (BASE_BYTES + WHOLE_BYTES_PER_OP * rows["ops"] + FLOOR_BYTES_PER_CALL * rows["calls"]
+            + FLOOR_BYTES_PER_RANGE * rows["ranges"])
 
 
 def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
-    note that says so. Whole too when the memory or the estimate is unknown. Where the CLI read the
-    report's calls early (read/prefetch.py), the memory available before that read started: the
-    estimate holds the libraries and the calls already."""
-    from analyze.read import prefetch
-
-    available = prefetch.available_before(path)
-    if available is None:
-        available = memory.available_bytes()
+    note that says so. Whole too when the memory or the estimate is unknown."""
+    available = memory.available_bytes()
     need = None if available is None else estimate_whole_bytes(path)
     if need is None:
         return None, None

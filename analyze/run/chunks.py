@@ -22,7 +22,6 @@ import numpy as np
 
 from analyze.attribute.intervals import INT64_MIN
 from analyze.read import report
-from analyze.read.connection import open_report
 from analyze.run.mapstep import OpChunk, chunk_of_parts
 
 INT64_MAX = np.iinfo(np.int64).max
@@ -33,82 +32,23 @@ class NotTimeOrdered(Exception):
 
 
 # ------------------------------------------------------------------------------------------
-# the export: rowid ranges
-
-def _start_at(conn, table: str, rowid: int) -> tuple[int, int] | None:
-    row = conn.execute(f"SELECT rowid, start FROM {table} WHERE rowid >= ? AND start IS NOT NULL "
-                       "ORDER BY rowid LIMIT 1", (rowid,)).fetchone()
-    return (int(row[0]), int(row[1])) if row else None
-
-
-def _first_rowid_at(conn, table: str, t: int, lo: int, hi: int) -> int:
-    """Smallest rowid in [lo, hi] whose start is >= t (hi when none), rows in start order."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        found = _start_at(conn, table, mid)
-        if found is None or found[0] >= hi:
-            hi = mid
-        elif found[1] >= t:
-            hi = mid
-        else:
-            lo = found[0] + 1
-    return lo
-
-
-def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[report.OpRead]], list[int]]:
-    """(reads per chunk, chunk start times): the biggest op table cut every ``chunk_rows`` rows,
-    the others cut at the same times."""
-    whole = report.plan_gpu_op_reads(conn)
-    tables = []
-    for part in whole:
-        span = report.rowid_span(conn, part.table)
-        if span is not None:
-            tables.append((part, span))
-    if not tables:
-        return [], []
-    driver, d_span = max(tables, key=lambda t: t[1].rows)
-    times = [INT64_MIN]
-    for a in report.rowid_cuts(conn, driver.table, d_span, chunk_rows)[1:]:
-        found = _start_at(conn, driver.table, a)
-        if found is not None and found[1] > times[-1]:
-            times.append(found[1])
-    chunks: list[list[report.OpRead]] = [[] for _ in times]
-    for part, span in tables:
-        lo, hi = span.lo, span.hi
-        cuts = [lo] + [_first_rowid_at(conn, part.table, t, lo, hi) for t in times[1:]] + [hi]
-        for k in range(len(times)):
-            a, b = cuts[k], max(cuts[k], cuts[k + 1])
-            if b > a:
-                chunks[k].append(report.OpRead(part.kind, part.table, part.sql, a, b, min(b - a, span.rows)))
-    return chunks, times
-
+# the export: rowid ranges (read/report.py plans and reads them)
 
 class SqliteChunks:
-    """The chunks of an export (``chunk_rows`` rows of its biggest op table each). ``on_read``:
-    called with every part read, (op kind, frame), e.g. to write the cache as the chunks go by."""
+    """The chunks of an export (``chunk_rows`` rows of its biggest op table each;
+    :func:`analyze.read.report.plan_time_chunks`). ``on_read``: called with every part read, (op
+    kind, frame), e.g. to write the cache as the chunks go by."""
 
     def __init__(self, path: str, chunk_rows: int, on_read=None):
         self.path, self.on_read = str(path), on_read
-        conn = open_report(self.path, quick_check=False)
-        try:
-            self.immutable = conn.immutable
-            self.reads, self.times = plan_chunks(conn, chunk_rows)
-        finally:
-            from analyze.read import fastread
-            fastread.close(conn)
-            conn.close()
+        self.plan = report.plan_time_chunks(self.path, chunk_rows)
+        self.times = self.plan.times
 
     def __len__(self) -> int:
         return len(self.times)
 
     def read(self, k: int) -> OpChunk:
-        from analyze.read import fastread
-        own = open_report(self.path, immutable=self.immutable, quick_check=False)
-        try:
-            parts = [(r.kind, report.read_op_part(own, r)) for r in self.reads[k]]
-        finally:
-            fastread.close(own)
-            own.close()
+        parts = report.read_time_chunk(self.plan, k)
         if self.on_read is not None:
             for kind, frame in parts:
                 self.on_read(kind, frame)
