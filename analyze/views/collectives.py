@@ -8,7 +8,7 @@ from analyze.views import skew as skew_mod
 from analyze.views.registry import view
 
 
-@view("skew")
+@view("skew", file=2)
 def skew(a) -> pd.DataFrame:
     """Per rank: collectives, wait and transfer time, how often it arrived last in a significantly
     skewed steady-state collective (skew.skew_table)."""
