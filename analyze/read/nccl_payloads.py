@@ -93,3 +93,25 @@ def size_summary(sizes: np.ndarray) -> dict:
         return {"count": 0}
     return {"count": int(len(sizes)), "min_bytes": int(sizes.min()), "median_bytes": float(np.median(sizes)),
             "max_bytes": int(sizes.max())}
+
+
+def inputs_message_sizes(inputs: list[dict]) -> tuple[pd.DataFrame, dict]:
+    """The sized NCCL ranges of an analysis' inputs (``Analysis.inputs``: path and clock offset) on
+    the analysis' clock (each input's ``offset_ns`` added), with an ``input`` column; info summed
+    over the inputs (``reason``: the first input's when none had sizes)."""
+    frames, info, reasons = [], {"reason": None, "events": 0, "undecoded": 0}, []
+    for inp in inputs:
+        frame, i = message_sizes(inp["path"])
+        info["events"] += i["events"]
+        info["undecoded"] += i["undecoded"]
+        if i["reason"]:
+            reasons.append(i["reason"])
+        if len(frame):
+            off = int(inp.get("offset_ns") or 0)
+            frames.append(frame.assign(start_ns=frame["start_ns"] + off, end_ns=frame["end_ns"] + off,
+                                       input=inp["path"]))
+    if not frames:
+        info["reason"] = reasons[0] if reasons else "no NCCL payloads"
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c not in ("name", "input") else "object")
+                             for c in COLUMNS + ["input"]}), info
+    return pd.concat(frames, ignore_index=True), info

@@ -429,6 +429,11 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
         sections.append(("skew", "All-reduce skew", "All-reduce skew",
                          '<p class="sub">no collectives: one rank, or no all-reduce kernels matched the '
                          "allreduce phase's kernel patterns</p>"))
+    for info in views.section_views():           # the views registered with a title: a table each
+        frame = views.get(a, info.name)
+        if isinstance(frame, pd.DataFrame) and len(frame):
+            sections.append((info.name.replace("_", "-"), info.title.split(" per ")[0], info.title,
+                             _table_html(frame, table_id=f"t-{info.name.replace('_', '-')}")))
     if advice is not None:
         from analyze.render import advice as advice_render
 

@@ -12,6 +12,7 @@ import shutil
 import re
 import textwrap
 
+import numpy as np
 import pandas as pd
 
 from analyze import notes as N
@@ -383,6 +384,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
         out.append("")
 
     out += skew_lines(result, width)
+    out += section_lines(result, width)
 
     if len(result.alignment) > 1:
         out.append("Clock alignment of separate reports")
@@ -436,6 +438,34 @@ def kernel_lines(result, top: int, width: int) -> list[str]:
     out = ["Top kernels per phase (all ranks; exclusive phase of each op)"]
     out += table(headers, cells, "llrrrr")
     return out + [""]
+
+
+def cell(v) -> str:
+    """One value of a generic table: integers with thousands separators, floats with one decimal
+    (two below 10), missing as '-'."""
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return f"{int(v):,}"
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):,.2f}" if abs(v) < 10 else f"{float(v):,.1f}"
+    return str(v)
+
+
+def section_lines(result, width: int) -> list[str]:
+    """The views registered with a title (views.section_views): each a titled table, when it has rows."""
+    out = []
+    for info in views.section_views():
+        frame = views.get(result, info.name)
+        if not isinstance(frame, pd.DataFrame) or frame.empty:
+            continue
+        out.append(info.title)
+        out += table(list(frame.columns), [[cell(v) for v in row] for row in frame.itertuples(index=False)],
+                     width=width)
+        out.append("")
+    return out
 
 
 def skew_lines(result, width: int) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.timeline.cycles import steady
+
 COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "arrival_lag_ns",
            "wait_ns", "transfer_ns", "phase", "last_arrival"]
 
@@ -110,3 +112,39 @@ def stragglers_of(summary: pd.DataFrame) -> list[int]:
     if summary.empty or summary["times_late"].max() <= 0:
         return []
     return [int(r) for r in summary.loc[summary["times_late"] == summary["times_late"].max(), "rank"]]
+
+
+BYTES_COLUMNS = ["rank", "cycles", "collectives_per_cycle", "bytes_per_cycle", "message_bytes_min",
+                 "message_bytes_max"]
+
+
+def bytes_per_cycle(sized: pd.DataFrame, ranks: pd.DataFrame, cycles: pd.DataFrame) -> pd.DataFrame:
+    """Per rank over its steady decode cycles (timeline.cycles.steady): NCCL collectives and message
+    bytes per cycle, and the smallest and largest message. ``sized``: NCCL ranges with a message size
+    (read/nccl_payloads.py: global_tid, start_ns, message_bytes, input); a range belongs to its
+    process's rank (``ranks``: global_pid, input) and to the steady cycle whose host range
+    [cpu_start_ns, cpu_end_ns] holds its start on that rank. Empty without sizes or cycles."""
+    empty = pd.DataFrame({c: pd.Series(dtype="float64" if "per_cycle" in c else "int64") for c in BYTES_COLUMNS})
+    if sized is None or sized.empty or cycles is None or cycles.empty or ranks is None or ranks.empty:
+        return empty
+    key = ranks.assign(input=ranks["input"].astype(str))[["global_pid", "input", "rank"]]
+    s = sized.assign(global_pid=sized["global_tid"].to_numpy(dtype="int64") & ~np.int64(0xFFFFFF),
+                     input=sized["input"].astype(str))
+    s = s.merge(key, on=["global_pid", "input"], how="inner")
+    st = steady(cycles)
+    rows = []
+    for rank, c in st.groupby("rank", sort=True):
+        mine = s[s["rank"] == rank]
+        lo = c["cpu_start_ns"].to_numpy(dtype="int64")
+        hi = c["cpu_end_ns"].to_numpy(dtype="int64")
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
+        t = mine["start_ns"].to_numpy(dtype="int64")
+        pos = np.searchsorted(lo, t, side="right") - 1
+        inside = (pos >= 0) & (t <= hi[np.clip(pos, 0, None)])
+        b = mine["message_bytes"].to_numpy(dtype="int64")[inside]
+        n = len(c)
+        rows.append([int(rank), n, inside.sum() / n, float(b.sum()) / n,
+                     int(b.min()) if len(b) else None, int(b.max()) if len(b) else None])
+    out = pd.DataFrame(rows, columns=BYTES_COLUMNS)
+    return out.astype({"message_bytes_min": "Int64", "message_bytes_max": "Int64"})

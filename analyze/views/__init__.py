@@ -26,16 +26,18 @@ headline             decode.py            the one sentence on top of every repor
 
 Adding a view (the pattern the decode breakdown follows): write a function
 ``fn(analysis, **params)`` in ``views/<concept>.py`` that returns a DataFrame (or a small dict),
-decorate it with ``@view("name")`` (registry.py), import the module below so that it registers,
-and have every renderer call ``views.get(a, "name")``; a table that ``--csv``/``--parquet``/
-``--json`` write goes in :data:`FILE_VIEWS` too.
+decorate it with ``@view("name")`` (registry.py) and import the module below so that it registers.
+``@view("name", file=N)`` writes it with ``--csv``/``--parquet``/``--json`` (N: its position among
+those tables); ``@view("name", title="...")`` gives it a section of its own in the terminal report
+and the HTML page (drawn as a table by render/text.py and render/html.py): a new figure is one
+function in one module.
 """
 from __future__ import annotations
 
 from analyze.views import collectives, cycles, decode, kernels, nvtx, phases  # noqa: F401  (they register)
-from analyze.views.registry import VIEWS, get, view
+from analyze.views.registry import INFO, VIEWS, file_views, get, section_views, view
 
-# the views written as files by --csv / --parquet and as tables of --json, in order
-FILE_VIEWS = ("cross_rank", "skew", "nvtx_sum", "decode_breakdown", "decode_summary", "outside_cycles", "cycle_kernels")
+# the views written as files by --csv / --parquet and as tables of --json, in order (``@view(file=N)``)
+FILE_VIEWS = file_views()
 
-__all__ = ["VIEWS", "FILE_VIEWS", "get", "view"]
+__all__ = ["VIEWS", "INFO", "FILE_VIEWS", "get", "view", "section_views"]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyze.timeline import collectives as coll_mod
 from analyze.views import skew as skew_mod
 from analyze.views.registry import view
 
 
-@view("skew")
+@view("skew", file=2)
 def skew(a) -> pd.DataFrame:
     """Per rank: collectives, wait and transfer time, how often it arrived last in a significantly
     skewed steady-state collective (skew.skew_table)."""
@@ -19,3 +20,18 @@ def skew(a) -> pd.DataFrame:
 def stragglers(a) -> list[int]:
     """The ranks that arrived last in the most significantly skewed steady-state collectives."""
     return skew_mod.stragglers(a)
+
+
+@view("nccl_bytes", file=8, title="NCCL bytes per cycle per rank (steady decode cycles; NCCL's NVTX payloads)")
+def nccl_bytes(a) -> pd.DataFrame:
+    """Per rank: NCCL collectives and message bytes per steady decode cycle, the smallest and largest
+    message (timeline.collectives.bytes_per_cycle); empty where NCCL wrote no payloads (NCCL >= 2.23
+    with NVTX payload schemas, nsys 2024.x or later exporting them)."""
+    from analyze.read import nccl_payloads
+
+    inputs = [i for i in (getattr(a, "inputs", None) or []) if i.get("path")]
+    try:
+        sized, _ = nccl_payloads.inputs_message_sizes(inputs)
+    except Exception:  # noqa: BLE001 - an input no longer readable: the figure is absent, the report goes on
+        sized = None
+    return coll_mod.bytes_per_cycle(sized, a.ranks, a.cycles)

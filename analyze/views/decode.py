@@ -291,19 +291,19 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
 from analyze.views.registry import get, view  # noqa: E402  (the pure functions above need no registry)
 
 
-@view("decode_breakdown")
+@view("decode_breakdown", file=4)
 def decode_breakdown_view(a) -> pd.DataFrame:
     """:func:`decode_breakdown` of the analysis."""
     return decode_breakdown(a.cycles, a.phase_names)
 
 
-@view("decode_summary")
+@view("decode_summary", file=5)
 def decode_summary_view(a) -> pd.DataFrame:
     """:func:`decode_summary` of the analysis."""
     return decode_summary(a.cycles, a.totals, a.phase_names)
 
 
-@view("outside_cycles")
+@view("outside_cycles", file=6)
 def outside_cycles_view(a) -> pd.DataFrame:
     """:func:`outside_cycles` of the analysis."""
     return outside_cycles(a.cycles, a.phases, a.totals, a.phase_names)

@@ -24,7 +24,7 @@ def cycle_kernels_of(gpu_ops: pd.DataFrame | None) -> pd.DataFrame:
         .reset_index()
 
 
-@view("cycle_kernels")
+@view("cycle_kernels", file=7)
 def cycle_kernels(a) -> pd.DataFrame:
     """GPU time per (rank, exclusive phase, kernel) of the ops inside decode cycles: what diff divides
     by the cycles (the ``kernels`` table holds every op of the report); empty when the analysis kept

@@ -9,7 +9,7 @@ from analyze.project.projection import full_range_names, text_codes
 from analyze.views.registry import view
 
 
-@view("nvtx_sum")
+@view("nvtx_sum", file=3)
 def nvtx_sum(a) -> pd.DataFrame:
     """The rows of ``nsys stats -r nvtx_sum`` (:func:`nvtx_range_summary` of the analysis' ranges)."""
     return nvtx_range_summary(a.ranges)

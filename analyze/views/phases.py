@@ -38,7 +38,7 @@ def phase_by_rank(a) -> pd.DataFrame:
     return out
 
 
-@view("cross_rank")
+@view("cross_rank", file=1)
 def cross_rank(a) -> pd.DataFrame:
     """Per phase, exact statistics over ranks of exclusive and busy time: min/median/max/spread,
     and the rank with the most exclusive time (the table ``--csv`` writes as cross_rank)."""

@@ -8,19 +8,44 @@ computation of every table they show.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 VIEWS: dict[str, Callable] = {}
 
 
-def view(name: str):
-    """Register ``fn(analysis, **params)`` as the view ``name``."""
+class ViewInfo(NamedTuple):
+    """What the renderers need to know of a view: ``file`` (its position among the tables
+    ``--json``/``--csv``/``--parquet`` write; None: not written), ``title`` (a report section of its
+    own in the terminal report and the HTML page, drawn generically as a table; None: a renderer
+    shows it its own way or not at all)."""
+
+    name: str
+    file: int | None
+    title: str | None
+
+
+INFO: dict[str, ViewInfo] = {}
+
+
+def view(name: str, *, file: int | None = None, title: str | None = None):
+    """Register ``fn(analysis, **params)`` as the view ``name`` (``file``, ``title``: :class:`ViewInfo`)."""
     def register(fn: Callable) -> Callable:
         if name in VIEWS and VIEWS[name] is not fn:
             raise ValueError(f"view {name!r} registered twice")
         VIEWS[name] = fn
+        INFO[name] = ViewInfo(name, file, title)
         return fn
     return register
+
+
+def file_views() -> tuple[str, ...]:
+    """The views written as files and JSON tables, in their order."""
+    return tuple(i.name for i in sorted((i for i in INFO.values() if i.file is not None), key=lambda i: i.file))
+
+
+def section_views() -> tuple[ViewInfo, ...]:
+    """The views shown as report sections of their own (a title), in registration order."""
+    return tuple(i for i in INFO.values() if i.title is not None)
 
 
 def get(analysis, name: str, **params):

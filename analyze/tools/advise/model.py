@@ -158,22 +158,9 @@ def message_sizes_by_phase(analysis) -> tuple[pd.DataFrame, dict]:
     phase range around each on its thread (None when there is none)."""
     from analyze.read import nccl_payloads as NP
 
-    frames, info = [], {"reason": None, "events": 0, "undecoded": 0}
-    reasons = []
-    for inp in analysis.inputs:
-        frame, i = NP.message_sizes(inp["path"])
-        info["events"] += i["events"]
-        info["undecoded"] += i["undecoded"]
-        if i["reason"]:
-            reasons.append(i["reason"])
-        if len(frame):
-            off = int(inp.get("offset_ns") or 0)
-            frames.append(frame.assign(start_ns=frame["start_ns"] + off, end_ns=frame["end_ns"] + off,
-                                       input=inp["path"]))
-    if not frames:
-        info["reason"] = reasons[0] if reasons else "no NCCL payloads"
+    sized, info = NP.inputs_message_sizes(analysis.inputs)
+    if sized.empty:
         return pd.DataFrame(columns=["name", "message_bytes", "phase"]), info
-    sized = pd.concat(frames, ignore_index=True)
     sized["phase"] = _enclosing_phase(sized, analysis.ranges)
     return sized, info
 
