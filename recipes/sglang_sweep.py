@@ -28,6 +28,8 @@ usage: python recipes/sglang_sweep.py TINY_DIR --vocab V --steps N --batches 1,4
        python recipes/sglang_sweep.py TINY_DIR --vocab V --adaptive default|FILE [--steps N] ... --out F.json
        python recipes/sglang_sweep.py ... --dry-run       # print the Engine kwargs; sglang not imported
        python recipes/sglang_sweep.py --merge DIR OUT.json  # DIR/*.json (+ DIR/*.log) -> one sweep.json
+       python recipes/sglang_sweep.py --compare SWEEP.json...  # per batch: fixed step counts vs adaptive
+       python recipes/sglang_sweep.py --whatif-args SWEEP.json 3  # whatif --per-batch's measured figures
 Driven by recipes/sglang_sweep.sh (one engine per step count or adaptive config). The merged file:
 ``{"runs": [fixed-step engines], "adaptive_runs": [adaptive engines]}``: ``runs`` keeps the format the
 readers take (analyze/tools/whatif/command.py ``sweep_tokens_per_s``, the tests)."""
@@ -187,6 +189,45 @@ def merge(directory, out):
     return doc
 
 
+def compare(docs):
+    """Issue 41's table from merged sweeps (several files: their runs pooled; a step count measured twice
+    keeps the later file's): per batch size, tokens/s of every fixed step count, the best fixed one, and
+    each adaptive engine's tokens/s and ratio to the best fixed. Returns the text lines."""
+    fixed, adaptive = {}, {}
+    for doc in docs:
+        for r in doc.get("runs", []):
+            for b in r["batches"]:
+                fixed.setdefault(int(b["batch"]), {})[int(r["steps"])] = float(b["tokens_per_s"])
+        for r in doc.get("adaptive_runs", []):
+            name = os.path.basename(r["adaptive"]["config_path"] or "default")
+            for b in r["batches"]:
+                adaptive.setdefault(int(b["batch"]), {})[name] = (float(b["tokens_per_s"]),
+                                                                  b.get("adaptive_switches") or [])
+    lines = []
+    for batch in sorted(set(fixed) | set(adaptive)):
+        f = fixed.get(batch, {})
+        row = f"batch {batch:>3}: " + " ".join(f"{k}:{v:,.0f}" for k, v in sorted(f.items()))
+        if f:
+            k, best = max(f.items(), key=lambda kv: kv[1])
+            row += f" | best fixed {k} {best:,.0f}"
+        for name, (tps, sw) in sorted(adaptive.get(batch, {}).items()):
+            row += f" | {name} {tps:,.0f}" + (f" ({tps / best:.3f}x)" if f else "") + (f" switches {sw}" if sw else "")
+        lines.append(row)
+    return lines
+
+
+def whatif_args(doc, profiled_steps, max_spread=0.05):
+    """``--batch-baseline-tps M=Y,... --batch-tps M=X,...`` for ``analyze-trace whatif --per-batch`` from a
+    merged sweep: the no-speculation engine's tokens/s and the profiled step count's (calibration), per
+    batch size; a calibration figure whose last rounds spread more than ``max_spread`` is left out (noisy)."""
+    def pairs(steps, spread_ok):
+        return ",".join(f"{b['batch']}={b['tokens_per_s']:.1f}" for r in doc.get("runs", []) if r["steps"] == steps
+                        for b in sorted(r["batches"], key=lambda b: b["batch"]) if spread_ok(b))
+    base = pairs(0, lambda b: True)
+    cal = pairs(profiled_steps, lambda b: b["spread"] <= max_spread)
+    return " ".join(x for x in (base and f"--batch-baseline-tps {base}", cal and f"--batch-tps {cal}") if x)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("tiny", nargs="?")
@@ -215,8 +256,13 @@ def parse_args(argv=None):
                    help="print the Engine kwargs (and the adaptive record) as JSON and exit; sglang not imported")
     p.add_argument("--merge", nargs=2, metavar=("DIR", "OUT"),
                    help="merge DIR/*.json into OUT (see the module docstring) and print a summary; nothing else")
+    p.add_argument("--whatif-args", nargs=2, metavar=("SWEEP", "STEPS"),
+                   help="print whatif --per-batch's --batch-baseline-tps/--batch-tps from a merged sweep and the "
+                        "profiled step count; nothing else")
+    p.add_argument("--compare", nargs="+", metavar="SWEEP",
+                   help="merged sweep.json file(s): per batch, fixed step counts vs the adaptive engines; nothing else")
     a = p.parse_args(argv)
-    if a.merge:
+    if a.merge or a.compare or a.whatif_args:
         return a
     missing = [n for n, v in (("TINY_DIR", a.tiny), ("--vocab", a.vocab), ("--out", a.out)) if v is None]
     if a.steps is None and not a.adaptive:
@@ -233,6 +279,17 @@ def main(argv=None):
     if a.merge:
         doc = merge(*a.merge)
         print("\n".join(summary_lines(doc)))
+        return
+    if a.whatif_args:
+        with open(a.whatif_args[0]) as f:
+            print(whatif_args(json.load(f), int(a.whatif_args[1])))
+        return
+    if a.compare:
+        docs = []
+        for path in a.compare:
+            with open(path) as f:
+                docs.append(json.load(f))
+        print("\n".join(compare(docs)))
         return
     batches = [int(b) for b in a.batches.split(",")]
     kw, adaptive = engine_kwargs(a, batches)

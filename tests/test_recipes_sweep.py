@@ -205,6 +205,12 @@ def test_measuring_loop_and_merged_sweep(monkeypatch, tmp_path, capsys):
     assert {(r["steps"], b["batch"]) for r in data["runs"] for b in r["batches"]} == {(0, 1), (0, 4), (3, 1), (3, 4)}
     lines = recipe().summary_lines(doc)
     assert len(lines) == 6 and "adaptive default (start 7)" in lines[-1] and "switches [[3, 1]]" in lines[-1]
+    want = ",".join(f"{b['batch']}={b['tokens_per_s']:.1f}" for b in r0["batches"])
+    assert recipe().whatif_args(doc, 3, max_spread=float("inf")).startswith(f"--batch-baseline-tps {want} --batch-tps 1=")
+    assert recipe().whatif_args(doc, 3, max_spread=-1) == f"--batch-baseline-tps {want}"
+    table = recipe().compare([doc])
+    assert len(table) == 2 and table[0].startswith("batch   1: 0:") and "best fixed" in table[0]
+    assert "| default " in table[1] and "switches [[3, 1]]" in table[1]
 
 
 def test_reader_leaves_adaptive_runs_out():
