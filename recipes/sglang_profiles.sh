@@ -17,7 +17,11 @@
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 O="${OUT:-/tmp/out}"; W=/tmp/profiles; mkdir -p "$O" "$W"
-RUNS=${RUNS:-"2:8:3:1,16 2:8:0:1"}; BUDGET_S=${BUDGET_S:-520}; PROFILE_TOKENS=${PROFILE_TOKENS:-512}
+RUNS=${RUNS:-"2:8:3:1,16 2:8:0:1"}; BUDGET_S=${BUDGET_S:-520}; PROFILE_TOKENS=${PROFILE_TOKENS:-1024}
+# the sweep's round sizes (sglang_sweep.py: --min-new 1024 at batch 1, --tokens-per-round 4096): verify's
+# GPU time grows with the requests' context (64 layers: +3.45 us a generated token), so a profile of
+# shorter requests than the truth it is held to predicts another cycle (docs/whatif.md, "Context length")
+PROFILE_ROUND=${PROFILE_ROUND:-4096}
 GRAPH_BS=${GRAPH_BS:-1,2,4,8,16,32,64}; T0=${T0:-$(date +%s)}
 exec > >(tee -a "$O/profiles.log") 2>&1
 source recipes/sglang_env.sh
@@ -33,7 +37,7 @@ for run in $RUNS; do
   [ -d "/tmp/tiny_v${V}_l${L}" ] || tiny "/tmp/tiny_v${V}_l${L}" "$V" "$L"
   echo "== $(date -u +%T) +${el}s $base batches $B"
   timeout 240 "${PT[@]}" -o "$W/$base" -- python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
-    --steps "$S" --batches "$B" --min-new "$PROFILE_TOKENS" --tokens-per-round 2048 --min-rounds 1 --max-rounds 1 \
+    --steps "$S" --batches "$B" --min-new "$PROFILE_TOKENS" --tokens-per-round "$PROFILE_ROUND" --min-rounds 1 --max-rounds 1 \
     --graph-bs "$GRAPH_BS" --profile-window --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
   ls -la "$W/$base.sqlite" 2>/dev/null || continue
   (cd "$W" && tar -cf - "$base.sqlite" "$base.profiled.json" | xz -T0 -6 > "$O/$base.tar.xz")
