@@ -14,12 +14,45 @@ prefill of the 32-token prompts included: <1% of a round). Reported: every round
 last three and their spread, and SGLang's own acceptance (``meta_info``: completion tokens /
 ``spec_verify_ct`` = tokens per request per cycle).
 
+SGLang's adaptive mode (``--adaptive default|FILE``; SGLang 0.5.17 ``--speculative-adaptive`` and
+``--speculative-adaptive-config``, ``srt/speculative/adaptive_spec_params.py``): the engine captures the
+draft, draft-extend and verify graphs of every candidate step count of the config (the union over its
+batch-size keys) and picks, per batch-size bucket, among that bucket's candidates by an EMA of
+acceptance. ``--steps`` is then SGLang's ``--speculative-num-steps``, the step count it starts at: it
+must be one of the candidates (SGLang raises otherwise) and > 0 (at 0 SGLang reports no
+``spec_verify_ct``); omitted: the largest candidate. The output JSON's ``adaptive`` holds the mode, the
+config's content and path, the candidates and the start; with ``--log-level info`` SGLang logs every
+switch, which ``--merge`` attaches to the batch it happened in (``adaptive_switches``).
+
 usage: python recipes/sglang_sweep.py TINY_DIR --vocab V --steps N --batches 1,4,16,64 --out F.json
-Driven by recipes/sglang_sweep.sh (one engine per step count)."""
+       python recipes/sglang_sweep.py TINY_DIR --vocab V --adaptive default|FILE [--steps N] ... --out F.json
+       python recipes/sglang_sweep.py ... --dry-run       # print the Engine kwargs; sglang not imported
+       python recipes/sglang_sweep.py --merge DIR OUT.json  # DIR/*.json (+ DIR/*.log) -> one sweep.json
+       python recipes/sglang_sweep.py --compare SWEEP.json...  # per batch: fixed step counts vs adaptive
+       python recipes/sglang_sweep.py --whatif-args SWEEP.json 3  # whatif --per-batch's measured figures
+Driven by recipes/sglang_sweep.sh (one engine per step count or adaptive config). The merged file:
+``{"runs": [fixed-step engines], "adaptive_runs": [adaptive engines]}``: ``runs`` keeps the format the
+readers take (analyze/tools/whatif/command.py ``sweep_tokens_per_s``, the tests)."""
 import argparse
+import copy
+import glob
 import json
+import os
+import re
 import statistics
+import sys
 import time
+
+DEFAULT_ADAPTIVE_CONFIG = {
+    # SGLang 0.5.17 srt/speculative/adaptive_spec_params.py DEFAULT_ADAPTIVE_CONFIG (used when
+    # --speculative-adaptive-config is not given); tests/test_recipes_sweep.py checks it against the bundle.
+    "1": {"candidate_steps": [1, 3, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25, "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0},
+}
+SWITCH = re.compile(r"Adaptive spec params updated: steps (\d+) -> (\d+)")
+BATCH_MARK = re.compile(r"^sweep: batch (\d+) begin")
 
 
 def new_tokens_for(batch, tokens_per_round):
@@ -32,11 +65,179 @@ def spread(values):
     return max(values) / min(values) - 1.0 if values and min(values) > 0 else float("inf")
 
 
-def main():
+def candidate_steps(cfg):
+    """The union of a config's candidate_steps over its batch-size keys, sorted, validated as SGLang
+    0.5.17's ``_load_adaptive_config`` does (keys that are not digits skipped; each list non-empty,
+    non-negative ints; at least one batch-size key)."""
+    steps = set()
+    keys = [k for k in cfg if str(k).isdigit()]
+    if not keys:
+        raise ValueError(f"adaptive config: no batch-size key (keys {list(cfg)})")
+    for k in keys:
+        c = cfg[k].get("candidate_steps") if isinstance(cfg[k], dict) else None
+        if not isinstance(c, list) or not c or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                       and x >= 0 for x in c):
+            raise ValueError(f"adaptive config: BS {k}: candidate_steps must be a list of non-negative ints, got {c!r}")
+        steps.update(c)
+    return sorted(steps)
+
+
+def adaptive_record(mode, start):
+    """``mode`` 'default' or a config file -> the output's ``adaptive`` record (mode, path, content,
+    candidates, start steps). ``start`` None: the largest candidate; else it must be a candidate > 0."""
+    if mode == "default":
+        path, cfg = None, copy.deepcopy(DEFAULT_ADAPTIVE_CONFIG)
+    else:
+        path = os.path.abspath(mode)
+        with open(path) as f:
+            cfg = json.load(f)
+    cand = candidate_steps(cfg)
+    if start is None:
+        start = max(cand)
+    if start not in cand:
+        raise ValueError(f"--steps {start} is not in the adaptive config's candidate_steps {cand} "
+                         "(SGLang 0.5.17 raises the same)")
+    if start < 1:
+        raise ValueError(f"adaptive: start at a positive candidate of {cand}, not {start} (at 0 SGLang's "
+                         "meta_info has no spec_verify_ct: no acceptance to record)")
+    return {"mode": "default" if mode == "default" else "file", "config_path": path, "config": cfg,
+            "candidate_steps": cand, "start_steps": start}
+
+
+def engine_kwargs(a, batches):
+    """(sglang.Engine kwargs, adaptive record or None) for the parsed arguments."""
+    kw = dict(model_path=f"{a.tiny}/target", load_format="dummy", skip_tokenizer_init=True,
+              attention_backend="triton", sampling_backend="pytorch", grammar_backend="none",
+              mem_fraction_static=0.5, tp_size=1, max_running_requests=max(batches),
+              cuda_graph_bs_decode=[int(x) for x in a.graph_bs.split(",")], log_level=a.log_level,
+              random_seed=0)
+    adaptive = adaptive_record(a.adaptive, a.steps) if a.adaptive else None
+    steps = adaptive["start_steps"] if adaptive else a.steps
+    if steps > 0:
+        kw.update(speculative_algorithm="EAGLE3", speculative_draft_model_path=f"{a.tiny}/eagle3",
+                  speculative_num_steps=steps, speculative_eagle_topk=1,
+                  speculative_num_draft_tokens=steps + 1)
+    if adaptive:
+        kw["speculative_adaptive"] = True
+        if adaptive["config_path"]:
+            kw["speculative_adaptive_config"] = adaptive["config_path"]
+    return kw, adaptive
+
+
+def sum_histograms(hists):
+    """Element-wise sum of per-request histograms (lists of counts of different lengths); None if none."""
+    hists = [h for h in hists if h]
+    if not hists:
+        return None
+    out = [0] * max(len(h) for h in hists)
+    for h in hists:
+        for i, v in enumerate(h):
+            out[i] += v
+    return out
+
+
+def switches_by_batch(log_text):
+    """{batch: [[from, to], ...]} of SGLang's adaptive switches in an engine log, each under the
+    ``sweep: batch B begin`` mark before it (before any mark: key 0, the engine's start)."""
+    out, batch = {}, 0
+    for line in log_text.splitlines():
+        m = BATCH_MARK.search(line)
+        if m:
+            batch = int(m.group(1))
+            continue
+        m = SWITCH.search(line)
+        if m:
+            out.setdefault(batch, []).append([int(m.group(1)), int(m.group(2))])
+    return out
+
+
+def summary_lines(doc):
+    """One text line per (engine, batch) of a merged sweep."""
+    lines = []
+    for key in ("runs", "adaptive_runs"):
+        for r in doc.get(key, []):
+            layers = r.get("layers") or r["engine_args"].get("model_path", "").split("_l")[-1].split("/")[0]
+            mode = "steps {}".format(r["steps"]) if not r.get("adaptive") else \
+                "adaptive {} (start {})".format(os.path.basename(r["adaptive"]["config_path"] or "default"),
+                                                r["adaptive"]["start_steps"])
+            for b in r["batches"]:
+                acc = b["tokens_per_request_cycle"]
+                lines.append(f"v{r['vocab']} l{layers} {mode} batch {b['batch']:>3}: {b['tokens_per_s']:10.1f} tok/s "
+                             f"spread {100 * b['spread']:.1f}% acc {acc if acc is None else round(acc, 3)}"
+                             + (f" switches {b['adaptive_switches']}" if b.get("adaptive_switches") else ""))
+    return lines
+
+
+def merge(directory, out):
+    """DIR/*.json (one engine each) -> OUT: fixed-step engines under ``runs``, adaptive ones under
+    ``adaptive_runs``; an engine's log DIR/NAME.log (if any) adds SGLang's adaptive switches per batch."""
+    runs, adaptive = [], []
+    for f in sorted(glob.glob(os.path.join(directory, "*.json"))):
+        with open(f) as fh:
+            r = json.load(fh)
+        log = f[:-len(".json")] + ".log"
+        if r.get("adaptive") and os.path.exists(log):
+            with open(log, errors="replace") as fh:
+                sw = switches_by_batch(fh.read())
+            r["adaptive"]["switches_at_start"] = sw.get(0, [])
+            for b in r["batches"]:
+                b["adaptive_switches"] = sw.get(int(b["batch"]), [])
+        (adaptive if r.get("adaptive") else runs).append(r)
+    doc = {"runs": runs, "adaptive_runs": adaptive}
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    return doc
+
+
+def compare(docs):
+    """Issue 41's table from merged sweeps (several files: their runs pooled; a step count measured twice
+    keeps the later file's): per batch size, tokens/s of every fixed step count, the best fixed one, and
+    each adaptive engine's tokens/s and ratio to the best fixed. Returns the text lines."""
+    fixed, adaptive = {}, {}
+    for doc in docs:
+        for r in doc.get("runs", []):
+            for b in r["batches"]:
+                fixed.setdefault(int(b["batch"]), {})[int(r["steps"])] = float(b["tokens_per_s"])
+        for r in doc.get("adaptive_runs", []):
+            name = os.path.basename(r["adaptive"]["config_path"] or "default")
+            for b in r["batches"]:
+                adaptive.setdefault(int(b["batch"]), {})[name] = (float(b["tokens_per_s"]),
+                                                                  b.get("adaptive_switches") or [])
+    lines = []
+    for batch in sorted(set(fixed) | set(adaptive)):
+        f = fixed.get(batch, {})
+        row = f"batch {batch:>3}: " + " ".join(f"{k}:{v:,.0f}" for k, v in sorted(f.items()))
+        if f:
+            k, best = max(f.items(), key=lambda kv: kv[1])
+            row += f" | best fixed {k} {best:,.0f}"
+        for name, (tps, sw) in sorted(adaptive.get(batch, {}).items()):
+            row += f" | {name} {tps:,.0f}" + (f" ({tps / best:.3f}x)" if f else "") + (f" switches {sw}" if sw else "")
+        lines.append(row)
+    return lines
+
+
+def whatif_args(doc, profiled_steps, max_spread=0.05):
+    """``--batch-baseline-tps M=Y,... --batch-tps M=X,...`` for ``analyze-trace whatif --per-batch`` from a
+    merged sweep: the no-speculation engine's tokens/s and the profiled step count's (calibration), per
+    batch size; a calibration figure whose last rounds spread more than ``max_spread`` is left out (noisy)."""
+    def pairs(steps, spread_ok):
+        return ",".join(f"{b['batch']}={b['tokens_per_s']:.1f}" for r in doc.get("runs", []) if r["steps"] == steps
+                        for b in sorted(r["batches"], key=lambda b: b["batch"]) if spread_ok(b))
+    base = pairs(0, lambda b: True)
+    cal = pairs(profiled_steps, lambda b: b["spread"] <= max_spread)
+    return " ".join(x for x in (base and f"--batch-baseline-tps {base}", cal and f"--batch-tps {cal}") if x)
+
+
+def parse_args(argv=None):
     p = argparse.ArgumentParser()
-    p.add_argument("tiny")
-    p.add_argument("--vocab", type=int, required=True)
-    p.add_argument("--steps", type=int, required=True, help="--speculative-num-steps; 0: no speculation")
+    p.add_argument("tiny", nargs="?")
+    p.add_argument("--vocab", type=int)
+    p.add_argument("--steps", type=int, default=None,
+                   help="--speculative-num-steps; 0: no speculation. With --adaptive: the step count SGLang "
+                        "starts at (a candidate > 0; default the largest candidate)")
+    p.add_argument("--adaptive", metavar="default|FILE", default=None,
+                   help="SGLang's adaptive mode: 'default' (its built-in config) or a "
+                        "--speculative-adaptive-config JSON file")
     p.add_argument("--batches", default="1,4,16,64")
     p.add_argument("--tokens-per-round", type=int, default=4096)
     p.add_argument("--min-new", type=int, default=1024, help="at batch 1: tokens of one request per round")
@@ -45,30 +246,67 @@ def main():
     p.add_argument("--max-rounds", type=int, default=6)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--graph-bs", default="1,2,4,8,16,32,64")
+    p.add_argument("--log-level", default="warning",
+                   help="SGLang's log level ('info' logs the adaptive switches that --merge reads)")
     p.add_argument("--profile-window", action="store_true",
                    help="bracket the measured rounds with engine.start_profile/stop_profile (CUDA_PROFILER): "
                         "under `profile-trace --capture cudaprofilerapi` exactly they are captured")
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
+    p.add_argument("--out")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the Engine kwargs (and the adaptive record) as JSON and exit; sglang not imported")
+    p.add_argument("--merge", nargs=2, metavar=("DIR", "OUT"),
+                   help="merge DIR/*.json into OUT (see the module docstring) and print a summary; nothing else")
+    p.add_argument("--whatif-args", nargs=2, metavar=("SWEEP", "STEPS"),
+                   help="print whatif --per-batch's --batch-baseline-tps/--batch-tps from a merged sweep and the "
+                        "profiled step count; nothing else")
+    p.add_argument("--compare", nargs="+", metavar="SWEEP",
+                   help="merged sweep.json file(s): per batch, fixed step counts vs the adaptive engines; nothing else")
+    a = p.parse_args(argv)
+    if a.merge or a.compare or a.whatif_args:
+        return a
+    missing = [n for n, v in (("TINY_DIR", a.tiny), ("--vocab", a.vocab), ("--out", a.out)) if v is None]
+    if a.steps is None and not a.adaptive:
+        missing.append("--steps")
+    if missing and not (a.dry_run and missing == ["--out"]):
+        p.error("missing " + ", ".join(missing))
+    if a.adaptive and a.steps is not None and a.steps < 1:
+        p.error("--adaptive starts at a positive candidate step count (--steps >= 1 or omitted)")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.merge:
+        doc = merge(*a.merge)
+        print("\n".join(summary_lines(doc)))
+        return
+    if a.whatif_args:
+        with open(a.whatif_args[0]) as f:
+            print(whatif_args(json.load(f), int(a.whatif_args[1])))
+        return
+    if a.compare:
+        docs = []
+        for path in a.compare:
+            with open(path) as f:
+                docs.append(json.load(f))
+        print("\n".join(compare(docs)))
+        return
     batches = [int(b) for b in a.batches.split(",")]
+    kw, adaptive = engine_kwargs(a, batches)
+    if a.dry_run:
+        print(json.dumps({"engine_args": kw, "adaptive": adaptive}, indent=1))
+        return
+    steps = adaptive["start_steps"] if adaptive else a.steps
     import sglang
 
-    kw = dict(model_path=f"{a.tiny}/target", load_format="dummy", skip_tokenizer_init=True,
-              attention_backend="triton", sampling_backend="pytorch", grammar_backend="none",
-              mem_fraction_static=0.5, tp_size=1, max_running_requests=max(batches),
-              cuda_graph_bs_decode=[int(x) for x in a.graph_bs.split(",")], log_level="warning",
-              random_seed=0)
-    if a.steps > 0:
-        kw.update(speculative_algorithm="EAGLE3", speculative_draft_model_path=f"{a.tiny}/eagle3",
-                  speculative_num_steps=a.steps, speculative_eagle_topk=1,
-                  speculative_num_draft_tokens=a.steps + 1)
     t0 = time.time()
     eng = sglang.Engine(**kw)
     up_s = time.time() - t0
-    print(f"engine up in {up_s:.1f}s (sglang {sglang.__version__}, vocab {a.vocab}, steps {a.steps})", flush=True)
-    result = {"sglang": sglang.__version__, "engine_up_s": up_s, "vocab": a.vocab, "steps": a.steps,
+    mode = f", adaptive {adaptive['mode']} {adaptive['candidate_steps']}" if adaptive else ""
+    print(f"engine up in {up_s:.1f}s (sglang {sglang.__version__}, vocab {a.vocab}, steps {steps}{mode})", flush=True)
+    result = {"sglang": sglang.__version__, "engine_up_s": up_s, "vocab": a.vocab, "steps": steps,
               "temperature": a.temperature, "tol": a.tol, "engine_args": {k: v for k, v in kw.items()},
-              "profiled": a.profile_window, "batches": []}
+              "profiled": a.profile_window, "adaptive": adaptive, "batches": []}
     if a.profile_window:
         eng.start_profile(activities=["CUDA_PROFILER"])
     for b in batches:
@@ -76,6 +314,7 @@ def main():
         # prompt ids below the vocabulary (eos lies outside it; ignore_eos anyway)
         ids = [[(7 * i + 3 * j) % a.vocab for j in range(32)] for i in range(b)]
         sp = {"max_new_tokens": new, "temperature": a.temperature, "ignore_eos": True}
+        print(f"sweep: batch {b} begin", file=sys.stderr, flush=True)   # --merge files switches under it
         eng.generate(input_ids=ids, sampling_params=dict(sp, max_new_tokens=64))  # warm-up
         rounds = []
         while True:
@@ -87,7 +326,11 @@ def main():
             verify = sum(m.get("spec_verify_ct") or 0 for m in metas)
             rounds.append({"seconds": wall, "tokens": toks, "tokens_per_s": toks / wall,
                            "spec_verify_ct": verify,
-                           "tokens_per_request_cycle": toks / verify if verify else None})
+                           "tokens_per_request_cycle": toks / verify if verify else None,
+                           # SGLang's count of verifies by accepted drafts (0, 1, ...) over the round's requests
+                           "spec_correct_drafts_histogram": sum_histograms(
+                               m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
+                               for m in metas)})
             last = [r["tokens_per_s"] for r in rounds[-a.min_rounds:]]
             if len(rounds) >= a.min_rounds and (spread(last) <= a.tol or len(rounds) >= a.max_rounds):
                 break
@@ -98,7 +341,7 @@ def main():
                "spread": spread(tps), "converged": spread(tps) <= a.tol,
                "tokens_per_request_cycle": statistics.mean(acc) if acc else None}
         result["batches"].append(row)
-        print(json.dumps({"steps": a.steps, "batch": b, "tok_s": round(row["tokens_per_s"], 1),
+        print(json.dumps({"steps": steps, "batch": b, "tok_s": round(row["tokens_per_s"], 1),
                           "spread": round(row["spread"], 4), "rounds": len(rounds),
                           "acc": row["tokens_per_request_cycle"] and round(row["tokens_per_request_cycle"], 3)}),
               flush=True)

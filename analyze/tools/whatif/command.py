@@ -58,8 +58,10 @@ def parse_calibration(text) -> tuple[int | None, float | None]:
 def sweep_tokens_per_s(data: dict, batch: int | None) -> tuple[dict, float | None]:
     """{steps: tokens/s} and the no-speculation tokens/s of one batch size from a real-SGLang sweep
     (``recipes/sglang_sweep.sh``'s ``sweep.json``: runs of {steps, batches: [{batch, tokens_per_s}]}).
-    ``batch`` None: the sweep's only batch size (an error when it has several)."""
-    runs = data["runs"]
+    ``batch`` None: the sweep's only batch size (an error when it has several). Runs of SGLang's adaptive
+    mode (an ``adaptive`` record; the recipe files them under ``adaptive_runs``) are no fixed step count:
+    left out."""
+    runs = [r for r in data["runs"] if not r.get("adaptive")]
     sizes = sorted({int(b["batch"]) for r in runs for b in r["batches"]})
     if batch is None:
         if len(sizes) != 1:
