@@ -1,0 +1,417 @@
+"""The shim's timing mode (nvtx_annotate/live, issue 43) on the CPU with stub CUDA events: what a
+cycle records and in which order, the ring (drops, never waiting), no events during a capture or
+without CUDA, the Parquet log (row groups, rotation, complete files), the Prometheus exposition,
+the analyzer's reader of the log, and nothing at all with SPECPROF_TIMING unset."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+
+from nvtx_annotate import _nvtx, live, shim, wrappers
+from nvtx_annotate import protocol as P
+from nvtx_annotate.live import events as E
+from nvtx_annotate.live.log import LogWriter, SCHEMA_VERSION
+from nvtx_annotate.live.sink import Sink
+
+
+# ------------------------------------------------------------------ stubs
+
+class Gpu:
+    """A fake device clock: stub events take its time when recorded."""
+
+    def __init__(self):
+        self.now = 0
+        self.done = True  # what query() answers
+        self.recorded: list = []  # (label, time) per record() in order
+        self.queries = 0
+        self.capturing = False
+
+    def run(self, ns: int):
+        self.now += ns
+
+    def factory(self):
+        return StubEvent(self)
+
+    def events(self):
+        return self.factory, lambda: self.capturing
+
+
+class StubEvent:
+    def __init__(self, gpu: Gpu):
+        self.gpu, self.t = gpu, None
+
+    def record(self):
+        self.t = self.gpu.now
+        self.gpu.recorded.append(self.t)
+
+    def query(self):
+        self.gpu.queries += 1
+        return self.gpu.done
+
+    def elapsed_time(self, other):
+        assert self.t is not None and other.t is not None
+        return (other.t - self.t) / 1e6  # ms, as torch
+
+    def synchronize(self):  # pragma: no cover - must never be called
+        raise AssertionError("synchronize on the hot path")
+
+    wait = synchronize
+
+
+class HostClock:
+    def __init__(self, start=1_000_000):
+        self.now = start
+
+    def __call__(self):
+        self.now += 1000
+        return self.now
+
+
+def make_timer(gpu=None, rows=None, **kw):
+    rows = [] if rows is None else rows
+    t = E.Timer(rows.append, events=gpu.events() if gpu is not None else None, clock=HostClock(), **kw)
+    return t, rows
+
+
+def run_cycle(t: E.Timer, gpu: Gpu, k: int, draft=300, verify=400, allreduce=50, extend=150, accept=None):
+    """One cycle through the backend API, as the wrappers call it: a graph replay inside draft, an
+    all-reduce inside an eager verify."""
+    t.push(P.DECODE_CYCLE, k)
+    gpu.run(10)
+    t.push(P.DRAFT)
+    t.push(P.GRAPH_REPLAY_DRAFT)
+    gpu.run(draft)
+    t.pop()
+    t.pop()
+    gpu.run(20)
+    t.push(P.VERIFY)
+    gpu.run(verify - allreduce)
+    t.push(P.ALLREDUCE)
+    gpu.run(allreduce)
+    t.pop()
+    t.pop()
+    t.push(P.GRAPH_REPLAY_DRAFT_EXTEND)
+    gpu.run(extend)
+    t.pop()
+    if accept is not None:
+        t.accept(accept[0], accept[1], None)
+    t.pop()
+
+
+# ------------------------------------------------------------------ events per cycle
+
+def test_one_cycle_records_events_in_order_and_resolves_phase_times():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=1)
+    t.spec = P.SpecConfig("EAGLE", 3, 1, 4, 2, True, 8)
+    t.rank = 1
+    run_cycle(t, gpu, 7, accept=(5, 2))
+    # draft start/end, verify start, allreduce start/end, verify end, draft_extend start/end: 8 events
+    # (none for the graph replay nested in draft), recorded at non-decreasing device times
+    draft, verify, allreduce, extend = 300, 400, 50, 150  # run_cycle's defaults
+    v0 = 10 + draft + 20
+    assert gpu.recorded == [10, 10 + draft, v0, v0 + verify - allreduce, v0 + verify, v0 + verify, v0 + verify,
+                            v0 + verify + extend]
+    t.poll()
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["cycle"], r["rank"], r["pid"]) == (7, 1, os.getpid())
+    assert (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"]) == (300, 400, 50, 150)
+    assert r["gpu_span_ns"] == gpu.recorded[-1] - gpu.recorded[0] == draft + 20 + verify + extend
+    assert (r["accepted_tokens"], r["requests"], r["verified_tokens"], r["steps"], r["batch_size"]) == (5, 2, 8, 3, 2)
+    assert r["host_end_ns"] > r["host_start_ns"]
+    assert set(r) == set(E.ROW_FIELDS)
+
+
+def test_accept_of_a_later_resolver_joins_its_cycle_by_number():
+    """v2 workers resolve the accept lengths after the cycle closed (cycle=K): the row waits for them."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=3)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert rows == []  # complete on the device, but cycle 1's accept lengths have not come yet
+    t.accept(6, 3, 1, batch_size=4)
+    t.poll()
+    assert [r["cycle"] for r in rows] == [1]
+    assert (rows[0]["accepted_tokens"], rows[0]["requests"], rows[0]["batch_size"]) == (6, 3, 4)
+    run_cycle(t, gpu, 3)
+    run_cycle(t, gpu, 4)
+    run_cycle(t, gpu, 5)  # cycle 2 is now 3 cycles old: reported without accept lengths
+    assert [r["cycle"] for r in rows] == [1, 2]
+    assert rows[1]["accepted_tokens"] is None and rows[1]["verified_tokens"] is None
+    t.accept(1, 1, 2)  # too late
+    assert t.counters["late_accepts"] == 1
+
+
+# ------------------------------------------------------------------ the ring
+
+def test_pending_events_are_not_waited_on_and_overflow_drops_the_oldest():
+    gpu = Gpu()
+    gpu.done = False  # the device never catches up
+    t, rows = make_timer(gpu, ring_size=3, accept_lag=0)
+    for k in range(1, 7):
+        run_cycle(t, gpu, k)
+    assert rows == []
+    assert t.pending() == 3
+    assert sorted(t._ring) == [4, 5, 6]  # the three newest kept
+    assert t.counters[E.DROP_RING_OVERFLOW] == 3
+    assert gpu.queries > 0  # asked, never waited (StubEvent.synchronize would raise)
+    gpu.done = True
+    run_cycle(t, gpu, 7)
+    assert [r["cycle"] for r in rows] == [4, 5, 6, 7]
+
+
+def test_a_dropped_cycles_events_are_not_reused():
+    gpu = Gpu()
+    gpu.done = False
+    t, _ = make_timer(gpu, ring_size=1, accept_lag=0)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert t._free == []
+
+
+def test_close_resolves_what_is_complete_and_counts_the_rest():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=5)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert rows == []
+    assert t.close() == 0
+    assert [r["cycle"] for r in rows] == [1, 2]
+    gpu.done = False
+    run_cycle(t, gpu, 3)
+    assert t.close() == 1 and t.counters[E.DROP_UNRESOLVED_AT_CLOSE] == 1
+
+
+# ------------------------------------------------------------------ no CUDA, captures
+
+def test_without_cuda_only_host_times_and_null_gpu_columns(monkeypatch):
+    """torch.cuda unavailable: the auto event source gives none; no crash, GPU columns null."""
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False, is_initialized=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    assert E.torch_events() == (None, None)
+    rows = []
+    t = E.Timer(rows.append, events="auto", clock=HostClock(), accept_lag=0)
+    run_cycle(t, Gpu(), 1, accept=(3, 1))
+    assert len(rows) == 1
+    r = rows[0]
+    assert all(r[k] is None for k in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns"))
+    assert r["host_end_ns"] - r["host_start_ns"] == 1000  # one host clock tick between start and end
+    assert r["accepted_tokens"] == 3
+
+
+def test_cpu_torch_gives_no_events():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():  # pragma: no cover - this test is about CPU builds
+        pytest.skip("CUDA present")
+    assert E.torch_events() == (None, None)
+
+
+def test_no_event_is_recorded_while_the_stream_captures():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    gpu.capturing = True
+    run_cycle(t, gpu, 1)
+    assert gpu.recorded == []
+    assert t.counters["capture_skips"] == 4  # one try per phase start, none for the end
+    assert rows[0]["draft_ns"] is None and rows[0]["verify_ns"] is None
+    gpu.capturing = False
+    run_cycle(t, gpu, 2)
+    assert len(gpu.recorded) == 8 and rows[1]["verify_ns"] == 400
+
+
+def test_allreduce_timing_can_be_off():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, time_allreduce=False)
+    run_cycle(t, gpu, 1)
+    assert len(gpu.recorded) == 6
+    assert rows[0]["allreduce_ns"] is None and rows[0]["verify_ns"] == 400
+
+
+def test_tee_forwards_every_call_to_nsys_and_contains_timer_errors():
+    rec = _nvtx.RecordingBackend()
+    faults = []
+
+    class Broken(E.Timer):
+        def _record(self, rec_, phase):
+            raise RuntimeError("boom")
+
+    t = Broken(lambda r: None, events=Gpu().events(), clock=HostClock())
+    tee = E.TeeBackend(rec, t, on_fault=lambda label, exc: faults.append(label))
+    tee.push(P.DECODE_CYCLE, 1)
+    tee.push(P.DRAFT)
+    tee.pop()
+    tee.mark("accept_len=1 reqs=1", 1)
+    tee.pop()
+    assert rec.balanced() and rec.ranges() == [(P.DECODE_CYCLE, 0), (P.DRAFT, 1)]
+    assert rec.marks() == [("accept_len=1 reqs=1", 1)]
+    assert faults == ["live timing"]
+    assert t._tls.stack == [] and t.pending() == 1
+
+
+# ------------------------------------------------------------------ through the shim's wrappers
+
+FAKE = {
+    "srt/__init__.py": "",
+    "srt/speculative/__init__.py": "",
+    "srt/distributed/__init__.py": "",
+    "srt/managers/__init__.py": "",
+    "srt/managers/scheduler_components/__init__.py": "",
+    "srt/distributed/parallel_state.py": """
+        GPU = None
+        class GroupCoordinator:
+            def __init__(self, name, rank, world):
+                self.unique_name, self.rank_in_group, self.world_size, self.device = name + ":0", rank, world, "cpu"
+            def all_reduce(self, x):
+                GPU.run(40)
+                return x
+    """,
+    "srt/managers/scheduler.py": """
+        class Scheduler:
+            def __init__(self, server_args):
+                self.server_args = server_args
+                self.max_running_requests = 16
+    """,
+    "srt/managers/scheduler_components/batch_result_processor.py": """
+        class SchedulerBatchResultProcessor:
+            def _resolve_spec_v2_tokens(self, result, batch):
+                result.num_correct_drafts_per_req_cpu = list(result.lens)
+    """,
+    "srt/speculative/eagle_worker_v2.py": """
+        GPU = None
+        TP = None
+        class Result:
+            pass
+        class EagleDraftWorker:
+            def draft(self, batch):
+                GPU.run(300)
+            def _draft_extend_for_decode(self, batch, out):
+                GPU.run(120)
+        class EAGLEWorkerV2:
+            def __init__(self):
+                self._draft_worker = EagleDraftWorker()
+            def forward_batch_generation(self, batch):
+                self._draft_worker.draft(batch)
+                out = self.verify(batch)
+                self._draft_worker._draft_extend_for_decode(batch, out)
+                r = Result()
+                r.lens = batch.lens
+                return r
+            def verify(self, batch):
+                GPU.run(200)
+                TP.all_reduce(1)
+                TP.all_reduce(1)
+                return None
+    """,
+}
+
+
+@pytest.fixture
+def fake_sglang(tmp_path, monkeypatch):
+    name = "fakelive_" + tmp_path.name.replace("-", "_")[-12:]
+    for rel, src in FAKE.items():
+        p = tmp_path / name / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(src))
+    (tmp_path / name / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rec = _nvtx.RecordingBackend()
+    prev = _nvtx.set_backend(rec)
+    wrappers.reset_for_tests()
+    yield name, rec
+    live.disable()
+    shim.uninstall(name)
+    for m in [m for m in sys.modules if m.startswith(name)]:
+        del sys.modules[m]
+    _nvtx.set_backend(prev)
+    wrappers.reset_for_tests()
+    wrappers._rank["spec_config"] = wrappers._rank["config"] = None
+
+
+def _drive(name, gpu, cycles, lens):
+    ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
+    ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
+    sch = importlib.import_module(f"{name}.srt.managers.scheduler")
+    brp = importlib.import_module(f"{name}.srt.managers.scheduler_components.batch_result_processor")
+    ps.GPU = ew.GPU = gpu
+    ew.TP = ps.GroupCoordinator("tp", 1, 2)
+    sch.Scheduler(SimpleNamespace(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                                  speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=False))
+    worker, proc = ew.EAGLEWorkerV2(), brp.SchedulerBatchResultProcessor()
+    batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False) for _ in lens], lens=lens)
+    for _ in range(cycles):
+        res = worker.forward_batch_generation(batch)
+        proc._resolve_spec_v2_tokens(res, batch)
+
+
+def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, tmp_path):
+    """SPECPROF_TIMING=1: install() puts the tee in front of NVTX; a fake v2 worker's cycles come out
+    as rows with the phase times its fake device ran, the rank and the spec_config of the process."""
+    name, rec = fake_sglang
+    monkeypatch.setenv("SPECPROF_TIMING", "1")
+    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
+    gpu = Gpu()
+    monkeypatch.setattr(E, "torch_events", gpu.events)
+    shim.install(name)
+    state = live.state()
+    assert state is not None and _nvtx._backend is state.tee and wrappers.on_accept == state.timer.accept
+    state.sink.threaded = False  # drained by hand below
+    _drive(name, gpu, 6, [2, 0, 3])
+    assert rec.balanced()  # nsys's ranges are still there (the recording backend stands for nsys)
+    assert rec.payloads(P.DECODE_CYCLE) == [1, 2, 3, 4, 5, 6]
+    state.timer.close()
+    rows = list(state.sink._rows)
+    assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for r in rows:
+        assert (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"]) == (300, 280, 80, 120)
+        assert r["gpu_span_ns"] == 300 + 280 + 120
+        assert (r["rank"], r["accepted_tokens"], r["requests"], r["verified_tokens"], r["steps"]) == (1, 5, 3, 12, 3)
+    state.sink.close()
+    files = sorted((tmp_path / "logs").glob("*.parquet"))
+    assert len(files) == 1 and files[0].name.startswith(f"specprof_live-r1-p{os.getpid()}-")
+    table = pq.read_table(files[0])
+    assert table.column("cycle").to_pylist() == [1, 2, 3, 4, 5, 6]
+    meta = table.schema.metadata
+    assert meta[b"specprof.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert b'"steps": 3' in meta[b"specprof.spec_config"] and b'"algo": "EAGLE3"' in meta[b"specprof.spec_config"]
+
+
+def test_timing_unset_creates_nothing(fake_sglang, monkeypatch):
+    name, rec = fake_sglang
+    monkeypatch.delenv("SPECPROF_TIMING", raising=False)
+    shim.install(name)
+    assert live.state() is None
+    assert _nvtx._backend is rec and wrappers.on_accept is None
+    gpu = Gpu()
+    _drive(name, gpu, 2, [1])
+    assert live.state() is None and _nvtx._backend is rec and wrappers.on_accept is None
+    assert gpu.recorded == [] and rec.payloads(P.DECODE_CYCLE) == [1, 2]  # the shim itself still annotates
+
+
+def test_importing_the_timing_mode_loads_no_heavy_module():
+    """Imported at server start: standard library only (checked in a fresh interpreter)."""
+    import subprocess
+
+    code = ("import sys, nvtx_annotate.live, nvtx_annotate.live.events, nvtx_annotate.live.sink, "
+            "nvtx_annotate.live.log, nvtx_annotate.live.metrics;"
+            "print(sorted(m for m in ('torch', 'pyarrow', 'prometheus_client', 'pandas', 'numpy') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_settings_from_env_keep_defaults_for_bad_values():
+    s, problems = live.settings_from_env({"SPECPROF_TIMING_MAX_FILES": "3", "SPECPROF_TIMING_RING": "zero",
+                                          "SPECPROF_METRICS_PORT": "9400", "SPECPROF_TIMING_ALLREDUCE": "0"})
+    assert (s.max_files, s.ring_size, s.metrics_port, s.time_allreduce) == (3, live.DEFAULTS.ring_size, 9400, False)
+    assert len(problems) == 1 and problems[0].startswith("SPECPROF_TIMING_RING='zero'")
+    assert live.timing_enabled({"SPECPROF_TIMING": "1"}) and not live.timing_enabled({"SPECPROF_TIMING": "0"})
+    assert not live.timing_enabled({})
