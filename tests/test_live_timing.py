@@ -415,3 +415,203 @@ def test_settings_from_env_keep_defaults_for_bad_values():
     assert len(problems) == 1 and problems[0].startswith("SPECPROF_TIMING_RING='zero'")
     assert live.timing_enabled({"SPECPROF_TIMING": "1"}) and not live.timing_enabled({"SPECPROF_TIMING": "0"})
     assert not live.timing_enabled({})
+
+
+# ------------------------------------------------------------------ the Parquet log
+
+def _rows(n, rank=0, first=1, gpu=None):
+    """n resolved rows from a timer fed cycles with varied phase times."""
+    gpu = gpu or Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.rank, t.spec = rank, P.SpecConfig("EAGLE", 2, 1, 3, 1, True, 8)
+    for i in range(n):
+        run_cycle(t, gpu, first + i, draft=100 + i, verify=200 + 3 * i, allreduce=10 + i, extend=50 + 2 * i,
+                  accept=(i % 4, 2))
+    t.poll()
+    assert len(rows) == n
+    return rows
+
+
+def test_log_rotates_by_size_keeps_max_files_and_completes_each(tmp_path):
+    rows = _rows(60)
+    w = LogWriter(str(tmp_path), rank=0, pid=123, spec_config=P.SpecConfig("EAGLE", 2, 1, 3, 1, True, 8),
+                  row_group_rows=10, max_bytes=1, max_files=3)  # every row group completes its file
+    for r in rows[:25]:
+        w.add(r)
+    assert w.row_groups == 2 and w.buffered() == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "specprof_live-r0-p123-00001.parquet", "specprof_live-r0-p123-00002.parquet"]
+    for r in rows[25:]:
+        w.add(r)
+    w.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"specprof_live-r0-p123-{i:05d}.parquet" for i in (4, 5, 6)]  # 6 files, 3 kept
+    assert len(w.deleted) == 3 and not any(n.endswith(".tmp") for n in names)
+    tables = [pq.read_table(tmp_path / n) for n in names]
+    assert [t.num_rows for t in tables] == [10, 10, 10]
+    cycles = [c for t in tables for c in t.column("cycle").to_pylist()]
+    assert cycles == [r["cycle"] for r in rows[30:]]
+
+
+def test_log_rotation_puts_row_groups_together_up_to_the_size_limit(tmp_path):
+    rows = _rows(40)
+    one = LogWriter(str(tmp_path / "probe"), 0, 1, row_group_rows=10, max_bytes=1 << 30)
+    for r in rows[:10]:
+        one.add(r)
+    size_one = one.bytes_written()  # an open file of one row group (the footer is written at completion)
+    assert size_one > 0
+    w = LogWriter(str(tmp_path / "logs"), 0, 1, row_group_rows=10, max_bytes=size_one + size_one // 2)
+    for r in rows:
+        w.add(r)
+    w.close()
+    files = sorted((tmp_path / "logs").iterdir())
+    assert [pq.ParquetFile(f).metadata.num_row_groups for f in files] == [2, 2]  # the 2nd group passes the limit
+    assert [c for f in files for c in pq.read_table(f).column("cycle").to_pylist()] == [r["cycle"] for r in rows]
+
+
+def test_log_file_is_written_under_a_temporary_name_until_complete(tmp_path):
+    rows = _rows(5)
+    w = LogWriter(str(tmp_path), rank=2, pid=7, row_group_rows=2, max_bytes=1 << 30)
+    for r in rows:
+        w.add(r)
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet.tmp"]
+    w.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet"]
+    f = pq.ParquetFile(tmp_path / "specprof_live-r2-p7-00001.parquet")
+    assert f.metadata.num_row_groups == 3 and f.metadata.num_rows == 5
+
+
+def test_sink_writes_row_groups_every_n_rows_not_per_cycle(tmp_path):
+    rows = _rows(7)
+    made = []
+
+    def outputs():
+        made.append(LogWriter(str(tmp_path), 0, 1, row_group_rows=3))
+        return made[-1], None
+
+    s = Sink(outputs, threaded=False, flush_s=1e9)
+    for r in rows:
+        s.add(r)
+    assert s.drain() == 7 and made[0].row_groups == 2 and made[0].buffered() == 1
+    s.close()
+    assert pq.ParquetFile(next(tmp_path.glob("*.parquet"))).metadata.num_row_groups == 3
+
+
+# ------------------------------------------------------------------ Prometheus
+
+def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    registry = prom.CollectorRegistry()
+    m = make_metrics(3, registry=registry)
+    rows = _rows(4, rank=3)
+    for r in rows:
+        m.observe(r)
+    m.count_drops({"ring_overflow": 2})
+    m.count_drops({"ring_overflow": 5})
+    text = prom.generate_latest(registry).decode()
+    for phase in ("draft", "verify", "draft_extend", "allreduce"):
+        assert f'specprof:phase_seconds_count{{phase="{phase}",rank="3"}} 4.0' in text
+    verify_s = sum(r["verify_ns"] for r in rows) * 1e-9
+    line = next(x for x in text.splitlines() if x.startswith('specprof:phase_seconds_sum{phase="verify",rank="3"}'))
+    assert float(line.split()[-1]) == pytest.approx(verify_s)
+    assert 'specprof:cycle_seconds_count{rank="3"} 4.0' in text
+    assert 'specprof:accepted_tokens_per_cycle_sum{rank="3"} %.1f' % sum(r["accepted_tokens"] for r in rows) in text
+    assert 'specprof:cycles_total{rank="3"} 4.0' in text
+    assert 'specprof:dropped_cycles_total{rank="3",reason="ring_overflow"} 5.0' in text
+    tps = next(x for x in text.splitlines() if x.startswith('specprof:tokens_per_second{rank="3"}'))
+    span_s = (rows[-1]["host_end_ns"] - rows[0]["host_start_ns"]) * 1e-9
+    assert float(tps.split()[-1]) == pytest.approx(sum(r["accepted_tokens"] + r["requests"] for r in rows) / span_s)
+
+
+def test_without_prometheus_client_one_warning_and_the_log_still_works(monkeypatch, tmp_path, capsys):
+    from nvtx_annotate.live import metrics as M
+
+    monkeypatch.setattr(M, "load_prometheus", lambda: None)
+    wrappers.reset_for_tests()
+    assert M.make_metrics(0, warn=wrappers.warn_once) is None
+    assert M.make_metrics(0, warn=wrappers.warn_once) is None
+    err = capsys.readouterr().err
+    assert err.count("prometheus_client is not installed") == 1 and len(err.strip().splitlines()) == 1
+    s = Sink(lambda: (LogWriter(str(tmp_path), 0, 1, row_group_rows=2), None), threaded=False)
+    for r in _rows(3):
+        s.add(r)
+    s.close()
+    assert pq.read_table(next(tmp_path.glob("*.parquet"))).num_rows == 3
+    wrappers.reset_for_tests()
+
+
+# ------------------------------------------------------------------ the analyzer's reader
+
+def test_reader_returns_what_was_logged_across_ranks(tmp_path):
+    from analyze.read.live_log import COLUMNS, file_metadata, live_cycles
+
+    logged = {}
+    for rank in (0, 1):
+        rows = _rows(6, rank=rank)
+        logged[rank] = rows
+        w = LogWriter(str(tmp_path), rank, 100 + rank, spec_config=P.SpecConfig("EAGLE", 2, 1, 3, 2, True, 8),
+                      row_group_rows=4)
+        for r in rows:
+            w.add(dict(r, pid=100 + rank))
+        w.close()
+    df = live_cycles(tmp_path)
+    assert tuple(df.columns) == COLUMNS
+    assert len(df) == 12
+    for rank, rows in logged.items():
+        sub = df[df["rank"] == rank].reset_index(drop=True)
+        assert sub["cycle"].tolist() == [r["cycle"] for r in rows]
+        assert sub["start_ns"].tolist() == [r["host_start_ns"] for r in rows]
+        assert sub["end_ns"].tolist() == [r["host_end_ns"] for r in rows]
+        for col in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns"):
+            assert sub[col].tolist() == [r[col] for r in rows]
+        assert sub["accepted"].tolist() == [r["accepted_tokens"] for r in rows]
+        assert sub["tokens"].tolist() == [r["accepted_tokens"] + r["requests"] for r in rows]
+        assert sub["steps"].tolist() == [2] * 6
+        periods = [b["host_start_ns"] - a["host_start_ns"] for a, b in zip(rows, rows[1:])]
+        assert sub["period_ns"].tolist()[:-1] == periods and sub["period_ns"].isna().tolist()[-1]
+    meta = file_metadata(next(tmp_path.glob("specprof_live-r1-*.parquet")))
+    assert (meta["schema_version"], meta["rank"], meta["pid"]) == (1, 1, 101)
+    assert meta["spec_config"]["steps"] == 2 and meta["spec_config"]["tp"] == 2
+
+
+def test_reader_keeps_null_gpu_columns_and_breaks_periods_at_gaps(tmp_path):
+    from analyze.read.live_log import live_cycles
+
+    rows = []
+    t = E.Timer(rows.append, events=None, clock=HostClock(), accept_lag=0)
+    for k in (1, 2, 4):
+        run_cycle(t, Gpu(), k)
+    w = LogWriter(str(tmp_path), 0, 1)
+    for r in rows:
+        w.add(r)
+    w.close()
+    df = live_cycles(next(tmp_path.glob("*.parquet")))
+    assert df["draft_ns"].isna().all() and df["accepted"].isna().all() and df["tokens"].isna().all()
+    assert df["period_ns"].isna().tolist() == [False, True, True]
+    assert df["period_ns"][0] == rows[1]["host_start_ns"] - rows[0]["host_start_ns"]
+
+
+def test_reader_refuses_bad_files_with_one_line(tmp_path):
+    import pandas as pd
+
+    from analyze.errors import CorruptReport, MissingInput, TraceError, UnsuitableInput
+    from analyze.read.live_log import live_cycles
+
+    bad = tmp_path / "junk.parquet"
+    bad.write_text("not parquet\n")
+    with pytest.raises(CorruptReport) as e:
+        live_cycles(bad)
+    assert "junk.parquet" in str(e.value) and "\n" not in str(e.value)
+    other = tmp_path / "other.parquet"
+    pd.DataFrame({"rank": [0], "cycle": [1]}).to_parquet(other)
+    with pytest.raises(UnsuitableInput) as e:
+        live_cycles(other)
+    assert "not a specprof timing log" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(MissingInput):
+        live_cycles(tmp_path / "empty_dir_that_does_not_exist")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(MissingInput):
+        live_cycles(tmp_path / "d")
+    assert issubclass(UnsuitableInput, TraceError)

@@ -64,7 +64,7 @@ class LogWriter:
         self.row_group_rows, self.max_bytes, self.max_files, self.compression = (
             row_group_rows, max_bytes, max_files, compression)
         self._rows: list[dict] = []
-        self._writer = None
+        self._writer = self._out = None
         self._tmp = self._final = None
         self._seq = 0
         self.completed: list[str] = []  # this process's complete files, oldest first
@@ -92,8 +92,12 @@ class LogWriter:
         self._writer.write_table(table, row_group_size=len(self._rows))
         self._rows = []
         self.row_groups += 1
-        if os.path.getsize(self._tmp) >= self.max_bytes:
+        if self.bytes_written() >= self.max_bytes:
             self._complete()
+
+    def bytes_written(self) -> int:
+        """Bytes of the open file so far (its row groups; the footer comes at completion)."""
+        return self._out.tell() if self._writer is not None else 0
 
     def close(self) -> None:
         """Flush and complete the open file."""
@@ -103,6 +107,7 @@ class LogWriter:
 
     # ------------------------------------------------------------------ files
     def _open(self) -> None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         os.makedirs(self.directory, exist_ok=True)
@@ -111,11 +116,13 @@ class LogWriter:
         self._final = os.path.join(self.directory, stem + SUFFIX)
         self._tmp = os.path.join(self.directory, stem + TMP_SUFFIX)
         meta = file_metadata(self.rank, self.pid, self.spec_config, time.time_ns() - time.perf_counter_ns())
-        self._writer = pq.ParquetWriter(self._tmp, arrow_schema(meta), compression=self.compression)
+        self._out = pa.OSFile(self._tmp, "wb")
+        self._writer = pq.ParquetWriter(self._out, arrow_schema(meta), compression=self.compression)
 
     def _complete(self) -> None:
         self._writer.close()  # footer written: the file is complete
-        self._writer = None
+        self._out.close()
+        self._writer = self._out = None
         os.replace(self._tmp, self._final)
         self.completed.append(self._final)
         while len(self.completed) > self.max_files:
