@@ -615,3 +615,48 @@ def test_reader_refuses_bad_files_with_one_line(tmp_path):
     with pytest.raises(MissingInput):
         live_cycles(tmp_path / "d")
     assert issubclass(UnsuitableInput, TraceError)
+
+
+def test_metrics_served_on_the_port_of_the_rank_and_the_sink_thread_drains():
+    prom = pytest.importorskip("prometheus_client")
+    import socket
+    import time
+    import urllib.request
+
+    from nvtx_annotate.live.metrics import make_metrics
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    registry = prom.CollectorRegistry()
+    m = make_metrics(2, registry=registry, port=port)
+    s = Sink(lambda: (None, m), interval_s=0.01)
+    for r in _rows(3, rank=2):
+        s.add(r)
+    deadline = time.monotonic() + 10
+    while s.handled < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s.close()
+    assert s.handled == 3
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'specprof:cycles_total{rank="2"} 3.0' in body
+
+
+def test_the_dashboard_queries_only_metrics_the_shim_exports():
+    """dashboards/specprof_live.json: every specprof:* name in its queries is one the metrics export."""
+    import json
+    import re
+    from pathlib import Path
+
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    registry = prom.CollectorRegistry()
+    m = make_metrics(0, registry=registry)
+    for r in _rows(2):
+        m.observe(r)
+    exported = {s.name for fam in registry.collect() for s in fam.samples}
+    dash = json.loads((Path(__file__).resolve().parents[1] / "dashboards" / "specprof_live.json").read_text())
+    queried = {n for p in dash["panels"] for t in p["targets"] for n in re.findall(r"specprof:[a-z_]+", t["expr"])}
+    assert queried and queried <= exported, queried - exported
+    assert {"specprof:phase_seconds_bucket", "specprof:tokens_per_second"} <= queried
