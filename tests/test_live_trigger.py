@@ -296,3 +296,16 @@ def test_cli_refuses_bad_options(capsys):
     with pytest.raises(SystemExit):
         T.main(["--server", "http://x:1", "--log-dir", "d", "--rank", "two"])
     assert "--rank" in capsys.readouterr().err
+
+
+def test_the_docs_show_what_the_code_prints_and_parses():
+    doc = (REPO / "docs" / "live_trigger.md").read_text()
+    d = T.decide(BASE, win(cycle_s=0.012), TH, now=0.0)
+    assert "specprof-trigger: " + T.describe(d) in doc
+    assert "specprof-trigger: " + T.describe(T.decide(BASE, win(cycles=0), TH, 0.0)) in doc
+    # every option of the parser is in the table, and the table names no other
+    opts = {s for a in T.build_parser()._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+    import re
+    table = set(re.findall(r"^\| `(--[a-z-]+)", doc, re.M)) | set(re.findall(r"/ `(--[a-z-]+)", doc))
+    assert table == opts
+    assert "live_trigger.md" in (REPO / "docs" / "live.md").read_text()
