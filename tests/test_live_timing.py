@@ -469,6 +469,27 @@ def test_log_rotation_puts_row_groups_together_up_to_the_size_limit(tmp_path):
     assert [c for f in files for c in pq.read_table(f).column("cycle").to_pylist()] == [r["cycle"] for r in rows]
 
 
+def test_log_completes_a_file_by_age_so_readers_see_fresh_cycles(tmp_path):
+    """A file is completed once it is max_age_s old (at its next row group), whatever its size: a reader
+    of complete files (analyze-trace, the trigger) is at most that far behind."""
+    rows = _rows(30)
+    now = [1000.0]
+    w = LogWriter(str(tmp_path), 0, 1, row_group_rows=10, max_bytes=1 << 30, max_age_s=60, clock=lambda: now[0])
+    for r in rows[:10]:
+        w.add(r)                      # opened at 1000 s, one row group, 0 s old: stays open
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet.tmp"]
+    now[0] = 1059.0
+    for r in rows[10:20]:
+        w.add(r)                      # 59 s old: still open
+    assert w.completed == []
+    now[0] = 1060.0
+    for r in rows[20:30]:
+        w.add(r)                      # 60 s old at this row group: completed
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet"]
+    assert pq.ParquetFile(tmp_path / "specprof_live-r0-p1-00001.parquet").metadata.num_row_groups == 3
+    assert live.DEFAULTS.file_s == 60 and live.settings_from_env({"SPECPROF_TIMING_FILE_S": "15"})[0].file_s == 15
+
+
 def test_log_file_is_written_under_a_temporary_name_until_complete(tmp_path):
     rows = _rows(5)
     w = LogWriter(str(tmp_path), rank=2, pid=7, row_group_rows=2, max_bytes=1 << 30)

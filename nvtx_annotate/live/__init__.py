@@ -20,17 +20,19 @@ ENV_DIR = "SPECPROF_TIMING_DIR"
 ENV_LOG = "SPECPROF_TIMING_LOG"
 ENV_MAX_BYTES = "SPECPROF_TIMING_MAX_BYTES"
 ENV_MAX_FILES = "SPECPROF_TIMING_MAX_FILES"
+ENV_FILE_S = "SPECPROF_TIMING_FILE_S"
 ENV_ROW_GROUP = "SPECPROF_TIMING_ROW_GROUP"
 ENV_RING = "SPECPROF_TIMING_RING"
 ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
 ENV_PORT = "SPECPROF_METRICS_PORT"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s")
+                                  "metrics_port flush_s file_s")
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
-DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=16, row_group_rows=1024,
-                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0)
+# a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle
+DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
+                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60)
 
 _OFF = ("", "0", "false", "False", "no", "off")
 
@@ -67,6 +69,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         time_allreduce=env.get(ENV_ALLREDUCE, "1") not in _OFF,
         metrics_port=whole(ENV_PORT, None, 1),
         flush_s=DEFAULTS.flush_s,
+        file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
     ), problems
 
 
@@ -105,7 +108,7 @@ def _outputs(settings: Settings, timer, warn):
             from .log import LogWriter
 
             log = LogWriter(settings.directory, rank, timer.pid, timer.spec, settings.row_group_rows,
-                            settings.max_bytes, settings.max_files)
+                            settings.max_bytes, settings.max_files, max_age_s=settings.file_s)
         port = settings.metrics_port + rank if settings.metrics_port is not None else None
         metrics = make_metrics(rank, port=port, warn=warn)
         return log, metrics

@@ -53,13 +53,17 @@ def file_stem(rank: int, pid: int, seq: int) -> str:
 
 class LogWriter:
     """Rows in, Parquet row groups out: :meth:`add` buffers, every ``row_group_rows`` rows (or at
-    :meth:`flush`) one row group is written; past ``max_bytes`` the file is completed and a new one
-    opened at the next write. Not thread-safe: one thread (the sink's) calls it."""
+    :meth:`flush`) one row group is written; past ``max_bytes``, or once the file is ``max_age_s``
+    old, the file is completed (readers see complete files only: a reader of the log, the trigger,
+    gets fresh cycles every ``max_age_s`` whatever the cycle rate) and a new one opened at the next
+    write. Not thread-safe: one thread (the sink's) calls it. ``clock``: seconds (tests)."""
 
     def __init__(self, directory: str, rank: int, pid: int, spec_config=None, row_group_rows: int = 1024,
-                 max_bytes: int = 64 << 20, max_files: int = 16, compression: str = "zstd"):
-        if row_group_rows < 1 or max_bytes < 1 or max_files < 1:
-            raise ValueError("row_group_rows, max_bytes and max_files must be >= 1")
+                 max_bytes: int = 64 << 20, max_files: int = 240, compression: str = "zstd",
+                 max_age_s: float = 60.0, clock=time.monotonic):
+        if row_group_rows < 1 or max_bytes < 1 or max_files < 1 or not max_age_s > 0:
+            raise ValueError("row_group_rows, max_bytes, max_files and max_age_s must be >= 1 (> 0)")
+        self.max_age_s, self._clock, self._opened_s = float(max_age_s), clock, 0.0
         self.directory, self.rank, self.pid, self.spec_config = str(directory), int(rank), int(pid), spec_config
         self.row_group_rows, self.max_bytes, self.max_files, self.compression = (
             row_group_rows, max_bytes, max_files, compression)
@@ -92,7 +96,7 @@ class LogWriter:
         self._writer.write_table(table, row_group_size=len(self._rows))
         self._rows = []
         self.row_groups += 1
-        if self.bytes_written() >= self.max_bytes:
+        if self.bytes_written() >= self.max_bytes or self._clock() - self._opened_s >= self.max_age_s:
             self._complete()
 
     def bytes_written(self) -> int:
@@ -112,6 +116,7 @@ class LogWriter:
 
         os.makedirs(self.directory, exist_ok=True)
         self._seq += 1
+        self._opened_s = self._clock()
         stem = file_stem(self.rank, self.pid, self._seq)
         self._final = os.path.join(self.directory, stem + SUFFIX)
         self._tmp = os.path.join(self.directory, stem + TMP_SUFFIX)
