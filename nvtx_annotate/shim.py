@@ -141,11 +141,25 @@ def install(package: str | None = None) -> bool:
         _installed[package] = finder
         wrappers.on_first_cycle = check_worker
         guard.install_hook()
+        _enable_timing()
         for name, targets in modules.items():
             mod = sys.modules.get(name)
             if mod is not None:
                 patch_module(mod, targets)
     return True
+
+
+def _enable_timing() -> None:
+    """``SPECPROF_TIMING=1``: the timing mode (nvtx_annotate/live) in this process; never breaks the server."""
+    from . import live
+
+    if not live.timing_enabled():
+        return
+    try:
+        live.enable()
+    except Exception as exc:
+        wrappers.warn_once("live:enable", f"nvtx_annotate: SPECPROF_TIMING: timing mode not enabled "
+                                          f"({type(exc).__name__}: {exc})")
 
 
 def uninstall(package: str | None = None) -> None:

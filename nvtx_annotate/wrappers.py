@@ -58,7 +58,8 @@ _cycle_numbers = itertools.count(1)
 _stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "config_marks": 0, "faults": 0}
 _faults: dict[str, int] = {}
 _warned: set = set()
-_rank = {"mark": None, "world": None, "refresh": 0, "config": None}  # the TP group's rank mark; re-emits pending
+_rank = {"mark": None, "world": None, "refresh": 0, "config": None,  # the TP group's rank mark; re-emits pending
+         "rank": None, "spec_config": None}
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -67,6 +68,8 @@ in a TP server only the first rank calls cudaProfilerStart; the others reach the
 forward only after the scheduler loop's next broadcast, i.e. after the capture has opened."""
 
 on_first_cycle: Callable | None = None  # set by shim: per-worker roles check
+on_accept: Callable | None = None
+"""Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size)`` after each accept mark."""
 
 
 def stats() -> dict:
@@ -119,9 +122,10 @@ def _active(exact: bool):
 
 # ------------------------------------------------------------------ marks
 
-def emit_accept(lengths, cycle: int | None, b=None) -> bool:
+def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = None) -> bool:
     """The accept mark for ``lengths`` (per-request accepted draft tokens) if it is a sequence of
-    ints; False (nothing emitted) otherwise."""
+    ints; False (nothing emitted) otherwise. ``batch_size``: the batch's requests before those
+    already finished were left out (default ``len(lengths)``)."""
     if not isinstance(lengths, (list, tuple)):
         return False
     try:
@@ -130,6 +134,8 @@ def emit_accept(lengths, cycle: int | None, b=None) -> bool:
         return False
     (b or _nvtx._backend or _nvtx.get_backend()).mark(text, payload)
     _stats["marks"] += 1
+    if on_accept is not None:
+        on_accept(payload, len(lengths), cycle, batch_size)
     return True
 
 
@@ -137,7 +143,7 @@ def emit_rank_mark(rank: int, world: int, device) -> None:
     """The per-process mark ``rank=R world=W device=D`` the analyzer reads (remembered, so that
     it can be emitted again when profiling starts)."""
     text = P.rank_mark(rank, world, device)
-    _rank["mark"], _rank["world"] = text, int(world)
+    _rank["mark"], _rank["world"], _rank["rank"] = text, int(world), int(rank)
     _nvtx.mark(text)
     _stats["rank_marks"] += 1
 
@@ -148,8 +154,9 @@ def emit_config_mark(scheduler) -> None:
     args = getattr(scheduler, "server_args", None)
     if args is None:
         return
-    text = P.format_spec_config(P.spec_config_from_server_args(args, getattr(scheduler, "max_running_requests", None)))
-    _rank["config"] = text
+    cfg = P.spec_config_from_server_args(args, getattr(scheduler, "max_running_requests", None))
+    text = P.format_spec_config(cfg)
+    _rank["config"], _rank["spec_config"] = text, cfg
     _nvtx.mark(text)
     _stats["config_marks"] += 1
 
@@ -193,6 +200,11 @@ def _pending_rank_mark(b) -> None:
 
 def tp_world() -> int | None:
     return _rank["world"]
+
+
+def identity() -> dict:
+    """This process's TP ``rank``, ``world`` and ``spec_config`` (a SpecConfig), None where not seen yet."""
+    return {"rank": _rank["rank"], "world": _rank["world"], "spec_config": _rank["spec_config"]}
 
 
 def _tag(result, k: int) -> None:
@@ -423,10 +435,11 @@ def _hooks_accept_resolve(get_result, label: str, get_batch=None) -> Hooks:
             return
         k = _cycle_of(result)
         lengths = _first_attr(result, RESULT_ACCEPT_ATTRS)
+        batch_size = len(lengths) if isinstance(lengths, (list, tuple)) else None
         if done is not None and isinstance(lengths, (list, tuple)) and len(done) == len(lengths) and any(done):
             # only the requests SGLang counts: those not finished before this cycle
             lengths = [n for n, d in zip(lengths, done) if not d]
-        emit_accept(lengths, k, b)
+        emit_accept(lengths, k, b, batch_size)
         if k is None and _stats["cycles"] == 0:
             warn_once("uncycled", f"nvtx_annotate: accept lengths resolved by {label} belong to no annotated "
                                   f"decode cycle (this worker's forward_batch_generation is not annotated): "
@@ -750,7 +763,7 @@ def reset_for_tests(cycles_from: int = 1) -> None:
     _faults.clear()
     _warned.clear()
     _untagged.clear()
-    _rank.update(mark=None, world=None, refresh=0)
+    _rank.update(mark=None, world=None, refresh=0, rank=None)
     _tls.cycle = _tls.accept = None
     _tls.resolving = 0
 

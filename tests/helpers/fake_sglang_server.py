@@ -2,7 +2,9 @@
 HTTP endpoints the driver uses (/health, /generate with input_ids, /start_profile), answering
 like SGLang 0.5.17 (meta_info with completion_tokens, spec_verify_ct, spec_num_correct_drafts,
 spec_accept_length). It comes up after --startup-s seconds and exits on SIGINT like the server.
-usage: python fake_sglang_server.py --port P [--startup-s S] [--accept K] [--log FILE]"""
+With --fail-start-profile N the first N /start_profile answer 500 "Internal Server Error", as SGLang's
+FastAPI app does when its profiler refuses ("Profiling is already in progress", a RuntimeError).
+usage: python fake_sglang_server.py --port P [--startup-s S] [--accept K] [--log FILE] [--fail-start-profile N]"""
 import argparse
 import json
 import math
@@ -20,6 +22,7 @@ def main():
     p.add_argument("--startup-s", type=float, default=0.5)
     p.add_argument("--accept", type=int, default=2, help="tokens per verify step (bonus included)")
     p.add_argument("--log", default=None)
+    p.add_argument("--fail-start-profile", type=int, default=0)
     a = p.parse_args()
     t_up = time.monotonic() + a.startup_s
     events = []
@@ -47,6 +50,8 @@ def main():
                 return self._send(503, "")
             if self.path == "/start_profile":
                 events.append({"start_profile": body})
+                if sum("start_profile" in e for e in events) <= a.fail_start_profile:
+                    return self._send(500, "Internal Server Error")
                 return self._send(200, "Start profiling.\n")
             if self.path == "/stop_profile":
                 events.append({"stop_profile": body})

@@ -1,0 +1,141 @@
+"""Reading the timing log of the shim's live mode (``SPECPROF_TIMING=1``; docs/live.md): one
+Parquet file or a directory of them (all ranks, all processes) into one per-cycle DataFrame.
+
+Pure functions; the schema is checked against the columns this module needs (a file written by a
+newer shim with more columns is fine). An unreadable file raises :class:`~analyze.errors.CorruptReport`,
+a readable one that is not a live log (or lacks a needed column) :class:`~analyze.errors.UnsuitableInput`,
+a path without any log :class:`~analyze.errors.MissingInput`; each with one line naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import CorruptReport, MissingInput, UnsuitableInput
+
+SCHEMA_VERSIONS = (1,)
+"""The log schema versions this reader knows (``specprof.schema_version`` in the file metadata)."""
+
+REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int", "host_end_ns": "int",
+            "draft_ns": "int", "verify_ns": "int", "draft_extend_ns": "int", "allreduce_ns": "int",
+            "accepted_tokens": "int", "requests": "int", "steps": "int"}
+"""Column -> kind, the columns the reader needs."""
+
+COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
+           "allreduce_ns", "accepted", "requests", "tokens", "steps")
+"""The columns of :func:`live_cycles`' frame (nullable Int64 each)."""
+
+
+def log_files(path) -> list[Path]:
+    """The complete log files at ``path`` (a file, or a directory: its ``*.parquet``, not the
+    ``.parquet.tmp`` of a file still being written), sorted by name."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
+        if not files:
+            raise MissingInput(f"{p}: no timing log (*.parquet) in this directory", path=p)
+        return files
+    raise MissingInput(f"{p}: no such file or directory", path=p)
+
+
+def schema_problems(schema) -> list[str]:
+    """What makes a pyarrow schema no live log of a known version (empty: fine)."""
+    import pyarrow as pa
+
+    out = []
+    meta = schema.metadata or {}
+    version = meta.get(b"specprof.schema_version")
+    if version is None:
+        out.append("no specprof.schema_version metadata (not a specprof live log)")
+    elif not version.isdigit() or int(version) not in SCHEMA_VERSIONS:
+        out.append(f"schema version {version.decode(errors='replace')} (this reader knows {SCHEMA_VERSIONS})")
+    names = set(schema.names)
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        out.append("missing column(s) " + ", ".join(missing))
+    wrong = [c for c in REQUIRED if c in names and not pa.types.is_integer(schema.field(c).type)]
+    if wrong:
+        out.append("non-integer column(s) " + ", ".join(f"{c} ({schema.field(c).type})" for c in wrong))
+    return out
+
+
+def file_metadata(path) -> dict:
+    """A log file's metadata: schema_version, rank, pid (int), wall_offset_ns (int), spec_config (dict)."""
+    schema = _schema(path)
+    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items() if k.startswith(b"specprof.")}
+    out = {}
+    for key, value in meta.items():
+        name = key.split(".", 1)[1]
+        out[name] = json.loads(value) if name == "spec_config" else int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
+def _schema(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
+
+
+def _first_line(exc) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def read_log_file(path) -> pd.DataFrame:
+    """One validated log file as written (its columns, nullable Int64)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    problems = schema_problems(_schema(path))
+    if problems:
+        raise UnsuitableInput(f"{path}: not a specprof timing log: " + "; ".join(problems), path=path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
+    return table.to_pandas(types_mapper=_nullable)
+
+
+def _nullable(arrow_type):
+    import pyarrow as pa
+
+    return pd.Int64Dtype() if pa.types.is_integer(arrow_type) else None
+
+
+def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
+    """Log rows -> the per-cycle frame (:data:`COLUMNS`): sorted by rank, pid, cycle; ``period_ns``
+    the host start of the process's next logged cycle minus this one's (null for its last, and
+    where the next cycle number is not this one + 1: a gap of dropped cycles); ``tokens`` =
+    accepted draft tokens + requests (the bonus token of each request)."""
+    df = raw.sort_values(["rank", "pid", "cycle"], kind="stable").reset_index(drop=True)
+    out = pd.DataFrame({
+        "rank": df["rank"], "pid": df["pid"], "cycle": df["cycle"],
+        "start_ns": df["host_start_ns"], "end_ns": df["host_end_ns"],
+    })
+    grp = df.groupby(["rank", "pid"], sort=False)
+    next_start, next_cycle = grp["host_start_ns"].shift(-1), grp["cycle"].shift(-1)
+    period = (next_start - df["host_start_ns"]).astype("Int64")
+    out["period_ns"] = period.where((next_cycle == df["cycle"] + 1).fillna(False).astype(bool), pd.NA)
+    for col in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns"):
+        out[col] = df[col]
+    out["accepted"] = df["accepted_tokens"]
+    out["requests"] = df["requests"]
+    out["tokens"] = df["accepted_tokens"] + df["requests"]
+    out["steps"] = df["steps"]
+    return out.astype({c: "Int64" for c in COLUMNS})
+
+
+def live_cycles(path) -> pd.DataFrame:
+    """The per-cycle frame of every log file at ``path`` (a file or a directory: all ranks)."""
+    frames = [read_log_file(f) for f in log_files(path)]
+    raw = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return cycles_frame(raw)

@@ -1,0 +1,194 @@
+"""Timing mode of the shim (``SPECPROF_TIMING=1``, with the shim loaded by ``SPECPROF_NVTX=1``):
+CUDA events around draft / verify / draft_extend / all-reduce, host cycle times and accepted
+tokens per decode cycle, resolved without blocking, out as Prometheus metrics and a Parquet log
+per rank. See docs/live.md.
+
+:func:`enable` puts a :class:`~nvtx_annotate.live.events.TeeBackend` in front of the NVTX emitter
+(the wrappers call it as they call NVTX; nsys, when attached, still gets every range) and sets
+``wrappers.on_accept``. With ``SPECPROF_TIMING`` unset nothing here runs: ``shim.install`` asks
+:func:`timing_enabled` once. Standard library only at import; torch, pyarrow and prometheus_client
+are imported when first needed, and only in a process that runs decode cycles.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import namedtuple
+
+ENV_TIMING = "SPECPROF_TIMING"
+ENV_DIR = "SPECPROF_TIMING_DIR"
+ENV_LOG = "SPECPROF_TIMING_LOG"
+ENV_MAX_BYTES = "SPECPROF_TIMING_MAX_BYTES"
+ENV_MAX_FILES = "SPECPROF_TIMING_MAX_FILES"
+ENV_FILE_S = "SPECPROF_TIMING_FILE_S"
+ENV_ROW_GROUP = "SPECPROF_TIMING_ROW_GROUP"
+ENV_RING = "SPECPROF_TIMING_RING"
+ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
+ENV_PORT = "SPECPROF_METRICS_PORT"
+
+Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
+                                  "metrics_port flush_s file_s")
+Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
+
+# a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle
+DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
+                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60)
+
+_OFF = ("", "0", "false", "False", "no", "off")
+
+
+def timing_enabled(environ=None) -> bool:
+    return (os.environ if environ is None else environ).get(ENV_TIMING, "") not in _OFF
+
+
+def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
+    """(settings, problems): a value that does not parse keeps its default and is named in ``problems``."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+
+    def whole(name, default, least):
+        text = env.get(name)
+        if text in (None, ""):
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            problems.append(f"{name}={text!r} (want a whole number >= {least}; using {default})")
+            return default
+        return value
+
+    return Settings(
+        directory=env.get(ENV_DIR) or DEFAULTS.directory,
+        log=env.get(ENV_LOG, "1") not in _OFF,
+        max_bytes=whole(ENV_MAX_BYTES, DEFAULTS.max_bytes, 1),
+        max_files=whole(ENV_MAX_FILES, DEFAULTS.max_files, 1),
+        row_group_rows=whole(ENV_ROW_GROUP, DEFAULTS.row_group_rows, 1),
+        ring_size=whole(ENV_RING, DEFAULTS.ring_size, 1),
+        time_allreduce=env.get(ENV_ALLREDUCE, "1") not in _OFF,
+        metrics_port=whole(ENV_PORT, None, 1),
+        flush_s=DEFAULTS.flush_s,
+        file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
+    ), problems
+
+
+class Live:
+    """The timing mode of one process: timer, sink, the backend it replaced."""
+
+    def __init__(self, timer, sink, tee, previous_backend):
+        self.timer, self.sink, self.tee, self.previous_backend = timer, sink, tee, previous_backend
+        self.closed = False
+
+    def close(self) -> None:
+        """Resolve what is complete, drop the rest (counted), complete the log file."""
+        if self.closed:
+            return
+        self.closed = True
+        self.timer.close()
+        self.sink.close()
+
+
+_live: Live | None = None
+
+
+def state() -> Live | None:
+    """The process's timing mode, None when it is off."""
+    return _live
+
+
+def _outputs(settings: Settings, timer, warn):
+    """``make_outputs`` of the sink: the Parquet log and the metrics, for the timer's rank."""
+    def make():
+        from .metrics import make_metrics
+
+        rank = timer.rank if timer.rank is not None else 0
+        log = None
+        if settings.log:
+            from .log import LogWriter
+
+            log = LogWriter(settings.directory, rank, timer.pid, timer.spec, settings.row_group_rows,
+                            settings.max_bytes, settings.max_files, max_age_s=settings.file_s)
+        port = settings.metrics_port + rank if settings.metrics_port is not None else None
+        metrics = make_metrics(rank, port=port, warn=warn)
+        return log, metrics
+    return make
+
+
+def enable(settings: Settings | None = None, events="auto", threaded: bool = True) -> Live:
+    """Turn the timing mode on in this process (idempotent); ``events``: see :class:`~.events.Timer`."""
+    global _live
+    if _live is not None:
+        return _live
+    from .. import _nvtx, wrappers
+    from .events import TeeBackend, Timer
+    from .sink import Sink
+
+    if settings is None:
+        settings, problems = settings_from_env()
+        for p in problems:
+            wrappers.warn_once(f"live:env:{p}", f"nvtx_annotate: SPECPROF_TIMING: ignored {p}")
+    sink_box = []
+    timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
+                  ring_size=settings.ring_size, time_allreduce=settings.time_allreduce)
+    sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
+                flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
+    sink_box.append(sink)
+    previous = _nvtx._backend or _nvtx.get_backend()
+    tee = TeeBackend(previous, timer, on_fault=wrappers.fault)
+    _nvtx.set_backend(tee)
+    wrappers.on_accept = timer.accept
+    _live = Live(timer, sink, tee, previous)
+    _register_exit_and_fork(settings, events, threaded)
+    return _live
+
+
+_hooks_registered = []
+
+
+def _register_exit_and_fork(settings, events, threaded) -> None:
+    if _hooks_registered:
+        return
+    _hooks_registered.append(True)
+    import atexit
+
+    atexit.register(_at_exit)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=lambda: _after_fork(settings, events, threaded))
+
+
+def _at_exit() -> None:
+    live = _live
+    if live is not None:
+        try:
+            live.close()
+        except Exception:  # pragma: no cover - never fail the interpreter's exit
+            pass
+
+
+def _after_fork(settings, events, threaded) -> None:
+    """A forked child starts its own timing (fresh ring, its own files); the parent's is not its own."""
+    global _live
+    if _live is None:
+        return
+    _live.closed = True  # the parent's thread and file do not exist here
+    _live = None
+    try:
+        enable(settings, events, threaded)
+    except Exception:  # pragma: no cover - never break a fork
+        pass
+
+
+def disable() -> None:
+    """Close the timing mode and restore the backend and the accept hook (tests)."""
+    global _live
+    live = _live
+    if live is None:
+        return
+    from .. import _nvtx, wrappers
+
+    live.close()
+    if _nvtx._backend is live.tee:
+        _nvtx.set_backend(live.previous_backend)
+    wrappers.on_accept = None
+    _live = None

@@ -1,0 +1,358 @@
+"""Per-cycle CUDA-event timing without blocking: a :class:`Timer` fed by the shim's own range
+calls (through :class:`TeeBackend`) and accept lengths, and a bounded ring of ended cycles whose
+events are polled with ``query()``; never ``synchronize``.
+
+Flow on the worker thread (the thread that runs ``forward_batch_generation``):
+
+* ``push("decode_cycle", K)``: poll the ring, then open cycle K (host start: ``perf_counter_ns``).
+* ``push(draft|verify|draft_extend|allreduce|graph_replay_*)`` inside an open cycle: one event
+  recorded on the current stream (none while the stream captures a CUDA graph, none without CUDA);
+  a range of a phase already open on the thread (a graph replay inside ``draft``) records nothing.
+* ``pop()``: the phase's end event; the cycle's ``pop`` closes it (host end) and moves it into the
+  ring; the oldest pending cycle is dropped (and counted) when the ring is full; then a poll.
+* :meth:`Timer.accept` (any thread): accepted draft tokens / requests of cycle K (or of the cycle
+  open on the calling thread when K is None).
+
+A pending cycle is resolved, oldest first, when every one of its events answers ``query()`` True
+and its accept lengths arrived (or ``accept_lag`` newer cycles have ended without them: accept
+columns null). Resolving turns event pairs into nanoseconds (``elapsed_time``) and hands one row
+(a dict, :data:`ROW_FIELDS`) to ``on_row``. Standard library only; torch is looked up lazily
+(``sys.modules``) at the first cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from _thread import _local, allocate_lock
+from collections import OrderedDict
+from collections.abc import Callable
+
+from .. import protocol as P
+
+PHASES = ("draft", "verify", "draft_extend", "allreduce")
+"""The phases timed with CUDA events, in row order."""
+
+PHASE_OF: dict[str, str] = {rng: phase for phase, names in P.PHASE_RANGES.items() if phase in PHASES
+                            for rng in names}
+"""Range name -> phase (graph replays count as their phase)."""
+
+ROW_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns", "draft_ns", "verify_ns",
+              "draft_extend_ns", "allreduce_ns", "gpu_span_ns", "accepted_tokens", "requests",
+              "verified_tokens", "steps", "batch_size")
+"""The keys of one resolved cycle (the Parquet log's columns, docs/live.md)."""
+
+DROP_RING_OVERFLOW = "ring_overflow"
+DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
+
+_CYCLE = object()  # stack entry of a decode_cycle range
+_NOTHING = None  # stack entry of a range that records nothing
+
+
+class CycleRecord:
+    """One decode cycle while it is open or pending."""
+
+    __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size")
+
+    def __init__(self, cycle: int, start_ns: int):
+        self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
+        self.pairs: list = []  # (phase, start event, end event) in the order of their end events
+        self.first = None  # the cycle's first recorded event
+        self.missing: set = set()  # phases entered whose time could not be measured
+        self.accepted = self.requests = self.batch_size = None
+
+
+class _Thread(_local):
+    def __init__(self):
+        self.stack: list = []
+        self.cycle: CycleRecord | None = None
+        self.open_phases: list = []
+
+
+def torch_events():
+    """(event factory, capturing predicate) for CUDA events on the current stream, or (None, None)
+    when this process has no initialised CUDA (host timing only). Never initialises CUDA."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_available() or not cuda.is_initialized():
+            return None, None
+        event = cuda.Event
+        return (lambda: event(enable_timing=True)), cuda.is_current_stream_capturing
+    except Exception:
+        return None, None
+
+
+def elapsed_ns(start, end) -> int:
+    """Nanoseconds between two completed events (``elapsed_time`` is in milliseconds)."""
+    return int(round(start.elapsed_time(end) * 1e6))
+
+
+class Timer:
+    """See the module docstring. ``events``: ``"auto"`` (torch's CUDA events, decided at the first
+    cycle), None (host timing only) or ``(factory, capturing)``: ``factory()`` -> an object with
+    ``record()``, ``query()``, ``elapsed_time(other)`` (ms); ``capturing()`` -> True while the
+    current stream captures a graph. ``identity()`` -> dict with ``rank`` and ``spec_config``
+    (a :class:`~nvtx_annotate.protocol.SpecConfig`), asked while unknown."""
+
+    def __init__(self, on_row: Callable[[dict], None], events="auto", identity: Callable[[], dict] | None = None,
+                 ring_size: int = 256, accept_lag: int = 4, time_allreduce: bool = True, max_pairs: int = 2048,
+                 pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns):
+        if ring_size < 1:
+            raise ValueError("ring_size must be >= 1")
+        self.on_row, self.identity_fn, self.clock = on_row, identity, clock
+        self.ring_size, self.accept_lag, self.max_pairs, self.pool_max = ring_size, accept_lag, max_pairs, pool_max
+        self.time_allreduce = time_allreduce
+        self._events_spec = events
+        self._factory = self._capturing = None
+        self._events_ready = events != "auto"
+        if events is not None and events != "auto":
+            self._factory, self._capturing = events
+        self._tls = _Thread()
+        self._lock = allocate_lock()
+        self._ring: OrderedDict[int, CycleRecord] = OrderedDict()  # ended, not resolved; oldest first
+        self._open: dict[int, CycleRecord] = {}  # open cycles (any thread), for accept lengths
+        self._free: list = []
+        self._newest_ended = 0
+        self.pid = os.getpid()
+        self.rank = None
+        self.spec = None
+        self.counters = {"cycles": 0, "resolved": 0, DROP_RING_OVERFLOW: 0, DROP_UNRESOLVED_AT_CLOSE: 0,
+                         "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0}
+
+    # ------------------------------------------------------------------ backend calls
+    def push(self, name: str, payload=None) -> None:
+        t = self._tls
+        entry = _NOTHING
+        try:
+            if name == P.DECODE_CYCLE:
+                entry = _CYCLE
+                self._begin(t, payload)
+            else:
+                phase = PHASE_OF.get(name)
+                if phase is not None and t.cycle is not None and phase not in t.open_phases and (
+                        self.time_allreduce or phase != "allreduce"):
+                    t.open_phases.append(phase)
+                    entry = (phase, self._record(t.cycle, phase))
+        finally:
+            t.stack.append(entry)
+
+    def pop(self) -> None:
+        t = self._tls
+        if not t.stack:
+            return
+        entry = t.stack.pop()
+        if entry is _NOTHING:
+            return
+        if entry is _CYCLE:
+            self._end(t)
+            return
+        phase, start = entry
+        if phase in t.open_phases:
+            t.open_phases.remove(phase)
+        rec = t.cycle
+        if rec is None:
+            return
+        end = self._record(rec, phase) if start is not None else None
+        if start is None or end is None:
+            rec.missing.add(phase)
+        elif len(rec.pairs) >= self.max_pairs:
+            rec.missing.add(phase)
+            self.counters["capped_pairs"] += 1
+        else:
+            rec.pairs.append((phase, start, end))
+
+    def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
+        """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
+        with self._lock:
+            if cycle is None:
+                rec = self._tls.cycle
+                if rec is None:
+                    self.counters["unattributed_accepts"] += 1
+                    return
+            else:
+                rec = self._open.get(cycle) or self._ring.get(cycle)
+                if rec is None:
+                    self.counters["late_accepts"] += 1
+                    return
+            rec.accepted, rec.requests = int(accepted), int(requests)
+            rec.batch_size = int(batch_size) if batch_size is not None else int(requests)
+
+    # ------------------------------------------------------------------ cycle boundaries
+    def _begin(self, t, k) -> None:
+        if not self._events_ready:
+            self._events_ready = True
+            self._factory, self._capturing = torch_events()
+        if self.rank is None or self.spec is None:
+            self._identify()
+        self.poll()
+        if t.cycle is not None:  # a cycle inside a cycle (not emitted by the shim): keep the outer one
+            return
+        k = int(k) if k is not None else self.counters["cycles"] + 1
+        rec = CycleRecord(k, self.clock())
+        t.cycle, t.open_phases = rec, []
+        with self._lock:
+            self._open[k] = rec
+
+    def _end(self, t) -> None:
+        rec = t.cycle
+        if rec is None:
+            return
+        rec.end_ns = self.clock()
+        t.cycle, t.open_phases = None, []
+        dropped = None
+        with self._lock:
+            self._open.pop(rec.cycle, None)
+            self._ring[rec.cycle] = rec
+            self.counters["cycles"] += 1
+            self._newest_ended = max(self._newest_ended, rec.cycle)
+            if len(self._ring) > self.ring_size:
+                _, dropped = self._ring.popitem(last=False)
+                self.counters[DROP_RING_OVERFLOW] += 1
+        if dropped is not None:  # its events may still be pending on the GPU: not reused
+            dropped.pairs, dropped.first = [], None
+        self.poll()
+
+    def _identify(self) -> None:
+        if self.identity_fn is None:
+            return
+        ident = self.identity_fn() or {}
+        if self.rank is None and ident.get("rank") is not None:
+            self.rank = int(ident["rank"])
+        if self.spec is None and ident.get("spec_config") is not None:
+            self.spec = ident["spec_config"]
+
+    # ------------------------------------------------------------------ events
+    def _record(self, rec: CycleRecord, phase: str):
+        """An event recorded now on the current stream, or None (no CUDA, or a graph capture)."""
+        factory = self._factory
+        if factory is None:
+            return None
+        capturing = self._capturing
+        if capturing is not None and capturing():
+            self.counters["capture_skips"] += 1
+            return None
+        ev = self._free.pop() if self._free else factory()
+        ev.record()
+        if rec.first is None:
+            rec.first = ev
+        return ev
+
+    def _release(self, *events) -> None:
+        free = self._free
+        for ev in events:
+            if ev is not None and len(free) < self.pool_max:
+                free.append(ev)
+
+    def _release_record(self, rec: CycleRecord) -> None:
+        for _, a, b in rec.pairs:
+            self._release(a, b)
+        rec.pairs, rec.first = [], None
+
+    # ------------------------------------------------------------------ resolving
+    def _ready(self, rec: CycleRecord) -> bool:
+        if rec.accepted is None and self._newest_ended - rec.cycle < self.accept_lag:
+            return False
+        for _, a, b in rec.pairs:  # events complete in order on one stream: the end first
+            if not b.query() or not a.query():
+                return False
+        return rec.first is None or not rec.pairs or rec.first.query()
+
+    def poll(self) -> int:
+        """Resolve the pending cycles that are complete, oldest first; never waits. Returns how many."""
+        done = []
+        with self._lock:
+            while self._ring:
+                k, rec = next(iter(self._ring.items()))
+                if not self._ready(rec):
+                    break
+                del self._ring[k]
+                done.append(rec)
+        for rec in done:
+            row = self.row(rec)
+            self._release_record(rec)
+            self.counters["resolved"] += 1
+            self.on_row(row)
+        return len(done)
+
+    def row(self, rec: CycleRecord) -> dict:
+        """One resolved cycle as a dict of :data:`ROW_FIELDS` (events must be complete)."""
+        phase_ns: dict[str, int] = {}
+        for phase, a, b in rec.pairs:
+            phase_ns[phase] = phase_ns.get(phase, 0) + elapsed_ns(a, b)
+        for phase in rec.missing:
+            phase_ns.pop(phase, None)
+        span = elapsed_ns(rec.first, rec.pairs[-1][2]) if rec.pairs and rec.first is not None else None
+        spec = self.spec
+        steps = getattr(spec, "steps", None)
+        draft_tokens = getattr(spec, "draft_tokens", None)
+        verified = rec.requests * draft_tokens if rec.requests is not None and draft_tokens is not None else None
+        out = {"rank": self.rank if self.rank is not None else 0, "pid": self.pid, "cycle": rec.cycle,
+               "host_start_ns": rec.start_ns, "host_end_ns": rec.end_ns}
+        for phase in PHASES:
+            out[f"{phase}_ns"] = phase_ns.get(phase)
+        out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
+                   steps=steps, batch_size=rec.batch_size)
+        return out
+
+    def close(self) -> int:
+        """Resolve what is complete now (no waiting); the rest is dropped and counted. Returns the drops."""
+        with self._lock:
+            self._newest_ended += self.accept_lag  # accept lengths that did not come will not come
+        try:
+            self.poll()
+        except Exception:  # CUDA torn down at exit
+            pass
+        with self._lock:
+            left = list(self._ring.values())
+            self._ring.clear()
+            self.counters[DROP_UNRESOLVED_AT_CLOSE] += len(left)
+        return len(left)
+
+    def pending(self) -> int:
+        return len(self._ring)
+
+
+class TeeBackend:
+    """An NVTX backend that forwards to ``inner`` (nsys's, or none) and feeds ``timer``: the shim's
+    wrappers call it exactly as they call the NVTX emitter. Timer errors never reach the wrapper
+    (an NVTX push without its pop would unbalance the trace): counted through ``on_fault``."""
+
+    name = "live"
+    active = True
+
+    def __init__(self, inner, timer: Timer, on_fault: Callable[[str, BaseException], None] | None = None):
+        self.inner, self.timer, self.on_fault = inner, timer, on_fault
+        self._inner_on = bool(getattr(inner, "active", False))
+
+    def _fault(self, exc):
+        if self.on_fault is not None:
+            self.on_fault("live timing", exc)
+
+    def push(self, name, payload=None):
+        if self._inner_on:
+            self.inner.push(name, payload)
+        try:
+            self.timer.push(name, payload)
+        except Exception as exc:
+            self._fault(exc)
+
+    def pop(self):
+        if self._inner_on:
+            self.inner.pop()
+        try:
+            self.timer.pop()
+        except Exception as exc:
+            self._fault(exc)
+
+    def start(self, name):
+        return self.inner.start(name) if self._inner_on else 0
+
+    def end(self, range_id):
+        if self._inner_on:
+            self.inner.end(range_id)
+
+    def mark(self, text, payload=None):
+        if self._inner_on:
+            self.inner.mark(text, payload)

@@ -1,0 +1,683 @@
+"""The shim's timing mode (nvtx_annotate/live, issue 43) on the CPU with stub CUDA events: what a
+cycle records and in which order, the ring (drops, never waiting), no events during a capture or
+without CUDA, the Parquet log (row groups, rotation, complete files), the Prometheus exposition,
+the analyzer's reader of the log, and nothing at all with SPECPROF_TIMING unset."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pyarrow.parquet as pq
+import pytest
+
+from nvtx_annotate import _nvtx, live, shim, wrappers
+from nvtx_annotate import protocol as P
+from nvtx_annotate.live import events as E
+from nvtx_annotate.live.log import LogWriter, SCHEMA_VERSION
+from nvtx_annotate.live.sink import Sink
+
+
+# ------------------------------------------------------------------ stubs
+
+class Gpu:
+    """A fake device clock: stub events take its time when recorded."""
+
+    def __init__(self):
+        self.now = 0
+        self.done = True  # what query() answers
+        self.recorded: list = []  # (label, time) per record() in order
+        self.queries = 0
+        self.capturing = False
+
+    def run(self, ns: int):
+        self.now += ns
+
+    def factory(self):
+        return StubEvent(self)
+
+    def events(self):
+        return self.factory, lambda: self.capturing
+
+
+class StubEvent:
+    def __init__(self, gpu: Gpu):
+        self.gpu, self.t = gpu, None
+
+    def record(self):
+        self.t = self.gpu.now
+        self.gpu.recorded.append(self.t)
+
+    def query(self):
+        self.gpu.queries += 1
+        return self.gpu.done
+
+    def elapsed_time(self, other):
+        assert self.t is not None and other.t is not None
+        return (other.t - self.t) / 1e6  # ms, as torch
+
+    def synchronize(self):  # pragma: no cover - must never be called
+        raise AssertionError("synchronize on the hot path")
+
+    wait = synchronize
+
+
+class HostClock:
+    def __init__(self, start=1_000_000):
+        self.now = start
+
+    def __call__(self):
+        self.now += 1000
+        return self.now
+
+
+def make_timer(gpu=None, rows=None, **kw):
+    rows = [] if rows is None else rows
+    t = E.Timer(rows.append, events=gpu.events() if gpu is not None else None, clock=HostClock(), **kw)
+    return t, rows
+
+
+def run_cycle(t: E.Timer, gpu: Gpu, k: int, draft=300, verify=400, allreduce=50, extend=150, accept=None):
+    """One cycle through the backend API, as the wrappers call it: a graph replay inside draft, an
+    all-reduce inside an eager verify."""
+    t.push(P.DECODE_CYCLE, k)
+    gpu.run(10)
+    t.push(P.DRAFT)
+    t.push(P.GRAPH_REPLAY_DRAFT)
+    gpu.run(draft)
+    t.pop()
+    t.pop()
+    gpu.run(20)
+    t.push(P.VERIFY)
+    gpu.run(verify - allreduce)
+    t.push(P.ALLREDUCE)
+    gpu.run(allreduce)
+    t.pop()
+    t.pop()
+    t.push(P.GRAPH_REPLAY_DRAFT_EXTEND)
+    gpu.run(extend)
+    t.pop()
+    if accept is not None:
+        t.accept(accept[0], accept[1], None)
+    t.pop()
+
+
+# ------------------------------------------------------------------ events per cycle
+
+def test_one_cycle_records_events_in_order_and_resolves_phase_times():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=1)
+    t.spec = P.SpecConfig("EAGLE", 3, 1, 4, 2, True, 8)
+    t.rank = 1
+    run_cycle(t, gpu, 7, accept=(5, 2))
+    # draft start/end, verify start, allreduce start/end, verify end, draft_extend start/end: 8 events
+    # (none for the graph replay nested in draft), recorded at non-decreasing device times
+    draft, verify, allreduce, extend = 300, 400, 50, 150  # run_cycle's defaults
+    v0 = 10 + draft + 20
+    assert gpu.recorded == [10, 10 + draft, v0, v0 + verify - allreduce, v0 + verify, v0 + verify, v0 + verify,
+                            v0 + verify + extend]
+    t.poll()
+    assert len(rows) == 1
+    r = rows[0]
+    assert (r["cycle"], r["rank"], r["pid"]) == (7, 1, os.getpid())
+    assert (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"]) == (300, 400, 50, 150)
+    assert r["gpu_span_ns"] == gpu.recorded[-1] - gpu.recorded[0] == draft + 20 + verify + extend
+    assert (r["accepted_tokens"], r["requests"], r["verified_tokens"], r["steps"], r["batch_size"]) == (5, 2, 8, 3, 2)
+    assert r["host_end_ns"] > r["host_start_ns"]
+    assert set(r) == set(E.ROW_FIELDS)
+
+
+def test_accept_of_a_later_resolver_joins_its_cycle_by_number():
+    """v2 workers resolve the accept lengths after the cycle closed (cycle=K): the row waits for them."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=3)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert rows == []  # complete on the device, but cycle 1's accept lengths have not come yet
+    t.accept(6, 3, 1, batch_size=4)
+    t.poll()
+    assert [r["cycle"] for r in rows] == [1]
+    assert (rows[0]["accepted_tokens"], rows[0]["requests"], rows[0]["batch_size"]) == (6, 3, 4)
+    run_cycle(t, gpu, 3)
+    run_cycle(t, gpu, 4)
+    run_cycle(t, gpu, 5)  # cycle 2 is now 3 cycles old: reported without accept lengths
+    assert [r["cycle"] for r in rows] == [1, 2]
+    assert rows[1]["accepted_tokens"] is None and rows[1]["verified_tokens"] is None
+    t.accept(1, 1, 2)  # too late
+    assert t.counters["late_accepts"] == 1
+
+
+# ------------------------------------------------------------------ the ring
+
+def test_pending_events_are_not_waited_on_and_overflow_drops_the_oldest():
+    gpu = Gpu()
+    gpu.done = False  # the device never catches up
+    t, rows = make_timer(gpu, ring_size=3, accept_lag=0)
+    for k in range(1, 7):
+        run_cycle(t, gpu, k)
+    assert rows == []
+    assert t.pending() == 3
+    assert sorted(t._ring) == [4, 5, 6]  # the three newest kept
+    assert t.counters[E.DROP_RING_OVERFLOW] == 3
+    assert gpu.queries > 0  # asked, never waited (StubEvent.synchronize would raise)
+    gpu.done = True
+    run_cycle(t, gpu, 7)
+    assert [r["cycle"] for r in rows] == [4, 5, 6, 7]
+
+
+def test_a_dropped_cycles_events_are_not_reused():
+    gpu = Gpu()
+    gpu.done = False
+    t, _ = make_timer(gpu, ring_size=1, accept_lag=0)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert t._free == []
+
+
+def test_close_resolves_what_is_complete_and_counts_the_rest():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=5)
+    run_cycle(t, gpu, 1)
+    run_cycle(t, gpu, 2)
+    assert rows == []
+    assert t.close() == 0
+    assert [r["cycle"] for r in rows] == [1, 2]
+    gpu.done = False
+    run_cycle(t, gpu, 3)
+    assert t.close() == 1 and t.counters[E.DROP_UNRESOLVED_AT_CLOSE] == 1
+
+
+# ------------------------------------------------------------------ no CUDA, captures
+
+def test_without_cuda_only_host_times_and_null_gpu_columns(monkeypatch):
+    """torch.cuda unavailable: the auto event source gives none; no crash, GPU columns null."""
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False, is_initialized=lambda: False))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    assert E.torch_events() == (None, None)
+    rows = []
+    t = E.Timer(rows.append, events="auto", clock=HostClock(), accept_lag=0)
+    run_cycle(t, Gpu(), 1, accept=(3, 1))
+    assert len(rows) == 1
+    r = rows[0]
+    assert all(r[k] is None for k in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns"))
+    assert r["host_end_ns"] - r["host_start_ns"] == 1000  # one host clock tick between start and end
+    assert r["accepted_tokens"] == 3
+
+
+def test_cpu_torch_gives_no_events():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():  # pragma: no cover - this test is about CPU builds
+        pytest.skip("CUDA present")
+    assert E.torch_events() == (None, None)
+
+
+def test_no_event_is_recorded_while_the_stream_captures():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    gpu.capturing = True
+    run_cycle(t, gpu, 1)
+    assert gpu.recorded == []
+    assert t.counters["capture_skips"] == 4  # one try per phase start, none for the end
+    assert rows[0]["draft_ns"] is None and rows[0]["verify_ns"] is None
+    gpu.capturing = False
+    run_cycle(t, gpu, 2)
+    assert len(gpu.recorded) == 8 and rows[1]["verify_ns"] == 400
+
+
+def test_allreduce_timing_can_be_off():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, time_allreduce=False)
+    run_cycle(t, gpu, 1)
+    assert len(gpu.recorded) == 6
+    assert rows[0]["allreduce_ns"] is None and rows[0]["verify_ns"] == 400
+
+
+def test_tee_forwards_every_call_to_nsys_and_contains_timer_errors():
+    rec = _nvtx.RecordingBackend()
+    faults = []
+
+    class Broken(E.Timer):
+        def _record(self, rec_, phase):
+            raise RuntimeError("boom")
+
+    t = Broken(lambda r: None, events=Gpu().events(), clock=HostClock())
+    tee = E.TeeBackend(rec, t, on_fault=lambda label, exc: faults.append(label))
+    tee.push(P.DECODE_CYCLE, 1)
+    tee.push(P.DRAFT)
+    tee.pop()
+    tee.mark("accept_len=1 reqs=1", 1)
+    tee.pop()
+    assert rec.balanced() and rec.ranges() == [(P.DECODE_CYCLE, 0), (P.DRAFT, 1)]
+    assert rec.marks() == [("accept_len=1 reqs=1", 1)]
+    assert faults == ["live timing"]
+    assert t._tls.stack == [] and t.pending() == 1
+
+
+# ------------------------------------------------------------------ through the shim's wrappers
+
+FAKE = {
+    "srt/__init__.py": "",
+    "srt/speculative/__init__.py": "",
+    "srt/distributed/__init__.py": "",
+    "srt/managers/__init__.py": "",
+    "srt/managers/scheduler_components/__init__.py": "",
+    "srt/distributed/parallel_state.py": """
+        GPU = None
+        class GroupCoordinator:
+            def __init__(self, name, rank, world):
+                self.unique_name, self.rank_in_group, self.world_size, self.device = name + ":0", rank, world, "cpu"
+            def all_reduce(self, x):
+                GPU.run(40)
+                return x
+    """,
+    "srt/managers/scheduler.py": """
+        class Scheduler:
+            def __init__(self, server_args):
+                self.server_args = server_args
+                self.max_running_requests = 16
+    """,
+    "srt/managers/scheduler_components/batch_result_processor.py": """
+        class SchedulerBatchResultProcessor:
+            def _resolve_spec_v2_tokens(self, result, batch):
+                result.num_correct_drafts_per_req_cpu = list(result.lens)
+    """,
+    "srt/speculative/eagle_worker_v2.py": """
+        GPU = None
+        TP = None
+        class Result:
+            pass
+        class EagleDraftWorker:
+            def draft(self, batch):
+                GPU.run(300)
+            def _draft_extend_for_decode(self, batch, out):
+                GPU.run(120)
+        class EAGLEWorkerV2:
+            def __init__(self):
+                self._draft_worker = EagleDraftWorker()
+            def forward_batch_generation(self, batch):
+                self._draft_worker.draft(batch)
+                out = self.verify(batch)
+                self._draft_worker._draft_extend_for_decode(batch, out)
+                r = Result()
+                r.lens = batch.lens
+                return r
+            def verify(self, batch):
+                GPU.run(200)
+                TP.all_reduce(1)
+                TP.all_reduce(1)
+                return None
+    """,
+}
+
+
+@pytest.fixture
+def fake_sglang(tmp_path, monkeypatch):
+    name = "fakelive_" + tmp_path.name.replace("-", "_")[-12:]
+    for rel, src in FAKE.items():
+        p = tmp_path / name / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(src))
+    (tmp_path / name / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rec = _nvtx.RecordingBackend()
+    prev = _nvtx.set_backend(rec)
+    wrappers.reset_for_tests()
+    yield name, rec
+    live.disable()
+    shim.uninstall(name)
+    for m in [m for m in sys.modules if m.startswith(name)]:
+        del sys.modules[m]
+    _nvtx.set_backend(prev)
+    wrappers.reset_for_tests()
+    wrappers._rank["spec_config"] = wrappers._rank["config"] = None
+
+
+def _drive(name, gpu, cycles, lens):
+    ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
+    ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
+    sch = importlib.import_module(f"{name}.srt.managers.scheduler")
+    brp = importlib.import_module(f"{name}.srt.managers.scheduler_components.batch_result_processor")
+    ps.GPU = ew.GPU = gpu
+    ew.TP = ps.GroupCoordinator("tp", 1, 2)
+    sch.Scheduler(SimpleNamespace(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
+                                  speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=False))
+    worker, proc = ew.EAGLEWorkerV2(), brp.SchedulerBatchResultProcessor()
+    batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False) for _ in lens], lens=lens)
+    for _ in range(cycles):
+        res = worker.forward_batch_generation(batch)
+        proc._resolve_spec_v2_tokens(res, batch)
+
+
+def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, tmp_path):
+    """SPECPROF_TIMING=1: install() puts the tee in front of NVTX; a fake v2 worker's cycles come out
+    as rows with the phase times its fake device ran, the rank and the spec_config of the process."""
+    name, rec = fake_sglang
+    monkeypatch.setenv("SPECPROF_TIMING", "1")
+    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
+    gpu = Gpu()
+    monkeypatch.setattr(E, "torch_events", gpu.events)
+    shim.install(name)
+    state = live.state()
+    assert state is not None and _nvtx._backend is state.tee and wrappers.on_accept == state.timer.accept
+    state.sink.threaded = False  # drained by hand below
+    _drive(name, gpu, 6, [2, 0, 3])
+    assert rec.balanced()  # nsys's ranges are still there (the recording backend stands for nsys)
+    assert rec.payloads(P.DECODE_CYCLE) == [1, 2, 3, 4, 5, 6]
+    state.timer.close()
+    rows = list(state.sink._rows)
+    assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for r in rows:
+        assert (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"]) == (300, 280, 80, 120)
+        assert r["gpu_span_ns"] == 300 + 280 + 120
+        assert (r["rank"], r["accepted_tokens"], r["requests"], r["verified_tokens"], r["steps"]) == (1, 5, 3, 12, 3)
+    state.sink.close()
+    files = sorted((tmp_path / "logs").glob("*.parquet"))
+    assert len(files) == 1 and files[0].name.startswith(f"specprof_live-r1-p{os.getpid()}-")
+    table = pq.read_table(files[0])
+    assert table.column("cycle").to_pylist() == [1, 2, 3, 4, 5, 6]
+    meta = table.schema.metadata
+    assert meta[b"specprof.schema_version"] == str(SCHEMA_VERSION).encode()
+    assert b'"steps": 3' in meta[b"specprof.spec_config"] and b'"algo": "EAGLE3"' in meta[b"specprof.spec_config"]
+
+
+def test_timing_unset_creates_nothing(fake_sglang, monkeypatch):
+    name, rec = fake_sglang
+    monkeypatch.delenv("SPECPROF_TIMING", raising=False)
+    shim.install(name)
+    assert live.state() is None
+    assert _nvtx._backend is rec and wrappers.on_accept is None
+    gpu = Gpu()
+    _drive(name, gpu, 2, [1])
+    assert live.state() is None and _nvtx._backend is rec and wrappers.on_accept is None
+    assert gpu.recorded == [] and rec.payloads(P.DECODE_CYCLE) == [1, 2]  # the shim itself still annotates
+
+
+def test_importing_the_timing_mode_loads_no_heavy_module():
+    """Imported at server start: standard library only (checked in a fresh interpreter)."""
+    import subprocess
+
+    code = ("import sys, nvtx_annotate.live, nvtx_annotate.live.events, nvtx_annotate.live.sink, "
+            "nvtx_annotate.live.log, nvtx_annotate.live.metrics;"
+            "print(sorted(m for m in ('torch', 'pyarrow', 'prometheus_client', 'pandas', 'numpy') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_settings_from_env_keep_defaults_for_bad_values():
+    s, problems = live.settings_from_env({"SPECPROF_TIMING_MAX_FILES": "3", "SPECPROF_TIMING_RING": "zero",
+                                          "SPECPROF_METRICS_PORT": "9400", "SPECPROF_TIMING_ALLREDUCE": "0"})
+    assert (s.max_files, s.ring_size, s.metrics_port, s.time_allreduce) == (3, live.DEFAULTS.ring_size, 9400, False)
+    assert len(problems) == 1 and problems[0].startswith("SPECPROF_TIMING_RING='zero'")
+    assert live.timing_enabled({"SPECPROF_TIMING": "1"}) and not live.timing_enabled({"SPECPROF_TIMING": "0"})
+    assert not live.timing_enabled({})
+
+
+# ------------------------------------------------------------------ the Parquet log
+
+def _rows(n, rank=0, first=1, gpu=None):
+    """n resolved rows from a timer fed cycles with varied phase times."""
+    gpu = gpu or Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.rank, t.spec = rank, P.SpecConfig("EAGLE", 2, 1, 3, 1, True, 8)
+    for i in range(n):
+        run_cycle(t, gpu, first + i, draft=100 + i, verify=200 + 3 * i, allreduce=10 + i, extend=50 + 2 * i,
+                  accept=(i % 4, 2))
+    t.poll()
+    assert len(rows) == n
+    return rows
+
+
+def test_log_rotates_by_size_keeps_max_files_and_completes_each(tmp_path):
+    rows = _rows(60)
+    w = LogWriter(str(tmp_path), rank=0, pid=123, spec_config=P.SpecConfig("EAGLE", 2, 1, 3, 1, True, 8),
+                  row_group_rows=10, max_bytes=1, max_files=3)  # every row group completes its file
+    for r in rows[:25]:
+        w.add(r)
+    assert w.row_groups == 2 and w.buffered() == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "specprof_live-r0-p123-00001.parquet", "specprof_live-r0-p123-00002.parquet"]
+    for r in rows[25:]:
+        w.add(r)
+    w.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"specprof_live-r0-p123-{i:05d}.parquet" for i in (4, 5, 6)]  # 6 files, 3 kept
+    assert len(w.deleted) == 3 and not any(n.endswith(".tmp") for n in names)
+    tables = [pq.read_table(tmp_path / n) for n in names]
+    assert [t.num_rows for t in tables] == [10, 10, 10]
+    cycles = [c for t in tables for c in t.column("cycle").to_pylist()]
+    assert cycles == [r["cycle"] for r in rows[30:]]
+
+
+def test_log_rotation_puts_row_groups_together_up_to_the_size_limit(tmp_path):
+    rows = _rows(40)
+    one = LogWriter(str(tmp_path / "probe"), 0, 1, row_group_rows=10, max_bytes=1 << 30)
+    for r in rows[:10]:
+        one.add(r)
+    size_one = one.bytes_written()  # an open file of one row group (the footer is written at completion)
+    assert size_one > 0
+    w = LogWriter(str(tmp_path / "logs"), 0, 1, row_group_rows=10, max_bytes=size_one + size_one // 2)
+    for r in rows:
+        w.add(r)
+    w.close()
+    files = sorted((tmp_path / "logs").iterdir())
+    assert [pq.ParquetFile(f).metadata.num_row_groups for f in files] == [2, 2]  # the 2nd group passes the limit
+    assert [c for f in files for c in pq.read_table(f).column("cycle").to_pylist()] == [r["cycle"] for r in rows]
+
+
+def test_log_completes_a_file_by_age_so_readers_see_fresh_cycles(tmp_path):
+    """A file is completed once it is max_age_s old (at its next row group), whatever its size: a reader
+    of complete files (analyze-trace, the trigger) is at most that far behind."""
+    rows = _rows(30)
+    now = [1000.0]
+    w = LogWriter(str(tmp_path), 0, 1, row_group_rows=10, max_bytes=1 << 30, max_age_s=60, clock=lambda: now[0])
+    for r in rows[:10]:
+        w.add(r)                      # opened at 1000 s, one row group, 0 s old: stays open
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet.tmp"]
+    now[0] = 1059.0
+    for r in rows[10:20]:
+        w.add(r)                      # 59 s old: still open
+    assert w.completed == []
+    now[0] = 1060.0
+    for r in rows[20:30]:
+        w.add(r)                      # 60 s old at this row group: completed
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet"]
+    assert pq.ParquetFile(tmp_path / "specprof_live-r0-p1-00001.parquet").metadata.num_row_groups == 3
+    assert live.DEFAULTS.file_s == 60 and live.settings_from_env({"SPECPROF_TIMING_FILE_S": "15"})[0].file_s == 15
+
+
+def test_log_file_is_written_under_a_temporary_name_until_complete(tmp_path):
+    rows = _rows(5)
+    w = LogWriter(str(tmp_path), rank=2, pid=7, row_group_rows=2, max_bytes=1 << 30)
+    for r in rows:
+        w.add(r)
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet.tmp"]
+    w.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet"]
+    f = pq.ParquetFile(tmp_path / "specprof_live-r2-p7-00001.parquet")
+    assert f.metadata.num_row_groups == 3 and f.metadata.num_rows == 5
+
+
+def test_sink_writes_row_groups_every_n_rows_not_per_cycle(tmp_path):
+    rows = _rows(7)
+    made = []
+
+    def outputs():
+        made.append(LogWriter(str(tmp_path), 0, 1, row_group_rows=3))
+        return made[-1], None
+
+    s = Sink(outputs, threaded=False, flush_s=1e9)
+    for r in rows:
+        s.add(r)
+    assert s.drain() == 7 and made[0].row_groups == 2 and made[0].buffered() == 1
+    s.close()
+    assert pq.ParquetFile(next(tmp_path.glob("*.parquet"))).metadata.num_row_groups == 3
+
+
+# ------------------------------------------------------------------ Prometheus
+
+def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    registry = prom.CollectorRegistry()
+    m = make_metrics(3, registry=registry)
+    rows = _rows(4, rank=3)
+    for r in rows:
+        m.observe(r)
+    m.count_drops({"ring_overflow": 2})
+    m.count_drops({"ring_overflow": 5})
+    text = prom.generate_latest(registry).decode()
+    for phase in ("draft", "verify", "draft_extend", "allreduce"):
+        assert f'specprof:phase_seconds_count{{phase="{phase}",rank="3"}} 4.0' in text
+    verify_s = sum(r["verify_ns"] for r in rows) * 1e-9
+    line = next(x for x in text.splitlines() if x.startswith('specprof:phase_seconds_sum{phase="verify",rank="3"}'))
+    assert float(line.split()[-1]) == pytest.approx(verify_s)
+    assert 'specprof:cycle_seconds_count{rank="3"} 4.0' in text
+    assert 'specprof:accepted_tokens_per_cycle_sum{rank="3"} %.1f' % sum(r["accepted_tokens"] for r in rows) in text
+    assert 'specprof:cycles_total{rank="3"} 4.0' in text
+    assert 'specprof:dropped_cycles_total{rank="3",reason="ring_overflow"} 5.0' in text
+    tps = next(x for x in text.splitlines() if x.startswith('specprof:tokens_per_second{rank="3"}'))
+    span_s = (rows[-1]["host_end_ns"] - rows[0]["host_start_ns"]) * 1e-9
+    assert float(tps.split()[-1]) == pytest.approx(sum(r["accepted_tokens"] + r["requests"] for r in rows) / span_s)
+
+
+def test_without_prometheus_client_one_warning_and_the_log_still_works(monkeypatch, tmp_path, capsys):
+    from nvtx_annotate.live import metrics as M
+
+    monkeypatch.setattr(M, "load_prometheus", lambda: None)
+    wrappers.reset_for_tests()
+    assert M.make_metrics(0, warn=wrappers.warn_once) is None
+    assert M.make_metrics(0, warn=wrappers.warn_once) is None
+    err = capsys.readouterr().err
+    assert err.count("prometheus_client is not installed") == 1 and len(err.strip().splitlines()) == 1
+    s = Sink(lambda: (LogWriter(str(tmp_path), 0, 1, row_group_rows=2), None), threaded=False)
+    for r in _rows(3):
+        s.add(r)
+    s.close()
+    assert pq.read_table(next(tmp_path.glob("*.parquet"))).num_rows == 3
+    wrappers.reset_for_tests()
+
+
+# ------------------------------------------------------------------ the analyzer's reader
+
+def test_reader_returns_what_was_logged_across_ranks(tmp_path):
+    from analyze.read.live_log import COLUMNS, file_metadata, live_cycles
+
+    logged = {}
+    for rank in (0, 1):
+        rows = _rows(6, rank=rank)
+        logged[rank] = rows
+        w = LogWriter(str(tmp_path), rank, 100 + rank, spec_config=P.SpecConfig("EAGLE", 2, 1, 3, 2, True, 8),
+                      row_group_rows=4)
+        for r in rows:
+            w.add(dict(r, pid=100 + rank))
+        w.close()
+    df = live_cycles(tmp_path)
+    assert tuple(df.columns) == COLUMNS
+    assert len(df) == 12
+    for rank, rows in logged.items():
+        sub = df[df["rank"] == rank].reset_index(drop=True)
+        assert sub["cycle"].tolist() == [r["cycle"] for r in rows]
+        assert sub["start_ns"].tolist() == [r["host_start_ns"] for r in rows]
+        assert sub["end_ns"].tolist() == [r["host_end_ns"] for r in rows]
+        for col in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns"):
+            assert sub[col].tolist() == [r[col] for r in rows]
+        assert sub["accepted"].tolist() == [r["accepted_tokens"] for r in rows]
+        assert sub["tokens"].tolist() == [r["accepted_tokens"] + r["requests"] for r in rows]
+        assert sub["steps"].tolist() == [2] * 6
+        periods = [b["host_start_ns"] - a["host_start_ns"] for a, b in zip(rows, rows[1:])]
+        assert sub["period_ns"].tolist()[:-1] == periods and sub["period_ns"].isna().tolist()[-1]
+    meta = file_metadata(next(tmp_path.glob("specprof_live-r1-*.parquet")))
+    assert (meta["schema_version"], meta["rank"], meta["pid"]) == (1, 1, 101)
+    assert meta["spec_config"]["steps"] == 2 and meta["spec_config"]["tp"] == 2
+
+
+def test_reader_keeps_null_gpu_columns_and_breaks_periods_at_gaps(tmp_path):
+    from analyze.read.live_log import live_cycles
+
+    rows = []
+    t = E.Timer(rows.append, events=None, clock=HostClock(), accept_lag=0)
+    for k in (1, 2, 4):
+        run_cycle(t, Gpu(), k)
+    w = LogWriter(str(tmp_path), 0, 1)
+    for r in rows:
+        w.add(r)
+    w.close()
+    df = live_cycles(next(tmp_path.glob("*.parquet")))
+    assert df["draft_ns"].isna().all() and df["accepted"].isna().all() and df["tokens"].isna().all()
+    assert df["period_ns"].isna().tolist() == [False, True, True]
+    assert df["period_ns"][0] == rows[1]["host_start_ns"] - rows[0]["host_start_ns"]
+
+
+def test_reader_refuses_bad_files_with_one_line(tmp_path):
+    import pandas as pd
+
+    from analyze.errors import CorruptReport, MissingInput, TraceError, UnsuitableInput
+    from analyze.read.live_log import live_cycles
+
+    bad = tmp_path / "junk.parquet"
+    bad.write_text("not parquet\n")
+    with pytest.raises(CorruptReport) as e:
+        live_cycles(bad)
+    assert "junk.parquet" in str(e.value) and "\n" not in str(e.value)
+    other = tmp_path / "other.parquet"
+    pd.DataFrame({"rank": [0], "cycle": [1]}).to_parquet(other)
+    with pytest.raises(UnsuitableInput) as e:
+        live_cycles(other)
+    assert "not a specprof timing log" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(MissingInput):
+        live_cycles(tmp_path / "empty_dir_that_does_not_exist")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(MissingInput):
+        live_cycles(tmp_path / "d")
+    assert issubclass(UnsuitableInput, TraceError)
+
+
+def test_metrics_served_on_the_port_of_the_rank_and_the_sink_thread_drains():
+    prom = pytest.importorskip("prometheus_client")
+    import socket
+    import time
+    import urllib.request
+
+    from nvtx_annotate.live.metrics import make_metrics
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    registry = prom.CollectorRegistry()
+    m = make_metrics(2, registry=registry, port=port)
+    s = Sink(lambda: (None, m), interval_s=0.01)
+    for r in _rows(3, rank=2):
+        s.add(r)
+    deadline = time.monotonic() + 10
+    while s.handled < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    s.close()
+    assert s.handled == 3
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert 'specprof:cycles_total{rank="2"} 3.0' in body
+
+
+def test_the_dashboard_queries_only_metrics_the_shim_exports():
+    """dashboards/specprof_live.json: every specprof:* name in its queries is one the metrics export."""
+    import json
+    import re
+    from pathlib import Path
+
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    registry = prom.CollectorRegistry()
+    m = make_metrics(0, registry=registry)
+    for r in _rows(2):
+        m.observe(r)
+    exported = {s.name for fam in registry.collect() for s in fam.samples}
+    dash = json.loads((Path(__file__).resolve().parents[1] / "dashboards" / "specprof_live.json").read_text())
+    queried = {n for p in dash["panels"] for t in p["targets"] for n in re.findall(r"specprof:[a-z_]+", t["expr"])}
+    assert queried and queried <= exported, queried - exported
+    assert {"specprof:phase_seconds_bucket", "specprof:tokens_per_second"} <= queried
