@@ -147,7 +147,7 @@ def early_read_path(args) -> str | None:
     """The report whose API calls are read while the CLI starts up (read/prefetch.py): one report
     analysed here from its export (not several, not from the Parquet cache, not on a Dask
     cluster); None otherwise."""
-    if len(args.reports) != 1 or args.cache or args.scheduler:
+    if len(args.reports) != 1 or args.cache or args.scheduler or str(args.reports[0]).lower().endswith(".parquet"):
         return None
     return str(args.reports[0])
 
