@@ -202,6 +202,9 @@ def test_cli_report_text_json_html(two_ranks, tmp_path):
     assert "Kernel-level tables" in html and "absent: a live timing log" in html
     # a JSON result of a live log is a side of diff/whatif that knows it is one
     assert sides.load_side(out).live
+    proc = cli(d, "--perfetto", tmp_path / "t.pftrace", "-q")          # no GPU timeline: refused, one line
+    assert proc.returncode == 10 and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t.pftrace").exists()
 
 
 def test_a_parquet_file_that_is_not_a_live_log_is_refused_with_one_line(tmp_path):
