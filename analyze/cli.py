@@ -165,6 +165,12 @@ def _run_analyze(args) -> int:
         from analyze import notes as N
 
         with_view_notes(result, config)           # what analyze.load adds: the CLI writes the same
+        if args.perfetto:
+            from analyze.run.live import is_live
+
+            if is_live(result):             # before any output is written
+                raise UsageError("--perfetto: a live timing log has no GPU timeline (no ops, no GPU window per "
+                                 "cycle) to draw; the other outputs work")
         for note in result.notes:
             if note.code == N.PHASE_UNMATCHED:       # a warning on stderr too: -q shows it
                 print(f"analyze-trace: {note.message}", file=sys.stderr)

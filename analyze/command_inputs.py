@@ -28,8 +28,16 @@ def worker_count(jobs: int | None) -> int:
 def report_inputs(reports, config_path) -> tuple[list[str], list]:
     """(the report files the arguments stand for: read/nsys_export.expand_inputs, a directory's
     reports, a ``.nsys-rep``'s export; the paths no output may replace: the reports as given,
-    those files and the configuration file, for output_policy.protect)."""
+    those files and the configuration file, for output_policy.protect). Live timing logs
+(run/live.py): their ``*.parquet`` files."""
     from analyze.read.nsys_export import expand_inputs
+    from analyze.run import live
 
+    logs = live.live_paths(reports) if reports else None
+    if logs is not None:              # live timing logs (run/live.py): their files
+        from analyze.read.live_log import log_files
+
+        files = [str(f) for p in logs for f in log_files(p)]
+        return files, [*reports, *files, config_path]
     files = expand_inputs(reports)
     return files, [*reports, *files, config_path]

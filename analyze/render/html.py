@@ -22,6 +22,7 @@ import pandas as pd
 from analyze import views
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names, plots, text
+from analyze.run.live import SOURCE as LIVE_SOURCE, is_live
 from analyze.views import decode, skew
 
 __all__ = ["tables", "render_html", "write_html", "TABLE_TITLES"]
@@ -390,19 +391,26 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
     sections: list[tuple[str, str, str, str]] = []  # (id, nav label, heading, html)
     sections.append(("decode", "Decode cycle", TABLE_TITLES["decode"],
                      _decode_html(a, t["decode"], colors, fig("decode"))))
-    sections.append(("phases", "Phases", TABLE_TITLES["phases"] + " (whole trace)",
-                     _table_html(t["phases"], left=("phase",), total_row="busy", colors=colors,
-                                 table_id="t-phases") + fig("phases")))
-    sections.append(("timeline", "Timeline", "Decode-cycle timeline",
-                     fig("timeline") or '<p class="sub">no GPU ops</p>'))
-    sections.append(("cross-rank", "Across ranks", TABLE_TITLES["cross_rank"],
-                     '<p class="sub">ranges, CPU and projected time: over the outermost NVTX ranges of each '
-                     'phase; excl min/median/max over ranks; max rank = the rank with the most exclusive '
-                     'time.</p>' + _table_html(t["cross_rank"], left=("phase",), colors=colors,
-                                               table_id="t-cross-rank")))
-    sections.append(("kernels", "Kernels", TABLE_TITLES["top_kernels"],
-                     _table_html(t["top_kernels"], left=("phase",), kernel_col="kernel", group_col="phase",
-                                 colors=colors, table_id="t-kernels") + fig("top_kernels")))
+    live = is_live(a)
+    if live:          # a live timing log: no kernels, no NVTX ranges (run/live.py)
+        sections.append(("kernels", "Kernels", "Kernel-level tables",
+                         '<p class="sub">absent: a live timing log has no kernels and no NVTX ranges (exclusive '
+                         "phase times, the timeline, per-phase figures across ranks, top kernels and the all-reduce "
+                         "skew need them); its CUDA-event phase times are in the decode cycle and cycle tables</p>"))
+    else:
+        sections.append(("phases", "Phases", TABLE_TITLES["phases"] + " (whole trace)",
+                         _table_html(t["phases"], left=("phase",), total_row="busy", colors=colors,
+                                     table_id="t-phases") + fig("phases")))
+        sections.append(("timeline", "Timeline", "Decode-cycle timeline",
+                         fig("timeline") or '<p class="sub">no GPU ops</p>'))
+        sections.append(("cross-rank", "Across ranks", TABLE_TITLES["cross_rank"],
+                         '<p class="sub">ranges, CPU and projected time: over the outermost NVTX ranges of each '
+                         'phase; excl min/median/max over ranks; max rank = the rank with the most exclusive '
+                         'time.</p>' + _table_html(t["cross_rank"], left=("phase",), colors=colors,
+                                                   table_id="t-cross-rank")))
+        sections.append(("kernels", "Kernels", TABLE_TITLES["top_kernels"],
+                         _table_html(t["top_kernels"], left=("phase",), kernel_col="kernel", group_col="phase",
+                                     colors=colors, table_id="t-kernels") + fig("top_kernels")))
     cyc_html = _table_html(t["cycles"], left=("figure",), table_id="t-cycles")
     tok = views.get(a, "tokens")
     if tok:
@@ -415,7 +423,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                      + "</p>")
     sections.append(("cycles", "Cycles", TABLE_TITLES["cycles"],
                      cyc_html + fig("cycle_distributions") + fig("cycle_breakdown") + fig("verify_kernels")))
-    if len(t["skew"]):
+    if not live and len(t["skew"]):
         strag = views.get(a, "stragglers")
         n = a.collectives["collective"].nunique()
         extra = (f'<p class="callout">straggler rank(s): <b>{", ".join(map(str, strag))}</b></p>' if strag
@@ -425,7 +433,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                          "made others wait = arrival spread of the collectives the rank arrived last in."
                          "</p>" + _table_html(t["skew"], left=("late in",), table_id="t-skew") + extra
                          + fig("allreduce_wait")))
-    else:
+    elif not live:
         sections.append(("skew", "All-reduce skew", "All-reduce skew",
                          '<p class="sub">no collectives: one rank, or no all-reduce kernels matched the '
                          "allreduce phase's kernel patterns</p>"))
@@ -445,7 +453,9 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                                                  + "</ul>") if notes else '<p class="sub">none</p>'))
 
     inputs = "<br>".join(
-        _esc(f"{i['path']}  (nsys {i.get('nsys_version') or '?'}, schema {i.get('schema_version') or '?'}, "
+        _esc(f"{i['path']}  (specprof live timing log, schema {i.get('schema_version') or '?'})"
+             if i.get("kind") == LIVE_SOURCE else
+             f"{i['path']}  (nsys {i.get('nsys_version') or '?'}, schema {i.get('schema_version') or '?'}, "
              f"graphs traced: {i.get('cuda_graph_trace') or '-'})") for i in a.inputs)
     n_ranks = len(a.ranks)
     n_cycles = views.get(a, "cycle_counts")["cycle_numbers"]

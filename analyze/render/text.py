@@ -20,6 +20,7 @@ from analyze import views
 from analyze.attribute.phases import OTHER
 from analyze.timeline.cycles import LOST, LOST_REASONS, OUTLIER, OUTLIER_FACTOR, WARMUP
 from analyze.render import names as kernel_names
+from analyze.run.live import SOURCE as LIVE_SOURCE, is_live
 from analyze.views import decode, phase_hints
 
 WIDTH = 120            # when the width cannot be read (not a terminal, no COLUMNS)
@@ -122,8 +123,11 @@ def wrap(text: str, width: int, indent: str = "", first: str = "") -> list[str]:
 # the first screen: the steady-state decode breakdown
 
 
-def _label(component: str) -> str:
-    return "GPU idle" if component == decode.GPU_IDLE else component
+def _label(component: str, live: bool = False) -> str:
+    """A component's row label (a live log's rest of the period is not only GPU idle: run/live.py)."""
+    if component == decode.GPU_IDLE:
+        return "outside timed" if live else "GPU idle"
+    return component
 
 
 def reasons_text(counts: dict) -> str:
@@ -194,7 +198,8 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     tokens = [("tokens / cycle", "tokens_per_cycle", "{:.2f}"), ("tokens / s", "tokens_per_s", "{:,.0f}"),
               ("GPU ms / token", "gpu_ms_per_token", "{:.3f}")]
     token_rows = [t for t in tokens if sm[t[1]].notna().any()]
-    labels = [_label(c) for c in comps] + ["cycle period"] + [t[0] for t in token_rows]
+    live = is_live(result)
+    labels = [_label(c, live) for c in comps] + ["cycle period"] + [t[0] for t in token_rows]
     pooled = decode.pooled(bd[bd["rank"].isin(shown)]).set_index("component")["share"]
     pooled_col = [pct(pooled.get(c, 0.0)) for c in comps] + [pct(1.0)] + [""] * len(token_rows)
 
@@ -255,6 +260,12 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
         return ", ".join(f"{r.component} {ms(r.busy_ns)} ms" for r in o.head(3).itertuples())
 
     lines = []
+    if is_live(result):          # a live log times the decode cycles only
+        text = "Outside decode cycles: not measured (a live timing log times the decode cycles only)"
+        if warm_n.sum():
+            text += (f"; warm-up cycles: {int(warm_n.sum())}{' over all ranks' if len(busy) > 1 else ''}, "
+                     f"{ms(warm_busy.sum())} ms in timed phases")
+        return wrap(text + ".", width)
     if not (busy > 0).any():
         text = "Outside decode cycles: no GPU work (every GPU op of every rank ran inside a decode cycle)"
         if warm_n.sum():
@@ -319,7 +330,9 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     shown_inputs = result.inputs if len(result.inputs) <= 3 else result.inputs[:2]
     for inp in shown_inputs:
         path = f"  input {clip_left(inp['path'], width - 8)}"
-        meta = (f"(nsys {inp.get('nsys_version') or '?'}, schema {inp.get('schema_version') or '?'}, graphs "
+        meta = (f"(specprof live timing log, schema {inp.get('schema_version') or '?'}, {inp.get('files', 0)} "
+                f"file(s))" if inp.get("kind") == LIVE_SOURCE else
+                f"(nsys {inp.get('nsys_version') or '?'}, schema {inp.get('schema_version') or '?'}, graphs "
                 f"traced: {inp.get('cuda_graph_trace') or '-'})")
         out += [f"{path}  {meta}"] if len(path) + 2 + len(meta) <= width else [path, clip(f"        {meta}", width)]
     if len(shown_inputs) < len(result.inputs):
@@ -343,25 +356,12 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
                   for r, t in zip(ranks.itertuples(), result.totals.itertuples())], width=width)
     out.append("")
 
-    rank_ids = list(ranks["rank"])
-    shown = rank_ids[:max_ranks]
-    out.append("Exclusive GPU time per phase (ms): every GPU nanosecond counted once" +
-               ("" if len(rank_ids) <= max_ranks else f" (first {max_ranks} ranks)"))
-    by_rank = views.get(result, "phase_by_rank")
-    rows = [[name] + [ms(by_rank.at[name, r]) for r in shown] + [pct(by_rank.at[name, "share"])]
-            for name in by_rank.index]
-    out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows, width=width)
-    out.append("")
-
-    out.append("Per phase across ranks (ms; instances and CPU time of the phase's outermost NVTX ranges)")
-    out += table(["phase", "ranges", "CPU", "projected", "kernel", "excl min", "excl median", "excl max",
-                  "spread", "max rank"],
-                 [[c.phase, int(c.ranges), ms(c.cpu_ns), ms(c.projected_ns), ms(c.kernel_ns), ms(c.exclusive_min_ns),
-                   ms(c.exclusive_median_ns), ms(c.exclusive_max_ns), ms(c.exclusive_spread_ns), int(c.slowest_rank)]
-                  for c in views.get(result, "phase_across_ranks").itertuples()], width=width)
-    out.append("")
-
-    out += kernel_lines(result, top, width)
+    if is_live(result):
+        out += wrap("Kernels, exclusive phase times, NVTX ranges and collectives: absent (a live timing log has no "
+                    "kernels and no NVTX ranges; its phase times are in the cycle figures)", width)
+        out.append("")
+    else:
+        out += _phase_tables(result, ranks, top, max_ranks, width)
 
     cycles = result.cycles
     if len(cycles):
@@ -406,6 +406,32 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
         out.append("wrote:")
         out += [f"  {p}" for p in written]
     return "\n".join(_fit(out, width)).rstrip() + "\n"
+
+
+def _phase_tables(result, ranks, top: int, max_ranks: int, width: int) -> list[str]:
+    """The whole-trace tables that need kernels: exclusive GPU time per phase and rank, the phases
+    across ranks, the top kernels."""
+    out: list[str] = []
+    rank_ids = list(ranks["rank"])
+    shown = rank_ids[:max_ranks]
+    out.append("Exclusive GPU time per phase (ms): every GPU nanosecond counted once" +
+               ("" if len(rank_ids) <= max_ranks else f" (first {max_ranks} ranks)"))
+    by_rank = views.get(result, "phase_by_rank")
+    rows = [[name] + [ms(by_rank.at[name, r]) for r in shown] + [pct(by_rank.at[name, "share"])]
+            for name in by_rank.index]
+    out += table(["phase"] + [f"rank {r}" for r in shown] + ["share"], rows, width=width)
+    out.append("")
+
+    out.append("Per phase across ranks (ms; instances and CPU time of the phase's outermost NVTX ranges)")
+    out += table(["phase", "ranges", "CPU", "projected", "kernel", "excl min", "excl median", "excl max",
+                  "spread", "max rank"],
+                 [[c.phase, int(c.ranges), ms(c.cpu_ns), ms(c.projected_ns), ms(c.kernel_ns), ms(c.exclusive_min_ns),
+                   ms(c.exclusive_median_ns), ms(c.exclusive_max_ns), ms(c.exclusive_spread_ns), int(c.slowest_rank)]
+                  for c in views.get(result, "phase_across_ranks").itertuples()], width=width)
+    out.append("")
+
+    out += kernel_lines(result, top, width)
+    return out
 
 
 def _fit(lines: list[str], width: int) -> list[str]:

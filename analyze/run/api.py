@@ -182,7 +182,13 @@ def load(paths, config: PhaseConfig | None = None, *, jobs: int = 1, progress: b
     inline (jobs=1), in a process pool (jobs=N), on a Dask cluster (scheduler=ADDRESS) and with
     the cache. The reports are checked first (read/runset.py): the same report twice or reports of
     different runs are refused unless ``allow_mixed``; a report of a directory that cannot be
-    analysed is left out with a note unless ``strict``."""
+    analysed is left out with a note unless ``strict``. A live timing log (a ``*.parquet`` file or a
+    directory of them, run/live.py) is read as its cycle table instead (no kernel tables)."""
+    from analyze.run import live
+
+    logs = live.live_paths(paths)
+    if logs is not None:              # live timing logs (docs/live.md): cycles only, no kernels
+        return live.load_live(logs)
     config = config or PhaseConfig()
     run = runset.collect(paths, allow_mixed=allow_mixed, strict=strict)
     results = map_reports(run.files, config, jobs=jobs, progress=progress, cache=cache,

@@ -29,6 +29,7 @@ class Side:
     gpu_ops: pd.DataFrame | None = None    # the per-op rows whatif reads (:func:`whatif_ops`)
     notes: list = field(default_factory=list)
     spec_config: SpecConfig | None = None  # SGLang's speculative configuration (the shim's mark)
+    live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
 
 
 def spec_config_of(ranks) -> SpecConfig | None:
@@ -68,8 +69,14 @@ def side_from_analysis(result, label: str = "") -> Side:
     elif len(result.cycles) and (ops is None or not len(ops)):
         notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
                      "not only those inside decode cycles")
+    from analyze.run.live import is_live
+
+    live = is_live(result)
+    if live:
+        notes.append(f"{label or 'this input'}: a live timing log: kernel tables absent (no kernels, no NVTX ranges); "
+                     "phase times from CUDA events, periods from the host clock")
     return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges,
-                whatif_ops(result), notes, spec_config_of(getattr(result, "ranks", None)))
+                whatif_ops(result), notes, spec_config_of(getattr(result, "ranks", None)), live=live)
 
 
 def side_from_json(data: dict, label: str = "") -> Side:
@@ -90,9 +97,12 @@ def side_from_json(data: dict, label: str = "") -> Side:
             notes.append(f"{label}: a JSON result without the cycle_kernels table (older, or analysed in chunks): "
                          "kernel lists count every op of the report (set-up included), not only those inside "
                          "decode cycles")
+    from analyze.notes import LIVE_LOG_NO_KERNELS
+
+    live = any(isinstance(n, dict) and n.get("code") == LIVE_LOG_NO_KERNELS for n in data.get("notes") or [])
     return Side(label, cycles_mod.with_gpu(cycles), kernels, list(data.get("phase_names") or []),
                 notes=notes,
-                spec_config=spec_config_of(ranks if "rank" in ranks.columns else None))
+                spec_config=spec_config_of(ranks if "rank" in ranks.columns else None), live=live)
 
 
 def load_side(path, config=None) -> Side:
@@ -153,3 +163,58 @@ def per_cycle(cycles: pd.DataFrame, phase_names: list, rank=None) -> pd.DataFram
     else:
         out["tokens"] = np.nan
     return out.reset_index()
+
+
+# ------------------------------------------------------------------------------- live timing logs
+def live_tokens_per_s(cycles: pd.DataFrame, steps: int | None = None, batch: int | None = None) -> dict | None:
+    """Tokens/s measured by a live timing log (run/live.py): over the cycles of ``steps`` draft steps
+    (the log's ``steps`` column; all when None) and ``batch`` requests (all when None), their steady
+    cycles (:func:`analyze.timeline.cycles.steady`, as whatif takes them), of the lowest rank with
+    tokens: sum(tokens) / sum(period_ns). None when no such cycle. Returns {tokens_per_s, cycles,
+    rank, tokens, period_ns, steps, batch}."""
+    c = cycles
+    if c is None or not len(c):
+        return None
+    if steps is not None:
+        if "steps" not in c.columns:
+            return None
+        c = c[pd.to_numeric(c["steps"], errors="coerce") == int(steps)]
+    if batch is not None:
+        c = c[pd.to_numeric(c["requests"], errors="coerce") == int(batch)]
+    c = cycles_mod.steady(c)
+    if c is None or not len(c):
+        return None
+    c = c[c["tokens"].notna() & c["period_ns"].notna()]
+    if not len(c):
+        return None
+    rank = int(c["rank"].min())
+    c = c[c["rank"] == rank]
+    tokens = float(pd.to_numeric(c["tokens"]).sum())
+    period = float(pd.to_numeric(c["period_ns"]).sum())
+    if not period > 0:
+        return None
+    return {"tokens_per_s": tokens * 1e9 / period, "cycles": int(len(c)), "rank": rank, "tokens": tokens,
+            "period_ns": period, "steps": steps, "batch": batch}
+
+
+def live_step_counts(cycles: pd.DataFrame) -> list[int]:
+    """The draft step counts a live log's cycles ran at (its ``steps`` column), ascending."""
+    if cycles is None or not len(cycles) or "steps" not in cycles.columns:
+        return []
+    return sorted(int(x) for x in pd.to_numeric(cycles["steps"], errors="coerce").dropna().unique())
+
+
+def split_by_steps(side: Side) -> list[Side]:
+    """A live log's side cut into one side per step count it ran at (several processes, or SGLang's
+    --speculative-adaptive), each with that step count in its spec_config: what whatif fits from
+    several profiles. The side itself when it holds one step count (or is no live log)."""
+    ks = live_step_counts(side.cycles) if side.live else []
+    if len(ks) < 2:
+        return [side]
+    out = []
+    steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
+    for k in ks:
+        cfg = side.spec_config._replace(steps=k) if side.spec_config is not None else None
+        out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,
+                        side.phase_names, side.ranges, side.gpu_ops, list(side.notes), cfg, live=True))
+    return out

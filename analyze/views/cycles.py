@@ -12,16 +12,19 @@ from analyze.views.registry import view
 @view("cycle_distribution")
 def cycle_distribution(a) -> pd.DataFrame:
     """p50/p90/p99 over all cycles with GPU work of all ranks (pooled samples, not medians of medians)."""
-    return cycle_distribution_table(a.cycles, a.phase_names)
+    from analyze.run.live import is_live
+
+    return cycle_distribution_table(a.cycles, a.phase_names, window="host window" if is_live(a) else "GPU window")
 
 
-def cycle_distribution_table(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
+def cycle_distribution_table(cycles: pd.DataFrame, phase_names: list[str], window: str = "GPU window") -> pd.DataFrame:
+    """``window``: the label of ``duration_ns`` (a live log's cycle window is on the host)."""
     cols = ["figure", "cycles", "mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"]
     cycles = cycles_mod.with_gpu(cycles)
     if cycles is None or cycles.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     rows = []
-    labels = {"period_ns": "cycle period", "duration_ns": "GPU window"}
+    labels = {"period_ns": "cycle period", "duration_ns": window}
     for fig in ["period_ns", "duration_ns"] + [f"{p}_ns" for p in list(phase_names) + [OTHER]] + ["gap_ns"]:
         if fig not in cycles.columns:
             continue

@@ -216,10 +216,13 @@ def pooled(breakdown: pd.DataFrame) -> pd.DataFrame:
                          "share": g.to_numpy() / total if total else 0.0})
 
 
-def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None) -> str | None:
+def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None,
+             live: bool = False) -> str | None:
     """One plain sentence: the largest components' shares of the steady-state cycle, GPU idle,
     tokens, the warm-up cycles left out and the GPU work outside decode cycles. None without a
-    breakdown."""
+    breakdown. ``live``: the cycles come from a live timing log (run/live.py): the rest of the period
+    is "outside the timed phases" (GPU idle, untimed GPU work and host time: the log cannot tell
+    them apart), and the sentence says that the kernel tables are absent."""
     if breakdown is None or breakdown.empty:
         return None
     p = pooled(breakdown)
@@ -230,7 +233,17 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     tp1 = no_allreduce(breakdown, ranks)
     parts = []
     idle_first = not len(busy) or idle >= 0.5
-    if idle_first:      # a host-bound cycle: the idle time is the finding
+    if live:            # the rest of the period: idle GPU, untimed GPU work and host time together
+        untimed = "outside the timed phases (GPU idle, untimed GPU work and host time together)"
+        if idle_first:
+            parts.append(f"{_pct(idle)} of the decode cycle is {untimed}")
+            rest_rows = busy
+        else:
+            top = busy.iloc[0]
+            parts.append(f"{top['component']} is {_pct(top['share'])} of the decode cycle")
+            parts.append(f"{_pct(idle)} of it is {untimed}")
+            rest_rows = busy.iloc[1:]
+    elif idle_first:      # a host-bound cycle: the idle time is the finding
         parts.append(f"the GPU is idle {_pct(idle)} of the decode cycle" + (" (host-bound)" if idle >= 0.5 else ""))
         rest_rows = busy
     else:
@@ -283,6 +296,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
             amount = f"{outside / 1e6:,.1f}" if outside >= 1e6 else f"{outside / 1e6:.3f}"
             parts.append(f"{amount} ms of GPU work outside decode cycles (load, capture, prefill)"
                          + (" on the busiest rank" if n_ranks > 1 else ""))
+    if live:
+        parts.append("from a live timing log: phase times from CUDA events, periods from the host clock, "
+                     "all-reduce inside the phases that ran it, no kernel tables")
     text = "; ".join(parts) + "."
     return text[0].upper() + text[1:]
 
@@ -312,4 +328,6 @@ def outside_cycles_view(a) -> pd.DataFrame:
 @view("headline")
 def headline_view(a) -> str | None:
     """:func:`headline` from the breakdown and summary views."""
-    return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks)
+    from analyze.run.live import is_live
+
+    return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks, live=is_live(a))

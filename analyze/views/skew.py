@@ -76,8 +76,12 @@ def skew_notes(a) -> list[Note]:
     coll = a.collectives
     n_ranks = len(a.ranks)
     if coll is None or coll.empty:
+        from analyze.run.live import is_live
+
         if n_ranks < 2:
             why = "one rank (TP 1): no collective to wait in"
+        elif is_live(a):
+            why = "a live timing log has no kernels, so no collective to match across ranks"
         else:
             ops = a.gpu_ops
             graph_level = ops is not None and "kind" in ops.columns and bool((ops["kind"] == "graph").any())

@@ -62,7 +62,11 @@ def main_advise(argv: list[str]) -> int:
         inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
         from analyze.render.text import terminal_width
 
-        lines = ["specprof advise: " + inputs, ""] + text_lines(adv, evidence=not args.no_evidence,
+        from analyze.run.live import is_live
+
+        live = ["(a live timing log: no kernel tables; the rules that need kernels are not applicable)"] \
+            if is_live(result) else []
+        lines = ["specprof advise: " + inputs, *live, ""] + text_lines(adv, evidence=not args.no_evidence,
                                                                  width=terminal_width())
         output_policy.text_stream(args.json).write("\n".join(lines).rstrip() + "\n")
     return 0

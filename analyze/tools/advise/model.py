@@ -66,6 +66,7 @@ class Context:
     message_sizes: pd.DataFrame | None = None    # per sized NCCL range: phase, message_bytes
     message_info: dict = field(default_factory=dict)
     gaps: dict | None = None                     # launch_gaps, once computed
+    live: bool = False                           # a live timing log (run/live.py): no kernels, no NVTX ranges
 
     @property
     def ranks(self) -> int:
@@ -206,7 +207,10 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     if len(colls):
         colls = colls.assign(cycle=_cycle_of(colls, cyc))
         colls = colls[colls["cycle"] >= 0]
-    ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif)
+    from analyze.run.live import is_live
+
+    ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif,
+                  live=is_live(analysis))
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
@@ -582,7 +586,7 @@ def rule_draft_extend(ctx: Context):
     step = ctx.whatif["draft_step_ns"] if ctx.whatif else None
     ev = dict(figures, cycle_ns=ctx.cycle_ns, draft_step_ns=step,
               draft_steps_equivalent=de / step if step else None)
-    gaps = launch_gaps(ctx)
+    gaps = launch_gaps(ctx) if not ctx.live else {}     # a live log has no ops to find launch gaps in
     graphs = gaps.get("graph_ops_share")
     ev["cuda_graphs"] = None if graphs is None else bool(graphs > 0.5)
     saving = max(0.0, de - step) if step else de
@@ -694,6 +698,28 @@ def rule_adaptive_steps(ctx: Context):
 
 RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
                   rule_speculation, rule_adaptive_steps)
+KERNEL_RULES = {rule_allreduce: F.ALLREDUCE, rule_host_bound: F.HOST_BOUND, rule_straggler: F.STRAGGLER}
+"""The rules whose evidence needs kernels or GPU ops (all-reduce kinds and collectives across ranks,
+launch gaps and GPU idle): not applicable to a live timing log."""
+
+
+def live_check(ctx: Context, rule: str) -> F.RuleCheck:
+    """A kernel-based rule's check on a live timing log: not applicable, with what the log does measure."""
+    figures = {"cycle_ns": ctx.cycle_ns}
+    if rule == F.ALLREDUCE:
+        ar = ctx.mean("allreduce_ns")
+        figures.update(allreduce_ns=ar, allreduce_share=ar / ctx.cycle_ns if ctx.cycle_ns else 0.0)
+        why = (f"a live timing log has no kernels (the all-reduce's kind, algorithm and protocol come from kernel "
+               f"names); its timed all-reduce is {_pct(figures['allreduce_share'])} of the cycle, inside the phases "
+               "that ran it")
+    elif rule == F.HOST_BOUND:
+        rest = ctx.cycle_ns - ctx.mean("busy_ns")
+        figures.update(outside_timed_ns=rest, outside_timed_share=rest / ctx.cycle_ns if ctx.cycle_ns else 0.0)
+        why = (f"a live timing log cannot tell GPU idle from untimed GPU work and host time (no kernels, no launch "
+               f"gaps): {_pct(figures['outside_timed_share'])} of the cycle is outside the timed phases")
+    else:
+        why = "a live timing log has no collectives to compare the ranks' arrival by (no kernels)"
+    return F.RuleCheck(rule, F.NOT_APPLICABLE, why, figures)
 
 
 def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
@@ -710,6 +736,9 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
                         baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch)
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
+        if ctx.live and fn in KERNEL_RULES:
+            checks.append(live_check(ctx, KERNEL_RULES[fn]))
+            continue
         f, c = fn(ctx)
         found += f
         checks.append(c)

@@ -207,6 +207,11 @@ def diff_results(before, after, *, n_boot: int = N_BOOT, seed: int = 0, top: int
             t.insert(0, "rank", str(rank))
             frames.append(t)
         summary = pd.concat(frames, ignore_index=True)
+    live = [side for side, x in (("before", b), ("after", a)) if x.live]
+    if live:
+        notes.append(f"{' and '.join(live)}: a live timing log: kernel tables absent, no kernels compared; phase "
+                     "times from CUDA events (the all-reduce inside the phases that ran it), periods from the host "
+                     "clock")
     kern = kernel_diff(b, a, top=top) if len(b.kernels) or len(a.kernels) else pd.DataFrame()
     return {"summary": summary, "kernels": kern, "notes": notes,
             "inputs": {"before": b.label, "after": a.label}, "n_boot": n_boot, "seed": seed, "level": level}

@@ -144,6 +144,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--calibrate-tps", metavar="[K:]X",
                    help="your tokens/s of the profiled configuration (K steps; default the profiled step count) "
                         "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
+    p.add_argument("--calibrate-live", metavar="LOG",
+                   help="calibrate from a live timing log (a SPECPROF_TIMING=1 log file or directory, docs/live.md) "
+                        "of the profiled configuration: its tokens/s over its steady cycles at the profile's step "
+                        "count (and --batch), used as --calibrate-tps")
     p.add_argument("--baseline-tps", metavar="Y", type=float,
                    help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
     p.add_argument("--verify-scaling", metavar="F|constant|fit", default=None,
@@ -200,6 +204,59 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     return 0
 
 
+def live_sides(sides: list, ks) -> tuple[list, dict]:
+    """Live timing logs (run/live.py) that ran at several step counts cut into one side per step count
+    (whatif then fits over them as over several profiles), and the tokens/s each step count measured
+    ({steps: sides.live_tokens_per_s(...)}, empty when no side was cut)."""
+    from analyze.tools.sides import live_tokens_per_s, split_by_steps
+
+    out, measured = [], {}
+    for side in sides:
+        parts = split_by_steps(side)
+        if len(parts) > 1:
+            if ks is not None:
+                raise UsageError(f"{side.label}: a live timing log of several step counts says each cycle's step "
+                                 "count itself: no --profiled-steps")
+            for part in parts:
+                k = int(part.spec_config.steps) if part.spec_config is not None else None
+                got = live_tokens_per_s(part.cycles, steps=k)
+                if got is not None:
+                    measured[k] = got
+        out += parts
+    return out, measured
+
+
+def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, dict]:
+    """(step count, tokens/s, source) for ``--calibrate-live PATH``: the live log's tokens/s over its
+    steady cycles at the profiles' step count (``--profiled-steps``, else inferred from the profile)
+    and ``batch`` (:func:`analyze.tools.sides.live_tokens_per_s`)."""
+    from analyze.read.inputs import display_path
+    from analyze.run import api
+    from analyze.run.live import is_live, live_paths
+    from analyze.tools.sides import live_step_counts, live_tokens_per_s
+    from analyze.tools.whatif.model import infer_steps
+
+    if live_paths([path]) is None:
+        raise UsageError(f"--calibrate-live {display_path(path)}: not a live timing log (a *.parquet file or a "
+                         "directory of them)")
+    log = api.load(path)
+    if not is_live(log):
+        raise UsageError(f"--calibrate-live {display_path(path)}: not a live timing log")
+    if cal_k is None:
+        found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
+        if len(found) != 1:
+            raise UsageError(f"--calibrate-live: the profiles' step count is {found or 'unknown'}: give one profile "
+                             "step count (--profiled-steps K)")
+        cal_k = found[0]
+    got = live_tokens_per_s(log.cycles, steps=cal_k, batch=batch)
+    if got is None:
+        have = live_step_counts(log.cycles)
+        raise UnsuitableInput(f"--calibrate-live {display_path(path)}: no steady cycle at {cal_k} draft steps"
+                              + (f" of batch {batch}" if batch is not None else "")
+                              + f" (the log's step counts: {', '.join(map(str, have)) or 'none recorded'})", path)
+    return int(cal_k), float(got["tokens_per_s"]), dict(got, kind="live_log", path=display_path(path))
+
+
 def main_whatif(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -223,15 +280,25 @@ def main_whatif(argv: list[str]) -> int:
             raise ValueError("--batch-tps / --batch-baseline-tps go with --per-batch or --adaptive-config")
         if per_batch_mode and (args.batch is not None or args.plot or args.measured):
             raise ValueError("--per-batch / --adaptive-config model every batch size: no --batch, --plot or --measured")
+        if args.calibrate_live and args.calibrate_tps:
+            raise ValueError("--calibrate-live and --calibrate-tps: give one of them")
+        if args.calibrate_live and per_batch_mode:
+            raise ValueError("--calibrate-live goes without --per-batch (give --batch-tps per batch size)")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    with output_policy.protect([*args.reports, args.baseline, args.measured], force=args.force):
+    with output_policy.protect([*args.reports, args.baseline, args.measured, args.calibrate_live], force=args.force):
         output_policy.check_outputs({"--json": args.json, "--plot": args.plot, "--adaptive-config": args.adaptive_config})
         if per_batch_mode:
             return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
         sides = [load_side(r) for r in args.reports]
+        sides, live_measured = live_sides(sides, ks)
+        if live_measured:
+            ks = None                      # each step count's side carries its own (spec_config)
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
+        cal_source = None
+        if args.calibrate_live:
+            cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
         if args.measured:
             try:
                 measured, measured_base = read_measured(args.measured, args.batch)
@@ -240,11 +307,18 @@ def main_whatif(argv: list[str]) -> int:
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 raise UsageError(f"--measured {args.measured}: not a JSON of measured tokens/s per step count "
                                  f"({type(exc).__name__}: {exc})") from exc
+        elif live_measured:               # a live log of several step counts measured each of them
+            measured = {k: v["tokens_per_s"] for k, v in live_measured.items()}
         try:
             r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
-                       verify_scaling=scaling, batch=args.batch)
+                       verify_scaling=scaling, batch=args.batch, calibration_source=cal_source)
+            if live_measured:
+                r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
+                                  "ran (" + ", ".join(f"{k}: {v['tokens_per_s']:,.0f} over {v['cycles']} cycles of "
+                                                      f"rank {v['rank']}" for k, v in live_measured.items()) + ")")
+                r["live_measured"] = live_measured
         except TraceError:
             raise
         except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)

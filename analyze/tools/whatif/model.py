@@ -502,7 +502,8 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
 
 
 def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = False,
-               verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
+               verify_scaling=None, batch: int | None = None, memo: dict | None = None,
+           calibration_source: dict | None = None) -> dict:
     """Costs per cycle of one profile: cycle time, exclusive GPU time per phase, overhead, the
     marginal cost of one draft step, requests, tokens, and (``token_fit``) how the token-dependent
     components grow with the verified tokens. ``steps``: the profiled draft step count (inferred
@@ -530,10 +531,22 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
                      f"from the trace; if this is SGLang, its --speculative-num-steps is {steps + 1} (its draft_forward "
                      "runs steps - 1 forwards, the first draft token comes from the draft extend): pass "
                      "--profiled-steps, or profile with the current shim, which records the flag")
+    if side.live:
+        notes += live_profile_notes(side.label)
     c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
+             live=bool(side.live),
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
+
+
+def live_profile_notes(label: str) -> list[str]:
+    """What modelling a live timing log (run/live.py) lacks, said once per profile."""
+    return [f"{label}: a live timing log: kernel tables absent; one draft forward's cost is the draft phase's GPU "
+            "time / draft forwards (no per-step ranges or draft kernels); no host time per range (draft_cpu_ns, "
+            "graph_replay_*): no draft-replay term, and the baseline is one cycle without draft and draft_extend "
+            "(not the plain-step host model); the all-reduce is timed inside the phases that ran it, so the "
+            "'overhead' column is the untimed rest of the period less the all-reduce time (their sum is unchanged)"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -748,7 +761,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
            n_boot: int = N_BOOT, seed: int = 0, level: float = LEVEL, keep_outliers: bool = False,
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
            baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
-           verify_scaling=None, batch: int | None = None, memo: dict | None = None) -> dict:
+           verify_scaling=None, batch: int | None = None, memo: dict | None = None,
+           calibration_source: dict | None = None) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
     ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
@@ -758,6 +772,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     overhead is shifted by the same amount so that the model reproduces it (profiler overhead taken
     as host/idle time, not kernel time). ``baseline_tps``: the no-speculation tokens/s measured
     without the profiler (instead of ``baseline``). ``measured_baseline_tps``: only shown/plotted.
+    ``calibration_source``: where ``calibrate_tps`` came from (e.g. ``{"kind": "live_log", "path": ...,
+    "cycles": N, "rank": R}``: whatif's --calibrate-live), kept in ``result["calibration"]["source"]``.
 
     ``verify_scaling`` (one profile only): None = fit verify, draft_extend and allreduce in the
     verified tokens over the cycles when their batch sizes differ, else keep them constant and say
@@ -856,14 +872,16 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if calibrate is not None:
         result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
                                  "profiled_cycle_ns": float(cal_row["cycle_ns"]),
-                                 "overhead_ns": float(cal_row["overhead_ns"]) - shift}
+                                 "overhead_ns": float(cal_row["overhead_ns"]) - shift,
+                                 "source": calibration_source or {"kind": "given"}}
         if float(cal_row["overhead_ns"]) - shift < 0:
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
     result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
                                         profiled_baseline=baseline is not None and baseline_tps is None,
-                                        scaling=scaling, intervals=n_boot > 0)
+                                        scaling=scaling, intervals=n_boot > 0,
+                                        live=all(c.get("live") for c in costs))
     return result
 
 
@@ -952,7 +970,7 @@ def _scaling_lines(c: dict, scaling: dict | None, intervals: bool = True) -> lis
 
 def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
                 calibration: dict | None = None, profiled_baseline: bool = False,
-                scaling: dict | None = None, intervals: bool = True) -> list[str]:
+                scaling: dict | None = None, intervals: bool = True, live: bool = False) -> list[str]:
     ks = sorted({c["steps"] for c in costs})
     out = []
     for c in costs:
@@ -984,13 +1002,17 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
         c = calibration
         way = "shorter" if c["shift_ns"] >= 0 else "longer"
         out.append(f"calibrated: the profiled configuration ({c['steps']} steps) runs at {c['tokens_per_s']:,.0f} "
-                   f"tokens/s WITHOUT the profiler (given); every predicted cycle is "
+                   f"tokens/s WITHOUT the profiler ({calibration_source_text(c.get('source'))}); every predicted cycle is "
                    f"{abs(c['shift_ns']) / 1e3:,.1f} us {way} (overhead {c['overhead_ns'] / 1e3:,.1f} us instead of "
                    f"{(c['overhead_ns'] + c['shift_ns']) / 1e3:,.1f}): the profiler's cost is taken as host/idle "
                    "time, the same in every cycle; kernel times are taken as unaffected")
+    elif live:
+        out.append("no calibration needed: a live timing log was measured without a profiler (its cycle periods "
+                   "are the unprofiled host clock)")
     else:
         out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
-                   "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) to remove it")
+                   "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) or --calibrate-live "
+                   "LOGDIR (a live timing log of the same configuration) to remove it")
     K = acc.profiled_steps
     rule = ("the last estimated rate repeats" if extrapolation == "repeat"
             else "the rates continue the least-squares line through the estimated ones")
@@ -1008,3 +1030,13 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     out.append("intervals: seeded bootstrap over cycles (costs and acceptance refit together); they cover "
                "sampling noise, not model error")
     return out
+
+
+def calibration_source_text(source: dict | None) -> str:
+    """Where a calibration's tokens/s came from, in words."""
+    if not source or source.get("kind") != "live_log":
+        return "given"
+    batch = f", batch {source['batch']}" if source.get("batch") is not None else ""
+    return (f"from the live timing log {source.get('path')}: {source.get('tokens', 0):,.0f} tokens over "
+            f"{source.get('period_ns', 0) / 1e9:,.3f} s of periods in {source.get('cycles')} steady cycles of rank "
+            f"{source.get('rank')} at {source.get('steps')} steps{batch}")

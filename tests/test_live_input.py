@@ -1,0 +1,336 @@
+"""A live timing log (the shim's SPECPROF_TIMING=1 mode, issue 43) as an input of analyze-trace
+(analyze/run/live.py): logs are written by the shim's own timer (nvtx_annotate/live/events.Timer, stub
+CUDA events with known device times, a host clock set by hand) and log writer, then read by the
+report, whatif (with --calibrate-live), advise and diff; every figure checked against the values
+written."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyze
+from analyze import notes as N
+from analyze import views
+from analyze.tools import sides
+from nvtx_annotate import protocol as P
+from nvtx_annotate.live import events as E
+from nvtx_annotate.live.log import LogWriter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------ the shim's timer on stub events
+class Gpu:
+    """A device clock: a stub event takes its time when recorded."""
+
+    def __init__(self):
+        self.now = 0
+
+    def events(self):
+        gpu = self
+
+        class Ev:
+            t = None
+
+            def record(self):
+                self.t = gpu.now
+
+            def query(self):
+                return True
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) / 1e6      # ms, as torch
+
+        return Ev, lambda: False
+
+
+class Clock:
+    """The host clock: the next value of a list per call (the timer reads it at a cycle's start and end)."""
+
+    def __init__(self):
+        self.values: list[int] = []
+
+    def __call__(self):
+        return self.values.pop(0)
+
+
+def cycle_values(n, start=1_000_000_000, seed=0, steps=3, verify=400_000, reqs=None):
+    """n cycles of known values: host start/end, GPU ns per phase, accepted tokens, requests."""
+    rng = np.random.default_rng(seed)
+    out, t = [], start
+    for i in range(n):
+        dur = int(800_000 + rng.integers(0, 100_000))
+        gap = int(50_000 + rng.integers(0, 50_000))
+        out.append({"start": t, "end": t + dur, "draft": 100_000 * (steps - 1) + int(rng.integers(0, 5_000)),
+                    "verify": verify + int(rng.integers(0, 5_000)), "allreduce": 20_000 + int(rng.integers(0, 500)),
+                    "draft_extend": 150_000 + int(rng.integers(0, 5_000)), "accepted": int(rng.integers(0, steps + 1)),
+                    "requests": 1 if reqs is None else int(reqs[i % len(reqs)])})
+        t += dur + gap
+    return out
+
+
+def timed_rows(values, rank, pid, steps):
+    """The rows the shim's timer resolves from ``values`` (its real code path, stub events)."""
+    gpu, clock, rows = Gpu(), Clock(), []
+    t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=0)
+    t.rank, t.spec = rank, P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8)
+    for k, v in enumerate(values, start=1):
+        clock.values += [v["start"], v["end"]]
+        t.push(P.DECODE_CYCLE, k)
+        gpu.now += 10_000
+        t.push(P.DRAFT)
+        gpu.now += v["draft"]
+        t.pop()
+        t.push(P.VERIFY)
+        gpu.now += v["verify"] - v["allreduce"]
+        t.push(P.ALLREDUCE)
+        gpu.now += v["allreduce"]
+        t.pop()
+        t.pop()
+        t.push(P.DRAFT_EXTEND)
+        gpu.now += v["draft_extend"]
+        t.pop()
+        t.accept(v["accepted"], v["requests"], None)
+        t.pop()
+    t.poll()
+    assert len(rows) == len(values)
+    return [dict(r, pid=pid) for r in rows]
+
+
+def write_log(directory, rank, pid, steps, values):
+    w = LogWriter(str(directory), rank, pid, spec_config=P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8),
+                  row_group_rows=16)
+    for r in timed_rows(values, rank, pid, steps):
+        w.add(r)
+    w.close()
+    return values
+
+
+def steady_by_hand(values):
+    """The steady cycles of one process by hand: all but the first (no outlier in these values)."""
+    return values[1:]
+
+
+def periods(values):
+    """Host start to next start; the last cycle: its own duration."""
+    return [b["start"] - a["start"] for a, b in zip(values, values[1:])] + [values[-1]["end"] - values[-1]["start"]]
+
+
+def tps_by_hand(values):
+    per = periods(values)[1:]
+    tok = [v["accepted"] + v["requests"] for v in values[1:]]
+    return sum(tok) * 1e9 / sum(per)
+
+
+@pytest.fixture()
+def two_ranks(tmp_path):
+    d = tmp_path / "live"
+    vals = {0: write_log(d, 0, 100, 3, cycle_values(30, seed=1)),
+            1: write_log(d, 1, 101, 3, cycle_values(30, seed=2))}
+    return d, vals
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd)
+
+
+# ------------------------------------------------------------------ the cycle table
+def test_cycle_table_holds_the_logged_values(two_ranks):
+    d, vals = two_ranks
+    a = analyze.load(d)
+    c = a.cycles
+    assert a.phase_names == ["draft", "verify", "draft_extend", "allreduce"]
+    assert len(a.kernels) == 0 and len(a.phases) == 0 and len(a.gpu_ops) == 0 and len(a.collectives) == 0
+    assert "warmup" not in c.columns and "gpu_period_ns" not in c.columns      # derived by timeline.cycles
+    for rank, v in vals.items():
+        r = c[c["rank"] == rank].reset_index(drop=True)
+        assert r["cycle"].tolist() == list(range(len(v)))
+        assert r["shim_cycle"].tolist() == list(range(1, len(v) + 1))
+        assert r["start_ns"].tolist() == [x["start"] for x in v] == r["cpu_start_ns"].tolist()
+        assert r["end_ns"].tolist() == [x["end"] for x in v]
+        assert r["period_ns"].tolist() == periods(v)
+        for p in ("draft", "verify", "draft_extend", "allreduce"):
+            assert r[f"{p}_ns"].tolist() == [x[p] for x in v], p
+        busy = [x["draft"] + x["verify"] + x["draft_extend"] for x in v]     # the all-reduce is inside verify
+        assert r["busy_ns"].tolist() == busy
+        assert r["period_idle_ns"].tolist() == [p - b for p, b in zip(periods(v), busy)]
+        assert (r["period_allreduce_ns"] == 0).all() and r["other_ns"].isna().all() and r["gap_ns"].isna().all()
+        assert r["accepted_tokens"].tolist() == [x["accepted"] for x in v]
+        assert r["tokens"].tolist() == [x["accepted"] + x["requests"] for x in v]
+        assert r["steps"].tolist() == [3] * len(v)
+    assert sides.spec_config_of(a.ranks).steps == 3 and set(a.ranks["source"]) == {"live_log"}
+    codes = [n.code for n in a.notes]
+    assert N.LIVE_LOG_NO_KERNELS in codes and N.LIVE_LOG_NESTED_ALLREDUCE in codes
+    assert [n.count for n in a.notes if n.code == N.LIVE_LOG_NO_PERIOD] == [2]      # one last cycle per process
+
+
+def test_headline_tokens_per_s_is_tokens_over_periods_of_the_steady_cycles(two_ranks):
+    d, vals = two_ranks
+    a = analyze.load(d)
+    sm = views.get(a, "decode_summary").set_index("rank")
+    for rank, v in vals.items():
+        assert sm.loc[rank, "steady_cycles"] == len(v) - 1
+        assert sm.loc[rank, "tokens_per_s"] == pytest.approx(tps_by_hand(v), rel=1e-12)
+    head = views.get(a, "headline")
+    assert f"{tps_by_hand(vals[0]):,.0f} tokens/s" in head
+    assert "outside the timed phases" in head and "no kernel tables" in head and "GPU is idle" not in head
+    bd = views.get(a, "decode_breakdown").set_index(["rank", "component"])
+    v = vals[0][1:]
+    assert bd.loc[(0, "verify"), "per_cycle_ns"] == pytest.approx(np.mean([x["verify"] for x in v]))
+    assert sides.live_tokens_per_s(a.cycles)["tokens_per_s"] == pytest.approx(tps_by_hand(vals[0]), rel=1e-12)
+
+
+def test_cli_report_text_json_html(two_ranks, tmp_path):
+    d, vals = two_ranks
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    proc = cli(d, "--json", out, "--html", page)
+    assert proc.returncode == 0, proc.stderr
+    assert "specprof live timing log, schema 1, 2 file(s)" in proc.stdout
+    assert "Kernels, exclusive phase times, NVTX ranges and collectives: absent" in proc.stdout
+    assert f"{tps_by_hand(vals[0]):,.0f} tokens/s" in proc.stdout
+    data = json.loads(out.read_text())
+    assert {n["code"] for n in data["notes"]} >= {N.LIVE_LOG_NO_KERNELS, N.LIVE_LOG_NESTED_ALLREDUCE}
+    assert [r["verify_ns"] for r in data["cycles"] if r["rank"] == 0] == [x["verify"] for x in vals[0]]
+    html = page.read_text()
+    assert "Kernel-level tables" in html and "absent: a live timing log" in html
+    # a JSON result of a live log is a side of diff/whatif that knows it is one
+    assert sides.load_side(out).live
+    proc = cli(d, "--perfetto", tmp_path / "t.pftrace", "-q")          # no GPU timeline: refused, one line
+    assert proc.returncode == 10 and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t.pftrace").exists()
+
+
+def test_a_parquet_file_that_is_not_a_live_log_is_refused_with_one_line(tmp_path):
+    other = tmp_path / "other.parquet"
+    pd.DataFrame({"rank": [0], "cycle": [1]}).to_parquet(other)
+    proc = cli(other)
+    assert proc.returncode == 12, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a specprof timing log" in lines[0] and "other.parquet" in lines[0]
+    proc = cli(tmp_path)                   # a directory of it: the same
+    assert proc.returncode == 12 and len(proc.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ whatif
+def test_whatif_models_a_live_log_from_its_phase_times(two_ranks):
+    from analyze.tools.whatif import model as W
+
+    d, vals = two_ranks
+    a = analyze.load(d)
+    r = W.whatif(a, range(1, 6), n_boot=0)
+    prof = r["profiles"][0]
+    assert prof["steps"] == 3 and prof["live"]
+    assert prof["steps_source"].startswith("SGLang's --speculative-num-steps")
+    steady = [x for v in vals.values() for x in v[1:]]
+    assert prof["draft_ns"] == pytest.approx(np.mean([x["draft"] for x in steady]))
+    assert prof["draft_step_ns"] == pytest.approx(prof["draft_ns"] / 2)     # SGLang: 3 steps, 2 draft forwards
+    assert prof["draft_step_source"] == "draft GPU time / draft forwards"
+    assert prof["draft_replay_ns"] == 0.0
+    # the same host times on both ranks' clocks? No: the model's cycle is the mean over ranks per cycle
+    per = np.mean([np.mean(periods(v)[1:]) for v in vals.values()])
+    assert prof["cycle_ns"] == pytest.approx(per)
+    assert any("a live timing log: kernel tables absent" in n for n in r["notes"])
+    assert any("no calibration needed: a live timing log" in x for x in r["assumptions"])
+    assert r["baseline"]["source"] == "estimated" and "without draft and draft_extend" in r["baseline"]["method"]
+
+
+def _synth_profile(tmp_path, k=3):
+    from fixtures.synth import TraceSpec, write_trace
+
+    accept = [0, 1, 2, 3] * 10
+    paths, _ = write_trace(TraceSpec(ranks=1, cycles=len(accept), draft_steps=k, jitter=0, second_thread_ranges=False,
+                                     accept_lengths=[[min(a, k) for a in accept]]), tmp_path / "profile")
+    return paths[0]
+
+
+def test_whatif_calibrates_from_a_live_log(tmp_path):
+    prof = _synth_profile(tmp_path)
+    log = tmp_path / "live"
+    v1 = write_log(log, 0, 300, 3, cycle_values(24, seed=3, reqs=[1, 1, 2]))
+    write_log(log, 1, 301, 3, cycle_values(24, seed=4, reqs=[1, 1, 2]))
+    out = tmp_path / "w.json"
+    proc = cli("whatif", prof, "--calibrate-live", log, "--steps", "1..5", "--boot", "0", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    expect = tps_by_hand(v1)                       # rank 0's steady cycles, every batch size
+    cal = data["calibration"]
+    assert cal["steps"] == 3 and cal["tokens_per_s"] == pytest.approx(expect, rel=1e-12)
+    assert cal["source"]["kind"] == "live_log" and cal["source"]["rank"] == 0 and cal["source"]["cycles"] == 23
+    row3 = [r for r in data["predictions"] if r["steps"] == 3][0]
+    assert row3["tokens_per_s"] == pytest.approx(expect)
+    assert "from the live log" in proc.stdout and "Calibrated to" in proc.stdout
+    # --batch 1: only the cycles of one request (steady among them: the first left out)
+    ones = [x for x in v1 if x["requests"] == 1]
+    per = {id(x): p for x, p in zip(v1, periods(v1))}
+    want = sum(x["accepted"] + 1 for x in ones[1:]) * 1e9 / sum(per[id(x)] for x in ones[1:])
+    from analyze.tools.whatif.command import live_calibration
+
+    k, x, source = live_calibration(log, [sides.load_side(prof)], None, None, 1)   # what --batch 1 asks for
+    assert (k, source["batch"], source["cycles"]) == (3, 1, len(ones) - 1)
+    assert x == pytest.approx(want, rel=1e-12)
+    # a log of another step count cannot calibrate this profile: one line, exit 12
+    other = tmp_path / "live2"
+    write_log(other, 0, 400, 2, cycle_values(10, seed=5, steps=2))
+    proc = cli("whatif", prof, "--calibrate-live", other, "--boot", "0")
+    assert proc.returncode == 12 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no steady cycle at 3 draft steps" in proc.stderr and "step counts: 2" in proc.stderr
+    proc = cli("whatif", prof, "--calibrate-live", log, "--calibrate-tps", "100")
+    assert proc.returncode == 10
+
+
+def test_whatif_on_a_live_log_of_two_step_counts_fits_them_and_shows_the_measured(tmp_path):
+    log = tmp_path / "adaptive"
+    v2 = write_log(log, 0, 500, 2, cycle_values(30, seed=6, steps=2, verify=300_000))
+    v4 = write_log(log, 0, 501, 4, cycle_values(30, start=5_000_000_000, seed=7, steps=4, verify=340_000))
+    out = tmp_path / "w.json"
+    proc = cli("whatif", log, "--steps", "1..6", "--boot", "0", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert sorted(p["steps"] for p in data["profiles"]) == [2, 4]
+    pred = {r["steps"]: r for r in data["predictions"]}
+    assert pred[2]["measured_tokens_per_s"] == pytest.approx(tps_by_hand(v2), rel=1e-12)
+    assert pred[4]["measured_tokens_per_s"] == pytest.approx(tps_by_hand(v4), rel=1e-12)
+    assert pred[3]["measured_tokens_per_s"] is None
+    assert any(n.startswith("measured: tokens/s of the live timing log") for n in data["notes"])
+    assert "measured tok/s" in proc.stdout
+
+
+# ------------------------------------------------------------------ advise, diff
+def test_advise_on_a_live_log_uses_no_kernel_rule(two_ranks):
+    from analyze import findings as F
+    from analyze.tools.advise.model import advise
+
+    d, _ = two_ranks
+    adv = advise(analyze.load(d))
+    checks = {c.rule: c for c in adv.checks}
+    for rule in (F.ALLREDUCE, F.HOST_BOUND, F.STRAGGLER):
+        assert checks[rule].status == F.NOT_APPLICABLE and "live timing log" in checks[rule].reason
+    assert not {f.rule for f in adv.findings} & {F.ALLREDUCE, F.HOST_BOUND, F.STRAGGLER}
+    kernel_keys = {"kinds", "launch_gaps_per_cycle", "graph_ops_share", "message_sizes"}
+    assert not any(kernel_keys & set(f.evidence) for f in adv.findings)
+    proc = cli("advise", d)
+    assert proc.returncode == 0, proc.stderr
+    assert "(a live timing log: no kernel tables" in proc.stdout
+
+
+def test_diff_of_two_live_logs_reports_the_verify_delta(tmp_path):
+    from analyze.tools.diff.model import diff_results
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    vals = cycle_values(25, seed=8)
+    write_log(before, 0, 600, 3, vals)
+    write_log(after, 0, 601, 3, [dict(x, verify=x["verify"] + 50_000) for x in vals])
+    d = diff_results(sides.load_side(before), sides.load_side(after), n_boot=50)
+    row = d["summary"].set_index(["rank", "figure"]).loc[("all", "verify_ns")]
+    assert row["delta"] == pytest.approx(50_000) and bool(row["significant"])
+    assert any("a live timing log: kernel tables absent" in n for n in d["notes"])
+    proc = cli("diff", before, after, "--boot", "50")
+    assert proc.returncode == 0, proc.stderr
+    assert "kernel tables absent" in proc.stdout
