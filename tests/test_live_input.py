@@ -148,7 +148,10 @@ def test_cycle_table_holds_the_logged_values(two_ranks):
     c = a.cycles
     assert a.phase_names == ["draft", "verify", "draft_extend", "allreduce"]
     assert len(a.kernels) == 0 and len(a.phases) == 0 and len(a.gpu_ops) == 0 and len(a.collectives) == 0
-    assert "warmup" not in c.columns and "gpu_period_ns" not in c.columns      # derived by timeline.cycles
+    assert "gpu_period_ns" not in c.columns
+    # flags derived once over the whole log by the one rule (timeline.cycles.with_flags): each rank's
+    # (each process's) first cycle is warm-up
+    assert c.groupby("rank")["warmup_reason"].first().tolist() == ["first", "first"]
     for rank, v in vals.items():
         r = c[c["rank"] == rank].reset_index(drop=True)
         assert r["cycle"].tolist() == list(range(len(v)))

@@ -488,6 +488,16 @@ def test_log_completes_a_file_by_age_so_readers_see_fresh_cycles(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet"]
     assert pq.ParquetFile(tmp_path / "specprof_live-r0-p1-00001.parquet").metadata.num_row_groups == 3
     assert live.DEFAULTS.file_s == 60 and live.settings_from_env({"SPECPROF_TIMING_FILE_S": "15"})[0].file_s == 15
+    # an idle server: rows of a burst written, then nothing; the sink's tick completes the file by age
+    idle = LogWriter(str(tmp_path / "idle"), 0, 2, row_group_rows=1000, max_bytes=1 << 30, max_age_s=60,
+                     clock=lambda: now[0])
+    for r in rows[:5]:
+        idle.add(r)
+    idle.flush()
+    assert not idle.complete_if_old()                 # 0 s old
+    now[0] += 61
+    assert idle.complete_if_old()
+    assert [p.name for p in (tmp_path / "idle").iterdir()] == ["specprof_live-r0-p2-00001.parquet"]
 
 
 def test_log_file_is_written_under_a_temporary_name_until_complete(tmp_path):

@@ -482,3 +482,22 @@ def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path, monkeyp
     assert set(fastread.SERVED) == {"pages"}
     frames_equal(without, with_wal)
     pd.testing.assert_frame_equal(analyze.load(plain).totals, walled.totals)
+
+
+def test_stdlib_batches_of_large_integers_and_floats_in_one_column(tmp_path, monkeypatch):
+    """One batch holds an integer beyond 2**53, the next a float: no exact common type, so the column is
+    the values as they are (before: ArrowInvalid from the cast), whatever the batch split."""
+    import sqlite3
+
+    from analyze.read import fastread
+
+    p = tmp_path / "mixed.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (a INTEGER, b)")
+    con.executemany("INSERT INTO t VALUES (?, ?)", [(1, 2 ** 60), (2, 1.5)])
+    con.commit()
+    monkeypatch.setattr(fastread, "STDLIB_BATCH_ROWS", 1)
+    frame = fastread._read_stdlib(con, "SELECT a, b FROM t", ["a", "b"])
+    con.close()
+    assert frame["a"].tolist() == [1, 2]
+    assert frame["b"].tolist() == [2 ** 60, 1.5]

@@ -105,3 +105,37 @@ def test_an_outlier_is_judged_against_its_own_batch_size():
     with_batch = C.warmup_reasons(np.zeros(40, dtype="int64"), np.arange(40), np.ones(40, bool), many,
                                   np.zeros(40, bool), np.r_[np.ones(30), np.full(10, 64.0)])
     assert pd.isna(with_batch[30:]).all()
+
+
+def test_a_cycle_left_out_on_one_rank_is_left_out_of_every_cross_rank_figure():
+    """Rank 0's cycle 5 is an outlier, rank 1's is not: per rank the report keeps rank 1's row, but what
+    averages over ranks per cycle (whatif, diff, advise: every_rank=True) leaves cycle 5 out on both, as
+    left_out_counts counts it."""
+    n = 12
+    rows = []
+    for rank in (0, 1):
+        for k in range(n):
+            rows.append(dict(rank=rank, cycle=k, start_ns=k * 1000, period_ns=1000, requests=1,
+                             warmup_reason="first" if k == 0 else ("outlier" if (rank, k) == (0, 5) else None)))
+    cyc = pd.DataFrame(rows)
+    cyc["warmup"] = cyc["warmup_reason"].notna()
+    assert len(C.steady(cyc)) == 2 * (n - 1) - 1
+    both = C.steady(cyc, every_rank=True)
+    assert sorted(set(both["cycle"])) == [k for k in range(1, n) if k != 5] and len(both) == 2 * (n - 2)
+    assert C.left_out_counts(cyc) == {"warmup": 1, "outlier": 1}
+    from analyze.tools.sides import Side
+    samples, _ = whatif_model.profile_samples(Side("t", cyc.assign(tokens=2, accepted_tokens=1), pd.DataFrame(), []),
+                                              memo={})
+    assert 5 not in samples["cycle"].tolist() and len(samples) == n - 2
+
+
+def test_flags_derived_once_over_the_whole_table():
+    """A table without flags (an older result, a live log) gets them over the whole table: the first cycle
+    of a later batch size is not a 'first' (with_flags), so a subset keeps the whole's flags."""
+    cyc = pd.DataFrame({"rank": 0, "cycle": range(30), "start_ns": np.arange(30) * 1000, "period_ns": 1000,
+                        "requests": [1] * 15 + [2] * 15})
+    flagged = C.with_flags(cyc)
+    assert flagged["warmup_reason"].tolist() == ["first"] + [None] * 29
+    sub = flagged[flagged["requests"] == 2]
+    assert len(C.steady(sub)) == 15                 # derived on the subset alone, its cycle 15 would be 'first'
+    assert len(C.steady(cyc[cyc["requests"] == 2])) == 14

@@ -173,8 +173,12 @@ def _stdlib_column(parts: list, copy: bool) -> np.ndarray:
         types = {pa.float64()}                 # what Arrow types one array of both as
     if all(isinstance(p, pa.Array) for p in parts) and len(types) <= 1:
         t = types.pop() if types else pa.int64()       # all NULL: an integer column (as pages.py's NULL item)
-        col = pa.chunked_array([p.cast(t) if p.type != t else p for p in parts], type=t)
-        return _column_to_numpy(col, copy)
+        try:
+            col = pa.chunked_array([p.cast(t) if p.type != t else p for p in parts], type=t)
+        except pa.ArrowInvalid:        # an integer batch beyond 2**53 beside a float one: no exact float
+            col = None
+        if col is not None:
+            return _column_to_numpy(col, copy)
     out = np.empty(sum(len(p) for p in parts), dtype=object)
     pos = 0
     for p in parts:

@@ -14,16 +14,20 @@ counted (``undecoded``), never guessed.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import struct
 
 import numpy as np
 import pandas as pd
 
+from analyze.errors import TraceError
 from analyze.read.connection import has_table, open_report, table_columns
 
 MESSAGE_SIZE = "Message size [bytes]"
 HEADER = struct.Struct("<IIIIQQ")
 COLUMNS = ["global_tid", "start_ns", "end_ns", "name", "message_bytes"]
+READ_ERRORS = (TraceError, OSError, sqlite3.Error)
+"""What reading an input's payloads can raise (for callers outside read/, which hold no sqlite3)."""
 
 
 def _blob(value) -> bytes | None:

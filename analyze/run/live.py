@@ -23,8 +23,9 @@ What the log has and what it lacks decides every column (docs/live.md, "Reading 
   be read as idle time either.
 * **Steady cycles.** No warm-up flags: :func:`analyze.timeline.cycles.left_out_reasons` derives
   them from the table (first cycle per rank, outlier period per batch size), the one definition.
-* **Cycles** are renumbered per rank from 0 in host start order (``cycle``); the shim's number is
-  kept in ``shim_cycle``, with ``pid`` and ``steps`` (SGLang's --speculative-num-steps).
+* **Cycles** are numbered by the shim's decode-cycle number less the log's smallest (one number is
+  one step on every rank; per rank in host start order where a rank holds several processes); the
+  shim's number is kept in ``shim_cycle``, with ``pid`` and ``steps`` (SGLang's --speculative-num-steps).
 * Kernel, phase, range, NVTX and collective tables are empty; the notes say so
   (:data:`analyze.notes.LIVE_LOG_NO_KERNELS`).
 
@@ -110,8 +111,8 @@ def read_raw(paths) -> tuple[pd.DataFrame, list[dict]]:
 # ---------------------------------------------------------------------------------------------- tables
 def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.DataFrame:
     """The reader's per-cycle frame (:func:`analyze.read.live_log.cycles_frame`) -> the analyzer's
-    cycle table (:func:`analyze.timeline.cycles.columns` without the GPU period and the warm-up
-    flags, plus :data:`EXTRA_COLUMNS`); see the module docstring for each column."""
+    cycle table (:func:`analyze.timeline.cycles.columns` without the GPU period; warm-up flags derived
+    once by the one rule, plus :data:`EXTRA_COLUMNS`); see the module docstring for each column."""
     config = config or live_config()
     names = list(config.names)
     order = [c for c in cycles_mod.columns(config)
@@ -122,7 +123,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     start = f["start_ns"].astype("int64")
     end = f["end_ns"].astype("int64")
     period = f["period_ns"].astype("Int64").fillna(end - start).astype("int64")
-    out = pd.DataFrame({"rank": f["rank"].astype("int64"), "cycle": f.groupby("rank").cumcount().astype("int64"),
+    out = pd.DataFrame({"rank": f["rank"].astype("int64"), "cycle": cycle_numbers(f),
                         "start_ns": start, "end_ns": end, "duration_ns": end - start,
                         "cpu_start_ns": start, "cpu_end_ns": end, "period_ns": period})
     timed = {p: f[f"{p}_ns"].astype("Int64") if f"{p}_ns" in f.columns else pd.Series(pd.NA, index=f.index,
@@ -151,7 +152,24 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["pid"] = f["pid"].astype("int64")
     out["shim_cycle"] = f["cycle"].astype("int64")
     out["steps"] = f["steps"].astype("Int64")
-    return out[order + EXTRA_COLUMNS]
+    # the flags derived once, over the whole table (timeline.cycles.with_flags): a subset keeps them;
+    # every process's first cycle is warm-up (a restarted worker captures its graphs again)
+    out = cycles_mod.with_flags(out[order + EXTRA_COLUMNS])
+    first = (out.groupby(["rank", "pid"]).cumcount() == 0).to_numpy() & ~out["warmup"].to_numpy(dtype=bool)
+    out.loc[first, "warmup_reason"] = cycles_mod.FIRST
+    out.loc[first, "warmup"] = True
+    return out
+
+
+def cycle_numbers(f: pd.DataFrame) -> pd.Series:
+    """The cycle number of each row (rows in (rank, start) order): the shim's decode-cycle number less
+    the smallest over the log, so that one number is one decode step on every rank (TP ranks run the
+    same steps; a cycle a rank's ring dropped leaves a gap, not a shift); where a rank holds several
+    processes (a restart), numbered per rank in host start order instead."""
+    if len(f) and (f.groupby("rank")["pid"].nunique() == 1).all():
+        k = f["cycle"].astype("int64")
+        return (k - int(k.min())).astype("int64")
+    return f.groupby("rank").cumcount().astype("int64")
 
 
 def spec_config_text(spec: dict | None) -> str | None:

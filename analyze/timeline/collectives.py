@@ -123,7 +123,9 @@ def bytes_per_cycle(sized: pd.DataFrame, ranks: pd.DataFrame, cycles: pd.DataFra
     bytes per cycle, and the smallest and largest message. ``sized``: NCCL ranges with a message size
     (read/nccl_payloads.py: global_tid, start_ns, message_bytes, input); a range belongs to its
     process's rank (``ranks``: global_pid, input) and to the steady cycle whose host range
-    [cpu_start_ns, cpu_end_ns] holds its start on that rank. Empty without sizes or cycles."""
+    [cpu_start_ns, cpu_end_ns] holds its start on that rank. A rank with no sized range in its steady
+    cycles has no row (under CUDA graphs NCCL's host calls happen at capture only); empty without sizes
+    or cycles."""
     empty = pd.DataFrame({c: pd.Series(dtype="float64" if "per_cycle" in c else "int64") for c in BYTES_COLUMNS})
     if sized is None or sized.empty or cycles is None or cycles.empty or ranks is None or ranks.empty:
         return empty
@@ -143,6 +145,8 @@ def bytes_per_cycle(sized: pd.DataFrame, ranks: pd.DataFrame, cycles: pd.DataFra
         pos = np.searchsorted(lo, t, side="right") - 1
         inside = (pos >= 0) & (t <= hi[np.clip(pos, 0, None)])
         b = mine["message_bytes"].to_numpy(dtype="int64")[inside]
+        if not len(b):      # no sized range in its steady cycles (e.g. NCCL calls captured in CUDA graphs,
+            continue        # seen only at capture): not measured, not zero
         n = len(c)
         rows.append([int(rank), n, inside.sum() / n, float(b.sum()) / n,
                      int(b.min()) if len(b) else None, int(b.max()) if len(b) else None])

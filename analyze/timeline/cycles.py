@@ -207,12 +207,14 @@ def default_window_cycles(cycles: pd.DataFrame) -> list[int]:
     return [c for c in numbers if first <= c < first + 2]
 
 
-def steady(cycles: pd.DataFrame, keep_outliers: bool = False) -> pd.DataFrame:
+def steady(cycles: pd.DataFrame, keep_outliers: bool = False, every_rank: bool = False) -> pd.DataFrame:
     """The steady cycles: the one definition the report, whatif, diff and advise use (rows with no
-    :func:`left_out_reasons`; ``keep_outliers``: ``outlier`` rows kept too)."""
+    :func:`left_out_reasons`; ``keep_outliers``: ``outlier`` rows kept too). ``every_rank``: only the
+    cycle numbers steady on every rank (what a figure per cycle over ranks, or across ranks, reads:
+    whatif, diff, advise; :func:`left_out_counts` counts the others)."""
     if cycles is None or cycles.empty:
         return cycles
-    return cycles[steady_mask(cycles, keep_outliers)]
+    return cycles[steady_mask(cycles, keep_outliers, every_rank)]
 
 
 def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -504,10 +506,25 @@ def states(cycles: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def steady_mask(cycles: pd.DataFrame, keep_outliers: bool = False) -> np.ndarray:
+def steady_mask(cycles: pd.DataFrame, keep_outliers: bool = False, every_rank: bool = False) -> np.ndarray:
     """Per row: is it a steady cycle (:func:`steady`)."""
     s = states(cycles)
-    return (s == STEADY) | ((s == OUTLIER) if keep_outliers else False)
+    ok = (s == STEADY) | ((s == OUTLIER) if keep_outliers else False)
+    if every_rank and not ok.all():
+        numbers = cycles["cycle"].to_numpy()
+        ok &= ~np.isin(numbers, numbers[~ok])
+    return ok
+
+
+def with_flags(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The table with its ``warmup``/``warmup_reason`` flags: its own, or (a table without them: an
+    older result, a live log, a hand-made table) derived once over the whole table
+    (:func:`left_out_reasons`), so that a subset (one batch size, one step count) keeps the flags of
+    the whole instead of deriving its own (its first cycle would become a 'first')."""
+    if cycles is None or cycles.empty or "warmup" in cycles.columns:
+        return cycles
+    reason = left_out_reasons(cycles)
+    return cycles.assign(warmup=pd.notna(reason), warmup_reason=pd.Series(reason, index=cycles.index, dtype=object))
 
 
 def left_out_counts(cycles: pd.DataFrame, keep_outliers: bool = False) -> dict[str, int]:

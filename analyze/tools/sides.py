@@ -75,7 +75,7 @@ def side_from_analysis(result, label: str = "") -> Side:
     if live:
         notes.append(f"{label or 'this input'}: a live timing log: kernel tables absent (no kernels, no NVTX ranges); "
                      "phase times from CUDA events, periods from the host clock")
-    return Side(label, cycles_mod.with_gpu(result.cycles), kernels, list(result.phase_names), result.ranges,
+    return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(result.cycles)), kernels, list(result.phase_names), result.ranges,
                 whatif_ops(result), notes, spec_config_of(getattr(result, "ranks", None)), live=live)
 
 
@@ -100,7 +100,7 @@ def side_from_json(data: dict, label: str = "") -> Side:
     from analyze.notes import LIVE_LOG_NO_KERNELS
 
     live = any(isinstance(n, dict) and n.get("code") == LIVE_LOG_NO_KERNELS for n in data.get("notes") or [])
-    return Side(label, cycles_mod.with_gpu(cycles), kernels, list(data.get("phase_names") or []),
+    return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(cycles)), kernels, list(data.get("phase_names") or []),
                 notes=notes,
                 spec_config=spec_config_of(ranks if "rank" in ranks.columns else None), live=live)
 
@@ -181,7 +181,7 @@ def live_tokens_per_s(cycles: pd.DataFrame, steps: int | None = None, batch: int
         c = c[pd.to_numeric(c["steps"], errors="coerce") == int(steps)]
     if batch is not None:
         c = c[pd.to_numeric(c["requests"], errors="coerce") == int(batch)]
-    c = cycles_mod.steady(c)
+    c = cycles_mod.steady(c, every_rank=True)
     if c is None or not len(c):
         return None
     c = c[c["tokens"].notna() & c["period_ns"].notna()]

@@ -32,6 +32,6 @@ def nccl_bytes(a) -> pd.DataFrame:
     inputs = [i for i in (getattr(a, "inputs", None) or []) if i.get("path")]
     try:
         sized, _ = nccl_payloads.inputs_message_sizes(inputs)
-    except Exception:  # noqa: BLE001 - an input no longer readable: the figure is absent, the report goes on
+    except nccl_payloads.READ_ERRORS:   # an input no longer readable: the figure is absent, the report goes on
         sized = None
     return coll_mod.bytes_per_cycle(sized, a.ranks, a.cycles)

@@ -276,8 +276,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     reasons = [dict(d or {}) for d in summary["warmup_reasons"]] if len(summary) and "warmup_reasons" in summary \
         else [{}]
     lost = [sum(int(d.get(k, 0)) for k in lost_codes) for d in reasons]
+    outl = [int(d.get(cycles_mod.OUTLIER, 0)) for d in reasons]
     warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
-    warm = [w - x for w, x in zip(warm, lost)] if len(warm) == len(lost) else warm
+    warm = [w - x - o for w, x, o in zip(warm, lost, outl)] if len(warm) == len(lost) else warm
 
     def count(values, what):
         each = values[0] if len(set(values)) == 1 else None
@@ -288,6 +289,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
 
     if sum(warm):
         parts.append(count(warm, "warm-up CYCLE"))
+    if sum(outl):
+        parts.append(count(outl, f"outlier CYCLE (a period over {cycles_mod.OUTLIER_FACTOR:g}x the median of its "
+                                 "batch size)"))
     if sum(lost):
         parts.append(count(lost, "CYCLE whose GPU data was lost (cut off at the end of the capture)"))
     if len(summary):

@@ -99,6 +99,14 @@ class LogWriter:
         if self.bytes_written() >= self.max_bytes or self._clock() - self._opened_s >= self.max_age_s:
             self._complete()
 
+    def complete_if_old(self) -> bool:
+        """Complete the open file once it is ``max_age_s`` old when nothing is buffered (an idle server:
+        no row group comes to complete it); True when it did."""
+        if self._writer is None or self._rows or self._clock() - self._opened_s < self.max_age_s:
+            return False
+        self._complete()
+        return True
+
     def bytes_written(self) -> int:
         """Bytes of the open file so far (its row groups; the footer comes at completion)."""
         return self._out.tell() if self._writer is not None else 0

@@ -75,6 +75,7 @@ class Sink:
                 log.flush()
             if not log.buffered():
                 self._last_write = now
+                log.complete_if_old()          # idle: the last file of a burst still completes
         self.handled += n
         return n
 

@@ -85,7 +85,7 @@ def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     left out (warm-up, lost, outlier)."""
     if cycles.empty:
         return cycles, 0
-    return cycles_mod.steady(cycles), sum(cycles_mod.left_out_counts(cycles).values())
+    return cycles_mod.steady(cycles, every_rank=True), sum(cycles_mod.left_out_counts(cycles).values())
 
 
 def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_ns") -> np.ndarray:

@@ -173,8 +173,8 @@ def diff_results(before, after, *, n_boot: int = N_BOOT, seed: int = 0, top: int
     Returns {"summary": DataFrame, "kernels": DataFrame, "notes": [str]}."""
     b, a = as_side(before, "before"), as_side(after, "after")
     notes = []
-    cb, nb = cycles_mod.steady(b.cycles, keep_outliers), cycles_mod.left_out_counts(b.cycles, keep_outliers)
-    ca, na = cycles_mod.steady(a.cycles, keep_outliers), cycles_mod.left_out_counts(a.cycles, keep_outliers)
+    cb, nb = cycles_mod.steady(b.cycles, keep_outliers, True), cycles_mod.left_out_counts(b.cycles, keep_outliers)
+    ca, na = cycles_mod.steady(a.cycles, keep_outliers, True), cycles_mod.left_out_counts(a.cycles, keep_outliers)
     for side, n in (("before", nb), ("after", na)):
         if n:
             notes.append(f"{side}: {left_out_text(n)} left out")

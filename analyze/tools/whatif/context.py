@@ -7,8 +7,9 @@ decode step stayed near 3.3 ms over 1,024). A model fitted on one profile holds 
 context lengths: :func:`context_trend` measures the growth so that whatif can say so.
 
 The context position of a cycle: the tokens its requests generated since the batch size last
-changed (consecutive steady cycles of one request count form a segment: a server's batch changes
-when requests start or finish), per request: the cumulative (accepted / requests + 1). The slope is the
+changed or a cycle was left out (consecutive steady cycles of one request count form a segment: a
+server's batch changes when requests start or finish, and a prefill that admits new ones makes a long
+cycle), per request: the cumulative (accepted / requests + 1). The slope is the
 pooled within-segment least-squares slope of verify's GPU time on that position.
 """
 from __future__ import annotations
@@ -22,14 +23,15 @@ NOTABLE_CHANGE = 0.10    # a growth over the profile's context span worth a line
 
 def context_positions(samples: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(segment id, tokens generated per request before the cycle within its segment) per sample row,
-    rows in cycle order (a segment: consecutive rows with the same request count; a cycle left out
-    of the samples, a warm-up or an outlier, is not counted: a few tokens in hundreds)."""
+    rows in cycle order (a segment: consecutive cycle numbers with the same request count; a cycle
+    left out of the samples, the long one around a prefill that admits new requests or an outlier,
+    starts a new segment: requests that follow one another at one batch size are not one sawtooth)."""
     cyc = samples["cycle"].to_numpy(dtype="int64")
     req = pd.to_numeric(samples["requests"], errors="coerce").to_numpy(dtype="float64")
     acc = pd.to_numeric(samples["accepted"], errors="coerce").to_numpy(dtype="float64")
     per_req = np.where(req > 0, acc / np.where(req > 0, req, 1.0), 0.0) + 1.0
     per_req = np.nan_to_num(per_req, nan=1.0)
-    new = np.r_[True, req[1:] != req[:-1]] if len(cyc) else np.zeros(0, bool)
+    new = np.r_[True, (req[1:] != req[:-1]) | (np.diff(cyc) > 1)] if len(cyc) else np.zeros(0, bool)
     seg = np.cumsum(new) - 1
     total = np.cumsum(per_req)
     start = total - per_req               # tokens before each row, over the whole profile

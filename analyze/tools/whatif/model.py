@@ -316,7 +316,8 @@ def profile_samples(side: Side, keep_outliers: bool = False,
             if "requests" in side.cycles.columns else []
         raise ValueError(f"{side.label}: no decode cycle of batch {batch} (requests per cycle seen: "
                          f"{', '.join(map(str, seen[:20])) or 'none'})")
-    cycles, dropped = cycles_mod.steady(chosen, keep_outliers), cycles_mod.left_out_counts(chosen, keep_outliers)
+    cycles, dropped = (cycles_mod.steady(chosen, keep_outliers, every_rank=True),
+                       cycles_mod.left_out_counts(chosen, keep_outliers))
     if cycles.empty:
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
     per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
@@ -720,7 +721,7 @@ def measured_baseline(side: Side, requests: float, keep_outliers: bool = False) 
     start interval of its outermost verify-phase ranges (the target forward, e.g. graph replays)."""
     side = as_side(side)
     if not side.cycles.empty:
-        cyc = cycles_mod.steady(side.cycles, keep_outliers)
+        cyc = cycles_mod.steady(side.cycles, keep_outliers, every_rank=True)
         t = float(per_cycle(cyc, side.phase_names)[time_column(cyc)].mean())
         method = "mean decode cycle"
     else:

@@ -32,7 +32,7 @@ def batch_counts(profiles) -> pd.Series:
     marks), over the profiles."""
     counts = pd.Series(dtype="int64")
     for p in profiles:
-        c = steady(as_side(p).cycles)
+        c = steady(as_side(p).cycles, every_rank=True)
         if "requests" not in c.columns or not len(c):
             continue
         low = c[c["rank"] == c["rank"].min()]
