@@ -159,3 +159,10 @@ def test_csv_and_parquet_write_every_table_of_the_json(tmp_path):
     pd.testing.assert_frame_equal(dist, pd.DataFrame(doc["cycle_distribution"]), check_dtype=False)
     inputs = pd.read_csv(tmp_path / "csv" / "inputs.csv")
     assert list(inputs["path"]) == [i["path"] for i in doc["inputs"]]
+
+
+def test_a_file_position_is_one_view_s():
+    from analyze.views.registry import view
+
+    with pytest.raises(ValueError, match="file position 3 is 'nvtx_sum'"):
+        view("another_table", file=3)(lambda a: None)

@@ -32,6 +32,9 @@ def view(name: str, *, file: int | None = None, title: str | None = None):
     def register(fn: Callable) -> Callable:
         if name in VIEWS and VIEWS[name] is not fn:
             raise ValueError(f"view {name!r} registered twice")
+        taken = [i.name for i in INFO.values() if file is not None and i.file == file and i.name != name]
+        if taken:
+            raise ValueError(f"view {name!r}: file position {file} is {taken[0]!r}'s")
         VIEWS[name] = fn
         INFO[name] = ViewInfo(name, file, title)
         return fn
