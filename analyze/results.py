@@ -5,6 +5,7 @@ drivers (run/)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -65,3 +66,49 @@ class Analysis:
 
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)
+
+
+class TableInfo(NamedTuple):
+    """One table of the results: ``name`` (its attribute on :class:`ReportResult` and
+    :class:`Analysis`, and its name in ``--json``/``--csv``/``--parquet``), ``written`` (its position
+    among the written tables; None: not written), ``time_columns`` (on a report's own clock: the
+    reducer adds the report's clock offset), ``optional_time_columns`` (the same where a negative
+    value means none: left alone), ``public_columns`` (the columns written; None: all)."""
+
+    name: str
+    written: int | None
+    time_columns: tuple = ()
+    optional_time_columns: tuple = ()
+    public_columns: tuple | None = None
+
+
+TABLES = (
+    TableInfo("ranks", 1, public_columns=("rank", "pid", "global_pid", "device_ids", "source", "world", "input",
+                                          "offset_ns", "spec_config")),
+    TableInfo("phases", 2, public_columns=("rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns",
+                                           "exclusive_ns", "kernel_ns")),
+    TableInfo("kernels", 3, public_columns=("rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns",
+                                            "p99_ns", "share")),
+    TableInfo("totals", 4, optional_time_columns=("window_start_ns", "window_end_ns"),
+              public_columns=("rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
+                              "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops", "outside_cycles_busy_ns")),
+    TableInfo("nvtx_projection", 5, public_columns=("range", "style", "instances", "total_projected_ns",
+                                                    "total_range_ns", "gpu_ops", "input")),
+    TableInfo("cycles", 6, time_columns=("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns"),
+              optional_time_columns=("gpu_period_start_ns", "gpu_period_end_ns")),
+    TableInfo("collectives", 7),
+    TableInfo("alignment", 8),
+    TableInfo("gpu_ops", None, time_columns=("start_ns", "end_ns")),
+    TableInfo("whatif_ops", None, time_columns=("start_ns", "end_ns")),
+    TableInfo("ranges", None, time_columns=("start_ns", "end_ns"),
+              optional_time_columns=("gpu_start_ns", "gpu_end_ns", "gpu_start_all", "gpu_end_all")),
+    TableInfo("marks", None, time_columns=("time_ns",)),
+    TableInfo("collective_ops", None, time_columns=("start_ns", "end_ns")),
+)
+"""The results' tables (the one list: the reducer's clock offsets, the written tables and their
+columns read it)."""
+
+
+def written_tables() -> tuple[TableInfo, ...]:
+    """The tables ``--json``/``--csv``/``--parquet`` write, in order."""
+    return tuple(sorted((t for t in TABLES if t.written is not None), key=lambda t: t.written))

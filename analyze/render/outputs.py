@@ -10,28 +10,18 @@ import pandas as pd
 from analyze import output_policy, views
 from analyze.atomic import atomic_dir_write, atomic_write
 from analyze.render import json_rows
+from analyze.results import written_tables
 
 JSON_SCHEMA = 2      # 2: notes are objects (code, count, message, input, rank), were strings
-
-PUBLIC_COLUMNS = {
-    "ranks": ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "offset_ns", "spec_config"],
-    "phases": ["rank", "phase", "instances", "cpu_ns", "projected_ns", "busy_ns", "exclusive_ns", "kernel_ns"],
-    "kernels": ["rank", "phase", "name", "instances", "total_ns", "mean_ns", "median_ns", "p99_ns", "share"],
-    "totals": ["rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns",
-               "window_start_ns", "window_end_ns", "idle_ns", "gpu_ops", "outside_cycles_busy_ns"],
-    "nvtx_projection": ["range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops", "input"],
-}
-
 
 def tables(result) -> dict[str, pd.DataFrame]:
     """Every output table by name, with its public columns."""
     out = {}
-    for name in ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment"):
-        frame = result.table(name)
-        cols = PUBLIC_COLUMNS.get(name)
-        if cols:
-            frame = frame[[c for c in cols if c in frame.columns]]
-        out[name] = frame.reset_index(drop=True)
+    for info in written_tables():
+        frame = result.table(info.name)
+        if info.public_columns:
+            frame = frame[[c for c in info.public_columns if c in frame.columns]]
+        out[info.name] = frame.reset_index(drop=True)
     for name in views.FILE_VIEWS:
         out[name] = views.get(result, name)
     return out

@@ -13,7 +13,7 @@ from analyze.attribute.phases import PhaseConfig
 from analyze.ranks import alignment
 from analyze.ranks.identify import RankConflict
 from analyze.run import checks
-from analyze.results import Analysis
+from analyze.results import TABLES, Analysis
 from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
 from analyze.timeline.launch_gaps import GapStats
 
@@ -92,18 +92,14 @@ def combine(results, config: PhaseConfig):
     inputs = []
     for res in results:
         off = offsets.set_index("input")["offset_ns"].get(res.path, 0)
-        for frame, cols in ((res.gpu_ops, ("start_ns", "end_ns")), (res.whatif_ops, ("start_ns", "end_ns")),
-                            (res.ranges, ("start_ns", "end_ns", "gpu_start_ns", "gpu_end_ns",
-                                          "gpu_start_all", "gpu_end_all")),
-                            (res.marks, ("time_ns",)),
-                            (res.cycles, ("start_ns", "end_ns", "cpu_start_ns", "cpu_end_ns",
-                                          "gpu_period_start_ns", "gpu_period_end_ns")),
-                            (res.collective_ops, ("start_ns", "end_ns")),
-                            (res.totals, ("window_start_ns", "window_end_ns"))):
-            for c in cols:
-                if frame is not None and c in frame.columns and off:
+        for info in TABLES:            # the report's clock -> the analysis' (results.TABLES says which columns)
+            frame = getattr(res, info.name, None)
+            if frame is None or not off:
+                continue
+            for c in info.time_columns + info.optional_time_columns:
+                if c in frame.columns:
                     col = frame[c]
-                    if c.startswith("gpu_") or c.startswith("window"):
+                    if c in info.optional_time_columns:      # negative: none
                         frame[c] = col.where(col < 0, col + int(off))
                     else:                      # a new column: the old may be a read-only view
                         frame[c] = col + int(off)
