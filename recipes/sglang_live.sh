@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 43 on one H200: the shim's timing mode (SPECPROF_TIMING=1, docs/live.md) on real SGLang 0.5.17
+# EAGLE-3: (a) its overhead on tokens/s, engines with and without it interleaved (off, on, off, on: a
+# drift of the machine does not favour one side), unprofiled; (b) one engine under profile-trace WITH
+# the timing mode on, so that the live log's per-cycle phase times can be compared with the same
+# run's nsys-derived ones (`analyze-trace whatif` / the cycle tables of both: tests to be written
+# from the files).
+#
+#   device: carry [".sglreal", ".device-kit"] (park the fixtures first: recipes/device_tree.sh), command:
+#     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
+#
+# Writes $OUT/live_sweep.json (every engine: tokens/s per batch, spreads; `live` says which had the
+# timing mode on), $OUT/live_logs.tar.xz (the Parquet logs of every timed engine, by engine), and,
+# when the budget allows, $OUT/sglang_live_v{V}_l{L}_s{S}.tar.xz (the profile + its live log).
+# ~75 s an engine; ~150 s the profile.
+set -uo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
+O="${OUT:-/tmp/out}"; W=/tmp/live; mkdir -p "$O" "$W"
+CONFIG=${CONFIG:-"2:64"}; STEPS=${STEPS:-3}; BATCHES=${BATCHES:-1,16}; BUDGET_S=${BUDGET_S:-500}
+T0=${T0:-$(date +%s)}; GRAPH_BS=${GRAPH_BS:-1,4,16,64}
+exec > >(tee -a "$O/live.log") 2>&1
+source recipes/sglang_env.sh
+deep_gemm_stub on
+python3 -m nvtx_annotate install-pth          # the shim in SGLang's scheduler processes (SPECPROF_NVTX=1)
+V=${CONFIG%%:*}; L=${CONFIG##*:}; tiny "/tmp/tiny_v${V}_l${L}" "$V" "$L"
+n=0
+for mode in off on off on; do
+  el=$(( $(date +%s) - T0 ))
+  if [ "$el" -gt "$BUDGET_S" ]; then echo "== budget: skipping engine $n ($mode)"; continue; fi
+  n=$((n + 1)); tag="e${n}_${mode}"
+  echo "== $(date -u +%T) +${el}s engine $n timing $mode"
+  if [ "$mode" = on ]; then
+    env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
+      timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
+  else    # the shim loaded (NVTX no-ops without a profiler), the timing mode off: only the timing differs
+    env SPECPROF_NVTX=1 timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
+      --steps "$STEPS" --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 \
+      | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
+  fi
+done
+python3 - "$W" "$O/live_sweep.json" <<'PY'
+import glob, json, os, sys
+runs = []
+for f in sorted(glob.glob(sys.argv[1] + "/e*_*.json")):
+    r = json.load(open(f)); r["live"] = f.rsplit("_", 1)[1].startswith("on"); r["engine"] = os.path.basename(f)[:-5]
+    runs.append(r)
+json.dump({"runs": runs}, open(sys.argv[2], "w"), indent=1)
+for r in runs:
+    for b in r["batches"]:
+        print(f"{r['engine']:>8} live={int(r['live'])} batch {b['batch']:>3}: {b['tokens_per_s']:10.1f} tok/s "
+              f"spread {100 * b['spread']:.1f}%")
+PY
+[ -d "$W/logs" ] && (cd "$W" && tar -cf - logs | xz -T0 -6 > "$O/live_logs.tar.xz")
+el=$(( $(date +%s) - T0 ))
+if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
+  source .device-kit/nsys-setup.sh >/dev/null || exit 5
+  base="sglang_live_v${V}_l${L}_s${STEPS}"
+  echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
+  SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 timeout 240 \
+    python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
+    --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
+    "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
+    --tokens-per-round 4096 --min-rounds 1 --max-rounds 1 --graph-bs "$GRAPH_BS" --profile-window \
+    --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
+  (cd "$W" && tar -cf - "$base.sqlite" "$base.profiled.json" "$base.live" 2>/dev/null | xz -T0 -6 > "$O/$base.tar.xz")
+fi
+echo "== done in $(( $(date +%s) - T0 ))s"
