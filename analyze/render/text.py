@@ -137,9 +137,9 @@ def reasons_text(counts: dict) -> str:
 
 def left_out_text(counts: dict) -> str:
     """Cycles left out of steady-state figures per state (timeline.cycles.left_out_counts), in words:
-    '1 warm-up cycle, 6 outlier cycles (GPU period over 5x the median of their batch size)'."""
+    '1 warm-up cycle, 6 outlier cycles (a period over 5x the median of their batch size)'."""
     words = {WARMUP: "warm-up", LOST: "lost (no GPU data)",
-             OUTLIER: f"outlier (GPU period over {OUTLIER_FACTOR:g}x the median of its batch size)"}
+             OUTLIER: f"outlier (a period over {OUTLIER_FACTOR:g}x the median of its batch size)"}
     parts = []
     for state in (WARMUP, LOST, OUTLIER):
         n = int(counts.get(state, 0))

@@ -35,7 +35,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--boot", type=positive_int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--keep-outliers", action="store_true",
-                   help=f"keep the outlier cycles (GPU period over {OUTLIER_FACTOR:g}x the median of the rank's cycles "
+                   help=f"keep the outlier cycles (a period over {OUTLIER_FACTOR:g}x the median of the rank's cycles "
                         "of the same batch size); warm-up and lost cycles stay out")
     p.add_argument("--force", action="store_true",
                    help="let an output replace an existing Nsight Systems report (never an input)")
