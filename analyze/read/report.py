@@ -295,6 +295,7 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
 
 # a table smaller than this is read by one reader (threads cost more than they save)
 SPLIT_MIN_ROWS = 1_000_000
+# (issue 42, 2026-12-05: one reader instead on sglang_k1000000 1.12x peak, synth 1.06x; wall 0.96-1.01x)
 # rows of a part of a table read in parallel at most: the parts read, and read but not yet copied
 # into the op table (_read_parallel keeps PARTS_AHEAD_PER_READER per reader submitted), are what the
 # read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.5M rows, and the
