@@ -23,6 +23,7 @@ import pandas as pd
 
 IDENTITY_MIN_ROWS = 1 << 15   # shorter columns: pd.factorize directly (no gain below)
 DISTINCT_SHARE = 16           # more distinct objects than rows / this: pd.factorize directly
+# (issue 42, 2026-12-05: pd.factorize instead: synth 10M 1.061x wall (pairs 0.59-1.40), 1.00x peak; 1M 1.00-1.04x)
 
 
 def factorize_objects(values: np.ndarray, use_na_sentinel: bool = True) -> tuple[np.ndarray, np.ndarray]:

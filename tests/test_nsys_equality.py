@@ -212,25 +212,3 @@ def test_nvtx_projection_in_slices_equals_nsys_stats(traced, monkeypatch):
     sliced = analyze.load(REAL / f"{name}.sqlite")
     pd.testing.assert_frame_equal(sliced.nvtx_projection, result.nvtx_projection)
     assert len(sliced.nvtx_projection) == len(pd.read_csv(REAL / f"{name}.stats_nvtx_gpu_proj_sum.csv"))
-
-
-def test_projection_with_blocks_searched_in_thread_order_equals_nsys_stats(monkeypatch):
-    """The 4-process real trace has fewer ranges than projection.SORTED_SEARCH_MIN, so its blocks
-    are searched in row order; forced through the thread-order searches (what millions of ranges
-    take), the projection still equals nsys' to the ns."""
-    from analyze.project import projection
-
-    monkeypatch.setattr(projection, "SORTED_SEARCH_MIN", 0)
-    name = "h200_4proc_eager"
-    calls = []
-    real = projection._search_order
-    monkeypatch.setattr(projection, "_search_order", lambda *a: calls.append(r := real(*a)) or r)
-    result = analyze.load(REAL / f"{name}.sqlite")
-    assert any(o is not None for o in calls)          # the ordered path was taken
-    ref = pd.read_csv(REAL / f"{name}.stats_nvtx_gpu_proj_sum.csv")
-    ours = result.nvtx_projection.set_index(["range", "style"])
-    assert len(ours) == len(ref)
-    for row in ref.itertuples(index=False):
-        mine = ours.loc[(row.Range, row.Style)]
-        assert (int(mine.total_projected_ns), int(mine.total_range_ns), int(mine.instances), int(mine.gpu_ops)) == \
-            (row[2], row[3], row[4], row[10]), row.Range

@@ -254,11 +254,10 @@ def test_ranks_renumbered_across_reports_keep_the_id_dtype(tmp_path):
     assert a.phases["rank"].dtype == np.int64 and a.cycles["rank"].dtype == np.int64
 
 
-@pytest.mark.parametrize("n_codes", [1, 8, 200, attribution.RADIX_CODES - 1, attribution.RADIX_CODES + 5])
+@pytest.mark.parametrize("n_codes", [1, 8, 200, 40_000])
 def test_sort_order_is_lexsort(n_codes):
     """attribution.sort_order is np.lexsort((start, code)): runs already in start order, a few runs
-    out of order (sorted one by one), many (the composite sort), ties (kept in the order read),
-    and codes past the radix path."""
+    out of order, many, ties (kept in the order read), many codes."""
     rng = np.random.default_rng(n_codes)
     n = 200_000
     code = rng.integers(0, n_codes, n).astype("int32")

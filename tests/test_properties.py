@@ -356,33 +356,6 @@ def test_launch_gaps_with_int32_ranks_far_apart_keep_each_rank_apart():
     assert got["ops_per_cycle"] == 2.0 and got["median_gap_ns"] == 8.0
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(keys=st.lists(st.integers(0, 400), max_size=80), queries=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 70)),
-                                                                       max_size=120),
-       right=st.booleans(), big_thread=st.booleans())
-def test_range_block_searches_in_thread_order_equal_searchsorted(monkeypatch, keys, queries, right, big_thread):
-    """projection.range_blocks searches the ranges' keys among the calls' in a radix order by
-    thread (_search_order, forced here for any count): the same positions as np.searchsorted in row
-    order; no order where the start keys already ascend or a thread code does not fit 16 bits."""
-    import numpy as np
-
-    from analyze.project import projection
-
-    monkeypatch.setattr(projection, "SORTED_SEARCH_MIN", 0)
-    k = np.sort(np.array(keys, dtype="int64"))
-    thread = np.array([q[0] for q in queries], dtype="int64") + (1 << 16 if big_thread else 0)
-    start_key = thread * 100 + np.array([q[1] for q in queries], dtype="int64")
-    end_key = start_key + 7
-    order = projection._search_order(thread, start_key)
-    ascending = bool((start_key[1:] >= start_key[:-1]).all())
-    assert (order is None) == ascending
-    if order is not None:
-        assert np.array_equal(order, np.argsort(thread, kind="stable"))
-    side = "right" if right else "left"
-    for q in (start_key, end_key):
-        assert np.array_equal(projection._search(k, q, side, order), np.searchsorted(k, q, side=side))
-
-
 @settings(max_examples=300, deadline=None)
 @given(ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 80), st.integers(-3, 25), st.booleans(),
                               st.booleans(), st.booleans()), min_size=0, max_size=120),

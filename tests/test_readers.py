@@ -8,8 +8,6 @@ import hashlib
 import os
 import shutil
 import sqlite3
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -132,10 +130,9 @@ def test_scale_file_same_tables_every_reader(scale_file, monkeypatch):
         assert set(fastread.SERVED) == {"pages"}
 
 
-def test_parts_of_a_split_table_are_bounded_and_read_a_few_ahead(scale_file, monkeypatch):
-    """A big op table read in parallel comes in parts of at most PART_MAX_ROWS rows, and only
-    PARTS_AHEAD_PER_READER parts per reader are read ahead of the op table's copying (what the read
-    holds beside the op table): the same tables as one reader reading each table whole."""
+def test_parts_of_a_split_table_are_bounded(scale_file, monkeypatch):
+    """A big op table read in parallel comes in parts of at most PART_MAX_ROWS rows: the same tables
+    as one reader reading each table whole."""
     one = report.read_report(scale_file, threads=1)
     monkeypatch.setattr(report, "SPLIT_MIN_ROWS", 1_000)
     monkeypatch.setattr(report, "PART_MAX_ROWS", 997)
@@ -149,27 +146,7 @@ def test_parts_of_a_split_table_are_bounded_and_read_a_few_ahead(scale_file, mon
     assert len(kernels) == -(-kernel_rows // 997) > 4
     assert all(p.rowid_hi - p.rowid_lo <= 997 for p in kernels)
     assert all(a.rowid_hi == b.rowid_lo for a, b in zip(kernels, kernels[1:]))
-    started, added, ahead = [0], [0], []
-    read_op_part, add = report.read_op_part, report.OpTableBuilder.add
-    lock = threading.Lock()
-
-    def counted_read(conn, part):
-        with lock:
-            started[0] += 1
-        return read_op_part(conn, part)
-
-    def slow_add(self, kind, frame):          # the readers would run far ahead of a slow first copy
-        if not added[0]:
-            time.sleep(0.5)
-        ahead.append(started[0] - added[0])
-        added[0] += 1
-        return add(self, kind, frame)
-
-    monkeypatch.setattr(report, "read_op_part", counted_read)
-    monkeypatch.setattr(report.OpTableBuilder, "add", slow_add)
-    two = report.read_report(scale_file, threads=2)
-    assert added[0] == len(plan) and max(ahead) <= report.PARTS_AHEAD_PER_READER * 2
-    frames_equal(two, one)
+    frames_equal(report.read_report(scale_file, threads=2), one)
 
 
 def test_text_that_is_not_utf8_falls_back(tmp_path):

@@ -38,6 +38,7 @@ def segmented_running_max(values: np.ndarray, first: np.ndarray) -> np.ndarray:
 
 
 FEW_GROUPS = 64      # up to this many groups (ranks), unions walk the groups one by one
+# (issue 42, 2026-12-05: whole-array passes for 8 ranks: sglang_k1000000 1.085x wall, 1.117x peak; synth 1.06x, 1.08x)
 
 
 INT64_MIN = np.iinfo(np.int64).min

@@ -295,9 +295,9 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
 
 # a table smaller than this is read by one reader (threads cost more than they save)
 SPLIT_MIN_ROWS = 1_000_000
+# (issue 42, 2026-12-05: one reader instead on sglang_k1000000 1.12x peak, synth 1.06x; wall 0.96-1.01x)
 # rows of a part of a table read in parallel at most: the parts read, and read but not yet copied
-# into the op table (_read_parallel keeps PARTS_AHEAD_PER_READER per reader submitted), are what the
-# read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.5M rows, and the
+# into the op table, are what the read holds beside the op table (10M ops: with 1M-row parts instead of four of 2.5M rows, and the
 # window, the heap's bytes in use at the read's peak went from 1712 to 1413 MiB, docs/performance.md)
 PART_MAX_ROWS = 1 << 20
 _OP_INT_COLUMNS = [c for c in GPU_OP_COLUMNS[1:] if c.endswith(("_ns", "_id", "_pid")) and c != "graph_node_id"]
@@ -932,20 +932,10 @@ def calls_outnumber_ops(call_rows: int | None, op_rows: int) -> bool:
     return op_rows > 0 and (call_rows or 0) > CALLS_PER_OP_PREPARED_AFTER * op_rows
 
 
-# op parts submitted to the readers and not yet handed to the op table, per reader
-PARTS_AHEAD_PER_READER = 2
-
-
-def _results_in_order(futures: list, submit=None, pending=()):
-    """The futures' results in order, each let go of (by the list too) once handed over; with
-    ``submit``, one more of ``pending`` submitted (``submit(item)`` -> future) each time the
-    caller is done with one (asks for the next), so that at most ``len(futures)`` are ever
-    submitted and not yet done with."""
-    pending = list(pending)
+def _results_in_order(futures: list):
+    """The futures' results in order, each let go of (by the list too) once handed over."""
     while futures:
         yield futures.pop(0).result()
-        if submit is not None and pending:
-            futures.append(submit(pending.pop(0)))
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
@@ -975,11 +965,12 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         def read_part(p):
             return pool.submit(on_own_connection, read_op_part, p)
 
-        ahead = PARTS_AHEAD_PER_READER * threads
+        # every part submitted at once (a window of two parts per reader went in issue 42: on the
+        # synthetic 10M file 1.02x wall, 0.99x peak without it; the 1M files 1.00-1.01x)
         parts = [read_part(p) for p in plan[:1]]
         prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [read_part(p) for p in plan[1:ahead]]
-        ops = assemble_gpu_ops(plan, _results_in_order(parts, read_part, plan[ahead:]))
+        parts += [read_part(p) for p in plan[1:]]
+        ops = assemble_gpu_ops(plan, _results_in_order(parts))
         return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
 
 # ------------------------------------------------------------------------------------------
