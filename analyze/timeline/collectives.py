@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.timeline.cycles import steady
+from analyze.timeline.cycles import cycle_at, steady
 
 COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "arrival_lag_ns",
            "wait_ns", "transfer_ns", "phase", "last_arrival"]
@@ -137,18 +137,13 @@ def bytes_per_cycle(sized: pd.DataFrame, ranks: pd.DataFrame, cycles: pd.DataFra
     rows = []
     for rank, c in st.groupby("rank", sort=True):
         mine = s[s["rank"] == rank]
-        lo = c["cpu_start_ns"].to_numpy(dtype="int64")
-        hi = c["cpu_end_ns"].to_numpy(dtype="int64")
-        order = np.argsort(lo, kind="stable")
-        lo, hi = lo[order], hi[order]
-        t = mine["start_ns"].to_numpy(dtype="int64")
-        pos = np.searchsorted(lo, t, side="right") - 1
-        inside = (pos >= 0) & (t <= hi[np.clip(pos, 0, None)])
+        c = c.sort_values(["cpu_start_ns", "cycle"], kind="stable")
+        inside = cycle_at(mine["start_ns"].to_numpy(dtype="int64"), c["cycle"].to_numpy(dtype="int64"),
+                          c["cpu_start_ns"].to_numpy(dtype="int64"), c["cpu_end_ns"].to_numpy(dtype="int64")) >= 0
         b = mine["message_bytes"].to_numpy(dtype="int64")[inside]
         if not len(b):      # no sized range in its steady cycles (e.g. NCCL calls captured in CUDA graphs,
             continue        # seen only at capture): not measured, not zero
         n = len(c)
-        rows.append([int(rank), n, inside.sum() / n, float(b.sum()) / n,
-                     int(b.min()) if len(b) else None, int(b.max()) if len(b) else None])
+        rows.append([int(rank), n, len(b) / n, float(b.sum()) / n, int(b.min()), int(b.max())])
     out = pd.DataFrame(rows, columns=BYTES_COLUMNS)
     return out.astype({"message_bytes_min": "Int64", "message_bytes_max": "Int64"})
