@@ -6,7 +6,7 @@ import pandas as pd
 
 from analyze.timeline import collectives as coll_mod
 from analyze.views import skew as skew_mod
-from analyze.views.registry import view
+from analyze.views.registry import get, view
 
 
 @view("skew", file=2)
@@ -22,6 +22,16 @@ def stragglers(a) -> list[int]:
     return skew_mod.stragglers(a)
 
 
+@view("nccl_messages")
+def nccl_messages(a) -> tuple[pd.DataFrame, dict]:
+    """(NCCL ranges with a decoded message size on the analysis' clock, info): the inputs' payloads
+    read once per analysis (read/nccl_payloads.inputs_message_sizes) for the NCCL bytes figure and
+    advise's all-reduce rule; raises the read errors (nothing kept then)."""
+    from analyze.read import nccl_payloads
+
+    return nccl_payloads.inputs_message_sizes([i for i in (getattr(a, "inputs", None) or []) if i.get("path")])
+
+
 @view("nccl_bytes", file=8, title="NCCL bytes per cycle per rank (steady decode cycles; NCCL's NVTX payloads)")
 def nccl_bytes(a) -> pd.DataFrame:
     """Per rank: NCCL collectives and message bytes per steady decode cycle, the smallest and largest
@@ -29,9 +39,8 @@ def nccl_bytes(a) -> pd.DataFrame:
     with NVTX payload schemas, nsys 2024.x or later exporting them)."""
     from analyze.read import nccl_payloads
 
-    inputs = [i for i in (getattr(a, "inputs", None) or []) if i.get("path")]
     try:
-        sized, _ = nccl_payloads.inputs_message_sizes(inputs)
+        sized, _ = get(a, "nccl_messages")
     except nccl_payloads.READ_ERRORS:   # an input no longer readable: the figure is absent, the report goes on
         sized = None
     return coll_mod.bytes_per_cycle(sized, a.ranks, a.cycles)

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import findings as F
+from analyze import views
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
 from analyze.timeline import cycles as cycles_mod
@@ -157,13 +158,10 @@ def _per_batch(side, steps) -> list[dict] | None:
 def message_sizes_by_phase(analysis) -> tuple[pd.DataFrame, dict]:
     """NCCL ranges with a decoded message size (read/nccl_payloads.py) and the phase of the innermost
     phase range around each on its thread (None when there is none)."""
-    from analyze.read import nccl_payloads as NP
-
-    sized, info = NP.inputs_message_sizes(analysis.inputs)
+    sized, info = views.get(analysis, "nccl_messages")      # read once per analysis (the report's figure too)
     if sized.empty:
         return pd.DataFrame(columns=["name", "message_bytes", "phase"]), info
-    sized["phase"] = _enclosing_phase(sized, analysis.ranges)
-    return sized, info
+    return sized.assign(phase=_enclosing_phase(sized, analysis.ranges)), info
 
 
 def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
