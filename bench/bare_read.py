@@ -55,16 +55,9 @@ def split_select(sql: str) -> tuple[list[str], str]:
     m = re.match(r"\s*SELECT\s+(.*?)\s+(FROM\s.*)$", sql, re.S | re.I)
     if not m:
         raise ValueError(f"not a SELECT ... FROM: {sql[:60]}")
-    items, depth, cur = [], 0, ""
-    for ch in m.group(1):
-        if ch == "," and depth == 0:
-            items.append(cur.strip())
-            cur = ""
-            continue
-        depth += (ch == "(") - (ch == ")")
-        cur += ch
-    items.append(cur.strip())
-    return items, m.group(2)
+    from analyze.read.pages import split_items
+
+    return split_items(m.group(1)), m.group(2)
 
 
 def for_connectorx(sql: str) -> str:

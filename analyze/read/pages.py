@@ -102,7 +102,8 @@ class Statement:
     equal: tuple                # ((column, value), ...): rows where column = value
 
 
-def _split_items(text: str) -> list[str]:
+def split_items(text: str) -> list[str]:
+    """The items of a select list, commas inside parentheses kept: 'a, f(b, c)' -> ['a', 'f(b, c)']."""
     items, depth, cur = [], 0, ""
     for ch in text:
         if ch == "," and depth == 0:
@@ -121,7 +122,7 @@ def parse_statement(sql: str) -> Statement:
     if not m:
         raise Unsupported("not SELECT ... FROM table [WHERE ...]")
     items = []
-    for text in _split_items(m.group(1)):
+    for text in split_items(m.group(1)):
         if text.upper() == "NULL":
             items.append(Item("null"))
         elif (c := _ITEM_INT.match(text)):
