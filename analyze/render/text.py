@@ -138,14 +138,13 @@ def reasons_text(counts: dict) -> str:
 def left_out_text(counts: dict) -> str:
     """Cycles left out of steady-state figures per state (timeline.cycles.left_out_counts), in words:
     '1 warm-up cycle, 6 outlier cycles (a period over 5x the median of their batch size)'."""
-    words = {WARMUP: "warm-up", LOST: "lost (no GPU data)",
-             OUTLIER: f"outlier (a period over {OUTLIER_FACTOR:g}x the median of its batch size)"}
+    words = {WARMUP: ("warm-up", ""), LOST: ("lost", " (no GPU data)"),
+             OUTLIER: ("outlier", f" (a period over {OUTLIER_FACTOR:g}x the median of its batch size)")}
     parts = []
-    for state in (WARMUP, LOST, OUTLIER):
+    for state, (noun, why) in words.items():
         n = int(counts.get(state, 0))
         if n:
-            parts.append(f"{n} {words[state].split(' ', 1)[0]} cycle{'s' if n != 1 else ''}"
-                         + (f" {words[state].split(' ', 1)[1]}" if ' ' in words[state] else ""))
+            parts.append(f"{n} {noun} cycle{'s' if n != 1 else ''}{why}")
     return ", ".join(parts)
 
 
