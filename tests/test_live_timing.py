@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import textwrap
 from types import SimpleNamespace
 
 import pyarrow.parquet as pq
@@ -19,6 +18,8 @@ from nvtx_annotate import protocol as P
 from nvtx_annotate.live import events as E
 from nvtx_annotate.live.log import LogWriter, SCHEMA_VERSION
 from nvtx_annotate.live.sink import Sink
+
+from helpers.fake_package import fake_package
 
 
 # ------------------------------------------------------------------ stubs
@@ -315,23 +316,9 @@ FAKE = {
 
 @pytest.fixture
 def fake_sglang(tmp_path, monkeypatch):
-    name = "fakelive_" + tmp_path.name.replace("-", "_")[-12:]
-    for rel, src in FAKE.items():
-        p = tmp_path / name / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(src))
-    (tmp_path / name / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    rec = _nvtx.RecordingBackend()
-    prev = _nvtx.set_backend(rec)
-    wrappers.reset_for_tests()
-    yield name, rec
-    live.disable()
-    shim.uninstall(name)
-    for m in [m for m in sys.modules if m.startswith(name)]:
-        del sys.modules[m]
-    _nvtx.set_backend(prev)
-    wrappers.reset_for_tests()
+    with fake_package(tmp_path, monkeypatch, "fakelive_", FAKE) as made:
+        yield made
+        live.disable()
     wrappers._rank["spec_config"] = wrappers._rank["config"] = None
 
 

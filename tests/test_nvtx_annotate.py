@@ -21,6 +21,8 @@ from nvtx_annotate.__main__ import check
 from nvtx_annotate.pth import PTH_LINE
 from nvtx_annotate.targets import TARGETS
 
+from helpers.fake_package import fake_package
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SPECPROF_SGLANG_CACHE", Path.home() / ".cache" / "specprof" / "sglang"))
 VERSIONS = ["0.4.9.post6", "0.5.3", "0.5.10", "0.5.17", "0.5.23"]
@@ -302,22 +304,8 @@ FAKE = {
 
 @pytest.fixture
 def fake_pkg(tmp_path, monkeypatch):
-    name = "fakesgl_" + tmp_path.name.replace("-", "_")[-20:]
-    for rel, src in FAKE.items():
-        p = tmp_path / name / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(src))
-    (tmp_path / name / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    rec = _nvtx.RecordingBackend()
-    prev = _nvtx.set_backend(rec)
-    wrappers.reset_for_tests()
-    yield name, rec
-    shim.uninstall(name)
-    for m in [m for m in sys.modules if m.startswith(name)]:
-        del sys.modules[m]
-    _nvtx.set_backend(prev)
-    wrappers.reset_for_tests()
+    with fake_package(tmp_path, monkeypatch, "fakesgl_", FAKE) as made:
+        yield made
 
 
 def test_lazy_hook_wraps_methods_with_ranges_and_marks(fake_pkg):

@@ -1,0 +1,33 @@
+"""A fake SGLang-like package written into a temporary directory and importable for one test, with the
+shim's NVTX calls recorded (``_nvtx.RecordingBackend``); on exit the shim is uninstalled from it, its
+modules forgotten and the backend restored (tests/test_nvtx_annotate.py, tests/test_live_timing.py)."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+
+from nvtx_annotate import _nvtx, shim, wrappers
+
+
+@contextlib.contextmanager
+def fake_package(tmp_path, monkeypatch, prefix: str, files: dict[str, str]):
+    """Yields (package name, recording backend); ``files``: {relative path: source (dedented)}."""
+    name = prefix + tmp_path.name.replace("-", "_")[-20:]
+    for rel, src in files.items():
+        p = tmp_path / name / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(src))
+    (tmp_path / name / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rec = _nvtx.RecordingBackend()
+    prev = _nvtx.set_backend(rec)
+    wrappers.reset_for_tests()
+    try:
+        yield name, rec
+    finally:
+        shim.uninstall(name)
+        for m in [m for m in sys.modules if m.startswith(name)]:
+            del sys.modules[m]
+        _nvtx.set_backend(prev)
+        wrappers.reset_for_tests()
