@@ -91,7 +91,7 @@ def test_adaptive_file_kwargs(tmp_path):
                   "speculative_adaptive": True, "speculative_adaptive_config": str(cfg.resolve())}
     assert adaptive["mode"] == "file" and adaptive["config_path"] == str(cfg.resolve())
     assert adaptive["config"] == json.loads(cfg.read_text())       # the content, recorded
-    assert adaptive["candidate_steps"] == [0, 2, 4, 5] and adaptive["start_steps"] == 5
+    assert adaptive["candidate_steps"] == [1, 2, 4, 5] and adaptive["start_steps"] == 5
     assert kwargs("--adaptive", str(cfg), "--steps", "2")[0]["speculative_num_steps"] == 2
     with pytest.raises(ValueError, match="not in"):
         kwargs("--adaptive", str(cfg), "--steps", "3")
@@ -123,7 +123,7 @@ def test_configs_agree_with_sglangs_own_parser(tmp_path):
     assert kwargs("--adaptive", str(cfg))[1]["candidate_steps"] == sg.resolve_candidate_steps_from_config(str(cfg))
     # SGLang's routing of the measured batch sizes with the sweep's CUDA-graph sizes: the default config
     # starts at 7 in bucket 1 (batches 1, 4), the middle candidate elsewhere; the file pins each bucket
-    for path, want in ((None, [7, 7, 1, 0]), (str(cfg), [5, 4, 2, 0])):
+    for path, want in ((None, [7, 7, 1, 0]), (str(cfg), [5, 4, 2, 1])):
         params = sg.AdaptiveSpeculativeParams(initial_steps=max(sg.resolve_candidate_steps_from_config(path)),
                                               cfg_path=path)
         params.set_cuda_graph_bs([1, 2, 4, 8, 16, 32, 64])

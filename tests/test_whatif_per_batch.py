@@ -65,8 +65,12 @@ def test_adaptive_config_format_and_buckets():
     cfg = PB.adaptive_config(t)
     assert [k for k in cfg if k.isdigit()] == ["1", "16"]
     assert cfg["1"] == {"candidate_steps": [5], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0}
-    assert cfg["16"]["candidate_steps"] == [0]
-    assert PB.differs(t)
+    # no step count pays at 16, but SGLang's adaptive 0 still verifies: the best step count stays, listed
+    assert cfg["16"]["candidate_steps"] == [2]
+    assert cfg["specprof"]["not_paying"] == [16]
+    assert PB.differs(t) and PB.not_paying(t) == [16]
+    same = t.assign(best_steps=[5, 5])
+    assert not PB.differs(same)                    # off at 16 alone is not a reason for an adaptive config
 
 
 def _sglang_adaptive_module():
@@ -103,11 +107,11 @@ def test_written_config_loads_in_sglangs_own_parser(tmp_path):
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(PB.adaptive_config(t)))
     sg = _sglang_adaptive_module()
-    assert sg.resolve_candidate_steps_from_config(str(path)) == [0, 3, 5]
+    assert sg.resolve_candidate_steps_from_config(str(path)) == [1, 3, 5]
     params = sg.AdaptiveSpeculativeParams(initial_steps=3, cfg_path=str(path))
     params.set_cuda_graph_bs([1, 2, 4, 8, 16, 32, 64])
-    # SGLang routes a batch to the largest key <= its CUDA-graph-padded size (20 pads to 32: off)
-    assert [params.get_steps_for_batch(b) for b in (1, 2, 5, 8, 16, 20, 33, 64)] == [5, 5, 3, 3, 3, 0, 0, 0]
+    # SGLang routes a batch to the largest key <= its CUDA-graph-padded size (20 pads to 32)
+    assert [params.get_steps_for_batch(b) for b in (1, 2, 5, 8, 16, 20, 33, 64)] == [5, 5, 3, 3, 3, 1, 1, 1]
     # a single candidate cannot be left by SGLang's acceptance-driven switching
     for _ in range(50):
         assert params.on_verify_complete([3, 3, 3, 3], 1) is None
@@ -128,18 +132,19 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
     from analyze import findings as F
     from analyze.tools.advise.model import rule_adaptive_steps
 
-    rows = [{"batch": 1, "cycles": 300, "best_or_off": 5, "speedup": 1.3, "baseline_source": "given",
+    rows = [{"batch": 1, "cycles": 300, "best_steps": 5, "best_or_off": 5, "speedup": 1.3, "baseline_source": "given",
              "tokens_per_s_profiled": 390.0, "tokens_per_s_best": 400.0, "tokens_per_s_baseline": 300.0},
-            {"batch": 16, "cycles": 100, "best_or_off": 0, "speedup": 0.9, "baseline_source": "given",
+            {"batch": 16, "cycles": 100, "best_steps": 2, "best_or_off": 0, "speedup": 0.9, "baseline_source": "given",
              "tokens_per_s_profiled": 4500.0, "tokens_per_s_best": 4600.0, "tokens_per_s_baseline": 5000.0}]
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": rows}, cycle_ns=1000.0))
     assert check.status == F.TRIGGERED and len(found) == 1
     f = found[0]
-    # cycle-weighted: (300 x (1 - 390/400) + 100 x (1 - 4500/5000)) / 400 of a 1000 ns cycle
-    assert f.saving_ns == pytest.approx(1000.0 * (300 * 0.025 + 100 * 0.1) / 400)
+    # cycle-weighted: (300 x (1 - 390/400) + 100 x (1 - 4500/4600)) / 400 of a 1000 ns cycle
+    assert f.saving_ns == pytest.approx(1000.0 * (300 * 0.025 + 100 * (1 - 4500 / 4600)) / 400)
+    assert f.evidence["not_paying_batches"] == [16]
     assert [(s.action, s.name, s.value) for s in f.settings] == [
         ("set", "--speculative-adaptive", None), ("set", "--speculative-adaptive-config", "adaptive.json")]
-    rows[1]["best_or_off"] = 5
+    rows[1]["best_steps"] = 5
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": rows}, cycle_ns=1000.0))
     assert not found and check.status == F.BELOW_THRESHOLD
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": None}, cycle_ns=1000.0))

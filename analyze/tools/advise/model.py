@@ -669,18 +669,18 @@ def rule_adaptive_steps(ctx: Context):
     rows = w.get("per_batch")
     if not rows:
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "fewer than two batch sizes with enough decode cycles each")
-    uses = {r["batch"]: r["best_or_off"] for r in rows}
-    figures = {"best_by_batch": {str(b): u for b, u in uses.items()}}
+    uses = {r["batch"]: r["best_steps"] for r in rows}     # >= 1: SGLang's adaptive 0 still verifies (whatif.per_batch)
+    off = [r["batch"] for r in rows if not r["best_or_off"]]
+    figures = {"best_by_batch": {str(b): u for b, u in uses.items()}, "not_paying_batches": off}
     if len(set(uses.values())) < 2:
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "one step count is best at every batch size measured: "
                                + ", ".join(f"{b}: {u}" for b, u in uses.items()), figures)
     n = sum(r["cycles"] for r in rows)
-    gain = sum(r["cycles"] * max(0.0, 1 - r["tokens_per_s_profiled"] / max(r["tokens_per_s_best"] if r["best_or_off"]
-                                                                             else r["tokens_per_s_baseline"], 1e-9))
+    gain = sum(r["cycles"] * max(0.0, 1 - r["tokens_per_s_profiled"] / max(r["tokens_per_s_best"], 1e-9))
                for r in rows) / n
     saving = ctx.cycle_ns * gain
-    desc = "; ".join(f"batch {r['batch']}: " + (f"{r['best_or_off']} steps" if r["best_or_off"] else "off")
-                     + f" ({r['speedup']:.2f}x, {r['baseline_source']} baseline)" for r in rows)
+    desc = "; ".join(f"batch {r['batch']}: {r['best_steps']} steps ({r['speedup']:.2f}x, {r['baseline_source']} "
+                     "baseline)" for r in rows)
     suggestion = (f"The best draft step count differs by batch size ({desc}). SGLang switches it by batch size with "
                   f"{S.SPEC_ADAPTIVE} and a config: write it with `analyze-trace whatif REPORT --adaptive-config "
                   "adaptive.json` (measured no-speculation tokens/s per batch size: --batch-baseline-tps M=Y,...).")
@@ -688,7 +688,7 @@ def rule_adaptive_steps(ctx: Context):
                 F.Setting(F.SET, S.SPEC_ADAPTIVE_CONFIG, "adaptive.json",
                           note="written by analyze-trace whatif --adaptive-config"))
     f = F.Finding(rule, "the best step count depends on the batch size: " + ", ".join(
-        f"{b}: {u or 'off'}" for b, u in uses.items()), saving, saving, ctx.cycle_ns,
+        f"{b}: {u}" for b, u in uses.items()), saving, saving, ctx.cycle_ns,
         "whatif per batch size: the cycle-weighted time per token the best step count of each batch size saves",
         suggestion, dict(figures, per_batch_cycles=n, cycle_ns=ctx.cycle_ns), settings)
     return [f], F.RuleCheck(rule, F.TRIGGERED, "best step counts differ: " + desc, figures)

@@ -8,8 +8,16 @@ turns the table into the JSON of SGLang's ``--speculative-adaptive-config`` (0.5
 ``srt/speculative/adaptive_spec_params.py``): keys are batch sizes, each the lower bound of a bucket
 (SGLang routes a batch to the largest key <= its CUDA-graph-padded size), each entry's
 ``candidate_steps`` the steps SGLang may pick from by acceptance. specprof writes the predicted best
-alone (0 where speculation does not pay), so SGLang's acceptance-only switching cannot leave the step
-count the cost model chose; a bucket not measured is said so and not written.
+step count alone (>= 1), so SGLang's acceptance-only switching cannot leave the step count the cost
+model chose; a bucket not measured is said so and not written.
+
+A bucket where no step count beats no speculation still gets its best step count, not 0: SGLang's
+adaptive 0 steps is not speculation off (``_build_trivial_verify_input`` verifies one token and the
+draft extend still runs). Measured on the H200 (fixtures/real/sglang_sweep_v2_l64_b4.json, V = 2,
+64 layers, batch 64): adaptive at 0 steps 8,748 tok/s, fixed 3 steps 13,214, no speculation 15,858.
+Speculation cannot be turned off by batch size in SGLang 0.5.17: such buckets are listed in the
+config's ``specprof.not_paying`` and said in the report (a server that mostly runs there is faster
+without ``--speculative-algorithm``).
 """
 from __future__ import annotations
 
@@ -81,9 +89,10 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
 
 def adaptive_config(table: pd.DataFrame) -> dict:
     """SGLang's ``--speculative-adaptive-config`` JSON from :func:`per_batch`'s table: one entry per
-    measured batch size (a bucket from it up to the next), ``candidate_steps`` = [the best step count,
-    or 0 where speculation does not pay]. A ``specprof`` key (not a batch size: SGLang's loader skips
-    it) records what each entry rests on."""
+    measured batch size (a bucket from it up to the next), ``candidate_steps`` = [the best step count
+    >= 1] (SGLang's adaptive 0 still verifies: module docstring). A ``specprof`` key (not a batch size:
+    SGLang's loader skips it) records what each entry rests on and the buckets where speculation does
+    not pay at all."""
     if table.empty:
         raise ValueError("no batch size with enough decode cycles to write an adaptive config")
     if (table["best_or_off"] == 0).all():
@@ -92,19 +101,28 @@ def adaptive_config(table: pd.DataFrame) -> dict:
                          + "): no adaptive config; run without --speculative-algorithm")
     cfg: dict = {}
     for row in table.sort_values("batch").itertuples():
-        cfg[str(row.batch)] = {"candidate_steps": [int(row.best_or_off)], **ADAPTIVE_DEFAULTS}
+        cfg[str(row.batch)] = {"candidate_steps": [int(row.best_steps)], **ADAPTIVE_DEFAULTS}
     cfg["specprof"] = {
         "written_by": "analyze-trace whatif --adaptive-config",
         "buckets": {str(r.batch): {"cycles": int(r.cycles), "best_steps": int(r.best_steps),
                                    "speedup": round(float(r.speedup), 4), "baseline": r.baseline_source,
                                    "predicted_tokens_per_s": round(float(r.tokens_per_s_best), 1)}
                     for r in table.itertuples()},
-        "note": "candidate_steps holds the predicted best alone (0: speculation off for that bucket); a batch "
-                "routes to the largest key <= its CUDA-graph-padded size",
+        "not_paying": [int(r.batch) for r in table.sort_values("batch").itertuples() if r.best_or_off == 0],
+        "note": "candidate_steps holds the predicted best step count alone; a batch routes to the largest key <= "
+                "its CUDA-graph-padded size. Buckets in not_paying are slower with speculation at any step count "
+                "than without it; SGLang's adaptive 0 steps still verifies (slower than any step count >= 1), so "
+                "they keep their best step count",
     }
     return cfg
 
 
 def differs(table: pd.DataFrame) -> bool:
-    """Whether the best (or off) step count differs between the batch sizes measured."""
-    return len(table) >= 2 and table["best_or_off"].nunique() >= 2
+    """Whether the best step count (>= 1: what an adaptive config can hold) differs between the batch
+    sizes measured."""
+    return len(table) >= 2 and table["best_steps"].nunique() >= 2
+
+
+def not_paying(table: pd.DataFrame) -> list[int]:
+    """The batch sizes at which no step count beats no speculation."""
+    return [int(b) for b in table.loc[table["best_or_off"] == 0, "batch"]]

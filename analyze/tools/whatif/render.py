@@ -101,7 +101,7 @@ def render_per_batch(table, config_path=None) -> str:
     from analyze.render.text import table as text_table
     from analyze.render.text import terminal_width
     from analyze.render.text import wrap as wrap_to
-    from analyze.tools.whatif.per_batch import MIN_CYCLES, differs
+    from analyze.tools.whatif.per_batch import MIN_CYCLES, differs, not_paying
 
     def wrap(text):
         return wrap_to(text, terminal_width())
@@ -120,11 +120,17 @@ def render_per_batch(table, config_path=None) -> str:
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
+    off = not_paying(table)
+    if off and len(off) < len(table):
+        out += wrap("No step count beats no speculation at batch " + ", ".join(map(str, off)) + ": SGLang cannot turn "
+                    "speculation off by batch size (adaptive 0 steps still verifies one token and runs the draft "
+                    "extend, slower than any step count), so a config keeps the best step count there; a server that "
+                    "mostly runs at those batch sizes is faster without --speculative-algorithm.")
     if (table["baseline_source"] == "estimated").any():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
                     "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
     if config_path:
-        out += wrap(f"wrote: {config_path} (SGLang --speculative-adaptive-config; candidate_steps = the best, 0 = off)")
+        out += wrap(f"wrote: {config_path} (SGLang --speculative-adaptive-config; candidate_steps = the best step count)")
     return "\n".join(out) + "\n"
 
 
