@@ -216,13 +216,12 @@ def test_advise_says_when_the_best_is_the_edge_of_the_searched_range(side):
 @pytest.mark.parametrize("layers, batch, pays", [(8, 1, False), (8, 16, False), (64, 1, True), (64, 16, True)])
 def test_one_profile_alone_tells_whether_speculation_pays(side, layers, batch, pays):
     """No unprofiled figure at all: the plain decode step estimated from the 3-step profile (the longer
-    of its GPU work without draft/draft_extend and its host time: the scheduler's + the target's graph
-    replay) gives the right verdict at every (depth, batch) of the sweeps, and at batch 1 the speed-up
-    within 35% of the measured one (8 layers: 0.75x measured, 0.755x predicted; 64 layers: 1.10x measured,
-    1.45x predicted). Issue 40 asks 25%; the 64-layer miss is the profile's context lengths, not the model:
-    the profile's requests generated 512 tokens, the sweep's 1,024, and verify's GPU time grows with the
-    context (3.0 -> 4.75 ms over the profile's batch-1 cycles; a plain decode step does not grow so: 3.33 ms
-    unprofiled over 1,024 tokens), so the profile's cycle is host-bound where the sweep's is GPU-bound."""
+    of its GPU work without draft/draft_extend, the verify's extend attention swapped for decode attention,
+    and its host time: the scheduler's + the target's graph replay) gives the right verdict at every
+    (depth, batch) of the sweeps, and at batch 1 the speed-up within 10% of the measured one (8 layers:
+    0.75x measured, 0.755x predicted; 64 layers: 1.10x measured, 1.04x predicted; 1.45x before the
+    attention swap: the verify's triton extend kernel, 26 us a layer here, is not a plain step's decode
+    kernel)."""
     meas, base = truth(layers, batch)
     measured_best = max(v[0] for v in meas.values()) / base
     assert (measured_best > 1) == pays
@@ -230,7 +229,7 @@ def test_one_profile_alone_tells_whether_speculation_pays(side, layers, batch, p
     assert r["baseline"]["source"] == "estimated"
     assert (r["best"]["speedup"] > 1) == pays
     if batch == 1:
-        assert r["best"]["speedup"] == pytest.approx(measured_best, rel=0.35)
+        assert r["best"]["speedup"] == pytest.approx(measured_best, rel=0.10)
 
 
 @need

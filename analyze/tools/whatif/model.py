@@ -36,6 +36,7 @@ from analyze.render.text import left_out_text
 from analyze.timeline import cycles as cycles_mod
 from analyze.tools.sides import Side, as_side, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
+from analyze.tools.whatif import attention as att_mod
 from analyze.tools.whatif import context as ctx_mod
 
 N_BOOT = 200
@@ -338,6 +339,7 @@ def profile_samples(side: Side, keep_outliers: bool = False,
         else per.assign(step_period_ns=np.nan)
     per["step_period_source"] = source
     per = per.merge(range_host_times(kept, cycles), on="cycle", how="left")
+    per = per.merge(att_mod.per_cycle(side.gpu_ops, cycles), on="cycle", how="left")
     return per.reset_index(drop=True), dropped
 
 
@@ -485,6 +487,8 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
                           "share, as an estimate")
         else:
             replay_how = "no graph_replay_draft ranges (eager, or no ranges): no replay term"
+    attention = {col: float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
+                 for col in att_mod.COLUMNS}
     req = samples["requests"].dropna()
     m = float(req.mean()) if len(req) else 1.0
     tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
@@ -494,7 +498,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
             "sglang_loop": sglang, "draft_forwards": forwards, "idle_fraction": idle_frac,
             "draft_replay_ns": replay, "draft_replay_source": replay_how,
-            **{k: v for k, v in host.items()},
+            **{k: v for k, v in host.items()}, **attention,
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
             "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
@@ -658,7 +662,9 @@ def plain_step(c: dict) -> dict | None:
     work; SGLang overlaps the host work of one step with the GPU work of the previous (overlap
     scheduler), so the step takes the longer of the two:
 
-    * GPU: the cycle's GPU work but the draft's and the draft extend's (verify, all-reduce, other);
+    * GPU: the cycle's GPU work but the draft's and the draft extend's (verify, all-reduce, other),
+      the verify's attention swapped for decode attention where the draft forwards show its cost
+      (attention.py: the verify runs the backend's extend kernel, a plain step its decode kernel);
     * host: the cycle's host time outside the draft, verify and draft_extend ranges (the scheduler:
       batch building, result processing) plus the target forward's own host time, which is its graph
       replay (``graph_replay_verify``) with CUDA graphs, else the whole verify range (eager launches).
@@ -671,8 +677,11 @@ def plain_step(c: dict) -> dict | None:
     host = max(c["cycle_ns"] - sum(host_in), 0.0) + forward_host
     gpu = sum(v for k, v in c.items() if k.endswith("_ns") and k[:-3] in c.get("phase_names", ())
               and k[:-3] not in NO_DRAFT_IN_BASELINE)
+    swap = att_mod.plain_attention(c)
+    if swap is not None:
+        gpu = max(gpu - swap["verify_attention_ns"] + swap["plain_attention_ns"], 0.0)
     return {"gpu_ns": float(gpu), "host_ns": float(host), "forward_host": "graph_replay_verify" if
-            np.isfinite(replay) and replay > 0 else "verify"}
+            np.isfinite(replay) and replay > 0 else "verify", "attention": swap}
 
 
 def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
@@ -689,8 +698,12 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
         host = plain["host_ns"] * host_scale
         t = max(plain["gpu_ns"], host)
         bound = "host" if host >= plain["gpu_ns"] else "GPU"
+        a = plain["attention"]
+        swapped = ("" if a is None else
+                   f", the verify's attention ({a['verify_attention_ns'] / 1e3:,.1f} us, {a['layers']:.0f} launches) "
+                   f"as decode attention at the draft forwards' {a['decode_attention_per_layer_ns'] / 1e3:,.1f} us a layer")
         method = (f"a plain decode step estimated from the {c['steps']}-step profile: the longer of its GPU work "
-                  f"without draft and draft_extend ({plain['gpu_ns'] / 1e3:,.1f} us) and its host time (the scheduler's, "
+                  f"without draft and draft_extend{swapped} ({plain['gpu_ns'] / 1e3:,.1f} us) and its host time (the scheduler's, "
                   f"outside the speculative ranges, + the target forward's {plain['forward_host']} range: "
                   f"{plain['host_ns'] / 1e3:,.1f} us" + (f" x{host_scale:.3f} calibrated" if host_scale != 1.0 else "")
                   + f"); {bound} bound")

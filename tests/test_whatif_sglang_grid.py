@@ -1,0 +1,142 @@
+"""whatif and the adaptive config held to a full real grid: SGLang 0.5.17 EAGLE-3 on the H200, V = 2
+(a draft token accepted with probability ~1/2), a 64-layer tiny Llama target, CUDA graphs, TP 1,
+steps 0..6 x batches 1, 4, 16, 64, every figure unprofiled (recipes/sglang_sweep.sh, 2026-12-05).
+
+fixtures/real/sglang_sweep_v2_l64_b4.json: ``runs`` (steps 0 and 3 on one machine, 1, 2, 4, 5, 6 on a
+second: the device lends a fresh one per call) and ``adaptive_runs`` (SGLang's default adaptive config).
+sglang_v2_l64_s3_b4.sqlite: profile-trace of the 3-step engine over the same round sizes (1,024 tokens a
+request at batches 1 and 4, 4,096 tokens a round at 16 and 64).
+
+Measured truth (tokens/s): batch 1 best 4 steps 1.12x; batch 4 best 5 1.02x (break-even); batch 16 best
+3 1.20x; batch 64 no step count pays (best 3 at 0.83x). Steps 4-6 at batches 16 and 64 are not smooth
+(batch 16: 5,831 at 3, 5,325 at 4, 5,570 at 5, 4,197 at 6): the smooth cost model misses those cliffs,
+which is why its best at 16 (5) measures 4.5% under the best (3). docs/whatif.md shows the table.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from analyze.tools import sides
+from analyze.tools.whatif import model as W
+from analyze.tools.whatif import per_batch as PB
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
+SWEEP = REAL / "sglang_sweep_v2_l64_b4.json"
+need = pytest.mark.skipif(not (PROFILE.exists() and SWEEP.exists()), reason="real SGLang grid fixtures not unpacked")
+BATCHES = (1, 4, 16, 64)
+
+
+def grid():
+    """{(steps, batch): (tokens/s, spread)} of the unprofiled sweep."""
+    data = json.loads(SWEEP.read_text())
+    return {(run["steps"], b["batch"]): (b["tokens_per_s"], b["spread"]) for run in data["runs"] for b in run["batches"]}
+
+
+@pytest.fixture(scope="module")
+def side():
+    return sides.load_side(PROFILE)
+
+
+def test_the_grid_is_complete():
+    if not SWEEP.exists():
+        pytest.skip("sweep fixture absent")
+    g = grid()
+    assert sorted(g) == [(s, b) for s in range(7) for b in BATCHES]
+    # every cell is the median of >= 3 long rounds (1,024 tokens a request at batch 1)
+    data = json.loads(SWEEP.read_text())
+    assert all(len(b["rounds"]) >= 3 for run in data["runs"] for b in run["batches"])
+    assert {run["sglang"] for run in data["runs"]} == {"0.5.17"}
+
+
+@need
+@pytest.mark.parametrize("batch", BATCHES)
+def test_calibrated_prediction_gives_the_right_decision_at_every_batch(side, batch):
+    """One profile + the unprofiled tokens/s at its step count + the measured no-speculation tokens/s:
+    whether speculation pays is right at every batch size, the speed-up within 10% of the measured best,
+    and where it pays the predicted best step count measures within 5% of the best (regret <= 5%)."""
+    g = grid()
+    base = g[(0, batch)][0]
+    measured = {s: g[(s, batch)][0] for s in range(1, 7)}
+    best_measured = max(measured.values())
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=g[(3, batch)][0], baseline_tps=base)
+    assert (r["best"]["speedup"] > 1) == (best_measured > base)
+    assert r["best"]["speedup"] == pytest.approx(best_measured / base, rel=0.10)
+    if best_measured > base:               # where it does not pay (64) the step count is moot: off
+        assert measured[r["best"]["steps"]] >= 0.95 * best_measured
+    p = r["predictions"].set_index("steps")["tokens_per_s"]
+    # the smooth part of the grid: steps 1..3 everywhere within 10%; batches 1 and 4 at every step within 5%
+    for s in (1, 2, 3):
+        assert p[s] == pytest.approx(measured[s], rel=0.10), s
+    if batch in (1, 4):
+        for s in range(1, 7):
+            assert p[s] == pytest.approx(measured[s], rel=0.05), s
+
+
+@need
+@pytest.mark.parametrize("batch", BATCHES)
+def test_plain_step_estimated_from_the_speculative_profile(side, batch):
+    """The no-speculation step from the 3-step profile alone (GPU work without draft/draft_extend, the
+    verify's extend attention swapped for decode attention at the draft forwards' cost a layer) within
+    10% of the unprofiled plain decode step of the sweep, on GPU time measured under the profiler.
+    Before the swap: 4,876 us against 3,293 at batch 1 (+48%), 6,585 against 4,036 at 64 (+63%)."""
+    c = W.step_costs(side, batch=batch)
+    plain = W.plain_step(c)
+    assert plain["attention"] is not None and plain["attention"]["layers"] == 64
+    measured_ns = batch / grid()[(0, batch)][0] * 1e9
+    assert plain["gpu_ns"] == pytest.approx(measured_ns, rel=0.10)
+    assert plain["attention"]["decode_attention_per_layer_ns"] < plain["attention"]["verify_attention_ns"] / 64
+
+
+@need
+@pytest.mark.parametrize("batch", (1, 4, 16))
+def test_one_profile_alone_speedup_within_25_percent(side, batch):
+    """No unprofiled figure at all (issue 40: the speed-up within 25%). Batch 1 says 0.95x where 1.12x was
+    measured: inside that error, so the report asks for the unprofiled figures before turning it off."""
+    g = grid()
+    base = g[(0, batch)][0]
+    best_measured = max(g[(s, batch)][0] for s in range(1, 7)) / base
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
+    assert r["baseline"]["source"] == "estimated"
+    assert r["best"]["speedup"] == pytest.approx(best_measured, rel=0.25)
+
+
+@need
+@pytest.mark.xfail(strict=True, reason="batch 64 rounds are 128 tokens a request: prefill and the tail of the round "
+                   "(requests finishing at different cycles) are a share of the measured time that steady decode "
+                   "cycles do not hold; the calibrated prediction is right (test above), the profile alone is not")
+def test_one_profile_alone_at_batch_64(side):
+    g = grid()
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=64)
+    assert r["best"]["speedup"] < 1.0
+
+
+@need
+def test_per_batch_table_and_config_from_the_grid(side, tmp_path):
+    """--per-batch with the sweep's unprofiled figures: speculation pays at 1, 4, 16 and not at 64, as
+    measured; the written config keeps a step count >= 1 at 64 (SGLang's adaptive 0 steps still verifies:
+    measured below every fixed step count there, next test) and lists 64 as not paying."""
+    g = grid()
+    t = PB.per_batch([side], range(1, 7), n_boot=0, baselines_tps={b: g[(0, b)][0] for b in BATCHES},
+                     calibrate={b: g[(3, b)][0] for b in BATCHES})
+    assert t["batch"].tolist() == list(BATCHES)
+    assert t["best_or_off"].gt(0).tolist() == [True, True, True, False]
+    cfg = PB.adaptive_config(t)
+    assert all(cfg[str(b)]["candidate_steps"][0] >= 1 for b in BATCHES)
+    assert cfg["specprof"]["not_paying"] == [64]
+
+
+def test_sglang_adaptive_zero_steps_is_not_speculation_off():
+    """SGLang's default adaptive config runs batch 64 at 0 steps (trivial verify + draft extend):
+    measured 8,748 tokens/s, below every fixed step count (10,997-13,214) and 0.55x no speculation."""
+    if not SWEEP.exists():
+        pytest.skip("sweep fixture absent")
+    g = grid()
+    data = json.loads(SWEEP.read_text())
+    (run,) = data["adaptive_runs"]
+    assert run["adaptive"]["mode"] == "default" and run["adaptive"]["config"]["64"]["candidate_steps"] == [0]
+    at64 = next(b for b in run["batches"] if b["batch"] == 64)
+    assert at64["tokens_per_request_cycle"] == pytest.approx(1.0, abs=0.02)   # 0 draft tokens accepted
+    assert at64["tokens_per_s"] < min(g[(s, 64)][0] for s in range(1, 7)) < g[(0, 64)][0]
+    assert at64["tokens_per_s"] / g[(0, 64)][0] == pytest.approx(0.55, abs=0.02)
