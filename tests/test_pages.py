@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyze.read import fastread, pages, report
+from helpers import real_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
-REAL_FILES = sorted(p.name for p in REAL.glob("*.sqlite"))
+REAL_FILES = [p.name for p in real_fixtures.reports()]
 
 
 class Conn:

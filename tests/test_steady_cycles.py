@@ -15,9 +15,10 @@ from analyze.tools.advise import model as advise_model
 from analyze.tools.diff import model as diff_model
 from analyze.tools.whatif import model as whatif_model
 from analyze.views import decode
+from helpers import real_fixtures
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-REPORTS = sorted(p for p in REAL.glob("*.sqlite") if "_rank" not in p.name)    # per-rank reports: as a set
+REPORTS = [p for p in real_fixtures.reports() if "_rank" not in p.name]    # per-rank reports: as a set
 SETS = [sorted(REAL.glob("h200_shim_4rank_rank*.sqlite"))]
 
 
