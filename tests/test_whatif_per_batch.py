@@ -71,6 +71,7 @@ def test_adaptive_config_format_and_buckets():
     assert PB.differs(t) and PB.not_paying(t) == [16]
     same = t.assign(best_steps=[5, 5])
     assert not PB.differs(same)                    # off at 16 alone is not a reason for an adaptive config
+    assert not PB.differs(t.assign(best_or_off=[0, 0]))     # nothing pays: no config, whatever the bests
 
 
 def _sglang_adaptive_module():
@@ -144,6 +145,10 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
     assert f.evidence["not_paying_batches"] == [16]
     assert [(s.action, s.name, s.value) for s in f.settings] == [
         ("set", "--speculative-adaptive", None), ("set", "--speculative-adaptive-config", "adaptive.json")]
+    # nothing pays anywhere (the best step counts still differ): no adaptive config, the speculation rule's case
+    none = [dict(r, best_or_off=0, speedup=0.9) for r in rows]
+    found, check = rule_adaptive_steps(NS(whatif={"per_batch": none}, cycle_ns=1000.0))
+    assert not found and check.status == F.BELOW_THRESHOLD and "does not pay at any batch size" in check.reason
     rows[1]["best_steps"] = 5
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": rows}, cycle_ns=1000.0))
     assert not found and check.status == F.BELOW_THRESHOLD

@@ -33,6 +33,7 @@ from analyze import memory
 from analyze import notes as N
 from analyze.attribute import attribution
 from analyze.attribute import intervals
+from analyze.attribute.attention import is_attention
 from analyze.attribute.intervals import INT64_MIN, segment_duration_sums, union_step_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.notes import Note
@@ -607,13 +608,16 @@ class ReportMap:
     def _whatif_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
                     phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
         """What whatif reads from the per-op table (a chunked analysis keeps none): the lowest rank
-        with cycles' ops inside cycle ranges that are in the draft phase, and each cycle range's first
-        op (its GPU window start), with the per-op table's columns (kind, rank, cycle_range, phase,
-        name, start_ns, end_ns) in start order. None without cycles or a draft phase."""
+        with cycles' ops inside cycle ranges that are in the draft phase, the attention kernels of the
+        verify and draft_extend phases (whatif/attention.py), and each cycle range's first op (its GPU
+        window start), with the per-op table's columns (kind, rank, cycle_range, phase, name,
+        start_ns, end_ns) in start order. None without cycles or a draft phase."""
         if not len(cycle_tab) or "draft" not in phase_names:
             return None
         rank = int(cycle_tab["rank"].min())
         draft = phase_names.index("draft")
+        extend_like = [phase_names.index(p) for p in ("verify", "draft_extend") if p in phase_names]
+        attention = is_attention(texts) if len(texts) else np.zeros(0, dtype=bool)
         parts, seen = [], set()
         for _, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "ph", "nc"), rank):
             cr = cols["cr"]
@@ -622,7 +626,8 @@ class ReportMap:
             new = [i for i in at.tolist() if int(cr[i]) not in seen]      # ... and of the report
             first[new] = True
             seen.update(int(cr[i]) for i in new)
-            keep = np.flatnonzero(first | (cols["ph"] == draft))
+            att = attention[cols["nc"]] & np.isin(cols["ph"], extend_like) if len(attention) else False
+            keep = np.flatnonzero(first | (cols["ph"] == draft) | att)
             parts.append({c: v[keep] for c, v in cols.items()})
         if not parts:
             return None

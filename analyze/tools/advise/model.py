@@ -672,6 +672,9 @@ def rule_adaptive_steps(ctx: Context):
     uses = {r["batch"]: r["best_steps"] for r in rows}     # >= 1: SGLang's adaptive 0 still verifies (whatif.per_batch)
     off = [r["batch"] for r in rows if not r["best_or_off"]]
     figures = {"best_by_batch": {str(b): u for b, u in uses.items()}, "not_paying_batches": off}
+    if len(off) == len(rows):
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "speculation does not pay at any batch size measured "
+                               "(the speculation rule's case): no adaptive config", figures)
     if len(set(uses.values())) < 2:
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "one step count is best at every batch size measured: "
                                + ", ".join(f"{b}: {u}" for b, u in uses.items()), figures)
@@ -680,7 +683,7 @@ def rule_adaptive_steps(ctx: Context):
                for r in rows) / n
     saving = ctx.cycle_ns * gain
     desc = "; ".join(f"batch {r['batch']}: {r['best_steps']} steps ({r['speedup']:.2f}x, {r['baseline_source']} "
-                     "baseline)" for r in rows)
+                     "baseline" + (", speculation does not pay" if not r["best_or_off"] else "") + ")" for r in rows)
     suggestion = (f"The best draft step count differs by batch size ({desc}). SGLang switches it by batch size with "
                   f"{S.SPEC_ADAPTIVE} and a config: write it with `analyze-trace whatif REPORT --adaptive-config "
                   "adaptive.json` (measured no-speculation tokens/s per batch size: --batch-baseline-tps M=Y,...).")

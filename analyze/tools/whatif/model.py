@@ -539,7 +539,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
     if side.live:
         notes += live_profile_notes(side.label)
     c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
-             live=bool(side.live),
+             live=bool(side.live), draft_topk=cfg.topk if cfg is not None else None,
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
@@ -677,11 +677,11 @@ def plain_step(c: dict) -> dict | None:
     host = max(c["cycle_ns"] - sum(host_in), 0.0) + forward_host
     gpu = sum(v for k, v in c.items() if k.endswith("_ns") and k[:-3] in c.get("phase_names", ())
               and k[:-3] not in NO_DRAFT_IN_BASELINE)
-    swap = att_mod.plain_attention(c)
+    swap, why_not = att_mod.plain_attention(c)
     if swap is not None:
         gpu = max(gpu - swap["verify_attention_ns"] + swap["plain_attention_ns"], 0.0)
     return {"gpu_ns": float(gpu), "host_ns": float(host), "forward_host": "graph_replay_verify" if
-            np.isfinite(replay) and replay > 0 else "verify", "attention": swap}
+            np.isfinite(replay) and replay > 0 else "verify", "attention": swap, "attention_not_swapped": why_not}
 
 
 def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
@@ -692,15 +692,18 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     one cycle without the draft and draft_extend GPU time, all of it scaled where the calibration
     shrinks it (a ratio above 1 is not applied: there is no host part to stretch)."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
-    c = min(costs, key=lambda x: x["steps"])
+    # the profile of the fewest steps whose draft forwards show decode attention, else of the fewest
+    swappable = [x for x in costs if att_mod.plain_attention(x)[0] is not None]
+    c = min(swappable or costs, key=lambda x: x["steps"])
     plain = plain_step(c)
     if plain is not None:
         host = plain["host_ns"] * host_scale
         t = max(plain["gpu_ns"], host)
         bound = "host" if host >= plain["gpu_ns"] else "GPU"
         a = plain["attention"]
-        swapped = ("" if a is None else
-                   f", the verify's attention ({a['verify_attention_ns'] / 1e3:,.1f} us, {a['layers']:.0f} launches) "
+        swapped = (f" (the verify's attention not swapped for decode attention: {plain['attention_not_swapped']})"
+                   if a is None else
+                   f", the verify's attention ({a['verify_attention_ns'] / 1e3:,.1f} us over {a['layers']:.0f} layers) "
                    f"as decode attention at the draft forwards' {a['decode_attention_per_layer_ns'] / 1e3:,.1f} us a layer")
         method = (f"a plain decode step estimated from the {c['steps']}-step profile: the longer of its GPU work "
                   f"without draft and draft_extend{swapped} ({plain['gpu_ns'] / 1e3:,.1f} us) and its host time (the scheduler's, "

@@ -14,7 +14,7 @@ model chose; a bucket not measured is said so and not written.
 A bucket where no step count beats no speculation still gets its best step count, not 0: SGLang's
 adaptive 0 steps is not speculation off (``_build_trivial_verify_input`` verifies one token and the
 draft extend still runs). Measured on the H200 (fixtures/real/sglang_sweep_v2_l64_b4.json, V = 2,
-64 layers, batch 64): adaptive at 0 steps 8,748 tok/s, fixed 3 steps 13,214, no speculation 15,858.
+64 layers, batch 64): adaptive at 0 steps 8,748 tok/s, fixed 3 steps 13,213, no speculation 15,858.
 Speculation cannot be turned off by batch size in SGLang 0.5.17: such buckets are listed in the
 config's ``specprof.not_paying`` and said in the report (a server that mostly runs there is faster
 without ``--speculative-algorithm``).
@@ -111,16 +111,16 @@ def adaptive_config(table: pd.DataFrame) -> dict:
         "not_paying": [int(r.batch) for r in table.sort_values("batch").itertuples() if r.best_or_off == 0],
         "note": "candidate_steps holds the predicted best step count alone; a batch routes to the largest key <= "
                 "its CUDA-graph-padded size. Buckets in not_paying are slower with speculation at any step count "
-                "than without it; SGLang's adaptive 0 steps still verifies (slower than any step count >= 1), so "
-                "they keep their best step count",
+                "than without it; SGLang's adaptive 0 steps still verifies one token and runs the draft extend "
+                "(measured on the H200 below every step count >= 1 at batch 64), so they keep their best step count",
     }
     return cfg
 
 
 def differs(table: pd.DataFrame) -> bool:
     """Whether the best step count (>= 1: what an adaptive config can hold) differs between the batch
-    sizes measured."""
-    return len(table) >= 2 and table["best_steps"].nunique() >= 2
+    sizes measured, speculation paying at one of them at least (else: no speculation, no config)."""
+    return len(table) >= 2 and table["best_steps"].nunique() >= 2 and bool((table["best_or_off"] > 0).any())
 
 
 def not_paying(table: pd.DataFrame) -> list[int]:

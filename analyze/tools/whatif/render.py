@@ -121,7 +121,10 @@ def render_per_batch(table, config_path=None) -> str:
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
     off = not_paying(table)
-    if off and len(off) < len(table):
+    if off and len(off) == len(table):
+        out += wrap("No step count beats no speculation at any batch size measured: run without "
+                    "--speculative-algorithm (no adaptive config: its 0 steps still verifies).")
+    elif off:
         out += wrap("No step count beats no speculation at batch " + ", ".join(map(str, off)) + ": SGLang cannot turn "
                     "speculation off by batch size (adaptive 0 steps still verifies one token and runs the draft "
                     "extend, slower than any step count), so a config keeps the best step count there; a server that "
