@@ -101,6 +101,22 @@ def test_one_profile_alone_speedup_within_25_percent(side, batch):
     r = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
     assert r["baseline"]["source"] == "estimated"
     assert r["best"]["speedup"] == pytest.approx(best_measured, rel=0.25)
+    # every one of these verdicts is inside the profile-alone error: said so, never a flat "does not pay"
+    assert r["best"]["verdict_uncertain"]
+
+
+@need
+def test_uncertain_verdict_is_said_and_goes_with_measured_figures(side):
+    from analyze.tools.whatif.render import render_whatif as render
+
+    g = grid()
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=1)
+    assert r["best"]["speedup"] < 1 < max(g[(s, 1)][0] for s in range(1, 7)) / g[(0, 1)][0]   # the flip
+    assert "Uncertain verdict" in render(r)
+    cal = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)][0])
+    assert not cal["best"]["verdict_uncertain"] and "Uncertain verdict" not in render(cal)
+    assert not W.verdict_uncertain(0.80, "estimated", False) and not W.verdict_uncertain(1.5, "estimated", False)
+    assert not W.verdict_uncertain(1.0, "given", False)
 
 
 @need

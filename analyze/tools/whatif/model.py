@@ -45,6 +45,10 @@ DRAFT = "draft"
 NO_DRAFT_IN_BASELINE = ("draft", "draft_extend")
 # the components whose work grows with the verified tokens (fitted in n when the batch varies)
 TOKEN_COMPONENTS = ("verify", "draft_extend", "allreduce")
+# speed-up from one profile alone (estimated baseline, no calibration) over the measured one on the real
+# SGLang sweeps (docs/whatif.md: 64 layers, batches 1/4/16/64: 0.85, 1.02, 0.99, 1.48; the older 64- and
+# 8-layer profiles 0.95, 0.89, 1.01, 0.96): a verdict from such a speed-up inside the band is not one
+PROFILE_ALONE_RATIO = (0.85, 1.49)
 # one profile tells how they grow only when its cycles' verified tokens spread this much
 # (coefficient of variation of n over the cycles) over at least two batch sizes
 MIN_TOKEN_SPREAD = 0.10
@@ -876,7 +880,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "baseline": base,
         "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
-                 "baseline_source": base["source"]},
+                 "baseline_source": base["source"],
+                 "verdict_uncertain": verdict_uncertain(float(best["speedup"]), base["source"], calibrate is not None)},
         "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
         "acceptance_method": acc.method,
         "calibration": None,
@@ -900,6 +905,14 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                         scaling=scaling, intervals=n_boot > 0,
                                         live=all(c.get("live") for c in costs))
     return result
+
+
+def verdict_uncertain(speedup: float, baseline_source: str, calibrated: bool) -> bool:
+    """Whether "speculation pays" (speed-up > 1) could flip within the error a profile alone showed
+    on real sweeps (:data:`PROFILE_ALONE_RATIO`): an estimated baseline, no calibration, and a speed-up
+    S with S / 1.49 < 1 < S / 0.85."""
+    lo, hi = PROFILE_ALONE_RATIO
+    return baseline_source == "estimated" and not calibrated and lo < speedup < hi
 
 
 def check_verify_scaling(value):

@@ -82,6 +82,15 @@ def render_whatif(r: dict) -> str:
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
                + (" [extrapolated]" if b["extrapolated"] else ""))
+    if b.get("verdict_uncertain"):
+        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+
+        lo, hi = PROFILE_ALONE_RATIO
+        out.append(_wrap(f"Uncertain verdict: from a profile alone (estimated baseline, not calibrated) the speed-up "
+                         f"was {lo:.2f}x to {hi:.2f}x of the measured one on real SGLang sweeps, so {b['speedup']:.2f}x "
+                         "can be either side of 1: measure unprofiled tokens/s at the profiled step count "
+                         "(--calibrate-tps) and without speculation (--baseline-tps) before turning speculation on "
+                         "or off."))
     out.append("")
     out.append("Assumptions")
     for s in r["assumptions"]:
