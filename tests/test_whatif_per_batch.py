@@ -154,3 +154,21 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
     assert not found and check.status == F.BELOW_THRESHOLD
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": None}, cycle_ns=1000.0))
     assert not found and check.status == F.NOT_APPLICABLE
+
+
+def test_per_batch_report_says_when_one_step_count_serves_every_batch():
+    import pandas as pd
+
+    from analyze.tools.whatif.render import render_per_batch
+
+    t = pd.DataFrame({"batch": [1, 16], "cycles": [300, 90], "profiled_steps": [3, 3], "best_steps": [5, 5],
+                      "tokens_per_s_best": [340.0, 5900.0], "tokens_per_s_profiled": [330.0, 5800.0],
+                      "tokens_per_s_baseline": [300.0, 4800.0], "baseline_source": ["given", "given"],
+                      "speedup": [1.13, 1.23], "best_or_off": [5, 5], "accepted_per_request": [1.0, 1.0],
+                      "best_extrapolated": [False, False], "calibrated": [True, True]})
+    text = " ".join(render_per_batch(t).split())
+    assert "--speculative-num-steps 5 (--speculative-num-draft-tokens 6) does what an adaptive config would" in text
+    assert "differs between batch sizes" not in text
+    off = " ".join(render_per_batch(t.assign(best_or_off=[0, 0], speedup=[0.9, 0.8])).split())
+    assert "at any batch size measured: run without --speculative-algorithm" in off
+    assert "does what an adaptive config would" not in off

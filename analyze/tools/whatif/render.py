@@ -129,6 +129,10 @@ def render_per_batch(table, config_path=None) -> str:
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
+    elif len(table) >= 2 and table["best_steps"].nunique() == 1 and (table["best_or_off"] > 0).any():
+        k = int(table["best_steps"].iloc[0])
+        out += wrap(f"One step count is best at every batch size measured: --speculative-num-steps {k} "
+                    f"(--speculative-num-draft-tokens {k + 1}) does what an adaptive config would, without it.")
     off = not_paying(table)
     if off and len(off) == len(table):
         out += wrap("No step count beats no speculation at any batch size measured: run without "
