@@ -161,3 +161,23 @@ def test_sglang_adaptive_zero_steps_is_not_speculation_off():
     assert at64["tokens_per_request_cycle"] == pytest.approx(1.0, abs=0.02)   # 0 draft tokens accepted
     assert at64["tokens_per_s"] < min(g[(s, 64)][0] for s in range(1, 7)) < g[(0, 64)][0]
     assert at64["tokens_per_s"] / g[(0, 64)][0] == pytest.approx(0.55, abs=0.02)
+
+
+@need
+def test_advise_does_not_claim_an_uncertain_verdict():
+    """advise on the grid profile with no unprofiled figure: the pooled speed-up against the estimated
+    baseline is ~1.0x, inside the profile-alone error, so the speculation rule states no verdict (before:
+    "speculation does not pay" ranked first); with the measured figures of batch 1 it is certain."""
+    from analyze import findings as F
+    from analyze.run import api
+    from analyze.tools.advise.model import advise
+
+    a = api.load(str(PROFILE))
+    adv = advise(a).to_dict()
+    assert not [f for f in adv["findings"] if f["rule"] == "speculation"]
+    check = next(c for c in adv["checks"] if c["rule"] == "speculation")
+    assert check["status"] == F.NO_DATA and check["reason"].startswith("uncertain")
+    g = grid()
+    adv = advise(a, baseline_tps=g[(0, 1)][0], calibrate_tps=g[(3, 1)][0], batch=1).to_dict()
+    check = next(c for c in adv["checks"] if c["rule"] == "speculation")
+    assert check["status"] == F.BELOW_THRESHOLD and "speculation pays" in check["reason"]

@@ -125,6 +125,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "requests": float(prof["requests"]), "verified_tokens": float(prof["verified_tokens"]),
             "verify_scaling": r["verify_scaling"], "acceptance_method": r["acceptance_method"],
             "best_extrapolated": bool(r["best"]["extrapolated"]),
+            "verdict_uncertain": bool(r["best"]["verdict_uncertain"]),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps)}
@@ -624,6 +625,13 @@ def rule_speculation(ctx: Context):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'} predicted "
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",
                                figures)
+    if w.get("verdict_uncertain"):
+        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+
+        lo, hi = PROFILE_ALONE_RATIO
+        return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against an estimated baseline, inside the "
+                               f"error of a profile alone ({lo:.2f}x-{hi:.2f}x of the measured speed-up on real SGLang "
+                               "sweeps); give --baseline-tps and --calibrate-tps (unprofiled tokens/s)", figures)
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
     # a plain step saves the draft and draft_extend work and their host time, and the speculative verify's
