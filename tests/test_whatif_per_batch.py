@@ -172,3 +172,16 @@ def test_per_batch_report_says_when_one_step_count_serves_every_batch():
     off = " ".join(render_per_batch(t.assign(best_or_off=[0, 0], speedup=[0.9, 0.8])).split())
     assert "at any batch size measured: run without --speculative-algorithm" in off
     assert "does what an adaptive config would" not in off
+
+
+@need
+def test_no_config_when_nothing_pays_shows_the_table_then_one_error_line(tmp_path, capsys):
+    from analyze import cli
+
+    out = tmp_path / "adaptive.json"
+    rc = cli.main(["whatif", str(L8), "--per-batch", "--steps", "1..6", "--boot", "0",
+                   "--batch-baseline-tps", "1=729.7,16=10749", "--adaptive-config", str(out)])
+    got = capsys.readouterr()
+    assert rc == 12 and not out.exists()
+    assert "0.58x  off" in got.out and "run without --speculative-algorithm" in got.out
+    assert got.err.strip().count("\n") == 0 and "does not pay at any batch size" in got.err

@@ -186,10 +186,15 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps)
-        cfg = PB.adaptive_config(table) if args.adaptive_config else None
     except TraceError:
         raise
     except ValueError as exc:
+        raise UnsuitableInput(str(exc)) from exc
+    try:
+        cfg = PB.adaptive_config(table) if args.adaptive_config else None
+    except ValueError as exc:          # no config to write (nothing pays, no batch size): the table still shows why
+        if not args.quiet and not table.empty:
+            output_policy.text_stream(args.json, None).write(render_per_batch(table))
         raise UnsuitableInput(str(exc)) from exc
     if args.json:
         with atomic_write(args.json) as f:
