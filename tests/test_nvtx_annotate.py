@@ -21,7 +21,7 @@ from nvtx_annotate.__main__ import check
 from nvtx_annotate.pth import PTH_LINE
 from nvtx_annotate.targets import TARGETS
 
-from helpers.fake_package import fake_package
+from helpers.fake_package import fake_package, write_package
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("SPECPROF_SGLANG_CACHE", Path.home() / ".cache" / "specprof" / "sglang"))
@@ -415,14 +415,7 @@ WORKERS = {
 
 
 def _pkg(tmp_path, monkeypatch, files, stem):
-    name = f"{stem}_" + tmp_path.name.replace("-", "_")[-12:]
-    for rel, src in files.items():
-        p = tmp_path / name / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(src))
-    (tmp_path / name / "__init__.py").write_text("")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return name
+    return write_package(tmp_path, monkeypatch, f"{stem}_" + tmp_path.name.replace("-", "_")[-12:], files)
 
 
 def test_roles_warning_only_at_a_workers_first_decode_cycle(tmp_path, monkeypatch, capsys):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analyze.tools.whatif.command import read_measured, sweep_tokens_per_s
+from helpers.per_batch_table import per_batch_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "sglang_sweep.py"
@@ -43,16 +44,12 @@ SPEC = {"speculative_algorithm": "EAGLE3", "speculative_draft_model_path": "/tmp
 
 def specprof_config(path):
     """A config as `analyze-trace whatif --per-batch --adaptive-config` writes it (per_batch.adaptive_config)."""
-    import pandas as pd
-
     from analyze.tools.whatif import per_batch as PB
 
-    t = pd.DataFrame({"batch": [1, 4, 16, 64], "cycles": [300, 200, 90, 40], "profiled_steps": [3] * 4,
-                      "best_steps": [5, 4, 2, 1], "tokens_per_s_best": [340.0, 1300.0, 5200.0, 15000.0],
-                      "tokens_per_s_profiled": [330.0] * 4, "tokens_per_s_baseline": [300.0, 1200.0, 4800.0, 16000.0],
-                      "baseline_source": ["given"] * 4, "speedup": [1.13, 1.08, 1.08, 0.94],
-                      "best_or_off": [5, 4, 2, 0], "accepted_per_request": [1.0] * 4,
-                      "best_extrapolated": [False] * 4, "calibrated": [False] * 4})
+    t = per_batch_table(batch=[1, 4, 16, 64], cycles=[300, 200, 90, 40], best_steps=[5, 4, 2, 1],
+                        tokens_per_s_best=[340.0, 1300.0, 5200.0, 15000.0], tokens_per_s_profiled=[330.0] * 4,
+                        tokens_per_s_baseline=[300.0, 1200.0, 4800.0, 16000.0], speedup=[1.13, 1.08, 1.08, 0.94],
+                        best_or_off=[5, 4, 2, 0])
     path.write_text(json.dumps(PB.adaptive_config(t)))
     return path
 

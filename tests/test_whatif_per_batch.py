@@ -11,6 +11,7 @@ import pytest
 
 from analyze.tools.whatif import per_batch as PB
 from analyze.tools.whatif.command import parse_batch_values
+from helpers.per_batch_table import per_batch_table
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -55,13 +56,9 @@ def test_speculation_off_everywhere_writes_no_config():
 
 
 def test_adaptive_config_format_and_buckets():
-    import pandas as pd
-
-    t = pd.DataFrame({"batch": [16, 1], "cycles": [40, 300], "profiled_steps": [3, 3], "best_steps": [2, 5],
-                      "tokens_per_s_best": [5000.0, 400.0], "tokens_per_s_profiled": [4800.0, 390.0],
-                      "tokens_per_s_baseline": [5100.0, 300.0], "baseline_source": ["given", "given"],
-                      "speedup": [0.98, 1.33], "best_or_off": [0, 5], "accepted_per_request": [0.9, 1.0],
-                      "best_extrapolated": [False, False], "calibrated": [False, False]})
+    t = per_batch_table(batch=[16, 1], cycles=[40, 300], best_steps=[2, 5], tokens_per_s_best=[5000.0, 400.0],
+                        tokens_per_s_profiled=[4800.0, 390.0], tokens_per_s_baseline=[5100.0, 300.0],
+                        speedup=[0.98, 1.33], best_or_off=[0, 5], accepted_per_request=[0.9, 1.0])
     cfg = PB.adaptive_config(t)
     assert [k for k in cfg if k.isdigit()] == ["1", "16"]
     assert cfg["1"] == {"candidate_steps": [5], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0}
@@ -98,13 +95,10 @@ def _sglang_adaptive_module():
 
 @pytest.mark.skipif(not BUNDLE.exists(), reason="SGLang bundle (../shared/sglang-h200) not present")
 def test_written_config_loads_in_sglangs_own_parser(tmp_path):
-    import pandas as pd
-
-    t = pd.DataFrame({"batch": [1, 8, 32], "cycles": [300, 80, 40], "profiled_steps": [3] * 3,
-                      "best_steps": [5, 3, 1], "tokens_per_s_best": [400.0, 2000.0, 6000.0],
-                      "tokens_per_s_profiled": [390.0, 1990.0, 5900.0], "tokens_per_s_baseline": [300.0] * 3,
-                      "baseline_source": ["estimated"] * 3, "speedup": [1.3, 1.1, 0.9], "best_or_off": [5, 3, 0],
-                      "accepted_per_request": [1.0] * 3, "best_extrapolated": [False] * 3, "calibrated": [False] * 3})
+    t = per_batch_table(batch=[1, 8, 32], cycles=[300, 80, 40], best_steps=[5, 3, 1],
+                        tokens_per_s_best=[400.0, 2000.0, 6000.0], tokens_per_s_profiled=[390.0, 1990.0, 5900.0],
+                        tokens_per_s_baseline=[300.0] * 3, baseline_source=["estimated"] * 3, speedup=[1.3, 1.1, 0.9],
+                        best_or_off=[5, 3, 0])
     path = tmp_path / "adaptive.json"
     path.write_text(json.dumps(PB.adaptive_config(t)))
     sg = _sglang_adaptive_module()
@@ -157,15 +151,11 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
 
 
 def test_per_batch_report_says_when_one_step_count_serves_every_batch():
-    import pandas as pd
-
     from analyze.tools.whatif.render import render_per_batch
 
-    t = pd.DataFrame({"batch": [1, 16], "cycles": [300, 90], "profiled_steps": [3, 3], "best_steps": [5, 5],
-                      "tokens_per_s_best": [340.0, 5900.0], "tokens_per_s_profiled": [330.0, 5800.0],
-                      "tokens_per_s_baseline": [300.0, 4800.0], "baseline_source": ["given", "given"],
-                      "speedup": [1.13, 1.23], "best_or_off": [5, 5], "accepted_per_request": [1.0, 1.0],
-                      "best_extrapolated": [False, False], "calibrated": [True, True]})
+    t = per_batch_table(batch=[1, 16], cycles=[300, 90], best_steps=[5, 5], tokens_per_s_best=[340.0, 5900.0],
+                        tokens_per_s_profiled=[330.0, 5800.0], tokens_per_s_baseline=[300.0, 4800.0],
+                        speedup=[1.13, 1.23], best_or_off=[5, 5], calibrated=[True, True])
     text = " ".join(render_per_batch(t).split())
     assert "--speculative-num-steps 5 (--speculative-num-draft-tokens 6) does what an adaptive config would" in text
     assert "differs between batch sizes" not in text

@@ -20,6 +20,7 @@ import pytest
 from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif import per_batch as PB
+from analyze.tools.whatif.command import read_measured
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
@@ -29,9 +30,14 @@ BATCHES = (1, 4, 16, 64)
 
 
 def grid():
-    """{(steps, batch): (tokens/s, spread)} of the unprofiled sweep."""
-    data = json.loads(SWEEP.read_text())
-    return {(run["steps"], b["batch"]): (b["tokens_per_s"], b["spread"]) for run in data["runs"] for b in run["batches"]}
+    """{(steps, batch): tokens/s} of the unprofiled sweep, steps 0 = no speculation (whatif's own sweep
+    reader, command.read_measured)."""
+    out = {}
+    for b in BATCHES:
+        measured, base = read_measured(SWEEP, b)
+        out.update({(s, b): tps for s, tps in measured.items()})
+        out[(0, b)] = base
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +46,14 @@ def side():
 
 
 def test_the_grid_is_complete():
-    """A data check of the fixture (no code of the project runs): every cell of the grid is there."""
+    """A data check of the fixture, read by whatif's sweep reader: every cell of the grid is there."""
     if not SWEEP.exists():
         pytest.skip("sweep fixture absent")
     g = grid()
-    assert sorted(g) == [(s, b) for s in range(7) for b in BATCHES]
+    assert sorted(g) == sorted((s, b) for s in range(7) for b in BATCHES)
     # every cell is the median of >= 3 long rounds (1,024 tokens a request at batch 1)
     data = json.loads(SWEEP.read_text())
+    assert {b["batch"] for run in data["runs"] for b in run["batches"]} == set(BATCHES)
     assert all(len(b["rounds"]) >= 3 for run in data["runs"] for b in run["batches"])
     assert {run["sglang"] for run in data["runs"]} == {"0.5.17"}
 
@@ -58,10 +65,10 @@ def test_calibrated_prediction_gives_the_right_decision_at_every_batch(side, bat
     whether speculation pays is right at every batch size, the speed-up within 10% of the measured best,
     and where it pays the predicted best step count measures within 5% of the best (regret <= 5%)."""
     g = grid()
-    base = g[(0, batch)][0]
-    measured = {s: g[(s, batch)][0] for s in range(1, 7)}
+    base = g[(0, batch)]
+    measured = {s: g[(s, batch)] for s in range(1, 7)}
     best_measured = max(measured.values())
-    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=g[(3, batch)][0], baseline_tps=base)
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=g[(3, batch)], baseline_tps=base)
     assert (r["best"]["speedup"] > 1) == (best_measured > base)
     assert r["best"]["speedup"] == pytest.approx(best_measured / base, rel=0.10)
     if best_measured > base:               # where it does not pay (64) the step count is moot: off
@@ -85,7 +92,7 @@ def test_plain_step_estimated_from_the_speculative_profile(side, batch):
     c = W.step_costs(side, batch=batch)
     plain = W.plain_step(c)
     assert plain["attention"] is not None and plain["attention"]["layers"] == pytest.approx(64)
-    measured_ns = batch / grid()[(0, batch)][0] * 1e9
+    measured_ns = batch / grid()[(0, batch)] * 1e9
     assert plain["gpu_ns"] == pytest.approx(measured_ns, rel=0.10)
     assert plain["attention"]["decode_attention_per_layer_ns"] < plain["attention"]["verify_attention_ns"] / 64
 
@@ -96,8 +103,8 @@ def test_one_profile_alone_speedup_within_25_percent(side, batch):
     """No unprofiled figure at all (issue 40: the speed-up within 25%). Batch 1 says 0.95x where 1.12x was
     measured: inside that error, so the report asks for the unprofiled figures before turning it off."""
     g = grid()
-    base = g[(0, batch)][0]
-    best_measured = max(g[(s, batch)][0] for s in range(1, 7)) / base
+    base = g[(0, batch)]
+    best_measured = max(g[(s, batch)] for s in range(1, 7)) / base
     r = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
     assert r["baseline"]["source"] == "estimated"
     assert r["best"]["speedup"] == pytest.approx(best_measured, rel=0.25)
@@ -111,9 +118,9 @@ def test_uncertain_verdict_is_said_and_goes_with_measured_figures(side):
 
     g = grid()
     r = W.whatif(side, range(1, 7), n_boot=0, batch=1)
-    assert r["best"]["speedup"] < 1 < max(g[(s, 1)][0] for s in range(1, 7)) / g[(0, 1)][0]   # the flip
+    assert r["best"]["speedup"] < 1 < max(g[(s, 1)] for s in range(1, 7)) / g[(0, 1)]   # the flip
     assert "Uncertain verdict" in render(r)
-    cal = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)][0])
+    cal = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)])
     assert not cal["best"]["verdict_uncertain"] and "Uncertain verdict" not in render(cal)
     assert not W.verdict_uncertain(0.80, "estimated", False) and not W.verdict_uncertain(1.5, "estimated", False)
     assert not W.verdict_uncertain(1.0, "given", False)
@@ -135,8 +142,8 @@ def test_per_batch_table_and_config_from_the_grid(side, tmp_path):
     measured; the written config keeps a step count >= 1 at 64 (SGLang's adaptive 0 steps still verifies:
     measured below every fixed step count there, next test) and lists 64 as not paying."""
     g = grid()
-    t = PB.per_batch([side], range(1, 7), n_boot=0, baselines_tps={b: g[(0, b)][0] for b in BATCHES},
-                     calibrate={b: g[(3, b)][0] for b in BATCHES})
+    t = PB.per_batch([side], range(1, 7), n_boot=0, baselines_tps={b: g[(0, b)] for b in BATCHES},
+                     calibrate={b: g[(3, b)] for b in BATCHES})
     assert t["batch"].tolist() == list(BATCHES)
     assert t["best_or_off"].gt(0).tolist() == [True, True, True, False]
     cfg = PB.adaptive_config(t)
@@ -159,8 +166,8 @@ def test_sglang_adaptive_zero_steps_is_not_speculation_off():
     assert run["adaptive"]["mode"] == "default" and run["adaptive"]["config"]["64"]["candidate_steps"] == [0]
     at64 = next(b for b in run["batches"] if b["batch"] == 64)
     assert at64["tokens_per_request_cycle"] == pytest.approx(1.0, abs=0.02)   # 0 draft tokens accepted
-    assert at64["tokens_per_s"] < min(g[(s, 64)][0] for s in range(1, 7)) < g[(0, 64)][0]
-    assert at64["tokens_per_s"] / g[(0, 64)][0] == pytest.approx(0.55, abs=0.02)
+    assert at64["tokens_per_s"] < min(g[(s, 64)] for s in range(1, 7)) < g[(0, 64)]
+    assert at64["tokens_per_s"] / g[(0, 64)] == pytest.approx(0.55, abs=0.02)
 
 
 @need
@@ -178,6 +185,6 @@ def test_advise_does_not_claim_an_uncertain_verdict():
     check = next(c for c in adv["checks"] if c["rule"] == "speculation")
     assert check["status"] == F.NO_DATA and check["reason"].startswith("uncertain")
     g = grid()
-    adv = advise(a, baseline_tps=g[(0, 1)][0], calibrate_tps=g[(3, 1)][0], batch=1).to_dict()
+    adv = advise(a, baseline_tps=g[(0, 1)], calibrate_tps=g[(3, 1)], batch=1).to_dict()
     check = next(c for c in adv["checks"] if c["rule"] == "speculation")
     assert check["status"] == F.BELOW_THRESHOLD and "speculation pays" in check["reason"]

@@ -10,16 +10,22 @@ import textwrap
 from nvtx_annotate import _nvtx, shim, wrappers
 
 
-@contextlib.contextmanager
-def fake_package(tmp_path, monkeypatch, prefix: str, files: dict[str, str]):
-    """Yields (package name, recording backend); ``files``: {relative path: source (dedented)}."""
-    name = prefix + tmp_path.name.replace("-", "_")[-20:]
+def write_package(tmp_path, monkeypatch, name: str, files: dict[str, str]) -> str:
+    """Writes package ``name`` under ``tmp_path`` (``files``: {relative path: source, dedented}, plus an
+    empty ``__init__.py``) and puts ``tmp_path`` first on sys.path; returns ``name``."""
     for rel, src in files.items():
         p = tmp_path / name / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(textwrap.dedent(src))
     (tmp_path / name / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+@contextlib.contextmanager
+def fake_package(tmp_path, monkeypatch, prefix: str, files: dict[str, str]):
+    """Yields (package name, recording backend); ``files``: {relative path: source (dedented)}."""
+    name = write_package(tmp_path, monkeypatch, prefix + tmp_path.name.replace("-", "_")[-20:], files)
     rec = _nvtx.RecordingBackend()
     prev = _nvtx.set_backend(rec)
     wrappers.reset_for_tests()

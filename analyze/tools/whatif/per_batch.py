@@ -28,6 +28,11 @@ from analyze.timeline.cycles import steady
 from analyze.tools.sides import as_side
 from analyze.tools.whatif import model as W
 
+COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_profiled",
+           "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
+           "best_extrapolated", "calibrated")
+"""The columns of :func:`per_batch`'s table, in order."""
+
 MIN_CYCLES = 20
 """Batch sizes with fewer decode cycles than this in the profile(s) are not modelled on their own."""
 
@@ -81,10 +86,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "best_or_off": int(best["steps"]) if best["speedup"] > 1.0 else 0,
                      "accepted_per_request": float(p.loc[best["steps"], "accepted_per_request"]),
                      "best_extrapolated": bool(best["extrapolated"]), "calibrated": cal is not None})
-    cols = ["batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_profiled",
-            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
-            "best_extrapolated", "calibrated"]
-    return pd.DataFrame(rows, columns=cols)
+    return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
 def adaptive_config(table: pd.DataFrame) -> dict:
@@ -108,7 +110,7 @@ def adaptive_config(table: pd.DataFrame) -> dict:
                                    "speedup": round(float(r.speedup), 4), "baseline": r.baseline_source,
                                    "predicted_tokens_per_s": round(float(r.tokens_per_s_best), 1)}
                     for r in table.itertuples()},
-        "not_paying": [int(r.batch) for r in table.sort_values("batch").itertuples() if r.best_or_off == 0],
+        "not_paying": not_paying(table.sort_values("batch")),
         "note": "candidate_steps holds the predicted best step count alone; a batch routes to the largest key <= "
                 "its CUDA-graph-padded size. Buckets in not_paying are slower with speculation at any step count "
                 "than without it; SGLang's adaptive 0 steps still verifies one token and runs the draft extend "
