@@ -30,9 +30,16 @@ for mode in off on off on; do
   n=$((n + 1)); tag="e${n}_${mode}"
   echo "== $(date -u +%T) +${el}s engine $n timing $mode"
   if [ "$mode" = on ]; then
+    # /metrics of rank 0 (SPECPROF_METRICS_PORT + rank), scraped every 3 s while the engine runs: the last
+    # good scrape is kept (issue 43: "/metrics serves the histograms")
+    mkdir -p "$W/logs"
+    ( for i in $(seq 1 90); do sleep 3; curl -sf -m 2 http://127.0.0.1:9400/metrics -o "$W/m.tmp" \
+        && mv "$W/m.tmp" "$W/logs/metrics_$tag.txt"; done ) & scraper=$!
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
+      SPECPROF_METRICS_PORT=9400 \
       timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
+    kill "$scraper" 2>/dev/null; ls -la "$W/logs/metrics_$tag.txt" 2>/dev/null || echo "   no /metrics scrape"
   else    # the shim loaded (NVTX no-ops without a profiler), the timing mode off: only the timing differs
     env SPECPROF_NVTX=1 timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
       --steps "$STEPS" --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 \
@@ -63,6 +70,13 @@ if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
     "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
     --tokens-per-round 4096 --min-rounds 1 --max-rounds 1 --graph-bs "$GRAPH_BS" --profile-window \
     --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
-  (cd "$W" && tar -cf - "$base.sqlite" "$base.profiled.json" "$base.live" 2>/dev/null | xz -T0 -6 > "$O/$base.tar.xz")
+  # the same report as nsys's Parquet export too (issue 42: a Parquet input must give its SQLite twin's results)
+  [ -e "$W/$base.nsys-rep" ] && timeout 120 "$NSYS" export --type parquetdir --force-overwrite true \
+    -o "$W/$base.parquetdir" "$W/$base.nsys-rep" >/dev/null 2>&1; ls -d "$W/$base.parquetdir" 2>/dev/null
+  (cd "$W" && tar -cf - "$base.sqlite" "$base.profiled.json" "$base.live" "$base.parquetdir" 2>/dev/null \
+     | xz -T0 -6 > "$O/$base.tar.xz")
+  if [ "$(stat -c %s "$O/$base.tar.xz")" -gt 15728640 ]; then
+    split -b 15M "$O/$base.tar.xz" "$O/$base.tar.xz.part-" && rm "$O/$base.tar.xz"
+  fi
 fi
 echo "== done in $(( $(date +%s) - T0 ))s"

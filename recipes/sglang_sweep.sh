@@ -10,7 +10,7 @@
 #   several of these in one device command share one budget: `export T0=$(date +%s)` first.
 #
 # CONFIGS: space-separated VOCAB:LAYERS (vocabulary -> acceptance ~1/V; target layers -> verify cost).
-# STEPS: --speculative-num-steps per engine (0: no speculation), in the order run (mixed, so that a
+# STEPS: --speculative-num-steps per engine (0: no speculation; one listed twice runs twice: NAME_r2), in the order run (mixed, so that a
 # drift of the machine does not line up with the step count). ADAPTIVE: empty (fixed steps), `default`
 # (SGLang's built-in adaptive config) or a --speculative-adaptive-config JSON file (a path in the tree
 # that travels): each STEPS entry is then the step count SGLang starts at (a candidate > 0 of the
@@ -44,6 +44,9 @@ for cfg in $CONFIGS; do
       args=(--adaptive "$ADAPTIVE" --log-level info); [ "$s" = auto ] || args+=(--steps "$s")
       name="v${V}_l${L}_a${TAG}_s${s}"
     fi
+    # a step count listed twice (STEPS="3 4 3 4": the variation between engines of one configuration,
+    # beside the repeats within one) keeps every engine: the second is NAME_r2, ...
+    r=1; base_name=$name; while [ -e "$W/$name.json" ]; do r=$((r + 1)); name="${base_name}_r$r"; done
     echo "== $(date -u +%T) +${el}s vocab $V layers $L steps $s ${TAG:+adaptive $TAG}"
     timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${args[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$name.json" > "$W/$name.log" 2>&1
