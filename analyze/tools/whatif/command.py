@@ -154,6 +154,11 @@ def build_parser() -> ArgumentParser:
                    help="one profile: how verify time grows with the verified tokens. Default 'fit': a line in the "
                         "verified tokens over the profile's cycles when their batch sizes differ, else constant (said "
                         "so); 'constant'; or F in [0, 1], the fraction of verify time proportional to the tokens")
+    p.add_argument("--request-tokens", metavar="N|steady|auto", default="auto", type=request_tokens_arg,
+                   help="what the tokens/s is of: rounds of requests of N new tokens started together (a benchmark "
+                        "round, which ends with its slowest request); 'steady': requests replaced as they finish (a "
+                        "server under load); default 'auto': the profile's own lockstep rounds at --batch when it ran "
+                        "in them, else steady")
     p.add_argument("--per-batch", action="store_true",
                    help="the best step count per batch size the profile(s) hold (each modelled from its own cycles)")
     p.add_argument("--batch-tps", metavar="M=X[,M=X...]", default=None,
@@ -176,6 +181,20 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def request_tokens_arg(text: str):
+    """--request-tokens: 'auto', 'steady' or a number of tokens >= 1."""
+    t = str(text).strip().lower()
+    if t in ("auto", "steady"):
+        return t
+    try:
+        n = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens, 'steady' or 'auto'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens >= 1, 'steady' or 'auto'")
+    return n
+
+
 def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     from analyze.atomic import atomic_write
     from analyze.render.outputs import _plain, records
@@ -185,7 +204,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     sides = [load_side(r) for r in args.reports]
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
-                             seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps)
+                             seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
+                             request_tokens=args.request_tokens)
     except TraceError:
         raise
     except ValueError as exc:
@@ -318,7 +338,8 @@ def main_whatif(argv: list[str]) -> int:
             r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
-                       verify_scaling=scaling, batch=args.batch, calibration_source=cal_source)
+                       verify_scaling=scaling, batch=args.batch, calibration_source=cal_source,
+                       request_tokens=args.request_tokens)
             if live_measured:
                 r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
                                   "ran (" + ", ".join(f"{k}: {v['tokens_per_s']:,.0f} over {v['cycles']} cycles of "

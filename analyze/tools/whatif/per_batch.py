@@ -55,13 +55,15 @@ def batch_counts(profiles) -> pd.Series:
 
 
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
-              calibrate: dict | None = None, most: int | None = None, **kw) -> pd.DataFrame:
+              calibrate: dict | None = None, most: int | None = None, request_tokens="auto",
+              **kw) -> pd.DataFrame:
     """One row per batch size with at least ``min_cycles`` cycles: the batch, its cycles, the
     profiled step count, the best step count, tokens/s at the best and at the profiled one, the
     baseline (``baselines_tps`` {batch: no-speculation tokens/s measured without the profiler}, else
     estimated) and the speed-up; ``best_or_off`` is 0 where no step count beats the baseline.
     ``calibrate``: {batch: unprofiled tokens/s at the profiled step count}; ``most``: only that many
-    batch sizes, those with the most cycles (a bound on the work). ``kw``: whatif's."""
+    batch sizes, those with the most cycles (a bound on the work). ``request_tokens``: whatif's, or
+    {batch: its value} (a batch not in it: "auto"). ``kw``: whatif's."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
     sides = [as_side(p) for p in profiles]
     counts = batch_counts(sides)
@@ -74,7 +76,9 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
             continue
         base = (baselines_tps or {}).get(int(batch))
         cal = (calibrate or {}).get(int(batch))
-        r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo, **kw)
+        n_req = request_tokens.get(int(batch), "auto") if isinstance(request_tokens, dict) else request_tokens
+        r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo,
+                     request_tokens=n_req, **kw)
         p = r["predictions"].set_index("steps")
         best = r["best"]
         k = r["profiles"][0]["steps"]

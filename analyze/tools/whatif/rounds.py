@@ -1,0 +1,132 @@
+"""Rounds of requests that start together and stop at a fixed length: the tail speculation pays.
+
+A benchmark round (``engine.generate`` of B prompts, ``bench_offline_throughput``, ``bench_one_batch``)
+starts B requests together, each to generate N new tokens, and ends when the LAST one is done.
+Without speculation every request yields one token a step: all finish at step N together. With
+speculation a request yields 1 + min(L, s) tokens a cycle, a random number: requests finish at
+different cycles, and while the slowest ones run, the batch does a full cycle's work for fewer
+tokens (the graphs replay the padded batch). The round's tokens/s is B N / (E[max_i T_i] x cycle),
+not the steady B (1 + E[min(L, s)]) / cycle: the fraction
+
+    efficiency(s) = N / ((1 + E[min(L, s)]) E[max_i T_i])
+
+where T_i is the cycle at which request i reaches N tokens (its last cycle's extra tokens are cut:
+that overshoot is in the fraction too). More steps draw more tokens a cycle with a larger variance:
+the tail grows with s, and with B (the maximum of more requests). Measured on the H200 (real SGLang
+0.5.17, V = 2, 64 layers, 3 steps; fixtures/real/sglang_v2_l64_s3_b4.sqlite): a batch of 64 requests
+of 128 tokens ran 57 cycles at 64 requests and 22 more while the batch drained, 30% of the round's time
+for 14% of its tokens.
+
+The model: requests i.i.d., each cycle's draft acceptance drawn from the acceptance model (the
+per-position rates of acceptance.py), the tail cycles costing a full cycle. Exact: the distribution
+of T is computed by convolution, E[max of B] = sum_t (1 - P(T <= t)^B).
+
+Which workload: a profile whose batch drains in lockstep rounds (:func:`lockstep_rounds`: the batch
+starts at B requests and falls to 0 without growing) says its requests' length N; a server under
+continuous load (requests replaced as they finish) has no such rounds and is predicted in steady state.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+MIN_FULL_CYCLES = 5
+"""A lockstep round holds at least this many cycles at its full batch (fewer: no round to model)."""
+
+
+def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
+    """The lockstep rounds of ``batch`` requests among ``cycles`` (the lowest rank's, in start order):
+    a run of cycles that starts at ``batch`` requests, never grows, holds at least
+    :data:`MIN_FULL_CYCLES` cycles at ``batch``, drains below it and ends empty (the next cycle has no
+    request, or the data end): a batch that refills as requests finish (a server under continuous
+    load) has none. One row per round: ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks'
+    tokens), ``request_tokens`` (tokens / batch)."""
+    cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens"]
+    if cycles is None or not len(cycles) or "requests" not in cycles.columns or "tokens" not in cycles.columns:
+        return pd.DataFrame(columns=cols)
+    low = cycles[cycles["rank"] == cycles["rank"].min()].sort_values("start_ns", kind="stable")
+    req = pd.to_numeric(low["requests"], errors="coerce").to_numpy(dtype="float64")
+    tok = pd.to_numeric(low["tokens"], errors="coerce").to_numpy(dtype="float64")
+    ids = low["cycle"].to_numpy()
+    rows, i, n = [], 0, len(req)
+    while i < n:
+        if req[i] != batch or (i > 0 and req[i - 1] == batch):
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and np.isfinite(req[j + 1]) and 0 < req[j + 1] <= req[j]:
+            j += 1
+        seg = slice(i, j + 1)
+        full = int((req[seg] == batch).sum())
+        tail = int(j + 1 - i - full)
+        drained = j + 1 == n or req[j + 1] == 0
+        if full >= MIN_FULL_CYCLES and tail > 0 and drained and np.isfinite(tok[seg]).all():
+            t = float(tok[seg].sum())
+            rows.append({"first_cycle": ids[i], "full_cycles": full, "tail_cycles": tail, "tokens": t,
+                         "request_tokens": t / batch})
+        i = j + 1
+    return pd.DataFrame(rows, columns=cols)
+
+
+def request_tokens(cycles: pd.DataFrame, batch: int | None) -> dict | None:
+    """{request_tokens: [N of each round, rounded], rounds, full_cycles, tail_cycles} of the lockstep
+    rounds of ``batch`` requests in ``cycles``; None when there is none (or no batch)."""
+    if batch is None:
+        return None
+    r = lockstep_rounds(cycles, int(batch))
+    if r.empty:
+        return None
+    return {"request_tokens": [max(int(round(float(x))), 1) for x in r["request_tokens"]], "rounds": int(len(r)),
+            "full_cycles": int(r["full_cycles"].sum()), "tail_cycles": int(r["tail_cycles"].sum())}
+
+
+def tokens_pmf(survival: np.ndarray) -> np.ndarray:
+    """P(a request yields 1 + j tokens in a cycle), j = 0..s, from the survival P(L >= j), j = 1..s
+    (acceptance.py's table): index j + 1 holds P(min(L, s) = j); index 0 is 0 (a cycle yields >= 1)."""
+    s = np.clip(np.nan_to_num(np.asarray(survival, dtype="float64")), 0.0, 1.0)
+    s = np.minimum.accumulate(s) if len(s) else s           # a survival never grows
+    k = len(s)
+    p = np.zeros(k + 2)
+    ext = np.r_[1.0, s, 0.0]                                 # P(L >= 0) = 1, P(L >= s + 1) cut at s
+    p[1:k + 1] = ext[:k] - ext[1:k + 1]
+    p[k + 1] = ext[k]
+    return p
+
+
+def finish_cdf(pmf: np.ndarray, n_tokens: int) -> np.ndarray:
+    """P(T <= t) for t = 0..n_tokens: T the cycle at which a request's tokens reach ``n_tokens``, each
+    cycle's tokens drawn from ``pmf`` (index = tokens, pmf[0] = 0). Exact (convolution, the mass at
+    >= n_tokens absorbed); T <= n_tokens since every cycle yields a token."""
+    n = int(n_tokens)
+    state = np.zeros(n + 1)
+    state[0] = 1.0
+    cdf = np.zeros(n + 1)
+    for t in range(1, n + 1):
+        moved = np.convolve(state[:n], pmf)
+        done = state[n] + moved[n:].sum()
+        state = np.r_[moved[:n], done]
+        cdf[t] = done
+        if done >= 1.0 - 1e-12:
+            cdf[t:] = 1.0
+            break
+    return cdf
+
+
+def expected_max_cycles(pmf: np.ndarray, n_tokens: int, requests: int) -> float:
+    """E[max over ``requests`` i.i.d. requests of T] (:func:`finish_cdf`): sum_t (1 - P(T <= t)^B)."""
+    cdf = np.clip(finish_cdf(pmf, n_tokens), 0.0, 1.0)
+    return float(np.sum(1.0 - cdf[:-1] ** max(int(round(requests)), 1)))
+
+
+def efficiency(survival: np.ndarray, n_tokens, requests: float) -> float:
+    """The rounds' tokens over the steady-state tokens of their cycles (module docstring), for the
+    survival P(L >= j), j = 1..s, of s draft steps; 1 at s = 0 (every request finishes at step N).
+    ``n_tokens``: the requests' length, or one per round (a mix: all rounds' tokens over all their
+    cycles)."""
+    ns = [int(n) for n in np.atleast_1d(n_tokens) if int(n) >= 1]
+    pmf = tokens_pmf(survival)
+    mean = float(np.dot(np.arange(len(pmf)), pmf))
+    if not ns or mean <= 1.0:
+        return 1.0
+    b = int(round(requests))
+    return float(sum(ns) / (mean * sum(expected_max_cycles(pmf, n, b) for n in ns)))
