@@ -30,7 +30,7 @@ from analyze.tools.whatif import model as W
 
 COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_profiled",
            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
-           "best_extrapolated", "calibrated")
+           "best_extrapolated", "calibrated", "verdict_uncertain")
 """The columns of :func:`per_batch`'s table, in order."""
 
 MIN_CYCLES = 20
@@ -89,7 +89,8 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "baseline_source": r["baseline"]["source"], "speedup": float(best["speedup"]),
                      "best_or_off": int(best["steps"]) if best["speedup"] > 1.0 else 0,
                      "accepted_per_request": float(p.loc[best["steps"], "accepted_per_request"]),
-                     "best_extrapolated": bool(best["extrapolated"]), "calibrated": cal is not None})
+                     "best_extrapolated": bool(best["extrapolated"]), "calibrated": cal is not None,
+                     "verdict_uncertain": bool(best["verdict_uncertain"])})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 

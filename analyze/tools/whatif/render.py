@@ -120,7 +120,7 @@ def render_per_batch(table, config_path=None) -> str:
         return "\n".join(out + [f"no batch size with {MIN_CYCLES} decode cycles or more in the profile(s)", ""])
     rows = [[r.batch, r.cycles, r.profiled_steps, r.best_steps, f"{r.tokens_per_s_best:,.0f}",
              f"{r.tokens_per_s_baseline:,.0f}", r.baseline_source, f"{r.speedup:.2f}x",
-             "off" if r.best_or_off == 0 else str(r.best_or_off),
+             ("off" if r.best_or_off == 0 else str(r.best_or_off)) + ("?" if r.verdict_uncertain else ""),
              ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
             for r in table.itertuples()]
     out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best", "tok/s no spec", "baseline",
@@ -142,6 +142,13 @@ def render_per_batch(table, config_path=None) -> str:
                     "speculation off by batch size (adaptive 0 steps still verifies one token and runs the draft "
                     "extend, slower than any step count), so a config keeps the best step count there; a server that "
                     "mostly runs at those batch sizes is faster without --speculative-algorithm.")
+    if table["verdict_uncertain"].any():
+        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+
+        lo, hi = PROFILE_ALONE_RATIO
+        out += wrap(f"'?': an uncertain verdict: from a profile alone the speed-up was {lo:.2f}x to {hi:.2f}x of the "
+                    "measured one on real SGLang sweeps, so these can be either side of 1: measure --batch-tps and "
+                    "--batch-baseline-tps before turning speculation on or off there.")
     if (table["baseline_source"] == "estimated").any():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
                     "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
@@ -156,7 +163,8 @@ def to_json(r: dict) -> dict:
     return {"profiles": r["profiles"], "acceptance": records(r["acceptance"]),
             "acceptance_method": r.get("acceptance_method"), "calibration": r.get("calibration"),
             "predictions": records(r["predictions"]), "baseline": r["baseline"], "best": r["best"],
-            "assumptions": r["assumptions"], "notes": r["notes"], "verify_scaling": r.get("verify_scaling")}
+            "assumptions": r["assumptions"], "notes": r["notes"], "verify_scaling": r.get("verify_scaling"),
+            "rounds": r.get("rounds")}
 
 
 def plot_whatif(r: dict, path, title: str | None = None) -> None:
