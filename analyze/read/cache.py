@@ -33,8 +33,9 @@ from analyze.read import connection, ids, report, validate
 from analyze.read.inputs import display_path
 
 # 2: rows left out at the read (meta excluded_rows), session end, host name; 3: GPU ops in row groups
-# of one kind each, with a kind code column
-FORMAT = 3
+# of one kind each, with a kind code column; 4: the synchronize calls kept with the needed calls (the
+# cycle table's host_wait_ns)
+FORMAT = 4
 HEADER_BYTES = 1 << 20
 TABLES = ("calls", "ranges", "marks", "processes", "devices")
 # rows per row group of gpu_ops.parquet: a chunk of a budgeted analysis reads the row groups that

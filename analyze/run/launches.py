@@ -53,8 +53,8 @@ class NeededCalls(NamedTuple):
 
 def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
                  strings: pd.Series) -> NeededCalls:
-    """Per call: it launched one of the ops (same process and correlation id) or captures a CUDA
-    graph (cycles.capture_cycle_ids looks at those); ``keep`` None when every call is needed or the
+    """Per call: it launched one of the ops (same process and correlation id), captures a CUDA
+    graph (cycles.capture_cycle_ids looks at those) or synchronizes (cycles.host_wait_by_cycle); ``keep`` None when every call is needed or the
     ids are spread too wide for a presence table (then every call is prepared). And, from the same
     pass over the calls' keys, how many correlation ids occur in several processes' calls (the
     report's note; None where the ids are spread too wide: then checks.count_shared_ids counts them)."""
@@ -95,9 +95,10 @@ def needed_calls_in_blocks(calls: pd.DataFrame, op_keys: Iterable[tuple[np.ndarr
     np.right_shift(present, 1, out=present)           # the calls' bit alone, 0/1, in place (no second table)
     shared = checks.ids_in_several_rows(present[:-1].reshape(len(pids), span))
     del present
-    capture_ids = cycles.capture_name_ids(strings)
-    if len(capture_ids):
-        keep |= np.isin(calls["name_id"].to_numpy(dtype="int64"), capture_ids)
+    # graph captures (cycles.capture_cycle_ids) and synchronizes (cycles.host_wait_by_cycle) launch no op
+    kept_names = np.r_[cycles.capture_name_ids(strings), cycles.sync_name_ids(strings)]
+    if len(kept_names):
+        keep |= np.isin(calls["name_id"].to_numpy(dtype="int64"), kept_names)
     return NeededCalls(None if keep.all() else keep, shared)
 
 

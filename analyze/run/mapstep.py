@@ -206,6 +206,7 @@ class ReportMap:
         call_names = launches.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
             if len(launches.calls) else np.zeros(0, dtype="int64")
         self.capture_ids = cycles.capture_cycle_ids(call_names, tables.strings, launches.cycle_owner)
+        self.host_wait = self._host_wait(launches, call_names, tables.strings)
         del call_names
         self.n_calls = len(launches.index.key)
         # per sorted call, its row in the report's calls (the per-op table's call_pos)
@@ -541,6 +542,20 @@ class ReportMap:
         combined.sort()
         return attribution.kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, texts)
 
+    @staticmethod
+    def _host_wait(launches: Launches, call_names: np.ndarray, strings: pd.Series) -> pd.Series | None:
+        """Per cycle range id, the synchronize calls' time in its host period outside the phases
+        (cycles.host_wait_by_cycle); None without calls (the cycle table's host_wait_ns is then NA)."""
+        if not len(launches.calls) or launches.cycle_owner is None:
+            return None
+        order = launches.index.order
+        calls = launches.calls
+        cyc = launches.ranges.loc[np.asarray(launches.is_cycle, dtype=bool), ["global_pid", "start_ns"]]
+        return cycles.host_wait_by_cycle(call_names, calls["global_pid"].to_numpy(dtype="int64")[order],
+                                         calls["start_ns"].to_numpy(dtype="int64")[order],
+                                         calls["end_ns"].to_numpy(dtype="int64")[order],
+                                         launches.painted.owner[:-1], cyc, strings)
+
     def _cycle_table(self, cycle_rows: pd.DataFrame, windows, row_of_group: np.ndarray,
                      rank_values: np.ndarray) -> pd.DataFrame:
         """The cycle table: windows and periods from the per-call spans, then every kept chunk of
@@ -571,7 +586,8 @@ class ReportMap:
                     done.result()
         busy, upto = split.result()
         return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
-                                  self.marks.assign(input=self.path), self.config, self.capture_ids)
+                                  self.marks.assign(input=self.path), self.config, self.capture_ids,
+                                  self.host_wait)
 
     def _launch_gaps(self, row_of_group: np.ndarray, rank_values: np.ndarray,
                      cycle_tab: pd.DataFrame) -> launch_gaps.GapStats:

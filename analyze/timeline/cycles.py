@@ -75,7 +75,11 @@ def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
 
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
-           "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s"]
+           "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s",
+           "host_wait_ns"]
+# host_wait_ns: the time in synchronize calls (SYNC_CALL_PREFIXES) in the cycle's host period, outside every
+# phase range: the scheduler waiting for the GPU (SGLang: one cudaEventSynchronize a cycle, after the
+# cycle's range), host time that is no host work (NA where the report has no API calls)
 # the cycle's GPU period: its GPU start to the next cycle's GPU start on the rank (the last cycle of a
 # rank: its own window end), split into phases, other GPU work and GPU idle (period_<phase>_ns ...)
 PERIOD_COLUMNS = ["gpu_period_start_ns", "gpu_period_end_ns", "gpu_period_ns"]
@@ -103,6 +107,9 @@ STATES = (STEADY, WARMUP, LOST, OUTLIER)
 # runtime/driver calls that capture a CUDA graph (names carry version suffixes: matched by prefix)
 CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaStreamEndCapture",
                          "cuStreamBeginCapture", "cuGraphInstantiate", "cuStreamEndCapture")
+# runtime/driver calls that block the host until GPU work is done (names carry version suffixes)
+SYNC_CALL_PREFIXES = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+                      "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize")
 
 
 def columns(config: PhaseConfig) -> list[str]:
@@ -119,11 +126,57 @@ def empty_table(config: PhaseConfig) -> pd.DataFrame:
 
 def capture_name_ids(strings: pd.Series) -> np.ndarray:
     """The string ids of the CUDA graph capture calls' names (CAPTURE_CALL_PREFIXES)."""
+    return _name_ids(strings, CAPTURE_CALL_PREFIXES)
+
+
+def sync_name_ids(strings: pd.Series) -> np.ndarray:
+    """The string ids of the synchronize calls' names (SYNC_CALL_PREFIXES)."""
+    return _name_ids(strings, SYNC_CALL_PREFIXES)
+
+
+def _name_ids(strings: pd.Series, prefixes: tuple) -> np.ndarray:
     if strings.empty:
         return np.zeros(0, dtype="int64")
     texts = strings.to_numpy(dtype=object)
-    hit = np.array([isinstance(t, str) and t.startswith(CAPTURE_CALL_PREFIXES) for t in texts], dtype=bool)
+    hit = np.array([isinstance(t, str) and t.startswith(prefixes) for t in texts], dtype=bool)
     return strings.index.to_numpy(dtype="int64")[hit]
+
+
+def host_wait_by_cycle(call_name_id: np.ndarray, call_pid: np.ndarray, call_start_ns: np.ndarray,
+                       call_end_ns: np.ndarray, phase_owner: np.ndarray, cycle_ranges: pd.DataFrame,
+                       strings: pd.Series) -> pd.Series:
+    """Per cycle range id: the summed duration of the synchronize calls in its host period (its range's
+    start to the next cycle range's start in the process: SGLang waits for the GPU after the cycle's
+    range, in the scheduler's result processing) outside every phase range. The call arrays: one entry
+    per call; ``phase_owner``: the innermost phase range id, -1 none; ``cycle_ranges``: the outermost
+    cycle ranges (range id as index; global_pid, start_ns). Cycles without such a call are absent."""
+    empty = pd.Series(dtype="int64")
+    if not len(call_name_id) or strings.empty or cycle_ranges is None or not len(cycle_ranges):
+        return empty
+    ids = sync_name_ids(strings)
+    hit = np.isin(call_name_id, ids) & (np.asarray(phase_owner) < 0) if len(ids) else np.zeros(0, dtype=bool)
+    if not hit.any():
+        return empty
+    pid = np.asarray(call_pid, dtype="int64")[hit]
+    start = np.asarray(call_start_ns, dtype="int64")[hit]
+    dur = np.asarray(call_end_ns, dtype="int64")[hit] - start
+    cyc = cycle_ranges.sort_values(["global_pid", "start_ns"], kind="stable")
+    c_pid = cyc["global_pid"].to_numpy(dtype="int64")
+    c_start = cyc["start_ns"].to_numpy(dtype="int64")
+    # one key order for (process, time): each call falls to the last cycle start at or before it, in its process
+    pids = np.unique(c_pid)
+    if not len(pids):
+        return empty
+    p_of = np.searchsorted(pids, pid)
+    ok = (p_of < len(pids)) & (pids[np.clip(p_of, 0, len(pids) - 1)] == pid)
+    rows = np.full(len(pid), -1, dtype="int64")
+    for k, p in enumerate(pids):
+        at = np.flatnonzero(ok & (p_of == k))
+        lo, hi = np.searchsorted(c_pid, p, "left"), np.searchsorted(c_pid, p, "right")
+        r = np.searchsorted(c_start[lo:hi], start[at], side="right") - 1
+        rows[at] = np.where(r >= 0, lo + r, -1)
+    keep = rows >= 0
+    return pd.Series(dur[keep], index=cyc.index.to_numpy(dtype="int64")[rows[keep]]).groupby(level=0).sum()
 
 
 def capture_cycle_ids(call_name_id: np.ndarray, strings: pd.Series, cycle_owner: np.ndarray | None) -> np.ndarray:
@@ -349,7 +402,7 @@ def _phase_codes_unsigned(phase: np.ndarray) -> np.ndarray | None:
 
 def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, period_busy: np.ndarray,
                 period_upto: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
-                capture_ids: np.ndarray | None = None) -> pd.DataFrame:
+                capture_ids: np.ndarray | None = None, host_wait: pd.Series | None = None) -> pd.DataFrame:
     """The cycle table from its windows and unions (:class:`IntervalSplit` over the windows and over
     the periods of the cycles with GPU work, in that order): per cycle its GPU window split by
     phase (``sum(<phase>_ns) + gap_ns == duration_ns``), its GPU period split the same way
@@ -392,6 +445,10 @@ def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, p
     for name, part in zip(names, _exclusive(period_busy, period_upto, n_ph)):
         out[f"period_{name}_ns"] = gpu(part)
     out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
+    # host_wait: :func:`host_wait_by_cycle` (None: the report has no API calls to tell)
+    ids = cyc["range_id"].to_numpy(dtype="int64")
+    out["host_wait_ns"] = pd.array(pd.Series(host_wait, dtype="int64").reindex(ids).fillna(0).to_numpy(dtype="int64"),
+                                   dtype="Int64") if host_wait is not None else pd.array([pd.NA] * n, dtype="Int64")
     capturing = np.isin(cyc["range_id"].to_numpy(dtype="int64"),
                         capture_ids if capture_ids is not None else np.zeros(0, dtype="int64"))
     reason = warmup_reasons(rank, out["cycle"].to_numpy(), has, _spread(has, p_hi - p_lo), capturing,

@@ -346,6 +346,7 @@ def profile_samples(side: Side, keep_outliers: bool = False,
         else per.assign(step_period_ns=np.nan)
     per["step_period_source"] = source
     per = per.merge(range_host_times(kept, cycles), on="cycle", how="left")
+    per = per.merge(host_waits(cycles), on="cycle", how="left")
     per = per.merge(att_mod.per_cycle(side.gpu_ops, cycles), on="cycle", how="left")
     return per.reset_index(drop=True), dropped
 
@@ -378,6 +379,20 @@ def range_host_times(side: Side, cycles: pd.DataFrame) -> pd.DataFrame:
         ok = (i >= 0) & (s0 < w["hi"].to_numpy()[np.clip(i, 0, None)])
         sums = np.bincount(i[ok], weights=dur[ok], minlength=len(w)) if len(w) else np.zeros(0)
         out[col] = pd.Series(sums, index=w["cycle"].to_numpy()).reindex(out["cycle"]).to_numpy()
+    return out
+
+
+def host_waits(cycles: pd.DataFrame) -> pd.DataFrame:
+    """Per cycle of the lowest rank: ``host_wait_ns``, its host period's time in synchronize calls outside
+    the phases (timeline.cycles; NaN where the report could not tell)."""
+    out = pd.DataFrame({"cycle": cycles["cycle"].drop_duplicates().to_numpy()})
+    if "host_wait_ns" not in cycles.columns or not len(cycles):
+        out["host_wait_ns"] = np.nan
+        return out
+    low = cycles[cycles["rank"] == cycles["rank"].min()]
+    wait = pd.Series(pd.to_numeric(low["host_wait_ns"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan),
+                     index=low["cycle"].to_numpy())
+    out["host_wait_ns"] = wait.reindex(out["cycle"]).to_numpy()
     return out
 
 
@@ -496,6 +511,8 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
             replay_how = "no graph_replay_draft ranges (eager, or no ranges): no replay term"
     attention = {col: float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
                  for col in att_mod.COLUMNS}
+    wait = float(samples["host_wait_ns"].mean()) if "host_wait_ns" in samples.columns \
+        and samples["host_wait_ns"].notna().any() else np.nan
     req = samples["requests"].dropna()
     m = float(req.mean()) if len(req) else 1.0
     tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
@@ -505,7 +522,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
             "sglang_loop": sglang, "draft_forwards": forwards, "idle_fraction": idle_frac,
             "draft_replay_ns": replay, "draft_replay_source": replay_how,
-            **{k: v for k, v in host.items()}, **attention,
+            **{k: v for k, v in host.items()}, **attention, "host_wait_ns": wait,
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
             "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
@@ -693,19 +710,23 @@ def plain_step(c: dict) -> dict | None:
     * host: the cycle's host time outside the draft, verify and draft_extend ranges (the scheduler:
       batch building, result processing) plus the target forward's own host time, which is its graph
       replay (``graph_replay_verify``) with CUDA graphs, else the whole verify range (eager launches).
-      The speculative verify's other host work (tree masks, accept bookkeeping) is left out."""
+      The speculative verify's other host work (tree masks, accept bookkeeping) is left out, and so is
+      the scheduler's wait for the GPU (``host_wait_ns``: its synchronize calls outside the phases, e.g.
+      SGLang's one cudaEventSynchronize a cycle): waiting is not host work."""
     host_in = [c.get(k, np.nan) for k in ("draft_cpu_ns", "verify_cpu_ns", "draft_extend_cpu_ns")]
     if not all(np.isfinite(host_in)):
         return None
     replay = c.get("replay_verify_cpu_ns", np.nan)
     forward_host = replay if np.isfinite(replay) and replay > 0 else c["verify_cpu_ns"]
-    host = max(c["cycle_ns"] - sum(host_in), 0.0) + forward_host
+    wait = c.get("host_wait_ns", np.nan)
+    wait = float(wait) if np.isfinite(wait) else 0.0
+    host = max(c["cycle_ns"] - sum(host_in) - wait, 0.0) + forward_host
     gpu = sum(v for k, v in c.items() if k.endswith("_ns") and k[:-3] in c.get("phase_names", ())
               and k[:-3] not in NO_DRAFT_IN_BASELINE)
     swap, why_not = att_mod.plain_attention(c)
     if swap is not None:
         gpu = max(gpu - swap["verify_attention_ns"] + swap["plain_attention_ns"], 0.0)
-    return {"gpu_ns": float(gpu), "host_ns": float(host), "forward_host": "graph_replay_verify" if
+    return {"gpu_ns": float(gpu), "host_ns": float(host), "host_wait_ns": wait, "forward_host": "graph_replay_verify" if
             np.isfinite(replay) and replay > 0 else "verify", "attention": swap, "attention_not_swapped": why_not}
 
 
@@ -732,7 +753,9 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
                    f"as decode attention at the draft forwards' {a['decode_attention_per_layer_ns'] / 1e3:,.1f} us a layer")
         method = (f"a plain decode step estimated from the {c['steps']}-step profile: the longer of its GPU work "
                   f"without draft and draft_extend{swapped} ({plain['gpu_ns'] / 1e3:,.1f} us) and its host time (the scheduler's, "
-                  f"outside the speculative ranges, + the target forward's {plain['forward_host']} range: "
+                  f"outside the speculative ranges" + (f" less its wait for the GPU ({plain['host_wait_ns'] / 1e3:,.1f} us "
+                  "in synchronize calls)" if plain["host_wait_ns"] > 0 else "")
+                  + f", + the target forward's {plain['forward_host']} range: "
                   f"{plain['host_ns'] / 1e3:,.1f} us" + (f" x{host_scale:.3f} calibrated" if host_scale != 1.0 else "")
                   + f"); {bound} bound")
         return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
