@@ -61,15 +61,17 @@ def test_real_reports_same_with_only_launching_calls(name, threads, monkeypatch)
 
 
 def test_capture_calls_are_kept_and_cycles_flagged(tmp_path, monkeypatch):
-    """Capture calls launch nothing: kept anyway, so the capturing cycle is still flagged
-    graph_capture (the cycle table's warm-up reasons are the same)."""
+    """Capture and synchronize calls launch nothing: kept anyway, so the capturing cycle is still flagged
+    graph_capture (the cycle table's warm-up reasons are the same) and the scheduler's waits are counted
+    (host_wait_ns; this trace's only other calls are its cudaStreamSynchronize calls: every call is kept)."""
     spec = TraceSpec(ranks=2, cycles=6, capture_cycles=[2, 4], missing_runtime=2, negative_globaltid=True,
                      overlap=True, unclosed_range=True, start_end_ranges=True, host_gap_ns=20_000)
     (path,), _ = write_trace(spec, tmp_path)
     every, _ = _load(str(path), monkeypatch, after_ops=False, threads=1)
     launching, kept = _load(str(path), monkeypatch, after_ops=True, threads=1)
-    assert kept and kept[0][1] < kept[0][0]
+    assert kept and kept[0][1] == kept[0][0]
     _same(every, launching)
+    assert launching.table("cycles")["host_wait_ns"].notna().all()
     reasons = launching.table("cycles")["warmup_reason"]
     assert (reasons == cycles.GRAPH_CAPTURE).sum() == 2 * spec.ranks
 
