@@ -144,6 +144,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["tokens"] = f["tokens"].astype("Int64")
     out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
+    out["host_wait_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")     # no API calls in a live log
     measured = busy.fillna(0).astype("int64")
     for p in names:
         out[f"period_{p}_ns"] = 0 if p == NESTED_PHASE else timed[p].fillna(0).astype("int64")

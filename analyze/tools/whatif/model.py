@@ -52,6 +52,11 @@ TOKEN_COMPONENTS = ("verify", "draft_extend", "allreduce")
 # 1 and 3 steps, batches 1/16: 0.95, 0.77, 1.18, 0.72, 1.01, 0.83, 0.88, 0.78; their batch-16 rounds were
 # half the sweep's length): a verdict from such a speed-up inside the band is not one
 PROFILE_ALONE_RATIO = (0.72, 1.22)
+# the recommended step count is the fewest whose predicted tokens/s is within this fraction of the highest:
+# a smaller predicted gain is below what the model resolves (calibrated predictions at measured step counts
+# were within 2-5% on the real sweeps), and each step adds draft work and rests more on extrapolated
+# acceptance (positions past the profiled steps are never observed)
+BEST_TOLERANCE = 0.01
 # one profile tells how they grow only when its cycles' verified tokens spread this much
 # (coefficient of variation of n over the cycles) over at least two batch sizes
 MIN_TOKEN_SPREAD = 0.10
@@ -922,7 +927,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
         pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
-    best = pred.loc[pred["tokens_per_s"].idxmax()]
+    best = pred.loc[best_row(pred)]
     result = {
         "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in costs],
         "acceptance": acc.table(max(steps)),
@@ -956,6 +961,17 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                         scaling=scaling, intervals=n_boot > 0,
                                         live=all(c.get("live") for c in costs), rounds=round_info)
     return result
+
+
+def best_row(pred: pd.DataFrame, tolerance: float = BEST_TOLERANCE):
+    """The index of the recommended step count: the fewest steps whose predicted tokens/s is within
+    ``tolerance`` of the highest (:data:`BEST_TOLERANCE`)."""
+    tps = pred["tokens_per_s"].to_numpy(dtype="float64")
+    if not np.isfinite(tps).any():
+        return pred.index[0]
+    top = np.nanmax(tps)
+    near = pred[np.nan_to_num(tps, nan=-np.inf) >= (1.0 - tolerance) * top]
+    return near["steps"].idxmin()
 
 
 def resolve_rounds(costs: list[dict], request_tokens="auto") -> dict | None:
@@ -1127,6 +1143,8 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
                    + ("; it was profiled, so speed-ups against it include the profiler's overhead on the "
                       "baseline side (give --baseline-tps for an unprofiled one)" if calibration is not None
                       and profiled_baseline else ""))
+    out.append(f"best: the fewest steps whose predicted tokens/s is within {100 * BEST_TOLERANCE:.0f}% of the highest (a "
+               "smaller predicted gain is below the model's resolution; each step adds draft work)")
     out.append("intervals: seeded bootstrap over cycles (costs and acceptance refit together); they cover "
                "sampling noise, not model error")
     return out
