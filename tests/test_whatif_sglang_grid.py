@@ -73,13 +73,47 @@ def test_calibrated_prediction_gives_the_right_decision_at_every_batch(side, bat
     assert r["best"]["speedup"] == pytest.approx(best_measured / base, rel=0.10)
     if best_measured > base:               # where it does not pay (64) the step count is moot: off
         assert measured[r["best"]["steps"]] >= 0.95 * best_measured
+    # the recommended step count is the measured best at 1 and 16 (4 and 3); at 4, where the measured top
+    # is flat, it measures within 1% of the best
+    if batch in (1, 16):
+        assert r["best"]["steps"] == max(measured, key=measured.get)
+    elif batch == 4:
+        assert measured[r["best"]["steps"]] >= 0.99 * best_measured
+
+
+# steps 0 and 3 ran on one machine, 1, 2, 4, 5 and 6 on another (each device call may get a fresh one);
+# calibrated at 5 steps, the predictions of the other cells of that machine. Cells where they are more
+# than 10% off (issue 40 open): batch 16 at 6 steps (4,197 measured after 5,570 at 5: a cliff) and batch 64
+# at 4 and 6 (the 4 < 5 inversion, 11,154 against 12,246 on the same machine)
+MACHINE_B = (1, 2, 4, 5, 6)
+OFF = {(16, 6), (64, 4), (64, 6)}
+
+
+@need
+@pytest.mark.parametrize("batch", BATCHES)
+def test_calibrated_prediction_per_step_count_on_one_machine(side, batch):
+    """Calibrated with the unprofiled tokens/s at 5 steps (measured on the machine of steps 1, 2, 4 and 6):
+    every other step count of that machine within 10% (5% at batches 1 and 4), the listed cells aside;
+    step 3, measured on the other machine, within 10% too (that machine was 3-8% faster at 16 and 64)."""
+    g = grid()
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=g[(5, batch)], calibrate_steps=5,
+                 baseline_tps=g[(0, batch)])
     p = r["predictions"].set_index("steps")["tokens_per_s"]
-    # the smooth part of the grid: steps 1..3 everywhere within 10%; batches 1 and 4 at every step within 5%
-    for s in (1, 2, 3):
-        assert p[s] == pytest.approx(measured[s], rel=0.10), s
-    if batch in (1, 4):
-        for s in range(1, 7):
-            assert p[s] == pytest.approx(measured[s], rel=0.05), s
+    tol = 0.05 if batch in (1, 4) else 0.10
+    for s in MACHINE_B:
+        if (batch, s) not in OFF:
+            assert p[s] == pytest.approx(g[(s, batch)], rel=tol), s
+    assert p[3] == pytest.approx(g[(3, batch)], rel=0.10)
+
+
+@need
+@pytest.mark.xfail(strict=True, reason="issue 40: cells the smooth cost model misses (docs/whatif.md, the full grid)")
+@pytest.mark.parametrize("batch, steps", sorted(OFF))
+def test_cells_off_by_more_than_ten_percent(side, batch, steps):
+    g = grid()
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=g[(5, batch)], calibrate_steps=5,
+                 baseline_tps=g[(0, batch)])
+    assert r["predictions"].set_index("steps")["tokens_per_s"][steps] == pytest.approx(g[(steps, batch)], rel=0.10)
 
 
 @need
@@ -122,25 +156,33 @@ def test_uncertain_verdict_is_said_and_goes_with_measured_figures(side):
     assert "Uncertain verdict" in render(r)
     cal = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)])
     assert not cal["best"]["verdict_uncertain"] and "Uncertain verdict" not in render(cal)
-    assert not W.verdict_uncertain(0.80, "estimated", False) and not W.verdict_uncertain(1.5, "estimated", False)
+    assert not W.verdict_uncertain(0.70, "estimated", False) and not W.verdict_uncertain(1.25, "estimated", False)
     assert not W.verdict_uncertain(1.0, "given", False)
 
 
 @need
-@pytest.mark.xfail(strict=True, reason="batch 64 rounds are 128 tokens a request: prefill and the tail of the round "
-                   "(requests finishing at different cycles) are a share of the measured time that steady decode "
-                   "cycles do not hold; the calibrated prediction is right (test above), the profile alone is not")
 def test_one_profile_alone_at_batch_64(side):
+    """Batch 64 from the profile alone: speculation does not pay, 0.81x predicted, 0.83x measured (before
+    the round tail and the scheduler's wait: 1.23x). The rounds of 128 tokens a request end with their
+    slowest request (whatif/rounds.py: 80 cycles for a 57-cycle median) and the plain step is GPU bound
+    once its host time leaves out the wait for the GPU (host_wait_ns, 1,751 us a cycle here). Inside the
+    profile-alone band, so said to be uncertain."""
     g = grid()
     r = W.whatif(side, range(1, 7), n_boot=0, batch=64)
+    assert r["rounds"]["source"] == "profile" and r["rounds"]["request_tokens"] == [64, 128]
     assert r["best"]["speedup"] < 1.0
+    assert r["best"]["speedup"] == pytest.approx(max(g[(s, 64)] for s in range(1, 7)) / g[(0, 64)], rel=0.10)
+    assert r["baseline"]["tokens_per_s"] == pytest.approx(g[(0, 64)], rel=0.05)
+    assert r["best"]["verdict_uncertain"]
 
 
 @need
 def test_per_batch_table_and_config_from_the_grid(side, tmp_path):
     """--per-batch with the sweep's unprofiled figures: speculation pays at 1, 4, 16 and not at 64, as
-    measured; the written config keeps a step count >= 1 at 64 (SGLang's adaptive 0 steps still verifies:
-    measured below every fixed step count there, next test) and lists 64 as not paying."""
+    measured; the best step count differs (4, 4, 3, 3: the measured bests are 4, 5 (flat: 4 within 0.3%),
+    3 and none); the written config keeps a step count >= 1 at 64 (SGLang's adaptive 0 steps still
+    verifies: measured below every fixed step count there, next test), lists 64 as not paying, and is
+    the committed recipes/adaptive/v2_l64_grid.json the device recipe runs."""
     g = grid()
     t = PB.per_batch([side], range(1, 7), n_boot=0, baselines_tps={b: g[(0, b)] for b in BATCHES},
                      calibrate={b: g[(3, b)] for b in BATCHES})
@@ -151,8 +193,9 @@ def test_per_batch_table_and_config_from_the_grid(side, tmp_path):
     assert [cfg[str(b)]["candidate_steps"] for b in BATCHES] == [[int(s)] for s in t["best_steps"]]
     assert t["best_steps"].iloc[-1] >= 1 and t["best_or_off"].iloc[-1] == 0
     assert cfg["specprof"]["not_paying"] == [64]
-    # one best step count at every batch size: no reason for SGLang's adaptive mode (advise stays quiet)
-    assert not PB.differs(t)
+    assert t["best_steps"].tolist() == [4, 4, 3, 3] and PB.differs(t)
+    committed = json.loads((Path(__file__).resolve().parents[1] / "recipes" / "adaptive" / "v2_l64_grid.json").read_text())
+    assert {k: v for k, v in committed.items() if k.isdigit()} == {k: v for k, v in cfg.items() if k.isdigit()}
 
 
 def test_sglang_adaptive_zero_steps_is_not_speculation_off():
