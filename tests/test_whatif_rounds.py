@@ -82,3 +82,31 @@ def test_the_real_batch_64_round():
     pmf = R.tokens_pmf(0.5 ** np.arange(1, 4))                    # V = 2: a draft token accepted w.p. 1/2
     for n, full, tail in zip((64, 128), r["full_cycles"], r["tail_cycles"]):
         assert R.expected_max_cycles(pmf, n, 64) == pytest.approx(full + tail, rel=0.05)
+
+
+@pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
+def test_request_tokens_on_the_command_line(tmp_path, capsys):
+    """auto: the profile's rounds (JSON ``rounds``, an assumption line); steady: none, and every step count
+    predicts more tokens/s (no tail); N: rounds of N tokens; 0 or text: a usage error (exit 2)."""
+    import json
+
+    from analyze import cli
+
+    def run(value):
+        out = tmp_path / f"w_{value}.json"
+        assert cli.main(["whatif", str(PROFILE), "--batch", "64", "--steps", "1..4", "--boot", "0", "-q",
+                         "--request-tokens", value, "--json", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    auto, steady, given = run("auto"), run("steady"), run("256")
+    assert auto["rounds"]["request_tokens"] == [64, 128] and steady["rounds"] is None
+    assert given["rounds"] == {"request_tokens": [256], "source": "given"}
+    assert any("lockstep round" in a for a in auto["assumptions"])
+    tps = {name: [p["tokens_per_s"] for p in r["predictions"]] for name, r in
+           (("auto", auto), ("steady", steady), ("given", given))}
+    assert all(s > g > a for s, g, a in zip(tps["steady"], tps["given"], tps["auto"]))   # longer rounds: less tail
+    capsys.readouterr()
+    for bad in ("0", "many"):
+        assert cli.main(["whatif", str(PROFILE), "--request-tokens", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--request-tokens" in err and "\n" not in err
