@@ -87,10 +87,11 @@ def test_the_real_batch_64_round():
 @pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
 def test_request_tokens_on_the_command_line(tmp_path, capsys):
     """auto: the profile's rounds (JSON ``rounds``, an assumption line); steady: none, and every step count
-    predicts more tokens/s (no tail); N: rounds of N tokens; 0 or text: a usage error (exit 2)."""
+    predicts more tokens/s (no tail); N: rounds of N tokens; 0 or text: a usage error (one line, exit 10)."""
     import json
 
     from analyze import cli
+    from analyze.errors import UsageError
 
     def run(value):
         out = tmp_path / f"w_{value}.json"
@@ -107,6 +108,6 @@ def test_request_tokens_on_the_command_line(tmp_path, capsys):
     assert all(s > g > a for s, g, a in zip(tps["steady"], tps["given"], tps["auto"]))   # longer rounds: less tail
     capsys.readouterr()
     for bad in ("0", "many"):
-        assert cli.main(["whatif", str(PROFILE), "--request-tokens", bad]) == 2
+        assert cli.main(["whatif", str(PROFILE), "--request-tokens", bad]) == UsageError.exit_code
         err = capsys.readouterr().err.strip()
         assert "--request-tokens" in err and "\n" not in err
