@@ -225,6 +225,10 @@ def test_advise_does_not_claim_an_uncertain_verdict():
     a = api.load(str(PROFILE))
     adv = advise(a).to_dict()
     assert not [f for f in adv["findings"] if f["rule"] == "speculation"]
+    # the per-batch rule states no verdict either where it is uncertain
+    (adaptive,) = [f for f in adv["findings"] if f["rule"] == "adaptive_steps"]
+    assert "uncertain whether speculation pays" in adaptive["suggestion"]
+    assert "speculation does not pay" not in adaptive["suggestion"]
     check = next(c for c in adv["checks"] if c["rule"] == "speculation")
     assert check["status"] == F.NO_DATA and check["reason"].startswith("uncertain")
     g = grid()

@@ -690,8 +690,13 @@ def rule_adaptive_steps(ctx: Context):
     gain = sum(r["cycles"] * max(0.0, 1 - r["tokens_per_s_profiled"] / max(r["tokens_per_s_best"], 1e-9))
                for r in rows) / n
     saving = ctx.cycle_ns * gain
+    def verdict(r) -> str:
+        if r.get("verdict_uncertain"):        # inside the profile-alone band (whatif.model.verdict_uncertain)
+            return ", uncertain whether speculation pays"
+        return ", speculation does not pay" if not r["best_or_off"] else ""
+
     desc = "; ".join(f"batch {r['batch']}: {r['best_steps']} steps ({r['speedup']:.2f}x, {r['baseline_source']} "
-                     "baseline" + (", speculation does not pay" if not r["best_or_off"] else "") + ")" for r in rows)
+                     "baseline" + verdict(r) + ")" for r in rows)
     suggestion = (f"The best draft step count differs by batch size ({desc}). SGLang switches it by batch size with "
                   f"{S.SPEC_ADAPTIVE} and a config: write it with `analyze-trace whatif REPORT --adaptive-config "
                   "adaptive.json` (measured no-speculation tokens/s per batch size: --batch-baseline-tps M=Y,...).")
