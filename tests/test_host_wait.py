@@ -1,5 +1,5 @@
 """The cycle table's host_wait_ns (timeline.cycles.host_wait_by_cycle): synchronize calls in a cycle's
-host period (its range's start to the next cycle's, per process) outside every phase range, against
+host period (its range's start to the next cycle's, on its thread) outside every phase range, against
 hand-made calls with known answers, and on the real grid profile (SGLang's one cudaEventSynchronize a
 cycle, after the cycle's range)."""
 from pathlib import Path
@@ -15,13 +15,13 @@ STRINGS = pd.Series(["cudaEventSynchronize_v3020", "cudaLaunchKernel_v7000", "cu
 
 
 def test_waits_fall_to_the_cycle_whose_period_holds_them():
-    ranges = pd.DataFrame({"global_pid": [1, 1, 2], "start_ns": [100, 200, 150]}, index=[7, 8, 9])
-    #              sync in 7's period, launch, sync in a phase, sync in 8's, other pid's, before any cycle
-    name = np.array([10, 11, 10, 12, 10, 10])
-    pid = np.array([1, 1, 1, 1, 2, 1])
-    start = np.array([150, 160, 170, 250, 400, 50])
-    end = start + np.array([30, 5, 40, 7, 11, 99])
-    phase = np.array([-1, -1, 3, -1, -1, -1])
+    ranges = pd.DataFrame({"global_tid": [1, 1, 2], "start_ns": [100, 200, 150]}, index=[7, 8, 9])
+    #        sync in 7's period, launch, sync in a phase, sync in 8's, other thread's, before any cycle, thread 3
+    name = np.array([10, 11, 10, 12, 10, 10, 10])
+    pid = np.array([1, 1, 1, 1, 2, 1, 3])                  # thread ids (3: a thread without cycles)
+    start = np.array([150, 160, 170, 250, 400, 50, 300])
+    end = start + np.array([30, 5, 40, 7, 11, 99, 13])
+    phase = np.array([-1, -1, 3, -1, -1, -1, -1])
     w = cycles.host_wait_by_cycle(name, pid, start, end, phase, ranges, STRINGS)
     assert w.to_dict() == {7: 30, 8: 7, 9: 11}
     # a name that only starts like a synchronize call's prefix is one (nsys' version suffixes): 13 counts

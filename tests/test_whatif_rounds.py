@@ -40,6 +40,18 @@ def test_expected_max_matches_a_simulation():
     assert R.expected_max_cycles(pmf, n, 1) == pytest.approx(t[:, 0].mean(), rel=0.01)
 
 
+def test_long_requests_are_fast():
+    """A round of 8,192-token requests at 10 steps, low acceptance (the slowest case: the most cycles):
+    the window of live token counts keeps it well under the 0.3 s a full convolution took."""
+    import time
+
+    pmf = R.tokens_pmf(0.2 ** np.arange(1, 11))
+    t0 = time.perf_counter()
+    cdf = R.finish_cdf(pmf, 8192)
+    assert time.perf_counter() - t0 < 0.25
+    assert cdf[-1] == 1.0 and np.all(np.diff(cdf) >= 0)
+
+
 def test_efficiency_falls_with_steps_and_batch():
     eff = {(k, b): R.efficiency(0.5 ** np.arange(1, k + 1), n, b) for k in (1, 3, 6) for b, n in ((1, 1024), (64, 128))}
     assert eff[(1, 1)] > 0.99 and eff[(6, 1)] > 0.99             # one long request: the overshoot only
@@ -56,12 +68,19 @@ def _cycles(requests, tokens_each=2):
 
 
 def test_lockstep_rounds_are_found_and_a_busy_server_has_none():
-    one = [0] + [8] * 10 + [7, 5, 2, 1] + [0] + [8] * 6 + [8, 3]      # the second round ends with the data
+    one = [0] + [8] * 10 + [7, 5, 2, 1] + [0] + [8] * 6 + [8, 3] + [0]
     r = R.lockstep_rounds(_cycles(one), 8)
     assert r["full_cycles"].tolist() == [10, 7] and r["tail_cycles"].tolist() == [4, 1]
     assert r["request_tokens"].tolist() == [(80 + 15) * 2 / 8, (56 + 3) * 2 / 8]
     info = R.request_tokens(_cycles(one), 8)
     assert info["rounds"] == 2 and info["full_cycles"] == 17 and info["request_tokens"] == [24, 15]
+    # cut by the data: a round in progress at the start, or still draining at the end
+    assert R.lockstep_rounds(_cycles([8] * 10 + [7, 5, 0]), 8).empty
+    assert R.lockstep_rounds(_cycles([0] + [8] * 10 + [7, 5]), 8).empty
+    # the drain of a larger round passing through 8 is no round of 8
+    assert R.lockstep_rounds(_cycles([0] + [16] * 10 + [8] * 6 + [4, 0]), 8).empty
+    # a batch that climbed (requests arriving one by one) before it drained: no round either
+    assert R.lockstep_rounds(_cycles([0, 2, 5] + [8] * 10 + [4, 0]), 8).empty
     # continuous batching: the batch refills (never drains in one run), or too few cycles at the top
     assert R.lockstep_rounds(_cycles([8] * 10 + [7, 8] * 5 + [8] * 3), 8).empty
     assert R.lockstep_rounds(_cycles([8] * 10 + [7, 6, 3, 8, 8]), 8).empty

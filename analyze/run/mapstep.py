@@ -550,8 +550,8 @@ class ReportMap:
             return None
         order = launches.index.order
         calls = launches.calls
-        cyc = launches.ranges.loc[np.asarray(launches.is_cycle, dtype=bool), ["global_pid", "start_ns"]]
-        return cycles.host_wait_by_cycle(call_names, calls["global_pid"].to_numpy(dtype="int64")[order],
+        cyc = launches.ranges.loc[np.asarray(launches.is_cycle, dtype=bool), ["global_tid", "start_ns"]]
+        return cycles.host_wait_by_cycle(call_names, calls["global_tid"].to_numpy(dtype="int64")[order],
                                          calls["start_ns"].to_numpy(dtype="int64")[order],
                                          calls["end_ns"].to_numpy(dtype="int64")[order],
                                          launches.painted.owner[:-1], cyc, strings)

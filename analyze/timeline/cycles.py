@@ -142,14 +142,15 @@ def _name_ids(strings: pd.Series, prefixes: tuple) -> np.ndarray:
     return strings.index.to_numpy(dtype="int64")[hit]
 
 
-def host_wait_by_cycle(call_name_id: np.ndarray, call_pid: np.ndarray, call_start_ns: np.ndarray,
+def host_wait_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_start_ns: np.ndarray,
                        call_end_ns: np.ndarray, phase_owner: np.ndarray, cycle_ranges: pd.DataFrame,
                        strings: pd.Series) -> pd.Series:
     """Per cycle range id: the summed duration of the synchronize calls in its host period (its range's
-    start to the next cycle range's start in the process: SGLang waits for the GPU after the cycle's
-    range, in the scheduler's result processing) outside every phase range. The call arrays: one entry
-    per call; ``phase_owner``: the innermost phase range id, -1 none; ``cycle_ranges``: the outermost
-    cycle ranges (range id as index; global_pid, start_ns). Cycles without such a call are absent."""
+    start to the next cycle range's start on its thread: SGLang waits for the GPU after the cycle's
+    range, in the scheduler's result processing; another thread's waits are not the scheduler's)
+    outside every phase range. The call arrays: one entry per call; ``phase_owner``: the innermost phase
+    range id, -1 none; ``cycle_ranges``: the outermost cycle ranges (range id as index; global_tid,
+    start_ns). Cycles without such a call are absent."""
     empty = pd.Series(dtype="int64")
     if not len(call_name_id) or strings.empty or cycle_ranges is None or not len(cycle_ranges):
         return empty
@@ -157,13 +158,13 @@ def host_wait_by_cycle(call_name_id: np.ndarray, call_pid: np.ndarray, call_star
     hit = np.isin(call_name_id, ids) & (np.asarray(phase_owner) < 0) if len(ids) else np.zeros(0, dtype=bool)
     if not hit.any():
         return empty
-    pid = np.asarray(call_pid, dtype="int64")[hit]
+    pid = np.asarray(call_tid, dtype="int64")[hit]
     start = np.asarray(call_start_ns, dtype="int64")[hit]
     dur = np.asarray(call_end_ns, dtype="int64")[hit] - start
-    cyc = cycle_ranges.sort_values(["global_pid", "start_ns"], kind="stable")
-    c_pid = cyc["global_pid"].to_numpy(dtype="int64")
+    cyc = cycle_ranges.sort_values(["global_tid", "start_ns"], kind="stable")
+    c_pid = cyc["global_tid"].to_numpy(dtype="int64")
     c_start = cyc["start_ns"].to_numpy(dtype="int64")
-    # one key order for (process, time): each call falls to the last cycle start at or before it, in its process
+    # each call falls to the last cycle start at or before it on its thread
     pids = np.unique(c_pid)
     if not len(pids):
         return empty
@@ -279,7 +280,8 @@ def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     if not lost.any():
         return cycles
     out = cycles[~lost].reset_index(drop=True)
-    return out.astype({c: "int64" for c in out.columns if c.endswith("_ns")})
+    # host_wait_ns is NA where the report has no API calls (not a GPU figure): left as it is
+    return out.astype({c: "int64" for c in out.columns if c.endswith("_ns") and c != "host_wait_ns"})
 
 
 def query_rows(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:

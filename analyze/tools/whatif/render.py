@@ -35,14 +35,17 @@ def render_whatif(r: dict) -> str:
     out.append("")
     p = r["predictions"]
     comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
-    heads = ["steps", "cycle us", "accepted/req", "tok/cycle", "tok/s", "95% CI", "speed-up"]
+    rounds = bool(r.get("rounds")) and "round_efficiency" in p.columns
+    heads = ["steps", "cycle us", "accepted/req", "tok/cycle"] + (["round eff"] if rounds else []) \
+        + ["tok/s", "95% CI", "speed-up"]
     has_meas = "measured_tokens_per_s" in p.columns
     if has_meas:
         heads += ["measured tok/s", "error"]
     rows = []
     for x in p.itertuples(index=False):
-        row = [x.steps, f"{x.cycle_ns / 1e3:,.1f}", f"{x.accepted_per_request:.3f}", f"{x.tokens_per_cycle:.2f}",
-               f"{x.tokens_per_s:,.0f}", ci(f"{x.tokens_per_s_lo:,.0f}", f"{x.tokens_per_s_hi:,.0f}"), f"{x.speedup:.2f}x"]
+        row = [x.steps, f"{x.cycle_ns / 1e3:,.1f}", f"{x.accepted_per_request:.3f}", f"{x.tokens_per_cycle:.2f}"] \
+            + ([f"{x.round_efficiency:.3f}"] if rounds else []) \
+            + [f"{x.tokens_per_s:,.0f}", ci(f"{x.tokens_per_s_lo:,.0f}", f"{x.tokens_per_s_hi:,.0f}"), f"{x.speedup:.2f}x"]
         if has_meas:
             row += ["-" if np.isnan(x.measured_tokens_per_s) else f"{x.measured_tokens_per_s:,.0f}",
                     "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]

@@ -30,16 +30,20 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+NEGLIGIBLE = 1e-18
+"""A token count this improbable (per cycle) is dropped from :func:`finish_cdf`'s window."""
+
 MIN_FULL_CYCLES = 5
 """A lockstep round holds at least this many cycles at its full batch (fewer: no round to model)."""
 
 
 def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
     """The lockstep rounds of ``batch`` requests among ``cycles`` (the lowest rank's, in start order):
-    a run of cycles that starts at ``batch`` requests, never grows, holds at least
-    :data:`MIN_FULL_CYCLES` cycles at ``batch``, drains below it and ends empty (the next cycle has no
-    request, or the data end): a batch that refills as requests finish (a server under continuous
-    load) has none. One row per round: ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks'
+    a run of cycles that starts at ``batch`` requests right after a cycle with none (the round's
+    requests came in together), never grows, holds at least :data:`MIN_FULL_CYCLES` cycles at
+    ``batch``, drains below it and ends empty (the next cycle has no request). A batch that refills as
+    requests finish (a server under continuous load), the drain of a larger round passing through
+    ``batch``, and a run cut by the start or the end of the data are none. One row per round: ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks'
     tokens), ``request_tokens`` (tokens / batch)."""
     cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens"]
     if cycles is None or not len(cycles) or "requests" not in cycles.columns or "tokens" not in cycles.columns:
@@ -50,7 +54,7 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
     ids = low["cycle"].to_numpy()
     rows, i, n = [], 0, len(req)
     while i < n:
-        if req[i] != batch or (i > 0 and req[i - 1] == batch):
+        if req[i] != batch or i == 0 or req[i - 1] != 0:
             i += 1
             continue
         j = i
@@ -59,7 +63,7 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
         seg = slice(i, j + 1)
         full = int((req[seg] == batch).sum())
         tail = int(j + 1 - i - full)
-        drained = j + 1 == n or req[j + 1] == 0
+        drained = j + 1 < n and req[j + 1] == 0
         if full >= MIN_FULL_CYCLES and tail > 0 and drained and np.isfinite(tok[seg]).all():
             t = float(tok[seg].sum())
             rows.append({"first_cycle": ids[i], "full_cycles": full, "tail_cycles": tail, "tokens": t,
@@ -95,20 +99,24 @@ def tokens_pmf(survival: np.ndarray) -> np.ndarray:
 
 def finish_cdf(pmf: np.ndarray, n_tokens: int) -> np.ndarray:
     """P(T <= t) for t = 0..n_tokens: T the cycle at which a request's tokens reach ``n_tokens``, each
-    cycle's tokens drawn from ``pmf`` (index = tokens, pmf[0] = 0). Exact (convolution, the mass at
-    >= n_tokens absorbed); T <= n_tokens since every cycle yields a token."""
+    cycle's tokens drawn from ``pmf`` (index = tokens, pmf[0] = 0). Exact up to :data:`NEGLIGIBLE`
+    (the distribution of the tokens so far is convolved with ``pmf`` a cycle at a time, over the
+    window where it still has mass; what reaches ``n_tokens`` is absorbed); T <= n_tokens since every
+    cycle yields a token."""
     n = int(n_tokens)
-    state = np.zeros(n + 1)
-    state[0] = 1.0
-    cdf = np.zeros(n + 1)
+    cdf = np.ones(n + 1)
+    cdf[0] = 0.0
+    live, off, done = np.ones(1), 0, 0.0       # P(tokens = off + j) for the requests not done yet
     for t in range(1, n + 1):
-        moved = np.convolve(state[:n], pmf)
-        done = state[n] + moved[n:].sum()
-        state = np.r_[moved[:n], done]
-        cdf[t] = done
-        if done >= 1.0 - 1e-12:
-            cdf[t:] = 1.0
-            break
+        moved = np.convolve(live, pmf)
+        end = n - off                            # index of n tokens in ``moved``
+        done += float(moved[end:].sum()) if end < len(moved) else 0.0
+        live = moved[:end]
+        keep = np.flatnonzero(live > NEGLIGIBLE)
+        cdf[t] = min(done, 1.0)
+        if not len(keep) or done >= 1.0 - 1e-12:
+            break                                # cdf[t + 1:] stays 1
+        live, off = live[keep[0]:keep[-1] + 1], off + int(keep[0])
     return cdf
 
 
@@ -129,4 +137,6 @@ def efficiency(survival: np.ndarray, n_tokens, requests: float) -> float:
     if not ns or mean <= 1.0:
         return 1.0
     b = int(round(requests))
-    return float(sum(ns) / (mean * sum(expected_max_cycles(pmf, n, b) for n in ns)))
+    lengths, counts = np.unique(ns, return_counts=True)      # one computation per distinct length
+    cycles = sum(int(c) * expected_max_cycles(pmf, int(n), b) for n, c in zip(lengths, counts))
+    return float(sum(ns) / (mean * cycles))
