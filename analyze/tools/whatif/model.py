@@ -1162,8 +1162,9 @@ def rounds_text(rounds: dict | None) -> str:
     lengths = " / ".join(f"{n:,}" for n in rounds["request_tokens"])
     return (f"tokens/s of rounds of requests of {lengths} new tokens started together ({why}): a round "
             "ends with its slowest request, so the cycles after the first request finishes yield fewer tokens "
-            "(column round_efficiency; i.i.d. requests, tail cycles at a full cycle's cost; no speculation: every "
-            "request finishes at the same step); --request-tokens steady predicts the steady state")
+            "(column 'round eff', round_efficiency in the JSON; i.i.d. requests, tail cycles at a full cycle's "
+            "cost; no speculation: every request finishes at the same step); --request-tokens steady predicts the "
+            "steady state")
 
 
 def calibration_source_text(source: dict | None) -> str:
