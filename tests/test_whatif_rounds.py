@@ -130,3 +130,26 @@ def test_request_tokens_on_the_command_line(tmp_path, capsys):
         assert cli.main(["whatif", str(PROFILE), "--request-tokens", bad]) == UsageError.exit_code
         err = capsys.readouterr().err.strip()
         assert "--request-tokens" in err and "\n" not in err
+
+
+def test_verify_grows_with_the_tokens_over_a_profiles_batch_sizes():
+    """model.batch_token_fit: verify less its attention, per batch size, as a line in M (k + 1) tokens:
+    known slope, attention left out (it follows the context), a falling line refused, too few cycles
+    or one batch size: no fit; apply_batch_fit keeps the measured verify at the batch's own tokens."""
+    from analyze.tools.whatif import model as W
+
+    rows = []
+    for batch, cycles_n, ctx_attention in ((1, 30, 900.0), (4, 30, 2500.0), (16, 25, 400.0), (64, 5, 1.0)):
+        for i in range(cycles_n):
+            rest = 1000.0 + 2.0 * batch * 4 + (i % 3 - 1)         # 2 ns a verified token (k = 3: 4 a request)
+            rows.append({"requests": batch, "verify_ns": rest + ctx_attention, "verify_attention_ns": ctx_attention})
+    fit = W.batch_token_fit(pd.DataFrame(rows), steps=3)
+    assert fit["per_token_ns"] == pytest.approx(2.0, rel=1e-3) and not fit["refused"]
+    assert [p["batch"] for p in fit["points"]] == [1, 4, 16]      # batch 64: 5 cycles, below the minimum
+    c = W.apply_batch_fit({"verify_ns": 5000.0, "verified_tokens": 64.0, "token_fit": None}, fit)
+    line = c["token_fit"]["verify"]
+    assert line["intercept_ns"] + line["per_token_ns"] * 64 == pytest.approx(5000.0) and line["source"] == "batches"
+    falling = pd.DataFrame(rows).assign(verify_ns=lambda d: d["verify_attention_ns"] + 5000 - 3 * d["requests"])
+    assert W.batch_token_fit(falling, steps=3)["per_token_ns"] == 0.0
+    assert W.batch_token_fit(pd.DataFrame(rows[:30]), steps=3) is None                     # one batch size
+    assert W.batch_token_fit(pd.DataFrame(rows).drop(columns="verify_attention_ns"), steps=3) is None

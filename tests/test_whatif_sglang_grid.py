@@ -84,9 +84,9 @@ def test_calibrated_prediction_gives_the_right_decision_at_every_batch(side, bat
 # steps 0 and 3 ran on one machine, 1, 2, 4, 5 and 6 on another (each device call may get a fresh one);
 # calibrated at 5 steps, the predictions of the other cells of that machine. Cells where they are more
 # than 10% off (issue 40 open): batch 16 at 6 steps (4,197 measured after 5,570 at 5: a cliff) and batch 64
-# at 4 and 6 (the 4 < 5 inversion, 11,154 against 12,246 on the same machine)
+# at 4 (the 4 < 5 inversion, 11,154 against 12,246 on the same machine)
 MACHINE_B = (1, 2, 4, 5, 6)
-OFF = {(16, 6), (64, 4), (64, 6)}
+OFF = {(16, 6), (64, 4)}
 
 
 @need
