@@ -54,8 +54,9 @@ class NeededCalls(NamedTuple):
 def needed_calls(calls: pd.DataFrame, op_pid: np.ndarray, op_corr: np.ndarray,
                  strings: pd.Series) -> NeededCalls:
     """Per call: it launched one of the ops (same process and correlation id), captures a CUDA
-    graph (cycles.capture_cycle_ids looks at those) or synchronizes (cycles.host_wait_by_cycle); ``keep`` None when every call is needed or the
-    ids are spread too wide for a presence table (then every call is prepared). And, from the same
+    graph (cycles.capture_cycle_ids looks at those) or synchronizes (cycles.host_wait_by_cycle);
+    ``keep`` None when every call is needed or the ids are spread too wide for a presence table (then
+    every call is prepared). And, from the same
     pass over the calls' keys, how many correlation ids occur in several processes' calls (the
     report's note; None where the ids are spread too wide: then checks.count_shared_ids counts them)."""
     return needed_calls_in_blocks(calls, [(op_pid, op_corr)], strings)

@@ -158,22 +158,22 @@ def host_wait_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_star
     hit = np.isin(call_name_id, ids) & (np.asarray(phase_owner) < 0) if len(ids) else np.zeros(0, dtype=bool)
     if not hit.any():
         return empty
-    pid = np.asarray(call_tid, dtype="int64")[hit]
+    tid = np.asarray(call_tid, dtype="int64")[hit]
     start = np.asarray(call_start_ns, dtype="int64")[hit]
     dur = np.asarray(call_end_ns, dtype="int64")[hit] - start
     cyc = cycle_ranges.sort_values(["global_tid", "start_ns"], kind="stable")
-    c_pid = cyc["global_tid"].to_numpy(dtype="int64")
+    c_tid = cyc["global_tid"].to_numpy(dtype="int64")
     c_start = cyc["start_ns"].to_numpy(dtype="int64")
     # each call falls to the last cycle start at or before it on its thread
-    pids = np.unique(c_pid)
-    if not len(pids):
+    tids = np.unique(c_tid)
+    if not len(tids):
         return empty
-    p_of = np.searchsorted(pids, pid)
-    ok = (p_of < len(pids)) & (pids[np.clip(p_of, 0, len(pids) - 1)] == pid)
-    rows = np.full(len(pid), -1, dtype="int64")
-    for k, p in enumerate(pids):
-        at = np.flatnonzero(ok & (p_of == k))
-        lo, hi = np.searchsorted(c_pid, p, "left"), np.searchsorted(c_pid, p, "right")
+    t_of = np.searchsorted(tids, tid)
+    ok = (t_of < len(tids)) & (tids[np.clip(t_of, 0, len(tids) - 1)] == tid)
+    rows = np.full(len(tid), -1, dtype="int64")
+    for k, t in enumerate(tids):
+        at = np.flatnonzero(ok & (t_of == k))
+        lo, hi = np.searchsorted(c_tid, t, "left"), np.searchsorted(c_tid, t, "right")
         r = np.searchsorted(c_start[lo:hi], start[at], side="right") - 1
         rows[at] = np.where(r >= 0, lo + r, -1)
     keep = rows >= 0

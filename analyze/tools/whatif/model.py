@@ -711,7 +711,7 @@ def round_efficiency(acceptance: acc_mod.Acceptance, steps, request_tokens) -> n
 
 
 def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[int, float],
-                      request_tokens: int | None = None) -> float:
+                      request_tokens: list[int] | None = None) -> float:
     """ns to take off the overhead of every predicted cycle so that the model's tokens/s at step
     count k equals X, the user's UNPROFILED measurement of that configuration (``calibrate=(k, X)``).
 
@@ -730,11 +730,11 @@ def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[in
 
 
 def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
-            calibrate: tuple[int, float] | None = None, request_tokens: int | None = None) -> pd.DataFrame:
+            calibrate: tuple[int, float] | None = None, request_tokens: list[int] | None = None) -> pd.DataFrame:
     """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
     shift every cycle's overhead so that tokens/s at k equals X (see :func:`calibration_shift`).
-    ``request_tokens`` N: tokens/s of rounds of requests of N tokens started together (the tail:
-    :func:`round_efficiency`), else of the steady state."""
+    ``request_tokens`` [N, ...]: tokens/s of rounds of requests of N tokens started together (the tail:
+    :func:`round_efficiency`), else (None) of the steady state."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     steps = list(steps)
     m = acceptance.requests

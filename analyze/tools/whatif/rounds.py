@@ -43,8 +43,9 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
     requests came in together), never grows, holds at least :data:`MIN_FULL_CYCLES` cycles at
     ``batch``, drains below it and ends empty (the next cycle has no request). A batch that refills as
     requests finish (a server under continuous load), the drain of a larger round passing through
-    ``batch``, and a run cut by the start or the end of the data are none. One row per round: ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks'
-    tokens), ``request_tokens`` (tokens / batch)."""
+    ``batch``, and a run cut by the start or the end of the data are none. One row per round:
+    ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks' tokens), ``request_tokens``
+    (tokens / batch)."""
     cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens"]
     if cycles is None or not len(cycles) or "requests" not in cycles.columns or "tokens" not in cycles.columns:
         return pd.DataFrame(columns=cols)
