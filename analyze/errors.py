@@ -159,6 +159,20 @@ def positive_float(text: str) -> float:
     return value
 
 
+def request_tokens_arg(text: str):
+    """``--request-tokens`` (whatif, advise): 'auto', 'steady' or a number of tokens >= 1."""
+    t = str(text).strip().lower()
+    if t in ("auto", "steady"):
+        return t
+    try:
+        n = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens, 'steady' or 'auto'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens >= 1, 'steady' or 'auto'")
+    return n
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0 (a count that may be none, e.g. ``--warmup-requests``)."""
     return whole_number(text, 0)

@@ -89,6 +89,19 @@ def test_lockstep_rounds_are_found_and_a_busy_server_has_none():
     assert R.request_tokens(_cycles(one), 16) is None
 
 
+def test_a_lost_cycle_keeps_its_place_in_the_round():
+    """Cycles are taken in host order (the cycle range's start): a cycle whose GPU data was lost (no GPU
+    start) stays where it ran instead of going to the end and cutting its round in two."""
+    one = [0] + [8] * 10 + [7, 5, 2, 1] + [0]
+    c = _cycles(one).assign(cpu_start_ns=lambda f: f["start_ns"] - 10)
+    c["start_ns"] = c["start_ns"].astype("Int64")
+    c.loc[4, "start_ns"] = pd.NA                                  # lost mid-round
+    r = R.lockstep_rounds(c, 8)
+    assert r["full_cycles"].tolist() == [10] and r["tail_cycles"].tolist() == [4]
+    # by GPU start alone the lost cycle would sort last and leave the round a cycle (and its tokens) short
+    assert R.lockstep_rounds(c.drop(columns="cpu_start_ns"), 8)["full_cycles"].tolist() == [9]
+
+
 @pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
 def test_the_real_batch_64_round():
     """The 3-step profile's batch-64 rounds (the recipe's warm-up of 64 tokens a request, then the measured
@@ -132,6 +145,33 @@ def test_request_tokens_on_the_command_line(tmp_path, capsys):
         assert "--request-tokens" in err and "\n" not in err
 
 
+@pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
+def test_advise_weighs_the_tokens_per_s_of_the_rounds_asked_for(tmp_path, capsys):
+    """advise --request-tokens as whatif's: auto takes the profile's rounds and says so in the evidence of
+    the rules citing whatif; steady predicts more tokens/s at the profiled steps; a bad value: exit 10."""
+    import json
+
+    from analyze import cli
+    from analyze.errors import UsageError
+
+    def run(value):
+        out = tmp_path / f"a_{value}.json"
+        assert cli.main(["advise", str(PROFILE), "--batch", "64", "-q", "--request-tokens", value,
+                         "--json", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    auto, steady = run("auto"), run("steady")
+    assert auto["whatif"]["rounds"]["request_tokens"] == [64, 128] and steady["whatif"]["rounds"] is None
+    assert steady["whatif"]["tokens_per_s_profiled"] > auto["whatif"]["tokens_per_s_profiled"] * 1.05
+    ev = [f["evidence"] for f in auto["findings"] if "tokens_per_s_of" in f["evidence"]]
+    assert ev and all(e["tokens_per_s_of"] == "rounds" and e["round_request_tokens"] == [64, 128] for e in ev)
+    ev = [f["evidence"] for f in steady["findings"] if "tokens_per_s_of" in f["evidence"]]
+    assert ev and all(e["tokens_per_s_of"] == "steady state" for e in ev)
+    capsys.readouterr()
+    assert cli.main(["advise", str(PROFILE), "--request-tokens", "0"]) == UsageError.exit_code
+    assert "--request-tokens" in capsys.readouterr().err
+
+
 def test_verify_grows_with_the_tokens_over_a_profiles_batch_sizes():
     """model.batch_token_fit: verify less its attention, per batch size, as a line in M (k + 1) tokens:
     known slope, attention left out (it follows the context), a falling line refused, too few cycles
@@ -153,3 +193,20 @@ def test_verify_grows_with_the_tokens_over_a_profiles_batch_sizes():
     assert W.batch_token_fit(falling, steps=3)["per_token_ns"] == 0.0
     assert W.batch_token_fit(pd.DataFrame(rows[:30]), steps=3) is None                     # one batch size
     assert W.batch_token_fit(pd.DataFrame(rows).drop(columns="verify_attention_ns"), steps=3) is None
+
+
+@pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
+def test_the_batch_fit_reads_the_columns_it_needs_only():
+    """model.batch_fit_samples (three columns, nothing read from the draft kernels or ranges) gives the fit
+    that the full per-cycle samples give; one batch size in the cycles: None, before any op is read."""
+    from analyze.tools import sides
+    from analyze.tools.whatif import model as W
+
+    side = sides.load_side(PROFILE)
+    narrow, full = W.batch_fit_samples(side), W.profile_samples(side)[0]
+    assert list(narrow.columns) == ["cycle", "requests", "verify_ns", "verify_attention_ns"]
+    assert W.batch_token_fit(narrow, 3) == W.batch_token_fit(full, 3)
+    assert W.batch_token_fit(narrow, 3)["per_token_ns"] == pytest.approx(1890, rel=0.01)
+    one = side.cycles[pd.to_numeric(side.cycles["requests"], errors="coerce") == 16]
+    assert W.batch_fit_samples(sides.Side(side.label, one, side.kernels, side.phase_names, side.ranges, None,
+                                          spec_config=side.spec_config)) is None

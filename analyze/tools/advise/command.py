@@ -6,7 +6,7 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, UnsuitableInput, positive_float, positive_int
+from analyze.errors import ArgumentParser, UnsuitableInput, positive_float, positive_int, request_tokens_arg
 
 
 def build_parser() -> ArgumentParser:
@@ -28,6 +28,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
     p.add_argument("--batch", metavar="M", type=positive_int, default=None,
                    help="the step-count and speculation rules model only the decode cycles of M requests (whatif's --batch)")
+    p.add_argument("--request-tokens", metavar="N|steady|auto", default="auto", type=request_tokens_arg,
+                   help="what tokens/s the step-count and speculation rules weigh (whatif's --request-tokens): rounds "
+                        "of requests of N new tokens started together; 'steady'; default 'auto' (the profile's own "
+                        "lockstep rounds at --batch when it ran in them, else steady)")
     p.add_argument("--jobs", type=positive_int, default=None, metavar="N")
     p.add_argument("--force", action="store_true",
                    help="let --json replace an existing Nsight Systems report (never an input of this run)")
@@ -49,7 +53,8 @@ def main_advise(argv: list[str]) -> int:
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         try:
             adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,
-                         calibrate_tps=args.calibrate_tps, batch=args.batch).to_dict()
+                         calibrate_tps=args.calibrate_tps, batch=args.batch,
+                         request_tokens=args.request_tokens).to_dict()
         except ValueError as exc:  # the trace cannot answer the rules' questions
             raise UnsuitableInput(str(exc)) from exc
         if args.json:

@@ -97,16 +97,18 @@ def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_
 
 
 def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: float | None = None,
-                   calibrate_tps: float | None = None, batch: int | None = None) -> dict:
+                   calibrate_tps: float | None = None, batch: int | None = None, request_tokens="auto") -> dict:
     """The whatif prediction advise cites (point estimates unless ``n_boot``); ``baseline_tps`` /
     ``calibrate_tps``: the no-speculation and the profiled configuration's tokens/s measured without
-    the profiler (whatif's --baseline-tps / --calibrate-tps)."""
+    the profiler (whatif's --baseline-tps / --calibrate-tps); ``request_tokens``: whatif's
+    --request-tokens (rounds of N-token requests, 'steady' or 'auto')."""
     from analyze.tools.whatif import model as W
 
     # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)))
-    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch)
+    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch,
+              request_tokens=request_tokens)
     r = W.whatif(side, steps, **kw)
     prof = r["profiles"][0]
     k = prof["steps"]
@@ -124,11 +126,23 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "cycle_ns_best": float(p.loc[best, "cycle_ns"]), "draft_step_ns": float(prof["draft_step_ns"]),
             "requests": float(prof["requests"]), "verified_tokens": float(prof["verified_tokens"]),
             "verify_scaling": r["verify_scaling"], "acceptance_method": r["acceptance_method"],
+            # what the tokens/s is of: None (steady state) or the rounds of requests started together
+            "rounds": r["rounds"],
             "best_extrapolated": bool(r["best"]["extrapolated"]),
             "verdict_uncertain": bool(r["best"]["verdict_uncertain"]),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps)}
+
+
+def _rounds_evidence(w: dict) -> dict:
+    """What whatif's tokens/s are of, as evidence: ``tokens_per_s_of`` "steady state" or "rounds", and
+    the rounds' request tokens (whatif.rounds: a round ends with its slowest request)."""
+    r = w.get("rounds")
+    if not r:
+        return {"tokens_per_s_of": "steady state"}
+    return {"tokens_per_s_of": "rounds", "round_request_tokens": list(r["request_tokens"]),
+            "rounds_source": r.get("source")}
 
 
 ADVISE_BATCH_SIZES = 6
@@ -193,7 +207,7 @@ def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
 
 def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
                   baseline_tps: float | None = None, calibrate_tps: float | None = None,
-                  batch: int | None = None) -> Context:
+                  batch: int | None = None, request_tokens="auto") -> Context:
     cyc, warm = steady_cycles(analysis.cycles)
     tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
     cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
@@ -213,7 +227,7 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
-                                        batch=batch)
+                                        batch=batch, request_tokens=request_tokens)
         except (ValueError, KeyError, IndexError) as exc:
             ctx.whatif_error = str(exc)
     if message_sizes and len(analysis.collectives):
@@ -258,7 +272,7 @@ def rule_verify_dominated(ctx: Context):
         ev.update(profiled_steps=w["profiled_steps"], recommended_steps=w["best_steps"],
                   tokens_per_s_profiled=w["tokens_per_s_profiled"], tokens_per_s_recommended=w["tokens_per_s_best"],
                   requests=w["requests"], verified_tokens=w["verified_tokens"],
-                  verify_scaling=w["verify_scaling"]["method"])
+                  verify_scaling=w["verify_scaling"]["method"], **_rounds_evidence(w))
         comp = (w["verify_scaling"].get("components") or {}).get("verify")
         if comp:
             ev.update(verify_per_token_ns=comp["per_token_ns"], verify_at_zero_tokens_ns=comp["intercept_ns"])
@@ -640,7 +654,7 @@ def rule_speculation(ctx: Context):
     ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
               accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
               tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
-              baseline_method=w["baseline_method"])
+              baseline_method=w["baseline_method"], **_rounds_evidence(w))
     suggestion = (f"Speculation costs more than it gains here: each request gets "
                   f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
                   f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
@@ -737,7 +751,8 @@ def live_check(ctx: Context, rule: str) -> F.RuleCheck:
 
 
 def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
-           baseline_tps: float | None = None, calibrate_tps: float | None = None, batch: int | None = None) -> F.Advice:
+           baseline_tps: float | None = None, calibrate_tps: float | None = None, batch: int | None = None,
+           request_tokens="auto") -> F.Advice:
     """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule.
     ``baseline_tps`` / ``calibrate_tps``: unprofiled tokens/s without speculation / of the profiled
     configuration, for the step-count and speculation rules (see whatif)."""
@@ -747,7 +762,8 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
         return F.Advice([], checks, cycle_ns=0.0, cycles=0, ranks=int(analysis.ranks["rank"].nunique())
                         if len(analysis.ranks) else 0, warmup_cycles=0)
     ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot,
-                        baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch)
+                        baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch,
+                        request_tokens=request_tokens)
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
         if ctx.live and fn in KERNEL_RULES:

@@ -45,14 +45,18 @@ def per_cycle(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> pd.DataFrame:
     c = cycles[(cycles["rank"] == rank) & cycles[lo_col].notna() & cycles[hi_col].notna()].sort_values(lo_col)
     if c.empty:
         return out
-    o = ops[(ops["kind"] == "kernel") & (ops["rank"] == rank) & ops["phase"].isin(("verify", "draft", "draft_extend"))]
-    o = o[is_attention(o["name"])]
+    # the rows picked by masks over single columns, then only the three columns read taken (a boolean
+    # index of the whole per-op table copies its every column: 0.19 -> 0.05 s on the 1.4M-op grid profile)
+    rows = np.flatnonzero(((ops["kind"] == "kernel") & (ops["rank"] == rank)
+                           & ops["phase"].isin(("verify", "draft", "draft_extend"))).to_numpy())
+    rows = rows[np.asarray(is_attention(ops["name"].take(rows)), dtype=bool)]
+    phase = ops["phase"].to_numpy()[rows]
     lo, hi = c[lo_col].to_numpy(dtype="int64"), c[hi_col].to_numpy(dtype="int64")
-    start = o["start_ns"].to_numpy(dtype="int64")
+    start = ops["start_ns"].to_numpy(dtype="int64")[rows]
     i = np.searchsorted(lo, start, side="right") - 1
     inside = (i >= 0) & (start < hi[np.clip(i, 0, None)])
-    o = pd.DataFrame({"cycle": c["cycle"].to_numpy()[i[inside]], "phase": o["phase"].to_numpy()[inside],
-                      "ns": (o["end_ns"].to_numpy(dtype="int64") - start)[inside].astype("float64")})
+    o = pd.DataFrame({"cycle": c["cycle"].to_numpy()[i[inside]], "phase": phase[inside],
+                      "ns": (ops["end_ns"].to_numpy(dtype="int64")[rows] - start)[inside].astype("float64")})
     own = pd.Index(c["cycle"].drop_duplicates())
 
     def per(phase, how):

@@ -1,13 +1,12 @@
 """``analyze-trace whatif REPORT [...]``: the command line of the what-if model (docs/whatif.md)."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from analyze import output_policy
 from analyze.errors import (ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, non_negative_int,
-                            positive_int)
+                            positive_int, request_tokens_arg)
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
 from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
@@ -179,20 +178,6 @@ def build_parser() -> ArgumentParser:
                    help="let an output replace an existing Nsight Systems report (never an input)")
     p.add_argument("-q", "--quiet", action="store_true")
     return p
-
-
-def request_tokens_arg(text: str):
-    """--request-tokens: 'auto', 'steady' or a number of tokens >= 1."""
-    t = str(text).strip().lower()
-    if t in ("auto", "steady"):
-        return t
-    try:
-        n = int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens, 'steady' or 'auto'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number of tokens >= 1, 'steady' or 'auto'")
-    return n
 
 
 def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:

@@ -476,6 +476,29 @@ def token_fit(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=Non
     return out
 
 
+def batch_fit_samples(side: Side, keep_outliers: bool = False) -> pd.DataFrame | None:
+    """What :func:`batch_token_fit` reads, per steady cycle of every batch size (requests, verify_ns,
+    verify_attention_ns: the columns :func:`profile_samples` gives them, nothing else computed); None
+    unless two batch sizes have :data:`MIN_BATCH_FIT_CYCLES` cycles (a profile of one batch size:
+    nothing to fit, and nothing read from the ops)."""
+    cyc = cycles_mod.steady(side.cycles, keep_outliers, every_rank=True) if side.cycles is not None else None
+    if cyc is None or cyc.empty or "requests" not in cyc.columns or "verify" not in side.phase_names:
+        return None
+    low = cyc[cyc["rank"] == cyc["rank"].min()]
+    sizes = pd.to_numeric(low["requests"], errors="coerce").value_counts()
+    if int((sizes[sizes.index > 0] >= MIN_BATCH_FIT_CYCLES).sum()) < 2:
+        return None
+    per = per_cycle(cyc, side.phase_names)
+    marked = cyc[cyc["accepted_tokens"].notna()] if "accepted_tokens" in cyc.columns else cyc.iloc[0:0]
+    if marked.empty:
+        return None
+    acc = acc_mod.cycle_samples(cyc)          # as profile_samples joins them
+    acc.index = marked[marked["rank"] == marked["rank"].min()].sort_values("cycle")["cycle"].to_numpy()
+    per = per.join(acc[["requests"]], on="cycle")
+    per = per.merge(att_mod.per_cycle(side.gpu_ops, cyc), on="cycle", how="left")
+    return per[["cycle", "requests", "verify_ns", "verify_attention_ns"]].reset_index(drop=True)
+
+
 def batch_token_fit(all_samples: pd.DataFrame, steps: int) -> dict | None:
     """How verify's time grows with the verified tokens, from the batch sizes of ONE profile: the part
     of verify that is not attention (GEMMs, norms, activations, the LM head: work over the batch x
@@ -611,12 +634,9 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         notes += live_profile_notes(side.label)
     c["rounds"] = rounds_mod.request_tokens(side.cycles, batch)
     if batch is not None and verify_scaling is None and not c.get("token_fit"):
-        key = ("all_samples", keep_outliers)
+        key = ("batch_fit_samples", keep_outliers)
         if key not in memo:
-            try:
-                memo[key] = profile_samples(side, keep_outliers, memo)[0]
-            except ValueError:
-                memo[key] = None
+            memo[key] = batch_fit_samples(side, keep_outliers)
         c = apply_batch_fit(c, batch_token_fit(memo[key], steps))
     c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
              live=bool(side.live), draft_topk=cfg.topk if cfg is not None else None,

@@ -49,7 +49,9 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
     cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens"]
     if cycles is None or not len(cycles) or "requests" not in cycles.columns or "tokens" not in cycles.columns:
         return pd.DataFrame(columns=cols)
-    low = cycles[cycles["rank"] == cycles["rank"].min()].sort_values("start_ns", kind="stable")
+    # in host order: the cycle range's own start (a cycle whose GPU data was lost has no GPU start)
+    key = "cpu_start_ns" if "cpu_start_ns" in cycles.columns else "start_ns"
+    low = cycles[cycles["rank"] == cycles["rank"].min()].sort_values(key, kind="stable")
     req = pd.to_numeric(low["requests"], errors="coerce").to_numpy(dtype="float64")
     tok = pd.to_numeric(low["tokens"], errors="coerce").to_numpy(dtype="float64")
     ids = low["cycle"].to_numpy()
