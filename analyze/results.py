@@ -29,10 +29,8 @@ class ReportResult:
     notes: list[Note] = field(default_factory=list)
     cycles: pd.DataFrame | None = None          # per (rank, cycle), cycles.cycle_frame
     collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
-    window_ops: pd.DataFrame | None = None      # chunked only: the ops of the default timeline window
-    # chunked only: the ops' timeline.launch_gaps.GapStats (typed object: results come before timeline)
-    launch_gaps: object = None
-    whatif_ops: pd.DataFrame | None = None      # chunked only: the per-op rows whatif reads (mapstep)
+    # chunked only (no per-op table): the report's GPU ops, spilled (opstore.SpilledOps); None: gpu_ops holds them
+    ops: object = None
 
 
 @dataclass
@@ -52,15 +50,9 @@ class Analysis:
     alignment: pd.DataFrame
     phase_names: list[str]
     notes: list[Note] = field(default_factory=list)
-    # when gpu_ops was not kept (a chunked analysis of one report): the ops (rank, start_ns, end_ns,
-    # phase, name) of the cycles plots.cycle_timeline draws by default (cycles.default_window_cycles)
-    window_ops: pd.DataFrame | None = None
-    # the launch gaps (timeline.launch_gaps.GapStats) of the reports analysed without a per-op table
-    # (chunked), added up; advise adds those of gpu_ops' to them. None when every report kept its ops
-    launch_gaps: object = None
-    # the per-op table's rows whatif reads (the lowest rank's draft ops and each cycle range's first
-    # op) of the reports analysed without a per-op table; None when every report kept its ops
-    whatif_ops: pd.DataFrame | None = None
+    # the one store of the GPU ops (opstore.Ops: gpu_ops, and the spilled ops of reports analysed in
+    # chunks); read it through opstore.of(analysis), which also serves an Analysis made without one
+    ops: object = None
     # the derived tables computed so far (analyze.views.get): each computed once per analysis
     view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -99,7 +91,6 @@ TABLES = (
     TableInfo("collectives", 7),
     TableInfo("alignment", 8),
     TableInfo("gpu_ops", None, time_columns=("start_ns", "end_ns")),
-    TableInfo("whatif_ops", None, time_columns=("start_ns", "end_ns")),
     TableInfo("ranges", None, time_columns=("start_ns", "end_ns"),
               optional_time_columns=("gpu_start_ns", "gpu_end_ns", "gpu_start_all", "gpu_end_all")),
     TableInfo("marks", None, time_columns=("time_ns",)),

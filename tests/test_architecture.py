@@ -114,7 +114,7 @@ def test_no_import_cycle_in_analyze():
 
 
 # the pipeline's stages in order: a module imports only from its own stage or a lower one
-STAGE = {"errors": 0, "notes": 0, "findings": 0, "memory": 0, "codes": 0, "demo": 0, "processes": 0, "output_policy": 0.5, "atomic": 1, "results": 1,
+STAGE = {"errors": 0, "notes": 0, "findings": 0, "memory": 0, "codes": 0, "demo": 0, "processes": 0, "output_policy": 0.5, "atomic": 1, "results": 1, "opstore": 1,
          "read": 2, "project": 3, "attribute": 4, "ranks": 4, "timeline": 5, "run": 6, "views": 7,
          "render": 8, "command_inputs": 8.5, "tools": 9, "cli": 10, "": 10}
 

@@ -89,7 +89,9 @@ def test_chunked_advice_equals_the_whole(monkeypatch, reports, rows):
     whole = analyze.load(paths if len(paths) > 1 else paths[0])
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", rows)
     chunked = analyze.load(paths if len(paths) > 1 else paths[0], memory_budget=1)
-    assert chunked.gpu_ops.empty and chunked.launch_gaps is not None and whole.launch_gaps is None
+    # no per-op table: the ops spilled (one store per chunked report), the whole analysis' store is its table
+    assert chunked.gpu_ops.empty and chunked.ops.frame is None and len(chunked.ops) == len(whole.gpu_ops)
+    assert whole.ops.frame is whole.gpu_ops
     chunks = [n.count for n in chunked.notes if n.code == N.CHUNKED]
     assert len(chunks) == len(paths) and min(chunks) >= 3         # several chunks per report
     want = M.advise(whole, message_sizes=False).to_dict()
@@ -102,7 +104,7 @@ def test_chunked_advice_equals_the_whole(monkeypatch, reports, rows):
 def test_whatif_of_a_chunked_analysis_equals_the_whole(monkeypatch):
     """`analyze-trace whatif` on a report analysed in chunks (a report too big for memory, or a
     budget): the real SGLang server trace has no draft_step ranges, so the step count comes from
-    the draft kernels' repetition, which the map step keeps for whatif (Analysis.whatif_ops)."""
+    the draft kernels' repetition, read from the spilled ops (opstore) as from the per-op table."""
     from analyze.tools import sides
     from analyze.tools.whatif import model as W
 
@@ -110,8 +112,8 @@ def test_whatif_of_a_chunked_analysis_equals_the_whole(monkeypatch):
     whole = W.whatif(sides.side_from_analysis(analyze.load(path)), range(1, 6), n_boot=0)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 13)
     chunked_analysis = analyze.load(path, memory_budget=1)
-    assert chunked_analysis.gpu_ops.empty and len(chunked_analysis.whatif_ops) > 0
-    assert len(chunked_analysis.whatif_ops) < len(analyze.load(path).gpu_ops) / 2
+    read = sides.whatif_ops(chunked_analysis)            # whatif's rows only, not every op
+    assert chunked_analysis.gpu_ops.empty and 0 < len(read) < len(analyze.load(path).gpu_ops) / 2
     chunked = W.whatif(sides.side_from_analysis(chunked_analysis), range(1, 6), n_boot=0)
     assert chunked["profiles"][0]["steps"] == whole["profiles"][0]["steps"] == 2
     pd.testing.assert_frame_equal(chunked["predictions"], whole["predictions"])

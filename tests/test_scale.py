@@ -420,9 +420,9 @@ def test_memory_budget_option_words():
     assert build_parser().parse_args(["r.sqlite", "--memory-budget", "none"]).memory_budget is None
 
 
-def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
-    """Without the per-op table, a chunked analysis keeps the ops of the cycles the timeline draws
-    by default: the same ops as the whole table has there, so the figure can still be drawn."""
+def test_chunked_analysis_draws_the_timeline_from_its_spilled_ops(monkeypatch):
+    """Without the per-op table, a chunked analysis' op store (the spilled ops) gives the ops of any
+    window as the whole table has them, so the timeline can be drawn at any cycle."""
     import matplotlib
     matplotlib.use("Agg")
     from analyze.render import plots
@@ -432,21 +432,23 @@ def test_chunked_analysis_keeps_the_default_timeline_window(monkeypatch):
     whole = api.load(path)
     monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 200)
     chunked = api.load(path, memory_budget=1)
-    assert chunked.gpu_ops.empty and whole.window_ops is None
+    assert chunked.gpu_ops.empty and chunked.ops.frame is None
     chosen = cycles.default_window_cycles(whole.cycles)
     assert len(chosen) == 2
     sel = whole.cycles[whole.cycles["cycle"].isin(chosen)]
     w0, w1 = sel["start_ns"].min(), sel["end_ns"].max()
     ops = whole.gpu_ops
     want = ops[(ops["end_ns"] > w0) & (ops["start_ns"] < w1)].sort_values(["rank", "start_ns"], kind="stable")
-    got = chunked.window_ops
+    got = chunked.ops.query(["rank", "start_ns", "end_ns", "phase", "name", "kind", "cycle_range"], window=(w0, w1))
     assert len(got) == len(want) > 0 and got["rank"].nunique() == 4
-    for c in ("rank", "start_ns", "end_ns", "phase", "name"):
+    for c in ("rank", "start_ns", "end_ns", "phase", "name", "kind", "cycle_range"):
         assert list(got[c]) == list(want[c]), c
     fig = plots.cycle_timeline(chunked)
     assert fig.axes[0].get_title() == f"GPU timeline per rank, cycles {chosen[0]}-{chosen[1]}"
-    with pytest.raises(plots.NoData, match="only the default cycles"):
-        plots.cycle_timeline(chunked, cycles=chosen[0])
+    one = plots.cycle_timeline(chunked, cycles=chosen[0])            # any cycle, not only the default's
+    assert one.axes[0].get_title() == f"GPU timeline per rank, cycle {chosen[0]}"
+    assert [len(c.get_paths()) for c in one.axes[0].collections] == \
+        [len(c.get_paths()) for c in plots.cycle_timeline(whole, cycles=chosen[0]).axes[0].collections]
 
 
 def test_a_chunked_run_that_fails_leaves_no_cache_behind(tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from analyze import notes as N
+from analyze import opstore
 from analyze import views
 from analyze.views.phases import phase_order
 from analyze.attribute.phases import OTHER
@@ -241,8 +242,8 @@ def _cycle_window(a, cycles) -> tuple[int, int, list[int], str]:
     """(start_ns, end_ns, cycle numbers, description) of the window to draw."""
     cyc = cycles_mod.with_gpu(a.cycles)
     if cyc is None or cyc.empty:
-        ops = a.gpu_ops
-        return int(ops["start_ns"].min()), int(ops["end_ns"].max()), [], "whole trace (no decode_cycle ranges)"
+        w0, w1 = opstore.of(a).extent()
+        return w0, w1, [], "whole trace (no decode_cycle ranges)"
     numbers = sorted(int(c) for c in cyc["cycle"].unique())
     if cycles is None:
         chosen = cycles_mod.default_window_cycles(cyc)
@@ -287,20 +288,14 @@ def cycle_timeline(a, *, cycles=None, ranks: Iterable[int] | None = None) -> Fig
     ``cycles``: a cycle number, ``(first, stop)`` (stop excluded), a slice or a list of numbers;
     default: two consecutive cycles starting at the cycle of median duration (ignoring cycle 0,
     usually warm-up). Without decode_cycle ranges the whole trace is drawn."""
-    ops = a.gpu_ops
-    kept = getattr(a, "window_ops", None)
-    if (ops is None or ops.empty) and kept is not None and len(kept):
-        # a chunked analysis keeps the ops of the default window only
-        if cycles is not None:
-            raise NoData("the per-op table was not kept (--memory-budget): only the default cycles can be drawn")
-        ops = kept
-    if ops is None or ops.empty:
+    store = opstore.of(a)         # the per-op table, or a chunked analysis' spilled ops
+    if not len(store):
         raise NoData("no GPU ops")
     w0, w1, chosen, label = _cycle_window(a, cycles)
     rank_ids = sorted(int(r) for r in (a.ranks["rank"] if ranks is None else ranks))
     order = _phase_order(a)
     colors = phase_colors(order)
-    win = ops[(ops["end_ns"] > w0) & (ops["start_ns"] < w1) & ops["rank"].isin(rank_ids)]
+    win = store.query(["rank", "start_ns", "end_ns", "phase"], ranks=rank_ids, window=(w0, w1))
     unit, div = _unit([w1 - w0])
     n = len(rank_ids)
     fig = _new_figure(11.0, 1.2 + 0.42 * n)

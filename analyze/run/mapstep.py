@@ -17,8 +17,9 @@ only at the end (the rank marks and devices of every process), so ops are groupe
 (``global_pid``) meanwhile; a process is a rank.
 
 The per-op table (``gpu_ops``) is built only for a report analysed in one chunk (``keep_ops``);
-otherwise it is empty and the ops of the default timeline window are kept instead
-(``window_ops``).
+otherwise it is empty and the kept op columns are written to a Parquet file instead, the report's op
+store (``ops``: :class:`analyze.opstore.SpilledOps`), which the timeline plot, advise and whatif
+query as they query a per-op table.
 """
 from __future__ import annotations
 
@@ -29,11 +30,10 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze import memory
+from analyze import memory, opstore
 from analyze import notes as N
 from analyze.attribute import attribution
 from analyze.attribute import intervals
-from analyze.attribute.attention import is_attention
 from analyze.attribute.intervals import INT64_MIN, segment_duration_sums, union_step_segments
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.notes import Note
@@ -46,7 +46,7 @@ from analyze.run import checks
 from analyze.run.launches import Launches, cycle_of_ops, report_rows
 from analyze.run.spill import OpStore
 from analyze.timeline import collectives as coll_mod
-from analyze.timeline import cycles, launch_gaps
+from analyze.timeline import cycles
 
 INT64_MAX = np.iinfo(np.int64).max
 KINDS = attribution.KIND_NAMES
@@ -459,11 +459,9 @@ class ReportMap:
         totals["outside_cycles_busy_ns"] = totals["busy_ns"].to_numpy() - _period_busy(cycle_tab, rank_values)
         ranges = ranges.rename_axis("range_id").reset_index()
 
-        window_ops = None if self.keep_ops else self._window_ops(row_of_group, rank_values, cycle_tab,
-                                                                  phase_names, texts)
-        gap_stats = None if self.keep_ops else self._launch_gaps(row_of_group, rank_values, cycle_tab)
-        whatif_ops = None if self.keep_ops else self._whatif_ops(row_of_group, rank_values, cycle_tab,
-                                                                  phase_names, texts)
+        # no per-op table: the kept op columns, spilled, are the report's op store (opstore.SpilledOps)
+        spilled = None if self.keep_ops else opstore.spill(self._spill_parts(row_of_group, rank_values), phase_names,
+                                                           texts, KINDS)
         if chunked:
             memory.release()
             self.stage("collectives and notes")
@@ -477,8 +475,7 @@ class ReportMap:
             gpu_ops = empty_op_table()
         notes = checks.notes_from_counts(self.input_notes, self.counts)
         return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
-                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, window_ops=window_ops,
-                            launch_gaps=gap_stats, whatif_ops=whatif_ops)
+                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, ops=spilled)
 
     def _rank_figures(self, row_of_group: np.ndarray, n_r: int) -> attribution.RankFigures:
         """Per rank (rows of the ranks table) from the per-process accumulators."""
@@ -589,98 +586,23 @@ class ReportMap:
                                   self.marks.assign(input=self.path), self.config, self.capture_ids,
                                   self.host_wait)
 
-    def _launch_gaps(self, row_of_group: np.ndarray, rank_values: np.ndarray,
-                     cycle_tab: pd.DataFrame) -> launch_gaps.GapStats:
-        """The launch gaps of the kept ops in the steady cycles (what advise reads from the per-op
-        table, which a chunked analysis does not keep): a rank at a time in start order, the chunks
-        one after the other (launch_gaps.GapStream)."""
-        stream = launch_gaps.GapStream(cycles.steady(cycle_tab))
-        if not stream.windows:                  # no steady cycle: nothing to read again
-            return stream.stats
-        for rank, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "gn")):
-            stream.feed(rank, cols["s"], cols["e"], launch_gaps.graph_marks(cols["k"] == KINDS.index("graph"),
-                                                                            cols["gn"]))
-        return stream.stats
-
-    def _rank_ops_in_cycles(self, row_of_group: np.ndarray, rank_values: np.ndarray, names: tuple,
-                            only_rank: int | None = None):
-        """Per chunk and rank (``only_rank``'s alone when given): (rank, {column: values}) of the kept
-        ops whose launching call lies in a cycle range, in start order (a rank's processes merged),
-        the columns ``names`` and ``cr`` (the cycle range)."""
+    def _spill_parts(self, row_of_group: np.ndarray, rank_values: np.ndarray):
+        """(rank, columns) of every run of one process of every chunk of the kept ops, in start order,
+        the chunks in time order: what :func:`opstore.spill` writes (a report analysed in chunks)."""
         store = self.store
         for k in range(len(store)):
             by_rank: dict[int, list[tuple[int, int]]] = {}
             for group, first, stop in store.runs(k):
-                rank = int(rank_values[row_of_group[group]])
-                if only_rank is None or rank == only_rank:
-                    by_rank.setdefault(rank, []).append((first, stop))
-            for rank, runs in by_rank.items():
-                cols = {c: np.concatenate([store.get_run(k, c, a, b) for a, b in runs]) for c in ("cr", *names)}
-                inside = np.flatnonzero(cols["cr"] >= 0)
+                by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
+            for rank in sorted(by_rank):
+                runs = by_rank[rank]
+                col = {c: np.concatenate([store.get_run(k, c, a, b) for a, b in runs])
+                       for c in ("s", "e", "ph", "nc", "k", "cr", "gn")}
                 if len(runs) > 1:                # a rank of several processes: their ops merged by start
-                    inside = inside[np.argsort(cols["s"][inside], kind="stable")]
-                yield rank, {c: v[inside] for c, v in cols.items()}
-
-    def _whatif_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
-                    phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
-        """What whatif reads from the per-op table (a chunked analysis keeps none): the lowest rank
-        with cycles' ops inside cycle ranges that are in the draft phase, the attention kernels of the
-        verify and draft_extend phases (whatif/attention.py), and each cycle range's first op (its GPU
-        window start), with the per-op table's columns (kind, rank, cycle_range, phase, name,
-        start_ns, end_ns) in start order. None without cycles or a draft phase."""
-        if not len(cycle_tab) or "draft" not in phase_names:
-            return None
-        rank = int(cycle_tab["rank"].min())
-        draft = phase_names.index("draft")
-        extend_like = [phase_names.index(p) for p in ("verify", "draft_extend") if p in phase_names]
-        attention = is_attention(texts) if len(texts) else np.zeros(0, dtype=bool)
-        parts, seen = [], set()
-        for _, cols in self._rank_ops_in_cycles(row_of_group, rank_values, ("s", "e", "k", "ph", "nc"), rank):
-            cr = cols["cr"]
-            first = np.zeros(len(cr), dtype=bool)
-            _, at = np.unique(cr, return_index=True)      # each range's first op of the chunk ...
-            new = [i for i in at.tolist() if int(cr[i]) not in seen]      # ... and of the report
-            first[new] = True
-            seen.update(int(cr[i]) for i in new)
-            att = attention[cols["nc"]] & np.isin(cols["ph"], extend_like) if len(attention) else False
-            keep = np.flatnonzero(first | (cols["ph"] == draft) | att)
-            parts.append({c: v[keep] for c, v in cols.items()})
-        if not parts:
-            return None
-        col = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
-        return pd.DataFrame({"kind": pd.Categorical.from_codes(col["k"], categories=list(KINDS)),
-                             "rank": np.full(len(col["s"]), rank, dtype="int64"),
-                             "cycle_range": col["cr"].astype("int64"),
-                             "phase": pd.Series(np.array(phase_names, dtype=object)[col["ph"]], dtype=object),
-                             "name": pd.Series(texts[col["nc"]] if len(texts) else np.full(len(col["s"]), None),
-                                               dtype=object),
-                             "start_ns": col["s"], "end_ns": col["e"]})
-
-    def _window_ops(self, row_of_group: np.ndarray, rank_values: np.ndarray, cycle_tab: pd.DataFrame,
-                    phase_names: list[str], texts: np.ndarray) -> pd.DataFrame | None:
-        """The kept ops overlapping the window plots.cycle_timeline draws by default (the
-        :func:`cycles.default_window_cycles` of every rank): rank, start_ns, end_ns, phase, name, in
-        (rank, start) order; None without cycles (the default window is then the whole trace)."""
-        chosen = cycles.default_window_cycles(cycle_tab)
-        if not chosen:
-            return None
-        sel = cycles.with_gpu(cycle_tab)
-        sel = sel[sel["cycle"].isin(chosen)]
-        w0, w1 = int(sel["start_ns"].min()), int(sel["end_ns"].max())
-        store, parts = self.store, []
-        for k in range(len(store)):
-            s, e = store.get(k, "s"), store.get(k, "e")
-            hit = np.flatnonzero((e > w0) & (s < w1))
-            if len(hit):
-                parts.append((rank_values[row_of_group[store.get(k, "g")[hit]]], s[hit], e[hit],
-                              store.get(k, "ph")[hit], store.get(k, "nc")[hit]))
-        rank, start, end, phase, name = (np.concatenate(c) for c in zip(*parts)) if parts else \
-            (np.zeros(0, dtype="int64"),) * 3 + (np.zeros(0, dtype="int8"), np.zeros(0, dtype="int32"))
-        order = np.lexsort((start, rank))
-        return pd.DataFrame({"rank": rank[order].astype("int64"), "start_ns": start[order], "end_ns": end[order],
-                             "phase": pd.Series(np.array(phase_names, dtype=object)[phase[order]], dtype=object),
-                             "name": pd.Series(texts[name[order]] if len(texts) else np.zeros(0, dtype=object),
-                                               dtype=object)})
+                    order = np.argsort(col["s"], kind="stable")
+                    col = {c: v[order] for c, v in col.items()}
+                yield rank, {"start_ns": col["s"], "end_ns": col["e"], "phase_code": col["ph"], "name_code": col["nc"],
+                             "kind_code": col["k"], "cycle_range": col["cr"], "graph_node": col["gn"]}
 
     def _collective_table(self, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
                           texts: np.ndarray) -> pd.DataFrame | None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze import opstore
 from analyze.attribute.phases import PhaseConfig
 from analyze.ranks import alignment
 from analyze.ranks.identify import RankConflict
 from analyze.run import checks
 from analyze.results import TABLES, Analysis
 from analyze.timeline import cycles as cycles_mod, collectives as coll_mod
-from analyze.timeline.launch_gaps import GapStats
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -54,6 +54,8 @@ def renumber_ranks(results) -> None:
                           res.cycles, res.collective_ops):
                 if table is not None and "rank" in table.columns:
                     table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype(table["rank"].dtype)
+            if res.ops is not None:      # the spilled ops' row groups, a rank each
+                res.ops.index["rank"] = res.ops.index["rank"].map(mapping).fillna(res.ops.index["rank"]).astype("int64")
 
 
 def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:
@@ -104,6 +106,8 @@ def combine(results, config: PhaseConfig):
                     else:                      # a new column: the old may be a read-only view
                         frame[c] = col + int(off)
         res.ranks["offset_ns"] = int(off)
+        if res.ops is not None:
+            res.ops.offset_ns = int(off)
         inputs.append({"path": res.path, "schema_version": res.meta.get("schema_version"),
                        "nsys_version": res.meta.get("nsys_version"),
                        "cuda_graph_trace": res.meta.get("cuda_graph_trace"),
@@ -126,17 +130,8 @@ def combine(results, config: PhaseConfig):
                                                           if r.collective_ops is not None]))
     notes = [n.about_input(r.path) if len(results) > 1 else n for r in results for n in r.notes]
     notes += missing_ranks(ranks)
-    # the default timeline window is chosen over all ranks: one report's window is the analysis' only
-    # when it is the only report (then on its own clock: offset 0)
-    window_ops = results[0].window_ops if len(results) == 1 else None
-    # what the reports analysed in chunks (no per-op table) kept for advise and whatif
-    gap_parts = [r.launch_gaps for r in results if r.launch_gaps is not None]
-    launch_gaps = GapStats() if gap_parts else None
-    for part in gap_parts:
-        launch_gaps.merge(part)
-    whatif_parts = [r.whatif_ops for r in results if r.whatif_ops is not None]
+    # the one op store: the per-op table of the reports analysed whole, the spilled ops of the others
+    ops = opstore.combined([opstore.FrameOps(gpu_ops)] + [r.ops for r in results if r.ops is not None])
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
-                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes,
-                    window_ops=window_ops, launch_gaps=launch_gaps,
-                    whatif_ops=_concat(whatif_parts) if whatif_parts else None)
+                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes, ops=ops)

@@ -8,8 +8,9 @@ steady cycle's GPU window on its rank (``analyze.timeline.cycles.cycle_at``: the
 before an op is its start minus the latest end so far, at least 0 (ops that start together give 0
 in either order, so ties need no order). The figures are sums, counts and a median, kept in
 :class:`GapStats` so that they add up over parts: from a per-op table a rank at a time
-(:func:`stats_from_op_table`, what advise reads), or chunk by chunk (:class:`GapStream`, the map
-step of a report analysed in chunks, which keeps no per-op table), and report by report; the median is exact (a count per gap below
+(:func:`stats_from_op_table`), or chunk by chunk (:class:`GapStream`: the spilled ops of a report
+analysed in chunks, which keeps no per-op table), and report by report (:func:`stats_of_store`, what
+advise reads, takes the one or the other as the op store holds them); the median is exact (a count per gap below
 :data:`SMALL_GAP_NS` ns, the larger gaps kept as values).
 """
 from __future__ import annotations
@@ -155,6 +156,23 @@ def stats_from_op_table(ops: pd.DataFrame | None, cycles: pd.DataFrame) -> GapSt
     for rows, gaps in pieces:                 # a rank at a time: no full-size rows or gaps
         stats.add(gaps, len(rows), int(graph[rows].sum()) if graph is not None else 0)
     return stats
+
+
+def stats_of_store(ops, cycles: pd.DataFrame) -> GapStats:
+    """:class:`GapStats` of the ops of an op store (:mod:`analyze.opstore`) in ``cycles`` (the steady
+    cycles): its per-op table at once where it is held in memory (:func:`stats_from_op_table`), else
+    a rank at a time, part by part in time order (:class:`GapStream`: bounded memory)."""
+    frame = ops.frame
+    if frame is not None:
+        return stats_from_op_table(frame, cycles)
+    stream = GapStream(cycles)
+    if not stream.windows:
+        return stream.stats
+    for part in ops.scan(["rank", "start_ns", "end_ns", "kind", "graph_node"], ranks=sorted(stream.windows),
+                         in_cycles=True):
+        stream.feed(int(part["rank"].iloc[0]), part["start_ns"].to_numpy(), part["end_ns"].to_numpy(),
+                    graph_marks((part["kind"] == "graph").to_numpy(), part["graph_node"].to_numpy()))
+    return stream.stats
 
 
 def op_graph_marks(ops: pd.DataFrame) -> np.ndarray | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyze import opstore
+from analyze.attribute.attention import is_attention
 from analyze.attribute.phases import OTHER
 from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
 from analyze.notes import text_of
@@ -52,13 +54,33 @@ def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
     return cycle_kernels_of(gpu_ops)
 
 
+WHATIF_COLUMNS = ["kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns"]
+"""The op columns whatif reads."""
+
+
+def whatif_rows(ops: pd.DataFrame) -> np.ndarray:
+    """Which ops (of one rank, launched inside cycle ranges, in start order) whatif reads: the draft
+    phase's (its step period, its attention), the attention kernels of verify and draft_extend
+    (whatif/attention.py) and each cycle range's first op (its GPU window start; a range cut by a
+    chunk boundary gives one more, later, whose start is not the least)."""
+    phase = ops["phase"].to_numpy()
+    keep = phase == "draft"
+    extend_like = np.isin(phase, ("verify", "draft_extend"))
+    if extend_like.any():
+        keep[extend_like] |= is_attention(ops["name"].to_numpy()[extend_like])
+    keep |= ~pd.Series(ops["cycle_range"].to_numpy()).duplicated().to_numpy()    # hashing, no sort
+    return keep
+
+
 def whatif_ops(result) -> pd.DataFrame | None:
-    """The per-op rows whatif reads: the per-op table, or where the reports were analysed in chunks
-    (no per-op table) the rows the map step kept for it (``Analysis.whatif_ops``)."""
-    ops = result.gpu_ops
-    if (ops is None or not len(ops)) and result.whatif_ops is not None:
-        return result.whatif_ops
-    return ops
+    """The GPU ops whatif reads, from the analysis' op store (whichever way its reports were
+    analysed): those of the lowest rank with decode cycles launched inside cycle ranges, of them
+    :func:`whatif_rows`' (in start order). None without cycles."""
+    cyc = getattr(result, "cycles", None)
+    if cyc is None or not len(cyc):
+        return None
+    return opstore.of(result).query(WHATIF_COLUMNS, ranks=[int(cyc["rank"].min())], in_cycles=True,
+                                    where=whatif_rows)
 
 
 def side_from_analysis(result, label: str = "") -> Side:

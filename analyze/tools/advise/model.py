@@ -31,11 +31,12 @@ import numpy as np
 import pandas as pd
 
 from analyze import findings as F
+from analyze import opstore
 from analyze import views
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
 from analyze.timeline import cycles as cycles_mod
-from analyze.timeline.launch_gaps import LAUNCH_GAP_NS, cycle_of_arrays, stats_from_op_table
+from analyze.timeline.launch_gaps import LAUNCH_GAP_NS, cycle_of_arrays, stats_of_store
 from analyze.tools import sides
 from analyze.tools.advise import kinds as K
 from analyze.tools.advise import settings as S
@@ -455,11 +456,7 @@ def launch_gaps(ctx: Context) -> dict:
     gaps > LAUNCH_GAP_NS per cycle and their time, the median gap, the share of ops that are CUDA graph
     nodes or graph launches. Computed once per context (two rules cite it)."""
     if ctx.gaps is None:
-        stats = stats_from_op_table(ctx.analysis.gpu_ops, ctx.cycles)
-        chunked = ctx.analysis.launch_gaps          # the reports analysed without a per-op table
-        if chunked is not None:
-            stats.merge(chunked)
-        ctx.gaps = stats.figures(len(ctx.cycles))
+        ctx.gaps = stats_of_store(opstore.of(ctx.analysis), ctx.cycles).figures(len(ctx.cycles))
     return ctx.gaps
 
 
