@@ -310,7 +310,9 @@ def spill(parts: Iterable[tuple[int, dict]], phases, names, kinds) -> SpilledOps
     path = _spill_path()
     rows = []
     try:
-        with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        # zstd, no dictionaries and no statistics (the index keeps what a query prunes by): 1M SGLang ops
+        # 0.55 -> 0.1 s to write, about 10 bytes an op
+        with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=False, write_statistics=False) as writer:
             for rank, cols in parts:
                 n = len(cols["start_ns"])
                 if not n:
