@@ -269,9 +269,12 @@ class CombinedOps(Ops):
 
 
 def combined(parts: list[Ops]) -> Ops:
-    """One store of the parts (a part alone is its own store)."""
+    """One store of the parts (a part alone, or the one part with ops, is its own store)."""
     parts = [p for p in parts if p is not None]
-    return parts[0] if len(parts) == 1 else CombinedOps(parts)
+    held = [p for p in parts if len(p)]
+    if len(held) == 1 or len(parts) == 1:
+        return (held or parts)[0]
+    return CombinedOps(parts)
 
 
 def of(analysis) -> Ops:

@@ -79,9 +79,9 @@ def test_stream_in_time_chunks_equals_the_per_op_table(ops, windows, cuts):
                                      ["h200_shim_graphs_node.sqlite"],
                                      [f"h200_shim_4rank_rank{i}.sqlite" for i in range(4)]],
                          ids=["eager-4proc", "sglang-server", "graphs-node", "4-reports"])
-@pytest.mark.parametrize("rows", [7, 97])
+@pytest.mark.parametrize("rows", [23, 97])
 def test_chunked_advice_equals_the_whole(monkeypatch, reports, rows):
-    """Under a memory budget (dozens to thousands of chunks, cycles cut between them) the Advice is
+    """Under a memory budget (dozens to hundreds of chunks, cycles cut between them) the Advice is
     the whole analysis' own: findings, checks, evidence, suggestions and the whatif it cites (whose
     draft step count comes from the draft kernels' repetition where the trace has no draft_step
     ranges: the map step keeps those rows for it)."""

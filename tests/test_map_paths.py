@@ -9,7 +9,7 @@ import shutil
 import pandas as pd
 import pytest
 
-from analyze import memory
+from analyze import memory, opstore
 from analyze import notes as N
 from analyze.read import cache, report
 from analyze.run import api, chunks
@@ -63,9 +63,16 @@ def test_inline_pool_cache_and_dask_are_identical(reports, tmp_path, monkeypatch
     with distributed.LocalCluster(n_workers=1, processes=False, threads_per_worker=2,
                                   dashboard_address=None) as cluster:
         on_dask = api.load(reports, scheduler=cluster.scheduler_address, memory_budget=budget)
+    every = list(opstore.COLUMNS)
     for other in (pool, on_dask):
         same_tables(inline, other, ops=not budget)
         assert codes(other) == codes(inline)
+        # the op store, spilled under the budget: its file came back with the result from the pool's
+        # processes and the Dask worker, and answers as the inline one does
+        pd.testing.assert_frame_equal(opstore.of(other).query(every), opstore.of(inline).query(every))
+    if budget:
+        assert opstore.of(inline).frame is None and len(opstore.of(inline)) == sum(
+            len(api.load(p).gpu_ops) for p in reports)
     for other in (filled, read):           # same tables; the inputs are the copies
         for name in TABLES:
             x, y = inline.table(name).reset_index(drop=True), other.table(name).reset_index(drop=True)

@@ -55,7 +55,7 @@ def test_exclusive_plus_unattributed_equals_busy(spec):
             assert row["busy_ns"] == expected["busy_ns"], (phase, spec)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=specs, rows=st.integers(1, 40))
 def test_chunked_analysis_equals_whole_on_any_trace(spec, rows):
     """Any generated trace (overlaps, crossing start/end ranges, unclosed ranges, missing calls,

@@ -445,3 +445,44 @@ def _kernel_rows(gk: np.ndarray, run: np.ndarray, v: np.ndarray, rank_values: np
     table = table.sort_values(["rank", "phase", "total_ns", "name"], ascending=[True, True, False, True],
                               kind="stable").reset_index(drop=True)
     return table[cols]
+
+
+def kernel_table_of_chunks(store, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
+                           texts: np.ndarray) -> pd.DataFrame:
+    """:func:`kernel_table_codes` over the (process, phase, name, duration) of every op a chunked store
+    holds (the map step's run/spill.OpStore: ``sizes``, ``get_unordered(k, column)`` of columns g, ph,
+    nc, s, e per chunk k): one int64 per op, key and duration packed, sorted in place
+    (:func:`kernel_table_sorted`). ``row_of_group``: per process code, its row of ``rank_values``."""
+    n, sizes = len(store), store.sizes
+    if not sum(sizes):
+        return kernel_table_codes(np.zeros(0, dtype="int32"), rank_values, np.zeros(0, dtype="int8"),
+                                  phase_names, np.zeros(0, dtype="int32"), texts, np.zeros(0, dtype="int64"))
+    n_phase, n_name = len(phase_names), max(len(texts), 1)
+    dmin, dmax = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    for k in range(n):
+        if sizes[k]:
+            d = store.get_unordered(k, "e") - store.get_unordered(k, "s")
+            dmin, dmax = min(dmin, int(d.min())), max(dmax, int(d.max()))
+            del d
+    dspan = dmax - dmin + 1
+    if dspan * len(rank_values) * n_phase * n_name >= 2 ** 62:     # does not pack: the general path
+        cols = {c: np.concatenate([store.get_unordered(k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
+        return kernel_table_codes(row_of_group[cols["g"]], rank_values, cols["ph"], phase_names,
+                                  cols["nc"], texts, cols["e"] - cols["s"])
+    combined = np.empty(sum(sizes), dtype="int64")
+    at = 0
+    for k in range(n):
+        if not sizes[k]:
+            continue
+        part = combined[at:at + sizes[k]]
+        np.multiply(row_of_group[store.get_unordered(k, "g")], n_phase, out=part)
+        part += store.get_unordered(k, "ph")
+        part *= n_name
+        part += store.get_unordered(k, "nc")
+        part *= dspan
+        part += store.get_unordered(k, "e")
+        part -= store.get_unordered(k, "s")
+        part -= dmin
+        at += sizes[k]
+    combined.sort()
+    return kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, texts)

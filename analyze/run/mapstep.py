@@ -430,11 +430,13 @@ class ReportMap:
             """The kernel statistics and the cycle table, from the kept op columns."""
             if chunked:
                 self.stage("kernel statistics")
-            kernels = self._kernel_table(row_of_group, rank_values, phase_names, texts)
+            kernels = attribution.kernel_table_of_chunks(self.store, row_of_group, rank_values, phase_names, texts)
             if chunked:
                 memory.release()
             self.stage("decode cycles")
-            return kernels, self._cycle_table(cycle_rows, windows, row_of_group, rank_values)
+            return kernels, cycles.cycle_table_of_chunks(cycle_rows, windows, self.store, rank_values[row_of_group],
+                                                         self.marks.assign(input=self.path), self.config,
+                                                         self.capture_ids, self.host_wait, SPLIT_THREADS)
 
         if chunked:
             # one after the other (bounded memory): what served the projections is let go of first
@@ -465,7 +467,9 @@ class ReportMap:
         if chunked:
             memory.release()
             self.stage("collectives and notes")
-        coll_ops = self._collective_table(row_of_group, rank_values, phase_names, texts)
+        parts, self.coll_parts = self.coll_parts, []
+        coll_ops = coll_mod.collective_ops_of_parts(parts, rank_values[row_of_group], phase_names, texts)
+        del parts
         store.close()            # the kept op columns: let go of before the per-op table is made
         if self.keep_ops and self.op_columns is not None:
             if self.n_ops >= memory.TRIM_AFTER_OPS:
@@ -499,46 +503,6 @@ class ReportMap:
                                        [kns[i] for i in range(n_ph)], total[1], kns[n_ph], attributed,
                                        kns[n_ph + 1], win_start, win_end, by_rank(groups["ops"]))
 
-    def _kernel_table(self, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
-                      texts: np.ndarray) -> pd.DataFrame:
-        """attribution.kernel_table_codes over the kept (rank, phase, name, duration) of all ops:
-        one int64 per op, key and duration packed, sorted in place (attribution.kernel_table_sorted)."""
-        store, n = self.store, len(self.store)
-        sizes = store.sizes
-        if not sum(sizes):
-            return attribution.kernel_table_codes(np.zeros(0, dtype="int32"), rank_values, np.zeros(0, dtype="int8"),
-                                                  phase_names, np.zeros(0, dtype="int32"), texts,
-                                                  np.zeros(0, dtype="int64"))
-        n_phase, n_name = len(phase_names), max(len(texts), 1)
-        dmin, dmax = INT64_MAX, INT64_MIN
-        for k in range(n):
-            if sizes[k]:
-                d = store.get_unordered(k, "e") - store.get_unordered(k, "s")
-                dmin, dmax = min(dmin, int(d.min())), max(dmax, int(d.max()))
-                del d
-        dspan = dmax - dmin + 1
-        if dspan * len(rank_values) * n_phase * n_name >= 2 ** 62:     # does not pack: the general path
-            cols = {c: np.concatenate([store.get_unordered(k, c) for k in range(n)]) for c in ("g", "ph", "nc", "s", "e")}
-            return attribution.kernel_table_codes(row_of_group[cols["g"]], rank_values, cols["ph"], phase_names,
-                                                  cols["nc"], texts, cols["e"] - cols["s"])
-        combined = np.empty(sum(sizes), dtype="int64")
-        at = 0
-        for k in range(n):
-            if not sizes[k]:
-                continue
-            part = combined[at:at + sizes[k]]
-            np.multiply(row_of_group[store.get_unordered(k, "g")], n_phase, out=part)
-            part += store.get_unordered(k, "ph")
-            part *= n_name
-            part += store.get_unordered(k, "nc")
-            part *= dspan
-            part += store.get_unordered(k, "e")
-            part -= store.get_unordered(k, "s")
-            part -= dmin
-            at += sizes[k]
-        combined.sort()
-        return attribution.kernel_table_sorted(combined, dmin, dspan, rank_values, phase_names, texts)
-
     @staticmethod
     def _host_wait(launches: Launches, call_names: np.ndarray, strings: pd.Series) -> pd.Series | None:
         """Per cycle range id, the synchronize calls' time in its host period outside the phases
@@ -552,39 +516,6 @@ class ReportMap:
                                          calls["start_ns"].to_numpy(dtype="int64")[order],
                                          calls["end_ns"].to_numpy(dtype="int64")[order],
                                          launches.painted.owner[:-1], cyc, strings)
-
-    def _cycle_table(self, cycle_rows: pd.DataFrame, windows, row_of_group: np.ndarray,
-                     rank_values: np.ndarray) -> pd.DataFrame:
-        """The cycle table: windows and periods from the per-call spans, then every kept chunk of
-        ops streamed into their per-interval unions."""
-        found = cycles.cycle_windows_of(cycle_rows, windows)
-        if found is None:
-            return cycles.empty_table(self.config)
-        has = found.has_gpu
-        rank = found.cyc["rank"].to_numpy(dtype="int64")[has]
-        n_win = int(has.sum())
-        split = cycles.IntervalSplit(np.r_[rank, rank], np.r_[found.lo[has], found.period_lo[has]],
-                                     np.r_[found.hi[has], found.period_hi[has]], len(self.config.names))
-        store = self.store
-
-        def feed(k: int, rank: int, runs: list[tuple[int, int]]) -> None:
-            for first, stop in runs:                     # a process at a time: small temporaries
-                split.update_rank(rank, store.get_run(k, "s", first, stop), store.get_run(k, "e", first, stop),
-                                  store.get_run(k, "ph", first, stop))
-
-        # the ranks of a chunk side by side (their unions are apart; NumPy lets go of the GIL), the
-        # chunks one after the other (a rank's ops must come in time order)
-        with ThreadPoolExecutor(max_workers=SPLIT_THREADS, thread_name_prefix="specprof-split") as pool:
-            for k in range(len(store)):
-                by_rank: dict[int, list[tuple[int, int]]] = {}
-                for group, first, stop in store.runs(k):
-                    by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
-                for done in [pool.submit(feed, k, rank, runs) for rank, runs in by_rank.items()]:
-                    done.result()
-        busy, upto = split.result()
-        return cycles.cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:],
-                                  self.marks.assign(input=self.path), self.config, self.capture_ids,
-                                  self.host_wait)
 
     def _spill_parts(self, row_of_group: np.ndarray, rank_values: np.ndarray):
         """(rank, columns) of every run of one process of every chunk of the kept ops, in start order,
@@ -603,24 +534,6 @@ class ReportMap:
                     col = {c: v[order] for c, v in col.items()}
                 yield rank, {"start_ns": col["s"], "end_ns": col["e"], "phase_code": col["ph"], "name_code": col["nc"],
                              "kind_code": col["k"], "cycle_range": col["cr"], "graph_node": col["gn"]}
-
-    def _collective_table(self, row_of_group: np.ndarray, rank_values: np.ndarray, phase_names: list[str],
-                          texts: np.ndarray) -> pd.DataFrame | None:
-        """collectives.collective_ops' rows from the per-chunk parts (None: no collectives)."""
-        if not self.coll_parts:
-            return None
-        grp, name_c, c_start, c_end, c_prev, c_prev_coll = (np.concatenate(col) for col in zip(*self.coll_parts))
-        self.coll_parts = []
-        rank_of = rank_values[row_of_group[grp]]
-        order = np.lexsort((c_start, rank_of))
-        prev_code = c_prev[order]
-        lookup = np.array(phase_names + [OTHER], dtype=object)
-        prev = lookup[np.where(prev_code < 0, len(phase_names), prev_code)]
-        prev[c_prev_coll[order]] = "allreduce"
-        prev[prev_code < 0] = OTHER
-        return pd.DataFrame({"rank": rank_of[order], "name": pd.Series(texts[name_c[order]], dtype=object),
-                             "start_ns": c_start[order], "end_ns": c_end[order],
-                             "prev_phase": pd.Series(prev, dtype=object)})[coll_mod.COLLECTIVE_OP_COLUMNS]
 
     def _op_table(self, launches: Launches, rank_values: np.ndarray, row_of_group: np.ndarray,
                   phase_names: list[str], texts: np.ndarray) -> pd.DataFrame:

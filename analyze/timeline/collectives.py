@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.attribute.phases import OTHER
 from analyze.timeline.cycles import cycle_at, steady
 
 COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "arrival_lag_ns",
@@ -21,6 +22,27 @@ COLUMNS = ["collective", "rank", "name", "start_ns", "end_ns", "duration_ns", "a
 # order, with the phase of the op just before each on its rank (``allreduce`` when that op is a
 # collective too, ``other`` for a rank's first op)
 COLLECTIVE_OP_COLUMNS = ["rank", "name", "start_ns", "end_ns", "prev_phase"]
+
+
+def collective_ops_of_parts(parts: list[tuple], rank_of_group: np.ndarray, phase_names: list[str],
+                            texts: np.ndarray) -> pd.DataFrame | None:
+    """The map step's collective ops (:data:`COLLECTIVE_OP_COLUMNS`, in (rank, start) order) from its
+    per-chunk parts: (process code, name code, start, end, phase code of the op before (< 0: none),
+    whether that op is a collective) arrays each; ``rank_of_group``: per process code, its rank;
+    ``phase_names``: what the phase codes stand for. None without collectives."""
+    if not parts:
+        return None
+    grp, name_c, c_start, c_end, c_prev, c_prev_coll = (np.concatenate(col) for col in zip(*parts))
+    rank_of = rank_of_group[grp]
+    order = np.lexsort((c_start, rank_of))
+    prev_code = c_prev[order]
+    lookup = np.array(list(phase_names) + [OTHER], dtype=object)
+    prev = lookup[np.where(prev_code < 0, len(phase_names), prev_code)]
+    prev[c_prev_coll[order]] = "allreduce"
+    prev[prev_code < 0] = OTHER
+    return pd.DataFrame({"rank": rank_of[order], "name": pd.Series(texts[name_c[order]], dtype=object),
+                         "start_ns": c_start[order], "end_ns": c_end[order],
+                         "prev_phase": pd.Series(prev, dtype=object)})[COLLECTIVE_OP_COLUMNS]
 
 
 def collective_table_from(coll: pd.DataFrame) -> pd.DataFrame:

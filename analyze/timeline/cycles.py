@@ -746,3 +746,40 @@ def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -
         sel = np.flatnonzero(rank == r)
         out[sel] = cycle_at(start[sel], ids, lo, hi)
     return out
+
+
+def cycle_table_of_chunks(cycle_rows: pd.DataFrame, windows, store, rank_of_group: np.ndarray, marks: pd.DataFrame,
+                          config: PhaseConfig, capture_ids, host_wait, threads: int = 1) -> pd.DataFrame:
+    """The cycle table of a report from its cycle ranges (``cycle_rows``), their windows and periods from
+    the per-call spans (:func:`cycle_windows_of`), and every op a chunked store holds (the map step's
+    run/spill.OpStore: ``runs(k)`` of one process and ``get_run(k, column, first, stop)`` of columns s,
+    e, ph per chunk k, in time order) streamed into the per-interval unions (:class:`IntervalSplit`);
+    ``rank_of_group``: per process code, its rank; the rest as :func:`cycle_frame` takes them. The
+    ranks of a chunk on ``threads`` threads side by side (their unions are apart; NumPy lets go of
+    the GIL), the chunks one after the other (a rank's ops must come in time order)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    found = cycle_windows_of(cycle_rows, windows)
+    if found is None:
+        return empty_table(config)
+    has = found.has_gpu
+    rank = found.cyc["rank"].to_numpy(dtype="int64")[has]
+    n_win = int(has.sum())
+    split = IntervalSplit(np.r_[rank, rank], np.r_[found.lo[has], found.period_lo[has]],
+                          np.r_[found.hi[has], found.period_hi[has]], len(config.names))
+
+    def feed(k: int, rank: int, runs: list[tuple[int, int]]) -> None:
+        for first, stop in runs:                     # a process at a time: small temporaries
+            split.update_rank(rank, store.get_run(k, "s", first, stop), store.get_run(k, "e", first, stop),
+                              store.get_run(k, "ph", first, stop))
+
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="specprof-split") as pool:
+        for k in range(len(store)):
+            by_rank: dict[int, list[tuple[int, int]]] = {}
+            for group, first, stop in store.runs(k):
+                by_rank.setdefault(int(rank_of_group[group]), []).append((first, stop))
+            for done in [pool.submit(feed, k, r, runs) for r, runs in by_rank.items()]:
+                done.result()
+    busy, upto = split.result()
+    return cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:], marks, config,
+                       capture_ids, host_wait)
