@@ -109,11 +109,12 @@ def test_whatif_of_a_chunked_analysis_equals_the_whole(monkeypatch):
     from analyze.tools.whatif import model as W
 
     path = str(REAL / "sglang_server.sqlite")
-    whole = W.whatif(sides.side_from_analysis(analyze.load(path)), range(1, 6), n_boot=0)
-    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 13)
+    loaded = analyze.load(path)
+    whole = W.whatif(sides.side_from_analysis(loaded), range(1, 6), n_boot=0)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)     # ~85 chunks, cycles cut between them
     chunked_analysis = analyze.load(path, memory_budget=1)
     read = sides.whatif_ops(chunked_analysis)            # whatif's rows only, not every op
-    assert chunked_analysis.gpu_ops.empty and 0 < len(read) < len(analyze.load(path).gpu_ops) / 2
+    assert chunked_analysis.gpu_ops.empty and 0 < len(read) < len(loaded.gpu_ops) / 2
     chunked = W.whatif(sides.side_from_analysis(chunked_analysis), range(1, 6), n_boot=0)
     assert chunked["profiles"][0]["steps"] == whole["profiles"][0]["steps"] == 2
     pd.testing.assert_frame_equal(chunked["predictions"], whole["predictions"])

@@ -13,6 +13,16 @@ REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
 
 
+@pytest.fixture(scope="module")
+def grid_side():
+    """The grid profile as whatif sees it, loaded once for the tests that read it (1.4M ops)."""
+    if not PROFILE.exists():
+        pytest.skip("real SGLang grid profile not unpacked")
+    from analyze.tools import sides
+
+    return sides.load_side(PROFILE)
+
+
 def test_tokens_pmf_from_the_survival():
     # P(L >= 1) = 0.5, P(L >= 2) = 0.25 at 2 steps: min(L, 2) = 0, 1, 2 with 0.5, 0.25, 0.25
     p = R.tokens_pmf(np.array([0.5, 0.25]))
@@ -103,13 +113,10 @@ def test_a_lost_cycle_keeps_its_place_in_the_round():
 
 
 @pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
-def test_the_real_batch_64_round():
+def test_the_real_batch_64_round(grid_side):
     """The 3-step profile's batch-64 rounds (the recipe's warm-up of 64 tokens a request, then the measured
     round of 128): found, and the model's expected length of each within 5% of the measured one."""
-    from analyze.tools import sides
-
-    side = sides.load_side(PROFILE)
-    r = R.lockstep_rounds(side.cycles, 64)
+    r = R.lockstep_rounds(grid_side.cycles, 64)
     assert r["request_tokens"].to_numpy() == pytest.approx([64, 128], rel=0.05)
     pmf = R.tokens_pmf(0.5 ** np.arange(1, 4))                    # V = 2: a draft token accepted w.p. 1/2
     for n, full, tail in zip((64, 128), r["full_cycles"], r["tail_cycles"]):
@@ -196,13 +203,13 @@ def test_verify_grows_with_the_tokens_over_a_profiles_batch_sizes():
 
 
 @pytest.mark.skipif(not PROFILE.exists(), reason="real SGLang grid profile not unpacked")
-def test_the_batch_fit_reads_the_columns_it_needs_only():
+def test_the_batch_fit_reads_the_columns_it_needs_only(grid_side):
     """model.batch_fit_samples (three columns, nothing read from the draft kernels or ranges) gives the fit
     that the full per-cycle samples give; one batch size in the cycles: None, before any op is read."""
     from analyze.tools import sides
     from analyze.tools.whatif import model as W
 
-    side = sides.load_side(PROFILE)
+    side = grid_side
     narrow, full = W.batch_fit_samples(side), W.profile_samples(side)[0]
     assert list(narrow.columns) == ["cycle", "requests", "verify_ns", "verify_attention_ns"]
     assert W.batch_token_fit(narrow, 3) == W.batch_token_fit(full, 3)
