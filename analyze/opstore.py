@@ -90,6 +90,10 @@ class Ops:
         return None
 
 
+FRAME_PART_ROWS = 1 << 18
+""":class:`FrameOps` scans a rank's rows in parts of this many (what a query's ``where`` sees at once)."""
+
+
 class FrameOps(Ops):
     """The per-op table of reports analysed whole (``gpu_ops``: its times on the analysis' clock)."""
 
@@ -131,8 +135,8 @@ class FrameOps(Ops):
         rank = ops["rank"].to_numpy()[rows].astype("int64")
         bounds = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rows)]
         for a, b in zip(bounds[:-1], bounds[1:]):
-            if b > a:
-                yield self._take(rows[a:b], columns)
+            for lo in range(int(a), int(b), FRAME_PART_ROWS):     # a rank in parts: bounded temporaries
+                yield self._take(rows[lo:min(lo + FRAME_PART_ROWS, int(b))], columns)
 
     def _take(self, rows: np.ndarray, columns: list[str]) -> pd.DataFrame:
         out = {}
