@@ -1,5 +1,5 @@
 """Only the calls that launched something (and the graph-capture calls) are prepared when a report
-has many more API calls than GPU ops (read/report.prepare_after_ops, run/launches.needed_calls):
+are prepared after the GPU ops are read (read/report.read_report, run/launches.needed_calls):
 every table, note and per-op row equals the analysis that prepares every call, on real H200
 exports (CUDA graphs with capture calls, eager, several processes) and on synthetic odd cases."""
 from __future__ import annotations
@@ -34,10 +34,15 @@ def _load(path: str, monkeypatch, *, after_ops: bool, threads: int):
         return found
 
     with monkeypatch.context() as m:
-        m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
         m.setenv("SPECPROF_READ_THREADS", str(threads))
-        m.setattr(launches, "needed_calls", spy)
+        # after_ops False: the reference that prepares every call (what the ids-spread-too-wide case does)
+        m.setattr(launches, "needed_calls", spy if after_ops else every_call)
         return api.load(path), kept
+
+
+def every_call(*args, **kwargs) -> launches.NeededCalls:
+    """needed_calls keeping every call (and leaving the shared ids to checks.count_shared_ids)."""
+    return launches.NeededCalls(None, None)
 
 
 def _same(a, b) -> None:
@@ -113,12 +118,6 @@ def test_ids_too_spread_prepare_every_call(monkeypatch):
     calls = pd.DataFrame({"global_pid": [1, 1], "correlation_id": [0, 10 ** 6], "name_id": [0, 0]})
     monkeypatch.setattr(projection, "PRESENCE_MAX_BYTES", 1000)
     assert launches.needed_calls(calls, np.array([1]), np.array([0]), pd.Series(["a"])) == (None, None)
-
-
-def test_schedule_rule():
-    plan = [report.OpRead("kernel", "K", "", 1, 101, 100), report.OpRead("memcpy", "M", "", 1, 11, 10)]
-    assert report.prepare_after_ops(221, plan) and not report.prepare_after_ops(220, plan)
-    assert not report.prepare_after_ops(10 ** 6, []) and not report.prepare_after_ops(None, plan)
 
 
 def test_call_pos_is_the_row_of_the_launching_call(monkeypatch):
@@ -230,11 +229,10 @@ def _load_chunked(path: str, monkeypatch, *, after_ops: bool, threads: int, key_
         return found
 
     with monkeypatch.context() as m:
-        m.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0 if after_ops else 10 ** 9)
         m.setattr(report, "OP_KEY_CHUNK_ROWS", key_rows)
         m.setattr(api, "MIN_CHUNK_ROWS", 400)                 # several op chunks
         m.setenv("SPECPROF_READ_THREADS", str(threads))
-        m.setattr(launches, "needed_calls_in_blocks", spy)
+        m.setattr(launches, "needed_calls_in_blocks", spy if after_ops else every_call)
         return api.load(path, memory_budget=1), kept, blocks
 
 

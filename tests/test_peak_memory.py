@@ -294,7 +294,6 @@ def test_the_map_step_lets_go_of_the_reports_calls_after_its_checks(monkeypatch)
     from analyze.run import checks, launches
     from analyze.run.spill import OpStore
 
-    monkeypatch.setattr(report, "CALLS_PER_OP_PREPARED_AFTER", 0)
     config = PhaseConfig()
     path = str(REAL / "h200_4proc_eager.sqlite")
 

@@ -872,11 +872,12 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
     read-only connection: the same tables as one reader. ``prepare(calls, ranges)``, when given,
     runs as soon as both are read (while GPU ops are still being read, with threads) and its result
-    is ``prepared``; in a report with many more API calls than GPU ops (:func:`prepare_after_ops`)
-    it runs after the ops are read, as ``prepare(calls, ranges, ops=, strings=)``, so that it can
-    leave out the calls that launched nothing. ``ops=False`` leaves the GPU ops out (an empty
-    table; chunked analysis reads them itself); ``prepare`` is then given the ops' keys instead
-    (``op_keys=``: :func:`read_op_keys`, read after the calls) where calls outnumber ops."""
+    is ``prepared``; where the report has GPU ops it runs after they are read, as ``prepare(calls,
+    ranges, ops=, strings=)``, so that it can leave out the calls that launched nothing (issue 42:
+    the switch that prepared during the op reads where calls did not outnumber ops twice gained
+    under 5% on no benchmark file: gone). ``ops=False`` leaves the GPU ops out (an empty table;
+    chunked analysis reads them itself); ``prepare`` is then given the ops' keys instead
+    (``op_keys=``: :func:`read_op_keys`, read after the calls)."""
     conn = open_report(path)
     try:
         threads = read_threads(conn) if threads is None else threads
@@ -886,7 +887,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
         # without the ops (chunked analysis): their keys alone tell the launching calls
         key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
-        after_ops = prepare is not None and prepare_after_ops(table_rows(conn, RUNTIME_TABLE), plan or key_plan)
+        after_ops = prepare is not None and bool(plan or key_plan)
         nvtx_counts: dict = {}
         if threads <= 1:
             calls = read_calls(conn)
@@ -912,24 +913,6 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
         conn.close()
-
-
-# API calls per GPU op above which the calls are prepared after the ops are read (read_report)
-CALLS_PER_OP_PREPARED_AFTER = 2
-
-
-def prepare_after_ops(call_rows: int | None, plan: list[OpRead]) -> bool:
-    """Whether the calls are prepared after the GPU ops are read: the preparation then leaves
-    out the calls that launched nothing (run/launches.needed_calls), which pays where calls
-    outnumber ops (the real H200 eager trace: 3.4 per op, 71% launching nothing), while otherwise
-    preparing during the op reads, in the other reader, is the shorter schedule."""
-    return bool(plan) and calls_outnumber_ops(call_rows, sum(p.rows_hint or 0 for p in plan))
-
-
-def calls_outnumber_ops(call_rows: int | None, op_rows: int) -> bool:
-    """More than CALLS_PER_OP_PREPARED_AFTER API calls per GPU op (and some ops): preparing only the
-    launching calls pays (:func:`prepare_after_ops`; the chunked analysis from the cache too)."""
-    return op_rows > 0 and (call_rows or 0) > CALLS_PER_OP_PREPARED_AFTER * op_rows
 
 
 def _results_in_order(futures: list):

@@ -129,7 +129,7 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
     if entry is not None:
         tables = cache_mod.load_tables(path, entry, ops=False)
         cached = cache_mod.CachedOps(entry)
-        keys = cached.keys() if report.calls_outnumber_ops(len(tables.calls), cached.total_rows()) else None
+        keys = cached.keys() if cached.total_rows() else None      # the launching calls only (read_report)
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=keys, strings=tables.strings))
         notes += [where] if where else []
     else:

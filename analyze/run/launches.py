@@ -3,11 +3,10 @@
 From the API calls and the NVTX ranges: the calls sorted by (thread, start), the labelled ranges
 and their layout over the calls (what the projection reduces over), each call's innermost phase
 range and inclusive phase bits, and its decode cycle. None of it looks at a GPU op's times or
-kind, so it serves every chunk of ops when a report is analysed in pieces (``--memory-budget``),
-and in most reports it is computed while the ops are still being read.
+kind, so it serves every chunk of ops when a report is analysed in pieces (``--memory-budget``).
 
-In a report with many more calls than ops (read/report.prepare_after_ops), and for a report whose
-tables come from the Parquet cache, the ops are known first and only the calls the analysis can
+It is computed once the ops are read (read/report.read_report; for a report whose tables come from
+the Parquet cache too), so the ops are known first and only the calls the analysis can
 use are prepared (:func:`needed_calls`; under ``--memory-budget``, where the ops are read later in
 chunks, from their keys alone, read a block at a time from the export or the cache:
 :func:`needed_calls_in_blocks`): those that launched one of the ops and those that capture a CUDA
