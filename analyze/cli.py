@@ -198,8 +198,8 @@ def _run_analyze(args) -> int:
         if args.perfetto:
             from analyze.render import perfetto
             if not perfetto.has_phase_track(result):
-                print("analyze-trace: warning: --perfetto: this analysis kept no per-op table (analysed in chunks): "
-                      "the trace has no phases track; --memory-budget none keeps it", file=sys.stderr)
+                print("analyze-trace: warning: --perfetto: this analysis has no GPU ops: the trace has no phases "
+                      "track", file=sys.stderr)
             perfetto.write_perfetto(result, args.perfetto)
             written.append(args.perfetto)
     if not args.quiet:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyze import opstore
 from analyze.attribute.phases import OTHER
 from analyze.timeline import cycles as cycles_mod
 
@@ -220,9 +221,20 @@ def _cycle_slices(cycles: pd.DataFrame) -> pd.DataFrame:
 
 
 def has_phase_track(a) -> bool:
-    """Whether the analysis kept its per-op table (not a chunked ``--memory-budget`` analysis), which
-    the ``phases`` track is cut from."""
-    return a.gpu_ops is not None and len(a.gpu_ops) > 0
+    """Whether the analysis has GPU ops to cut the ``phases`` track from (its op store: the per-op
+    table, or the spilled ops of a chunked ``--memory-budget`` analysis)."""
+    return len(opstore.of(a)) > 0
+
+
+def store_segments(a) -> pd.DataFrame:
+    """:func:`phase_segments` of the analysis' op store, a rank at a time (a chunked analysis' ops
+    are read one rank's at once, never all)."""
+    store = opstore.of(a)
+    parts = [phase_segments(store.query(["rank", "start_ns", "end_ns", "phase"], ranks=[r]), a.phase_names)
+             for r in sorted(int(r) for r in a.ranks["rank"])] if len(a.ranks) else []
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else phase_segments(pd.DataFrame(
+        {"rank": [], "start_ns": [], "end_ns": [], "phase": []}), a.phase_names)
 
 
 def perfetto_bytes(a) -> bytes:
@@ -231,8 +243,7 @@ def perfetto_bytes(a) -> bytes:
     first = True
     uuid = iter(range(1, 1 << 62))
     events: list[tuple[int, int, bytes]] = []        # (timestamp, order at equal time, event)
-    ops = a.gpu_ops       # chunked analyses keep no per-op table: then no phases track (has_phase_track)
-    segments = phase_segments(ops, a.phase_names) if has_phase_track(a) else None
+    segments = store_segments(a) if has_phase_track(a) else None
     cycles = a.cycles if a.cycles is not None else pd.DataFrame()
     coll = a.collectives if a.collectives is not None else pd.DataFrame()
 
