@@ -149,7 +149,7 @@ def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, wide, fac
 
 @pytest.mark.parametrize("block", [1, 97, 1 << 17])
 def test_linking_in_key_blocks(block, monkeypatch):
-    """link_op_arrays / link_with_keys (direct table and hashed) equal the pandas join whatever the
+    """link_op_arrays / link_with_keys (hashed keys) equal the pandas join whatever the
     block size; ops of a process without calls and ids outside the calls' range link to nothing."""
     monkeypatch.setattr(projection, "KEY_BLOCK_ROWS", block)
     rng = np.random.default_rng(11)
@@ -162,14 +162,10 @@ def test_linking_in_key_blocks(block, monkeypatch):
     o_pid = np.concatenate([rng.choice(pids, 8000), np.full(10, 300 << 24)])
     o_corr = np.concatenate([rng.integers(-5, 2100, 8000), np.arange(10)])
     want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
-    for direct in (True, False):
-        if not direct:
-            monkeypatch.setattr(projection, "DIRECT_TABLE_FACTOR", 0)
-            monkeypatch.setattr(projection, "DIRECT_TABLE_MIN", 0)
-        keys = projection.call_keys(calls, index)
-        assert isinstance(keys, projection.ProcessCalls) == direct
-        for got in (projection.link_op_arrays(o_pid, o_corr, calls, index), projection.link_with_keys(o_pid, o_corr, keys)):
-            assert got.dtype == np.int32 and (got == want).all()
+    keys = projection.call_keys(calls, index)
+    assert isinstance(keys, projection.HashedCallKeys)
+    for got in (projection.link_op_arrays(o_pid, o_corr, calls, index), projection.link_with_keys(o_pid, o_corr, keys)):
+        assert got.dtype == np.int32 and (got == want).all()
     assert (want[-10:] == -1).all() and (want >= 0).sum() > 3000
 
 
@@ -385,9 +381,8 @@ def _calls_and_ops(rng, n_pids: int, calls_per_pid: int, id_stride: int, id_base
     return calls, projection.build_call_index(calls, ranges), o_pid, o_corr
 
 
-def test_direct_tables_per_process_link_like_the_join_whole_and_in_chunks():
-    """The direct tables are made per process when ops are linked: each process' ids from its own
-    base (the global id range 2000x the calls, so one table over it would be refused), ops linked
+def test_call_keys_link_like_the_join_whole_and_in_chunks():
+    """Processes with ids from their own bases (the global id range 2000x the calls), ops linked
     whole, in time-like chunks (sorted by id, each reaching a part of every process' range) and in
     random chunks: the pandas join's call for every op, -1 for ids between, past or before a
     process' calls and for a process without calls, the first call of a repeated id."""
@@ -395,7 +390,7 @@ def test_direct_tables_per_process_link_like_the_join_whole_and_in_chunks():
     calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=5, calls_per_pid=2000, id_stride=7,
                                                  id_base_step=10**7)
     keys = projection.call_keys(calls, index)
-    assert isinstance(keys, projection.ProcessCalls)
+    assert isinstance(keys, projection.HashedCallKeys)
     c_corr = calls["correlation_id"].to_numpy()
     assert (int(c_corr.max()) - int(c_corr.min()) + 1) * len(keys.pids) > 1000 * len(calls)
     want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
@@ -407,47 +402,14 @@ def test_direct_tables_per_process_link_like_the_join_whole_and_in_chunks():
             np.testing.assert_array_equal(projection.link_with_keys(o_pid[part], o_corr[part], keys), want[part])
 
 
-def test_linking_holds_one_process_table_at_a_time():
-    """8 processes whose calls hold one correlation id in 8, 1.25 ops a call (the real SGLang file
-    at 10M: 7.5 ids a call, 8.0M calls, 10M ops): the NumPy memory (tracemalloc, bytes a call) the
-    keys hold once made is 8 (the ids and positions, int32; 32 with one table over every process'
-    id range), and the peak of making them and linking every op stays below 40 (44 and 50 with that
-    table); the links those of the pandas join."""
-    import tracemalloc
-
-    rng = np.random.default_rng(29)
-    calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=8, calls_per_pid=50_000, id_stride=8,
-                                                 id_base_step=0, ops_per_call=1.25)
-    want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
-    n = len(calls)
-    tracemalloc.start()
-    try:
-        keys = projection.call_keys(calls, index)
-        held, keys_peak = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        got = projection.link_with_keys(o_pid, o_corr, keys)
-        link_peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert isinstance(keys, projection.ProcessCalls)
-    assert held < 9 * n
-    assert max(keys_peak, link_peak) < 40 * n
-    np.testing.assert_array_equal(got, want)
-
-
 def test_linking_calls_not_in_id_order_and_small_chunks():
-    """Calls whose ids do not ascend within a process (threads interleaved) are put in id order
-    once (stably: a repeated id's first call read stays the one linked), so a chunk's calls are a
-    slice: ops linked one at a time and in chunks of 3 equal the pandas join."""
+    """Calls whose ids do not ascend within a process (threads interleaved; a repeated id's first
+    call read stays the one linked): ops linked one at a time and in chunks of 3 equal the pandas
+    join."""
     rng = np.random.default_rng(31)
     calls, index, o_pid, o_corr = _calls_and_ops(rng, n_pids=3, calls_per_pid=400, id_stride=3,
                                                  id_base_step=5000, ops_per_call=0.5)
     keys = projection.call_keys(calls, index)
-    by = keys
-    assert isinstance(by, projection.ProcessCalls)
-    for k in range(3):
-        ids = by.rel[by.bounds[k]:by.bounds[k + 1]]
-        assert (np.diff(ids) >= 0).all()
     # the input's rows were shuffled: ids not in order within a process before the sort
     c_pid, c_corr = calls["global_pid"].to_numpy(), calls["correlation_id"].to_numpy()
     assert (np.diff(c_corr[c_pid == c_pid[0]]) < 0).any()
@@ -471,7 +433,6 @@ def test_linking_at_the_code_type_boundaries(n_pids):
     o_pid = np.r_[o_pid, calls["global_pid"].to_numpy()[mine]]
     o_corr = np.r_[o_corr, calls["correlation_id"].to_numpy()[mine]]
     keys = projection.call_keys(calls, index)
-    assert isinstance(keys, projection.ProcessCalls)
     want = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
     np.testing.assert_array_equal(projection.link_with_keys(o_pid, o_corr, keys), want)
     assert (want[-int(mine.sum()):] >= 0).all()

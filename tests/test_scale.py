@@ -309,10 +309,10 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
             pd.testing.assert_frame_equal(a, b, obj=name)
 
 
-def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
-    """Ops are linked to calls by direct correlation id tables per process when ids are dense and by a
-    hash lookup when they are not (and chunk by chunk through call_keys): the same call for every op,
-    -1 for ops whose id or process has no call, the first call when an id repeats."""
+def test_hash_lookup_links_as_the_join():
+    """Ops are linked to calls by a hash lookup of (process, correlation id) keys (whole, and chunk by
+    chunk through call_keys): the join's call for every op, -1 for ops whose id or process has no
+    call, the first call when an id repeats."""
     from analyze.project import projection
 
     rng = np.random.default_rng(5)
@@ -326,17 +326,11 @@ def test_direct_call_table_and_hash_lookup_link_the_same(monkeypatch):
     index = projection.build_call_index(calls, ranges)
     o_pid = np.concatenate([rng.choice(pids, 20_000), np.full(10, 300 << 24)])
     o_corr = np.concatenate([rng.integers(-5, 3_100, 20_000), np.arange(10)])
-    direct = projection.link_op_arrays(o_pid, o_corr, calls, index)
-    keys_direct = projection.call_keys(calls, index)
-    assert isinstance(keys_direct, projection.ProcessCalls)
-    monkeypatch.setattr(projection, "DIRECT_TABLE_FACTOR", 0)
-    monkeypatch.setattr(projection, "DIRECT_TABLE_MIN", 0)
     hashed = projection.link_op_arrays(o_pid, o_corr, calls, index)
     keys_hashed = projection.call_keys(calls, index)
     assert isinstance(keys_hashed, projection.HashedCallKeys)
     merged = projection.link_ops(pd.DataFrame({"global_pid": o_pid, "correlation_id": o_corr}), calls, index)
-    assert (direct == merged).all() and (hashed == merged).all()
-    assert (projection.link_with_keys(o_pid, o_corr, keys_direct) == merged).all()
+    assert (hashed == merged).all()
     assert (projection.link_with_keys(o_pid, o_corr, keys_hashed) == merged).all()
     assert (merged[-10:] == -1).all() and (merged >= 0).sum() > 10_000
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analyze.codes import code_dtype, factorize_objects, stable_order
+from analyze.codes import factorize_objects, stable_order
 
 PROJECTED_KINDS = ("kernel", "memcpy", "memset")
 INT64_MAX = np.iinfo(np.int64).max
@@ -488,14 +488,6 @@ def _lookup_blocks(keys: pd.Index, pos: np.ndarray, blocks, n: int) -> np.ndarra
     return out
 
 
-# direct (correlation id) -> call tables, one per process, are used when they have at most this many
-# slots per call (plus a constant): nsys' correlation ids count up per process, so the tables are
-# dense (a real SGLang server's runtime calls hold about one id in 7.5; and when only the launching
-# calls are prepared, run/launches.py, a fraction of the ids are calls)
-DIRECT_TABLE_FACTOR = 16
-DIRECT_TABLE_MIN = 1 << 20
-
-
 def link_op_arrays(pid: np.ndarray, corr: np.ndarray, calls: pd.DataFrame, index: CallIndex) -> np.ndarray:
     """:func:`link_ops` on arrays: :func:`link_with_keys` against the calls' :func:`call_keys` (ops
     outside the calls' key space link to nothing there), the pandas join where those do not fit."""
@@ -513,21 +505,6 @@ def _sorted_positions(index: CallIndex) -> np.ndarray:
     return sorted_pos
 
 
-class ProcessCalls(NamedTuple):
-    """The calls' keys where their correlation ids are dense per process: the calls grouped by
-    process (in ``pids`` order), each process' calls in id order (ties in the order read), for
-    :func:`link_by_process`: a direct table of one process' ids is made when its ops are linked, so
-    only one process' table (and only the range a chunk's ops reach: a slice of its calls) is alive
-    at a time."""
-
-    pids: pd.Index          # distinct processes of the calls
-    bounds: np.ndarray      # calls of process k: [bounds[k], bounds[k + 1])
-    lo: np.ndarray          # per process, its smallest correlation id
-    span: np.ndarray        # per process, its id range (largest - smallest + 1)
-    rel: np.ndarray         # per call, its id - its process' smallest (int32 when every process' fit)
-    pos: np.ndarray         # per call, its sorted position
-
-
 class HashedCallKeys(NamedTuple):
     """The calls' keys where their correlation ids are sparse: one int64 per distinct (process,
     correlation id), process code * ``span`` + (id - ``corr_lo``), looked up by hash."""
@@ -539,24 +516,11 @@ class HashedCallKeys(NamedTuple):
     pos: np.ndarray         # sorted position of the first call of each key
 
 
-# the calls' keys, made once, for linking ops chunk by chunk (:func:`call_keys`)
-CallKeys = ProcessCalls | HashedCallKeys
-
-
-def _process_calls(pids: pd.Index, bounds: np.ndarray, lo: np.ndarray, span: np.ndarray, corr: np.ndarray,
-                   pos: np.ndarray) -> ProcessCalls:
-    """:class:`ProcessCalls` from the calls' ids and positions in process order (``corr`` is made
-    relative in place); a process whose ids do not already ascend is sorted by id (stably: the
-    first call of an id stays first)."""
-    corr -= np.repeat(lo, np.diff(bounds))
-    rel = corr.astype(np.int32) if int(span.max()) <= np.iinfo(np.int32).max else corr
-    down = np.flatnonzero(rel[1:] < rel[:-1]) + 1           # a call with a smaller id than the one before
-    for k in np.unique(np.searchsorted(bounds, down, side="right") - 1).tolist():
-        a, b = int(bounds[k]), int(bounds[k + 1])
-        if a < b - 1 and (rel[a + 1:b] < rel[a:b - 1]).any():   # not just the step from process k-1
-            by_id = np.argsort(rel[a:b], kind="stable")
-            rel[a:b], pos[a:b] = rel[a:b][by_id], pos[a:b][by_id]
-    return ProcessCalls(pids, bounds, lo, span, rel, pos)
+# the calls' keys, made once, for linking ops chunk by chunk (:func:`call_keys`); issue 42: the direct
+# per-process id tables beside them gained under 5% in time and peak on every benchmark file (10M
+# SGLang: 10.8-11.8 s against 11.1-11.2 s, peaks equal; under --memory-budget 1GB 0.995 against 0.999
+# GB): gone
+CallKeys = HashedCallKeys
 
 
 def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
@@ -576,16 +540,10 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
     order = stable_order(codes, 0, len(pids) - 1)
     counts = np.bincount(codes, minlength=len(pids))
     del codes
-    bounds = np.r_[0, np.cumsum(counts)]
     corr, pos = c_corr[order], _sorted_positions(index)[order]
     del order
-    p_lo = np.minimum.reduceat(corr, bounds[:-1])
-    p_span = np.maximum.reduceat(corr, bounds[:-1]) - p_lo + 1
-    if int(p_span.sum()) <= DIRECT_TABLE_FACTOR * len(corr) + DIRECT_TABLE_MIN:
-        # correlation ids are dense per process: a direct table per process when ops are linked
-        return _process_calls(pids, bounds, p_lo, p_span, corr, pos)
-    # sparse ids: hashed keys; the calls' order within a process kept, so the first of a key is the
-    # first call read with it (np.unique's index sort is stable)
+    # hashed keys; the calls' order within a process kept, so the first of a key is the first call
+    # read with it (np.unique's index sort is stable)
     c_key = np.repeat(np.arange(len(pids), dtype="int64"), counts) * span + (corr - lo)
     uk, first = np.unique(c_key, return_index=True)
     return HashedCallKeys(pids, lo, span, pd.Index(uk), pos[first])
@@ -593,42 +551,8 @@ def call_keys(calls: pd.DataFrame, index: CallIndex) -> CallKeys | None:
 
 def link_with_keys(pid: np.ndarray, corr: np.ndarray, keys: CallKeys) -> np.ndarray:
     """:func:`link_op_arrays` against precomputed :func:`call_keys` (ops of any chunk)."""
-    if isinstance(keys, ProcessCalls):
-        return link_by_process(pid, corr, keys)
     return _lookup_blocks(keys.keys, keys.pos, masked_key_blocks(keys.pids, pid, corr, keys.corr_lo, keys.span, -1),
                           len(pid))
-
-
-def link_by_process(pid: np.ndarray, corr: np.ndarray, calls: ProcessCalls) -> np.ndarray:
-    """Per op, the sorted position of the first call of its process with its correlation id, -1
-    none: the ops grouped by process (a stable sort of their process codes: a radix sort up to
-    32,767 processes), then per process one direct table over the id range its ops reach, filled
-    from its calls in that range (a slice: they are in id order)."""
-    pids = calls.pids
-    n_pids = len(pids)
-    out = np.full(len(pid), -1, dtype=calls.pos.dtype)
-    # codes -1..n_pids - 1, in a type that holds n_pids too: the last needle below (no wrap at 128, 32,768)
-    codes = np.empty(len(pid), dtype=code_dtype(-1, n_pids))
-    for a in range(0, len(pid), KEY_BLOCK_ROWS):
-        codes[a:a + KEY_BLOCK_ROWS] = pids.get_indexer(pid[a:a + KEY_BLOCK_ROWS])
-    order = stable_order(codes, -1, n_pids)
-    # process k's ops: order[bounds[k + 1]:bounds[k + 2]] (needles of the codes' type: no wide copy)
-    bounds = np.searchsorted(codes[order], np.arange(-1, n_pids + 1, dtype=codes.dtype))
-    del codes
-    for k in np.flatnonzero(bounds[2:] > bounds[1:-1]).tolist():     # the processes the ops are of
-        ops = order[bounds[k + 1]:bounds[k + 2]]
-        rel = corr[ops] - calls.lo[k]
-        lo, hi = max(int(rel.min()), 0), min(int(rel.max()), int(calls.span[k]) - 1)
-        if lo > hi:                                        # every id outside the process' calls
-            continue
-        c_rel = calls.rel[calls.bounds[k]:calls.bounds[k + 1]]
-        a, b = int(calls.bounds[k]) + np.searchsorted(c_rel, [lo, hi + 1])      # its calls with ids in [lo, hi]
-        table = np.full(hi - lo + 2, -1, dtype=out.dtype)  # the last slot: an id out of the range
-        table[calls.rel[a:b][::-1] - lo] = calls.pos[a:b][::-1]   # reversed: the first call of an id wins
-        rel -= lo
-        np.putmask(rel, (rel < 0) | (rel > hi - lo), hi - lo + 1)
-        out[ops] = table[rel]
-    return out
 
 
 class CallSpans(NamedTuple):
