@@ -164,7 +164,9 @@ class SpilledOps(Ops):
         self.names = np.asarray(names, dtype=object)
         self.kinds = tuple(kinds)
         self.offset_ns = int(offset_ns)
-        self._remove = weakref.finalize(self, _remove_file, path)
+        # removed when this object goes, by the process that made it only (a forked child exiting
+        # normally runs the finalizers it inherited: it must not take its parent's file)
+        self._remove = weakref.finalize(self, _remove_file, path, os.getpid())
 
     def __len__(self) -> int:
         return int(self.index["rows"].sum()) if len(self.index) else 0
@@ -291,13 +293,18 @@ def of(analysis) -> Ops:
 
 
 # --------------------------------------------------------------------------------- writing
+SPILL_GROUP_ROWS = 1 << 24
+"""The most rows of a row group of a spilled store (pyarrow's writer cuts row groups at 64 Mi rows)."""
+
 def _spill_path() -> str:
     fd, path = tempfile.mkstemp(prefix="specprof-ops-", suffix=".parquet")
     os.close(fd)
     return path
 
 
-def _remove_file(path: str) -> None:
+def _remove_file(path: str, owner: int | None = None) -> None:
+    if owner is not None and os.getpid() != owner:
+        return
     try:
         os.remove(path)
     except OSError:
@@ -322,12 +329,15 @@ def spill(parts: Iterable[tuple[int, dict]], phases, names, kinds) -> SpilledOps
         with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=False, write_statistics=False) as writer:
             for rank, cols in parts:
                 n = len(cols["start_ns"])
-                if not n:
-                    continue
-                writer.write_table(pa.table({f.name: pa.array(np.asarray(cols[f.name]).astype(f.type.to_pandas_dtype(),
-                                                                                               copy=False))
-                                             for f in schema}, schema=schema), row_group_size=max(n, 1))
-                rows.append((int(rank), n, int(np.min(cols["start_ns"])), int(np.max(cols["end_ns"]))))
+                # a row group each, at most SPILL_GROUP_ROWS (Parquet writers cut larger ones in two,
+                # which the index, a row a group, would not know)
+                for a in range(0, n, SPILL_GROUP_ROWS):
+                    part = {f.name: np.asarray(cols[f.name])[a:a + SPILL_GROUP_ROWS] for f in schema}
+                    m = len(part["start_ns"])
+                    writer.write_table(pa.table({f.name: pa.array(part[f.name].astype(f.type.to_pandas_dtype(),
+                                                                                        copy=False))
+                                                 for f in schema}, schema=schema), row_group_size=m)
+                    rows.append((int(rank), m, int(np.min(part["start_ns"])), int(np.max(part["end_ns"]))))
     except BaseException:
         _remove_file(path)
         raise

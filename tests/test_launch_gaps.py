@@ -118,3 +118,22 @@ def test_whatif_of_a_chunked_analysis_equals_the_whole(monkeypatch):
     chunked = W.whatif(sides.side_from_analysis(chunked_analysis), range(1, 6), n_boot=0)
     assert chunked["profiles"][0]["steps"] == whole["profiles"][0]["steps"] == 2
     pd.testing.assert_frame_equal(chunked["predictions"], whole["predictions"])
+
+
+def test_whatif_reads_the_lowest_rank_that_has_gpu_data():
+    """The rank whatif models is the lowest of the cycles with GPU data (its Side's): when every cycle of
+    rank 0 lost its GPU data, the op store is asked for rank 1's ops, and whatif answers as it does from
+    the whole per-op table."""
+    import dataclasses
+
+    from analyze.tools import sides
+    from analyze.tools.whatif import model as W
+
+    a = analyze.load(str(REAL / "h200_shim_4rank_single.sqlite"))
+    a.cycles.loc[a.cycles["rank"] == 0, "warmup_reason"] = "no_gpu_ops"
+    read = sides.whatif_ops(a)
+    assert len(read) and set(read["rank"]) == {1}
+    side = sides.side_from_analysis(a)
+    got = W.whatif(side, range(1, 6), n_boot=0)
+    want = W.whatif(dataclasses.replace(side, gpu_ops=a.gpu_ops), range(1, 6), n_boot=0)
+    pd.testing.assert_frame_equal(got["predictions"], want["predictions"])

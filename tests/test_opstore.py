@@ -126,3 +126,34 @@ def test_reports_combine_by_rank_with_their_clock_offsets():
     assert opstore.combined([opstore.FrameOps(t)]).frame is t
     empty = opstore.FrameOps(None).query(["rank", "kind", "name"])
     assert list(empty.columns) == ["rank", "kind", "name"] and empty.empty
+
+
+def test_large_parts_are_cut_into_row_groups_the_index_knows(monkeypatch):
+    """A part longer than SPILL_GROUP_ROWS (a writer cuts row groups it finds too long, and the index
+    has a row a group): cut into groups of that many, every one in the index; the answers unchanged."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(opstore, "SPILL_GROUP_ROWS", 97)
+    t = _table()
+    spilled = _spilled(t)
+    assert pq.ParquetFile(spilled.path).num_row_groups == len(spilled.index) > 9
+    assert spilled.index["rows"].max() == 97
+    cols = list(opstore.COLUMNS)
+    for q in QUERIES:
+        pd.testing.assert_frame_equal(spilled.query(cols, **q), opstore.FrameOps(t).query(cols, **q))
+
+
+def test_a_forked_child_leaves_its_parents_file_alone():
+    """The finalizer that removes a spilled store's file runs in the process that made the store only:
+    a forked child exiting normally (which runs the finalizers it inherited) leaves the file."""
+    spilled = _spilled(_table(200))
+    pid = os.fork()
+    if pid == 0:                                  # the child: what a normal exit runs (atexit: finalizers)
+        import atexit
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0 and os.path.exists(spilled.path)
+    assert len(spilled.query(["rank"])) == 200

@@ -217,3 +217,18 @@ def test_the_batch_fit_reads_the_columns_it_needs_only(grid_side):
     one = side.cycles[pd.to_numeric(side.cycles["requests"], errors="coerce") == 16]
     assert W.batch_fit_samples(sides.Side(side.label, one, side.kernels, side.phase_names, side.ranges, None,
                                           spec_config=side.spec_config)) is None
+
+
+def test_the_batch_fit_counts_the_batch_sizes_of_the_rank_with_accept_marks(grid_side):
+    """profile_samples takes the requests of the lowest rank with accept marks; the narrow samples count
+    batch sizes on that rank too: rank 0 without marks, a marked copy as rank 1, the same fit."""
+    import dataclasses
+
+    from analyze.tools.whatif import model as W
+
+    c = grid_side.cycles
+    unmarked = c.assign(accepted_tokens=pd.NA, requests=pd.NA, tokens=pd.NA)
+    two = pd.concat([unmarked, c.assign(rank=1)], ignore_index=True)
+    side = dataclasses.replace(grid_side, cycles=two, gpu_ops=grid_side.gpu_ops.assign(rank=1))
+    want = W.batch_token_fit(W.profile_samples(side)[0], 3)
+    assert want is not None and W.batch_token_fit(W.batch_fit_samples(side), 3) == want

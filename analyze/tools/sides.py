@@ -77,6 +77,8 @@ def whatif_ops(result) -> pd.DataFrame | None:
     analysed): those of the lowest rank with decode cycles launched inside cycle ranges, of them
     :func:`whatif_rows`' (in start order). None without cycles."""
     cyc = getattr(result, "cycles", None)
+    # the rank whatif models: the lowest of the cycles with GPU data (the cycles its Side holds)
+    cyc = cycles_mod.with_gpu(cyc) if cyc is not None else None
     if cyc is None or not len(cyc):
         return None
     return opstore.of(result).query(WHATIF_COLUMNS, ranks=[int(cyc["rank"].min())], in_cycles=True,

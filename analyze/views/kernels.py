@@ -22,11 +22,10 @@ def cycle_kernels_of(gpu_ops: pd.DataFrame | None) -> pd.DataFrame:
     # integer codes, then one sort: what ``groupby(["rank", "phase", "name"], sort=False)`` of the texts
     # gives (groups in order of first appearance, texts as ``astype(str)`` makes them), without a
     # string per row (10M ops: 20 s and 8.7 GB peak -> under a second)
-    phase_code, phases = _text_codes(gpu_ops["phase"].to_numpy()[rows])
-    name_code, names = _text_codes(gpu_ops["name"].to_numpy()[rows])
-    texts = (phase_code >= 0) & (name_code >= 0)       # groupby leaves out a missing key (None, NaN)
-    if not texts.all():
-        rows, phase_code, name_code = rows[texts], phase_code[texts], name_code[texts]
+    coded = [_text_codes(gpu_ops[c].to_numpy()[rows]) for c in ("phase", "name")]
+    if any(c is None for c in coded):        # a value that is no text: pandas' own groupby decides
+        return _cycle_kernels_by_groupby(gpu_ops.iloc[rows])
+    (phase_code, phases), (name_code, names) = coded
     rank_code, ranks = pd.factorize(gpu_ops["rank"].to_numpy()[rows])
     key = (rank_code.astype("int64") * max(len(phases), 1) + phase_code) * max(len(names), 1) + name_code
     if not len(rows):
@@ -43,13 +42,15 @@ def cycle_kernels_of(gpu_ops: pd.DataFrame | None) -> pd.DataFrame:
                          "name": names[name_of], "instances": counts.astype("int64"), "total_ns": totals})
 
 
-def _text_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of ``values`` by their ``str`` (as ``astype(str)`` makes them; -1: missing, None or
-    NaN, which it keeps missing), the distinct texts in order of first appearance (an object array)."""
-    code, uniques = factorize_objects(values)
-    text_code, texts = pd.factorize(np.array([str(u) for u in uniques], dtype=object))
-    text_code = np.append(text_code, -1)                 # the NA sentinel (-1) reads the last: -1
-    return text_code[code] if len(code) else code, np.asarray(texts, dtype=object)
+def _text_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(codes of ``values``, the distinct texts in order of first appearance) where every value is a
+    ``str`` (what the groupby over ``astype(str)`` keys by: equal texts one group); None where some
+    value is not (None, NaN, a number, bytes: ``astype(str)`` and the groupby of NA keys differ
+    between pandas versions, and values that compare equal can print differently)."""
+    code, uniques = factorize_objects(values, use_na_sentinel=False)
+    if not all(type(u) is str for u in uniques):
+        return None
+    return code, np.asarray(uniques, dtype=object)
 
 
 def _cycle_kernels_by_groupby(ops: pd.DataFrame) -> pd.DataFrame:

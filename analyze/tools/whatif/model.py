@@ -484,16 +484,17 @@ def batch_fit_samples(side: Side, keep_outliers: bool = False) -> pd.DataFrame |
     cyc = cycles_mod.steady(side.cycles, keep_outliers, every_rank=True) if side.cycles is not None else None
     if cyc is None or cyc.empty or "requests" not in cyc.columns or "verify" not in side.phase_names:
         return None
-    low = cyc[cyc["rank"] == cyc["rank"].min()]
+    # the batch sizes of the rank profile_samples takes its requests from: the lowest with accept marks
+    marked = cyc[cyc["accepted_tokens"].notna()] if "accepted_tokens" in cyc.columns else cyc.iloc[0:0]
+    if marked.empty:
+        return None
+    low = marked[marked["rank"] == marked["rank"].min()]
     sizes = pd.to_numeric(low["requests"], errors="coerce").value_counts()
     if int((sizes[sizes.index > 0] >= MIN_BATCH_FIT_CYCLES).sum()) < 2:
         return None
     per = per_cycle(cyc, side.phase_names)
-    marked = cyc[cyc["accepted_tokens"].notna()] if "accepted_tokens" in cyc.columns else cyc.iloc[0:0]
-    if marked.empty:
-        return None
     acc = acc_mod.cycle_samples(cyc)          # as profile_samples joins them
-    acc.index = marked[marked["rank"] == marked["rank"].min()].sort_values("cycle")["cycle"].to_numpy()
+    acc.index = low.sort_values("cycle")["cycle"].to_numpy()
     per = per.join(acc[["requests"]], on="cycle")
     per = per.merge(att_mod.per_cycle(side.gpu_ops, cyc), on="cycle", how="left")
     return per[["cycle", "requests", "verify_ns", "verify_attention_ns"]].reset_index(drop=True)
