@@ -77,7 +77,9 @@ def build_parser() -> ArgumentParser:
                    help="run the per-report work on a Dask cluster (tcp://host:8786; needs specprof[dask])")
     p.add_argument("--memory-budget", metavar="SIZE", type=parse_budget, default="auto",
                    help="analyse each report in time-ordered chunks of GPU ops sized to SIZE (e.g. 1GB, "
-                        "512MB): the same tables, without the per-op table (plots of single ops need it); the "
+                        "512MB): the same tables, the GPU ops kept in a file on disk instead of the per-op table "
+                        "(timeline, Perfetto, advice and whatif read it; the kernel-per-cycle plots need the "
+                        "table); the "
                         "API calls and NVTX ranges are held whole (about 150 bytes per call, 200 per range). "
                         "Default 'auto': whole, unless a report would not fit in the available memory "
                         "(then chunked, with a note); 'none': always whole")
