@@ -131,8 +131,8 @@ class FrameOps(Ops):
             keep &= ops["cycle_range"].to_numpy() >= 0
         rows = np.flatnonzero(keep)
         rank = ops["rank"].to_numpy()[rows].astype("int64")
-        rows = rows[np.lexsort((ops["start_ns"].to_numpy()[rows], rank))]     # (rank, start), ties as read
-        rank = ops["rank"].to_numpy()[rows].astype("int64")
+        order = np.lexsort((ops["start_ns"].to_numpy()[rows], rank))          # (rank, start), ties as read
+        rows, rank = rows[order], rank[order]
         bounds = np.r_[0, np.flatnonzero(np.diff(rank)) + 1, len(rows)]
         for a, b in zip(bounds[:-1], bounds[1:]):
             for lo in range(int(a), int(b), FRAME_PART_ROWS):     # a rank in parts: bounded temporaries
@@ -295,6 +295,7 @@ def of(analysis) -> Ops:
 # --------------------------------------------------------------------------------- writing
 SPILL_GROUP_ROWS = 1 << 24
 """The most rows of a row group of a spilled store (pyarrow's writer cuts row groups at 64 Mi rows)."""
+
 
 def _spill_path() -> str:
     fd, path = tempfile.mkstemp(prefix="specprof-ops-", suffix=".parquet")

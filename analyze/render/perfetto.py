@@ -229,12 +229,11 @@ def has_phase_track(a) -> bool:
 def store_segments(a) -> pd.DataFrame:
     """:func:`phase_segments` of the analysis' op store, a rank at a time (a chunked analysis' ops
     are read one rank's at once, never all)."""
-    store = opstore.of(a)
-    parts = [phase_segments(store.query(["rank", "start_ns", "end_ns", "phase"], ranks=[r]), a.phase_names)
-             for r in sorted(int(r) for r in a.ranks["rank"])] if len(a.ranks) else []
+    store, columns = opstore.of(a), ["rank", "start_ns", "end_ns", "phase"]
+    parts = [phase_segments(store.query(columns, ranks=[r]), a.phase_names) for r in sorted(set(a.ranks["rank"]))]
     parts = [p for p in parts if len(p)]
-    return pd.concat(parts, ignore_index=True) if parts else phase_segments(pd.DataFrame(
-        {"rank": [], "start_ns": [], "end_ns": [], "phase": []}), a.phase_names)
+    return pd.concat(parts, ignore_index=True) if parts else phase_segments(store.query(columns, ranks=[]),
+                                                                             a.phase_names)
 
 
 def perfetto_bytes(a) -> bytes:

@@ -522,9 +522,7 @@ class ReportMap:
         the chunks in time order: what :func:`opstore.spill` writes (a report analysed in chunks)."""
         store = self.store
         for k in range(len(store)):
-            by_rank: dict[int, list[tuple[int, int]]] = {}
-            for group, first, stop in store.runs(k):
-                by_rank.setdefault(int(rank_values[row_of_group[group]]), []).append((first, stop))
+            by_rank = store.runs_by_rank(k, rank_values[row_of_group])
             for rank in sorted(by_rank):
                 runs = by_rank[rank]
                 col = {c: np.concatenate([store.get_run(k, c, a, b) for a, b in runs])

@@ -50,12 +50,11 @@ def renumber_ranks(results) -> None:
                                    f"(from {row['source']}): give each rank once")
             seen[rank] = res.path
         if mapping:
+            # (res.ops.index: the spilled ops' row groups, a rank each)
             for table in (res.ranks, res.gpu_ops, res.ranges, res.phases, res.kernels, res.totals,
-                          res.cycles, res.collective_ops):
+                          res.cycles, res.collective_ops, res.ops.index if res.ops is not None else None):
                 if table is not None and "rank" in table.columns:
                     table["rank"] = table["rank"].map(mapping).fillna(table["rank"]).astype(table["rank"].dtype)
-            if res.ops is not None:      # the spilled ops' row groups, a rank each
-                res.ops.index["rank"] = res.ops.index["rank"].map(mapping).fillna(res.ops.index["rank"]).astype("int64")
 
 
 def _input_column(path: str, n: int, paths: list[str]) -> pd.Categorical:

@@ -69,6 +69,14 @@ class OpStore:
         """(group, first, stop) of chunk ``k``'s runs of one group in (group, start) order."""
         return self._runs[k]
 
+    def runs_by_rank(self, k: int, rank_of_group: np.ndarray) -> dict[int, list[tuple[int, int]]]:
+        """Chunk ``k``'s runs as {rank: [(first, stop), ...]} (``rank_of_group``: per group, its rank;
+        a rank of several processes has several runs), the ranks in order of their first run."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for group, first, stop in self._runs[k]:
+            out.setdefault(int(rank_of_group[group]), []).append((first, stop))
+        return out
+
     def get_run(self, k: int, name: str, first: int, stop: int) -> np.ndarray:
         """Rows ``first:stop`` of column ``name`` of chunk ``k`` in (group, start) order."""
         if self.dir is None:

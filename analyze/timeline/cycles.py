@@ -15,6 +15,7 @@ after the cycle's range closed); a mark without it to the cycle range that conta
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 import numpy as np
@@ -752,13 +753,11 @@ def cycle_table_of_chunks(cycle_rows: pd.DataFrame, windows, store, rank_of_grou
                           config: PhaseConfig, capture_ids, host_wait, threads: int = 1) -> pd.DataFrame:
     """The cycle table of a report from its cycle ranges (``cycle_rows``), their windows and periods from
     the per-call spans (:func:`cycle_windows_of`), and every op a chunked store holds (the map step's
-    run/spill.OpStore: ``runs(k)`` of one process and ``get_run(k, column, first, stop)`` of columns s,
+    run/spill.OpStore: ``runs_by_rank(k, rank_of_group)`` and ``get_run(k, column, first, stop)`` of columns s,
     e, ph per chunk k, in time order) streamed into the per-interval unions (:class:`IntervalSplit`);
     ``rank_of_group``: per process code, its rank; the rest as :func:`cycle_frame` takes them. The
     ranks of a chunk on ``threads`` threads side by side (their unions are apart; NumPy lets go of
     the GIL), the chunks one after the other (a rank's ops must come in time order)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     found = cycle_windows_of(cycle_rows, windows)
     if found is None:
         return empty_table(config)
@@ -775,10 +774,7 @@ def cycle_table_of_chunks(cycle_rows: pd.DataFrame, windows, store, rank_of_grou
 
     with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="specprof-split") as pool:
         for k in range(len(store)):
-            by_rank: dict[int, list[tuple[int, int]]] = {}
-            for group, first, stop in store.runs(k):
-                by_rank.setdefault(int(rank_of_group[group]), []).append((first, stop))
-            for done in [pool.submit(feed, k, r, runs) for r, runs in by_rank.items()]:
+            for done in [pool.submit(feed, k, r, runs) for r, runs in store.runs_by_rank(k, rank_of_group).items()]:
                 done.result()
     busy, upto = split.result()
     return cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:], marks, config,

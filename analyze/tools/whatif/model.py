@@ -337,11 +337,8 @@ def profile_samples(side: Side, keep_outliers: bool = False,
     if cycles.empty:
         raise ValueError(f"{side.label}: no decode cycles (`decode_cycle` ranges): cannot model a cycle")
     per = per_cycle(cycles, side.phase_names).rename(columns={time_column(cycles): "t_ns"})
-    acc = acc_mod.cycle_samples(cycles)
-    low = cycles[cycles["accepted_tokens"].notna()] if "accepted_tokens" in cycles.columns else cycles.iloc[0:0]
-    if len(low):
-        low = low[low["rank"] == low["rank"].min()].sort_values("cycle")
-        acc.index = low["cycle"].to_numpy()
+    acc = marked_samples(cycles)
+    if acc is not None:
         per = per.join(acc, on="cycle")
     else:
         per["accepted"], per["requests"] = np.nan, np.nan
@@ -357,6 +354,17 @@ def profile_samples(side: Side, keep_outliers: bool = False,
     per = per.merge(host_waits(cycles), on="cycle", how="left")
     per = per.merge(att_mod.per_cycle(side.gpu_ops, cycles), on="cycle", how="left")
     return per.reset_index(drop=True), dropped
+
+
+def marked_samples(cycles: pd.DataFrame) -> pd.DataFrame | None:
+    """acceptance.cycle_samples of ``cycles`` (accepted, requests, lens of the lowest rank with accept
+    marks) indexed by those cycles' numbers, to join onto per-cycle rows; None without accept marks."""
+    marked = cycles[cycles["accepted_tokens"].notna()] if "accepted_tokens" in cycles.columns else cycles.iloc[0:0]
+    if marked.empty:
+        return None
+    acc = acc_mod.cycle_samples(cycles)
+    acc.index = marked[marked["rank"] == marked["rank"].min()].sort_values("cycle")["cycle"].to_numpy()
+    return acc
 
 
 HOST_RANGES = {"draft_cpu_ns": "draft", "draft_extend_cpu_ns": "draft_extend", "verify_cpu_ns": "verify",
@@ -484,18 +492,15 @@ def batch_fit_samples(side: Side, keep_outliers: bool = False) -> pd.DataFrame |
     cyc = cycles_mod.steady(side.cycles, keep_outliers, every_rank=True) if side.cycles is not None else None
     if cyc is None or cyc.empty or "requests" not in cyc.columns or "verify" not in side.phase_names:
         return None
-    # the batch sizes of the rank profile_samples takes its requests from: the lowest with accept marks
-    marked = cyc[cyc["accepted_tokens"].notna()] if "accepted_tokens" in cyc.columns else cyc.iloc[0:0]
-    if marked.empty:
+    # the requests profile_samples joins (marked_samples: the lowest rank with accept marks), counted
+    # per batch size before anything else is computed
+    acc = marked_samples(cyc)
+    if acc is None:
         return None
-    low = marked[marked["rank"] == marked["rank"].min()]
-    sizes = pd.to_numeric(low["requests"], errors="coerce").value_counts()
+    sizes = acc["requests"].value_counts()
     if int((sizes[sizes.index > 0] >= MIN_BATCH_FIT_CYCLES).sum()) < 2:
         return None
-    per = per_cycle(cyc, side.phase_names)
-    acc = acc_mod.cycle_samples(cyc)          # as profile_samples joins them
-    acc.index = low.sort_values("cycle")["cycle"].to_numpy()
-    per = per.join(acc[["requests"]], on="cycle")
+    per = per_cycle(cyc, side.phase_names).join(acc[["requests"]], on="cycle")
     per = per.merge(att_mod.per_cycle(side.gpu_ops, cyc), on="cycle", how="left")
     return per[["cycle", "requests", "verify_ns", "verify_attention_ns"]].reset_index(drop=True)
 
