@@ -73,3 +73,42 @@ def test_a_large_table_is_coded_by_identity(monkeypatch):
     got = _fast(monkeypatch, ops)
     pd.testing.assert_frame_equal(got, _reference(ops), check_dtype=False)
     assert got["instances"].sum() == int((ops["cycle_range"] >= 0).sum()) and len(got) == 8 * 4 * 4
+
+
+REAL = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures" / "real"
+
+
+@pytest.mark.parametrize("reports", [["h200_4proc_eager.sqlite"], ["sglang_graphs.sqlite"],
+                                     [f"h200_shim_4rank_rank{i}.sqlite" for i in range(4)]],
+                         ids=["eager-4proc", "sglang-graphs", "4-reports"])
+def test_chunked_analysis_has_the_cycle_kernels_of_the_whole(monkeypatch, reports):
+    """A report analysed in chunks keeps no per-op table; its cycle_kernels (the --json table, diff's kernel
+    lists) come from the spilled op store, a rank and a part at a time: the same rows and figures as the
+    whole analysis' (dozens of chunks, cycles cut between them; several reports combined)."""
+    import analyze
+    from analyze import notes as N
+    from analyze.run import api
+    from analyze.tools import sides
+    from analyze.views.registry import get
+
+    paths = [str(REAL / r) for r in reports]
+    if not all(__import__("os").path.exists(p) for p in paths):
+        pytest.skip("real fixtures not unpacked")
+    target = paths if len(paths) > 1 else paths[0]
+    whole = analyze.load(target)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)
+    chunked = analyze.load(target, memory_budget=1)
+    assert chunked.gpu_ops.empty and chunked.ops.frame is None
+    assert min(n.count for n in chunked.notes if n.code == N.CHUNKED) >= 3
+    key = ["rank", "phase", "name"]
+    want = get(whole, "cycle_kernels")
+    got = get(chunked, "cycle_kernels")
+    assert len(want) >= 20 and int(want["instances"].sum()) > 0
+    pd.testing.assert_frame_equal(got.sort_values(key).reset_index(drop=True),
+                                  want.sort_values(key).reset_index(drop=True), check_dtype=False)
+    # diff's kernel lists: the ops inside decode cycles, not every op of the report (set-up included)
+    side_w, side_c = sides.side_from_analysis(whole), sides.side_from_analysis(chunked)
+    pd.testing.assert_frame_equal(side_c.kernels.sort_values(key).reset_index(drop=True),
+                                  side_w.kernels.sort_values(key).reset_index(drop=True), check_dtype=False)
+    assert int(side_c.kernels["instances"].sum()) < len(whole.gpu_ops)
+    assert not any("no per-op table" in n for n in side_c.notes)

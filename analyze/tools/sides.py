@@ -46,14 +46,6 @@ def spec_config_of(ranks) -> SpecConfig | None:
     return None
 
 
-def cycle_kernels(gpu_ops: pd.DataFrame) -> pd.DataFrame:
-    """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles (the one
-    definition: views.kernels.cycle_kernels_of)."""
-    from analyze.views.kernels import cycle_kernels_of
-
-    return cycle_kernels_of(gpu_ops)
-
-
 WHATIF_COLUMNS = ["kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns"]
 """The op columns whatif reads."""
 
@@ -87,12 +79,12 @@ def whatif_ops(result) -> pd.DataFrame | None:
 
 def side_from_analysis(result, label: str = "") -> Side:
     kernels, notes = result.kernels, [text_of(n) for n in result.notes]
-    ops = result.gpu_ops
-    if len(result.cycles) and ops is not None and len(ops) and "cycle_range" in ops.columns:
-        kernels = cycle_kernels(ops)
-    elif len(result.cycles) and (ops is None or not len(ops)):
-        notes.append("no per-op table (chunked analysis): kernel lists count every op of the report, "
-                     "not only those inside decode cycles")
+    store = opstore.of(result)
+    if len(result.cycles) and len(store) and (store.frame is None or "cycle_range" in store.frame.columns):
+        # the kernels inside decode cycles (views.kernels: the one definition), whole or chunked
+        from analyze.views.kernels import cycle_kernels_of_store
+
+        kernels = cycle_kernels_of_store(store)
     from analyze.run.live import is_live
 
     live = is_live(result)

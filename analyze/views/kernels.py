@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze import opstore
 from analyze.codes import factorize_objects
 from analyze.views.phases import phase_order
 from analyze.views.registry import get, view
@@ -61,12 +62,34 @@ def _cycle_kernels_by_groupby(ops: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
 
 
+CYCLE_KERNEL_OP_COLUMNS = ["rank", "phase", "name", "start_ns", "end_ns", "cycle_range"]
+"""The op store's columns :func:`cycle_kernels_of_store` reads."""
+
+
+def cycle_kernels_of_store(store) -> pd.DataFrame:
+    """:func:`cycle_kernels_of` over an op store (analyze.opstore): the per-op table at once where the
+    store holds one (a report analysed whole: groups in order of first appearance in it), else the
+    ops inside cycles a rank and a part at a time (reports analysed in chunks: bounded memory), each
+    part's groups summed into the groups of the parts before (first appearance in (rank, start)
+    order). The same rows and figures either way; only their order can differ."""
+    frame = store.frame
+    if frame is not None or not len(store):
+        return cycle_kernels_of(frame)
+    parts = [cycle_kernels_of(p) for p in store.scan(CYCLE_KERNEL_OP_COLUMNS, in_cycles=True)]
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else cycle_kernels_of(None)
+    merged = pd.concat(parts, ignore_index=True)
+    return merged.groupby(["rank", "phase", "name"], sort=False, dropna=False) \
+        .agg(instances=("instances", "sum"), total_ns=("total_ns", "sum")).reset_index()
+
+
 @view("cycle_kernels", file=7)
 def cycle_kernels(a) -> pd.DataFrame:
     """GPU time per (rank, exclusive phase, kernel) of the ops inside decode cycles: what diff divides
-    by the cycles (the ``kernels`` table holds every op of the report); empty when the analysis kept
-    no per-op table (analysed in chunks)."""
-    return cycle_kernels_of(a.gpu_ops if len(a.cycles) else None)
+    by the cycles (the ``kernels`` table holds every op of the report), from the analysis' op store
+    (a report analysed in chunks too)."""
+    return cycle_kernels_of_store(opstore.of(a)) if len(a.cycles) else cycle_kernels_of(None)
 
 
 @view("kernel_totals")
