@@ -427,3 +427,25 @@ def test_gpu_busy_bars_stay_visible_on_a_log_scale():
     assert ax2.get_yscale() == "log"
     busy = [p.get_height() for p in ax2.patches if p.get_y() == 0 and p.get_height() > 0]
     assert busy and ax2.get_ylim()[0] < min(busy)
+
+
+def test_kernel_tables_of_a_chunked_analysis_equal_the_whole(monkeypatch):
+    """A report analysed in chunks keeps no per-op table: ops_by_cycle (the kernel variability figure and
+    table) reads its spilled op store, and gives the whole analysis' ops (in (rank, start) order)."""
+    from analyze.run import api
+
+    path = str(ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite")
+    whole = analyze.load(path)
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 97)
+    chunked = analyze.load(path, memory_budget=1)
+    assert chunked.gpu_ops.empty and chunked.ops.frame is None
+    key = ["rank", "start_ns", "end_ns", "name"]
+    want = plots.ops_by_cycle(whole, "verify", columns=["name", "end_ns"])
+    got = plots.ops_by_cycle(chunked, "verify", columns=["name", "end_ns"])
+    assert len(want) > 100 and list(got.columns) == list(want.columns)
+    pd.testing.assert_frame_equal(got.sort_values(key).reset_index(drop=True),
+                                  want.sort_values(key).reset_index(drop=True), check_dtype=False)
+    tw, tc = plots.kernel_cycle_table(whole), plots.kernel_cycle_table(chunked)
+    pd.testing.assert_frame_equal(tc.sort_values("name").reset_index(drop=True),
+                                  tw.sort_values("name").reset_index(drop=True), check_dtype=False, rtol=1e-9)
+    assert tc.iloc[0]["name"] == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT"

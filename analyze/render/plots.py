@@ -570,8 +570,15 @@ def cycle_breakdown(a, *, rank: int | None = None, top_slowest: int = 3) -> Figu
 def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) -> pd.DataFrame:
     """GPU ops (of one ``phase``, or all) that start inside a decode cycle's GPU window on their
     rank (:func:`analyze.timeline.cycles.cycle_at`, its end included), with that cycle's number in a ``cycle`` column; ``columns``: only these columns of the ops
-    (plus ``cycle``; millions of ops: the figures take the few they need)."""
-    ops, cyc = a.gpu_ops, cycles_mod.with_gpu(a.cycles)
+    (plus ``cycle``; millions of ops: the figures take the few they need). From the analysis' op store:
+    its per-op table where it holds one (a report analysed whole: its rows in its order), else the
+    spilled ops (reports analysed in chunks: the store's columns, of ``phase``, in (rank, start) order)."""
+    store, cyc = opstore.of(a), cycles_mod.with_gpu(a.cycles)
+    ops = store.frame
+    if ops is None and len(store):
+        asked = [c for c in (columns or opstore.COLUMNS) if c in opstore.COLUMNS]
+        asked = list(dict.fromkeys(asked + ["rank", "start_ns"] + (["phase"] if phase else [])))
+        ops = store.query(asked, where=(lambda f: f["phase"].to_numpy() == phase) if phase else None)
     if ops is not None and columns is not None:
         ops = ops[list(dict.fromkeys(list(columns) + ["rank", "start_ns"] + (["phase"] if phase else [])))]
     cols = (list(ops.columns) if ops is not None else []) + ["cycle"]
@@ -590,7 +597,7 @@ def ops_by_cycle(a, phase: str | None = None, columns: list[str] | None = None) 
 def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
     """Per kernel of ``phase``: its GPU time per (rank, cycle), summarised over cycles: ``mean_ns``,
     ``std_ns``, ``cv`` (std / mean), ``min_ns``, ``max_ns``, ``max_cycle`` / ``max_rank`` (where it
-    took longest) and ``share`` of the phase's kernel time; sorted by total time."""
+    took longest; of equal longest, the lowest rank, then cycle) and ``share`` of the phase's kernel time; sorted by total time."""
     per = ops_by_cycle(a, phase, columns=["name", "rank", "start_ns", "end_ns"])
     cols = ["name", "cycles", "total_ns", "mean_ns", "std_ns", "cv", "min_ns", "max_ns", "max_rank", "max_cycle",
             "share"]
@@ -604,7 +611,8 @@ def kernel_cycle_table(a, phase: str = "verify") -> pd.DataFrame:
     rows = []
     for name, g in pc.groupby("name", sort=False):
         v = np.concatenate([g["duration_ns"].to_numpy(dtype="float64"), np.zeros(max(0, n_cycles - len(g)))])
-        top = g.loc[g["duration_ns"].idxmax()]
+        # where it took longest: the lowest (rank, cycle) of the longest (ties: the same whatever the ops' order)
+        top = g.sort_values(["duration_ns", "rank", "cycle"], ascending=[False, True, True], kind="stable").iloc[0]
         mean = float(v.mean())
         rows.append([name, len(g), int(v.sum()), mean, float(v.std()), float(v.std() / mean) if mean else np.nan,
                      float(v.min()), float(v.max()), int(top["rank"]), int(top["cycle"])])
