@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from analyze.tools import sides
@@ -60,6 +61,26 @@ def test_profiled_step_count_is_sglangs_flag(side, layers, s):
     assert W.infer_steps(sd) == (s, "SGLang's --speculative-num-steps (the spec_config mark)")
     c = W.step_costs(sd, batch=1)
     assert c["steps"] == s and c["sglang_loop"] and c["draft_forwards"] == s - 1
+
+
+@need
+def test_a_tree_profile_says_the_model_is_a_chains(side):
+    """A profile SGLang ran with top-k > 1 (a draft tree verifying --speculative-num-draft-tokens a request)
+    is modelled as a chain: whatif says so, with the flags; a top-k 1 profile carries no such note."""
+    import dataclasses
+
+    sd = side(64, 3)
+    chain = W.whatif(sd, range(1, 5), n_boot=0, batch=1)
+    assert not any("eagle-topk" in n for n in chain["notes"])
+    tree = dataclasses.replace(sd, spec_config=sd.spec_config._replace(topk=4, draft_tokens=8))
+    out = W.whatif(tree, range(1, 5), n_boot=0, batch=1)
+    said = [n for n in out["notes"] if "--speculative-eagle-topk 4" in n]
+    assert len(said) == 1 and "8 draft tokens verified a request, not steps + 1 = 4" in said[0]
+    # the cycle model is the chain's; only the estimated plain step differs (a tree's draft attention is
+    # not one query a request: attention.py does not swap it in, and says so)
+    cols = ["steps", "cycle_ns", "tokens_per_cycle", "tokens_per_s"]
+    pd.testing.assert_frame_equal(out["predictions"][cols], chain["predictions"][cols])
+    assert any("draft top-k 4" in a for a in out["assumptions"])
 
 
 @need

@@ -636,6 +636,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
                      f"from the trace; if this is SGLang, its --speculative-num-steps is {steps + 1} (its draft_forward "
                      "runs steps - 1 forwards, the first draft token comes from the draft extend): pass "
                      "--profiled-steps, or profile with the current shim, which records the flag")
+    if sglang_loop and (cfg.topk or 1) > 1:
+        notes.append(tree_note(side.label, cfg))
     if side.live:
         notes += live_profile_notes(side.label)
     c["rounds"] = rounds_mod.request_tokens(side.cycles, batch)
@@ -649,6 +651,16 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
+
+
+def tree_note(label: str, cfg) -> str:
+    """What the model assumes of a profile that SGLang ran with top-k > 1 (a draft tree): it models a
+    chain (top-k 1: steps + 1 tokens verified a request, one accepted length per position)."""
+    verified = f"{cfg.draft_tokens} draft tokens" if cfg.draft_tokens else "--speculative-num-draft-tokens"
+    return (f"{label}: SGLang ran --speculative-eagle-topk {cfg.topk} (a draft tree: {verified} verified a request, "
+            f"not steps + 1 = {cfg.steps + 1}); this model is a chain's (top-k 1: verified tokens M (s + 1), "
+            "acceptance per position of one chain), so its predictions at other step counts are a chain's: "
+            "profile with --speculative-eagle-topk 1 for a prediction this trace supports")
 
 
 def live_profile_notes(label: str) -> list[str]:
