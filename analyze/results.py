@@ -31,6 +31,8 @@ class ReportResult:
     collective_ops: pd.DataFrame | None = None  # collectives.COLLECTIVE_OP_COLUMNS (None: no collectives)
     # chunked only (no per-op table): the report's GPU ops, spilled (opstore.SpilledOps); None: gpu_ops holds them
     ops: object = None
+    # NCCL ranges with a decoded message size (read/nccl_payloads.COLUMNS); the read's info is meta["nccl_payloads"]
+    nccl_messages: pd.DataFrame | None = None
 
 
 @dataclass
@@ -53,6 +55,10 @@ class Analysis:
     # the one store of the GPU ops (opstore.Ops: gpu_ops, and the spilled ops of reports analysed in
     # chunks); read it through opstore.of(analysis), which also serves an Analysis made without one
     ops: object = None
+    # NCCL ranges with a decoded message size (read/nccl_payloads.COLUMNS + input) and the reads' info
+    # (reason, events, undecoded); None: not read (a live log, tables given by hand)
+    nccl_messages: pd.DataFrame | None = None
+    nccl_info: dict | None = None
     # the derived tables computed so far (analyze.views.get): each computed once per analysis
     view_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -95,6 +101,7 @@ TABLES = (
               optional_time_columns=("gpu_start_ns", "gpu_end_ns", "gpu_start_all", "gpu_end_all")),
     TableInfo("marks", None, time_columns=("time_ns",)),
     TableInfo("collective_ops", None, time_columns=("start_ns", "end_ns")),
+    TableInfo("nccl_messages", None, time_columns=("start_ns", "end_ns")),
 )
 """The results' tables (the one list: the reducer's clock offsets, the written tables and their
 columns read it)."""

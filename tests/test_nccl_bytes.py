@@ -67,3 +67,59 @@ def test_absent_without_payloads():
     assert views.get(a, "nccl_bytes").empty
     from analyze.render import text
     assert "NCCL bytes" not in "\n".join(text.section_lines(a, 120))
+
+
+def test_payloads_read_in_the_map_step_on_the_analysis_clock(sized_trace, tmp_path, monkeypatch):
+    """The sized ranges are read with the report's other tables (once, in the map step) and travel with the
+    result: the figure needs no input file afterwards (a Dask worker's path, a moved report), its times are
+    on the analysis' clock (the reducer shifts them as every table's), a --cache entry carries them, and a
+    report analysed in chunks has them too."""
+    import shutil
+
+    from analyze.run import api
+
+    paths, n = sized_trace
+    copy = tmp_path / "copy.sqlite"
+    shutil.copy(paths[0], copy)
+    a = analyze.load(str(copy))
+    read, info = NP.message_sizes(copy)
+    copy.unlink()                                    # nothing reads the export after the analysis
+    sized, got = views.get(a, "nccl_messages")
+    assert len(sized) == n and got == info and info["reason"] is None and info["events"] == n
+    assert set(sized["input"]) == {str(copy)}
+    assert (sized["start_ns"] - read["start_ns"]).unique().tolist() == [a.inputs[0]["offset_ns"]]
+    assert sized["message_bytes"].tolist() == read["message_bytes"].tolist()
+    # a clock offset given to the report moves the ranges with its cycles
+    from analyze.ranks import alignment
+
+    real_align = alignment.align
+
+    def shifted(results):
+        out = real_align(results)
+        return out.assign(offset_ns=out["offset_ns"] + 1_000_000)
+    monkeypatch.setattr(alignment, "align", shifted)
+    b = analyze.load(paths[0])
+    sized_b, _ = views.get(b, "nccl_messages")
+    assert b.inputs[0]["offset_ns"] == a.inputs[0]["offset_ns"] + 1_000_000
+    assert (sized_b["start_ns"] - read["start_ns"]).unique().tolist() == [b.inputs[0]["offset_ns"]]
+    assert views.get(b, "nccl_bytes").equals(views.get(a, "nccl_bytes"))
+    monkeypatch.setattr(alignment, "align", real_align)
+    # from a cache entry, and in chunks
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv("SPECPROF_CACHE_DIR", str(cache_dir))
+    src = tmp_path / "src.sqlite"
+    shutil.copy(paths[0], src)
+    from analyze.read import cache as cache_mod
+
+    first = analyze.load(str(src), cache=True)
+    entry, _ = cache_mod.find_entry(str(src))
+    assert entry is not None and (entry / "nccl_messages.parquet").is_file()
+    monkeypatch.setattr(NP, "read_message_sizes", lambda conn: (_ for _ in ()).throw(AssertionError("re-read")))
+    again = analyze.load(str(src), cache=True)         # from the entry: the export's payloads not read again
+    for other in (first, again):
+        assert views.get(other, "nccl_bytes").equals(views.get(a, "nccl_bytes"))
+    monkeypatch.undo()
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 50)
+    chunked = analyze.load(paths[0], memory_budget=1)
+    assert chunked.gpu_ops.empty
+    assert views.get(chunked, "nccl_bytes").equals(views.get(a, "nccl_bytes"))

@@ -29,15 +29,16 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.notes import Note
-from analyze.read import connection, ids, report, validate
+from analyze.read import connection, ids, nccl_payloads, report, validate
 from analyze.read.inputs import display_path
 
 # 2: rows left out at the read (meta excluded_rows), session end, host name; 3: GPU ops in row groups
 # of one kind each, with a kind code column; 4: the synchronize calls kept with the needed calls (the
-# cycle table's host_wait_ns)
-FORMAT = 4
+# cycle table's host_wait_ns); 5: the NCCL ranges with a decoded message size (nccl_messages; their info
+# in meta)
+FORMAT = 5
 HEADER_BYTES = 1 << 20
-TABLES = ("calls", "ranges", "marks", "processes", "devices")
+TABLES = ("calls", "ranges", "marks", "processes", "devices", "nccl_messages")
 # rows per row group of gpu_ops.parquet: a chunk of a budgeted analysis reads the row groups that
 # overlap its time slice (their start statistics say which)
 OPS_ROW_GROUP_ROWS = 65_536
@@ -158,7 +159,10 @@ class EntryWriter:
     def write_tables(self, tables: report.ReportTables) -> None:
         """Everything but the GPU ops."""
         for name in TABLES:
-            _write_parquet(getattr(tables, name).reset_index(drop=True), self.tmp / f"{name}.parquet")
+            frame = getattr(tables, name)
+            if frame is None:             # (nccl_messages of tables not read by read_report)
+                frame = nccl_payloads.empty_frame()
+            _write_parquet(frame.reset_index(drop=True), self.tmp / f"{name}.parquet")
         _write_parquet(pd.DataFrame({"id": tables.strings.index.to_numpy(dtype="int64"),
                                      "value": tables.strings.to_numpy(dtype=object)}), self.tmp / "strings.parquet")
         self.write_meta(tables.meta, tables.cross_thread_ranges)

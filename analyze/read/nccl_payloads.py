@@ -20,14 +20,13 @@ import struct
 import numpy as np
 import pandas as pd
 
-from analyze.errors import TraceError
 from analyze.read.connection import has_table, open_report, table_columns
 
 MESSAGE_SIZE = "Message size [bytes]"
 HEADER = struct.Struct("<IIIIQQ")
 COLUMNS = ["global_tid", "start_ns", "end_ns", "name", "message_bytes"]
-READ_ERRORS = (TraceError, OSError, sqlite3.Error)
-"""What reading an input's payloads can raise (for callers outside read/, which hold no sqlite3)."""
+INFO = "nccl_payloads"
+"""The key of a report's meta that holds :func:`read_message_sizes`' info."""
 
 
 def _blob(value) -> bytes | None:
@@ -56,11 +55,24 @@ def decode_message_size(blob, offsets: dict[int, int]) -> int | None:
     return int(struct.unpack_from("<Q", b, HEADER.size + off)[0])
 
 
+def empty_frame() -> pd.DataFrame:
+    """No sized NCCL range (:data:`COLUMNS`, typed)."""
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in COLUMNS})
+
+
 def message_sizes(path) -> tuple[pd.DataFrame, dict]:
-    """(ranges with a decoded message size, info): info has ``reason`` (None when sizes were read),
-    ``events`` (payload-carrying events seen) and ``undecoded``."""
-    empty = pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in COLUMNS})
+    """:func:`read_message_sizes` of the export at ``path`` (opened read-only for it)."""
     with contextlib.closing(open_report(path, quick_check=False)) as conn:
+        return read_message_sizes(conn)
+
+
+def read_message_sizes(conn) -> tuple[pd.DataFrame, dict]:
+    """(ranges with a decoded message size, info) of an open export (read_report reads them with the
+    report's other tables: once per report, in the map step): info has ``reason`` (None when sizes were
+    read), ``events`` (payload-carrying events seen) and ``undecoded``. A payload read that SQLite
+    refuses is no error of the analysis: no sizes, and the reason says why."""
+    empty = empty_frame()
+    try:
         if not has_table(conn, "NVTX_PAYLOAD_SCHEMA_ENTRIES") or not has_table(conn, "NVTX_EVENTS"):
             return empty, {"reason": "no NVTX payload schemas in the export", "events": 0, "undecoded": 0}
         if "binaryData" not in table_columns(conn, "NVTX_EVENTS"):
@@ -74,6 +86,8 @@ def message_sizes(path) -> tuple[pd.DataFrame, dict]:
             "SELECT e.globalTid, e.start, e.\"end\", COALESCE(e.text, s.value), e.binaryData FROM NVTX_EVENTS e "
             "LEFT JOIN StringIds s ON s.id = e.textId WHERE e.binaryData IS NOT NULL "
             "AND e.eventType IN (59, 60)").fetchall() if has_table(conn, "StringIds") else []
+    except (sqlite3.Error, ValueError, TypeError) as exc:
+        return empty, {"reason": f"the NVTX payloads could not be read ({exc})", "events": 0, "undecoded": 0}
     if not rows:
         return empty, {"reason": "nsys exported the payload schemas but no payload bytes (NVTX_EVENTS.binaryData "
                                  "is empty)", "events": 0, "undecoded": 0}
@@ -99,23 +113,10 @@ def size_summary(sizes: np.ndarray) -> dict:
             "max_bytes": int(sizes.max())}
 
 
-def inputs_message_sizes(inputs: list[dict]) -> tuple[pd.DataFrame, dict]:
-    """The sized NCCL ranges of an analysis' inputs (``Analysis.inputs``: path and clock offset) on
-    the analysis' clock (each input's ``offset_ns`` added), with an ``input`` column; info summed
-    over the inputs (``reason``: the first input's when none had sizes)."""
-    frames, info, reasons = [], {"reason": None, "events": 0, "undecoded": 0}, []
-    for inp in inputs:
-        frame, i = message_sizes(inp["path"])
-        info["events"] += i["events"]
-        info["undecoded"] += i["undecoded"]
-        if i["reason"]:
-            reasons.append(i["reason"])
-        if len(frame):
-            off = int(inp.get("offset_ns") or 0)
-            frames.append(frame.assign(start_ns=frame["start_ns"] + off, end_ns=frame["end_ns"] + off,
-                                       input=inp["path"]))
-    if not frames:
-        info["reason"] = reasons[0] if reasons else "no NCCL payloads"
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c not in ("name", "input") else "object")
-                             for c in COLUMNS + ["input"]}), info
-    return pd.concat(frames, ignore_index=True), info
+def combined_info(infos: list[dict], sized: bool) -> dict:
+    """The payload info of an analysis of several reports (the reducer): events and undecoded summed;
+    ``reason`` None where some report had sizes (``sized``), else the first report's."""
+    reasons = [i.get("reason") for i in infos if i and i.get("reason")]
+    return {"reason": None if sized else (reasons[0] if reasons else "no NCCL payloads"),
+            "events": sum(int(i.get("events") or 0) for i in infos if i),
+            "undecoded": sum(int(i.get("undecoded") or 0) for i in infos if i)}

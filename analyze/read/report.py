@@ -21,6 +21,7 @@ from analyze.read import connection
 from analyze.read import capture
 from analyze.read import fastread
 from analyze.read import ids
+from analyze.read import nccl_payloads
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
 from analyze.read.inputs import display_path
@@ -60,6 +61,7 @@ class ReportTables(NamedTuple):
     meta: dict                  # schema_version, utc_start_ns, cuda_graph_trace, nsys_version
     cross_thread_ranges: int = 0  # start/end ranges that end on another thread (left out, as nsys does)
     prepared: object = None     # what read_report's ``prepare(calls, ranges)`` returned
+    nccl_messages: pd.DataFrame | None = None   # nccl_payloads.COLUMNS (its info: meta[nccl_payloads.INFO])
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -903,12 +905,13 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         elif after_ops:
             prepared = prepare(calls, ranges, op_keys=read_op_keys(conn, key_plan), strings=strings)
         meta = read_meta(conn)
+        nccl_messages, meta[nccl_payloads.INFO] = nccl_payloads.read_message_sizes(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
                                                           + take_excluded(ranges) + take_excluded(strings))]
         return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=meta, cross_thread_ranges=nvtx_counts[CROSS_THREAD],
-                            prepared=prepared)
+                            prepared=prepared, nccl_messages=nccl_messages)
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:

@@ -197,6 +197,7 @@ class ReportMap:
         self.config, self.keep_ops, self.store = config, keep_ops, store
         self.stage, self.detail = stage or _quiet, detail
         self.meta, self.marks, self.processes = tables.meta, tables.marks, tables.processes
+        self.nccl_messages = tables.nccl_messages
         # what the calls and ranges alone say, before they are let go of
         self.input_notes = checks.input_notes(tables, launches.ranges, launches.shared_ids)
         # the report's calls let go of now (from here on only the prepared ones are used): what the
@@ -479,7 +480,8 @@ class ReportMap:
             gpu_ops = empty_op_table()
         notes = checks.notes_from_counts(self.input_notes, self.counts)
         return ReportResult(path, self.meta, ranks, gpu_ops, ranges, self.marks, phases, kernels, totals,
-                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, ops=spilled)
+                            nvtx_summary, notes, cycles=cycle_tab, collective_ops=coll_ops, ops=spilled,
+                            nccl_messages=self.nccl_messages)
 
     def _rank_figures(self, row_of_group: np.ndarray, n_r: int) -> attribution.RankFigures:
         """Per rank (rows of the ranks table) from the per-process accumulators."""

@@ -131,6 +131,22 @@ def combine(results, config: PhaseConfig):
     notes += missing_ranks(ranks)
     # the one op store: the per-op table of the reports analysed whole, the spilled ops of the others
     ops = opstore.combined([opstore.FrameOps(gpu_ops)] + [r.ops for r in results if r.ops is not None])
+    nccl, nccl_info = _nccl_messages(results)
     return Analysis(inputs=inputs, ranks=ranks, gpu_ops=gpu_ops, ranges=ranges, phases=phases,
                     kernels=kernels, totals=totals, nvtx_projection=nvtx, cycles=cycles,
-                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes, ops=ops)
+                    collectives=collectives, alignment=offsets, phase_names=config.names, notes=notes, ops=ops,
+                    nccl_messages=nccl, nccl_info=nccl_info)
+
+
+def _nccl_messages(results) -> tuple[pd.DataFrame | None, dict | None]:
+    """The reports' sized NCCL ranges (already on the analysis' clock) with the report each came from,
+    and their reads' info combined; (None, None) where no report read them (results made by hand)."""
+    from analyze.read import nccl_payloads
+
+    read = [r for r in results if r.nccl_messages is not None]
+    if not read:
+        return None, None
+    frames = [r.nccl_messages.assign(input=r.path) for r in read if len(r.nccl_messages)]
+    frame = pd.concat(frames, ignore_index=True) if frames else \
+        nccl_payloads.empty_frame().assign(input=pd.Series(dtype="object"))
+    return frame, nccl_payloads.combined_info([r.meta.get(nccl_payloads.INFO) for r in read], bool(frames))

@@ -24,12 +24,18 @@ def stragglers(a) -> list[int]:
 
 @view("nccl_messages")
 def nccl_messages(a) -> tuple[pd.DataFrame, dict]:
-    """(NCCL ranges with a decoded message size on the analysis' clock, info): the inputs' payloads
-    read once per analysis (read/nccl_payloads.inputs_message_sizes) for the NCCL bytes figure and
-    advise's all-reduce rule; raises the read errors (nothing kept then)."""
+    """(NCCL ranges with a decoded message size on the analysis' clock, with the ``input`` they came from;
+    info): read with each report's other tables in the map step (read/nccl_payloads.read_message_sizes),
+    their times shifted by the reducer as every table's; for the NCCL bytes figure and advise's
+    all-reduce rule. An analysis made without them (a live log, tables given by hand): none, and why."""
     from analyze.read import nccl_payloads
 
-    return nccl_payloads.inputs_message_sizes([i for i in (getattr(a, "inputs", None) or []) if i.get("path")])
+    sized = getattr(a, "nccl_messages", None)
+    info = getattr(a, "nccl_info", None)
+    if sized is None:
+        return nccl_payloads.empty_frame().assign(input=pd.Series(dtype="object")), \
+            {"reason": "no NCCL payloads read (not an analysis of nsys exports)", "events": 0, "undecoded": 0}
+    return sized, dict(info or {"reason": None if len(sized) else "no NCCL payloads", "events": 0, "undecoded": 0})
 
 
 @view("nccl_bytes", file=8, title="NCCL bytes per cycle per rank (steady decode cycles; NCCL's NVTX payloads)")
@@ -37,10 +43,5 @@ def nccl_bytes(a) -> pd.DataFrame:
     """Per rank: NCCL collectives and message bytes per steady decode cycle, the smallest and largest
     message (timeline.collectives.bytes_per_cycle); empty where NCCL wrote no payloads (NCCL >= 2.23
     with NVTX payload schemas, nsys 2024.x or later exporting them)."""
-    from analyze.read import nccl_payloads
-
-    try:
-        sized, _ = get(a, "nccl_messages")
-    except nccl_payloads.READ_ERRORS:   # an input no longer readable: the figure is absent, the report goes on
-        sized = None
+    sized, _ = get(a, "nccl_messages")
     return coll_mod.bytes_per_cycle(sized, a.ranks, a.cycles)
