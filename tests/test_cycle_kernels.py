@@ -36,10 +36,12 @@ def _fast(monkeypatch, ops: pd.DataFrame) -> pd.DataFrame:
 
 
 @settings(max_examples=150, deadline=None)
-@given(n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1), shared=st.booleans())
-def test_codes_equal_the_groupby_of_texts(n, seed, shared):
+@given(n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1), shared=st.booleans(),
+       block=st.sampled_from([1, 7, 64, 10 ** 9]))
+def test_codes_equal_the_groupby_of_texts(n, seed, shared, block):
     """Ranks, phases and names in any mix (equal texts held by different string objects one group),
-    ops outside cycles left out, groups in order of first appearance, counts and exact integer sums."""
+    ops outside cycles left out, groups in order of first appearance, counts and exact integer sums;
+    the table coded a block of rows at a time (BLOCK_ROWS) or in one."""
     rng = np.random.default_rng(seed)
     names = [TEXTS[i] for i in rng.integers(0, len(TEXTS), n)]
     if not shared:                        # equal texts held by different string objects
@@ -47,6 +49,7 @@ def test_codes_equal_the_groupby_of_texts(n, seed, shared):
     ops = _ops(rng, n, [TEXTS[i] for i in rng.integers(0, len(TEXTS), n)], names)
     ops.loc[0, "cycle_range"] = 0                   # one op in a cycle at least (none: the empty table)
     with pytest.MonkeyPatch.context() as m:
+        m.setattr(K, "BLOCK_ROWS", block)
         got = _fast(m, ops)
     # values and order equal (pandas' own text dtype of a groupby key varies with its groups: object or str)
     pd.testing.assert_frame_equal(got, _reference(ops), check_dtype=False, check_index_type=False)
@@ -54,12 +57,16 @@ def test_codes_equal_the_groupby_of_texts(n, seed, shared):
 
 @pytest.mark.parametrize("names", [[1, 1.0], [True, 1], [0.0, -0.0], [b"k", "b'k'"], ["a", None], ["a", np.nan]],
                          ids=["int-float", "bool-int", "zeros", "bytes", "None", "NaN"])
-def test_values_that_are_no_text_go_to_the_groupby(names):
+def test_values_that_are_no_text_go_to_the_groupby(names, monkeypatch):
     """Values that compare equal but print differently, and missing ones (whose groups pandas 2 and 3
-    keep or drop differently): the groupby's own table, whatever the pandas."""
+    keep or drop differently): the groupby's own table, whatever the pandas; in blocks too (blocks of
+    texts alone coded, the others grouped: summed into the same groups)."""
     rng = np.random.default_rng(3)
     ops = _ops(rng, 40, ["verify"] * 40, [names[i % len(names)] for i in range(40)]).assign(cycle_range=0)
-    pd.testing.assert_frame_equal(K.cycle_kernels_of(ops), _reference(ops))
+    want = _reference(ops)
+    pd.testing.assert_frame_equal(K.cycle_kernels_of(ops), want)
+    monkeypatch.setattr(K, "BLOCK_ROWS", 3)
+    pd.testing.assert_frame_equal(K.cycle_kernels_of(ops), want, check_dtype=False)
 
 
 def test_a_large_table_is_coded_by_identity(monkeypatch):

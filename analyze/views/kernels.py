@@ -13,15 +13,41 @@ COLUMNS = ["phase", "name", "instances", "total_ns", "mean_ns", "share"]
 CYCLE_KERNEL_COLUMNS = ["rank", "phase", "name", "instances", "total_ns"]
 
 
+BLOCK_ROWS = 1 << 20
+""":func:`cycle_kernels_of` codes the per-op table this many rows at a time (10M ops: 2.0 -> 1.75 GB
+peak for the same 2.2 s; docs/performance.md)."""
+
+
 def cycle_kernels_of(gpu_ops: pd.DataFrame | None) -> pd.DataFrame:
     """(rank, phase, name) -> instances, total_ns over the ops launched inside decode cycles (set-up work,
-    weight uploads and warm-up outside cycles left out), from the per-op table; empty without one."""
+    weight uploads and warm-up outside cycles left out), from the per-op table; empty without one. Groups
+    in order of first appearance in the table, counted :data:`BLOCK_ROWS` rows at a time (the blocks'
+    groups summed in block order: the same groups in the same order as one pass)."""
     if gpu_ops is None or not len(gpu_ops) or "cycle_range" not in gpu_ops.columns:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c in ("rank", "instances", "total_ns") else "object")
                              for c in CYCLE_KERNEL_COLUMNS})
+    if len(gpu_ops) <= BLOCK_ROWS:
+        return _cycle_kernels_block(gpu_ops)
+    return _summed([_cycle_kernels_block(gpu_ops.iloc[a:a + BLOCK_ROWS]) for a in range(0, len(gpu_ops), BLOCK_ROWS)])
+
+
+def _summed(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Partial cycle-kernel tables summed by (rank, phase, name), groups in order of first appearance."""
+    held = [p for p in parts if len(p)]
+    if len(held) <= 1:
+        return held[0] if held else parts[0]
+    merged = pd.concat(held, ignore_index=True)
+    return merged.groupby(["rank", "phase", "name"], sort=False, dropna=False) \
+        .agg(instances=("instances", "sum"), total_ns=("total_ns", "sum")).reset_index()
+
+
+def _cycle_kernels_block(gpu_ops: pd.DataFrame) -> pd.DataFrame:
+    """:func:`cycle_kernels_of` of one block of rows."""
     rows = np.flatnonzero(gpu_ops["cycle_range"].to_numpy() >= 0)
-    if not len(rows):
-        return _cycle_kernels_by_groupby(gpu_ops.iloc[rows])
+    if not len(rows):          # no op inside a cycle: the table's columns, typed, without a row
+        return pd.DataFrame({"rank": gpu_ops["rank"].iloc[:0].to_numpy(), "phase": np.empty(0, dtype=object),
+                             "name": np.empty(0, dtype=object), "instances": np.empty(0, dtype="int64"),
+                             "total_ns": np.empty(0, dtype=gpu_ops["end_ns"].dtype)})
     # integer codes, then one sort: what ``groupby(["rank", "phase", "name"], sort=False)`` of the texts
     # gives (groups in order of first appearance, texts as ``astype(str)`` makes them), without a
     # string per row (10M ops: 20 s and 8.7 GB peak -> under a second)
@@ -75,13 +101,8 @@ def cycle_kernels_of_store(store) -> pd.DataFrame:
     frame = store.frame
     if frame is not None or not len(store):
         return cycle_kernels_of(frame)
-    parts = [cycle_kernels_of(p) for p in store.scan(CYCLE_KERNEL_OP_COLUMNS, in_cycles=True)]
-    parts = [p for p in parts if len(p)]
-    if len(parts) <= 1:
-        return parts[0] if parts else cycle_kernels_of(None)
-    merged = pd.concat(parts, ignore_index=True)
-    return merged.groupby(["rank", "phase", "name"], sort=False, dropna=False) \
-        .agg(instances=("instances", "sum"), total_ns=("total_ns", "sum")).reset_index()
+    return _summed([cycle_kernels_of(p) for p in store.scan(CYCLE_KERNEL_OP_COLUMNS, in_cycles=True)]
+                   or [cycle_kernels_of(None)])
 
 
 @view("cycle_kernels", file=7)
