@@ -92,3 +92,24 @@ def test_skew_table_left_out_says_why(tmp_path, capsys):
     assert cli.main([str(REAL / "h200_4proc_eager.sqlite"), "-q", "--json", str(out)]) == 0
     note = next(n for n in json.loads(out.read_text())["notes"] if n["code"] == "skew_skipped")
     assert "no GPU op of the 4 ranks matched the allreduce phase's kernel patterns" in note["message"]
+
+
+def test_graph_level_hint_whole_and_in_chunks(tmp_path, monkeypatch):
+    """Two ranks whose all-reduce kernels hide inside CUDA graphs traced at graph level: the note says why
+    there is no skew table and how to profile, also for a report analysed in chunks (no per-op table:
+    the graph launches are found in its op store)."""
+    from fixtures.synth import TraceSpec, write_trace
+
+    from analyze.run import api
+    from analyze.views import skew
+
+    paths, _ = write_trace(TraceSpec(ranks=2, cycles=4, cuda_graph_mode="graph"), tmp_path)
+    hint = "traced at graph level, where kernels inside a replay are invisible: profile with --cuda-graph-trace=node"
+    whole = analyze.load(paths)
+    assert whole.collectives.empty and hint in skew.skew_notes(whole)[0].message
+    monkeypatch.setattr(api, "MIN_CHUNK_ROWS", 5)
+    chunked = analyze.load(paths, memory_budget=1)
+    assert chunked.gpu_ops.empty and hint in skew.skew_notes(chunked)[0].message
+    plain, _ = write_trace(TraceSpec(ranks=2, cycles=4, cuda_graph_mode="node"), tmp_path / "node")
+    node = analyze.load(plain)             # traced per node: the all-reduce kernels seen, a skew table
+    assert len(node.collectives) == 32 and not any(hint in n.message for n in skew.skew_notes(node))

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import notes as N
+from analyze import opstore
 from analyze.notes import Note
 from analyze.timeline import collectives as coll_mod
 from analyze.views import decode
@@ -83,8 +84,7 @@ def skew_notes(a) -> list[Note]:
         elif is_live(a):
             why = "a live timing log has no kernels, so no collective to match across ranks"
         else:
-            ops = a.gpu_ops
-            graph_level = ops is not None and "kind" in ops.columns and bool((ops["kind"] == "graph").any())
+            graph_level = _has_graph_launches(a)
             why = (f"no GPU op of the {n_ranks} ranks matched the allreduce phase's kernel patterns (NCCL, custom and "
                    "fused all-reduce kernels)"
                    + ("; this trace has CUDA graph launches traced at graph level, where kernels inside a replay "
@@ -103,3 +103,12 @@ def skew_notes(a) -> list[Note]:
                         f"last only in warm-up collectives ({left} left out of the straggler evidence): not named a "
                         "straggler", count=int(only_warm["times_late"].sum())))
     return out
+
+
+def _has_graph_launches(a) -> bool:
+    """Whether the analysis' GPU ops hold a CUDA graph launch traced at graph level (the op store: a
+    report analysed in chunks has no per-op table; the first one found ends the scan)."""
+    try:
+        return any(bool((f["kind"] == "graph").any()) for f in opstore.of(a).scan(["kind"]))
+    except KeyError:           # ops without a kind column (tables made by hand)
+        return False
