@@ -38,7 +38,8 @@ def record(path: str) -> list[str]:
     seen: list[str] = []
     frame = fastread.read_frame
 
-    def spy_frame(conn, sql, columns, params=(), **kw):
+    def spy_frame(conn, stmt, columns, params=(), **kw):
+        sql = stmt if isinstance(stmt, str) else stmt.sql()      # read/statement.Statement: its SQL text
         seen.append(sql)
         return frame(conn, sql + " LIMIT 0", columns, params, **kw)
 
@@ -55,7 +56,7 @@ def split_select(sql: str) -> tuple[list[str], str]:
     m = re.match(r"\s*SELECT\s+(.*?)\s+(FROM\s.*)$", sql, re.S | re.I)
     if not m:
         raise ValueError(f"not a SELECT ... FROM: {sql[:60]}")
-    from analyze.read.pages import split_items
+    from analyze.read.statement import split_items
 
     return split_items(m.group(1)), m.group(2)
 

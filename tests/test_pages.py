@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analyze.read import fastread, pages, report
+from analyze.read import fastread, pages, report, statement
 from helpers import real_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -374,16 +374,16 @@ def test_the_report_is_opened_read_only_and_left_as_it_was(tmp_path, monkeypatch
 
 
 def test_statement_grammar():
-    s = pages.parse_statement("SELECT a, NULL, -1, (g & ~16777215), COALESCE(x, y , z) FROM T WHERE 1 AND "
+    s = statement.parse("SELECT a, NULL, -1, (g & ~16777215), COALESCE(x, y , z) FROM T WHERE 1 AND "
                               "rowid >= 5 AND rowid < 9 AND k = -3")
     assert s.table == "T" and (s.rowid_lo, s.rowid_hi) == (5, 8) and s.equal == (("k", -3),)   # inclusive
     assert [i.kind for i in s.items] == ["column", "null", "int", "mask", "coalesce"]
-    assert s.items[3] == pages.Item("mask", ("g",), 16777215) and s.items[4].columns == ("x", "y", "z")
+    assert s.items[3] == statement.Item("mask", ("g",), 16777215) and s.items[4].columns == ("x", "y", "z")
     for bad in ("SELECT a FROM t ORDER BY a", "SELECT a + 1 FROM t", "SELECT rowid FROM t", "SELECT a FROM t, u",
                 "SELECT a FROM t WHERE a > 3", "SELECT a FROM t WHERE rowid = 3", "DELETE FROM t",
                 "SELECT a FROM t WHERE ", "SELECT a FROM t WHERE", "SELECT COALESCE(a) FROM t", "SELECT a FROM tWHERE 1"):
         with pytest.raises(pages.Unsupported):
-            pages.parse_statement(bad)
+            statement.parse(bad)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -192,9 +192,9 @@ def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
-def _read_pages(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame | None:
+def _read_pages(conn, stmt, columns: list[str], copy: bool) -> pd.DataFrame | None:
     """The rows through pages.py, or None where it does not read them (then the stdlib cursor)."""
-    table = _pages_table(conn, sql)
+    table = _pages_table(conn, stmt)
     if table is None:
         return None
     if table.num_rows == 0:
@@ -202,12 +202,12 @@ def _read_pages(conn, sql: str, columns: list[str], copy: bool) -> pd.DataFrame 
     return _table_frame(table, columns, copy)
 
 
-def _pages_table(conn, sql: str):
-    """pages.py's Arrow table of ``sql``, or None where it does not read the statement."""
+def _pages_table(conn, stmt):
+    """pages.py's Arrow table of ``stmt``, or None where it does not read the statement."""
     from analyze.read import pages
 
     try:
-        table = pages.read_table(conn, sql)
+        table = pages.read_table(conn, stmt)
     except Exception as exc:  # noqa: BLE001 - what it does not read (or a page that does not parse): the stdlib cursor
         with pages.FELL_BACK_LOCK:
             pages.FELL_BACK[type(exc).__name__] += 1
@@ -227,14 +227,15 @@ def _table_frame(table, columns: list[str], copy: bool) -> pd.DataFrame:
     return _frame(out, columns)
 
 
-def read_frame(conn, sql: str, columns: list[str], params=(), copy: bool = True) -> pd.DataFrame:
-    """Rows of ``sql`` as a DataFrame with ``columns``: pages.py where it reads the statement, else
-    the stdlib cursor (same values and dtypes whichever reads them). A report with a journal/WAL
-    beside it, or ``SPECPROF_READER=stdlib``: the stdlib cursor only (:func:`backend_for`).
-    ``copy=False``: integer columns may be read-only views of Arrow buffers."""
+def read_frame(conn, stmt, columns: list[str], params=(), copy: bool = True) -> pd.DataFrame:
+    """Rows of ``stmt`` (a read/statement.Statement, or SQL text) as a DataFrame with ``columns``:
+    pages.py where it reads the statement, else the stdlib cursor (its SQL text; same values and dtypes
+    whichever reads them). A report with a journal/WAL beside it, or ``SPECPROF_READER=stdlib``: the
+    stdlib cursor only (:func:`backend_for`). ``copy=False``: integer columns may be read-only views
+    of Arrow buffers."""
     if backend_for(conn) == "pages" and not params:
-        frame = _read_pages(conn, sql, columns, copy)
+        frame = _read_pages(conn, stmt, columns, copy)
         if frame is not None:
             return frame
     SERVED["stdlib"] += 1
-    return _read_stdlib(conn, sql, columns, params, copy)
+    return _read_stdlib(conn, stmt if isinstance(stmt, str) else stmt.sql(), columns, params, copy)

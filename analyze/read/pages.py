@@ -46,13 +46,14 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from analyze.read.statement import I64_MAX, I64_MIN, ROWID_NAMES, Item, Statement, Unsupported, parse
+
 MAGIC = b"SQLite format 3\x00"
 LEAF_TABLE, INTERIOR_TABLE = 0x0D, 0x05
 # leaf pages decoded at once: the batch's per-row arrays stay in the CPU's caches (2 MiB was as fast
 # on one thread, 32 MiB a third slower); fewer, longer NumPy steps give the GIL back less often when
 # another reader thread runs Python (10M kernels, 2 readers: 7.1 s at 2 MiB, 6.7 s at 8 MiB)
 BATCH_BYTES = 4 * 2**20
-I64_MIN, I64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 # content size of serial types 0..11 (https://www.sqlite.org/fileformat2.html#record_format)
 _FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
@@ -62,95 +63,6 @@ _FIXED_SIZE = np.array([0, 1, 2, 3, 4, 6, 8, 8, 0, 0, 0, 0], dtype=np.int64)
 # fastread counts them under the lock: reader threads refuse statements at the same time)
 FELL_BACK: Counter = Counter()
 FELL_BACK_LOCK = threading.Lock()
-
-
-class Unsupported(Exception):
-    """Something this reader does not read (the caller asks the next backend)."""
-
-
-# ------------------------------------------------------------------------------------------------
-# the statement
-# ------------------------------------------------------------------------------------------------
-
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_SELECT = re.compile(rf"\s*SELECT\s+(.*?)\s+FROM\s+({_IDENT})(?:\s+WHERE\s+(.*?))?\s*;?\s*$", re.S | re.I)
-ROWID_NAMES = ("ROWID", "_ROWID_", "OID")
-_ITEM_COLUMN = re.compile(rf"({_IDENT})$")
-_ITEM_INT = re.compile(r"(-?\d+)$")
-_ITEM_MASK = re.compile(rf"\(\s*({_IDENT})\s*&\s*~\s*(\d+)\s*\)$")
-_ITEM_COALESCE = re.compile(rf"COALESCE\s*\(\s*({_IDENT}(?:\s*,\s*{_IDENT})+)\s*\)$", re.I)   # 2+ arguments
-_COND_TRUE = re.compile(r"1$")
-_COND_ROWID = re.compile(r"rowid\s*(>=|<)\s*(-?\d+)$", re.I)
-_COND_EQ = re.compile(rf"({_IDENT})\s*=\s*(-?\d+)$")
-
-
-@dataclass(frozen=True)
-class Item:
-    """One select item: ``kind`` column | null | int | mask | coalesce, with its column names."""
-
-    kind: str
-    columns: tuple = ()
-    value: int = 0
-
-
-@dataclass(frozen=True)
-class Statement:
-    table: str
-    items: tuple
-    rowid_lo: int               # rows with lo <= rowid <= hi (both inclusive: rowid 2**63-1 is a rowid)
-    rowid_hi: int
-    equal: tuple                # ((column, value), ...): rows where column = value
-
-
-def split_items(text: str) -> list[str]:
-    """The items of a select list, commas inside parentheses kept: 'a, f(b, c)' -> ['a', 'f(b, c)']."""
-    items, depth, cur = [], 0, ""
-    for ch in text:
-        if ch == "," and depth == 0:
-            items.append(cur.strip())
-            cur = ""
-            continue
-        depth += (ch == "(") - (ch == ")")
-        cur += ch
-    items.append(cur.strip())
-    return items
-
-
-def parse_statement(sql: str) -> Statement:
-    """The statement as this reader runs it; Unsupported for anything outside its grammar."""
-    m = _SELECT.match(sql)
-    if not m:
-        raise Unsupported("not SELECT ... FROM table [WHERE ...]")
-    items = []
-    for text in split_items(m.group(1)):
-        if text.upper() == "NULL":
-            items.append(Item("null"))
-        elif (c := _ITEM_INT.match(text)):
-            items.append(Item("int", value=int(c.group(1))))
-        elif text.upper() not in ROWID_NAMES and (c := _ITEM_COLUMN.match(text)):
-            items.append(Item("column", (c.group(1),)))
-        elif (c := _ITEM_MASK.match(text)):
-            items.append(Item("mask", (c.group(1),), int(c.group(2))))
-        elif (c := _ITEM_COALESCE.match(text)):
-            items.append(Item("coalesce", tuple(x.strip() for x in c.group(1).split(","))))
-        else:
-            raise Unsupported(f"select item {text!r}")
-    where = m.group(3)
-    if where is not None and not where.strip():
-        raise Unsupported("an empty WHERE")
-    lo, hi, equal = I64_MIN, I64_MAX, []
-    for cond in re.split(r"\s+AND\s+", where or "1", flags=re.I):
-        cond = cond.strip()
-        if _COND_TRUE.match(cond):
-            continue
-        if (c := _COND_ROWID.match(cond)):
-            v = int(c.group(2))
-            lo, hi = (max(lo, v), hi) if c.group(1) == ">=" else (lo, min(hi, v - 1))
-        elif (c := _COND_EQ.match(cond)) and c.group(1).upper() not in ROWID_NAMES:
-            equal.append((c.group(1), int(c.group(2))))
-        else:
-            raise Unsupported(f"condition {cond!r}")
-    return Statement(m.group(2), tuple(items), lo, hi, tuple(equal))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -671,17 +583,17 @@ def _content_sizes(st):
     return np.where(st >= 12, (st - 12) // 2, _FIXED_SIZE[np.clip(st, 0, 11)])
 
 
-def read_table(conn, sql: str, batch_bytes: int = BATCH_BYTES):
-    """The rows of ``sql`` on the report ``conn`` was opened on (an analyze.read.connection
-    connection: its ``path``, and its ``execute`` for the schema) as a pyarrow Table, one column
-    per select item; Unsupported for what this reader does not read (module doc). The caller makes
-    sure the file holds every row: a report opened ``immutable`` (no journal or WAL beside it), as
-    fastread.backend_for does."""
+def read_table(conn, stmt: Statement | str, batch_bytes: int = BATCH_BYTES):
+    """The rows of ``stmt`` (a read/statement.Statement, or SQL text it parses) on the report ``conn``
+    was opened on (an analyze.read.connection connection: its ``path``, and its ``execute`` for the
+    schema) as a pyarrow Table, one column per select item; Unsupported for what this reader does not
+    read (module doc). The caller makes sure the file holds every row: a report opened ``immutable``
+    (no journal or WAL beside it), as fastread.backend_for does."""
     import pyarrow as pa
 
     if np.little_endian is False:
         raise Unsupported("a big-endian machine")
-    stmt = parse_statement(sql)
+    stmt = parse(stmt) if isinstance(stmt, str) else stmt
     layout = table_layout(conn, stmt.table)
     # bounds past 64 bits hold every rowid on that side; crossed bounds hold none
     stmt = replace(stmt, rowid_lo=max(stmt.rowid_lo, I64_MIN), rowid_hi=min(stmt.rowid_hi, I64_MAX))

@@ -22,6 +22,7 @@ from analyze.read import capture
 from analyze.read import fastread
 from analyze.read import ids
 from analyze.read import nccl_payloads
+from analyze.read import statement as S
 from analyze.read import validate
 from analyze.read.connection import export_schema_version, open_report
 from analyze.read.inputs import display_path
@@ -68,12 +69,13 @@ def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return connection.table_columns(conn, table)
 
 
-def _read(conn: sqlite3.Connection, sql: str, columns: list[str], copy: bool = True) -> pd.DataFrame:
-    """Run ``sql`` and return a DataFrame with ``columns`` (the one place rows are fetched).
+def _read(conn: sqlite3.Connection, stmt: S.Statement, columns: list[str], copy: bool = True) -> pd.DataFrame:
+    """Read ``stmt`` (read/statement.py: a statement as data, never SQL text) into a DataFrame with
+    ``columns`` (the one place rows are fetched).
 
     The readers (pages.py; the stdlib cursor where it does not read a statement) are in fastread.py.
     ``copy=False``: integer columns may be read-only views of the Arrow buffers."""
-    return fastread.read_frame(conn, sql, columns, copy=copy)
+    return fastread.read_frame(conn, stmt, columns, copy=copy)
 
 
 def table_rows(conn: sqlite3.Connection, table: str) -> int | None:
@@ -217,7 +219,7 @@ def read_strings(conn: sqlite3.Connection) -> pd.Series:
     cols = table_columns(conn, "StringIds")
     if not {"id", "value"} <= set(cols):
         return pd.Series(dtype="object", name="value")
-    frame = _read(conn, "SELECT id, value FROM StringIds", ["id", "value"])
+    frame = _read(conn, S.select("StringIds", [S.column("id"), S.column("value")]), ["id", "value"])
     # nsys writes each id once, as an integer; text, real or NULL ids and a second row of an id (a
     # damaged or hand-edited export) are left out and counted: the first row of an id names it
     ids, ok = validate.integer_values(frame["id"].to_numpy())
@@ -232,12 +234,9 @@ def read_strings(conn: sqlite3.Connection) -> pd.Series:
     return strings
 
 
-def _name_expr(cols: list[str]) -> str:
+def _name_item(cols: list[str]) -> S.Item:
     # nsys' kernel summaries name kernels by their demangled name; fall back to the short one
-    for c in ("demangledName", "shortName", "mangledName", "nameId", "name"):
-        if c in cols:
-            return c
-    return "NULL"
+    return S.present(cols, "demangledName", "shortName", "mangledName", "nameId", "name")
 
 
 class OpRead(NamedTuple):
@@ -245,11 +244,11 @@ class OpRead(NamedTuple):
 
     kind: str
     table: str
-    sql: str                    # has a WHERE clause
+    stmt: S.Statement           # every row of the table (the range below narrows it)
     rowid_lo: int | None        # [rowid_lo, rowid_hi) or None for the whole table
     rowid_hi: int | None
     rows_hint: int | None
-    key_sql: str = ""           # the ops' process and correlation id only (read_op_keys), has a WHERE clause
+    key_stmt: S.Statement | None = None   # the ops' process and correlation id only (read_op_keys)
 
 
 def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
@@ -267,31 +266,32 @@ def plan_gpu_op_reads(conn: sqlite3.Connection, chunk_rows: int | None = None,
         cols = table_columns(conn, table)
         if not {"start", "end", "correlationId"} <= set(cols):
             continue
-        pid = "globalPid" if "globalPid" in cols else ("(globalTid & ~16777215)" if "globalTid" in cols else "0")
-        dev = "deviceId" if "deviceId" in cols else "-1"
-        stream = "streamId" if "streamId" in cols else "-1"
-        node = "graphNodeId" if "graphNodeId" in cols else "NULL"
+        pid = S.present(cols, "globalPid", default=S.mask("globalTid", 16777215) if "globalTid" in cols
+                        else S.const(0))
+        dev = S.present(cols, "deviceId", default=S.const(-1))
+        stream = S.present(cols, "streamId", default=S.const(-1))
+        node = S.present(cols, "graphNodeId")
         if kind == "kernel":
-            name = _name_expr(cols)
+            name = _name_item(cols)
         elif kind == "graph":
-            name = "graphId" if "graphId" in cols else "NULL"
+            name = S.present(cols, "graphId")
         else:
-            name = "NULL"
+            name = S.NULL
         # every row is read, NULL timestamps too: read_op_part counts what it leaves out
-        sql = (f"SELECT {pid}, {dev}, {stream}, correlationId, {node}, {name}, start, end "
-               f"FROM {table} WHERE 1")
-        key_sql = f"SELECT {pid}, correlationId FROM {table} WHERE 1"
+        stmt = S.select(table, [pid, dev, stream, S.column("correlationId"), node, name, S.column("start"),
+                                S.column("end")])
+        key_stmt = S.select(table, [pid, S.column("correlationId")])
         span = rowid_span(conn, table)
         if span is None:
-            plan.append(OpRead(kind, table, sql, None, None, None, key_sql))
+            plan.append(OpRead(kind, table, stmt, None, None, None, key_stmt))
             continue
         step = int(chunk_rows) if chunk_rows else (min(-(-span.rows // split), PART_MAX_ROWS)
                                                    if split > 1 and span.rows >= SPLIT_MIN_ROWS else None)
         if not step:   # the row count (an upper bound), so arrays are sized once
-            plan.append(OpRead(kind, table, sql, None, None, span.rows, key_sql))
+            plan.append(OpRead(kind, table, stmt, None, None, span.rows, key_stmt))
             continue
         cuts = rowid_cuts(conn, table, span, step) + [span.hi]
-        plan += [OpRead(kind, table, sql, a, b, min(step, b - a), key_sql) for a, b in zip(cuts, cuts[1:])]
+        plan += [OpRead(kind, table, stmt, a, b, min(step, b - a), key_stmt) for a, b in zip(cuts, cuts[1:])]
     return plan
 
 
@@ -323,9 +323,7 @@ def read_op_part(conn: sqlite3.Connection, part: OpRead) -> pd.DataFrame:
     """The rows of one planned read (GPU_OP_COLUMNS but ``kind``), without the rows nsys never writes
     (read/validate.py: bad timestamps, end < start, outside the session, exact duplicates), which
     are counted in ``frame.attrs["excluded_rows"]``."""
-    sql = part.sql if part.rowid_lo is None else \
-        f"{part.sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-    frame = _read(conn, sql, GPU_OP_COLUMNS[1:], copy=False)
+    frame = _read(conn, part.stmt.rowids(part.rowid_lo, part.rowid_hi), GPU_OP_COLUMNS[1:], copy=False)
     frame, excluded = _valid_ops(frame, part.kind, session_end_ns(conn))
     frame = _int64(frame, _OP_INT_COLUMNS)
     frame.attrs[EXCLUDED] = excluded
@@ -344,9 +342,8 @@ def read_op_keys(conn: sqlite3.Connection, plan: list[OpRead]):
     read_op_part leaves out too: a call kept for an op that is then left out launched nothing
     the analysis sees, as a call of a report prepared whole."""
     for part in plan:
-        sql = part.key_sql if part.rowid_lo is None else \
-            f"{part.key_sql} AND rowid >= {part.rowid_lo} AND rowid < {part.rowid_hi}"
-        frame = _int64(_read(conn, sql, _KEY_COLUMNS, copy=False), _KEY_COLUMNS)
+        frame = _int64(_read(conn, part.key_stmt.rowids(part.rowid_lo, part.rowid_hi), _KEY_COLUMNS, copy=False),
+                       _KEY_COLUMNS)
         yield frame["global_pid"].to_numpy(), frame["correlation_id"].to_numpy()
         del frame
 
@@ -543,23 +540,23 @@ def read_gpu_ops(conn: sqlite3.Connection, chunk_rows: int | None = None) -> pd.
     return assemble_gpu_ops(plan, [read_op_part(conn, p) for p in plan])
 
 
-def calls_statement(columns: list[str]) -> str | None:
-    """The SELECT of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
+def calls_statement(columns: list[str]) -> S.Statement | None:
+    """The read of the CUDA runtime/driver API calls for a RUNTIME table with ``columns``
     (None: the table lacks what the analysis needs)."""
     if not set(CALL_COLUMNS) <= set(columns):
         return None
-    name = "nameId" if "nameId" in columns else "NULL"
-    return f"SELECT globalTid, correlationId, {name}, start, end FROM {RUNTIME_TABLE}"
+    return S.select(RUNTIME_TABLE, [S.column("globalTid"), S.column("correlationId"), S.present(columns, "nameId"),
+                                    S.column("start"), S.column("end")])
 
 
 def read_calls(conn: sqlite3.Connection) -> pd.DataFrame:
     """CUDA runtime and driver API calls (the launch side of every GPU op)."""
     names = ["global_tid", "correlation_id", "name_id", "start_ns", "end_ns"]
-    sql = calls_statement(table_columns(conn, RUNTIME_TABLE))
-    if sql is None:
+    stmt = calls_statement(table_columns(conn, RUNTIME_TABLE))
+    if stmt is None:
         frame = pd.DataFrame({c: pd.Series(dtype="int64") for c in names})
     else:
-        frame = _read(conn, sql, names, copy=False)
+        frame = _read(conn, stmt, names, copy=False)
         frame, excluded = _valid_calls(frame, session_end_ns(conn))
         frame = _int64(frame, names)
         frame.attrs[EXCLUDED] = excluded
@@ -604,25 +601,24 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
     if not {"start", "eventType"} <= cols:
         return (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
                 pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
+    values = [c for c in ("int64Value", "uint64Value", "int32Value", "uint32Value") if c in cols]
     sel = {
-        "start": "start",
-        "end": "end" if "end" in cols else "NULL",
-        "eventType": "eventType",
-        "text": "text" if "text" in cols else "NULL",
-        "textId": "textId" if "textId" in cols else "NULL",
-        "globalTid": "globalTid" if "globalTid" in cols else "0",
-        "endGlobalTid": "endGlobalTid" if "endGlobalTid" in cols else "NULL",
-        "domainId": "domainId" if "domainId" in cols else "0",
-        "intValue": ("COALESCE(" + ", ".join(c for c in ("int64Value", "uint64Value", "int32Value",
-                                                          "uint32Value") if c in cols) + ")")
-        if cols & {"int64Value", "uint64Value", "int32Value", "uint32Value"} else "NULL",
+        "start": S.column("start"),
+        "end": S.present(cols, "end"),
+        "eventType": S.column("eventType"),
+        "text": S.present(cols, "text"),
+        "textId": S.present(cols, "textId"),
+        "globalTid": S.present(cols, "globalTid", default=S.const(0)),
+        "endGlobalTid": S.present(cols, "endGlobalTid"),
+        "domainId": S.present(cols, "domainId", default=S.const(0)),
+        "intValue": S.coalesce(*values) if values else S.NULL,
     }
-    sql = "SELECT " + ", ".join(sel.values()) + " FROM NVTX_EVENTS"
+    stmt = S.select("NVTX_EVENTS", sel.values())
     empty = (pd.DataFrame({c: pd.Series(dtype="object") for c in range_cols}),
              pd.DataFrame({c: pd.Series(dtype="object") for c in mark_cols}))
     span = rowid_span(conn, "NVTX_EVENTS")
     if not chunk_rows or span is None or span.rows <= chunk_rows:
-        events = _read(conn, sql, list(sel), copy=False)
+        events = _read(conn, stmt, list(sel), copy=False)
         if events.empty:
             return empty
         range_frame, mark_frame, info = _nvtx_frames(events, strings)
@@ -631,12 +627,12 @@ def read_nvtx(conn: sqlite3.Connection, strings: pd.Series, chunk_rows: int | No
             counts[CROSS_THREAD] = info[CROSS_THREAD]
         return range_frame, mark_frame
     # in rowid chunks (bounded memory): domain names first, from every domain-create event
-    created = _read(conn, f"{sql} WHERE eventType = {DOMAIN_CREATE_EVENT}", list(sel))
+    created = _read(conn, stmt.where("eventType", DOMAIN_CREATE_EVENT), list(sel))
     domain_names = _nvtx_frames(created, strings)[2]["domains"] if len(created) else {}
     parts, max_ts, excluded = [], None, []
     cuts = rowid_cuts(conn, "NVTX_EVENTS", span, chunk_rows) + [span.hi]
     for a, b in zip(cuts, cuts[1:]):
-        events = _read(conn, f"{sql} WHERE rowid >= {a} AND rowid < {b}", list(sel), copy=False)
+        events = _read(conn, stmt.rowids(a, b), list(sel), copy=False)
         if len(events):
             r, m, info = _nvtx_frames(events, strings, domain_names)
             parts.append((r, m))
@@ -789,8 +785,8 @@ def read_processes(conn: sqlite3.Connection) -> pd.DataFrame:
     names = ["global_pid", "pid", "name"]
     if not {"globalPid", "pid"} <= set(cols):
         return pd.DataFrame({c: pd.Series(dtype="object") for c in names})
-    frame = _read(conn, "SELECT globalPid, pid, " + ("name" if "name" in cols else "NULL")
-                  + " FROM PROCESSES", names)
+    frame = _read(conn, S.select("PROCESSES", [S.column("globalPid"), S.column("pid"), S.present(cols, "name")]),
+                  names)
     return _int64(frame, ["global_pid", "pid"])
 
 
@@ -800,12 +796,13 @@ def read_devices(conn: sqlite3.Connection) -> pd.DataFrame:
     gpu_cols = table_columns(conn, "TARGET_INFO_GPU")
     gpus = pd.DataFrame(columns=["gpu_id", "gpu_name", "bus"])
     if "id" in gpu_cols:
-        gpus = _read(conn, "SELECT id, " + ("name" if "name" in gpu_cols else "NULL") + ", "
-                     + ("busLocation" if "busLocation" in gpu_cols else "NULL") + " FROM TARGET_INFO_GPU",
+        gpus = _read(conn, S.select("TARGET_INFO_GPU", [S.column("id"), S.present(gpu_cols, "name"),
+                                                        S.present(gpu_cols, "busLocation")]),
                      ["gpu_id", "gpu_name", "bus"])
     dev_cols = table_columns(conn, "TARGET_INFO_CUDA_DEVICE")
     if {"gpuId", "cudaId", "pid"} <= set(dev_cols):
-        mapping = _read(conn, "SELECT pid, cudaId, gpuId FROM TARGET_INFO_CUDA_DEVICE",
+        mapping = _read(conn, S.select("TARGET_INFO_CUDA_DEVICE", [S.column("pid"), S.column("cudaId"),
+                                                                 S.column("gpuId")]),
                         ["pid", "cuda_id", "gpu_id"])
         return mapping.merge(gpus, on="gpu_id", how="left")[names]
     return pd.DataFrame({c: pd.Series(dtype="object") for c in names})
@@ -1006,7 +1003,7 @@ def plan_chunks(conn, chunk_rows: int) -> tuple[list[list[OpRead]], list[int]]:
         for k in range(len(times)):
             a, b = cuts[k], max(cuts[k], cuts[k + 1])
             if b > a:
-                chunks[k].append(OpRead(part.kind, part.table, part.sql, a, b, min(b - a, span.rows)))
+                chunks[k].append(OpRead(part.kind, part.table, part.stmt, a, b, min(b - a, span.rows)))
     return chunks, times
 
 
