@@ -309,3 +309,27 @@ def test_the_docs_show_what_the_code_prints_and_parses():
     table = set(re.findall(r"^\| `(--[a-z-]+)", doc, re.M)) | set(re.findall(r"/ `(--[a-z-]+)", doc))
     assert table == opts
     assert "live_trigger.md" in (REPO / "docs" / "live.md").read_text()
+
+
+@pytest.mark.parametrize("sig, rc, ignored", [(signal.SIGINT, 130, False), (signal.SIGINT, 130, True),
+                                              (signal.SIGTERM, 143, False)],
+                         ids=["SIGINT", "SIGINT-inherited-ignored", "SIGTERM"])
+def test_a_signal_stops_the_watcher_between_polls(tmp_path, sig, rc, ignored):
+    """SIGINT (Ctrl-C) or SIGTERM end the watcher between two polls with its summary line, never inside a
+    read; also where SIGINT came in ignored (a command started in the background of a script)."""
+    err = tmp_path / "trigger.err"
+    (tmp_path / "live").mkdir()
+    cmd = [sys.executable, "-m", "nvtx_annotate.live.trigger", "--server", "http://127.0.0.1:9", "--log-dir",
+           str(tmp_path / "live"), "--poll-s", "0.1"]
+    pre = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None
+    with open(err, "w") as errf:
+        proc = subprocess.Popen(cmd, cwd=REPO, stderr=errf, env={**os.environ, "PYTHONPATH": str(REPO)},
+                                preexec_fn=pre)
+    try:
+        assert wait_for(lambda: "watching log directory" in err.read_text()), err.read_text()
+        proc.send_signal(sig)
+        assert proc.wait(30) == rc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert err.read_text().rstrip().endswith("stopped (0 trigger(s))")

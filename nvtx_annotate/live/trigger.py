@@ -448,16 +448,41 @@ class Trigger:
 
 
 def run(source, history: History, trig: Trigger, poll_s: float = 5.0, duration_s: Optional[float] = None,
-        sleep: Callable[[float], None] = time.sleep) -> int:
-    """Poll ``source``; one decision each time new cycles arrived. Returns the triggers fired."""
+        sleep: Callable[[float], None] = time.sleep, stop=None) -> int:
+    """Poll ``source``; one decision each time new cycles arrived. Returns the triggers fired. ``stop``
+    (a threading.Event): set, the loop ends after the poll under way (its wait cut short)."""
     t0 = trig.clock()
-    while True:
+    while stop is None or not stop.is_set():
         samples = source.poll()
         if history.add(samples):
             trig.step(history)
         if duration_s is not None and trig.clock() - t0 >= duration_s:
             return trig.triggers
-        sleep(poll_s)
+        if stop is not None:
+            stop.wait(poll_s)
+        else:
+            sleep(poll_s)
+    return trig.triggers
+
+
+def _stop_on_interrupt():
+    """A threading.Event that SIGINT and SIGTERM set (installed here whatever this process inherited: a
+    command started in the background of a script inherits SIGINT ignored): the watcher stops between
+    polls, never inside a read of a log file (an interrupt raised inside pyarrow's reader could leave its
+    threads to hang the exit)."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        stop.set()
+        stop.signum = signum
+
+    stop.signum = None
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -520,13 +545,22 @@ def main(argv=None) -> int:
              f"{'(dry run) ' if a.dry_run else ''}POST {trig.server}/start_profile {json.dumps(trig.body())}, "
              f"cooldown {th.cooldown_s:g} s")
     history = History(th.baseline_cycles, th.window_cycles, rolling=a.rolling)
+    stop = _stop_on_interrupt()
     try:
-        run(source, history, trig, poll_s=a.poll_s, duration_s=a.duration)
+        run(source, history, trig, poll_s=a.poll_s, duration_s=a.duration, stop=stop)
     except KeyboardInterrupt:
+        stop.set()
+    if stop.is_set():
         trig.log(f"stopped ({trig.triggers} trigger(s))")
-        return 130
+        return 130 if getattr(stop, "signum", None) != signal_number("SIGTERM") else 143
     trig.log(f"done after {a.duration:g} s ({trig.triggers} trigger(s))")
     return 0
+
+
+def signal_number(name: str) -> int:
+    import signal
+
+    return int(getattr(signal, name))
 
 
 if __name__ == "__main__":
