@@ -167,7 +167,7 @@ def run_recipe(monkeypatch, tmp_path, capsys, name, *argv):
     out = tmp_path / "w" / f"{name}.json"
     out.parent.mkdir(exist_ok=True)
     recipe().main(["/tmp/tiny_v2_l64", "--vocab", "2", "--batches", "1,4", "--min-new", "128",
-                   "--tokens-per-round", "512", *argv, "--out", str(out)])
+                   "--tokens-per-round", "512", "--min-round-s", "0", *argv, "--out", str(out)])
     log = capsys.readouterr()
     (out.parent / f"{name}.log").write_text(log.out + log.err)
     return json.loads(out.read_text())
@@ -220,3 +220,30 @@ def test_reader_leaves_adaptive_runs_out():
 @pytest.mark.parametrize("script", ["sglang_sweep.sh", "sglang_profiles.sh", "sglang_env.sh", "device_tree.sh"])
 def test_recipe_scripts_parse(script):
     subprocess.run(["bash", "-n", str(ROOT / "recipes" / script)], check=True)
+
+
+def test_short_rounds_repeat_their_requests(monkeypatch, tmp_path, capsys):
+    """A round shorter than --min-round-s (measured on the first) repeats the same requests back to back
+    until it is not: each request's context stays the profile's, the timing window grows (at batch 16 on
+    the H200 a round of 4,096 tokens lasted under a second and one slow step moved it 10-40%)."""
+    rec = recipe()
+    clock = types.SimpleNamespace(t=0.0)
+
+    class TimedEngine(FakeEngine):
+        def generate(self, input_ids, sampling_params):
+            clock.t += 0.4 if sampling_params["max_new_tokens"] != 64 else 0.0     # warm-up: free
+            return super().generate(input_ids, sampling_params)
+
+    fake = types.ModuleType("sglang")
+    fake.Engine, fake.__version__ = TimedEngine, "0.5.17-fake"
+    monkeypatch.setitem(sys.modules, "sglang", fake)
+    monkeypatch.setattr(rec, "time", types.SimpleNamespace(time=lambda: clock.t, perf_counter=lambda: clock.t))
+    out = tmp_path / "r.json"
+    rec.main(["/tmp/tiny_v2_l64", "--vocab", "2", "--batches", "4", "--tokens-per-round", "512", "--steps", "3",
+              "--min-round-s", "1.0", "--out", str(out)])
+    row = json.loads(out.read_text())["batches"][0]
+    assert row["round_repeats"] == 3 and len(row["rounds"]) == 3        # the sizing round is not kept
+    assert [r["seconds"] for r in row["rounds"]] == pytest.approx([1.2, 1.2, 1.2])
+    assert row["rounds"][0]["tokens"] == 3 * 4 * 128 and row["new_tokens"] == 128
+    assert rec.round_repeats(5.0, 3.0) == 1 and rec.round_repeats(0.7, 3.0) == 5
+    assert rec.round_repeats(0.0, 3.0) == rec.MAX_ROUND_REPEATS
