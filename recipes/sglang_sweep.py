@@ -361,7 +361,8 @@ def main(argv=None):
         last = rounds[-a.min_rounds:]
         tps = [r["tokens_per_s"] for r in last]
         acc = [r["tokens_per_request_cycle"] for r in last if r["tokens_per_request_cycle"]]
-        row = {"batch": b, "new_tokens": new, "round_repeats": reps, "rounds": rounds, "tokens_per_s": statistics.median(tps),
+        row = {"batch": b, "new_tokens": new, "round_repeats": reps, "rounds": rounds,
+               "tokens_per_s": statistics.median(tps),
                "spread": spread(tps), "converged": spread(tps) <= a.tol,
                "tokens_per_request_cycle": statistics.mean(acc) if acc else None}
         result["batches"].append(row)

@@ -55,9 +55,10 @@ def decode_message_size(blob, offsets: dict[int, int]) -> int | None:
     return int(struct.unpack_from("<Q", b, HEADER.size + off)[0])
 
 
-def empty_frame() -> pd.DataFrame:
-    """No sized NCCL range (:data:`COLUMNS`, typed)."""
-    return pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else "object") for c in COLUMNS})
+def empty_frame(input_column: bool = False) -> pd.DataFrame:
+    """No sized NCCL range (:data:`COLUMNS`, typed; ``input_column``: and the analysis' ``input``)."""
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c not in ("name", "input") else "object")
+                         for c in COLUMNS + (["input"] if input_column else [])})
 
 
 def message_sizes(path) -> tuple[pd.DataFrame, dict]:

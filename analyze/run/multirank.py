@@ -148,5 +148,5 @@ def _nccl_messages(results) -> tuple[pd.DataFrame | None, dict | None]:
         return None, None
     frames = [r.nccl_messages.assign(input=r.path) for r in read if len(r.nccl_messages)]
     frame = pd.concat(frames, ignore_index=True) if frames else \
-        nccl_payloads.empty_frame().assign(input=pd.Series(dtype="object"))
+        nccl_payloads.empty_frame(input_column=True)
     return frame, nccl_payloads.combined_info([r.meta.get(nccl_payloads.INFO) for r in read], bool(frames))

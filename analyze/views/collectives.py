@@ -33,7 +33,7 @@ def nccl_messages(a) -> tuple[pd.DataFrame, dict]:
     sized = getattr(a, "nccl_messages", None)
     info = getattr(a, "nccl_info", None)
     if sized is None:
-        return nccl_payloads.empty_frame().assign(input=pd.Series(dtype="object")), \
+        return nccl_payloads.empty_frame(input_column=True), \
             {"reason": "no NCCL payloads read (not an analysis of nsys exports)", "events": 0, "undecoded": 0}
     return sized, dict(info or {"reason": None if len(sized) else "no NCCL payloads", "events": 0, "undecoded": 0})
 

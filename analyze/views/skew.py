@@ -106,9 +106,11 @@ def skew_notes(a) -> list[Note]:
 
 
 def _has_graph_launches(a) -> bool:
-    """Whether the analysis' GPU ops hold a CUDA graph launch traced at graph level (the op store: a
-    report analysed in chunks has no per-op table; the first one found ends the scan)."""
-    try:
-        return any(bool((f["kind"] == "graph").any()) for f in opstore.of(a).scan(["kind"]))
-    except KeyError:           # ops without a kind column (tables made by hand)
-        return False
+    """Whether the analysis' GPU ops hold a CUDA graph launch traced at graph level: the per-op table at
+    once where the store holds one (no scan: a scan orders every op by rank and start), else the spilled
+    ops of reports analysed in chunks, the first one found ending the scan."""
+    store = opstore.of(a)
+    frame = store.frame
+    if frame is not None or not len(store):
+        return frame is not None and "kind" in frame.columns and bool((frame["kind"] == "graph").any())
+    return any(bool((f["kind"] == "graph").any()) for f in store.scan(["kind"]))

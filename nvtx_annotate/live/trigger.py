@@ -30,7 +30,9 @@ import json
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -465,24 +467,23 @@ def run(source, history: History, trig: Trigger, poll_s: float = 5.0, duration_s
     return trig.triggers
 
 
-def _stop_on_interrupt():
-    """A threading.Event that SIGINT and SIGTERM set (installed here whatever this process inherited: a
-    command started in the background of a script inherits SIGINT ignored): the watcher stops between
-    polls, never inside a read of a log file (an interrupt raised inside pyarrow's reader could leave its
-    threads to hang the exit)."""
-    import signal
-    import threading
+class Stop(threading.Event):
+    """Set by SIGINT or SIGTERM (:meth:`on_signals`), with the signal that set it (``signum``)."""
 
-    stop = threading.Event()
+    signum: Optional[int] = None
 
-    def handler(signum, frame):
-        stop.set()
-        stop.signum = signum
+    def on_signals(self) -> "Stop":
+        """Handle SIGINT and SIGTERM by setting this (installed whatever this process inherited: a command
+        started in the background of a script inherits SIGINT ignored): the watcher stops between polls,
+        never inside a read of a log file (an interrupt raised inside pyarrow's reader could leave its
+        threads to hang the exit)."""
+        def handler(signum, frame):
+            self.signum = signum
+            self.set()
 
-    stop.signum = None
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return stop
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+        return self
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -545,22 +546,16 @@ def main(argv=None) -> int:
              f"{'(dry run) ' if a.dry_run else ''}POST {trig.server}/start_profile {json.dumps(trig.body())}, "
              f"cooldown {th.cooldown_s:g} s")
     history = History(th.baseline_cycles, th.window_cycles, rolling=a.rolling)
-    stop = _stop_on_interrupt()
+    stop = Stop().on_signals()
     try:
         run(source, history, trig, poll_s=a.poll_s, duration_s=a.duration, stop=stop)
     except KeyboardInterrupt:
         stop.set()
     if stop.is_set():
         trig.log(f"stopped ({trig.triggers} trigger(s))")
-        return 130 if getattr(stop, "signum", None) != signal_number("SIGTERM") else 143
+        return 128 + (stop.signum or signal.SIGINT)          # 130 (SIGINT), 143 (SIGTERM)
     trig.log(f"done after {a.duration:g} s ({trig.triggers} trigger(s))")
     return 0
-
-
-def signal_number(name: str) -> int:
-    import signal
-
-    return int(getattr(signal, name))
 
 
 if __name__ == "__main__":
