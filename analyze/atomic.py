@@ -35,6 +35,17 @@ def _output_error(path: Path, e: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {reason}", path)
 
 
+def user_cache_dir() -> Path:
+    """Where specprof keeps what it derives from an input it cannot write beside (the ``--cache``
+    entries, columnar exports' SQLite copies): ``$SPECPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/specprof``
+    or ``~/.cache/specprof``."""
+    env = os.environ.get("SPECPROF_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specprof"
+
+
 def check_dir_writable(d: Path) -> None:
     d = d if str(d) else Path(".")
     if not d.exists():

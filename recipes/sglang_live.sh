@@ -8,6 +8,8 @@
 #
 #   device: carry [".sglreal", ".device-kit"] (park the fixtures first: recipes/device_tree.sh), command:
 #     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
+#   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
+#     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
 # Writes $OUT/live_sweep.json (every engine: tokens/s per batch, spreads; `live` says which had the
 # timing mode on), $OUT/live_logs.tar.xz (the Parquet logs of every timed engine, by engine), and,
@@ -18,13 +20,14 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 O="${OUT:-/tmp/out}"; W=/tmp/live; mkdir -p "$O" "$W"
 CONFIG=${CONFIG:-"2:64"}; STEPS=${STEPS:-3}; BATCHES=${BATCHES:-1,16}; BUDGET_S=${BUDGET_S:-500}
 T0=${T0:-$(date +%s)}; GRAPH_BS=${GRAPH_BS:-1,4,16,64}
+ENGINES=${ENGINES-"off on off on"}   # ENGINES="" : the profile alone (a second call on a warm machine)
 exec > >(tee -a "$O/live.log") 2>&1
 source recipes/sglang_env.sh
 deep_gemm_stub on
 python3 -m nvtx_annotate install-pth          # the shim in SGLang's scheduler processes (SPECPROF_NVTX=1)
 V=${CONFIG%%:*}; L=${CONFIG##*:}; tiny "/tmp/tiny_v${V}_l${L}" "$V" "$L"
 n=0
-for mode in off on off on; do
+for mode in $ENGINES; do
   el=$(( $(date +%s) - T0 ))
   if [ "$el" -gt "$BUDGET_S" ]; then echo "== budget: skipping engine $n ($mode)"; continue; fi
   n=$((n + 1)); tag="e${n}_${mode}"

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analyze import notes as N
+from analyze.atomic import user_cache_dir
 from analyze.notes import Note
 from analyze.read import connection, ids, nccl_payloads, report, validate
 from analyze.read.inputs import display_path
@@ -63,14 +64,6 @@ def cache_key(path: str | os.PathLike) -> str:
             h.update(f.read(HEADER_BYTES))
         key += f"-wal{wst.st_size}-{wst.st_mtime_ns}"
     return f"{key}-{h.hexdigest()[:24]}"
-
-
-def user_cache_dir() -> Path:
-    env = os.environ.get("SPECPROF_CACHE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "specprof"
 
 
 def _writable(d: Path) -> bool:

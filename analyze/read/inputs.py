@@ -53,7 +53,9 @@ def refuse_empty(path: str | os.PathLike) -> None:
 
 
 def find_reports(path: str | os.PathLike) -> list[Path]:
-    """A file -> [file]; a directory -> its ``*.sqlite`` files (not recursive), sorted by name.
+    """A file -> [file]; a directory -> its ``*.sqlite`` files (not recursive), sorted by name; a
+    directory that is itself an export (``nsys export --type parquetdir|arrowdir``: read/columnar.py)
+    -> [directory], and a directory of such exports -> them.
     Raises MissingInput when the path is missing or the directory holds no report, and
     NsysRepGiven when a directory holds only .nsys-rep files; an empty path is refused
     (:func:`refuse_empty`)."""
@@ -63,7 +65,14 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
         raise MissingInput(f"{p}: no such file or directory", p)
     if not p.is_dir():
         return [p]
+    from analyze.read.columnar import table_files
+
+    if table_files(p) is not None:
+        return [p]
     found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in REPORT_SUFFIXES)
+    if found:
+        return found
+    found = sorted(q for q in p.iterdir() if q.is_dir() and table_files(q) is not None)
     if found:
         return found
     reps = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(NSYS_REP_SUFFIXES))

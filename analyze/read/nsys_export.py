@@ -12,6 +12,7 @@ from pathlib import Path
 
 from analyze.atomic import check_dir_writable
 from analyze.errors import MissingInput, NsysRepGiven
+from analyze.read import columnar
 from analyze.read.connection import open_report
 from analyze.read.inputs import NSYS_REP_SUFFIXES, _sqlite_name_for, find_reports, nsys_export_command
 
@@ -68,7 +69,8 @@ def expand_inputs(paths, *, export: bool = True) -> list[str]:
     """Files as given; a directory stands for the reports inside it. A ``.nsys-rep``/``.qdrep``
     (given, or the only reports of a directory) is exported to SQLite with ``nsys export`` when nsys
     is on PATH (progress on stderr; the export lands beside it and is reused next time); without
-    nsys, NsysRepGiven names the command to run."""
+    nsys, NsysRepGiven names the command to run. A columnar export (parquetdir, arrowdir, arrow) is
+    read through its SQLite copy (read/columnar.py: made once, reused)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
@@ -82,5 +84,7 @@ def expand_inputs(paths, *, export: bool = True) -> list[str]:
         for f in found:
             if export and str(f).endswith(NSYS_REP_SUFFIXES):
                 f = export_nsys_rep(f, progress=sys.stderr.isatty())
+            elif export and columnar.is_columnar_export(f):
+                f = columnar.sqlite_copy(f, progress=sys.stderr.isatty())
             out.append(str(f))
     return out

@@ -41,7 +41,7 @@ from analyze import notes as N
 from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.errors import UsageError
 from analyze.notes import Note
-from analyze.read import live_log
+from analyze.read import columnar, live_log
 from analyze.read.inputs import NSYS_REP_SUFFIXES, REPORT_SUFFIXES, display_path
 from analyze.results import Analysis
 from analyze.timeline import cycles as cycles_mod
@@ -65,12 +65,14 @@ def live_config() -> PhaseConfig:
 # ---------------------------------------------------------------------------------------------- inputs
 def is_live_path(path) -> bool:
     """A ``*.parquet`` file, or a directory holding ``*.parquet`` files and no nsys report or
-    export: taken as a live log (the reader then checks its schema: a Parquet file that is not a
+    export (a ``parquetdir`` export is one: read/columnar.py): taken as a live log (the reader then checks its schema: a Parquet file that is not a
     live log is refused with one line, exit 12)."""
     p = Path(os.fspath(path))
     if p.is_file():
         return p.name.lower().endswith(live_log_suffix())
     if p.is_dir():
+        if columnar.table_files(p) is not None:
+            return False
         names = [q.name.lower() for q in p.iterdir() if q.is_file()]
         reports = any(n.endswith(REPORT_SUFFIXES) or n.endswith(NSYS_REP_SUFFIXES) for n in names)
         return not reports and any(n.endswith(live_log_suffix()) for n in names)
