@@ -38,6 +38,7 @@ ACCEPT_CPU_ARG = "accept_cpu_arg"  # no range; accept mark from an argument (no 
 RANK_INIT = "rank_init"  # no range; rank mark after GroupCoordinator.__init__ of the TP group
 PROFILE_START = "profile_start"  # no range; the rank mark again once profiling has started
 CONFIG_INIT = "config_init"  # no range; spec_config mark after Scheduler.__init__ (its server_args)
+IDLE = "idle"  # no range; after Scheduler.on_idle (every result processed): the timing mode resolves its cycles
 
 INSTANCE = Read("the instance", (), None)
 BATCH = Read("the batch (forward mode)", ("batch", "model_worker_batch", "schedule_batch", "forward_batch"), 0)
@@ -142,6 +143,9 @@ TARGETS: list[Target] = [
     Target("accept", None, "srt.managers.scheduler_components.batch_result_processor",
            "SchedulerBatchResultProcessor._resolve_spec_v2_tokens", ACCEPT_RESOLVE),
     Target("accept", None, _V2, "EAGLEWorkerV2.on_verify_complete_cpu", ACCEPT_CPU_ARG),
+    # the scheduler went idle (every batch result processed): the timing mode resolves its last cycles
+    # (SGLang ends its scheduler with SIGKILL: what is not written by then is lost; docs/live.md)
+    Target("idle", None, "srt.managers.scheduler", "Scheduler.on_idle", IDLE),
     # SGLang's speculative configuration (steps, topk, TP, graphs...), once per scheduler process
     Target("config", None, "srt.managers.scheduler", "Scheduler.__init__", CONFIG_INIT),
     # rank, and again when profiling starts (a cudaProfilerApi capture window misses the first)

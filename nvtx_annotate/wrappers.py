@@ -33,6 +33,7 @@ from .targets import (
     ALLREDUCE_TP,
     CONFIG_INIT,
     CYCLE,
+    IDLE,
     PROFILE_START,
     RANGE,
     RANK_INIT,
@@ -70,6 +71,8 @@ forward only after the scheduler loop's next broadcast, i.e. after the capture h
 on_first_cycle: Callable | None = None  # set by shim: per-worker roles check
 on_accept: Callable | None = None
 """Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size)`` after each accept mark."""
+on_idle: Callable | None = None
+"""Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
 
 
 def stats() -> dict:
@@ -475,6 +478,18 @@ def _hooks_after_init(get_self, emit) -> Hooks:
     return Hooks(enter, leave, _noop_fail)
 
 
+def _hooks_idle() -> Hooks:
+    def enter(args, kwargs):
+        return True
+
+    def leave(_, args, kwargs, ret):
+        hook = on_idle
+        if hook is not None:
+            hook()
+
+    return Hooks(enter, leave, _noop_fail)
+
+
 def _hooks_profile_start() -> Hooks:
     def enter(args, kwargs):
         return True
@@ -653,6 +668,8 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
         return _hooks_after_init(get, emit_config_mark) if get is not None else None
     if kind == PROFILE_START:
         return _hooks_profile_start()
+    if kind == IDLE:
+        return _hooks_idle()
     raise ValueError(f"unknown target kind {kind!r}")
 
 

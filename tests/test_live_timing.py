@@ -515,6 +515,115 @@ def test_sink_writes_row_groups_every_n_rows_not_per_cycle(tmp_path):
     assert pq.ParquetFile(next(tmp_path.glob("*.parquet"))).metadata.num_row_groups == 3
 
 
+def test_an_idle_drain_writes_and_completes_the_file_without_close(tmp_path):
+    """SGLang ends its scheduler with SIGKILL (no exit hook runs): once the server idles for one
+    interval, what was logged is in a complete, readable file, with no close()."""
+    rows = _rows(5)
+    s = Sink(lambda: (LogWriter(str(tmp_path), 0, 1, row_group_rows=1024, max_age_s=3600), None),
+             threaded=False, flush_s=1e9)
+    for r in rows:
+        s.add(r)
+    assert s.drain() == 5
+    assert list(tmp_path.glob("*.parquet")) == []          # busy: buffered, nothing complete yet
+    assert s.drain() == 0                                   # a whole interval without a cycle
+    files = list(tmp_path.glob("*.parquet"))
+    assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
+    assert pq.read_table(files[0]).column("cycle").to_pylist() == [r["cycle"] for r in rows]
+    for r in _rows(2, first=6):                             # the next burst goes to a new file
+        s.add(r)
+    s.drain()
+    s.drain()
+    assert len(list(tmp_path.glob("*.parquet"))) == 2
+
+
+def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
+    """A log directory that cannot be made (here: under a file), or metrics that raise: said once,
+    that output off, the rows still reach the other; nothing piles up in the sink."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    seen, errors = [], []
+
+    class Metrics:
+        def observe(self, row):
+            seen.append(row["cycle"])
+
+        def publish(self):
+            pass
+
+        def count_drops(self, counters):
+            pass
+
+    s = Sink(lambda: (LogWriter(str(blocker / "logs"), 0, 1, row_group_rows=2), Metrics()), threaded=False,
+             on_error=lambda what, exc: errors.append(what))
+    for r in _rows(6):
+        s.add(r)
+    s.drain()
+    s.drain()
+    assert seen == [1, 2, 3, 4, 5, 6] and errors == ["live sink (log, now off)"] and not s._rows
+
+    class BadMetrics(Metrics):
+        def observe(self, row):
+            raise RuntimeError("boom")
+
+    errors.clear()
+    s = Sink(lambda: (LogWriter(str(tmp_path / "ok"), 0, 1, row_group_rows=1024), BadMetrics()), threaded=False,
+             on_error=lambda what, exc: errors.append(what))
+    for r in _rows(4):
+        s.add(r)
+    s.drain()
+    s.drain()
+    assert errors == ["live sink (metrics, now off)"]
+    assert pq.read_table(next((tmp_path / "ok").glob("*.parquet"))).num_rows == 4
+
+
+def test_idle_resolves_cycles_without_waiting_for_accepts_that_will_not_come():
+    """SGLang's Scheduler.on_idle runs once every result was processed: the last cycles resolve then,
+    not after accept_lag more cycles that an idle server never runs."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=4)
+    run_cycle(t, gpu, 1, accept=(2, 1))
+    run_cycle(t, gpu, 2)                  # its accept lengths never come
+    t.poll()
+    assert [r["cycle"] for r in rows] == [1]
+    assert t.idle() == 1 and [r["cycle"] for r in rows] == [1, 2] and rows[1]["accepted_tokens"] is None
+    assert t.idle() == 0                  # nothing pending: nothing asked of the GPU
+    gpu.done = False
+    queries = gpu.queries
+    run_cycle(t, gpu, 3, accept=(1, 1))
+    assert t.idle() == 0 and t.pending() == 1 and gpu.queries > queries    # asked, never waited
+
+
+def test_the_idle_hook_of_the_wrappers_reaches_the_timer(fake_sglang, monkeypatch, tmp_path):
+    from nvtx_annotate import wrappers
+    from nvtx_annotate.targets import IDLE, TARGETS
+
+    assert any(t.kind == IDLE and t.attr == "Scheduler.on_idle" for t in TARGETS)
+    called = []
+    monkeypatch.setattr(wrappers, "on_idle", lambda: called.append(1))
+    target = next(t for t in TARGETS if t.kind == IDLE)
+    w = wrappers.make_wrapper(lambda self: "idle-result", target, skip_first=True)
+    assert w(object()) == "idle-result" and called == [1]
+
+
+def test_a_taken_metrics_port_keeps_the_metrics_without_http():
+    prom = pytest.importorskip("prometheus_client")
+    import socket
+
+    from nvtx_annotate.live.metrics import make_metrics
+
+    sock = socket.socket()
+    sock.bind(("0.0.0.0", 0))
+    sock.listen()
+    warned = []
+    try:
+        m = make_metrics(0, registry=prom.CollectorRegistry(), port=sock.getsockname()[1],
+                         warn=lambda key, text: warned.append(key))
+    finally:
+        sock.close()
+    assert m is not None and warned == ["live:port"]
+    m.observe(_rows(1)[0])
+
+
 # ------------------------------------------------------------------ Prometheus
 
 def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
@@ -526,6 +635,7 @@ def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
     rows = _rows(4, rank=3)
     for r in rows:
         m.observe(r)
+    m.publish()                     # the sink sets the gauges once per drain
     m.count_drops({"ring_overflow": 2})
     m.count_drops({"ring_overflow": 5})
     text = prom.generate_latest(registry).decode()
@@ -541,6 +651,30 @@ def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
     tps = next(x for x in text.splitlines() if x.startswith('specprof:tokens_per_second{rank="3"}'))
     span_s = (rows[-1]["host_end_ns"] - rows[0]["host_start_ns"]) * 1e-9
     assert float(tps.split()[-1]) == pytest.approx(sum(r["accepted_tokens"] + r["requests"] for r in rows) / span_s)
+
+
+def test_tokens_per_second_window_is_a_running_sum_equal_to_a_rescan():
+    """The gauge's window (the last 10 s of cycles) kept as a running sum: equal to summing the window
+    afresh after every cycle, over a window that slides past thousands of cycles (before, every row
+    rescanned the window: its cost grew with the square of the cycle rate)."""
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    m = make_metrics(0, registry=prom.CollectorRegistry())
+    m.window_ns = 50_000_000                     # 50 ms: slides past most of the rows below
+    rng = __import__("random").Random(7)
+    t, rows = 0, []
+    for k in range(3000):
+        start = t + rng.randrange(0, 20_000)
+        end = start + rng.randrange(100_000, 900_000)
+        t = end
+        row = dict(host_start_ns=start, host_end_ns=end, accepted_tokens=rng.randrange(0, 9), requests=rng.randrange(1, 5))
+        rows.append(row)
+        m.observe(row)
+        if k % 97 == 0 or k == 2999:
+            window = [r for r in rows if r["host_end_ns"] >= end - m.window_ns]
+            want = sum(r["accepted_tokens"] + r["requests"] for r in window) / ((end - window[0]["host_start_ns"]) * 1e-9)
+            assert m.tokens_per_second() == pytest.approx(want, rel=1e-12), k
 
 
 def test_without_prometheus_client_one_warning_and_the_log_still_works(monkeypatch, tmp_path, capsys):

@@ -666,7 +666,7 @@ def test_every_target_names_a_known_range_and_kind():
     assert names == set(protocol.RANGE_NAMES)
     for t in TARGETS:
         assert t.range_name is None or t.range_name in names
-        assert t.kind in set(KIND_READS) | {"range", "allreduce_fn", "verify_v1", "profile_start"}
+        assert t.kind in set(KIND_READS) | {"range", "allreduce_fn", "verify_v1", "profile_start", "idle"}
     assert {t.role for t in TARGETS} >= {"draft", "verify", "allreduce", "accept", "rank", "profile_start"}
 
 

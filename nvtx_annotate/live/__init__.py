@@ -110,7 +110,12 @@ def _outputs(settings: Settings, timer, warn):
             log = LogWriter(settings.directory, rank, timer.pid, timer.spec, settings.row_group_rows,
                             settings.max_bytes, settings.max_files, max_age_s=settings.file_s)
         port = settings.metrics_port + rank if settings.metrics_port is not None else None
-        metrics = make_metrics(rank, port=port, warn=warn)
+        try:
+            metrics = make_metrics(rank, port=port, warn=warn)
+        except Exception as exc:  # noqa: BLE001 - the log goes on without the metrics
+            warn("live:metrics", f"nvtx_annotate: SPECPROF_TIMING: no metrics ({type(exc).__name__}: {exc}); "
+                                 "the timing log is still written")
+            metrics = None
         return log, metrics
     return make
 
@@ -138,6 +143,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     tee = TeeBackend(previous, timer, on_fault=wrappers.fault)
     _nvtx.set_backend(tee)
     wrappers.on_accept = timer.accept
+    wrappers.on_idle = timer.idle
     _live = Live(timer, sink, tee, previous)
     _register_exit_and_fork(settings, events, threaded)
     return _live
@@ -191,4 +197,5 @@ def disable() -> None:
     if _nvtx._backend is live.tee:
         _nvtx.set_backend(live.previous_backend)
     wrappers.on_accept = None
+    wrappers.on_idle = None
     _live = None

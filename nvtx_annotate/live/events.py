@@ -251,21 +251,22 @@ class Timer:
         rec.pairs, rec.first = [], None
 
     # ------------------------------------------------------------------ resolving
-    def _ready(self, rec: CycleRecord) -> bool:
-        if rec.accepted is None and self._newest_ended - rec.cycle < self.accept_lag:
+    def _ready(self, rec: CycleRecord, wait_accepts: bool = True) -> bool:
+        if wait_accepts and rec.accepted is None and self._newest_ended - rec.cycle < self.accept_lag:
             return False
         for _, a, b in rec.pairs:  # events complete in order on one stream: the end first
             if not b.query() or not a.query():
                 return False
         return rec.first is None or not rec.pairs or rec.first.query()
 
-    def poll(self) -> int:
-        """Resolve the pending cycles that are complete, oldest first; never waits. Returns how many."""
+    def poll(self, wait_accepts: bool = True) -> int:
+        """Resolve the pending cycles that are complete, oldest first; never waits. Returns how many.
+        ``wait_accepts=False``: a cycle without its accept length resolves too (none will come)."""
         done = []
         with self._lock:
             while self._ring:
                 k, rec = next(iter(self._ring.items()))
-                if not self._ready(rec):
+                if not self._ready(rec, wait_accepts):
                     break
                 del self._ring[k]
                 done.append(rec)
@@ -295,6 +296,15 @@ class Timer:
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
                    steps=steps, batch_size=rec.batch_size)
         return out
+
+    def idle(self) -> int:
+        """The server is idle (SGLang's ``Scheduler.on_idle``, after every batch result was processed:
+        every accept length that will come has come): resolve the pending cycles whose events are
+        complete, not waiting for accept lengths. Cheap when nothing is pending (SGLang calls it on
+        every idle turn of its loop); never waits."""
+        if not self._ring:
+            return 0
+        return self.poll(wait_accepts=False)
 
     def close(self) -> int:
         """Resolve what is complete now (no waiting); the rest is dropped and counted. Returns the drops."""

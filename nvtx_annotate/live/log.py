@@ -107,6 +107,13 @@ class LogWriter:
         self._complete()
         return True
 
+    def complete(self) -> bool:
+        """Complete the open file now when nothing is buffered (a server gone idle); True when it did."""
+        if self._writer is None or self._rows:
+            return False
+        self._complete()
+        return True
+
     def bytes_written(self) -> int:
         """Bytes of the open file so far (its row groups; the footer comes at completion)."""
         return self._out.tell() if self._writer is not None else 0

@@ -27,17 +27,6 @@ PHASES = ("draft", "verify", "draft_extend", "allreduce")
 NS = 1e-9
 
 
-def tokens_per_second(window) -> float | None:
-    """Tokens per host second over ``(start_ns, end_ns, tokens)`` cycles: their tokens over the time
-    from the first start to the last end; None without time."""
-    if not window:
-        return None
-    span = max(w[1] for w in window) - min(w[0] for w in window)
-    if span <= 0:
-        return None
-    return sum(w[2] for w in window) / (span * NS)
-
-
 class LiveMetrics:
     """The metric objects of one process, registered in ``registry`` (a CollectorRegistry)."""
 
@@ -65,32 +54,52 @@ class LiveMetrics:
         self.dropped = prom.Counter("specprof:dropped_cycles", "Decode cycles not reported", ["rank", "reason"], **kw)
         for reason in ("ring_overflow", "unresolved_at_close"):
             self.dropped.labels(rank=self.rank, reason=reason)  # exported at 0 from the start
+        r = self.rank       # the labelled children, looked up once (not per cycle)
+        self._children = {phase: self.phase.labels(phase=phase, rank=r) for phase in PHASES}
+        self._children.update(cycle=self.cycle.labels(rank=r), span=self.span.labels(rank=r),
+                              cycles=self.cycles.labels(rank=r), accepted=self.accepted.labels(rank=r),
+                              accept_length=self.accept_length.labels(rank=r), tps=self.tps.labels(rank=r))
+        self._window_tokens = 0
 
     def observe(self, row: dict) -> None:
-        """One resolved cycle (a row of the timing log)."""
-        r = self.rank
+        """One resolved cycle (a row of the timing log). The tokens/s gauge is set by :meth:`publish`
+        (once per batch of rows: the window's running sum, never a rescan)."""
+        ch = self._children
         for phase in PHASES:
             ns = row.get(f"{phase}_ns")
             if ns is not None:
-                self.phase.labels(phase=phase, rank=r).observe(ns * NS)
+                ch[phase].observe(ns * NS)
         start, end = row["host_start_ns"], row["host_end_ns"]
-        self.cycle.labels(rank=r).observe((end - start) * NS)
+        ch["cycle"].observe((end - start) * NS)
         if row.get("gpu_span_ns") is not None:
-            self.span.labels(rank=r).observe(row["gpu_span_ns"] * NS)
-        self.cycles.labels(rank=r).inc()
+            ch["span"].observe(row["gpu_span_ns"] * NS)
+        ch["cycles"].inc()
         acc, reqs = row.get("accepted_tokens"), row.get("requests")
         if acc is None or reqs is None:
             return
-        self.accepted.labels(rank=r).observe(acc)
+        ch["accepted"].observe(acc)
         if reqs > 0:
-            self.accept_length.labels(rank=r).observe(acc / reqs)
+            ch["accept_length"].observe(acc / reqs)
         w = self._window
         w.append((start, end, acc + reqs))
+        self._window_tokens += acc + reqs
         while w and w[0][1] < end - self.window_ns:
-            w.popleft()
-        tps = tokens_per_second(w)
+            self._window_tokens -= w.popleft()[2]
+
+    def tokens_per_second(self) -> float | None:
+        """Tokens per host second over the window: its tokens over the time from its first cycle's start
+        to its last cycle's end (cycles of one process come in order); None without time."""
+        w = self._window
+        if not w:
+            return None
+        span = w[-1][1] - w[0][0]
+        return self._window_tokens / (span * NS) if span > 0 else None
+
+    def publish(self) -> None:
+        """Set the gauges from what :meth:`observe` gathered (the sink calls it once per drain)."""
+        tps = self.tokens_per_second()
         if tps is not None:
-            self.tps.labels(rank=r).set(tps)
+            self._children["tps"].set(tps)
 
     def count_drops(self, counters: dict) -> None:
         """Add the growth of the timer's drop counters since the last call."""
@@ -125,5 +134,10 @@ def make_metrics(rank: int, registry=None, port: int | None = None, warn=None) -
     metrics = LiveMetrics(prom, registry, rank)
     metrics.registry = registry
     if port is not None:
-        prom.start_http_server(int(port), registry=registry)
+        try:
+            prom.start_http_server(int(port), registry=registry)
+        except OSError as exc:          # the port is taken: the metrics stay, without their HTTP endpoint
+            if warn is not None:
+                warn("live:port", f"nvtx_annotate: SPECPROF_METRICS_PORT: cannot serve /metrics on port {port} "
+                                  f"({exc}); the metrics are kept in this process' registry only")
     return metrics

@@ -2,7 +2,13 @@
 daemon thread wakes every ``interval_s``, feeds the rows to the metrics and the Parquet log (which
 writes a row group every N rows, or after ``flush_s`` seconds with rows waiting) and reports the
 timer's drop counters. Nothing here runs on the hot path beyond the append (and, once, the thread
-start)."""
+start).
+
+A wake-up that finds no new row (the server idle for ``interval_s``) writes what the log holds and
+completes its file: SGLang ends its scheduler processes with SIGKILL (``Engine.shutdown``,
+``kill_process_tree``; a parent's death: ``PR_SET_PDEATHSIG``), so no exit hook runs, and an
+incomplete Parquet file is unreadable. A log or metrics that cannot be set up (a directory that
+cannot be made, a port that is taken) is said once and left out; the other output goes on."""
 
 from __future__ import annotations
 
@@ -55,27 +61,54 @@ class Sink:
             self._outputs = self.make_outputs()
         return self._outputs
 
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """An output that fails is dropped (said once); the rows keep flowing to the other."""
+        log, metrics = self._outputs
+        self._outputs = (None, metrics) if what == "log" else (log, None)
+        if self.on_error is not None:
+            self.on_error(f"live sink ({what}, now off)", exc)
+
     def drain(self) -> int:
-        """Handle the rows waiting now; write a row group when the log asks or ``flush_s`` passed."""
+        """Handle the rows waiting now; write a row group when the log asks or ``flush_s`` passed;
+        when no row came since the last drain, write what waits and complete the file (module doc)."""
         log, metrics = self.outputs()
         n = 0
         rows = self._rows
         while rows:
             row = rows.popleft()
             if metrics is not None:
-                metrics.observe(row)
+                try:
+                    metrics.observe(row)
+                except Exception as exc:  # noqa: BLE001 - never stop the log for the metrics
+                    self._failed("metrics", exc)
+                    metrics = None
             if log is not None:
-                log.add(row)
+                try:
+                    log.add(row)
+                except Exception as exc:  # noqa: BLE001
+                    self._failed("log", exc)
+                    log = None
             n += 1
-        if metrics is not None and self.counters is not None:
-            metrics.count_drops(self.counters())
+        if metrics is not None:
+            try:
+                metrics.publish()
+                if self.counters is not None:
+                    metrics.count_drops(self.counters())
+            except Exception as exc:  # noqa: BLE001
+                self._failed("metrics", exc)
         if log is not None:
-            now = self.clock()
-            if log.buffered() and now - self._last_write >= self.flush_s:
-                log.flush()
-            if not log.buffered():
-                self._last_write = now
-                log.complete_if_old()          # idle: the last file of a burst still completes
+            try:
+                now = self.clock()
+                if log.buffered() and (n == 0 or now - self._last_write >= self.flush_s):
+                    log.flush()
+                if not log.buffered():
+                    self._last_write = now
+                    if n == 0:
+                        log.complete()         # idle: what was written is readable now (module doc)
+                    else:
+                        log.complete_if_old()
+            except Exception as exc:  # noqa: BLE001
+                self._failed("log", exc)
         self.handled += n
         return n
 
