@@ -45,32 +45,34 @@ def needs(name: str):
     return pytest.mark.skipif(not (REAL / name).exists(), reason=f"{name} not unpacked")
 
 
-@needs("sglang_graphs.sqlite")
-@pytest.mark.parametrize("fmt,text", [("parquetdir", "binary"), ("arrowdir", "string")])
-def test_a_columnar_export_gives_the_json_of_its_sqlite_twin(tmp_path, fmt, text):
-    src = REAL / "sglang_graphs.sqlite"
-    export = write_columnar.write(src, tmp_path / f"sglang_graphs_{fmt}", fmt, text)
-    before = tree_digest(export)
-    rc, _, err = run_cli(export, "-q", "--json", tmp_path / "a.json")
-    assert rc == 0, err
-    rc, _, err = run_cli(src, "-q", "--json", tmp_path / "b.json")
-    assert rc == 0, err
-    copy = export.with_name(export.name + ".sqlite")
-    a = without_paths(json.loads((tmp_path / "a.json").read_text()), copy)
-    b = without_paths(json.loads((tmp_path / "b.json").read_text()), src)
-    assert a == b
-    assert '"total_projected_ns"' in a or '"busy_ns"' in a     # a real result, not two empty ones
-    assert tree_digest(export) == before                       # the export is only read
+def sqlite_tables(path, skip=()) -> dict:
+    """{table: (columns, rows in rowid order)} of a SQLite file."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = {}
+        for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"):
+            if t in skip:
+                continue
+            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')]
+            q = f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{t}" ORDER BY rowid'
+            out[t] = (cols, conn.execute(q).fetchall())
+        return out
+    finally:
+        conn.close()
 
 
 @needs("sglang_graphs.sqlite")
-def test_whatif_advise_and_diff_on_a_parquet_export_equal_the_sqlite(tmp_path):
+def test_a_parquet_export_gives_the_results_of_its_sqlite_twin(tmp_path):
+    """The real SGLang export written as a parquetdir (text as binary, ids unsigned, as nsys 2022.4's
+    columnar export types them): the report's --json, whatif's and advise's are the SQLite's, and
+    ``diff EXPORT SQLITE`` finds no change at all. The export is only read."""
     src = REAL / "sglang_graphs.sqlite"
     export = write_columnar.write(src, tmp_path / "graphs_pqtdir")
     copy = export.with_name(export.name + ".sqlite")
-    for args in (["whatif", "{}", "--steps", "1..4", "--json", "{out}"],
-                 ["advise", "{}", "--json", "{out}"],
-                 ["diff", "{}", "{}", "--json", "{out}"]):
+    before = tree_digest(export)
+    for args in (["{}", "-q", "--json", "{out}"],
+                 ["whatif", "{}", "--steps", "1..4", "--json", "{out}"],
+                 ["advise", "{}", "--json", "{out}"]):
         outs = []
         for k, report in enumerate((export, src)):
             out = tmp_path / f"{args[0]}_{k}.json"
@@ -79,6 +81,26 @@ def test_whatif_advise_and_diff_on_a_parquet_export_equal_the_sqlite(tmp_path):
             assert rc == 0, (args[0], err)
             outs.append(json.loads(out.read_text()))
         assert without_paths(outs[0], copy, export) == without_paths(outs[1], src), args[0]
+    assert '"verify_ns"' in without_paths(outs[1], src)       # a real result, not two empty ones
+    rc, _, err = run_cli("diff", export, src, "--json", tmp_path / "diff.json")
+    assert rc == 0, err
+    summary = json.loads((tmp_path / "diff.json").read_text())["summary"]
+    assert len(summary) >= 5 and all(r["delta"] == 0 and r["before"] == r["after"] for r in summary)
+    assert any(r["figure"] == "verify_ns" and r["before"] > 0 for r in summary)
+    assert tree_digest(export) == before
+
+
+@needs("sglang_graphs.sqlite")
+def test_an_arrowdir_export_with_string_text_copies_every_table_exactly(tmp_path):
+    src = REAL / "sglang_graphs.sqlite"
+    export = write_columnar.write(src, tmp_path / "graphs_arrowdir", "arrowdir", "string")
+    copy = columnar.sqlite_copy(export)
+    got = sqlite_tables(copy, skip=(columnar.KEY_TABLE,))
+    want = sqlite_tables(src)
+    assert got.keys() == want.keys() and len(want) >= 20
+    for t in want:
+        assert got[t] == want[t], t
+    assert len(want["CUPTI_ACTIVITY_KIND_KERNEL"][1]) > 1000
 
 
 @needs("sglang_graphs.sqlite")
