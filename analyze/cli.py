@@ -132,6 +132,21 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def _refuse_a_misspelt_subcommand(reports) -> None:
+    """A first argument that is no file but close to a subcommand's name (``dif``, ``help``): the
+    missing-input error (exit 2) says which subcommand it may have meant."""
+    import difflib
+
+    first = str(reports[0]) if reports else ""
+    if not first or os.path.exists(first):
+        return
+    near = difflib.get_close_matches(first.lower(), [*SUBCOMMANDS, "help"], n=1, cutoff=0.6)
+    if near:
+        meant = "`analyze-trace --help`" if near[0] == "help" else f"the subcommand `analyze-trace {near[0]}`"
+        raise MissingInput(f"{first}: no such file or directory (did you mean {meant}? subcommands: "
+                           f"{', '.join(SUBCOMMANDS)})", first)
+
+
 def run_analyze(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     return _run_analyze(args)
@@ -149,6 +164,7 @@ def _run_analyze(args) -> int:
     if blank:       # "" is not the current directory, nor a reason to run the demo
         raise MissingInput("an empty path was given as a report (an unset shell variable?): give a report, a "
                            "directory of reports, or no argument at all for the bundled demo")
+    _refuse_a_misspelt_subcommand(args.reports)
     demo = not args.reports
     reports = args.reports or [default_trace()]
     jobs = command_inputs.worker_count(args.jobs)

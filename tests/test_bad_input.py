@@ -400,3 +400,12 @@ def test_the_committed_lost_capture_is_the_scrubbed_real_one():
         assert not [t for (t,) in conn.execute("SELECT name FROM sqlite_master") if t == "CUPTI_ACTIVITY_KIND_KERNEL"]
     finally:
         conn.close()
+
+
+def test_a_misspelt_subcommand_is_named(tmp_path):
+    rc, _, err = run_cli("dif", tmp_path / "a.sqlite", tmp_path / "b.sqlite")
+    assert rc == 2 and "did you mean the subcommand `analyze-trace diff`?" in one_line_error(err)
+    rc, _, err = run_cli("help")
+    assert rc == 2 and "did you mean `analyze-trace --help`?" in one_line_error(err)
+    rc, _, err = run_cli(tmp_path / "nope.sqlite")          # a path that is no near miss: as before
+    assert rc == 2 and "did you mean" not in one_line_error(err)

@@ -169,6 +169,7 @@ def test_parse_steps():
     assert WC.parse_steps("1..10") == list(range(1, 11))
     assert WC.parse_steps("2,3,5") == [2, 3, 5]
     assert WC.parse_steps("1-3,6") == [1, 2, 3, 6]
+    assert WC.parse_steps("6..1") == list(range(1, 7))      # written high to low: the same range
     with pytest.raises(ValueError):
         WC.parse_steps("0..3")
 

@@ -299,3 +299,17 @@ def test_the_profile_alone_band_covers_every_real_sweep(profile, sweep, batch):
     ratio = r["best"]["speedup"] / (max(measured.values()) / base)
     lo, hi = W.PROFILE_ALONE_RATIO
     assert lo <= ratio <= hi
+
+
+@need
+def test_a_prediction_from_few_cycles_says_so(side):
+    """The 64-layer profile holds 2 cycles at batch 3 and hundreds at batch 1: the first prediction
+    says it rests on 2 cycles (text and JSON), the second does not."""
+    from analyze.tools.whatif.render import render_whatif
+
+    few = W.whatif([side(64, 3)], steps=[1, 2, 3, 4], batch=3, n_boot=0)
+    assert few["best"]["cycles"] == 2 and few["best"]["few_cycles"]
+    assert "Few cycles: this rests on 2 decode cycles (fewer than 20)" in render_whatif(few).replace("\n  ", " ")
+    many = W.whatif([side(64, 3)], steps=[1, 2, 3, 4], batch=1, n_boot=0)
+    assert many["best"]["cycles"] >= W.MIN_CYCLES and not many["best"]["few_cycles"]
+    assert "Few cycles" not in render_whatif(many)

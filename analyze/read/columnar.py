@@ -216,12 +216,12 @@ def sqlite_copy(path: str | os.PathLike, progress: bool = False) -> Path:
         os.close(fd)
         tmp_p = Path(tmp)
         tmp_p.unlink()
-        if progress:
-            print(f"specprof: {p}: a columnar nsys export, read through a SQLite copy made once: {copy}",
-                  file=sys.stderr, flush=True)
         try:
             write_sqlite(p, tmp_p, key)
             os.replace(tmp_p, copy)
+            if progress:
+                print(f"specprof: {p}: a columnar nsys export, read through its SQLite copy (made once, reused "
+                      f"while the export is unchanged): {copy}", file=sys.stderr, flush=True)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp_p.unlink()

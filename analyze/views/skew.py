@@ -86,7 +86,8 @@ def skew_notes(a) -> list[Note]:
         else:
             graph_level = _has_graph_launches(a)
             why = (f"no GPU op of the {n_ranks} ranks matched the allreduce phase's kernel patterns (NCCL, custom and "
-                   "fused all-reduce kernels)"
+                   "fused all-reduce kernels; any allreduce time shown is that of the other GPU ops inside its NVTX "
+                   "ranges)"
                    + ("; this trace has CUDA graph launches traced at graph level, where kernels inside a replay "
                       "are invisible: profile with --cuda-graph-trace=node" if graph_level else "")
                    + "; --phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels")

@@ -529,9 +529,9 @@ def _no_collectives(ctx: Context) -> str:
     if ctx.ranks <= 1:
         return "no all-reduce across ranks: one rank"
     if ctx.analysis.collectives is None or ctx.analysis.collectives.empty:
-        return (f"no all-reduce across ranks: no GPU op of the {ctx.ranks} ranks matched the allreduce phase's "
-                "kernel patterns (--phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective "
-                "kernels)")
+        return (f"no all-reduce kernel across ranks: no GPU op of the {ctx.ranks} ranks matched the allreduce "
+                "phase's kernel patterns (any allreduce time shown is that of the other GPU ops inside its NVTX "
+                "ranges; --phase 'allreduce=ranges:allreduce;kernels:PATTERN' names other collective kernels)")
     return (f"no all-reduce across ranks in a steady cycle: the {len(ctx.analysis.collectives):,} collective ops "
             "lie in warm-up cycles or outside the decode cycles")
 

@@ -25,10 +25,11 @@ from analyze.tools.sides import load_side
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="analyze-trace diff", description=__doc__.split("\n\n")[0] + " " +
+    p = ArgumentParser(prog="analyze-trace diff", description=__doc__.split("\n\n")[0].replace("``", "") + " " +
                                 "Each input: a report, a directory of per-rank reports, or a --json result.")
-    p.add_argument("before")
-    p.add_argument("after")
+    side = "a report, a directory of per-rank reports, or a saved analyze-trace --json result"
+    p.add_argument("before", help=f"the run before the change: {side}")
+    p.add_argument("after", help=f"the run after the change: {side}")
     p.add_argument("--json", metavar="PATH", help="write the comparison as JSON")
     p.add_argument("--plot", metavar="PATH", help="write a figure (PNG/SVG/PDF by extension)")
     p.add_argument("--top", type=positive_int, default=10, help="kernels listed (default 10)")

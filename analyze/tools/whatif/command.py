@@ -14,7 +14,7 @@ from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
 
 
 def parse_steps(text: str) -> list[int]:
-    """``1..10``, ``1-6``, ``2,3,5``."""
+    """``1..10``, ``1-6``, ``2,3,5`` (a range written high to low, ``6..1``, is the same range)."""
     try:
         out = _step_list(text)
     except ValueError:
@@ -31,7 +31,8 @@ def _step_list(text: str) -> list[int]:
         for sep in ("..", "-", ":"):
             if sep in part:
                 a, b = part.split(sep, 1)
-                out += list(range(int(a), int(b) + 1))
+                lo, hi = sorted((int(a), int(b)))
+                out += list(range(lo, hi + 1))
                 break
         else:
             if part:

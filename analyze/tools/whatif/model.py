@@ -60,6 +60,9 @@ BEST_TOLERANCE = 0.01
 # a batch size takes part in the fit of verify's non-attention time over the batch sizes of one profile
 # (:func:`batch_token_fit`) with at least this many steady cycles
 MIN_BATCH_FIT_CYCLES = 20
+MIN_CYCLES = 20
+"""A prediction resting on fewer decode cycles than this (all profiles together) says so (``few_cycles``);
+``--per-batch`` models no batch size with fewer on its own."""
 # one profile tells how they grow only when its cycles' verified tokens spread this much
 # (coefficient of variation of n over the cycles) over at least two batch sizes
 MIN_TOKEN_SPREAD = 0.10
@@ -1024,7 +1027,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
                  "baseline_source": base["source"],
-                 "verdict_uncertain": verdict_uncertain(float(best["speedup"]), base["source"], calibrate is not None)},
+                 "verdict_uncertain": verdict_uncertain(float(best["speedup"]), base["source"], calibrate is not None),
+                 "cycles": int(sum(c["cycles"] for c in costs)),
+                 "few_cycles": bool(sum(c["cycles"] for c in costs) < MIN_CYCLES)},
         "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
         "acceptance_method": acc.method,
         "calibration": None,

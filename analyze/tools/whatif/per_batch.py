@@ -33,7 +33,7 @@ COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best
            "best_extrapolated", "calibrated", "verdict_uncertain")
 """The columns of :func:`per_batch`'s table, in order."""
 
-MIN_CYCLES = 20
+MIN_CYCLES = W.MIN_CYCLES
 """Batch sizes with fewer decode cycles than this in the profile(s) are not modelled on their own."""
 
 ADAPTIVE_DEFAULTS = {"up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0}

@@ -85,6 +85,12 @@ def render_whatif(r: dict) -> str:
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
                + (" [extrapolated]" if b["extrapolated"] else ""))
+    if b.get("few_cycles"):
+        from analyze.tools.whatif.model import MIN_CYCLES
+
+        out.append(_wrap(f"Few cycles: this rests on {b['cycles']} decode cycle{'' if b['cycles'] == 1 else 's'} "
+                         f"(fewer than {MIN_CYCLES}): acceptance and costs from so few are not a basis for a decision; "
+                         "profile longer, or pick a batch size the profile holds more of (--per-batch lists them)."))
     if b.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
