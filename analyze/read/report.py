@@ -61,8 +61,9 @@ class ReportTables(NamedTuple):
     devices: pd.DataFrame       # pid, cuda_id, gpu_id, gpu_name, bus
     meta: dict                  # schema_version, utc_start_ns, cuda_graph_trace, nsys_version
     cross_thread_ranges: int = 0  # start/end ranges that end on another thread (left out, as nsys does)
-    prepared: object = None     # what read_report's ``prepare(calls, ranges)`` returned
+    prepared: object = None     # the launches run/ prepared from these tables (run/launches.py); never set here
     nccl_messages: pd.DataFrame | None = None   # nccl_payloads.COLUMNS (its info: meta[nccl_payloads.INFO])
+    op_keys: object = None      # read_report(ops=False, op_keys=True): the GPU ops' keys (OpKeyBlocks)
 
 
 def table_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -346,6 +347,22 @@ def read_op_keys(conn: sqlite3.Connection, plan: list[OpRead]):
                        _KEY_COLUMNS)
         yield frame["global_pid"].to_numpy(), frame["correlation_id"].to_numpy()
         del frame
+
+
+class OpKeyBlocks:
+    """:func:`read_op_keys` of a report as an iterable that reads when iterated (on its own read-only
+    connection, a planned read at a time): what ``read_report(ops=False, op_keys=True)`` hands back,
+    so that the keys are never all in memory at once (``--memory-budget``)."""
+
+    def __init__(self, path: str, immutable: bool, plan: list[OpRead]):
+        self.path, self.immutable, self.plan = path, immutable, plan
+
+    def __iter__(self):
+        conn = open_report(self.path, immutable=self.immutable, quick_check=False)
+        try:
+            yield from read_op_keys(conn, self.plan)
+        finally:
+            conn.close()
 
 
 def _valid_ops(frame: pd.DataFrame, kind: str, session_end: int | None) -> tuple[pd.DataFrame, list]:
@@ -865,18 +882,16 @@ def take_excluded(frame: pd.DataFrame | None) -> list:
 
 
 def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
-                prepare=None, ops: bool = True, nvtx_chunk_rows: int | None = None) -> ReportTables:
+                ops: bool = True, op_keys: bool = False, nvtx_chunk_rows: int | None = None) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
     ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
     (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
-    read-only connection: the same tables as one reader. ``prepare(calls, ranges)``, when given,
-    runs as soon as both are read (while GPU ops are still being read, with threads) and its result
-    is ``prepared``; where the report has GPU ops it runs after they are read, as ``prepare(calls,
-    ranges, ops=, strings=)``, so that it can leave out the calls that launched nothing (issue 42:
-    the switch that prepared during the op reads where calls did not outnumber ops twice gained
-    under 5% on no benchmark file: gone). ``ops=False`` leaves the GPU ops out (an empty table;
-    chunked analysis reads them itself); ``prepare`` is then given the ops' keys instead
-    (``op_keys=``: :func:`read_op_keys`, read after the calls)."""
+    read-only connection: the same tables as one reader. ``ops=False`` leaves the GPU ops out (an
+    empty table; chunked analysis reads them itself); ``op_keys`` then hands back their (process,
+    correlation id) keys instead (:class:`OpKeyBlocks`, read block by block when iterated: which
+    calls launched something), as ``op_keys``. Nothing here calls back into the analysis: run/ prepares the launches from the
+    tables (issue 42: the preparation once overlapped the op reads through a callback; it has run
+    after them since a switch for that overlap gained under 5% on every benchmark file)."""
     conn = open_report(path)
     try:
         threads = read_threads(conn) if threads is None else threads
@@ -884,23 +899,17 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         # at least twice as many op parts as readers (the reader done with NVTX and the preparation
         # takes the last parts, so both finish together), more where a part would exceed PART_MAX_ROWS
         plan = plan_gpu_op_reads(conn, chunk_rows, split=2 * threads if threads > 1 else 1) if ops else []
-        # without the ops (chunked analysis): their keys alone tell the launching calls
-        key_plan = plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS) if prepare is not None and not ops else []
-        after_ops = prepare is not None and bool(plan or key_plan)
         nvtx_counts: dict = {}
         if threads <= 1:
             calls = read_calls(conn)
             ranges, marks = read_nvtx(conn, strings, nvtx_chunk_rows, nvtx_counts)
-            prepared = prepare(calls, ranges) if prepare and not after_ops else None
             op_table = assemble_gpu_ops(plan, (read_op_part(conn, p) for p in plan))
         else:
-            op_table, calls, (ranges, marks), prepared = _read_parallel(
-                path, conn.immutable, plan, strings, threads, None if after_ops else prepare, nvtx_chunk_rows,
-                nvtx_counts)
-        if after_ops and ops:
-            prepared = prepare(calls, ranges, ops=op_table, strings=strings)
-        elif after_ops:
-            prepared = prepare(calls, ranges, op_keys=read_op_keys(conn, key_plan), strings=strings)
+            op_table, calls, (ranges, marks) = _read_parallel(path, conn.immutable, plan, strings, threads,
+                                                              nvtx_chunk_rows, nvtx_counts)
+        # without the ops (chunked analysis): their keys alone tell the launching calls
+        keys = (OpKeyBlocks(path, conn.immutable, plan_gpu_op_reads(conn, OP_KEY_CHUNK_ROWS))
+                if op_keys and not ops else None)
         meta = read_meta(conn)
         nccl_messages, meta[nccl_payloads.INFO] = nccl_payloads.read_message_sizes(conn)
         meta[EXCLUDED] = [list(x) for x in validate.merge(take_excluded(op_table) + take_excluded(calls)
@@ -908,7 +917,7 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
         return ReportTables(path=display_path(path), strings=strings, gpu_ops=op_table, calls=calls, ranges=ranges,
                             marks=marks, processes=read_processes(conn), devices=read_devices(conn),
                             meta=meta, cross_thread_ranges=nvtx_counts[CROSS_THREAD],
-                            prepared=prepared, nccl_messages=nccl_messages)
+                            nccl_messages=nccl_messages, op_keys=keys)
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
@@ -922,9 +931,8 @@ def _results_in_order(futures: list):
 
 
 def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.Series, threads: int,
-                   prepare=None, nvtx_chunk_rows: int | None = None, nvtx_counts: dict | None = None):
-    """(ops, calls, (ranges, marks), prepared) read by ``threads`` readers, each with its own
-    connection; ``prepare(calls, ranges)`` runs in the pool as soon as both are in."""
+                   nvtx_chunk_rows: int | None = None, nvtx_counts: dict | None = None):
+    """(ops, calls, (ranges, marks)) read by ``threads`` readers, each with its own connection."""
     from concurrent.futures import ThreadPoolExecutor
 
     def on_own_connection(fn, *args):
@@ -938,23 +946,11 @@ def _read_parallel(path: str, immutable: bool, plan: list[OpRead], strings: pd.S
         # NVTX first: its conversion to pandas holds the GIL longest, so it overlaps the op reads
         nvtx = pool.submit(on_own_connection, read_nvtx, strings, nvtx_chunk_rows, nvtx_counts)
         calls = pool.submit(on_own_connection, read_calls)
-
-        def prepared_after_reads():
-            # (no malloc_trim here: with one arena it stalls the other reader's allocations)
-            return prepare(calls.result(), nvtx.result()[0])
-
-        # queued behind NVTX, calls and the first op read: the reader done with the calls starts
-        # an op read, the one done with NVTX prepares
-        def read_part(p):
-            return pool.submit(on_own_connection, read_op_part, p)
-
         # every part submitted at once (a window of two parts per reader went in issue 42: on the
         # synthetic 10M file 1.02x wall, 0.99x peak without it; the 1M files 1.00-1.01x)
-        parts = [read_part(p) for p in plan[:1]]
-        prepared = pool.submit(prepared_after_reads) if prepare else None
-        parts += [read_part(p) for p in plan[1:]]
+        parts = [pool.submit(on_own_connection, read_op_part, p) for p in plan]
         ops = assemble_gpu_ops(plan, _results_in_order(parts))
-        return ops, calls.result(), nvtx.result(), prepared.result() if prepared else None
+        return ops, calls.result(), nvtx.result()
 
 # ------------------------------------------------------------------------------------------
 # time-ordered chunks of the GPU ops (run/chunks.py's SqliteChunks): rowid ranges cut at times

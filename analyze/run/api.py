@@ -85,17 +85,12 @@ def _analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool
 def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage, notes: list[Note]) -> ReportResult:
     """The map step over every op of the report at once (the one-chunk case; the per-op table kept)."""
     stage("reading")
-
-    def prepare(calls, ranges, ops=None, strings=None):
-        return prepare_launches(calls, ranges, config, ops=ops, strings=strings)
-
-    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes, prepare=prepare)
+    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes)
     if tables.gpu_ops.empty:                  # the read left every op out (read/validate.py)
         capture.require_gpu_activity(path, usable_ops=0)
-    if tables.prepared is None:          # from the cache: prepared here, the ops known (so only the
-        # launching calls, whatever the calls-per-op rule of a read from the export: the same tables)
-        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, ops=tables.gpu_ops,
-                                                  strings=tables.strings))
+    # the launches, prepared once the ops are known (so only the calls that launched something)
+    tables = tables._replace(prepared=prepare_launches(tables.calls, tables.ranges, config, ops=tables.gpu_ops,
+                                                       strings=tables.strings))
     chunk = chunk_of_frame(tables.gpu_ops)
     box = [tables._replace(gpu_ops=None)]
     del tables
@@ -133,8 +128,10 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=keys, strings=tables.strings))
         notes += [where] if where else []
     else:
-        tables = report.read_report(path, prepare=prepare, ops=False,
+        tables = report.read_report(path, ops=False, op_keys=True,
                                     nvtx_chunk_rows=max(MIN_CHUNK_ROWS, memory_budget // (4 * READ_BYTES_PER_OP)))
+        tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=tables.op_keys,
+                                                  strings=tables.strings), op_keys=None)
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
     chunk_rows = max(MIN_CHUNK_ROWS, (memory_budget - fixed) // CHUNK_BYTES_PER_OP)
     floor = BASE_BYTES + FLOOR_BYTES_PER_CALL * len(tables.calls) + FLOOR_BYTES_PER_RANGE * len(tables.ranges)
@@ -316,13 +313,13 @@ MIN_CHUNK_ROWS = 50_000
 
 
 def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
-                notes: list[Note] | None = None, prepare=None) -> report.ReportTables:
+                notes: list[Note] | None = None) -> report.ReportTables:
     """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
     chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
     chunk_rows = max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
 
     def reader(p):
-        return report.read_report(p, chunk_rows=chunk_rows, prepare=prepare)
+        return report.read_report(p, chunk_rows=chunk_rows)
 
     if not cache:
         return reader(path)
