@@ -120,7 +120,7 @@ def said(diags: list[dict], about_pids=(), limit: int = 3) -> str:
     return "; ".join(parts)
 
 
-def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = None) -> None:
+def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = None, conn=None) -> None:
     """Raise the error that says why ``path`` has no GPU activity the analysis can use; return when it
     has. ``usable_ops=0``: the export has op rows but the read left every one of them out.
 
@@ -129,8 +129,10 @@ def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = No
       KernelsMissing (exit 7) with what nsys said;
     * no op rows: NvtxOnly (NVTX ranges or marks present) or NoCudaActivity (exit 7): when CUDA API
       calls were traced the CUDA data was lost (nsys' words and the flush hint), when nsys said why
-      (an unsupported driver, ...) its words, else the hint to trace CUDA."""
-    conn = open_report(path, quick_check=False)
+      (an unsupported driver, ...) its words, else the hint to trace CUDA. ``conn``: the report
+      already open (read/source.py), left open."""
+    own = conn is None
+    conn = open_report(path, quick_check=False) if own else conn
     try:
         op_tables = [t for t in OP_TABLES if _has_rows(conn, t)]
         if op_tables and usable_ops == 0:
@@ -172,4 +174,5 @@ def require_gpu_activity(path: str | os.PathLike, *, usable_ops: int | None = No
         raise NoCudaActivity(f"{path}: no GPU activity and no NVTX in this export "
                              + (f"(nsys said: {words})" if words else "(was it captured with -t cuda?)"), path)
     finally:
-        conn.close()
+        if own:
+            conn.close()

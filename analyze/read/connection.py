@@ -274,9 +274,7 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
         conn.execute("PRAGMA query_only=ON")
         tables = table_names(conn)
         if quick_check or (quick_check is None and size <= QUICK_CHECK_MAX_BYTES):
-            row = conn.execute("PRAGMA quick_check(1)").fetchone()
-            if not row or row[0] != "ok":
-                raise CorruptReport(f"{p}: corrupt SQLite file ({row[0] if row else '?'})", p)
+            _quick_check(conn, p)
         upper_markers = {m.upper() for m in NSYS_MARKER_TABLES}
         if not any(t.upper() in upper_markers or t.upper().startswith(NSYS_MARKER_PREFIX.upper()) for t in tables):
             shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
@@ -300,6 +298,23 @@ def open_report(path: str | os.PathLike, *, immutable: bool | None = None,
                       f"newest tested ({'.'.join(map(str, NEWEST_TESTED_SCHEMA))}); results may "
                       "miss renamed columns", SchemaWarning, stacklevel=2)
     return conn
+
+
+def _quick_check(conn, p: Path) -> None:
+    row = conn.execute("PRAGMA quick_check(1)").fetchone()
+    if not row or row[0] != "ok":
+        raise CorruptReport(f"{p}: corrupt SQLite file ({row[0] if row else '?'})", p)
+
+
+def quick_check_if_small(conn: ReportConnection) -> None:
+    """The check :func:`open_report` runs by default (``PRAGMA quick_check(1)`` on a file up to
+    QUICK_CHECK_MAX_BYTES), on a connection opened without it: CorruptReport when it fails."""
+    p = Path(conn.path)
+    if p.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+        try:
+            _quick_check(conn, p)
+        except sqlite3.DatabaseError as e:
+            raise CorruptReport(f"{p}: corrupt or truncated SQLite file ({e})", p) from None
 
 
 @contextlib.contextmanager

@@ -882,7 +882,8 @@ def take_excluded(frame: pd.DataFrame | None) -> list:
 
 
 def read_report(path: str, chunk_rows: int | None = None, threads: int | None = None,
-                ops: bool = True, op_keys: bool = False, nvtx_chunk_rows: int | None = None) -> ReportTables:
+                ops: bool = True, op_keys: bool = False, nvtx_chunk_rows: int | None = None,
+                conn=None) -> ReportTables:
     """Open ``path`` read-only and read every table the analysis uses (GPU ops in chunks of
     ``chunk_rows`` rows when given, see :func:`read_gpu_ops`). With ``threads`` > 1 the big reads
     (GPU ops, in rowid ranges; API calls; NVTX events) run in a thread pool, each on its own
@@ -891,8 +892,10 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     correlation id) keys instead (:class:`OpKeyBlocks`, read block by block when iterated: which
     calls launched something), as ``op_keys``. Nothing here calls back into the analysis: run/ prepares the launches from the
     tables (issue 42: the preparation once overlapped the op reads through a callback; it has run
-    after them since a switch for that overlap gained under 5% on every benchmark file)."""
-    conn = open_report(path)
+    after them since a switch for that overlap gained under 5% on every benchmark file). ``conn``: the
+    report already open (read/source.py), left open; else it is opened and closed here."""
+    own = conn is None
+    conn = open_report(path) if own else conn
     try:
         threads = read_threads(conn) if threads is None else threads
         strings = read_strings(conn)
@@ -921,7 +924,8 @@ def read_report(path: str, chunk_rows: int | None = None, threads: int | None = 
     except sqlite3.DatabaseError as exc:
         raise CorruptReport(f"{path}: cannot read the report ({exc})") from exc
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def _results_in_order(futures: list):
@@ -1013,15 +1017,18 @@ class TimeChunkPlan(NamedTuple):
     times: list
 
 
-def plan_time_chunks(path: str, chunk_rows: int) -> TimeChunkPlan:
+def plan_time_chunks(path: str, chunk_rows: int, conn=None) -> TimeChunkPlan:
     """The chunks of ``path``: its biggest op table cut every ``chunk_rows`` rows, the others at
-    the same times (nsys writes activity tables in start order; run/chunks.py checks each chunk)."""
-    conn = open_report(path, quick_check=False)
+    the same times (nsys writes activity tables in start order; run/chunks.py checks each chunk).
+    ``conn``: the report already open (left open)."""
+    own = conn is None
+    conn = open_report(path, quick_check=False) if own else conn
     try:
         reads, times = plan_chunks(conn, chunk_rows)
         return TimeChunkPlan(str(path), bool(conn.immutable), reads, times)
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def read_time_chunk(plan: TimeChunkPlan, k: int) -> list[tuple[str, pd.DataFrame]]:
@@ -1043,10 +1050,16 @@ def row_counts(path: str) -> dict | None:
     except (TraceError, OSError, sqlite3.Error):
         return None
     try:
+        return row_counts_of(conn)
+    finally:
+        conn.close()
+
+
+def row_counts_of(conn) -> dict | None:
+    """:func:`row_counts` of a report already open (None where a table does not read)."""
+    try:
         return {"ops": sum(p.rows_hint or 0 for p in plan_gpu_op_reads(conn)),
                 "calls": table_rows(conn, "CUPTI_ACTIVITY_KIND_RUNTIME") or 0,
                 "ranges": table_rows(conn, "NVTX_EVENTS") or 0}
     except (TraceError, sqlite3.Error):
         return None
-    finally:
-        conn.close()

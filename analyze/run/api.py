@@ -18,7 +18,7 @@ from analyze import memory
 from analyze import notes as N
 from analyze.attribute.phases import PhaseConfig
 from analyze.notes import Note
-from analyze.read import capture, report, runset
+from analyze.read import report, runset, source
 from analyze.results import Analysis, ReportResult
 from analyze.run import multirank
 from analyze.run.executors import executor
@@ -52,42 +52,45 @@ class _Stages:
             print(f"analyze-trace: {self.name}: done ({self.clock() - self.t0:.1f} s)", file=sys.stderr, flush=True)
 
 
-def analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
+def analyze_report(report_or_source, config: PhaseConfig | None = None, *, cache: bool = False,
                    memory_budget: int | None = None, progress: bool = False) -> ReportResult:
-    """:func:`_analyze_report`; an SQLite error anywhere in it (a page that fails to read deep inside
-    a damaged file shows up only when that page is queried) is the corrupt-input error (exit 6)."""
+    """:func:`_analyze_report` of a report (a path, or its open :class:`~analyze.read.source.ReportSource`);
+    an SQLite error anywhere in it (a page that fails to read deep inside a damaged file shows up only
+    when that page is queried) is the corrupt-input error (exit 6)."""
     from analyze.read.connection import reading
 
-    with reading(path):
-        return _analyze_report(path, config, cache=cache, memory_budget=memory_budget, progress=progress)
+    with source.opened(report_or_source) as src, reading(src.path):
+        return _analyze_report(src, config, cache=cache, memory_budget=memory_budget, progress=progress)
 
 
-def _analyze_report(path: str, config: PhaseConfig | None = None, *, cache: bool = False,
+def _analyze_report(src: source.ReportSource, config: PhaseConfig | None = None, *, cache: bool = False,
                     memory_budget: int | None = None, progress: bool = False) -> ReportResult:
     """The map step of one report (times on the report's own clock): whole (``memory_budget``
     None: the per-op table ``gpu_ops`` is kept), or in time-ordered chunks sized to
     ``memory_budget`` bytes (the same tables, ``gpu_ops`` not kept, a note). ``cache``: the
     extracted tables from / to the Parquet cache (read/cache.py), whole or in chunks alike."""
     config = config or PhaseConfig()
-    capture.require_gpu_activity(path)        # else the error that says why (nsys' own words)
-    stage = _Stages(progress, str(path))
+    src.require_gpu_activity()        # else the error that says why (nsys' own words)
+    stage = _Stages(progress, src.path)
     notes: list[Note] = []          # where the tables came from (cache), how the budget was used
     try:
         if memory_budget:
-            result = _map_in_chunks(str(path), config, int(memory_budget), cache, stage, notes)
+            result = _map_in_chunks(src, config, int(memory_budget), cache, stage, notes)
             if result is not None:
                 return result
-        return _map_whole(str(path), config, cache, memory_budget, stage, notes)
+        return _map_whole(src, config, cache, memory_budget, stage, notes)
     finally:
         stage.close()
 
 
-def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage, notes: list[Note]) -> ReportResult:
+def _map_whole(src: source.ReportSource, config: PhaseConfig, cache: bool, memory_budget, stage,
+               notes: list[Note]) -> ReportResult:
     """The map step over every op of the report at once (the one-chunk case; the per-op table kept)."""
     stage("reading")
-    tables = read_tables(path, cache=cache, memory_budget=memory_budget, notes=notes)
+    path = src.path
+    tables = read_tables(src, cache=cache, memory_budget=memory_budget, notes=notes)
     if tables.gpu_ops.empty:                  # the read left every op out (read/validate.py)
-        capture.require_gpu_activity(path, usable_ops=0)
+        src.require_gpu_activity(usable_ops=0)
     # the launches, prepared once the ops are known (so only the calls that launched something)
     tables = tables._replace(prepared=prepare_launches(tables.calls, tables.ranges, config, ops=tables.gpu_ops,
                                                        strings=tables.strings))
@@ -106,7 +109,7 @@ def _map_whole(path: str, config: PhaseConfig, cache: bool, memory_budget, stage
     return result
 
 
-def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bool, stage,
+def _map_in_chunks(src: source.ReportSource, config: PhaseConfig, memory_budget: int, cache: bool, stage,
                    notes: list[Note]) -> ReportResult | None:
     """The map step over time-ordered chunks of GPU ops sized to ``memory_budget`` (chunks.py), from
     the export or from its cache entry; None, with a note, when the report's op tables are not in
@@ -115,6 +118,7 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
     from analyze.run import chunks
 
     stage("reading")
+    path = src.path
 
     def prepare(calls, ranges, op_keys=None, strings=None):
         return prepare_launches(calls, ranges, config, op_keys=op_keys, strings=strings)
@@ -128,8 +132,8 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=keys, strings=tables.strings))
         notes += [where] if where else []
     else:
-        tables = report.read_report(path, ops=False, op_keys=True,
-                                    nvtx_chunk_rows=max(MIN_CHUNK_ROWS, memory_budget // (4 * READ_BYTES_PER_OP)))
+        tables = src.tables(ops=False, op_keys=True,
+                            nvtx_chunk_rows=max(MIN_CHUNK_ROWS, memory_budget // (4 * READ_BYTES_PER_OP)))
         tables = tables._replace(prepared=prepare(tables.calls, tables.ranges, op_keys=tables.op_keys,
                                                   strings=tables.strings), op_keys=None)
     fixed = BASE_BYTES + FIXED_BYTES_PER_CALL * len(tables.calls) + FIXED_BYTES_PER_RANGE * len(tables.ranges)
@@ -142,7 +146,7 @@ def _map_in_chunks(path: str, config: PhaseConfig, memory_budget: int, cache: bo
         source = chunks.CachedChunks(cached, chunk_rows)
     else:
         fill = cache_mod.ChunkFill(path, tables) if cache else None
-        source = chunks.SqliteChunks(path, chunk_rows, on_read=fill.append if fill else None)
+        source = chunks.SqliteChunks(src.time_chunks(chunk_rows), on_read=fill.append if fill else None)
     # handed over in a box the map step empties: no frame here keeps the call-side arrays alive
     box = [tables]
     del tables
@@ -215,16 +219,17 @@ class MapOptions:
 
 def map_one(path: str, options: MapOptions) -> ReportResult:
     """The map task of one report, wherever it runs: the memory policy (:func:`budget_for`, on the
-    machine that runs it), then the map step (:func:`analyze_report`)."""
-    budget, note = budget_for(path, options.memory_budget, options.at_once)
-    result = analyze_report(path, options.config, cache=options.cache, memory_budget=budget,
-                            progress=options.progress)
+    machine that runs it), then the map step (:func:`analyze_report`), on the report opened once."""
+    with source.ReportSource(path) as src:
+        budget, note = budget_for(src, options.memory_budget, options.at_once)
+        result = analyze_report(src, options.config, cache=options.cache, memory_budget=budget,
+                                progress=options.progress)
     if note:
         result.notes.append(note)
     return result
 
 
-def budget_for(path: str, memory_budget: int | str | None, at_once: int = 1) -> tuple[int | None, Note | None]:
+def budget_for(path, memory_budget: int | str | None, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget in bytes or None for whole, note): ``"auto"`` decided by :func:`auto_budget`,
     anything else taken as given."""
     if memory_budget == AUTO:
@@ -259,17 +264,19 @@ AUTO_FIT_SHARE = 0.8
 AUTO_BUDGET_SHARE = 0.5
 
 
-def estimate_whole_bytes(path: str) -> int | None:
-    """What the whole analysis of ``path`` is expected to peak at (row counts: report.row_counts, a
-    few seeks), or None when the report cannot be opened (the analysis then says why)."""
-    rows = report.row_counts(path)
+def estimate_whole_bytes(path) -> int | None:
+    """What the whole analysis of ``path`` (or its ReportSource) is expected to peak at (row counts:
+    report.row_counts, a few seeks), or None when the report cannot be opened (the analysis then says
+    why)."""
+    with source.opened(path) as src:
+        rows = src.row_counts()
     if rows is None:
         return None
     return (BASE_BYTES + WHOLE_BYTES_PER_OP * rows["ops"] + FLOOR_BYTES_PER_CALL * rows["calls"]
             + FLOOR_BYTES_PER_RANGE * rows["ranges"])
 
 
-def auto_budget(path: str, at_once: int = 1) -> tuple[int | None, Note | None]:
+def auto_budget(path, at_once: int = 1) -> tuple[int | None, Note | None]:
     """(memory budget, note) for ``memory_budget="auto"``: (None, None), the whole analysis, when
     the report's estimate fits ``AUTO_FIT_SHARE`` of the available memory (divided among the
     ``at_once`` reports analysed together), else a budget of ``AUTO_BUDGET_SHARE`` of it and the
@@ -312,19 +319,17 @@ def _size(n_bytes: int) -> str:
 MIN_CHUNK_ROWS = 50_000
 
 
-def read_tables(path: str, *, cache: bool = False, memory_budget: int | None = None,
+def read_tables(path, *, cache: bool = False, memory_budget: int | None = None,
                 notes: list[Note] | None = None) -> report.ReportTables:
-    """The report's tables: from the Parquet cache when ``cache`` (cache.py), GPU ops read in rowid
-    chunks sized to ``memory_budget`` bytes when given (the same tables either way)."""
+    """The report's tables (``path``: a report or its ReportSource): from the Parquet cache when
+    ``cache`` (cache.py), GPU ops read in rowid chunks sized to ``memory_budget`` bytes when given
+    (the same tables either way)."""
     chunk_rows = max(MIN_CHUNK_ROWS, int(memory_budget) // (4 * READ_BYTES_PER_OP)) if memory_budget else None
-
-    def reader(p):
-        return report.read_report(p, chunk_rows=chunk_rows)
-
-    if not cache:
-        return reader(path)
-    from analyze.read import cache as cache_mod
-    tables, note = cache_mod.load_or_read(path, reader)
+    with source.opened(path) as src:
+        if not cache:
+            return src.tables(chunk_rows=chunk_rows)
+        from analyze.read import cache as cache_mod
+        tables, note = cache_mod.load_or_read(src.path, lambda p: src.tables(chunk_rows=chunk_rows))
     if note and notes is not None:
         notes.append(note)
     return tables

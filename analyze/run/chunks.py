@@ -35,13 +35,13 @@ class NotTimeOrdered(Exception):
 # the export: rowid ranges (read/report.py plans and reads them)
 
 class SqliteChunks:
-    """The chunks of an export (``chunk_rows`` rows of its biggest op table each;
-    :func:`analyze.read.report.plan_time_chunks`). ``on_read``: called with every part read, (op
+    """The chunks of an export (``chunk_rows`` rows of its biggest op table each: the plan of
+    :func:`analyze.read.report.plan_time_chunks`, ``ReportSource.time_chunks``). ``on_read``: called with every part read, (op
     kind, frame), e.g. to write the cache as the chunks go by."""
 
-    def __init__(self, path: str, chunk_rows: int, on_read=None):
-        self.path, self.on_read = str(path), on_read
-        self.plan = report.plan_time_chunks(self.path, chunk_rows)
+    def __init__(self, plan: report.TimeChunkPlan, on_read=None):
+        self.path, self.on_read = plan.path, on_read
+        self.plan = plan
         self.times = self.plan.times
 
     def __len__(self) -> int:
