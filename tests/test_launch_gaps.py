@@ -75,11 +75,12 @@ def test_stream_in_time_chunks_equals_the_per_op_table(ops, windows, cuts):
     assert stream.stats.figures(len(cycles)) == want
 
 
-@pytest.mark.parametrize("reports", [["h200_4proc_eager.sqlite"], ["sglang_server.sqlite"],
-                                     ["h200_shim_graphs_node.sqlite"],
-                                     [f"h200_shim_4rank_rank{i}.sqlite" for i in range(4)]],
-                         ids=["eager-4proc", "sglang-server", "graphs-node", "4-reports"])
-@pytest.mark.parametrize("rows", [23, 97])
+# each input at one chunk size, the two sizes alternating (every input at both took twice the time
+# for no boundary case the other size misses: 23 rows cuts every input into hundreds of chunks)
+@pytest.mark.parametrize("reports, rows", [(["h200_4proc_eager.sqlite"], 97), (["sglang_server.sqlite"], 23),
+                                           (["h200_shim_graphs_node.sqlite"], 23),
+                                           ([f"h200_shim_4rank_rank{i}.sqlite" for i in range(4)], 97)],
+                         ids=["eager-4proc-97", "sglang-server-23", "graphs-node-23", "4-reports-97"])
 def test_chunked_advice_equals_the_whole(monkeypatch, reports, rows):
     """Under a memory budget (dozens to hundreds of chunks, cycles cut between them) the Advice is
     the whole analysis' own: findings, checks, evidence, suggestions and the whatif it cites (whose
