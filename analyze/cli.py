@@ -138,8 +138,8 @@ def _refuse_a_misspelt_subcommand(reports) -> None:
     import difflib
 
     first = str(reports[0]) if reports else ""
-    if not first or os.path.exists(first):
-        return
+    if not first or os.path.exists(first) or os.sep in first or "." in first:
+        return                          # a path, or a file name with a suffix: no subcommand meant
     near = difflib.get_close_matches(first.lower(), [*SUBCOMMANDS, "help"], n=1, cutoff=0.6)
     if near:
         meant = "`analyze-trace --help`" if near[0] == "help" else f"the subcommand `analyze-trace {near[0]}`"

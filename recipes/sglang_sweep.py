@@ -374,8 +374,8 @@ def main(argv=None):
         eng.stop_profile()
     if os.environ.get("SPECPROF_TIMING", "") not in ("", "0"):
         # shutdown() SIGKILLs the scheduler (no exit hook runs): the shim's timing log completes its
-        # file once the server has idled for a sink interval (1 s, nvtx_annotate/live/sink.py); 3 s idle
-        time.sleep(3)
+        # file once the server has idled for 5 s (nvtx_annotate/live/sink.py, woken every second)
+        time.sleep(8)
     eng.shutdown()
     with open(a.out, "w") as f:
         json.dump(result, f, indent=1)

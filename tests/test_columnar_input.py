@@ -48,12 +48,14 @@ def needs(name: str):
 def sqlite_tables(path, skip=()) -> dict:
     """{table: (columns, rows in rowid order)} of a SQLite file."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.text_factory = bytes             # text compared byte for byte (invalid UTF-8 included)
     try:
         out = {}
         for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"):
+            t = t.decode() if isinstance(t, bytes) else t
             if t in skip:
                 continue
-            cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')]
+            cols = [r[1].decode() if isinstance(r[1], bytes) else r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')]
             q = f'SELECT {", ".join(chr(34) + c + chr(34) for c in cols)} FROM "{t}" ORDER BY rowid'
             out[t] = (cols, conn.execute(q).fetchall())
         return out
@@ -188,3 +190,123 @@ def test_nsys_2022_arrow_export_equals_its_sqlite_export(tmp_path):
     rc_b, out_b, _ = run_cli(arrow)
     assert rc_a == rc_b == 0 or rc_a == rc_b == 7
     assert "verify" in out_a and out_b.replace(str(copy), "X") == out_a.replace(str(tmp_path / "t.sqlite"), "X")
+
+
+# --- a review of the first version (2026-12-05) ----------------------------------------------------
+
+@needs("sglang_graphs.sqlite")
+def test_a_directory_of_exports_reads_each_export_not_its_stale_copy(tmp_path):
+    """Beside a directory of exports their copies are written; a later run must still take the
+    exports (their copies remade when they changed), an export added later too, and a report of the
+    user's own in the same directory."""
+    from analyze.read.inputs import find_reports
+    from analyze.read.nsys_export import expand_inputs
+
+    runs = tmp_path / "runs"
+    a = write_columnar.write(REAL / "sglang_graphs.sqlite", runs / "a_pqtdir")
+    shutil.copy(REAL / "sglang_server.sqlite", runs / "own.sqlite")
+    assert expand_inputs([runs]) == [str(runs / "a_pqtdir.sqlite"), str(runs / "own.sqlite")]
+    b = write_columnar.write(REAL / "sglang_graphs.sqlite", runs / "b_pqtdir")
+    assert find_reports(runs) == [a, b, runs / "own.sqlite"]          # not the copy a_pqtdir.sqlite
+    old_key = columnar.copy_key(runs / "a_pqtdir.sqlite")
+    kernels = a / "CUPTI_ACTIVITY_KIND_KERNEL.parquet"
+    os.utime(kernels, ns=(kernels.stat().st_atime_ns, kernels.stat().st_mtime_ns + 10**9))
+    assert expand_inputs([runs]) == [str(runs / f) for f in ("a_pqtdir.sqlite", "b_pqtdir.sqlite", "own.sqlite")]
+    assert columnar.copy_key(runs / "a_pqtdir.sqlite") not in (None, old_key)     # remade
+
+
+@needs("sglang_graphs.sqlite")
+def test_a_users_file_under_the_copys_name_is_never_replaced(tmp_path, monkeypatch):
+    export = write_columnar.write(REAL / "sglang_graphs.sqlite", tmp_path / "e_pqtdir")
+    mine = tmp_path / "e_pqtdir.sqlite"
+    mine.write_bytes(b"my notes, not a copy")
+    monkeypatch.setenv("SPECPROF_CACHE_DIR", str(tmp_path / "cache"))
+    copy = columnar.sqlite_copy(export)
+    assert mine.read_bytes() == b"my notes, not a copy"
+    assert copy.parent == tmp_path / "cache" / "columnar"
+
+
+def test_text_that_is_not_utf8_is_copied_byte_for_byte(tmp_path):
+    """A synthetic export with a name that is not valid UTF-8, as a parquetdir with binary text: the
+    copy holds the same bytes as the SQLite (the same note, the same names), no crash."""
+    from fixtures.synth import TraceSpec, write_trace
+
+    paths, _ = write_trace(TraceSpec(ranks=1, cycles=2, invalid_utf8=True), tmp_path)
+    src = Path(paths[0])
+    export = write_columnar.write(src, tmp_path / "bad_utf8_pqtdir")
+    copy = columnar.sqlite_copy(export)
+    got = sqlite_tables(copy, skip=(columnar.KEY_TABLE,))
+    conn = sqlite3.connect(src)
+    conn.text_factory = bytes
+    want_strings = conn.execute("SELECT id, value FROM StringIds ORDER BY rowid").fetchall()
+    conn2 = sqlite3.connect(copy)
+    conn2.text_factory = bytes
+    assert conn2.execute("SELECT id, value FROM StringIds ORDER BY rowid").fetchall() == want_strings
+    assert any(b"\xff" in v or b"\xfe" in v or b"\x80" in v for _, v in want_strings)
+    assert "StringIds" in got
+    rc_a, _, _ = run_cli(src, "-q", "--json", tmp_path / "a.json")
+    rc_b, _, _ = run_cli(export, "-q", "--json", tmp_path / "b.json")
+    assert rc_a == rc_b == 0
+    a = without_paths(json.loads((tmp_path / "a.json").read_text()), src)
+    b = without_paths(json.loads((tmp_path / "b.json").read_text()), copy)
+    assert a == b and "not valid UTF-8" in a
+
+
+def test_unsigned_values_beyond_sqlite_integers_are_one_line_and_exit_6(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    export = tmp_path / "big_pqtdir"
+    export.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1], pa.uint64()), "value": pa.array([b"x"])}),
+                   export / "StringIds.parquet")
+    pq.write_table(pa.table({"globalTid": pa.array([2 ** 63 + 5], pa.uint64())}), export / "ThreadNames.parquet")
+    rc, _, err = run_cli(export, "-q")
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert rc == 6 and len(lines) == 1 and "ThreadNames" in lines[0] and "beyond SQLite" in lines[0], err
+
+
+@needs("sglang_graphs.sqlite")
+def test_the_export_directory_given_as_dot_or_with_a_slash(tmp_path):
+    export = write_columnar.write(REAL / "sglang_graphs.sqlite", tmp_path / "e_pqtdir")
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", ".", "-q", "--json", str(tmp_path / "a.json")],
+                          capture_output=True, text=True, cwd=export,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "e_pqtdir.sqlite").exists()
+    rc, _, err = run_cli(str(export) + "/", "-q")
+    assert rc == 0, err
+
+
+def test_a_truncated_arrow_stream_export_is_corrupt_not_a_shorter_report(tmp_path):
+    """nsys 2022.4's one-file arrow export cut short between two tables: exit 6 (before, the reader
+    took the cut for the end of the file and analysed what came before it)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    full = tmp_path / "full_arrow"
+    with open(full, "wb") as f:
+        for name in ("StringIds", "ThreadNames"):
+            t = pa.table({"id": pa.array([1, 2], pa.int32()), "value": pa.array([b"a", b"b"])},
+                         metadata={"table_name": name})
+            with ipc.new_stream(f, t.schema) as w:
+                w.write_table(t)
+    assert columnar.is_arrow_stream_file(full)
+    copy = columnar.sqlite_copy(full)
+    assert set(sqlite_tables(copy, skip=(columnar.KEY_TABLE,))) == {"StringIds", "ThreadNames"}
+    data = full.read_bytes()
+    cut = tmp_path / "cut_arrow"
+    cut.write_bytes(data[: len(data) // 2 + 3])
+    rc, _, err = run_cli(cut, "-q")
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert rc == 6 and len(lines) == 1, err
+
+
+@needs("sglang_graphs.sqlite")
+def test_the_copy_reads_a_batch_at_a_time_and_equals_the_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(columnar, "INSERT_BATCH_ROWS", 97)
+    export = write_columnar.write(REAL / "sglang_graphs.sqlite", tmp_path / "e_pqtdir")
+    copy = columnar.sqlite_copy(export)
+    got = sqlite_tables(copy, skip=(columnar.KEY_TABLE,))
+    want = sqlite_tables(REAL / "sglang_graphs.sqlite")
+    assert got == want

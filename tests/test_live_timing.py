@@ -519,19 +519,27 @@ def test_an_idle_drain_writes_and_completes_the_file_without_close(tmp_path):
     """SGLang ends its scheduler with SIGKILL (no exit hook runs): once the server idles for one
     interval, what was logged is in a complete, readable file, with no close()."""
     rows = _rows(5)
+    now = [0.0]
     s = Sink(lambda: (LogWriter(str(tmp_path), 0, 1, row_group_rows=1024, max_age_s=3600), None),
-             threaded=False, flush_s=1e9)
+             threaded=False, flush_s=1e9, idle_complete_s=5.0, clock=lambda: now[0])
     for r in rows:
         s.add(r)
     assert s.drain() == 5
     assert list(tmp_path.glob("*.parquet")) == []          # busy: buffered, nothing complete yet
-    assert s.drain() == 0                                   # a whole interval without a cycle
+    for t in (1.0, 2.0, 5.0):                               # idle, but not yet for 5 s: a short pause
+        now[0] = t
+        assert s.drain() == 0 and list(tmp_path.glob("*.parquet")) == []
+    now[0] = 6.0                                            # 5 s without a cycle
+    assert s.drain() == 0
     files = list(tmp_path.glob("*.parquet"))
     assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
     assert pq.read_table(files[0]).column("cycle").to_pylist() == [r["cycle"] for r in rows]
     for r in _rows(2, first=6):                             # the next burst goes to a new file
         s.add(r)
     s.drain()
+    now[0] = 20.0
+    s.drain()
+    now[0] = 26.0
     s.drain()
     assert len(list(tmp_path.glob("*.parquet"))) == 2
 
@@ -571,7 +579,7 @@ def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
     for r in _rows(4):
         s.add(r)
     s.drain()
-    s.drain()
+    s.close()
     assert errors == ["live sink (metrics, now off)"]
     assert pq.read_table(next((tmp_path / "ok").glob("*.parquet"))).num_rows == 4
 
@@ -812,3 +820,47 @@ def test_the_dashboard_queries_only_metrics_the_shim_exports():
     queried = {n for p in dash["panels"] for t in p["targets"] for n in re.findall(r"specprof:[a-z_]+", t["expr"])}
     assert queried and queried <= exported, queried - exported
     assert {"specprof:phase_seconds_bucket", "specprof:tokens_per_second"} <= queried
+
+
+def test_rows_leave_in_cycle_order_whichever_thread_polls():
+    """A poll on one thread (cycle 1, slow to turn into a row) and SGLang's idle hook on another
+    (cycle 2, whose accept length will not come): cycle 2 must not overtake cycle 1."""
+    import threading
+
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=10)
+    gpu.done = False                           # both still running on the GPU: nothing resolves yet
+    run_cycle(t, gpu, 1, accept=(1, 1))
+    run_cycle(t, gpu, 2)                       # no accept: only idle() resolves it
+    assert rows == []
+    gpu.done = True
+    inside, release = threading.Event(), threading.Event()
+    real_row = t.row
+
+    def slow_row(rec):
+        if rec.cycle == 1:
+            inside.set()
+            release.wait(5)
+        return real_row(rec)
+
+    t.row = slow_row
+    a = threading.Thread(target=t.poll)
+    a.start()
+    assert inside.wait(5)
+    b = threading.Thread(target=t.idle)
+    b.start()
+    b.join(0.2)                                # idle waits for the poll in progress
+    release.set()
+    a.join(5)
+    b.join(5)
+    assert [r["cycle"] for r in rows] == [1, 2]
+
+
+def test_an_abandoned_log_completes_what_it_wrote(tmp_path):
+    w = LogWriter(str(tmp_path), 0, 1, row_group_rows=2)
+    for r in _rows(5):
+        w.add(r)                               # two row groups written, one row buffered
+    w.abandon()
+    files = list(tmp_path.glob("*.parquet"))
+    assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
+    assert pq.read_table(files[0]).num_rows == 4

@@ -69,7 +69,9 @@ def is_columnar_export(path: str | os.PathLike) -> bool:
 
 
 def _tables(path: Path):
-    """(table name, pyarrow Table) for every table of the export, in a stable order."""
+    """(table name, Arrow schema, its record batches) for every table of the export, in a stable
+    order; batches of at most INSERT_BATCH_ROWS rows, read as they are consumed (a table is never held
+    whole: the copy's memory is a batch's)."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
     import pyarrow.parquet as pq
@@ -78,26 +80,41 @@ def _tables(path: Path):
     if files is not None:
         for name, f in files.items():
             if f.suffix.lower() in PARQUET_SUFFIXES:
-                yield name, pq.read_table(f)
+                pf = pq.ParquetFile(f)
+                yield name, pf.schema_arrow, pf.iter_batches(batch_size=INSERT_BATCH_ROWS)
             else:
                 with pa.memory_map(str(f), "r") as src:
                     head = src.read(6)
                     src.seek(0)
-                    reader = ipc.open_file(src) if head == ARROW_FILE_MAGIC else ipc.open_stream(src)
-                    yield name, reader.read_all()
+                    if head == ARROW_FILE_MAGIC:
+                        reader = ipc.open_file(src)
+                        yield name, reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
+                    else:
+                        reader = ipc.open_stream(src)
+                        yield name, reader.schema, iter(reader)
         return
+    size = os.path.getsize(path)
     with pa.OSFile(str(path), "rb") as src:        # nsys 2022.4 --type arrow: a stream per table
-        size = os.path.getsize(path)
         while src.tell() < size:
+            at = src.tell()
             try:
                 reader = ipc.open_stream(src)
             except pa.ArrowInvalid:
-                break                              # the end-of-file marker
-            meta = reader.schema.metadata or {}
-            name = meta.get(b"table_name")
-            table = reader.read_all()
-            if name:
-                yield name.decode("utf-8", "replace"), table
+                if _end_of_streams(path, at, size):
+                    return
+                raise CorruptReport(f"{path}: the Arrow export breaks off at byte {at:,} of {size:,} "
+                                    "(truncated or damaged)", path) from None
+            name = (reader.schema.metadata or {}).get(b"table_name")
+            yield name.decode("utf-8", "replace") if name else None, reader.schema, iter(reader)
+
+
+def _end_of_streams(path: Path, at: int, size: int) -> bool:
+    """Whether the bytes from ``at`` are only Arrow's end-of-stream marker (0xFFFFFFFF then a zero
+    length, or the old zero length alone): the file's regular end, not a truncation."""
+    with open(path, "rb") as f:
+        f.seek(at)
+        rest = f.read(16)
+    return at < size and (rest == b"\xff\xff\xff\xff\x00\x00\x00\x00" or rest == b"\x00\x00\x00\x00")
 
 
 def _sql_type(field) -> str:
@@ -113,16 +130,27 @@ def _sql_type(field) -> str:
     return "TEXT"
 
 
-def _column_values(column, sql_type: str) -> list:
-    """One Arrow column as the Python values SQLite stores for it (text decoded from binary)."""
+def _is_binary(t) -> bool:
     import pyarrow as pa
 
-    values = column.to_pylist()
-    if sql_type == "TEXT" and (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-        return [v.decode("utf-8", "surrogateescape") if v is not None else None for v in values]
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def _column_values(column, sql_type: str) -> list:
+    """One Arrow column as the Python values SQLite stores for it: text kept as the bytes it has
+    (a binary column bound as bytes and cast to TEXT in the INSERT: its bytes stored as they are, as
+    nsys's own SQLite export holds them, invalid UTF-8 included), booleans as 0/1."""
+    import pyarrow as pa
+
     if pa.types.is_boolean(column.type):
-        return [int(v) if v is not None else None for v in values]
-    return values
+        return [int(v) if v is not None else None for v in column.to_pylist()]
+    if pa.types.is_unsigned_integer(column.type) and column.type.bit_width == 64:
+        import pyarrow.compute as pc
+
+        top = pc.max(column).as_py()
+        if top is not None and top >= 2 ** 63:
+            raise ValueError(f"a 64-bit unsigned value {top} beyond SQLite's integers")
+    return column.to_pylist()
 
 
 def _quote(name: str) -> str:
@@ -134,8 +162,8 @@ KEY_TABLE = "specprof_columnar_source"      # the copy's one table of its own: t
 
 def write_sqlite(path: str | os.PathLike, out: str | os.PathLike, key: str = "") -> int:
     """The export's tables into a new SQLite file ``out`` (which must not exist), and ``key`` in
-    :data:`KEY_TABLE`; returns the tables written. Raises CorruptReport where a file of the export
-    does not read."""
+    :data:`KEY_TABLE`; returns the tables written. Raises CorruptReport where a table of the export
+    does not read or holds what no SQLite export can (the message names it)."""
     import pyarrow as pa
 
     n = 0
@@ -143,21 +171,30 @@ def write_sqlite(path: str | os.PathLike, out: str | os.PathLike, key: str = "")
     try:
         conn.execute("PRAGMA journal_mode=OFF")
         conn.execute("PRAGMA synchronous=OFF")
+        name = None
         try:
-            for name, table in _tables(Path(path)):
-                fields = list(table.schema)
+            for name, schema, batches in _tables(Path(path)):
+                if name is None:
+                    for _ in batches:
+                        pass
+                    continue
+                fields = list(schema)
                 types = [_sql_type(f) for f in fields]
                 cols = ", ".join(f"{_quote(f.name)} {t}" for f, t in zip(fields, types))
                 conn.execute(f"CREATE TABLE {_quote(name)} ({cols})")
-                marks = ", ".join("?" * len(fields))
-                for batch in table.to_batches(INSERT_BATCH_ROWS):
+                marks = ", ".join("CAST(? AS TEXT)" if t == "TEXT" and _is_binary(f.type) else "?"
+                                  for f, t in zip(fields, types))
+                for batch in batches:
                     columns = [_column_values(batch.column(i), types[i]) for i in range(len(fields))]
                     conn.executemany(f"INSERT INTO {_quote(name)} VALUES ({marks})", zip(*columns))
                 n += 1
             conn.execute(f"CREATE TABLE {KEY_TABLE} (key TEXT)")
             conn.execute(f"INSERT INTO {KEY_TABLE} VALUES (?)", (key,))
-        except (pa.ArrowException, OSError) as e:
-            raise CorruptReport(f"{path}: a table of the columnar export does not read ({e})", path) from None
+        except CorruptReport:
+            raise
+        except (pa.ArrowException, OSError, ValueError, OverflowError, sqlite3.Error) as e:
+            where = f" (table {name})" if name else ""
+            raise CorruptReport(f"{path}: the columnar export does not read{where}: {e}", path) from None
         conn.commit()
     finally:
         conn.close()
@@ -176,6 +213,7 @@ def export_key(path: str | os.PathLike) -> str:
 
 
 def _copy_places(path: Path) -> list[Path]:
+    path = Path(os.path.abspath(path))          # "." and "dir/" name the export too
     beside = path.with_name(path.name + COPY_SUFFIX)
     return [beside, user_cache_dir() / "columnar" / f"{path.name}-{export_key(path)}{COPY_SUFFIX}"]
 
@@ -207,6 +245,8 @@ def sqlite_copy(path: str | os.PathLike, progress: bool = False) -> Path:
             return copy
     last_error: OSError | None = None
     for copy in places:
+        if copy.exists() and copy_key(copy) is None:
+            continue                    # a file of the user's under that name (not a copy): never replaced
         try:
             copy.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{copy.name}.", suffix=".tmp", dir=copy.parent)

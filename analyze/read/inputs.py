@@ -65,14 +65,14 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
         raise MissingInput(f"{p}: no such file or directory", p)
     if not p.is_dir():
         return [p]
-    from analyze.read.columnar import table_files
+    from analyze.read.columnar import COPY_SUFFIX, table_files
 
     if table_files(p) is not None:
         return [p]
-    found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in REPORT_SUFFIXES)
-    if found:
-        return found
-    found = sorted(q for q in p.iterdir() if q.is_dir() and table_files(q) is not None)
+    exports = [q for q in p.iterdir() if q.is_dir() and table_files(q) is not None]
+    copies = {q.name + COPY_SUFFIX for q in exports}      # stand for their export (remade when it changed)
+    found = sorted([q for q in p.iterdir() if q.is_file() and q.suffix.lower() in REPORT_SUFFIXES
+                    and q.name not in copies] + exports)
     if found:
         return found
     reps = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(NSYS_REP_SUFFIXES))

@@ -111,6 +111,7 @@ class Timer:
             self._factory, self._capturing = events
         self._tls = _Thread()
         self._lock = allocate_lock()
+        self._emit_lock = allocate_lock()   # one poll at a time: rows leave in cycle order whichever thread polls
         self._ring: OrderedDict[int, CycleRecord] = OrderedDict()  # ended, not resolved; oldest first
         self._open: dict[int, CycleRecord] = {}  # open cycles (any thread), for accept lengths
         self._free: list = []
@@ -262,20 +263,21 @@ class Timer:
     def poll(self, wait_accepts: bool = True) -> int:
         """Resolve the pending cycles that are complete, oldest first; never waits. Returns how many.
         ``wait_accepts=False``: a cycle without its accept length resolves too (none will come)."""
-        done = []
-        with self._lock:
-            while self._ring:
-                k, rec = next(iter(self._ring.items()))
-                if not self._ready(rec, wait_accepts):
-                    break
-                del self._ring[k]
-                done.append(rec)
-        for rec in done:
-            row = self.row(rec)
-            self._release_record(rec)
-            self.counters["resolved"] += 1
-            self.on_row(row)
-        return len(done)
+        with self._emit_lock:
+            done = []
+            with self._lock:
+                while self._ring:
+                    k, rec = next(iter(self._ring.items()))
+                    if not self._ready(rec, wait_accepts):
+                        break
+                    del self._ring[k]
+                    done.append(rec)
+            for rec in done:
+                row = self.row(rec)
+                self._release_record(rec)
+                self.counters["resolved"] += 1
+                self.on_row(row)
+            return len(done)
 
     def row(self, rec: CycleRecord) -> dict:
         """One resolved cycle as a dict of :data:`ROW_FIELDS` (events must be complete)."""

@@ -114,6 +114,21 @@ class LogWriter:
         self._complete()
         return True
 
+    def abandon(self) -> None:
+        """The log is given up (its output failed): complete the open file where that still works, else
+        close its descriptor (the ``.tmp`` stays, unreadable); the buffered rows are dropped."""
+        self._rows = []
+        if self._writer is None:
+            return
+        try:
+            self._complete()
+        except Exception:  # noqa: BLE001 - the disk that failed the write may fail the footer too
+            try:
+                self._out.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._writer = self._out = None
+
     def bytes_written(self) -> int:
         """Bytes of the open file so far (its row groups; the footer comes at completion)."""
         return self._out.tell() if self._writer is not None else 0

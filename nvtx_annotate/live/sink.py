@@ -4,8 +4,8 @@ writes a row group every N rows, or after ``flush_s`` seconds with rows waiting)
 timer's drop counters. Nothing here runs on the hot path beyond the append (and, once, the thread
 start).
 
-A wake-up that finds no new row (the server idle for ``interval_s``) writes what the log holds and
-completes its file: SGLang ends its scheduler processes with SIGKILL (``Engine.shutdown``,
+Once no new row came for ``idle_complete_s`` (5 s: a server between bursts), the log writes what it
+holds and completes its file: SGLang ends its scheduler processes with SIGKILL (``Engine.shutdown``,
 ``kill_process_tree``; a parent's death: ``PR_SET_PDEATHSIG``), so no exit hook runs, and an
 incomplete Parquet file is unreadable. A log or metrics that cannot be set up (a directory that
 cannot be made, a port that is taken) is said once and left out; the other output goes on."""
@@ -23,15 +23,17 @@ class Sink:
     timer's counters (drops)."""
 
     def __init__(self, make_outputs: Callable[[], tuple], counters: Callable[[], dict] | None = None,
-                 interval_s: float = 1.0, flush_s: float = 30.0, threaded: bool = True,
+                 interval_s: float = 1.0, flush_s: float = 30.0, threaded: bool = True, idle_complete_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, on_error: Callable[[str, BaseException], None] | None = None):
         self.make_outputs, self.counters, self.interval_s, self.flush_s = make_outputs, counters, interval_s, flush_s
+        self.idle_complete_s = idle_complete_s
         self.threaded, self.clock, self.on_error = threaded, clock, on_error
         self._rows: deque = deque()
         self._thread = None
         self._stop = None
         self._outputs = None
         self._last_write = clock()
+        self._idle_since = None
         self.handled = 0
 
     # worker thread
@@ -65,12 +67,14 @@ class Sink:
         """An output that fails is dropped (said once); the rows keep flowing to the other."""
         log, metrics = self._outputs
         self._outputs = (None, metrics) if what == "log" else (log, None)
+        if what == "log" and log is not None:
+            log.abandon()               # its file closed (completed where it still can be)
         if self.on_error is not None:
             self.on_error(f"live sink ({what}, now off)", exc)
 
     def drain(self) -> int:
         """Handle the rows waiting now; write a row group when the log asks or ``flush_s`` passed;
-        when no row came since the last drain, write what waits and complete the file (module doc)."""
+        when no row came for ``idle_complete_s``, write what waits and complete the file (module doc)."""
         log, metrics = self.outputs()
         n = 0
         rows = self._rows
@@ -99,11 +103,16 @@ class Sink:
         if log is not None:
             try:
                 now = self.clock()
-                if log.buffered() and (n == 0 or now - self._last_write >= self.flush_s):
+                if n:
+                    self._idle_since = None
+                elif self._idle_since is None:
+                    self._idle_since = now
+                idle = self._idle_since is not None and now - self._idle_since >= self.idle_complete_s
+                if log.buffered() and (idle or now - self._last_write >= self.flush_s):
                     log.flush()
                 if not log.buffered():
                     self._last_write = now
-                    if n == 0:
+                    if idle:
                         log.complete()         # idle: what was written is readable now (module doc)
                     else:
                         log.complete_if_old()
