@@ -409,3 +409,18 @@ def test_a_misspelt_subcommand_is_named(tmp_path):
     assert rc == 2 and "did you mean `analyze-trace --help`?" in one_line_error(err)
     rc, _, err = run_cli(tmp_path / "nope.sqlite")          # a path that is no near miss: as before
     assert rc == 2 and "did you mean" not in one_line_error(err)
+
+
+@pytest.mark.skipif(not (REAL / "sglang_server.sqlite").exists(), reason="fixtures not unpacked")
+def test_a_report_left_out_of_a_directory_is_named_under_the_inputs(tmp_path):
+    """Not only in the notes at the end (line ~140 of the report): under the input lines at the top."""
+    shutil.copy(REAL / "sglang_server.sqlite", tmp_path / "a.sqlite")
+    other = sqlite3.connect(tmp_path / "other.sqlite")
+    other.execute("CREATE TABLE t (x)")
+    other.commit()
+    other.close()
+    rc, out, err = run_cli(tmp_path)
+    assert rc == 0, err
+    top = out.splitlines()[:4]
+    assert any(line.startswith("  left out ") and "other.sqlite" in line for line in top), top
+    assert "left out (--strict to stop instead)" in out.replace("\n", " ")        # and its note, as before
