@@ -336,7 +336,7 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
         out += [f"{path}  {meta}"] if len(path) + 2 + len(meta) <= width else [path, clip(f"        {meta}", width)]
     if len(shown_inputs) < len(result.inputs):
         out.append(f"  ... and {len(result.inputs) - len(shown_inputs)} more inputs (one per rank)")
-    for note in (n for n in result.notes if n.code == N.SKIPPED_INPUT):     # said again among the notes
+    for note in (n for n in result.notes if getattr(n, "code", None) == N.SKIPPED_INPUT):   # also among the notes
         out.append(clip(f"  left out {clip_left(note.input or '?', width // 2)} (see its note below)", width))
     if demo:
         out += wrap("demo: no report was given, so this is specprof's bundled trace (a real H200 run); analyze "
