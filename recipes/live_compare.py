@@ -25,11 +25,29 @@ def summary(cycles: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+HOST_COLUMNS = ("draft_host_ns", "verify_host_ns", "draft_extend_host_ns")
+
+
+def host_summary(log: str) -> pd.DataFrame | None:
+    """Per batch size, the median host time (us) between each phase's entry and exit (the log's
+    ``<phase>_host_ns``; None for a log written before they were logged): where it is as long as the
+    phase's event time, the phase was host bound and its events timed its Python too (docs/live.md)."""
+    raw, _ = live.read_raw([log])
+    have = [x for x in HOST_COLUMNS if x in raw.columns]
+    if not have:
+        return None
+    g = raw.groupby(pd.to_numeric(raw["requests"], errors="coerce"))
+    return g[have].median().div(1e3).round(1)
+
+
 def main(log: str, profile: str) -> None:
     lv = summary(live.load_live([log]).cycles)
     ns = summary(sides.load_side(profile).cycles)
     print("live log\n", lv, "\n\nnsys export\n", ns, "\n\nlive / nsys - 1 (%)\n",
           (lv.drop(columns="cycles") / ns.drop(columns="cycles") - 1).mul(100).round(1), sep="")
+    host = host_summary(log)
+    if host is not None:
+        print("\nlive log, host time between each phase's entry and exit (us)\n", host, sep="")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ class Gpu:
 
 
 class Clock:
-    """The host clock: the next value of a list per call (the timer reads it at a cycle's start and end)."""
+    """The host clock: the next value of a list per call (the timer reads it at a cycle's start and end and
+    at each phase's entry and exit)."""
 
     def __init__(self):
         self.values: list[int] = []
@@ -81,7 +82,10 @@ def timed_rows(values, rank, pid, steps):
     t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=0)
     t.rank, t.spec = rank, P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8)
     for k, v in enumerate(values, start=1):
-        clock.values += [v["start"], v["end"]]
+        # the cycle's start, each phase's entry and exit (draft, verify, all-reduce in it, draft_extend:
+        # 8 readings, evenly between), its end
+        step = (v["end"] - v["start"]) // 9
+        clock.values += [v["start"]] + [v["start"] + step * i for i in range(1, 9)] + [v["end"]]
         t.push(P.DECODE_CYCLE, k)
         gpu.now += 10_000
         t.push(P.DRAFT)
@@ -337,3 +341,25 @@ def test_diff_of_two_live_logs_reports_the_verify_delta(tmp_path):
     proc = cli("diff", before, after, "--boot", "50")
     assert proc.returncode == 0, proc.stderr
     assert "kernel tables absent" in proc.stdout
+
+
+def test_the_log_holds_each_phases_host_time_and_the_compare_recipe_shows_it(tmp_path):
+    """``<phase>_host_ns``: the host time between the phase's entry and exit, from the timer's own clock
+    readings (here 8 between a cycle's start and end, evenly spaced: draft 1 step, verify 3, the
+    all-reduce in it 1, draft_extend 1)."""
+    import importlib.util
+
+    from analyze.run import live
+
+    values = cycle_values(6)
+    write_log(tmp_path, 0, 11, 3, values)
+    raw, _ = live.read_raw([tmp_path])
+    steps = [(v["end"] - v["start"]) // 9 for v in values]
+    assert raw["draft_host_ns"].tolist() == steps
+    assert raw["verify_host_ns"].tolist() == [3 * s for s in steps]
+    assert raw["allreduce_host_ns"].tolist() == steps
+    spec = importlib.util.spec_from_file_location("live_compare", ROOT / "recipes" / "live_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    host = mod.host_summary(str(tmp_path))
+    assert host.loc[1, "verify_host_ns"] == round(float(np.median([3 * s for s in steps])) / 1e3, 1)

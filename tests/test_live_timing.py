@@ -204,7 +204,11 @@ def test_without_cuda_only_host_times_and_null_gpu_columns(monkeypatch):
     assert len(rows) == 1
     r = rows[0]
     assert all(r[k] is None for k in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns"))
-    assert r["host_end_ns"] - r["host_start_ns"] == 1000  # one host clock tick between start and end
+    # host clock ticks (1000 each) at the cycle's start and end and at each phase's entry and exit: draft
+    # 1 tick, verify 3 (an all-reduce inside it), all-reduce 1, draft_extend 1; the cycle 9
+    assert r["host_end_ns"] - r["host_start_ns"] == 9000
+    assert (r["draft_host_ns"], r["verify_host_ns"], r["allreduce_host_ns"], r["draft_extend_host_ns"]) == (
+        1000, 3000, 1000, 1000)
     assert r["accepted_tokens"] == 3
 
 

@@ -40,8 +40,11 @@ PHASE_OF: dict[str, str] = {rng: phase for phase, names in P.PHASE_RANGES.items(
 
 ROW_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns", "draft_ns", "verify_ns",
               "draft_extend_ns", "allreduce_ns", "gpu_span_ns", "accepted_tokens", "requests",
-              "verified_tokens", "steps", "batch_size")
-"""The keys of one resolved cycle (the Parquet log's columns, docs/live.md)."""
+              "verified_tokens", "steps", "batch_size",
+              "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns")
+"""The keys of one resolved cycle (the Parquet log's columns, docs/live.md). ``<phase>_host_ns``: the
+host time between the phase's entry and exit (where it exceeds the events' ``<phase>_ns`` the phase was
+host bound: its events also timed the Python before its first launch)."""
 
 DROP_RING_OVERFLOW = "ring_overflow"
 DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
@@ -53,12 +56,14 @@ _NOTHING = None  # stack entry of a range that records nothing
 class CycleRecord:
     """One decode cycle while it is open or pending."""
 
-    __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size")
+    __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
+                 "host")
 
     def __init__(self, cycle: int, start_ns: int):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
         self.pairs: list = []  # (phase, start event, end event) in the order of their end events
         self.first = None  # the cycle's first recorded event
+        self.host: dict = {}  # phase -> host ns between its entries and exits
         self.missing: set = set()  # phases entered whose time could not be measured
         self.accepted = self.requests = self.batch_size = None
 
@@ -135,7 +140,7 @@ class Timer:
                 if phase is not None and t.cycle is not None and phase not in t.open_phases and (
                         self.time_allreduce or phase != "allreduce"):
                     t.open_phases.append(phase)
-                    entry = (phase, self._record(t.cycle, phase))
+                    entry = (phase, self._record(t.cycle, phase), self.clock())
         finally:
             t.stack.append(entry)
 
@@ -149,12 +154,13 @@ class Timer:
         if entry is _CYCLE:
             self._end(t)
             return
-        phase, start = entry
+        phase, start, host_t0 = entry
         if phase in t.open_phases:
             t.open_phases.remove(phase)
         rec = t.cycle
         if rec is None:
             return
+        rec.host[phase] = rec.host.get(phase, 0) + (self.clock() - host_t0)
         end = self._record(rec, phase) if start is not None else None
         if start is None or end is None:
             rec.missing.add(phase)
@@ -295,6 +301,7 @@ class Timer:
                "host_start_ns": rec.start_ns, "host_end_ns": rec.end_ns}
         for phase in PHASES:
             out[f"{phase}_ns"] = phase_ns.get(phase)
+            out[f"{phase}_host_ns"] = rec.host.get(phase)
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
                    steps=steps, batch_size=rec.batch_size)
         return out
