@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import analyze
 from analyze import cli
+from fixtures import nsys_record
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -326,10 +327,7 @@ def test_nsys_rep_is_exported_when_nsys_is_on_path(tmp_path):
         pytest.skip("nsys not on PATH")
     code = ("from nvtx_annotate import _nvtx\n"
             "for i in range(3):\n    _nvtx.push('verify'); _nvtx.mark('rank=0 world=1 device=cpu'); _nvtx.pop()\n")
-    rec = subprocess.run(["nsys", "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o",
-                          str(tmp_path / "t"), sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
-    rep = tmp_path / "t.nsys-rep"
+    rec, rep = nsys_record.record(tmp_path / "t", [sys.executable, "-c", code], trace="nvtx", cwd=ROOT)
     assert rep.exists(), rec.stderr[-2000:]
     rc, out, err = run_cli(rep)
     # exported to t.sqlite beside the report; NVTX only (no GPU here): the ranges are shown, exit 7

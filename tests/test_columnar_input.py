@@ -15,6 +15,7 @@ import pytest
 
 from analyze.read import columnar
 from fixtures import columnar as write_columnar
+from fixtures import nsys_record
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -120,8 +121,9 @@ def test_the_copy_is_made_once_remade_when_the_export_changes_and_goes_to_the_ca
     assert columnar.copy_key(copy) == columnar.export_key(export)
     # a directory that cannot be written (here: under /proc, which not even root writes): the user cache
     monkeypatch.setenv("SPECPROF_CACHE_DIR", str(tmp_path / "cache"))
-    places = columnar._copy_places(export)
-    monkeypatch.setattr(columnar, "_copy_places", lambda p: [Path("/proc/specprof-test/e_pqtdir.sqlite"), places[1]])
+    places = columnar._copy_places(export, columnar.export_key(export))
+    monkeypatch.setattr(columnar, "_copy_places",
+                        lambda p, key: [Path("/proc/specprof-test/e_pqtdir.sqlite"), places[1]])
     cached = columnar.sqlite_copy(export)
     assert cached.parent == tmp_path / "cache" / "columnar" and cached.is_file()
     assert columnar.copy_key(cached) == columnar.export_key(export)
@@ -156,10 +158,7 @@ def test_nsys_2022_arrow_export_equals_its_sqlite_export(tmp_path):
             "_nvtx.mark('rank=0 world=1 device=cpu')\n"
             "for i in range(5):\n    _nvtx.push('verify'); _nvtx.push('draft'); _nvtx.pop(); _nvtx.pop()\n"
             "_nvtx.mark('accept_len=3 reqs=2 cycle=1 lens=1,2')\n")
-    rec = subprocess.run(["nsys", "profile", "-t", "nvtx,osrt", "--sample=none", "--cpuctxsw=none", "-o",
-                          str(tmp_path / "t"), sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, timeout=300)
-    rep = tmp_path / "t.nsys-rep"
+    rec, rep = nsys_record.record(tmp_path / "t", [sys.executable, "-c", code], trace="nvtx,osrt", cwd=ROOT)
     assert rep.exists(), rec.stderr[-2000:]
     for typ, out in (("sqlite", "t.sqlite"), ("arrow", "t_arrow")):
         proc = subprocess.run(["nsys", "export", "--type", typ, "-o", str(tmp_path / out), str(rep)],

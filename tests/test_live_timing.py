@@ -565,11 +565,15 @@ def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
         def count_drops(self, counters):
             pass
 
-    s = Sink(lambda: (LogWriter(str(blocker / "logs"), 0, 1, row_group_rows=2), Metrics()), threaded=False,
-             on_error=lambda what, exc: errors.append(what))
-    for r in _rows(6):
-        s.add(r)
-    s.drain()
+    def fed(log, metrics, n):
+        """A sink of ``log`` and ``metrics`` given n rows and drained once."""
+        s = Sink(lambda: (log, metrics), threaded=False, on_error=lambda what, exc: errors.append(what))
+        for r in _rows(n):
+            s.add(r)
+        s.drain()
+        return s
+
+    s = fed(LogWriter(str(blocker / "logs"), 0, 1, row_group_rows=2), Metrics(), 6)
     s.drain()
     assert seen == [1, 2, 3, 4, 5, 6] and errors == ["live sink (log, now off)"] and not s._rows
 
@@ -578,12 +582,7 @@ def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
             raise RuntimeError("boom")
 
     errors.clear()
-    s = Sink(lambda: (LogWriter(str(tmp_path / "ok"), 0, 1, row_group_rows=1024), BadMetrics()), threaded=False,
-             on_error=lambda what, exc: errors.append(what))
-    for r in _rows(4):
-        s.add(r)
-    s.drain()
-    s.close()
+    fed(LogWriter(str(tmp_path / "ok"), 0, 1, row_group_rows=1024), BadMetrics(), 4).close()
     assert errors == ["live sink (metrics, now off)"]
     assert pq.read_table(next((tmp_path / "ok").glob("*.parquet"))).num_rows == 4
 

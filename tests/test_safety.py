@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from analyze.atomic import _umask
+from fixtures import nsys_record
 from analyze.atomic import atomic_dir_write, atomic_path, atomic_write
 from analyze.errors import CorruptReport, MissingInput, NoCudaActivity, NotNsysExport, NotSqlite, NsysRepGiven, OutputError, SchemaWarning, TraceError
 from analyze.errors import EXIT_INTERNAL_ERROR
@@ -366,13 +367,9 @@ def test_export_failure_leaves_nothing(tmp_path):
 
 
 def test_export_real_report(tmp_path):
-    nsys = shutil.which("nsys")
-    if not nsys:
+    if not shutil.which("nsys"):
         pytest.skip("nsys not on PATH")
-    prof = subprocess.run([nsys, "profile", "-t", "osrt", "--sample=none", "--cpuctxsw=none",
-                           "-o", str(tmp_path / "tiny"), "sleep", "0.1"],
-                          capture_output=True, text=True, timeout=300)
-    rep = tmp_path / "tiny.nsys-rep"
+    prof, rep = nsys_record.record(tmp_path / "tiny", ["sleep", "0.1"], trace="osrt")
     if prof.returncode != 0 or not rep.exists():
         pytest.skip(f"nsys profile does not work here: {prof.stderr[-300:]}")
     with pytest.raises(NsysRepGiven):

@@ -136,7 +136,7 @@ def _is_binary(t) -> bool:
     return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
 
 
-def _column_values(column, sql_type: str) -> list:
+def _column_values(column) -> list:
     """One Arrow column as the Python values SQLite stores for it: text kept as the bytes it has
     (a binary column bound as bytes and cast to TEXT in the INSERT: its bytes stored as they are, as
     nsys's own SQLite export holds them, invalid UTF-8 included), booleans as 0/1."""
@@ -185,7 +185,7 @@ def write_sqlite(path: str | os.PathLike, out: str | os.PathLike, key: str = "")
                 marks = ", ".join("CAST(? AS TEXT)" if t == "TEXT" and _is_binary(f.type) else "?"
                                   for f, t in zip(fields, types))
                 for batch in batches:
-                    columns = [_column_values(batch.column(i), types[i]) for i in range(len(fields))]
+                    columns = [_column_values(batch.column(i)) for i in range(len(fields))]
                     conn.executemany(f"INSERT INTO {_quote(name)} VALUES ({marks})", zip(*columns))
                 n += 1
             conn.execute(f"CREATE TABLE {KEY_TABLE} (key TEXT)")
@@ -212,10 +212,11 @@ def export_key(path: str | os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def _copy_places(path: Path) -> list[Path]:
+def _copy_places(path: Path, key: str) -> list[Path]:
+    """Beside the export, then the user cache (named with the export's ``key``)."""
     path = Path(os.path.abspath(path))          # "." and "dir/" name the export too
     beside = path.with_name(path.name + COPY_SUFFIX)
-    return [beside, user_cache_dir() / "columnar" / f"{path.name}-{export_key(path)}{COPY_SUFFIX}"]
+    return [beside, user_cache_dir() / "columnar" / f"{path.name}-{key}{COPY_SUFFIX}"]
 
 
 def copy_key(copy: Path) -> str | None:
@@ -239,7 +240,7 @@ def sqlite_copy(path: str | os.PathLike, progress: bool = False) -> Path:
     if not p.exists():
         raise MissingInput(f"{p}: no such file or directory", p)
     key = export_key(p)
-    places = _copy_places(p)
+    places = _copy_places(p, key)
     for copy in places:
         if copy.is_file() and copy_key(copy) == key:
             return copy

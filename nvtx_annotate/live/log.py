@@ -102,10 +102,7 @@ class LogWriter:
     def complete_if_old(self) -> bool:
         """Complete the open file once it is ``max_age_s`` old when nothing is buffered (an idle server:
         no row group comes to complete it); True when it did."""
-        if self._writer is None or self._rows or self._clock() - self._opened_s < self.max_age_s:
-            return False
-        self._complete()
-        return True
+        return self._writer is not None and self._clock() - self._opened_s >= self.max_age_s and self.complete()
 
     def complete(self) -> bool:
         """Complete the open file now when nothing is buffered (a server gone idle); True when it did."""

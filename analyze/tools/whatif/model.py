@@ -1019,6 +1019,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
         pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
     best = pred.loc[best_row(pred)]
+    n_cycles = int(sum(c["cycles"] for c in costs))
     result = {
         "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in costs],
         "acceptance": acc.table(max(steps)),
@@ -1028,8 +1029,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
                  "baseline_source": base["source"],
                  "verdict_uncertain": verdict_uncertain(float(best["speedup"]), base["source"], calibrate is not None),
-                 "cycles": int(sum(c["cycles"] for c in costs)),
-                 "few_cycles": bool(sum(c["cycles"] for c in costs) < MIN_CYCLES)},
+                 "cycles": n_cycles, "few_cycles": n_cycles < MIN_CYCLES},
         "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
         "acceptance_method": acc.method,
         "calibration": None,
