@@ -251,7 +251,25 @@ def test_text_that_is_not_utf8_is_copied_byte_for_byte(tmp_path):
     assert a == b and "not valid UTF-8" in a
 
 
-def test_unsigned_values_beyond_sqlite_integers_are_one_line_and_exit_6(tmp_path):
+def test_a_real_nsys_2025_parquetdir_id_beyond_2_63_reads_as_nsys_sqlite_export_stores_it(tmp_path):
+    """nsys 2025.3.1's parquetdir export holds DIAGNOSTIC_EVENT.globalPid unsigned, two rows of it
+    0xfe00000000000000 (beyond SQLite's integers); nsys's SQLite export of the same report stores them as
+    the signed integer of the same bits. The real file, its SQLite twin's rows recorded beside it."""
+    real = REAL / "nsys2025_parquetdir_diag"
+    want = json.loads((real / "sqlite_rows.json").read_text())["tables"]
+    out = tmp_path / "diag.sqlite"
+    assert columnar.write_sqlite(real, out) == 3 == len(want)
+    conn = sqlite3.connect(out)
+    for table, t in want.items():
+        cols = ", ".join(f'"{c}"' for c in t["columns"])
+        got = conn.execute(f'SELECT {cols} FROM "{table}" ORDER BY rowid').fetchall()
+        assert got == [tuple(r) for r in t["rows"]], table
+    pids = [r[0] for r in conn.execute("SELECT globalPid FROM DIAGNOSTIC_EVENT")]
+    conn.close()
+    assert len(pids) == 40 and pids.count(-144115188075855872) == 2 and -144115188075855872 % 2 ** 64 == 0xfe << 56
+
+
+def test_unsigned_ids_beyond_2_63_round_trip_through_the_copy(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -259,10 +277,13 @@ def test_unsigned_values_beyond_sqlite_integers_are_one_line_and_exit_6(tmp_path
     export.mkdir()
     pq.write_table(pa.table({"id": pa.array([1], pa.uint64()), "value": pa.array([b"x"])}),
                    export / "StringIds.parquet")
-    pq.write_table(pa.table({"globalTid": pa.array([2 ** 63 + 5], pa.uint64())}), export / "ThreadNames.parquet")
-    rc, _, err = run_cli(export, "-q")
-    lines = [x for x in err.splitlines() if x.strip()]
-    assert rc == 6 and len(lines) == 1 and "ThreadNames" in lines[0] and "beyond SQLite" in lines[0], err
+    pq.write_table(pa.table({"globalTid": pa.array([2 ** 63 + 5, 7, None], pa.uint64())}),
+                   export / "ThreadNames.parquet")
+    out = tmp_path / "c.sqlite"
+    columnar.write_sqlite(export, out)
+    conn = sqlite3.connect(out)
+    assert [r[0] for r in conn.execute('SELECT globalTid FROM ThreadNames ORDER BY rowid')] == [-(2 ** 63) + 5, 7, None]
+    conn.close()
 
 
 @needs("sglang_graphs.sqlite")

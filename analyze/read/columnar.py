@@ -145,11 +145,10 @@ def _column_values(column) -> list:
     if pa.types.is_boolean(column.type):
         return [int(v) if v is not None else None for v in column.to_pylist()]
     if pa.types.is_unsigned_integer(column.type) and column.type.bit_width == 64:
-        import pyarrow.compute as pc
-
-        top = pc.max(column).as_py()
-        if top is not None and top >= 2 ** 63:
-            raise ValueError(f"a 64-bit unsigned value {top} beyond SQLite's integers")
+        # nsys's own SQLite export stores a 64-bit id at or above 2**63 as the signed integer of the same
+        # bits (nsys 2025.3: DIAGNOSTIC_EVENT.globalPid 0xfe00000000000000 is -144115188075855872 in the
+        # SQLite export of the report whose parquetdir holds it unsigned): the same here
+        column = column.cast(pa.int64(), safe=False)
     return column.to_pylist()
 
 
