@@ -641,8 +641,9 @@ def rule_speculation(ctx: Context):
 
         lo, hi = PROFILE_ALONE_RATIO
         return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against an estimated baseline, inside the "
-                               f"error of a profile alone ({lo:.2f}x-{hi:.2f}x of the measured speed-up on real SGLang "
-                               "sweeps); give --baseline-tps and --calibrate-tps (unprofiled tokens/s)", figures)
+                               f"error of an estimated baseline ({lo:.2f}x-{hi:.2f}x of the measured speed-up on real "
+                               "SGLang sweeps, calibrated or not); give --baseline-tps (unprofiled tokens/s without "
+                               "speculation)", figures)
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
     # a plain step saves the draft and draft_extend work and their host time, and the speculative verify's
@@ -702,7 +703,7 @@ def rule_adaptive_steps(ctx: Context):
                for r in rows) / n
     saving = ctx.cycle_ns * gain
     def verdict(r) -> str:
-        if r.get("verdict_uncertain"):        # inside the profile-alone band (whatif.model.verdict_uncertain)
+        if r.get("verdict_uncertain"):        # inside the estimated-baseline band (whatif.model.verdict_uncertain)
             return ", uncertain whether speculation pays"
         return ", speculation does not pay" if not r["best_or_off"] else ""
 

@@ -60,25 +60,23 @@ def sweep_tokens_per_s(data: dict, batch: int | None) -> tuple[dict, float | Non
     (``recipes/sglang_sweep.sh``'s ``sweep.json``: runs of {steps, batches: [{batch, tokens_per_s}]}).
     ``batch`` None: the sweep's only batch size (an error when it has several). Runs of SGLang's adaptive
     mode (an ``adaptive`` record; the recipe files them under ``adaptive_runs``) are no fixed step count:
-    left out."""
+    left out. Several engines of one step count (a repeat, or the timing-mode recipe's engines): their
+    mean (engine-to-engine spread on one machine is 5-15% at small batch sizes: one engine is a draw)."""
     runs = [r for r in data["runs"] if not r.get("adaptive")]
     sizes = sorted({int(b["batch"]) for r in runs for b in r["batches"]})
     if batch is None:
         if len(sizes) != 1:
             raise ValueError(f"the sweep holds batch sizes {sizes}: say which one (--batch M)")
         batch = sizes[0]
-    out, base = {}, None
+    got: dict[int, list[float]] = {}
     for r in runs:
         for b in r["batches"]:
-            if int(b["batch"]) != int(batch):
-                continue
-            if int(r["steps"]) == 0:
-                base = float(b["tokens_per_s"])
-            else:
-                out[int(r["steps"])] = float(b["tokens_per_s"])
-    if not out and base is None:
+            if int(b["batch"]) == int(batch):
+                got.setdefault(int(r["steps"]), []).append(float(b["tokens_per_s"]))
+    if not got:
         raise ValueError(f"the sweep has no batch {batch} (batch sizes: {sizes})")
-    return out, base
+    mean = {k: sum(v) / len(v) for k, v in got.items()}
+    return {k: v for k, v in mean.items() if k != 0}, mean.get(0)
 
 
 def read_measured(path, batch: int | None = None) -> tuple[dict, float | None]:

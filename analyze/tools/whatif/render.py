@@ -95,11 +95,12 @@ def render_whatif(r: dict) -> str:
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
         lo, hi = PROFILE_ALONE_RATIO
-        out.append(_wrap(f"Uncertain verdict: from a profile alone (estimated baseline, not calibrated) the speed-up "
-                         f"was {lo:.2f}x to {hi:.2f}x of the measured one on real SGLang sweeps, so {b['speedup']:.2f}x "
-                         "can be either side of 1: measure unprofiled tokens/s at the profiled step count "
-                         "(--calibrate-tps) and without speculation (--baseline-tps) before turning speculation on "
-                         "or off."))
+        calibrated = r.get("calibration") is not None
+        out.append(_wrap(f"Uncertain verdict: against an estimated baseline ({'calibrated' if calibrated else 'not calibrated'}) "
+                         f"the speed-up was {lo:.2f}x to {hi:.2f}x of the measured one on real SGLang sweeps, so "
+                         f"{b['speedup']:.2f}x can be either side of 1: measure unprofiled tokens/s without speculation "
+                         "(--baseline-tps)" + ("" if calibrated else " and at the profiled step count (--calibrate-tps)")
+                         + " before turning speculation on or off."))
     out.append("")
     out.append("Assumptions")
     for s in r["assumptions"]:
@@ -155,7 +156,7 @@ def render_per_batch(table, config_path=None) -> str:
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
         lo, hi = PROFILE_ALONE_RATIO
-        out += wrap(f"'?': an uncertain verdict: from a profile alone the speed-up was {lo:.2f}x to {hi:.2f}x of the "
+        out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to {hi:.2f}x of the "
                     "measured one on real SGLang sweeps, so these can be either side of 1: measure --batch-tps and "
                     "--batch-baseline-tps before turning speculation on or off there.")
     if (table["baseline_source"] == "estimated").any():

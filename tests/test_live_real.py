@@ -1,0 +1,109 @@
+"""The timing mode (SPECPROF_TIMING=1, issue 43) on real SGLang 0.5.17 EAGLE-3 (CUDA graphs, TP 1) on one
+H100, 2026-12-05, recipes/sglang_live.sh (vocab 2, 64 target layers, 3 steps, batches 1 and 16):
+
+- ``sglang_live_h100_v2_l64_s3.sqlite`` + ``.live/``: one run under nsys 2025.3.1 with the timing mode on
+  at once: the nsys export and the live log of the same cycles;
+- ``sglang_live_h100_e2_on/`` + ``.metrics.txt``: an unprofiled engine with the timing mode on, its log and
+  the last scrape of its ``/metrics``;
+- ``sglang_sweep_h100_v2_l64.json``: unprofiled tokens/s of the same configuration on that machine at 0, 1,
+  3 (three engines), 4 and 5 steps; ``sglang_live_h100_overhead.json``: engines with and without the timing
+  mode, interleaved.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analyze.run import api, live
+from analyze.tools import sides
+from analyze.tools.whatif import model as W
+from analyze.tools.whatif.command import live_calibration, read_measured
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PROFILE = REAL / "sglang_live_h100_v2_l64_s3.sqlite"
+PROFILE_LOG = REAL / "sglang_live_h100_v2_l64_s3.live"
+ENGINE_LOG = REAL / "sglang_live_h100_e2_on"
+SWEEP = REAL / "sglang_sweep_h100_v2_l64.json"
+
+need = pytest.mark.skipif(not PROFILE.exists(), reason="fixture not unpacked (python -m fixtures.unpack)")
+
+
+def _steady(cycles: pd.DataFrame) -> pd.DataFrame:
+    c = cycles[~cycles["warmup"].astype(bool)]
+    return c.assign(requests=pd.to_numeric(c["requests"], errors="coerce"))
+
+
+@pytest.fixture(scope="module")
+def both():
+    return _steady(api.load(str(PROFILE_LOG)).cycles), _steady(api.load(str(PROFILE)).cycles)
+
+
+@need
+def test_the_live_log_times_the_same_cycles_as_nsys(both):
+    """Both on at once: the live log holds nsys's decode cycles one for one at batches 1 and 16 (580 and
+    401 steady cycles) and its host-clock period per cycle is nsys's within 0.5% (median per batch size;
+    measured: 0.0% and -0.1%)."""
+    lv, ns = both
+    for m, n in ((1, 580), (16, 401)):
+        a, b = lv[lv["requests"] == m], ns[ns["requests"] == m]
+        assert len(a) == len(b) == n
+        assert a["period_ns"].median() == pytest.approx(b["period_ns"].median(), rel=0.005)
+
+
+@need
+def test_a_phase_event_time_holds_its_kernels(both):
+    """A phase's CUDA-event time (stream time from its entry to its exit) is never below the GPU time nsys
+    projects onto the phase (its kernels lie between the two events); in these host-bound cycles it is
+    well above it (the phase's Python and launch gaps while the stream was idle: docs/live.md): verify
+    7.6 ms against 4.6 ms at batch 1. Per-phase time within 5% of nsys's is not met here: issue 43."""
+    lv, ns = both
+    for m in (1, 16):
+        a, b = lv[lv["requests"] == m], ns[ns["requests"] == m]
+        for phase in ("draft_ns", "verify_ns", "draft_extend_ns"):
+            assert a[phase].median() >= b[phase].median(), (m, phase)
+    v1 = lv[lv["requests"] == 1]["verify_ns"].median() / ns[ns["requests"] == 1]["verify_ns"].median()
+    assert 1.5 < v1 < 1.8
+
+
+@need
+def test_metrics_scrape_counts_the_logged_cycles():
+    """The last /metrics scrape of the timed engine (rank 0) counts as many cycles in each phase's
+    histogram as its log holds rows, and its sums are the log's phase seconds (to the scrape's rounding)."""
+    raw, _ = live.read_raw([str(ENGINE_LOG)])
+    text = (REAL / "sglang_live_h100_e2_on.metrics.txt").read_text()
+    counts = {m[1]: float(m[2]) for m in re.finditer(r'specprof:phase_seconds_count\{phase="(\w+)",rank="0"\} (\S+)', text)}
+    sums = {m[1]: float(m[2]) for m in re.finditer(r'specprof:phase_seconds_sum\{phase="(\w+)",rank="0"\} (\S+)', text)}
+    assert set(counts) >= {"draft", "verify", "draft_extend"}
+    for phase in ("draft", "verify", "draft_extend"):
+        assert counts[phase] == len(raw) == 3631
+        assert sums[phase] == pytest.approx(raw[f"{phase}_ns"].sum() / 1e9, rel=1e-9)
+
+
+@need
+@pytest.mark.parametrize("batch", [1, 16])
+def test_whatif_calibrated_from_the_live_log_meets_the_unprofiled_sweep(batch):
+    """No hand-given tokens/s: the unprofiled engine's live log calibrates the profile (its steady cycles'
+    rate; the rounds' tail is the model's). At the profiled 3 steps the prediction is within 5% of the
+    mean of three unprofiled engines (measured: +3.5% at batch 1, +3.3% at 16; before the steady-rate
+    calibration +18% at 16, the log's steady rate taken for a round's). Against the estimated baseline the
+    verdict is said to be uncertain (the baseline was +5% here); given the sweep's baseline it is the
+    sweep's: speculation pays."""
+    measured, base = read_measured(SWEEP, batch)
+    side = sides.load_side(str(PROFILE))
+    k, x, source = live_calibration(str(ENGINE_LOG), [side], None, None, batch)
+    assert k == 3 and source["kind"] == "live_log"
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=x, calibrate_steps=k,
+                 calibration_source=source)
+    pred = r["predictions"].set_index("steps")["tokens_per_s"]
+    assert pred[3] == pytest.approx(measured[3], rel=0.05)
+    assert r["baseline"]["source"] == "estimated" and r["best"]["verdict_uncertain"]
+    g = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=x, calibrate_steps=k,
+                 calibration_source=source, baseline_tps=base)
+    assert g["best"]["speedup"] > 1 and max(measured.values()) > base
+    assert not g["best"]["verdict_uncertain"]
+    # every measured step count within the engine-to-engine spread of the 3-step engines (-15% .. +11%)
+    for s, v in measured.items():
+        assert pred[s] == pytest.approx(v, rel=0.15), s
