@@ -8,6 +8,8 @@
 #
 #   device: carry [".sglreal", ".device-kit"] (park the fixtures first: recipes/device_tree.sh), command:
 #     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
+#   the overhead inside one engine (rounds alternate timing on / paused), two engines:
+#     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
@@ -20,7 +22,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 O="${OUT:-/tmp/out}"; W=/tmp/live; mkdir -p "$O" "$W"
 CONFIG=${CONFIG:-"2:64"}; STEPS=${STEPS:-3}; BATCHES=${BATCHES:-1,16}; BUDGET_S=${BUDGET_S:-500}
 T0=${T0:-$(date +%s)}; GRAPH_BS=${GRAPH_BS:-1,4,16,64}
-ENGINES=${ENGINES-"off on off on"}   # ENGINES="" : the profile alone (a second call on a warm machine)
+ENGINES=${ENGINES-"off on off on"}   # ENGINES="" : the profile alone (a second call on a warm machine);
+                                     # "alt": one engine, rounds alternating timing on / paused (the overhead)
 exec > >(tee -a "$O/live.log") 2>&1
 source recipes/sglang_env.sh
 deep_gemm_stub on
@@ -32,7 +35,17 @@ for mode in $ENGINES; do
   if [ "$el" -gt "$BUDGET_S" ]; then echo "== budget: skipping engine $n ($mode)"; continue; fi
   n=$((n + 1)); tag="e${n}_${mode}"
   echo "== $(date -u +%T) +${el}s engine $n timing $mode"
-  if [ "$mode" = on ]; then
+  if [ "$mode" = alt ]; then
+    # the overhead inside ONE engine: rounds alternate timing on / paused (SPECPROF_TIMING_PAUSE_FILE made
+    # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
+    rm -f "$W/pause"; mkdir -p "$W/logs"
+    env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
+      SPECPROF_TIMING_PAUSE_FILE="$W/pause" \
+      timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 \
+      --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
+    python3 -c "import json,sys; [print(f\"   batch {b['batch']}: on {b['tokens_per_s_timing_on']:.1f} paused {b['tokens_per_s_timing_paused']:.1f} overhead {100*b['timing_overhead']:+.2f}% pairs {[round(x,3) for x in b['timing_pair_ratios']]}\") for b in json.load(open(sys.argv[1]))['batches']]" "$W/$tag.json"
+  elif [ "$mode" = on ]; then
     # /metrics of rank 0 (SPECPROF_METRICS_PORT + rank), scraped every 3 s while the engine runs: the last
     # good scrape is kept (issue 43: "/metrics serves the histograms")
     mkdir -p "$W/logs"

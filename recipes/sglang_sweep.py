@@ -240,6 +240,34 @@ def whatif_args(doc, profiled_steps, max_spread=0.05):
     return " ".join(x for x in (base and f"--batch-baseline-tps {base}", cal and f"--batch-tps {cal}") if x)
 
 
+def set_timing(pause_file, n):
+    """Round ``n`` of an alternating run: timing on (even rounds: the pause file removed) or paused (odd:
+    made); None without --alternate-timing. A short sleep lets the shim's timer see the change at the
+    round's first cycle (it looks at most every 0.05 s, nvtx_annotate/live/events.TeeBackend)."""
+    if pause_file is None:
+        return None
+    on = n % 2 == 0
+    if on:
+        if os.path.exists(pause_file):
+            os.unlink(pause_file)
+    else:
+        open(pause_file, "w").close()
+    time.sleep(0.2)
+    return on
+
+
+def timing_overhead(rounds):
+    """Per batch of an alternating run: medians with the timing on and paused, the overhead 1 - on/off,
+    and each adjacent pair's ratio (on round / the paused round after it: the spread of the overhead)."""
+    on = [r["tokens_per_s"] for r in rounds if r.get("timing")]
+    off = [r["tokens_per_s"] for r in rounds if r.get("timing") is False]
+    pairs = [a["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(rounds[::2], rounds[1::2])
+             if a.get("timing") and b.get("timing") is False]
+    m_on, m_off = statistics.median(on), statistics.median(off)
+    return {"tokens_per_s_timing_on": m_on, "tokens_per_s_timing_paused": m_off, "timing_overhead": 1 - m_on / m_off,
+            "timing_pair_ratios": pairs}
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("tiny", nargs="?")
@@ -266,6 +294,11 @@ def parse_args(argv=None):
     p.add_argument("--profile-window", action="store_true",
                    help="bracket the measured rounds with engine.start_profile/stop_profile (CUDA_PROFILER): "
                         "under `profile-trace --capture cudaprofilerapi` exactly they are captured")
+    p.add_argument("--alternate-timing", metavar="PAUSE_FILE", default=None,
+                   help="the engine runs with SPECPROF_TIMING=1 and SPECPROF_TIMING_PAUSE_FILE=PAUSE_FILE: rounds "
+                        "alternate timing on / paused (the file made and removed between rounds), each round "
+                        "marked; per batch the medians of both and the overhead (issue 43: inside one engine, "
+                        "where engines differ by 8-27%)")
     p.add_argument("--out")
     p.add_argument("--dry-run", action="store_true",
                    help="print the Engine kwargs (and the adaptive record) as JSON and exit; sglang not imported")
@@ -333,6 +366,7 @@ def main(argv=None):
         eng.generate(input_ids=ids, sampling_params=dict(sp, max_new_tokens=64))  # warm-up
         rounds, reps = [], 1
         while True:
+            timing = set_timing(a.alternate_timing, len(rounds))
             t = time.perf_counter()
             out = []
             for _ in range(reps):          # a round: `reps` generate calls of the same requests, back to back
@@ -355,16 +389,26 @@ def main(argv=None):
                            "spec_correct_drafts_histogram": sum_histograms(
                                m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
                                for m in metas)})
+            if timing is not None:
+                rounds[-1]["timing"] = timing
+                if len(rounds) >= 2 * a.max_rounds or (len(rounds) >= 2 * a.min_rounds and all(
+                        spread([r["tokens_per_s"] for r in rounds if r["timing"] == on][-a.min_rounds:]) <= a.tol
+                        for on in (True, False))):
+                    break
+                continue
             last = [r["tokens_per_s"] for r in rounds[-a.min_rounds:]]
             if len(rounds) >= a.min_rounds and (spread(last) <= a.tol or len(rounds) >= a.max_rounds):
                 break
-        last = rounds[-a.min_rounds:]
+        last = rounds[-a.min_rounds:] if a.alternate_timing is None else \
+            [r for r in rounds if not r["timing"]][-a.min_rounds:]     # the figure: rounds without timing
         tps = [r["tokens_per_s"] for r in last]
         acc = [r["tokens_per_request_cycle"] for r in last if r["tokens_per_request_cycle"]]
         row = {"batch": b, "new_tokens": new, "round_repeats": reps, "rounds": rounds,
                "tokens_per_s": statistics.median(tps),
                "spread": spread(tps), "converged": spread(tps) <= a.tol,
                "tokens_per_request_cycle": statistics.mean(acc) if acc else None}
+        if a.alternate_timing is not None:
+            row.update(timing_overhead(rounds))
         result["batches"].append(row)
         print(json.dumps({"steps": steps, "batch": b, "tok_s": round(row["tokens_per_s"], 1),
                           "spread": round(row["spread"], 4), "rounds": len(rounds),

@@ -261,6 +261,60 @@ def test_tee_forwards_every_call_to_nsys_and_contains_timer_errors():
     assert t._tls.stack == [] and t.pending() == 1
 
 
+def test_a_pause_file_stops_feeding_the_timer_at_a_cycle_boundary_only(tmp_path):
+    """SPECPROF_TIMING_PAUSE_FILE (the overhead benchmark inside one engine): while the file exists no
+    cycle is timed; the file appearing or going mid-cycle changes nothing until the next outermost push;
+    nsys's backend sees every call either way; the timer's stack stays balanced."""
+    rec = _nvtx.RecordingBackend()
+    rows = []
+    t = E.Timer(rows.append, events=Gpu().events(), clock=HostClock())
+    now = [0.0]
+    pause = tmp_path / "pause"
+    tee = E.TeeBackend(rec, t, pause_file=str(pause), pause_check_s=0.05, clock=lambda: now[0])
+
+    def cycle(k, mid=None):
+        now[0] += 1.0
+        tee.push(P.DECODE_CYCLE, k)
+        tee.push(P.VERIFY)
+        if mid:
+            mid()
+        now[0] += 1.0
+        tee.pop()
+        tee.push(P.DRAFT)
+        tee.pop()
+        tee.pop()
+
+    cycle(1)
+    cycle(2, mid=pause.touch)              # paused from the next cycle on
+    assert t.counters["cycles"] == 2
+    cycle(3)
+    cycle(4, mid=pause.unlink)             # this one still paused
+    assert t.counters["cycles"] == 2 and tee.paused
+    cycle(5)
+    assert t.counters["cycles"] == 3 and not tee.paused
+    assert t._tls.stack == [] and rec.balanced() and len(rec.ranges()) == 15
+    # checked at most every pause_check_s: a file made and gone between two checks is not seen
+    tee.push(P.DECODE_CYCLE, 6)            # checked here (1 s after the last check)
+    tee.pop()
+    pause.touch()
+    now[0] += 0.01
+    tee.push(P.DECODE_CYCLE, 7)            # 0.01 s later: not looked at again, still timed
+    tee.pop()
+    assert t.counters["cycles"] == 5 and not tee.paused
+    now[0] += 0.05
+    tee.push(P.DECODE_CYCLE, 8)
+    tee.pop()
+    assert t.counters["cycles"] == 5 and tee.paused
+
+
+def test_the_pause_file_setting():
+    from nvtx_annotate import live
+
+    s, problems = live.settings_from_env({"SPECPROF_TIMING_PAUSE_FILE": "/tmp/x"})
+    assert s.pause_file == "/tmp/x" and not problems
+    assert live.settings_from_env({})[0].pause_file is None
+
+
 # ------------------------------------------------------------------ through the shim's wrappers
 
 FAKE = {

@@ -247,3 +247,22 @@ def test_short_rounds_repeat_their_requests(monkeypatch, tmp_path, capsys):
     assert row["rounds"][0]["tokens"] == 3 * 4 * 128 and row["new_tokens"] == 128
     assert rec.round_repeats(5.0, 3.0) == 1 and rec.round_repeats(0.7, 3.0) == 5
     assert rec.round_repeats(0.0, 3.0) == rec.MAX_ROUND_REPEATS
+
+
+def test_alternating_timing_rounds_and_their_overhead(tmp_path, monkeypatch):
+    """--alternate-timing: even rounds with the timing on (the pause file removed), odd rounds paused (made);
+    the row's overhead is 1 - median(on) / median(paused), and each on round over the paused one after it."""
+    m = recipe()
+    monkeypatch.setattr(m.time, "sleep", lambda s: None)
+    pause = tmp_path / "pause"
+    assert m.set_timing(None, 0) is None and not pause.exists()
+    assert m.set_timing(str(pause), 0) is True and not pause.exists()
+    assert m.set_timing(str(pause), 1) is False and pause.exists()
+    assert m.set_timing(str(pause), 2) is True and not pause.exists()
+    rounds = [{"tokens_per_s": x, "timing": i % 2 == 0} for i, x in enumerate([99.0, 100.0, 98.0, 100.0, 97.0, 101.0])]
+    got = m.timing_overhead(rounds)
+    assert got["tokens_per_s_timing_on"] == 98.0 and got["tokens_per_s_timing_paused"] == 100.0
+    assert got["timing_overhead"] == pytest.approx(0.02)
+    assert got["timing_pair_ratios"] == pytest.approx([0.99, 0.98, 97 / 101])
+    a = m.parse_args(["/tmp/t", "--vocab", "2", "--steps", "3", "--out", "o.json", "--alternate-timing", str(pause)])
+    assert a.alternate_timing == str(pause)

@@ -25,9 +25,10 @@ ENV_ROW_GROUP = "SPECPROF_TIMING_ROW_GROUP"
 ENV_RING = "SPECPROF_TIMING_RING"
 ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
 ENV_PORT = "SPECPROF_METRICS_PORT"
+ENV_PAUSE_FILE = "SPECPROF_TIMING_PAUSE_FILE"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s file_s")
+                                  "metrics_port flush_s file_s pause_file", defaults=(None,))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle
@@ -70,6 +71,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         metrics_port=whole(ENV_PORT, None, 1),
         flush_s=DEFAULTS.flush_s,
         file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
+        pause_file=env.get(ENV_PAUSE_FILE) or None,
     ), problems
 
 
@@ -140,7 +142,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
     sink_box.append(sink)
     previous = _nvtx._backend or _nvtx.get_backend()
-    tee = TeeBackend(previous, timer, on_fault=wrappers.fault)
+    tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=getattr(settings, "pause_file", None))
     _nvtx.set_backend(tee)
     wrappers.on_accept = timer.accept
     wrappers.on_idle = timer.idle
