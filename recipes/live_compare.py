@@ -26,6 +26,17 @@ def summary(cycles: pd.DataFrame) -> pd.DataFrame:
 
 
 HOST_COLUMNS = ("draft_host_ns", "verify_host_ns", "draft_extend_host_ns")
+REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
+
+
+def raw_summary(log: str, columns) -> pd.DataFrame | None:
+    """Per batch size, the median (us) of the log's ``columns`` that it has (None: none of them)."""
+    raw, _ = live.read_raw([log])
+    have = [x for x in columns if x in raw.columns and raw[x].notna().any()]
+    if not have:
+        return None
+    g = raw.groupby(pd.to_numeric(raw["requests"], errors="coerce"))
+    return g[have].median().div(1e3).round(1)
 
 
 def host_summary(log: str) -> pd.DataFrame | None:
@@ -48,6 +59,11 @@ def main(log: str, profile: str) -> None:
     host = host_summary(log)
     if host is not None:
         print("\nlive log, host time between each phase's entry and exit (us)\n", host, sep="")
+    replay = raw_summary(log, REPLAY_COLUMNS)
+    if replay is not None:
+        print("\nlive log, the phases' CUDA-graph replays alone (us)\n", replay, "\n\nreplay / nsys phase - 1 (%)\n",
+              pd.DataFrame({c: (replay[c] / ns[c.replace("_replay", "")] - 1).mul(100).round(1)
+                            for c in replay.columns}), sep="")
 
 
 if __name__ == "__main__":
