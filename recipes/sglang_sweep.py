@@ -345,6 +345,11 @@ def main(argv=None):
         print(json.dumps({"engine_args": kw, "adaptive": adaptive}, indent=1))
         return
     steps = adaptive["start_steps"] if adaptive else a.steps
+    if a.alternate_timing is not None:
+        # the scheduler processes inherit this environment: the file the sweep toggles is the one they watch
+        if os.environ.get("SPECPROF_TIMING", "") in ("", "0") or os.environ.get("SPECPROF_NVTX", "") in ("", "0"):
+            sys.exit("--alternate-timing: run with SPECPROF_NVTX=1 SPECPROF_TIMING=1 (the shim's timing mode)")
+        os.environ["SPECPROF_TIMING_PAUSE_FILE"] = a.alternate_timing
     import sglang
 
     t0 = time.time()

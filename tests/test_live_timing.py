@@ -150,6 +150,31 @@ def test_a_graph_replay_is_timed_without_its_phases_python():
     assert rows[1]["draft_replay_ns"] is None and rows[1]["draft_ns"] is None
 
 
+def test_replay_time_counts_each_replay_once_beside_plain_ranges_of_its_phase():
+    """A replay outside its phase range times phase and replay with one pair; a plain range of the same
+    phase in the same cycle adds to the phase only, a nested replay to the replay once."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.push(P.DECODE_CYCLE, 1)
+    for name, ns in ((P.VERIFY, 400), (P.GRAPH_REPLAY_VERIFY, 100)):
+        t.push(name)
+        gpu.run(ns)
+        t.pop()
+    t.push(P.GRAPH_REPLAY_DRAFT)
+    gpu.run(100)
+    t.pop()
+    t.push(P.DRAFT)
+    gpu.run(800)
+    t.push(P.GRAPH_REPLAY_DRAFT)
+    gpu.run(100)
+    t.pop()
+    t.pop()
+    t.pop()
+    r = rows[0]
+    assert (r["verify_ns"], r["verify_replay_ns"]) == (500, 100)
+    assert (r["draft_ns"], r["draft_replay_ns"]) == (1000, 200)
+
+
 def test_accept_of_a_later_resolver_joins_its_cycle_by_number():
     """v2 workers resolve the accept lengths after the cycle closed (cycle=K): the row waits for them."""
     gpu = Gpu()

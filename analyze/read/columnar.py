@@ -257,11 +257,11 @@ def sqlite_copy(path: str | os.PathLike, progress: bool = False) -> Path:
         tmp_p = Path(tmp)
         tmp_p.unlink()
         try:
+            if progress:                # before the work: a large export takes seconds
+                print(f"specprof: {p}: a columnar nsys export, read through its SQLite copy (made once, reused "
+                      f"while the export is unchanged): writing {copy}", file=sys.stderr, flush=True)
             write_sqlite(p, tmp_p, key)
             os.replace(tmp_p, copy)
-            if progress:
-                print(f"specprof: {p}: a columnar nsys export, read through its SQLite copy (made once, reused "
-                      f"while the export is unchanged): {copy}", file=sys.stderr, flush=True)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp_p.unlink()

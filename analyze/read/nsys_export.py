@@ -85,6 +85,6 @@ def expand_inputs(paths, *, export: bool = True) -> list[str]:
             if export and str(f).endswith(NSYS_REP_SUFFIXES):
                 f = export_nsys_rep(f, progress=sys.stderr.isatty())
             elif export and columnar.is_columnar_export(f):
-                f = columnar.sqlite_copy(f, progress=True)
+                f = columnar.sqlite_copy(f, progress=sys.stderr.isatty())   # as the .nsys-rep export
             out.append(str(f))
     return out

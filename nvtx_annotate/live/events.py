@@ -68,15 +68,16 @@ class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host", "replay_too")
+                 "host")
 
     def __init__(self, cycle: int, start_ns: int):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
-        self.pairs: list = []  # (phase, start event, end event) in the order of their end events
+        # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
+        # also: a second key the same two events time (a replay outside its phase's range), else None
+        self.pairs: list = []
         self.first = None  # the cycle's first recorded event
         self.host: dict = {}  # phase -> host ns between its entries and exits
         self.missing: set = set()  # phases entered whose time could not be measured
-        self.replay_too: set = set()  # phases opened by their graph replay (their pairs time the replay too)
         self.accepted = self.requests = self.batch_size = None
 
 
@@ -187,9 +188,7 @@ class Timer:
             rec.missing.update(keys)
             self.counters["capped_pairs"] += 1
         else:
-            rec.pairs.append((phase, start, end))
-            if len(keys) > 1:           # the same two events time the replay too
-                rec.replay_too.add(phase)
+            rec.pairs.append((phase, start, end, keys[1] if len(keys) > 1 else None))
 
     def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
         """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
@@ -274,7 +273,7 @@ class Timer:
                 free.append(ev)
 
     def _release_record(self, rec: CycleRecord) -> None:
-        for _, a, b in rec.pairs:
+        for _, a, b, _ in rec.pairs:
             self._release(a, b)
         rec.pairs, rec.first = [], None
 
@@ -282,7 +281,7 @@ class Timer:
     def _ready(self, rec: CycleRecord, wait_accepts: bool = True) -> bool:
         if wait_accepts and rec.accepted is None and self._newest_ended - rec.cycle < self.accept_lag:
             return False
-        for _, a, b in rec.pairs:  # events complete in order on one stream: the end first
+        for _, a, b, _ in rec.pairs:  # events complete in order on one stream: the end first
             if not b.query() or not a.query():
                 return False
         return rec.first is None or not rec.pairs or rec.first.query()
@@ -309,11 +308,10 @@ class Timer:
     def row(self, rec: CycleRecord) -> dict:
         """One resolved cycle as a dict of :data:`ROW_FIELDS` (events must be complete)."""
         phase_ns: dict[str, int] = {}
-        for phase, a, b in rec.pairs:
+        for key, a, b, also in rec.pairs:
             ns = elapsed_ns(a, b)
-            phase_ns[phase] = phase_ns.get(phase, 0) + ns
-            if phase in rec.replay_too:
-                phase_ns[phase + _REPLAY] = phase_ns.get(phase + _REPLAY, 0) + ns
+            for k in (key, also) if also is not None else (key,):
+                phase_ns[k] = phase_ns.get(k, 0) + ns
         for phase in rec.missing:
             phase_ns.pop(phase, None)
         span = elapsed_ns(rec.first, rec.pairs[-1][2]) if rec.pairs and rec.first is not None else None

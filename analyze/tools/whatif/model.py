@@ -1052,7 +1052,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
                                  "profiled_cycle_ns": float(cal_row["cycle_ns"]),
                                  "overhead_ns": float(cal_row["overhead_ns"]) - shift,
-                                 "source": calibration_source or {"kind": "given"}}
+                                 "source": calibration_source or {"kind": "given"},
+                                 # X of steady cycles (a live log): the prediction at K is X x the rounds' tail
+                                 "steady": bool(calibrate[2])}
         if float(cal_row["overhead_ns"]) - shift < 0:
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "

@@ -77,7 +77,8 @@ def render_whatif(r: dict) -> str:
         src = cal.get("source") or {}
         where = (f" from the live log {src.get('path')} ({src.get('cycles')} steady cycles of rank {src.get('rank')})"
                  if src.get("kind") == "live_log" else "")
-        out.append(_wrap(f"Calibrated to {cal['tokens_per_s']:,.0f} tokens/s (unprofiled{where}) at {cal['steps']} steps: "
+        steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
+        out.append(_wrap(f"Calibrated to {cal['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {cal['steps']} steps: "
                          f"profiled cycle {cal['profiled_cycle_ns'] / 1e3:,.1f} us -> "
                          f"{(cal['profiled_cycle_ns'] - cal['shift_ns']) / 1e3:,.1f} us (overhead "
                          f"{-cal['shift_ns'] / 1e3:+,.1f} us per cycle)"))
