@@ -102,7 +102,7 @@ def test_whatif_calibrated_from_the_live_log_meets_the_unprofiled_sweep(batch):
     # X is of steady cycles: the prediction at 3 is X times the rounds' tail, not X (a round's X would be)
     assert r["calibration"]["steady"] and pred[3] == pytest.approx(x * r["predictions"].set_index("steps")
                                                                    ["round_efficiency"][3], rel=1e-9)
-    assert pred[3] < x
+    assert pred[3] <= x and (batch == 1 or pred[3] < 0.95 * x)     # one request: no tail to a round
     assert r["baseline"]["source"] == "estimated" and r["best"]["verdict_uncertain"]
     g = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=x, calibrate_steps=k,
                  calibration_source=source, baseline_tps=base)
