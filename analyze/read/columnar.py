@@ -80,18 +80,27 @@ def _tables(path: Path):
     if files is not None:
         for name, f in files.items():
             if f.suffix.lower() in PARQUET_SUFFIXES:
-                pf = pq.ParquetFile(f)
+                try:                    # opening a file reads its footer: a damaged one fails here, named
+                    pf = pq.ParquetFile(f)
+                except (pa.ArrowException, OSError, ValueError) as e:
+                    raise CorruptReport(f"{path}: the columnar export does not read (table {name}, {f.name}): "
+                                        f"{e}", path) from None
                 yield name, pf.schema_arrow, pf.iter_batches(batch_size=INSERT_BATCH_ROWS)
             else:
                 with pa.memory_map(str(f), "r") as src:
                     head = src.read(6)
                     src.seek(0)
-                    if head == ARROW_FILE_MAGIC:
-                        reader = ipc.open_file(src)
-                        yield name, reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
-                    else:
-                        reader = ipc.open_stream(src)
-                        yield name, reader.schema, iter(reader)
+                    try:
+                        if head == ARROW_FILE_MAGIC:
+                            reader = ipc.open_file(src)
+                            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+                        else:
+                            reader = ipc.open_stream(src)
+                            batches = iter(reader)
+                    except (pa.ArrowException, OSError, ValueError) as e:
+                        raise CorruptReport(f"{path}: the columnar export does not read (table {name}, {f.name}): "
+                                            f"{e}", path) from None
+                    yield name, reader.schema, batches
         return
     size = os.path.getsize(path)
     with pa.OSFile(str(path), "rb") as src:        # nsys 2022.4 --type arrow: a stream per table

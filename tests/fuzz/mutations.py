@@ -255,6 +255,8 @@ def edited_copy(src: Path, dest: Path, edit) -> Path:
 
 
 def digest(path: Path) -> dict:
+    if path.is_dir():                   # a columnar export: every file in it
+        return {q.name: hashlib.sha256(q.read_bytes()).hexdigest() for q in sorted(path.iterdir()) if q.is_file()}
     out = {}
     for p in [path] + [Path(str(path) + s) for s in ("-wal", "-shm", "-journal")]:
         if p.exists():
