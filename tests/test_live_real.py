@@ -111,3 +111,12 @@ def test_whatif_calibrated_from_the_live_log_meets_the_unprofiled_sweep(batch):
     # every measured step count within the engine-to-engine spread of the 3-step engines (-15% .. +11%)
     for s, v in measured.items():
         assert pred[s] == pytest.approx(v, rel=0.15), s
+
+
+def test_every_series_the_dashboard_queries_is_in_the_real_scrape():
+    """dashboards/specprof_live.json queries only series a real SGLang worker served (the H100 scrape)."""
+    dashboard = (REAL.parents[1] / "dashboards" / "specprof_live.json").read_text()
+    scrape = (REAL / "sglang_live_h100_e2_on.metrics.txt").read_text()
+    queried = set(re.findall(r"specprof:[a-z_]+", dashboard))
+    served = set(re.findall(r"^(specprof:[a-z_]+)", scrape, re.M))
+    assert len(queried) >= 10 and queried <= served, sorted(queried - served)
