@@ -79,7 +79,11 @@ class Context:
         return int(len(self.per_cycle))
 
     def mean(self, col: str) -> float:
-        return float(self.per_cycle[col].mean()) if col in self.per_cycle.columns and len(self.per_cycle) else 0.0
+        """Mean per cycle; 0 where the column is absent or holds no value (a live log's all-reduce at TP 1)."""
+        if col not in self.per_cycle.columns or not len(self.per_cycle):
+            return 0.0
+        m = pd.to_numeric(self.per_cycle[col], errors="coerce").astype(float).mean()
+        return float(m) if m == m else 0.0
 
 
 def steady_cycles(cycles: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -106,8 +110,11 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     from analyze.tools.whatif import model as W
 
     # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
+    from analyze.run.live import is_live
+
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
-                      sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)))
+                      sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
+                      live=is_live(analysis))     # a live log's model is whatif's for it (not the kernel-table one)
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch,
               request_tokens=request_tokens)
     r = W.whatif(side, steps, **kw)
@@ -131,6 +138,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "rounds": r["rounds"],
             "best_extrapolated": bool(r["best"]["extrapolated"]),
             "verdict_uncertain": bool(r["best"]["verdict_uncertain"]),
+            "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps)}
@@ -632,10 +640,14 @@ def rule_speculation(ctx: Context):
                "best_steps": w["best_steps"], "baseline_source": w["baseline_source"]}
     if not (base == base and base > 0 and prof > 0):           # NaN or nothing measured
         return [], F.RuleCheck(rule, F.NO_DATA, "no tokens/s without speculation to compare with", figures)
-    if best >= base:
+    if best >= base and not w.get("verdict_uncertain"):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'} predicted "
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",
                                figures)
+    if w.get("verdict_uncertain") and w.get("baseline_from_live_log"):
+        return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against a baseline estimated from a live "
+                               "timing log (no kernel tables; 42% low on the first real log); give --baseline-tps "
+                               "(unprofiled tokens/s without speculation)", figures)
     if w.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 

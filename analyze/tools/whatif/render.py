@@ -92,7 +92,12 @@ def render_whatif(r: dict) -> str:
         out.append(_wrap(f"Few cycles: this rests on {b['cycles']} decode cycle{'' if b['cycles'] == 1 else 's'} "
                          f"(fewer than {MIN_CYCLES}): acceptance and costs from so few are not a basis for a decision; "
                          "profile longer, or pick a batch size the profile holds more of (--per-batch lists them)."))
-    if b.get("verdict_uncertain"):
+    if b.get("verdict_uncertain") and b.get("baseline_from_live_log"):
+        out.append(_wrap("Uncertain verdict: the baseline is estimated from a live timing log (no kernel tables: a "
+                         "cycle without draft and draft_extend, verify's event time holding its Python); on the first "
+                         "real log it was 42% low: measure unprofiled tokens/s without speculation (--baseline-tps) "
+                         "before turning speculation on or off."))
+    elif b.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
         lo, hi = PROFILE_ALONE_RATIO
