@@ -147,3 +147,34 @@ def test_whatif_and_advise_on_the_real_live_log_alone():
 
 
 W_STEPS = range(1, 11)
+
+
+@need
+def test_per_batch_calibrated_from_the_live_log(tmp_path):
+    """--per-batch --calibrate-live: each batch size of the profile calibrated from the log's steady
+    cycles of that size (as --calibrate-live --batch M each): the rows equal the single-batch calls; with
+    the sweep's baselines the verdict at 1 and 16 is the sweep's (speculation pays). With the estimated
+    baselines (0.98x, 1.00x) no batch is said flatly not to pay."""
+    import subprocess
+    import sys
+
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.command import live_calibrations
+
+    side = sides.load_side(str(PROFILE))
+    tps, sources = live_calibrations(str(ENGINE_LOG), [side], None, [1, 16, 64])
+    assert set(tps) == {1, 16}                       # the log has no cycle of 64 requests: not calibrated
+    bases = {m: read_measured(SWEEP, m)[1] for m in (1, 16)}
+    table = PB.per_batch([side], range(1, 7), n_boot=0, calibrate=tps, calibration_sources=sources,
+                         baselines_tps=bases).set_index("batch")
+    for m in (1, 16):
+        k, x, src = live_calibration(str(ENGINE_LOG), [side], None, None, m)
+        one = W.whatif(side, range(1, 7), n_boot=0, batch=m, calibrate_tps=x, calibrate_steps=k,
+                       calibration_source=src, baseline_tps=bases[m])
+        assert table.loc[m, "tokens_per_s_best"] == pytest.approx(one["best"]["tokens_per_s"], rel=1e-12)
+        assert table.loc[m, "calibrated"] and table.loc[m, "best_or_off"] > 0 and table.loc[m, "speedup"] > 1
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch", "--steps",
+                           "1..6", "--calibrate-live", str(ENGINE_LOG)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "No step count beats no speculation" not in proc.stdout and "off?" in proc.stdout
+    assert "measure --batch-baseline-tps before" in proc.stdout.replace("\n", " ")

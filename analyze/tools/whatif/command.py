@@ -145,7 +145,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--calibrate-live", metavar="LOG",
                    help="calibrate from a live timing log (a SPECPROF_TIMING=1 log file or directory, docs/live.md) "
                         "of the profiled configuration: its tokens/s over its steady cycles at the profile's step "
-                        "count (and --batch), used as --calibrate-tps")
+                        "count (and --batch; with --per-batch, each batch size from its own cycles), a steady rate "
+                        "(the rounds' tail stays the model's)")
     p.add_argument("--baseline-tps", metavar="Y", type=float,
                    help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
     p.add_argument("--verify-scaling", metavar="F|constant|fit", default=None,
@@ -186,10 +187,13 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     from analyze.tools.whatif.render import render_per_batch
 
     sides = [load_side(r) for r in args.reports]
+    sources = None
+    if args.calibrate_live:          # each batch size calibrated from the log's steady cycles of that size
+        batch_tps, sources = live_calibrations(args.calibrate_live, sides, ks, PB.batch_counts(sides).index)
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
-                             request_tokens=args.request_tokens)
+                             calibration_sources=sources, request_tokens=args.request_tokens)
     except TraceError:
         raise
     except ValueError as exc:
@@ -235,14 +239,11 @@ def live_sides(sides: list, ks) -> tuple[list, dict]:
     return out, measured
 
 
-def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, dict]:
-    """(step count, tokens/s, source) for ``--calibrate-live PATH``: the live log's tokens/s over its
-    steady cycles at the profiles' step count (``--profiled-steps``, else inferred from the profile)
-    and ``batch`` (:func:`analyze.tools.sides.live_tokens_per_s`)."""
+def _live_log_and_steps(path, sides: list, ks, cal_k):
+    """(the live log's analysis, the step count to calibrate) for ``--calibrate-live PATH``."""
     from analyze.read.inputs import display_path
     from analyze.run import api
     from analyze.run.live import is_live, live_paths
-    from analyze.tools.sides import live_step_counts, live_tokens_per_s
     from analyze.tools.whatif.model import infer_steps
 
     if live_paths([path]) is None:
@@ -257,6 +258,34 @@ def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, d
             raise UsageError(f"--calibrate-live: the profiles' step count is {found or 'unknown'}: give one profile "
                              "step count (--profiled-steps K)")
         cal_k = found[0]
+    return log, int(cal_k)
+
+
+def live_calibrations(path, sides: list, ks, batches) -> tuple[dict, dict]:
+    """``--calibrate-live PATH --per-batch``: ({batch: the log's steady tokens/s at the profiles' step
+    count and that batch}, {batch: its source}); a batch size the log has no steady cycle of is left
+    out (that row is then not calibrated, and says so)."""
+    from analyze.read.inputs import display_path
+    from analyze.tools.sides import live_tokens_per_s
+
+    log, k = _live_log_and_steps(path, sides, ks, None)
+    tps, sources = {}, {}
+    for m in batches:
+        got = live_tokens_per_s(log.cycles, steps=k, batch=int(m))
+        if got is not None:
+            tps[int(m)] = float(got["tokens_per_s"])
+            sources[int(m)] = dict(got, kind="live_log", path=display_path(path))
+    return tps, sources
+
+
+def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, dict]:
+    """(step count, tokens/s, source) for ``--calibrate-live PATH``: the live log's tokens/s over its
+    steady cycles at the profiles' step count (``--profiled-steps``, else inferred from the profile)
+    and ``batch`` (:func:`analyze.tools.sides.live_tokens_per_s`)."""
+    from analyze.read.inputs import display_path
+    from analyze.tools.sides import live_step_counts, live_tokens_per_s
+
+    log, cal_k = _live_log_and_steps(path, sides, ks, cal_k)
     got = live_tokens_per_s(log.cycles, steps=cal_k, batch=batch)
     if got is None:
         have = live_step_counts(log.cycles)
@@ -291,8 +320,8 @@ def main_whatif(argv: list[str]) -> int:
             raise ValueError("--per-batch / --adaptive-config model every batch size: no --batch, --plot or --measured")
         if args.calibrate_live and args.calibrate_tps:
             raise ValueError("--calibrate-live and --calibrate-tps: give one of them")
-        if args.calibrate_live and per_batch_mode:
-            raise ValueError("--calibrate-live goes without --per-batch (give --batch-tps per batch size)")
+        if args.calibrate_live and batch_tps:
+            raise ValueError("--calibrate-live and --batch-tps: give one of them")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     with output_policy.protect([*args.reports, args.baseline, args.measured, args.calibrate_live], force=args.force):

@@ -56,12 +56,13 @@ def batch_counts(profiles) -> pd.Series:
 
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
               calibrate: dict | None = None, most: int | None = None, request_tokens="auto",
-              **kw) -> pd.DataFrame:
+              calibration_sources: dict | None = None, **kw) -> pd.DataFrame:
     """One row per batch size with at least ``min_cycles`` cycles: the batch, its cycles, the
     profiled step count, the best step count, tokens/s at the best and at the profiled one, the
     baseline (``baselines_tps`` {batch: no-speculation tokens/s measured without the profiler}, else
     estimated) and the speed-up; ``best_or_off`` is 0 where no step count beats the baseline.
-    ``calibrate``: {batch: unprofiled tokens/s at the profiled step count}; ``most``: only that many
+    ``calibrate``: {batch: unprofiled tokens/s at the profiled step count} (``calibration_sources``
+    {batch: where it came from}: a live log's is of steady cycles, whatif's --calibrate-live); ``most``: only that many
     batch sizes, those with the most cycles (a bound on the work). ``request_tokens``: whatif's, or
     {batch: its value} (a batch not in it: "auto"). ``kw``: whatif's."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
@@ -78,7 +79,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         cal = (calibrate or {}).get(int(batch))
         n_req = request_tokens.get(int(batch), "auto") if isinstance(request_tokens, dict) else request_tokens
         r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo,
-                     request_tokens=n_req, **kw)
+                     request_tokens=n_req, calibration_source=(calibration_sources or {}).get(int(batch)), **kw)
         p = r["predictions"].set_index("steps")
         best = r["best"]
         k = r["profiles"][0]["steps"]

@@ -149,7 +149,9 @@ def render_per_batch(table, config_path=None) -> str:
         k = int(table["best_steps"].iloc[0])
         out += wrap(f"One step count is best at every batch size measured: --speculative-num-steps {k} "
                     f"(--speculative-num-draft-tokens {k + 1}) does what an adaptive config would, without it.")
-    off = not_paying(table)
+    # a flat "speculation does not pay" only where the verdict is not uncertain ('?': said below)
+    unsure = set(table.loc[table["verdict_uncertain"].astype(bool), "batch"].astype(int))
+    off = [b for b in not_paying(table) if b not in unsure]
     if off and len(off) == len(table):
         out += wrap("No step count beats no speculation at any batch size measured: run without "
                     "--speculative-algorithm (no adaptive config: its 0 steps still verifies).")
@@ -162,9 +164,12 @@ def render_per_batch(table, config_path=None) -> str:
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
         lo, hi = PROFILE_ALONE_RATIO
+        unsure_rows = table[table["verdict_uncertain"].astype(bool)]
+        what = ("--batch-baseline-tps" if unsure_rows["calibrated"].astype(bool).all()
+                else "--batch-tps and --batch-baseline-tps")
         out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to {hi:.2f}x of the "
-                    "measured one on real SGLang sweeps, so these can be either side of 1: measure --batch-tps and "
-                    "--batch-baseline-tps before turning speculation on or off there.")
+                    f"measured one on real SGLang sweeps, so these can be either side of 1: measure {what} before "
+                    "turning speculation on or off there.")
     if (table["baseline_source"] == "estimated").any():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
                     "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
