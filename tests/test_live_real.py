@@ -190,3 +190,31 @@ def test_diff_of_a_live_log_and_an_nsys_report_says_their_phases_differ_in_kind(
     assert any("not the same measure" in n for n in r["notes"])
     both = diff_results(sides.load_side(str(ENGINE_LOG)), sides.load_side(str(PROFILE_LOG)), n_boot=20)
     assert not any("not the same measure" in n for n in both["notes"])
+
+
+@need
+def test_uncertain_rows_are_not_called_not_paying_and_mixed_inputs_are_refused(tmp_path):
+    """Both batch sizes of the H100 profile are 'off?' against estimated baselines (0.98x, 1.00x) while the
+    sweep measured 1.08x and 1.19x: the adaptive config is written (not refused as 'does not pay'), its
+    not_paying list is empty; advise suggests the adaptive config. A live log and an nsys report in one
+    whatif: one line, exit 10 (as the report); --per-batch --calibrate-live with no batch size of the
+    log's: one line, exit 12."""
+    import json as _json
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True)
+
+    out = tmp_path / "a.json"
+    p = cli("whatif", PROFILE, "--adaptive-config", out, "--steps", "1..6", "--calibrate-live", ENGINE_LOG)
+    assert p.returncode == 0, p.stderr
+    cfg = _json.loads(out.read_text())
+    assert cfg["1"]["candidate_steps"] and cfg["16"]["candidate_steps"] and cfg["specprof"]["not_paying"] == []
+    p = cli("whatif", ENGINE_LOG, PROFILE, "--batch", "1")
+    assert p.returncode == 10 and len(p.stderr.strip().splitlines()) == 1 and "given together" in p.stderr
+    p = cli("whatif", PROFILE, "--per-batch", "--profiled-steps", "2", "--calibrate-live", ENGINE_LOG)
+    assert p.returncode == 12 and len(p.stderr.strip().splitlines()) == 1 and "(1, 16)" in p.stderr
+    p = cli("whatif", ENGINE_LOG, "--per-batch", "--steps", "1..6")
+    text = p.stdout.replace("\n", " ")
+    assert p.returncode == 0 and "estimated from a live timing log" in text and "0.70x to 1.22x" not in text

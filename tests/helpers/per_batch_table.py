@@ -9,7 +9,8 @@ from analyze.tools.whatif.per_batch import COLUMNS
 def per_batch_table(**cols) -> pd.DataFrame:
     n = len(cols["batch"])
     plain = {"profiled_steps": [3] * n, "baseline_source": ["given"] * n, "accepted_per_request": [1.0] * n,
-             "best_extrapolated": [False] * n, "calibrated": [False] * n, "verdict_uncertain": [False] * n}
+             "best_extrapolated": [False] * n, "calibrated": [False] * n, "verdict_uncertain": [False] * n,
+             "baseline_from_live_log": [False] * n}
     missing = set(COLUMNS) - set(plain) - set(cols)
     if missing:
         raise TypeError(f"per_batch_table: give {sorted(missing)}")

@@ -702,7 +702,7 @@ def rule_adaptive_steps(ctx: Context):
     if not rows:
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "fewer than two batch sizes with enough decode cycles each")
     uses = {r["batch"]: r["best_steps"] for r in rows}     # >= 1: SGLang's adaptive 0 still verifies (whatif.per_batch)
-    off = [r["batch"] for r in rows if not r["best_or_off"]]
+    off = [r["batch"] for r in rows if not r["best_or_off"] and not r.get("verdict_uncertain")]   # as not_paying
     figures = {"best_by_batch": {str(b): u for b, u in uses.items()}, "not_paying_batches": off}
     if len(off) == len(rows):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "speculation does not pay at any batch size measured "

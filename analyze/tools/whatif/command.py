@@ -189,7 +189,14 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     sides = [load_side(r) for r in args.reports]
     sources = None
     if args.calibrate_live:          # each batch size calibrated from the log's steady cycles of that size
-        batch_tps, sources = live_calibrations(args.calibrate_live, sides, ks, PB.batch_counts(sides).index)
+        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
+        batch_tps, sources = live_calibrations(args.calibrate_live, sides, ks, sizes)
+        if not batch_tps:            # as --calibrate-live without --per-batch: one line, exit 12
+            from analyze.read.inputs import display_path
+
+            raise UnsuitableInput(f"--calibrate-live {display_path(args.calibrate_live)}: no steady cycle at the "
+                                  f"profile's step count of any of its batch sizes ({', '.join(map(str, sizes))})",
+                                  args.calibrate_live)
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
@@ -324,6 +331,9 @@ def main_whatif(argv: list[str]) -> int:
             raise ValueError("--calibrate-live and --batch-tps: give one of them")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    from analyze.run.live import live_paths
+
+    live_paths(args.reports)        # live logs and nsys reports together: one line, as the report refuses them
     with output_policy.protect([*args.reports, args.baseline, args.measured, args.calibrate_live], force=args.force):
         output_policy.check_outputs({"--json": args.json, "--plot": args.plot, "--adaptive-config": args.adaptive_config})
         if per_batch_mode:

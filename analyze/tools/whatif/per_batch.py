@@ -30,7 +30,7 @@ from analyze.tools.whatif import model as W
 
 COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_profiled",
            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
-           "best_extrapolated", "calibrated", "verdict_uncertain")
+           "best_extrapolated", "calibrated", "verdict_uncertain", "baseline_from_live_log")
 """The columns of :func:`per_batch`'s table, in order."""
 
 MIN_CYCLES = W.MIN_CYCLES
@@ -91,7 +91,8 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "best_or_off": int(best["steps"]) if best["speedup"] > 1.0 else 0,
                      "accepted_per_request": float(p.loc[best["steps"], "accepted_per_request"]),
                      "best_extrapolated": bool(best["extrapolated"]), "calibrated": cal is not None,
-                     "verdict_uncertain": bool(best["verdict_uncertain"])})
+                     "verdict_uncertain": bool(best["verdict_uncertain"]),
+                     "baseline_from_live_log": bool(best.get("baseline_from_live_log"))})
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
@@ -103,7 +104,7 @@ def adaptive_config(table: pd.DataFrame) -> dict:
     not pay at all."""
     if table.empty:
         raise ValueError("no batch size with enough decode cycles to write an adaptive config")
-    if (table["best_or_off"] == 0).all():
+    if len(not_paying(table)) == len(table):
         raise ValueError("speculation does not pay at any batch size measured ("
                          + ", ".join(f"{r.batch}: {r.speedup:.2f}x" for r in table.itertuples())
                          + "): no adaptive config; run without --speculative-algorithm")
@@ -132,5 +133,7 @@ def differs(table: pd.DataFrame) -> bool:
 
 
 def not_paying(table: pd.DataFrame) -> list[int]:
-    """The batch sizes at which no step count beats no speculation."""
-    return [int(b) for b in table.loc[table["best_or_off"] == 0, "batch"]]
+    """The batch sizes at which no step count beats no speculation, the verdict not uncertain (an
+    uncertain one, '?', is no basis for saying so: whatif.model.verdict_uncertain)."""
+    sure = ~table["verdict_uncertain"].astype(bool) if "verdict_uncertain" in table.columns else True
+    return [int(b) for b in table.loc[(table["best_or_off"] == 0) & sure, "batch"]]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from analyze.tools.whatif import acceptance as acc_mod
 
@@ -149,9 +150,7 @@ def render_per_batch(table, config_path=None) -> str:
         k = int(table["best_steps"].iloc[0])
         out += wrap(f"One step count is best at every batch size measured: --speculative-num-steps {k} "
                     f"(--speculative-num-draft-tokens {k + 1}) does what an adaptive config would, without it.")
-    # a flat "speculation does not pay" only where the verdict is not uncertain ('?': said below)
-    unsure = set(table.loc[table["verdict_uncertain"].astype(bool), "batch"].astype(int))
-    off = [b for b in not_paying(table) if b not in unsure]
+    off = not_paying(table)          # where the verdict is not uncertain ('?': said below)
     if off and len(off) == len(table):
         out += wrap("No step count beats no speculation at any batch size measured: run without "
                     "--speculative-algorithm (no adaptive config: its 0 steps still verifies).")
@@ -165,12 +164,21 @@ def render_per_batch(table, config_path=None) -> str:
 
         lo, hi = PROFILE_ALONE_RATIO
         unsure_rows = table[table["verdict_uncertain"].astype(bool)]
-        what = ("--batch-baseline-tps" if unsure_rows["calibrated"].astype(bool).all()
+        live_rows = unsure_rows["baseline_from_live_log"].astype(bool) if "baseline_from_live_log" in table.columns \
+            else pd.Series(False, index=unsure_rows.index)
+        what = ("--batch-baseline-tps" if (unsure_rows["calibrated"].astype(bool) | live_rows).all()
                 else "--batch-tps and --batch-baseline-tps")
-        out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to {hi:.2f}x of the "
-                    f"measured one on real SGLang sweeps, so these can be either side of 1: measure {what} before "
-                    "turning speculation on or off there.")
-    if (table["baseline_source"] == "estimated").any():
+        if live_rows.all():
+            out += wrap("'?': an uncertain verdict: the baselines are estimated from a live timing log (a cycle "
+                        "without draft and draft_extend; 42% low on the first real log): measure --batch-baseline-tps "
+                        "before turning speculation on or off there.")
+        else:
+            out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to "
+                        f"{hi:.2f}x of the measured one on real SGLang sweeps, so "
+                        f"these can be either side of 1: measure {what} before turning speculation on or off there.")
+    est = table["baseline_source"] == "estimated"
+    if est.any() and not (est & table.get("baseline_from_live_log", pd.Series(False, index=table.index))
+                          .astype(bool)).all():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
                     "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
     if config_path:
