@@ -30,11 +30,15 @@ REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns
 
 
 def raw_summary(log: str, columns) -> pd.DataFrame | None:
-    """Per batch size, the median (us) of the log's ``columns`` that it has (None: none of them)."""
+    """Per batch size, the median (us) of the log's ``columns`` that it has (None: none of them), over
+    the steady cycles (those the cycle table does not flag warm-up or outlier, as :func:`summary`)."""
     raw, _ = live.read_raw([log])
     have = [x for x in columns if x in raw.columns and raw[x].notna().any()]
     if not have:
         return None
+    cyc = live.load_live([log]).cycles
+    steady = cyc.loc[~cyc["warmup"].astype(bool), ["rank", "pid", "shim_cycle"]].astype("int64")
+    raw = raw.merge(steady.rename(columns={"shim_cycle": "cycle"}), on=["rank", "pid", "cycle"])
     g = raw.groupby(pd.to_numeric(raw["requests"], errors="coerce"))
     return g[have].median().div(1e3).round(1)
 
