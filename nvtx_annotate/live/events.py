@@ -153,12 +153,13 @@ class Timer:
                 if phase is not None and t.cycle is not None and phase not in t.open_phases and (
                         self.time_allreduce or phase != "allreduce"):
                     t.open_phases.append(phase)
-                    entry = (phase, self._record(t.cycle, phase), self.clock())
-                    if name in REPLAY_OF:       # a replay outside its phase's range: both at once
-                        entry = entry + (True,)
+                    # (key, start event, host start, the second key the pair times: a replay outside its
+                    # phase's range times both)
+                    entry = (phase, self._record(t.cycle, phase), self.clock(),
+                             phase + _REPLAY if name in REPLAY_OF else None)
                 elif name in REPLAY_OF and t.cycle is not None:
                     key = REPLAY_OF[name] + _REPLAY
-                    entry = (key, self._record(t.cycle, key), None)
+                    entry = (key, self._record(t.cycle, key), None, None)
         finally:
             t.stack.append(entry)
 
@@ -172,7 +173,7 @@ class Timer:
         if entry is _CYCLE:
             self._end(t)
             return
-        phase, start, host_t0 = entry[:3]
+        phase, start, host_t0, also = entry
         if phase in t.open_phases:
             t.open_phases.remove(phase)
         rec = t.cycle
@@ -181,14 +182,14 @@ class Timer:
         if host_t0 is not None:
             rec.host[phase] = rec.host.get(phase, 0) + (self.clock() - host_t0)
         end = self._record(rec, phase) if start is not None else None
-        keys = (phase, phase + _REPLAY) if len(entry) > 3 else (phase,)
+        keys = (phase, also) if also is not None else (phase,)
         if start is None or end is None:
             rec.missing.update(keys)
         elif len(rec.pairs) >= self.max_pairs:
             rec.missing.update(keys)
             self.counters["capped_pairs"] += 1
         else:
-            rec.pairs.append((phase, start, end, keys[1] if len(keys) > 1 else None))
+            rec.pairs.append((phase, start, end, also))
 
     def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
         """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
@@ -389,8 +390,6 @@ class TeeBackend:
         return r
 
     def _timing_on(self, routes: list) -> bool:
-        if self.pause_file is None:
-            return True
         if not routes:                      # outermost: the state may change here only
             now = self._clock()
             if now - self._checked >= self.pause_check_s:
@@ -401,11 +400,12 @@ class TeeBackend:
     def push(self, name, payload=None):
         if self._inner_on:
             self.inner.push(name, payload)
-        routes = self._route()
-        on = self._timing_on(routes)
-        routes.append(on)
-        if not on:
-            return
+        if self.pause_file is not None:     # routing only where a pause can happen (the overhead benchmark)
+            routes = self._route()
+            on = self._timing_on(routes)
+            routes.append(on)
+            if not on:
+                return
         try:
             self.timer.push(name, payload)
         except Exception as exc:
@@ -414,9 +414,10 @@ class TeeBackend:
     def pop(self):
         if self._inner_on:
             self.inner.pop()
-        routes = self._route()
-        if routes and not routes.pop():
-            return
+        if self.pause_file is not None:
+            routes = self._route()
+            if routes and not routes.pop():
+                return
         try:
             self.timer.pop()
         except Exception as exc:
