@@ -132,9 +132,11 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
     from analyze.tools.advise.model import rule_adaptive_steps
 
     rows = [{"batch": 1, "cycles": 300, "best_steps": 5, "best_or_off": 5, "speedup": 1.3, "baseline_source": "given",
-             "tokens_per_s_profiled": 390.0, "tokens_per_s_best": 400.0, "tokens_per_s_baseline": 300.0},
+             "tokens_per_s_profiled": 390.0, "tokens_per_s_best": 400.0, "tokens_per_s_baseline": 300.0,
+             "verdict_uncertain": False},
             {"batch": 16, "cycles": 100, "best_steps": 2, "best_or_off": 0, "speedup": 0.9, "baseline_source": "given",
-             "tokens_per_s_profiled": 4500.0, "tokens_per_s_best": 4600.0, "tokens_per_s_baseline": 5000.0}]
+             "tokens_per_s_profiled": 4500.0, "tokens_per_s_best": 4600.0, "tokens_per_s_baseline": 5000.0,
+             "verdict_uncertain": False}]       # as every row of whatif's per-batch table (per_batch.COLUMNS)
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": rows}, cycle_ns=1000.0))
     assert check.status == F.TRIGGERED and len(found) == 1
     f = found[0]

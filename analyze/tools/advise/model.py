@@ -645,8 +645,10 @@ def rule_speculation(ctx: Context):
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",
                                figures)
     if w.get("verdict_uncertain") and w.get("baseline_from_live_log"):
+        from analyze.tools.whatif.model import LIVE_BASELINE_ERROR
+
         return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against a baseline estimated from a live "
-                               "timing log (no kernel tables; 42% low on the first real log); give --baseline-tps "
+                               f"timing log (no kernel tables; {LIVE_BASELINE_ERROR}); give --baseline-tps "
                                "(unprofiled tokens/s without speculation)", figures)
     if w.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
@@ -702,7 +704,9 @@ def rule_adaptive_steps(ctx: Context):
     if not rows:
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, "fewer than two batch sizes with enough decode cycles each")
     uses = {r["batch"]: r["best_steps"] for r in rows}     # >= 1: SGLang's adaptive 0 still verifies (whatif.per_batch)
-    off = [r["batch"] for r in rows if not r["best_or_off"] and not r.get("verdict_uncertain")]   # as not_paying
+    from analyze.tools.whatif.per_batch import not_paying
+
+    off = not_paying(pd.DataFrame(rows))
     figures = {"best_by_batch": {str(b): u for b, u in uses.items()}, "not_paying_batches": off}
     if len(off) == len(rows):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "speculation does not pay at any batch size measured "

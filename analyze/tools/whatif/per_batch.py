@@ -135,5 +135,5 @@ def differs(table: pd.DataFrame) -> bool:
 def not_paying(table: pd.DataFrame) -> list[int]:
     """The batch sizes at which no step count beats no speculation, the verdict not uncertain (an
     uncertain one, '?', is no basis for saying so: whatif.model.verdict_uncertain)."""
-    sure = ~table["verdict_uncertain"].astype(bool) if "verdict_uncertain" in table.columns else True
+    sure = ~table["verdict_uncertain"].astype(bool)
     return [int(b) for b in table.loc[(table["best_or_off"] == 0) & sure, "batch"]]

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from analyze.tools.whatif import acceptance as acc_mod
 
@@ -94,9 +93,11 @@ def render_whatif(r: dict) -> str:
                          f"(fewer than {MIN_CYCLES}): acceptance and costs from so few are not a basis for a decision; "
                          "profile longer, or pick a batch size the profile holds more of (--per-batch lists them)."))
     if b.get("verdict_uncertain") and b.get("baseline_from_live_log"):
+        from analyze.tools.whatif.model import LIVE_BASELINE_ERROR
+
         out.append(_wrap("Uncertain verdict: the baseline is estimated from a live timing log (no kernel tables: a "
-                         "cycle without draft and draft_extend, verify's event time holding its Python); on the first "
-                         "real log it was 42% low: measure unprofiled tokens/s without speculation (--baseline-tps) "
+                         "cycle without draft and draft_extend, verify's event time holding its Python), "
+                         f"{LIVE_BASELINE_ERROR}: measure unprofiled tokens/s without speculation (--baseline-tps) "
                          "before turning speculation on or off."))
     elif b.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
@@ -160,25 +161,23 @@ def render_per_batch(table, config_path=None) -> str:
                     "extend, slower than any step count), so a config keeps the best step count there; a server that "
                     "mostly runs at those batch sizes is faster without --speculative-algorithm.")
     if table["verdict_uncertain"].any():
-        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+        from analyze.tools.whatif.model import LIVE_BASELINE_ERROR, PROFILE_ALONE_RATIO
 
         lo, hi = PROFILE_ALONE_RATIO
         unsure_rows = table[table["verdict_uncertain"].astype(bool)]
-        live_rows = unsure_rows["baseline_from_live_log"].astype(bool) if "baseline_from_live_log" in table.columns \
-            else pd.Series(False, index=unsure_rows.index)
+        live_rows = unsure_rows["baseline_from_live_log"].astype(bool)
         what = ("--batch-baseline-tps" if (unsure_rows["calibrated"].astype(bool) | live_rows).all()
                 else "--batch-tps and --batch-baseline-tps")
         if live_rows.all():
             out += wrap("'?': an uncertain verdict: the baselines are estimated from a live timing log (a cycle "
-                        "without draft and draft_extend; 42% low on the first real log): measure --batch-baseline-tps "
+                        f"without draft and draft_extend; {LIVE_BASELINE_ERROR}): measure --batch-baseline-tps "
                         "before turning speculation on or off there.")
         else:
             out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to "
                         f"{hi:.2f}x of the measured one on real SGLang sweeps, so "
                         f"these can be either side of 1: measure {what} before turning speculation on or off there.")
     est = table["baseline_source"] == "estimated"
-    if est.any() and not (est & table.get("baseline_from_live_log", pd.Series(False, index=table.index))
-                          .astype(bool)).all():
+    if est.any() and not (est & table["baseline_from_live_log"].astype(bool)).all():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
                     "time): measure them (--batch-baseline-tps M=Y,...) before turning speculation off for a batch size.")
     if config_path:
