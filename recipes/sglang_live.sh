@@ -40,7 +40,6 @@ for mode in $ENGINES; do
     # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      SPECPROF_TIMING_PAUSE_FILE="$W/pause" \
       timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
