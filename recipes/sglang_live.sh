@@ -10,6 +10,7 @@
 #     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
+#   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
@@ -77,7 +78,7 @@ PY
 el=$(( $(date +%s) - T0 ))
 if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
   source .device-kit/nsys-setup.sh >/dev/null || exit 5
-  base="sglang_live_v${V}_l${L}_s${STEPS}"
+  base="sglang_live_v${V}_l${L}_s${STEPS}"; [ "$GRAPH_BS" = none ] && base="${base}_eager"
   echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
   SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 timeout 240 \
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \

@@ -121,8 +121,11 @@ def engine_kwargs(a, batches):
     kw = dict(model_path=f"{a.tiny}/target", load_format="dummy", skip_tokenizer_init=True,
               attention_backend="triton", sampling_backend="pytorch", grammar_backend="none",
               mem_fraction_static=0.5, tp_size=1, max_running_requests=max(batches),
-              cuda_graph_bs_decode=[int(x) for x in a.graph_bs.split(",")], log_level=a.log_level,
-              random_seed=0)
+              log_level=a.log_level, random_seed=0)
+    if a.graph_bs == "none":      # eager: SGLang's --disable-cuda-graph (no replays; docs/live.md)
+        kw["disable_cuda_graph"] = True
+    else:
+        kw["cuda_graph_bs_decode"] = [int(x) for x in a.graph_bs.split(",")]
     adaptive = adaptive_record(a.adaptive, a.steps) if a.adaptive else None
     steps = adaptive["start_steps"] if adaptive else a.steps
     if steps > 0:
@@ -288,7 +291,8 @@ def parse_args(argv=None):
     p.add_argument("--min-rounds", type=int, default=3)
     p.add_argument("--max-rounds", type=int, default=6)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--graph-bs", default="1,2,4,8,16,32,64")
+    p.add_argument("--graph-bs", default="1,2,4,8,16,32,64",
+                   help="CUDA graph batch sizes, or 'none': eager (SGLang's --disable-cuda-graph)")
     p.add_argument("--log-level", default="warning",
                    help="SGLang's log level ('info' logs the adaptive switches that --merge reads)")
     p.add_argument("--profile-window", action="store_true",

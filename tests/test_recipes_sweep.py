@@ -62,6 +62,8 @@ def test_fixed_step_kwargs():
     assert kw == BASE and adaptive is None          # no speculation: no speculative_* at all
     kw, _ = kwargs("--steps", "2", "--graph-bs", "1,4,16,64", "--batches", "1,16")
     assert kw["cuda_graph_bs_decode"] == [1, 4, 16, 64] and kw["max_running_requests"] == 16
+    kw, _ = kwargs("--steps", "3", "--graph-bs", "none")        # eager: SGLang's --disable-cuda-graph
+    assert kw["disable_cuda_graph"] is True and "cuda_graph_bs_decode" not in kw
 
 
 def test_adaptive_default_kwargs():
