@@ -10,6 +10,7 @@
 #     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
+#   the same with the CUDA events off (host times only: what the events cost): EVENTS=0
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
@@ -41,7 +42,7 @@ for mode in $ENGINES; do
     # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     python3 -c "import json,sys; [print(f\"   batch {b['batch']}: on {b['tokens_per_s_timing_on']:.1f} paused {b['tokens_per_s_timing_paused']:.1f} overhead {100*b['timing_overhead']:+.2f}% pairs {[round(x,3) for x in b['timing_pair_ratios']]}\") for b in json.load(open(sys.argv[1]))['batches']]" "$W/$tag.json"

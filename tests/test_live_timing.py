@@ -357,6 +357,8 @@ def test_the_pause_file_setting():
     s, problems = live.settings_from_env({"SPECPROF_TIMING_PAUSE_FILE": "/tmp/x"})
     assert s.pause_file == "/tmp/x" and not problems
     assert live.settings_from_env({})[0].pause_file is None
+    assert live.settings_from_env({})[0].events is True
+    assert live.settings_from_env({"SPECPROF_TIMING_EVENTS": "0"})[0].events is False
 
 
 # ------------------------------------------------------------------ through the shim's wrappers
@@ -965,3 +967,20 @@ def test_an_abandoned_log_completes_what_it_wrote(tmp_path):
     files = list(tmp_path.glob("*.parquet"))
     assert len(files) == 1 and not list(tmp_path.glob("*.tmp"))
     assert pq.read_table(files[0]).num_rows == 4
+
+
+def test_events_off_times_the_host_only(tmp_path):
+    """SPECPROF_TIMING_EVENTS=0: the timer records no CUDA event (host times only: the overhead
+    benchmark's split between the events and the rest of the timing mode)."""
+    s, _ = live.settings_from_env({"SPECPROF_TIMING_EVENTS": "0", "SPECPROF_TIMING_DIR": str(tmp_path)})
+    on = live.enable(s, threaded=False)
+    try:
+        assert on.timer._events_ready and on.timer._factory is None
+    finally:
+        live.disable()
+    s, _ = live.settings_from_env({"SPECPROF_TIMING_DIR": str(tmp_path)})
+    on = live.enable(s, threaded=False)
+    try:
+        assert not on.timer._events_ready          # "auto": torch's events looked up at the first cycle
+    finally:
+        live.disable()

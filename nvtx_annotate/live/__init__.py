@@ -26,9 +26,10 @@ ENV_RING = "SPECPROF_TIMING_RING"
 ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
 ENV_PORT = "SPECPROF_METRICS_PORT"
 ENV_PAUSE_FILE = "SPECPROF_TIMING_PAUSE_FILE"
+ENV_EVENTS = "SPECPROF_TIMING_EVENTS"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s file_s pause_file", defaults=(None,))
+                                  "metrics_port flush_s file_s pause_file events", defaults=(None, True))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle
@@ -72,6 +73,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         flush_s=DEFAULTS.flush_s,
         file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
         pause_file=env.get(ENV_PAUSE_FILE) or None,
+        events=env.get(ENV_EVENTS, "1") not in _OFF,
     ), problems
 
 
@@ -135,6 +137,8 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
         settings, problems = settings_from_env()
         for p in problems:
             wrappers.warn_once(f"live:env:{p}", f"nvtx_annotate: SPECPROF_TIMING: ignored {p}")
+    if not getattr(settings, "events", True):
+        events = None           # SPECPROF_TIMING_EVENTS=0: host times only (no CUDA event is recorded)
     sink_box = []
     timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
                   ring_size=settings.ring_size, time_allreduce=settings.time_allreduce)
