@@ -5,6 +5,9 @@ H100, 2026-12-05, recipes/sglang_live.sh (vocab 2, 64 target layers, 3 steps, ba
   at once: the nsys export and the live log of the same cycles;
 - ``sglang_live_h100_e2_on/`` + ``.metrics.txt``: an unprofiled engine with the timing mode on, its log and
   the last scrape of its ``/metrics``;
+- ``sglang_sweep_h100_v2_l64_b.json`` (sixth session, another H100): 0, 3, 4, 5 and 6 steps, one engine each on
+  one machine; ``sglang_live_h100_overhead_alt.json``: the timing mode on / paused in alternate rounds
+  inside one engine, with its CUDA events and without (``SPECPROF_TIMING_EVENTS=0``);
 - ``sglang_sweep_h100_v2_l64.json``: unprofiled tokens/s of the same configuration on that machine at 0, 1,
   3 (three engines), 4 and 5 steps; ``sglang_live_h100_overhead.json``: engines with and without the timing
   mode, interleaved.
@@ -27,6 +30,8 @@ PROFILE = REAL / "sglang_live_h100_v2_l64_s3.sqlite"
 PROFILE_LOG = REAL / "sglang_live_h100_v2_l64_s3.live"
 ENGINE_LOG = REAL / "sglang_live_h100_e2_on"
 SWEEP = REAL / "sglang_sweep_h100_v2_l64.json"
+SWEEP_B = REAL / "sglang_sweep_h100_v2_l64_b.json"
+OVERHEAD_ALT = REAL / "sglang_live_h100_overhead_alt.json"
 
 need = pytest.mark.skipif(not PROFILE.exists(), reason="fixture not unpacked (python -m fixtures.unpack)")
 
@@ -218,3 +223,56 @@ def test_uncertain_rows_are_not_called_not_paying_and_mixed_inputs_are_refused(t
     p = cli("whatif", ENGINE_LOG, "--per-batch", "--steps", "1..6")
     text = p.stdout.replace("\n", " ")
     assert p.returncode == 0 and "estimated from a live timing log" in text and "0.70x to 1.22x" not in text
+
+
+@need
+@pytest.mark.parametrize("batch", [1, 16])
+def test_the_profile_calibrated_at_its_step_count_meets_a_second_sweep(batch):
+    """Issue 40's "done when" on a second unprofiled sweep of the configuration (another H100, one engine a
+    step count, all on one machine; spreads 1-4%): from the 3-step profile plus that sweep's tokens/s at 3
+    steps and at 0, every measured step count within 10% (measured: batch 1 -1.0/+3.2/+9.3% at 4/5/6, batch
+    16 +0.3/-0.9/+4.8%), the predicted best the measured best (4 at batch 1, 3 at 16) and its speed-up
+    within 10% (1.12x vs 1.13x; 1.19x vs 1.19x)."""
+    measured, base = read_measured(SWEEP_B, batch)
+    assert sorted(measured) == [3, 4, 5, 6]
+    side = sides.load_side(str(PROFILE))
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=measured[3], calibrate_steps=3,
+                 baseline_tps=base)
+    pred = r["predictions"].set_index("steps")["tokens_per_s"]
+    for s, v in measured.items():
+        assert pred[s] == pytest.approx(v, rel=0.10), s
+    best = max(measured, key=measured.get)
+    assert r["best"]["steps"] == best == {1: 4, 16: 3}[batch]
+    assert r["best"]["speedup"] == pytest.approx(measured[best] / base, rel=0.10)
+    assert not r["best"]["verdict_uncertain"] and r["best"]["speedup"] > 1
+
+
+def _alternating(batch: dict) -> tuple[float, list[float]]:
+    """(overhead, pair ratios) of one batch of an alternating engine, from its rounds (recipes/sglang_sweep.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sweep", REAL.parents[1] / "recipes" / "sglang_sweep.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    o = m.timing_overhead(batch["rounds"])
+    return o["timing_overhead"], o["timing_pair_ratios"]
+
+
+def test_the_cuda_events_are_the_timing_modes_overhead():
+    """Inside one engine (rounds alternate on / paused, so engine-to-engine spread of 8-27% is out of it):
+    with its CUDA events the timing mode cost 2.7% of tokens/s at batch 1 and 12% at batch 16 (on below
+    paused in 6 and 7 of 8 pairs); with the events off (host times, accept lengths, the log) -1.1% at 16,
+    pairs either side of 1: what costs is the events, not the Python (docs/live.md). Issue 43's 1% is not
+    met with an event pair per phase per cycle."""
+    import json
+
+    d = json.loads(OVERHEAD_ALT.read_text())
+    on = {b["batch"]: b for b in d["events_on"]["batches"]}
+    off = {b["batch"]: b for b in d["events_off"]["batches"]}
+    o1, p1 = _alternating(on[1])
+    o16, p16 = _alternating(on[16])
+    assert o1 == pytest.approx(on[1]["timing_overhead"]) and o16 == pytest.approx(on[16]["timing_overhead"])
+    assert 0.02 < o1 < 0.04 and 0.10 < o16 < 0.14
+    assert sum(p < 1 for p in p1) == 6 and sum(p < 1 for p in p16) == 7 and len(p16) == 8
+    oo, po = _alternating(off[16])
+    assert abs(oo) < 0.02 and min(po) < 1 < max(po)
