@@ -1,12 +1,16 @@
 """Issue 43: a live timing log beside the nsys export of the same run (recipes/sglang_live.sh writes both):
 per batch size, the median per-cycle phase times (us) of each, over their steady cycles, and the live
-log's difference in %.
+log's difference in %; the log's graph-replay times beside nsys's span of the same graph launches' kernels
+(first kernel start to last kernel end of each ``cudaGraphLaunch`` inside a ``graph_replay_*`` range: the
+stream time a CUDA event pair around the launch measures).
 
   python recipes/live_compare.py LOGDIR PROFILE.sqlite
 """
+import sqlite3
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,6 +59,40 @@ def host_summary(log: str) -> pd.DataFrame | None:
     return g[have].median().div(1e3).round(1)
 
 
+def graph_spans(profile: str) -> pd.DataFrame:
+    """Per batch size (the steady cycles' requests), the median per cycle of nsys's span of the kernels of
+    the graph launches inside each ``graph_replay_<phase>`` range (us), columns ``<phase>_replay_ns``."""
+    con = sqlite3.connect(f"file:{profile}?mode=ro", uri=True)
+    names = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+    nv = pd.read_sql("SELECT start, end, globalTid, text, textId FROM NVTX_EVENTS WHERE end IS NOT NULL", con)
+    nv["name"] = nv["text"].fillna(nv["textId"].map(names))
+    rt = pd.read_sql("SELECT start, globalTid, correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME", con)
+    rt = rt[rt["nameId"].map(names).fillna("").str.startswith("cudaGraphLaunch")]
+    k = pd.read_sql("SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
+    con.close()
+    kk = k.groupby("correlationId").agg(kstart=("start", "min"), kend=("end", "max"))
+    rt = rt.join(kk, on="correlationId", how="inner").sort_values("start")
+    cyc = sides.load_side(profile).cycles
+    cyc = cyc[~cyc["warmup"].astype(bool)].sort_values("cpu_start_ns")
+    c0, c1 = cyc["cpu_start_ns"].to_numpy("int64"), cyc["cpu_end_ns"].to_numpy("int64")
+    creq = pd.to_numeric(cyc["requests"], errors="coerce").to_numpy()
+    out = {}
+    for phase in ("draft", "verify", "draft_extend"):
+        rows = []
+        for tid, rr in nv[nv["name"] == f"graph_replay_{phase}"].groupby("globalTid"):
+            x = rt[rt["globalTid"] == tid]
+            st = x["start"].to_numpy()
+            for s, e in rr[["start", "end"]].to_numpy():
+                a, b = np.searchsorted(st, s), np.searchsorted(st, e)
+                i = np.searchsorted(c0, s, side="right") - 1
+                if b > a and i >= 0 and s < c1[i]:
+                    y = x.iloc[a:b]
+                    rows.append((creq[i], c0[i], int(y["kend"].max() - y["kstart"].min())))
+        f = pd.DataFrame(rows, columns=["requests", "cycle", "span"]).groupby(["requests", "cycle"])["span"].sum()
+        out[f"{phase}_replay_ns"] = f.groupby("requests").median().div(1e3).round(1)
+    return pd.DataFrame(out)
+
+
 def main(log: str, profile: str) -> None:
     lv = summary(live.load_live([log]).cycles)
     ns = summary(sides.load_side(profile).cycles)
@@ -68,6 +106,9 @@ def main(log: str, profile: str) -> None:
         print("\nlive log, the phases' CUDA-graph replays alone (us)\n", replay, "\n\nreplay / nsys phase - 1 (%)\n",
               pd.DataFrame({c: (replay[c] / ns[c.replace("_replay", "")] - 1).mul(100).round(1)
                             for c in replay.columns}), sep="")
+        spans = graph_spans(profile)
+        print("\nnsys, the span of the graph launches' kernels (us)\n", spans,
+              "\n\nreplay / nsys graph span - 1 (%)\n", (replay / spans - 1).mul(100).round(1), sep="")
 
 
 if __name__ == "__main__":

@@ -76,10 +76,10 @@ def cycle_values(n, start=1_000_000_000, seed=0, steps=3, verify=400_000, reqs=N
     return out
 
 
-def timed_rows(values, rank, pid, steps):
+def timed_rows(values, rank, pid, steps, sample_every=1):
     """The rows the shim's timer resolves from ``values`` (its real code path, stub events)."""
     gpu, clock, rows = Gpu(), Clock(), []
-    t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=0)
+    t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=0, sample_every=sample_every)
     t.rank, t.spec = rank, P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8)
     for k, v in enumerate(values, start=1):
         # the cycle's start, each phase's entry and exit (draft, verify, all-reduce in it, draft_extend:
@@ -107,10 +107,10 @@ def timed_rows(values, rank, pid, steps):
     return [dict(r, pid=pid) for r in rows]
 
 
-def write_log(directory, rank, pid, steps, values):
+def write_log(directory, rank, pid, steps, values, sample_every=1):
     w = LogWriter(str(directory), rank, pid, spec_config=P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8),
                   row_group_rows=16)
-    for r in timed_rows(values, rank, pid, steps):
+    for r in timed_rows(values, rank, pid, steps, sample_every):
         w.add(r)
     w.close()
     return values
@@ -363,3 +363,32 @@ def test_the_log_holds_each_phases_host_time_and_the_compare_recipe_shows_it(tmp
     spec.loader.exec_module(mod)
     host = mod.host_summary(str(tmp_path))
     assert host.loc[1, "verify_host_ns"] == round(float(np.median([3 * s for s in steps])) / 1e3, 1)
+
+
+def test_a_sampled_log_gives_the_figures_of_its_timed_cycles(tmp_path):
+    """SPECPROF_TIMING_SAMPLE=3: events in cycles 3, 6, ... only. Every cycle is logged; the untimed ones
+    are left out of steady-state figures with a reason of their own (not warm-up), so the breakdown,
+    tokens/s and whatif are those of the timed cycles (a systematic sample by cycle number)."""
+    d = tmp_path / "live"
+    v = write_log(d, 0, 100, 3, cycle_values(30, seed=3), sample_every=3)
+    a = analyze.load(d)
+    c = a.cycles
+    assert len(c) == 30
+    untimed = c["shim_cycle"] % 3 != 0
+    assert c.loc[untimed, "verify_ns"].isna().all() and c.loc[~untimed, "verify_ns"].notna().all()
+    assert c["warmup_reason"].tolist()[:4] == ["first", "untimed", None, "untimed"]
+    timed = [x for k, x in enumerate(v, start=1) if k % 3 == 0]
+    per = periods(v)
+    sm = views.get(a, "decode_summary").set_index("rank")
+    assert sm.loc[0, "steady_cycles"] == 10
+    tok = [x["accepted"] + x["requests"] for x in timed]
+    assert sm.loc[0, "tokens_per_s"] == pytest.approx(sum(tok) * 1e9 / sum(per[k - 1] for k in range(3, 31, 3)))
+    bd = views.get(a, "decode_breakdown").set_index(["rank", "component"])
+    assert bd.loc[(0, "verify"), "per_cycle_ns"] == pytest.approx(np.mean([x["verify"] for x in timed]))
+    head = views.get(a, "headline")
+    assert "19 cycles without CUDA events" in head and "1 warm-up cycle left out" in head
+    proc = cli(d, "--json", tmp_path / "r.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "left out: 20 (first 1, not sampled for CUDA-event timing 19)" in " ".join(proc.stdout.split())
+    w = cli("whatif", d, "--steps", "1..4")
+    assert w.returncode == 0, w.stderr

@@ -448,6 +448,7 @@ def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, t
     name, rec = fake_sglang
     monkeypatch.setenv("SPECPROF_TIMING", "1")
     monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")       # every cycle timed (the default is 1 in 16)
     gpu = Gpu()
     monkeypatch.setattr(E, "torch_events", gpu.events)
     shim.install(name)
@@ -984,3 +985,194 @@ def test_events_off_times_the_host_only(tmp_path):
         assert not on.timer._events_ready          # "auto": torch's events looked up at the first cycle
     finally:
         live.disable()
+
+
+def test_sampling_times_one_cycle_in_n_and_logs_every_cycle(fake_sglang, monkeypatch, tmp_path):
+    """SPECPROF_TIMING_SAMPLE=N: CUDA events only in the cycles whose number is a multiple of N (every
+    TP rank the same cycles); the others come out too, with their host times and accept lengths and
+    every event column null, ``timed`` 0; no event is recorded for them."""
+    name, rec = fake_sglang
+    monkeypatch.setenv("SPECPROF_TIMING", "1")
+    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "3")
+    gpu = Gpu()
+    monkeypatch.setattr(E, "torch_events", gpu.events)
+    shim.install(name)
+    state = live.state()
+    state.sink.threaded = False
+    _drive(name, gpu, 7, [2, 0, 3])
+    state.timer.close()
+    rows = list(state.sink._rows)
+    assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["timed"] for r in rows] == [0, 0, 1, 0, 0, 1, 0]
+    for r in rows:
+        timed = (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"], r["gpu_span_ns"])
+        assert timed == ((300, 280, 80, 120, 700) if r["timed"] else (None,) * 5)
+        assert r["host_end_ns"] > r["host_start_ns"] and r["verify_host_ns"] is not None
+        assert (r["accepted_tokens"], r["requests"]) == (5, 3)
+    assert state.timer.counters["capture_skips"] == 0
+    state.sink.close()
+
+
+def test_the_timer_records_no_event_in_an_untimed_cycle():
+    """The cost is the events (docs/live.md): a cycle left out by the sampling records none."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.sample_every = 2
+    for k in (1, 2, 3, 4):
+        before = len(gpu.recorded)
+        run_cycle(t, gpu, k, draft=100, verify=200, allreduce=10, extend=50, accept=(1, 2))
+        assert (len(gpu.recorded) > before) == (k % 2 == 0)
+    t.poll()
+    assert [r["verify_ns"] for r in rows] == [None, 200, None, 200]
+    with pytest.raises(ValueError):
+        E.Timer(lambda r: None, events=None, sample_every=0)
+
+
+# ------------------------------------------------------------------ CUDA graph launches timed on their own
+
+def hooked_cycle(t: E.Timer, gpu: Gpu, k: int, prep=700, launch_gap=5, draft=300, verify=400, extend=150):
+    """A cycle as SGLang runs it with CUDAGraph.replay hooked: each replay range holds ``prep`` ns of Python
+    (SGLang's replay_prepare) with the stream idle before the graph's launch; the launch's own host time
+    before the kernels reach the stream is ``launch_gap``; draft_extend's replay range outside its phase."""
+    def launch(ns):
+        def run():
+            gpu.run(launch_gap + ns)
+        return run
+
+    t.push(P.DECODE_CYCLE, k)
+    t.push(P.DRAFT)
+    t.push(P.GRAPH_REPLAY_DRAFT)
+    gpu.run(prep)
+    t.time_graph(launch(draft))
+    t.pop()
+    t.pop()
+    t.push(P.VERIFY)
+    t.push(P.GRAPH_REPLAY_VERIFY)
+    gpu.run(prep)
+    t.time_graph(launch(verify))
+    t.pop()
+    t.pop()
+    t.push(P.GRAPH_REPLAY_DRAFT_EXTEND)
+    gpu.run(prep)
+    t.time_graph(launch(extend))
+    t.pop()
+    t.accept(3, 2, None)
+    t.pop()
+
+
+def test_a_hooked_graph_launch_is_timed_without_the_replay_ranges_python():
+    """With CUDAGraph.replay hooked the replay column is the graph's launch alone (its stream time, here
+    the launch gap and its kernels), not the replay range (which held 700 ns of Python with the stream
+    idle: on real SGLang the range's events gave verify 6.0 ms where nsys's kernels spanned 4.4): the
+    range records no pair of its own; the phase column still spans the phase."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.graph_hooked = True
+    hooked_cycle(t, gpu, 1)
+    t.poll()
+    r = rows[0]
+    assert (r["draft_replay_ns"], r["verify_replay_ns"], r["draft_extend_replay_ns"]) == (305, 405, 155)
+    assert (r["draft_ns"], r["verify_ns"], r["draft_extend_ns"]) == (1005, 1105, 855)
+    assert len(gpu.recorded) == 12            # 3 phases + 3 launches, a pair each: no pair for the ranges
+    # not hooked: the replay range is the replay (its Python included)
+    gpu2 = Gpu()
+    t2, rows2 = make_timer(gpu2, accept_lag=0)
+    t2.time_graph = lambda launch: launch()   # as without the hook: the launch untimed
+    hooked_cycle(t2, gpu2, 1)
+    t2.poll()
+    assert (rows2[0]["draft_replay_ns"], rows2[0]["verify_replay_ns"]) == (1005, 1105)
+
+
+def test_a_graph_launch_outside_a_timed_phase_runs_untimed():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, sample_every=2)
+    t.graph_hooked = True
+    assert t.time_graph(lambda: "out") == "out"           # no cycle open
+    hooked_cycle(t, gpu, 1)                                  # a cycle the sampling leaves out
+    assert gpu.recorded == []
+    t.push(P.DECODE_CYCLE, 2)
+    t.push(P.ALLREDUCE)
+    assert t.time_graph(lambda: 7) == 7 and gpu.recorded == [gpu.recorded[0]]   # the all-reduce's start only
+    t.pop()
+    t.pop()
+
+
+def test_hook_cuda_graphs_patches_the_class_once_and_follows_the_timer(monkeypatch):
+    """The hook patches torch.cuda.CUDAGraph.replay (torch found in sys.modules, never imported) once per
+    process; the newest timer gets the launches; after unhook the original runs straight through."""
+    gpu = Gpu()
+    launched = []
+
+    class CUDAGraph:
+        def replay(self):
+            gpu.run(250)
+            launched.append(1)
+            return "done"
+
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace(CUDAGraph=CUDAGraph)))
+    original = CUDAGraph.replay
+    try:
+        t, rows = make_timer(gpu, accept_lag=0)
+        assert E.hook_cuda_graphs(t) and CUDAGraph.replay._specprof_original is original
+        t.graph_hooked = True
+        t2, rows2 = make_timer(gpu, accept_lag=0)
+        assert E.hook_cuda_graphs(t2) and CUDAGraph.replay._specprof_original is original   # not wrapped twice
+        t2.graph_hooked = True
+        g = CUDAGraph()
+        assert g.replay() == "done"                          # no cycle: straight through
+        t2.push(P.DECODE_CYCLE, 1)
+        t2.push(P.VERIFY)
+        assert g.replay() == "done"
+        t2.pop()
+        t2.accept(1, 1, None)
+        t2.pop()
+        t2.poll()
+        assert rows2[0]["verify_replay_ns"] == 250 and rows2[0]["verify_ns"] == 250 and rows == []
+        E.unhook_cuda_graphs()
+        n = len(gpu.recorded)
+        t2.push(P.DECODE_CYCLE, 2)
+        t2.push(P.VERIFY)
+        g.replay()
+        t2.pop()
+        t2.pop()
+        assert len(gpu.recorded) == n + 2 and len(launched) == 3    # the phase's pair only
+    finally:
+        E.unhook_cuda_graphs()
+        CUDAGraph.replay = original
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=SimpleNamespace()))
+    assert not E.hook_cuda_graphs(make_timer(gpu)[0])
+
+
+def test_the_first_cycle_with_torchs_events_hooks_the_graphs(monkeypatch):
+    """Events "auto": at the first cycle, torch's CUDA events found (CUDA up) -> CUDAGraph.replay hooked and
+    the replay ranges time no pair of their own; a timer on other events (tests, none) hooks nothing."""
+    gpu = Gpu()
+
+    class CUDAGraph:
+        def replay(self):
+            gpu.run(90)
+
+    cuda = SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, CUDAGraph=CUDAGraph,
+                           Event=lambda enable_timing: StubEvent(gpu), is_current_stream_capturing=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    original = CUDAGraph.replay
+    try:
+        rows = []
+        t = E.Timer(rows.append, events="auto", clock=HostClock(), accept_lag=0)
+        t.push(P.DECODE_CYCLE, 1)
+        assert t.graph_hooked
+        t.push(P.GRAPH_REPLAY_VERIFY)          # opens verify (outside its range), times no pair of its own
+        gpu.run(40)
+        CUDAGraph().replay()
+        t.pop()
+        t.accept(0, 1, None)
+        t.pop()
+        t.poll()
+        assert (rows[0]["verify_ns"], rows[0]["verify_replay_ns"]) == (130, 90)
+        other = make_timer(gpu)[0]
+        other.push(P.DECODE_CYCLE, 1)
+        assert not other.graph_hooked
+    finally:
+        E.unhook_cuda_graphs()
+        CUDAGraph.replay = original

@@ -25,8 +25,10 @@ REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int",
 """Column -> kind, the columns the reader needs."""
 
 COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
-           "allreduce_ns", "accepted", "requests", "tokens", "steps")
-"""The columns of :func:`live_cycles`' frame (nullable Int64 each)."""
+           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed")
+"""The columns of :func:`live_cycles`' frame (nullable Int64 each). ``timed``: 1 where the cycle's CUDA
+events were recorded, 0 where the shim's sampling left them out (``SPECPROF_TIMING_SAMPLE``); 1 in logs
+written before the sampling (every cycle was timed)."""
 
 
 def log_files(path) -> list[Path]:
@@ -131,6 +133,7 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["requests"] = df["requests"]
     out["tokens"] = df["accepted_tokens"] + df["requests"]
     out["steps"] = df["steps"]
+    out["timed"] = df["timed"].astype("Int64").fillna(1) if "timed" in df.columns else 1
     return out.astype({c: "Int64" for c in COLUMNS})
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from analyze import notes as N
@@ -161,6 +162,13 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     first = (out.groupby(["rank", "pid"]).cumcount() == 0).to_numpy() & ~out["warmup"].to_numpy(dtype=bool)
     out.loc[first, "warmup_reason"] = cycles_mod.FIRST
     out.loc[first, "warmup"] = True
+    # a cycle the shim's sampling left without events (SPECPROF_TIMING_SAMPLE): host times only, left out
+    # of steady-state figures (a reason of its own: no warm-up); the flags above were derived with them in
+    untimed = (f["timed"].astype("Int64").fillna(1) == 0).to_numpy(dtype=bool) if "timed" in f.columns \
+        else np.zeros(len(out), dtype=bool)
+    untimed &= ~out["warmup"].to_numpy(dtype=bool)
+    out.loc[untimed, "warmup_reason"] = cycles_mod.UNTIMED
+    out.loc[untimed, "warmup"] = True
     return out
 
 

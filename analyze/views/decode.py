@@ -277,8 +277,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
         else [{}]
     lost = [sum(int(d.get(k, 0)) for k in lost_codes) for d in reasons]
     outl = [int(d.get(cycles_mod.OUTLIER, 0)) for d in reasons]
+    untimed = [int(d.get(cycles_mod.UNTIMED, 0)) for d in reasons]
     warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
-    warm = [w - x - o for w, x, o in zip(warm, lost, outl)] if len(warm) == len(lost) else warm
+    warm = [w - x - o - u for w, x, o, u in zip(warm, lost, outl, untimed)] if len(warm) == len(lost) else warm
 
     def count(values, what):
         each = values[0] if len(set(values)) == 1 else None
@@ -294,6 +295,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
                                  "batch size)"))
     if sum(lost):
         parts.append(count(lost, "CYCLE whose GPU data was lost (cut off at the end of the capture)"))
+    if sum(untimed):
+        parts.append(count(untimed, "CYCLE without CUDA events (the live log's sampling: its figures are those "
+                                    "of the timed cycles)"))
     if len(summary):
         outside = float(summary["outside_cycles_busy_ns"].max())
         if outside > 0:

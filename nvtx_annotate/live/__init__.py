@@ -27,14 +27,18 @@ ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
 ENV_PORT = "SPECPROF_METRICS_PORT"
 ENV_PAUSE_FILE = "SPECPROF_TIMING_PAUSE_FILE"
 ENV_EVENTS = "SPECPROF_TIMING_EVENTS"
+ENV_SAMPLE = "SPECPROF_TIMING_SAMPLE"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s file_s pause_file events", defaults=(None, True))
+                                  "metrics_port flush_s file_s pause_file events sample_every",
+                      defaults=(None, True, 16))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
-# a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle
+# a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
+# CUDA events in one cycle of 16: with events in every cycle the mode cost 2.7% / 12% of tokens/s at batches
+# 1 / 16 on real SGLang (H100, 2026-12-05, inside one engine), without them nothing measurable (docs/live.md)
 DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
-                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60)
+                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60, sample_every=16)
 
 _OFF = ("", "0", "false", "False", "no", "off")
 
@@ -74,6 +78,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
         pause_file=env.get(ENV_PAUSE_FILE) or None,
         events=env.get(ENV_EVENTS, "1") not in _OFF,
+        sample_every=whole(ENV_SAMPLE, DEFAULTS.sample_every, 1),
     ), problems
 
 
@@ -141,7 +146,8 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
         events = None           # SPECPROF_TIMING_EVENTS=0: host times only (no CUDA event is recorded)
     sink_box = []
     timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
-                  ring_size=settings.ring_size, time_allreduce=settings.time_allreduce)
+                  ring_size=settings.ring_size, time_allreduce=settings.time_allreduce,
+                  sample_every=getattr(settings, "sample_every", DEFAULTS.sample_every))
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
     sink_box.append(sink)
@@ -185,6 +191,9 @@ def _after_fork(settings, events, threaded) -> None:
         return
     _live.closed = True  # the parent's thread and file do not exist here
     _live = None
+    from .events import unhook_cuda_graphs
+
+    unhook_cuda_graphs()    # the child's own timer hooks the graphs again at its first cycle
     try:
         enable(settings, events, threaded)
     except Exception:  # pragma: no cover - never break a fork
@@ -200,6 +209,9 @@ def disable() -> None:
     from .. import _nvtx, wrappers
 
     live.close()
+    from .events import unhook_cuda_graphs
+
+    unhook_cuda_graphs()
     if _nvtx._backend is live.tee:
         _nvtx.set_backend(live.previous_backend)
     wrappers.on_accept = None

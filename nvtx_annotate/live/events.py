@@ -9,6 +9,11 @@ Flow on the worker thread (the thread that runs ``forward_batch_generation``):
   recorded on the current stream (none while the stream captures a CUDA graph, none without CUDA);
   a graph replay inside its open phase (``graph_replay_draft`` inside ``draft``) records its own pair
   too: ``<phase>_replay_ns``, the graph's kernels without the phase's Python.
+* a CUDA graph's launch inside an open phase (``torch.cuda.CUDAGraph.replay``, hooked by
+  :func:`hook_cuda_graphs` once CUDA is up): an event right before the launch and one right after, so
+  ``<phase>_replay_ns`` is the graph's stream time alone (its kernels and the gaps between them), none of
+  the Python the replay range holds before the launch (SGLang's ``replay_prepare``); where the hook is in
+  place the graph-replay ranges time no pair of their own.
 * ``pop()``: the phase's end event; the cycle's ``pop`` closes it (host end) and moves it into the
   ring; the oldest pending cycle is dropped (and counted) when the ring is full; then a poll.
 * :meth:`Timer.accept` (any thread): accepted draft tokens / requests of cycle K (or of the cycle
@@ -49,13 +54,15 @@ ROW_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns", "draft_ns"
               "draft_extend_ns", "allreduce_ns", "gpu_span_ns", "accepted_tokens", "requests",
               "verified_tokens", "steps", "batch_size",
               "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
-              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
+              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns", "timed")
 """The keys of one resolved cycle (the Parquet log's columns, docs/live.md). ``<phase>_host_ns``: the
 host time between the phase's entry and exit (where it exceeds the events' ``<phase>_ns`` the phase was
 host bound: its events also timed the Python before its first launch). ``<phase>_replay_ns``: the event
 time of the phase's CUDA-graph replays alone (null where none ran): its graph's kernels back to back,
 none of the phase's Python; on real SGLang 0.5.17 (H100, 2026-12-05) the kernels launched by the
-replays were 99% of verify's GPU time, 93% of draft's and 82% of draft_extend's (nsys)."""
+replays were 99% of verify's GPU time, 93% of draft's and 82% of draft_extend's (nsys). ``timed``: 1 where
+the cycle's CUDA events were recorded, 0 for a cycle left out by the sampling (``sample_every``: its
+host times and accept lengths only, every event column null)."""
 
 DROP_RING_OVERFLOW = "ring_overflow"
 DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
@@ -68,10 +75,11 @@ class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host")
+                 "host", "timed")
 
-    def __init__(self, cycle: int, start_ns: int):
+    def __init__(self, cycle: int, start_ns: int, timed: bool = True):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
+        self.timed = timed  # CUDA events recorded in this cycle (False: left out by the sampling)
         # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
         # also: a second key the same two events time (a replay outside its phase's range), else None
         self.pairs: list = []
@@ -97,7 +105,11 @@ def torch_events():
         if cuda is None or not cuda.is_available() or not cuda.is_initialized():
             return None, None
         event = cuda.Event
-        return (lambda: event(enable_timing=True)), cuda.is_current_stream_capturing
+
+        def factory():
+            return event(enable_timing=True)
+        factory.torch_cuda = True      # torch's own events: CUDAGraph.replay is hooked too (Timer._begin)
+        return factory, cuda.is_current_stream_capturing
     except Exception:
         return None, None
 
@@ -112,19 +124,27 @@ class Timer:
     cycle), None (host timing only) or ``(factory, capturing)``: ``factory()`` -> an object with
     ``record()``, ``query()``, ``elapsed_time(other)`` (ms); ``capturing()`` -> True while the
     current stream captures a graph. ``identity()`` -> dict with ``rank`` and ``spec_config``
-    (a :class:`~nvtx_annotate.protocol.SpecConfig`), asked while unknown."""
+    (a :class:`~nvtx_annotate.protocol.SpecConfig`), asked while unknown. ``sample_every``: CUDA events in
+    the cycles whose number is a multiple of it only (the others: host times and accept lengths); on real
+    SGLang the events cost 2.7% of tokens/s at batch 1 and 12% at 16 when every cycle has them
+    (docs/live.md), the rest of the timing nothing measurable. The cycle number decides, so every TP rank
+    times the same cycles."""
 
     def __init__(self, on_row: Callable[[dict], None], events="auto", identity: Callable[[], dict] | None = None,
                  ring_size: int = 256, accept_lag: int = 4, time_allreduce: bool = True, max_pairs: int = 2048,
-                 pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns):
+                 pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns, sample_every: int = 1):
         if ring_size < 1:
             raise ValueError("ring_size must be >= 1")
+        if sample_every < 1:
+            raise ValueError("sample_every must be >= 1")
+        self.sample_every = sample_every
         self.on_row, self.identity_fn, self.clock = on_row, identity, clock
         self.ring_size, self.accept_lag, self.max_pairs, self.pool_max = ring_size, accept_lag, max_pairs, pool_max
         self.time_allreduce = time_allreduce
         self._events_spec = events
         self._factory = self._capturing = None
         self._events_ready = events != "auto"
+        self.graph_hooked = False  # CUDAGraph.replay times the replays (hook_cuda_graphs), not the replay ranges
         if events is not None and events != "auto":
             self._factory, self._capturing = events
         self._tls = _Thread()
@@ -154,10 +174,10 @@ class Timer:
                         self.time_allreduce or phase != "allreduce"):
                     t.open_phases.append(phase)
                     # (key, start event, host start, the second key the pair times: a replay outside its
-                    # phase's range times both)
-                    entry = (phase, self._record(t.cycle, phase), self.clock(),
-                             phase + _REPLAY if name in REPLAY_OF else None)
-                elif name in REPLAY_OF and t.cycle is not None:
+                    # phase's range times both); a cycle left out by the sampling: no event, host time only
+                    entry = (phase, self._record(t.cycle, phase) if t.cycle.timed else None, self.clock(),
+                             phase + _REPLAY if name in REPLAY_OF and not self.graph_hooked else None)
+                elif name in REPLAY_OF and t.cycle is not None and t.cycle.timed and not self.graph_hooked:
                     key = REPLAY_OF[name] + _REPLAY
                     entry = (key, self._record(t.cycle, key), None, None)
         finally:
@@ -181,6 +201,8 @@ class Timer:
             return
         if host_t0 is not None:
             rec.host[phase] = rec.host.get(phase, 0) + (self.clock() - host_t0)
+        if not rec.timed:
+            return
         end = self._record(rec, phase) if start is not None else None
         keys = (phase, also) if also is not None else (phase,)
         if start is None or end is None:
@@ -190,6 +212,31 @@ class Timer:
             self.counters["capped_pairs"] += 1
         else:
             rec.pairs.append((phase, start, end, also))
+
+    def time_graph(self, launch: Callable[[], object]):
+        """``launch()`` (a CUDA graph's replay) between two events when this thread's cycle is timed and a
+        phase is open: the pair counts as the innermost open phase's ``<phase>_replay_ns`` (draft, verify or
+        draft_extend). Returns what
+        ``launch`` returns; its exceptions pass through (the pair is then not kept)."""
+        t = self._tls
+        rec = t.cycle
+        if rec is None or not rec.timed or not t.open_phases:
+            return launch()
+        phase = next((p for p in reversed(t.open_phases) if p in REPLAYED), None)
+        if phase is None:           # inside the all-reduce only: no replay column of its own
+            return launch()
+        key = phase + _REPLAY
+        start = self._record(rec, key)
+        out = launch()
+        end = self._record(rec, key) if start is not None else None
+        if start is None or end is None:
+            rec.missing.add(key)
+        elif len(rec.pairs) >= self.max_pairs:
+            rec.missing.add(key)
+            self.counters["capped_pairs"] += 1
+        else:
+            rec.pairs.append((key, start, end, None))
+        return out
 
     def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
         """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
@@ -212,13 +259,15 @@ class Timer:
         if not self._events_ready:
             self._events_ready = True
             self._factory, self._capturing = torch_events()
+            if getattr(self._factory, "torch_cuda", False):
+                self.graph_hooked = hook_cuda_graphs(self)
         if self.rank is None or self.spec is None:
             self._identify()
         self.poll()
         if t.cycle is not None:  # a cycle inside a cycle (not emitted by the shim): keep the outer one
             return
         k = int(k) if k is not None else self.counters["cycles"] + 1
-        rec = CycleRecord(k, self.clock())
+        rec = CycleRecord(k, self.clock(), timed=k % self.sample_every == 0)
         t.cycle, t.open_phases = rec, []
         with self._lock:
             self._open[k] = rec
@@ -328,7 +377,7 @@ class Timer:
         for phase in REPLAYED:
             out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
-                   steps=steps, batch_size=rec.batch_size)
+                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed))
         return out
 
     def idle(self) -> int:
@@ -356,6 +405,36 @@ class Timer:
 
     def pending(self) -> int:
         return len(self._ring)
+
+
+_graph_timer: list = []   # the timer CUDAGraph.replay reports to (one per process; [] after disable)
+
+
+def hook_cuda_graphs(timer: Timer) -> bool:
+    """Time every ``torch.cuda.CUDAGraph.replay`` of this process through ``timer.time_graph`` (the class
+    patched once per process; a later timer takes the place of the earlier). False, and nothing patched,
+    without torch's CUDAGraph class (torch looked up in ``sys.modules``, never imported)."""
+    torch = sys.modules.get("torch")
+    graph = getattr(getattr(torch, "cuda", None), "CUDAGraph", None)
+    replay = getattr(graph, "replay", None)
+    if replay is None:
+        return False
+    _graph_timer[:] = [timer]
+    if getattr(replay, "_specprof_original", None) is None:
+        def timed_replay(self, *args, **kwargs):
+            now = _graph_timer[0] if _graph_timer else None
+            if now is None:
+                return replay(self, *args, **kwargs)
+            return now.time_graph(lambda: replay(self, *args, **kwargs))
+        timed_replay._specprof_original = replay
+        timed_replay.__doc__ = replay.__doc__
+        graph.replay = timed_replay
+    return True
+
+
+def unhook_cuda_graphs() -> None:
+    """No timer gets the replays any more (the patched method calls the original straight through)."""
+    _graph_timer.clear()
 
 
 class TeeBackend:

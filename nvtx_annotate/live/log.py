@@ -20,7 +20,7 @@ META_PREFIX = "specprof."
 ``specprof.rank``, ``specprof.pid``, ``specprof.wall_offset_ns`` (``time.time_ns() -
 time.perf_counter_ns()`` when the file was opened: add it to the host columns for wall-clock ns)."""
 
-INT32_FIELDS = ("rank", "pid", "steps")
+INT32_FIELDS = ("rank", "pid", "steps", "timed")
 NON_NULL_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
 SUFFIX = ".parquet"
 TMP_SUFFIX = ".parquet.tmp"
