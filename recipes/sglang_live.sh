@@ -10,7 +10,8 @@
 #     CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=500 bash recipes/sglang_live.sh
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
-#   the same with the CUDA events off (host times only: what the events cost): EVENTS=0
+#   the same with the CUDA events off (host times only: what the events cost): EVENTS=0; events in every
+#   cycle instead of one in 16: SAMPLE=1 (the profile times every cycle unless PROFILE_SAMPLE says otherwise)
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
@@ -24,6 +25,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 O="${OUT:-/tmp/out}"; W=/tmp/live; mkdir -p "$O" "$W"
 CONFIG=${CONFIG:-"2:64"}; STEPS=${STEPS:-3}; BATCHES=${BATCHES:-1,16}; BUDGET_S=${BUDGET_S:-500}
 T0=${T0:-$(date +%s)}; GRAPH_BS=${GRAPH_BS:-1,4,16,64}
+ROUND_ARGS=${ROUND_ARGS:-}            # e.g. "--min-new 128 --tokens-per-round 1024" (eager mode: slow rounds)
 ENGINES=${ENGINES-"off on off on"}   # ENGINES="" : the profile alone (a second call on a warm machine);
                                      # "alt": one engine, rounds alternating timing on / paused (the overhead)
 exec > >(tee -a "$O/live.log") 2>&1
@@ -42,8 +44,9 @@ for mode in $ENGINES; do
     # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
-      --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 \
+      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-16}" \
+      timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 $ROUND_ARGS \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     python3 -c "import json,sys; [print(f\"   batch {b['batch']}: on {b['tokens_per_s_timing_on']:.1f} paused {b['tokens_per_s_timing_paused']:.1f} overhead {100*b['timing_overhead']:+.2f}% pairs {[round(x,3) for x in b['timing_pair_ratios']]}\") for b in json.load(open(sys.argv[1]))['batches']]" "$W/$tag.json"
   elif [ "$mode" = on ]; then
@@ -81,7 +84,8 @@ if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
   source .device-kit/nsys-setup.sh >/dev/null || exit 5
   base="sglang_live_v${V}_l${L}_s${STEPS}"; [ "$GRAPH_BS" = none ] && base="${base}_eager"
   echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
-  SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 timeout 240 \
+  SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 \
+    SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-1}" timeout 240 \
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
     "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
