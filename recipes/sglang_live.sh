@@ -89,7 +89,7 @@ if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
     "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
-    --tokens-per-round 4096 --min-rounds 1 --max-rounds 1 --graph-bs "$GRAPH_BS" --profile-window \
+    --tokens-per-round 4096 --min-rounds 1 --max-rounds 1 --graph-bs "$GRAPH_BS" --profile-window $ROUND_ARGS \
     --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
   # the same report as nsys's Parquet export too (issue 42: a Parquet input must give its SQLite twin's results)
   [ -e "$W/$base.nsys-rep" ] && timeout 120 "$NSYS" export --type parquetdir --force-overwrite true \
