@@ -23,7 +23,8 @@ from typing import IO, Iterator
 from analyze import output_policy as policy
 from analyze.errors import OutputError
 
-__all__ = ["atomic_write", "atomic_path", "atomic_dir_write", "AtomicDir", "check_dir_writable"]
+__all__ = ["atomic_write", "atomic_path", "atomic_dir_write", "AtomicDir", "check_dir_writable", "temp_beside",
+           "replace_when_done"]
 
 
 def _output_error(path: Path, e: OSError) -> OutputError:
@@ -113,6 +114,30 @@ def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
     return m
+
+
+def temp_beside(target: Path, suffix: str = ".tmp") -> Path:
+    """A new empty temporary file beside ``target`` (``.NAME.XXXX<suffix>``); OSError when it cannot be made."""
+    parent = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+@contextlib.contextmanager
+def replace_when_done(tmp: Path, target: Path) -> Iterator[Path]:
+    """``tmp`` renamed onto ``target`` (with the usual permissions) when the block completes, removed on
+    any exception (KeyboardInterrupt and SIGTERM included). For the files specprof derives from an input
+    (an ``.nsys-rep``'s or a columnar export's SQLite), which the user-output policy of
+    :func:`atomic_path` does not govern."""
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())        # mkstemp makes 0600
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _stage(path, overwrite: str) -> tuple[str, int, Path]:

@@ -14,15 +14,13 @@ files' names, sizes and mtimes are the copy's key). The export itself is only re
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 
-from analyze.atomic import user_cache_dir
+from analyze.atomic import replace_when_done, temp_beside, user_cache_dir
 from analyze.errors import CorruptReport, MissingInput
 
 PARQUET_SUFFIXES = (".parquet",)
@@ -258,23 +256,16 @@ def sqlite_copy(path: str | os.PathLike, progress: bool = False) -> Path:
             continue                    # a file of the user's under that name (not a copy): never replaced
         try:
             copy.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{copy.name}.", suffix=".tmp", dir=copy.parent)
+            tmp_p = temp_beside(copy)
         except OSError as e:
             last_error = e
             continue
-        os.close(fd)
-        tmp_p = Path(tmp)
-        tmp_p.unlink()
-        try:
+        tmp_p.unlink()                  # the writer makes the database itself
+        with replace_when_done(tmp_p, copy):
             if progress:                # before the work: a large export takes seconds
                 print(f"specprof: {p}: a columnar nsys export, read through its SQLite copy (made once, reused "
                       f"while the export is unchanged): writing {copy}", file=sys.stderr, flush=True)
             write_sqlite(p, tmp_p, key)
-            os.replace(tmp_p, copy)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp_p.unlink()
-            raise
         return copy
     from analyze.errors import OutputError
     raise OutputError(f"cannot write the SQLite copy of {p} beside it or in the user cache ({last_error})", p)

@@ -2,15 +2,13 @@
 it and reused), and the inputs of a run expanded (directories, exports) into a list of SQLite files."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from analyze.atomic import check_dir_writable
+from analyze.atomic import check_dir_writable, replace_when_done, temp_beside
 from analyze.errors import MissingInput, NsysRepGiven
 from analyze.read import columnar
 from analyze.read.connection import open_report
@@ -38,12 +36,10 @@ def export_nsys_rep(path: str | os.PathLike, progress: bool = True, *,
         raise NsysRepGiven(f"{rep}: is an Nsight Systems report and nsys is not on PATH; run "
                            f"`{nsys_export_command(rep)}` where nsys is installed", rep)
     check_dir_writable(out.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=".tmp.sqlite", dir=out.parent)
-    os.close(fd)
-    tmp_p = Path(tmp)
+    tmp_p = temp_beside(out, ".tmp.sqlite")
     cmd = [exe, "export", "--type", "sqlite", "--force-overwrite", "true",
            "--quiet", "false" if progress else "true", "-o", str(tmp_p), str(rep)]
-    try:
+    with replace_when_done(tmp_p, out):
         try:
             proc = subprocess.run(cmd, stdout=sys.stderr if progress else subprocess.DEVNULL,
                                   stderr=sys.stderr if progress else subprocess.PIPE, text=True)
@@ -57,11 +53,6 @@ def export_nsys_rep(path: str | os.PathLike, progress: bool = True, *,
             raise NsysRepGiven(f"{rep}: `nsys export` failed (exit {proc.returncode}){tail}; "
                                f"try `{nsys_export_command(rep)}`", rep)
         open_report(tmp_p).close()
-        os.replace(tmp_p, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp_p.unlink()
-        raise
     return out
 
 
