@@ -11,7 +11,7 @@
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #   the same with the CUDA events off (host times only: what the events cost): EVENTS=0; events in every
-#   cycle instead of one in 16: SAMPLE=1 (the profile times every cycle unless PROFILE_SAMPLE says otherwise)
+#   cycle instead of one in 17: SAMPLE=1 (the profile times every cycle unless PROFILE_SAMPLE says otherwise)
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
@@ -44,7 +44,7 @@ for mode in $ENGINES; do
     # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-16}" \
+      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-17}" \
       timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 $ROUND_ARGS \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6

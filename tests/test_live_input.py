@@ -365,30 +365,46 @@ def test_the_log_holds_each_phases_host_time_and_the_compare_recipe_shows_it(tmp
     assert host.loc[1, "verify_host_ns"] == round(float(np.median([3 * s for s in steps])) / 1e3, 1)
 
 
-def test_a_sampled_log_gives_the_figures_of_its_timed_cycles(tmp_path):
-    """SPECPROF_TIMING_SAMPLE=3: events in cycles 3, 6, ... only. Every cycle is logged; the untimed ones
-    are left out of steady-state figures with a reason of their own (not warm-up), so the breakdown,
-    tokens/s and whatif are those of the timed cycles (a systematic sample by cycle number)."""
+def test_a_sampled_log_takes_phases_from_its_timed_cycles_and_the_rest_from_every_cycle(tmp_path):
+    """SPECPROF_TIMING_SAMPLE=3: events in cycles 3, 6, ... only. Every cycle is logged and stays a steady
+    cycle (the timed ones pay the events' cost, the others do not): tokens/s, periods and acceptance are
+    every cycle's; the phases the timed cycles' means; "outside the timed phases" the rest of the mean
+    period. The report (text, JSON, HTML, plots), whatif, --per-batch, advise and diff run on it."""
     d = tmp_path / "live"
     v = write_log(d, 0, 100, 3, cycle_values(30, seed=3), sample_every=3)
     a = analyze.load(d)
     c = a.cycles
-    assert len(c) == 30
-    untimed = c["shim_cycle"] % 3 != 0
+    assert len(c) == 30 and c["timed"].tolist() == [k % 3 == 0 for k in range(1, 31)]
+    untimed = ~c["timed"]
     assert c.loc[untimed, "verify_ns"].isna().all() and c.loc[~untimed, "verify_ns"].notna().all()
-    assert c["warmup_reason"].tolist()[:4] == ["first", "untimed", None, "untimed"]
-    timed = [x for k, x in enumerate(v, start=1) if k % 3 == 0]
+    assert c.loc[untimed, "period_idle_ns"].isna().all() and c.loc[~untimed, "period_idle_ns"].notna().all()
+    assert c["warmup_reason"].tolist()[:3] == ["first", None, None]
     per = periods(v)
     sm = views.get(a, "decode_summary").set_index("rank")
-    assert sm.loc[0, "steady_cycles"] == 10
-    tok = [x["accepted"] + x["requests"] for x in timed]
-    assert sm.loc[0, "tokens_per_s"] == pytest.approx(sum(tok) * 1e9 / sum(per[k - 1] for k in range(3, 31, 3)))
+    assert sm.loc[0, "steady_cycles"] == 29
+    assert sm.loc[0, "tokens_per_s"] == pytest.approx(tps_by_hand(v), rel=1e-12)
+    assert sm.loc[0, "period_mean_ns"] == pytest.approx(np.mean(per[1:]))
+    timed = [x for k, x in enumerate(v, start=1) if k % 3 == 0]
     bd = views.get(a, "decode_breakdown").set_index(["rank", "component"])
     assert bd.loc[(0, "verify"), "per_cycle_ns"] == pytest.approx(np.mean([x["verify"] for x in timed]))
-    head = views.get(a, "headline")
-    assert "19 cycles without CUDA events" in head and "1 warm-up cycle left out" in head
-    proc = cli(d, "--json", tmp_path / "r.json")
+    assert bd.loc[0, "per_cycle_ns"].sum() == pytest.approx(np.mean(per[1:]))       # adds up to the mean period
+    assert bd.loc[0, "share"].sum() == pytest.approx(1.0)
+    dist = views.get(a, "cycle_distribution").set_index("figure")
+    assert dist.loc["verify", "cycles"] == 10 and dist.loc["cycle period", "cycles"] == 30
+    assert [n.count for n in a.notes if n.code == N.LIVE_LOG_SAMPLED] == [20]
+    out = tmp_path / "out"
+    proc = cli(d, "--json", tmp_path / "r.json", "--html", tmp_path / "r.html", "--plots", out)
     assert proc.returncode == 0, proc.stderr
-    assert "left out: 20 (first 1, not sampled for CUDA-event timing 19)" in " ".join(proc.stdout.split())
-    w = cli("whatif", d, "--steps", "1..4")
-    assert w.returncode == 0, w.stderr
+    assert "the shim timed 10 of 30 cycles" in " ".join(proc.stdout.split())
+    assert list(out.glob("*.png"))
+    for args in (("whatif", d, "--steps", "1..4"), ("whatif", d, "--per-batch"), ("advise", d),
+                 ("diff", d, d)):
+        w = cli(*args)
+        assert w.returncode == 0, (args, w.stderr)
+    # whatif's overhead is the mean period less the timed phases' means: at the logged 3 steps it gives back
+    # every cycle's tokens/s (the rounds' tail aside)
+    side = sides.load_side(str(d))
+    from analyze.tools.whatif import model as W
+    r = W.whatif(side, range(1, 5), n_boot=0)
+    pred = r["predictions"].set_index("steps")
+    assert pred.loc[3, "tokens_per_s"] == pytest.approx(tps_by_hand(v), rel=0.02)

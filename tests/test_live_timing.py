@@ -448,7 +448,7 @@ def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, t
     name, rec = fake_sglang
     monkeypatch.setenv("SPECPROF_TIMING", "1")
     monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")       # every cycle timed (the default is 1 in 16)
+    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")       # every cycle timed (the default is 1 in 17)
     gpu = Gpu()
     monkeypatch.setattr(E, "torch_events", gpu.events)
     shim.install(name)
@@ -1176,3 +1176,48 @@ def test_the_first_cycle_with_torchs_events_hooks_the_graphs(monkeypatch):
     finally:
         E.unhook_cuda_graphs()
         CUDAGraph.replay = original
+
+
+def test_without_events_every_cycle_counts_as_timed():
+    """No CUDA (or SPECPROF_TIMING_EVENTS=0): nothing to sample; every cycle is timed=1 with host times, as
+    before the sampling (sampling would only throw away cycles)."""
+    t, rows = make_timer(None, accept_lag=0, sample_every=17)
+    for k in range(1, 6):
+        run_cycle(t, Gpu(), k, accept=(1, 1))
+    t.poll()
+    assert [r["timed"] for r in rows] == [1] * 5 and all(r["verify_ns"] is None for r in rows)
+    assert all(r["verify_host_ns"] is not None for r in rows)
+
+
+def test_the_graph_hook_never_raises_the_timers_errors_and_runs_the_launch_once():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.graph_hooked = True
+    runs = []
+    t.push(P.DECODE_CYCLE, 1)
+    t.push(P.VERIFY)
+    broken = t._record
+    t._record = lambda rec, key: 1 / 0            # the timer's event fails: the launch still runs, once
+    assert t.time_graph(lambda: runs.append(1) or "ok") == "ok" and runs == [1]
+    t._record = broken
+    assert t.counters["graph_hook_faults"] == 1
+    with pytest.raises(RuntimeError):             # the launch's own error is the caller's
+        t.time_graph(lambda: (_ for _ in ()).throw(RuntimeError("replay failed")))
+    t.pop()
+    t.accept(0, 1, None)
+    t.pop()
+    t.poll()
+    assert rows[0]["verify_replay_ns"] is None and rows[0]["verify_ns"] is not None
+
+
+def test_a_replay_range_the_hook_never_saw_turns_the_ranges_back_on():
+    """SGLANG_ENABLE_CUDA_GRAPH_DEDUP launches graphs through cudaGraphLaunch, not CUDAGraph.replay: the first
+    replay range that closes with no hooked launch inside hands the replay timing back to the ranges."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.graph_hooked = True
+    run_cycle(t, gpu, 1, accept=(1, 1))            # its draft replay range saw no CUDAGraph.replay
+    assert not t.graph_hooked and t.counters["graph_hook_unused"] == 1
+    run_cycle(t, gpu, 2, accept=(1, 1))
+    t.poll()
+    assert rows[0]["draft_replay_ns"] is None and rows[1]["draft_replay_ns"] == 300

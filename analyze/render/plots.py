@@ -87,9 +87,16 @@ short_name = names.short_name
 _unique_labels = names.display_names
 
 
+def _floats(values) -> np.ndarray:
+    """float64 values, NaN where a nullable column holds NA (a sampled live log's untimed cycles)."""
+    if hasattr(values, "to_numpy"):
+        return values.to_numpy(dtype="float64", na_value=np.nan)
+    return np.asarray(values, dtype="float64")
+
+
 def _unit(values_ns) -> tuple[str, float]:
     """Pick ms / µs / s for values in ns so that the largest one reads well."""
-    v = np.asarray(values_ns, dtype="float64")
+    v = _floats(values_ns)
     top = float(np.nanmax(np.abs(v))) if v.size and np.isfinite(v).any() else 0.0
     if top >= 10e9:
         return "s", 1e9
@@ -404,7 +411,7 @@ def _cycle_time(cyc: pd.DataFrame) -> tuple[str, str]:
 def _log_if_spread(ax, values, floor=None) -> None:
     """A logarithmic y axis where a few values dwarf the median; ``floor``: values (bars from 0) that
     must stay visible: the axis then starts below the smallest of them."""
-    v = np.asarray(values, dtype="float64").ravel()
+    v = _floats(values).ravel()
     v = v[np.isfinite(v) & (v > 0)]
     if len(v) and v.max() / max(float(np.median(v)), 1e-12) > 20:
         ax.set_yscale("log")
@@ -435,7 +442,7 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
     ax1, ax2 = fig.subplots(1, 2, width_ratios=[max(3, len(ranks)), max(3, len(order))])
 
     def draw(ax, data, labels, facecolors):
-        data = [np.asarray(d, dtype="float64") for d in data]
+        data = [d[np.isfinite(d)] for d in (_floats(x) for x in data)]
         if kind == "violin":
             ok = [d if len(d) else np.array([0.0]) for d in data]
             parts = ax.violinplot(ok, showmedians=True, showextrema=True)
@@ -471,7 +478,7 @@ def cycle_distributions(a, *, kind: str = "box", skip_first: bool = False) -> Fi
     ax2.set_ylabel(f"exclusive GPU time per cycle ({unit2})")
     ax2.set_xlabel("phase")
     ax2.set_title("GPU time per phase per cycle (all ranks)")
-    _log_if_spread(ax2, cyc[[f"{c}_ns" for c in order]].to_numpy())
+    _log_if_spread(ax2, cyc[[f"{c}_ns" for c in order]])
     return fig
 
 

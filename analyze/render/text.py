@@ -18,7 +18,7 @@ import pandas as pd
 from analyze import notes as N
 from analyze import views
 from analyze.attribute.phases import OTHER
-from analyze.timeline.cycles import LOST, LOST_REASONS, OUTLIER, OUTLIER_FACTOR, UNTIMED, WARMUP
+from analyze.timeline.cycles import LOST, LOST_REASONS, OUTLIER, OUTLIER_FACTOR, WARMUP
 from analyze.render import names as kernel_names
 from analyze.run.live import SOURCE as LIVE_SOURCE, is_live
 from analyze.views import decode, phase_hints
@@ -29,8 +29,7 @@ MIN_WIDTH, MAX_WIDTH = 60, 400
 TOP_NOTES = (N.NVTX_NOT_PHASES, N.PHASE_UNMATCHED)
 WARMUP_WORDS = {"first": "first", "capture": "CUDA-graph capture", "graph_capture": "CUDA-graph capture",
                 "outlier": "outlier period",
-                "no_gpu_ops": "no GPU ops recorded", "truncated": "CUDA data cut off",
-                "untimed": "not sampled for CUDA-event timing"}
+                "no_gpu_ops": "no GPU ops recorded", "truncated": "CUDA data cut off"}
 
 
 def terminal_width() -> int:
@@ -140,8 +139,7 @@ def left_out_text(counts: dict) -> str:
     """Cycles left out of steady-state figures per state (timeline.cycles.left_out_counts), in words:
     '1 warm-up cycle, 6 outlier cycles (a period over 5x the median of their batch size)'."""
     words = {WARMUP: ("warm-up", ""), LOST: ("lost", " (no GPU data)"),
-             OUTLIER: ("outlier", f" (a period over {OUTLIER_FACTOR:g}x the median of its batch size)"),
-             UNTIMED: ("untimed", " (the live log's sampling recorded no CUDA events in it)")}
+             OUTLIER: ("outlier", f" (a period over {OUTLIER_FACTOR:g}x the median of its batch size)")}
     parts = []
     for state, (noun, why) in words.items():
         n = int(counts.get(state, 0))
@@ -236,7 +234,7 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
              + ("; rN = rank N" if len(shown) > 1 else "") + f"; {_per_rank_text(steady)} cycles"
              + (" per rank" if len(ranks) > 1 else "") + ", mean" + (" and median" if "median" in " ".join(headers)
                                                                      else "") + "; share of the mean period"
-             + (f"; {'left out' if any(k in LOST_REASONS or k == UNTIMED for d in per_rank for k in d) else 'warm-up left out'}"
+             + (f"; {'left out' if any(k in LOST_REASONS for d in per_rank for k in d) else 'warm-up left out'}"
                 f": {_per_rank_text(warm)}" + (" per rank" if len(ranks) > 1 else "")
                 + f" ({reasons})" if sum(warm) else "")
              + ("; TP 1: no all-reduce" if tp1 else "")
@@ -264,8 +262,8 @@ def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:
     if is_live(result):          # a live log times the decode cycles only
         text = "Outside decode cycles: not measured (a live timing log times the decode cycles only)"
         if warm_n.sum():
-            text += (f"; cycles left out of the figures above: {int(warm_n.sum())}"
-                     f"{' over all ranks' if len(busy) > 1 else ''}, {ms(warm_busy.sum())} ms in timed phases")
+            text += (f"; warm-up cycles: {int(warm_n.sum())}{' over all ranks' if len(busy) > 1 else ''}, "
+                     f"{ms(warm_busy.sum())} ms in timed phases")
         return wrap(text + ".", width)
     if not (busy > 0).any():
         text = "Outside decode cycles: no GPU work (every GPU op of every rank ran inside a decode cycle)"

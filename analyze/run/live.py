@@ -21,6 +21,11 @@ What the log has and what it lacks decides every column (docs/live.md, "Reading 
   says "outside the timed phases", not "GPU idle"). With SGLang's overlap scheduler one cycle's GPU
   work may run in the next one's host period: per cycle the rest can be negative, its mean cannot
   be read as idle time either.
+* **Sampled logs** (``SPECPROF_TIMING_SAMPLE``): a cycle the sampling left without CUDA events
+  (``timed`` false) keeps its period, tokens and acceptance (a steady cycle like any other: the timed
+  cycles pay the events' cost, the others do not) and has no period split (``period_<phase>_ns``,
+  ``period_idle_ns`` null): the phase figures are those of the timed cycles
+  (:func:`analyze.views.decode.decode_breakdown`).
 * **Steady cycles.** No warm-up flags: :func:`analyze.timeline.cycles.left_out_reasons` derives
   them from the table (first cycle per rank, outlier period per batch size), the one definition.
 * **Cycles** are numbered by the shim's decode-cycle number less the log's smallest (one number is
@@ -54,7 +59,7 @@ NESTED_PHASE = "allreduce"
 """Timed inside the other phases' events (the TP all-reduce runs inside the forwards)."""
 SOURCE = "live_log"
 """The ``source`` of the ranks table and the ``kind`` of an input read from a live log."""
-EXTRA_COLUMNS = ["pid", "shim_cycle", "steps"]
+EXTRA_COLUMNS = ["pid", "shim_cycle", "steps", "timed"]
 
 
 def live_config() -> PhaseConfig:
@@ -149,26 +154,28 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
         .astype("float64")
     out["host_wait_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")     # no API calls in a live log
     measured = busy.fillna(0).astype("int64")
+    # a cycle the sampling left without events has no period split (null), the others as before
+    sampled = f["timed"].astype("Int64").fillna(1).to_numpy() != 0 if "timed" in f.columns \
+        else np.ones(len(f), dtype=bool)
+    split = pd.Series(sampled, index=f.index)
+
+    def split_only(v: pd.Series) -> pd.Series:
+        return v.astype("Int64").where(split, pd.NA)
     for p in names:
-        out[f"period_{p}_ns"] = 0 if p == NESTED_PHASE else timed[p].fillna(0).astype("int64")
-    out[f"period_{OTHER}_ns"] = 0
-    out["period_idle_ns"] = period - measured
+        out[f"period_{p}_ns"] = split_only(pd.Series(0, index=f.index) if p == NESTED_PHASE
+                                           else timed[p].fillna(0).astype("int64"))
+    out[f"period_{OTHER}_ns"] = split_only(pd.Series(0, index=f.index))
+    out["period_idle_ns"] = split_only(period - measured)
     out["pid"] = f["pid"].astype("int64")
     out["shim_cycle"] = f["cycle"].astype("int64")
     out["steps"] = f["steps"].astype("Int64")
+    out["timed"] = split.to_numpy()
     # the flags derived once, over the whole table (timeline.cycles.with_flags): a subset keeps them;
     # every process's first cycle is warm-up (a restarted worker captures its graphs again)
     out = cycles_mod.with_flags(out[order + EXTRA_COLUMNS])
     first = (out.groupby(["rank", "pid"]).cumcount() == 0).to_numpy() & ~out["warmup"].to_numpy(dtype=bool)
     out.loc[first, "warmup_reason"] = cycles_mod.FIRST
     out.loc[first, "warmup"] = True
-    # a cycle the shim's sampling left without events (SPECPROF_TIMING_SAMPLE): host times only, left out
-    # of steady-state figures (a reason of its own: no warm-up); the flags above were derived with them in
-    untimed = (f["timed"].astype("Int64").fillna(1) == 0).to_numpy(dtype=bool) if "timed" in f.columns \
-        else np.zeros(len(out), dtype=bool)
-    untimed &= ~out["warmup"].to_numpy(dtype=bool)
-    out.loc[untimed, "warmup_reason"] = cycles_mod.UNTIMED
-    out.loc[untimed, "warmup"] = True
     return out
 
 
@@ -235,6 +242,12 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     if no_period:
         out.append(Note(N.LIVE_LOG_NO_PERIOD, "cycles without a next cycle in their process (the last one, or one "
                         "followed by dropped cycles): their period is their own host duration", no_period))
+    untimed = int((~cycles["timed"].astype(bool)).sum()) if "timed" in cycles.columns and len(cycles) else 0
+    if untimed:
+        out.append(Note(N.LIVE_LOG_SAMPLED, f"the shim timed {len(cycles) - untimed} of {len(cycles)} cycles with "
+                        "CUDA events (SPECPROF_TIMING_SAMPLE): phase times are the timed cycles', periods, tokens "
+                        "and acceptance every cycle's (the timed cycles pay the events' cost, the others do not)",
+                        untimed))
     ar = cycles[f"{NESTED_PHASE}_ns"].notna() if f"{NESTED_PHASE}_ns" in cycles.columns else pd.Series(dtype=bool)
     if ar.any():
         out.append(Note(N.LIVE_LOG_NESTED_ALLREDUCE, "the all-reduce's events lie inside the forward that ran it "

@@ -95,10 +95,7 @@ FIRST = "first"                    # the rank's first cycle
 OUTLIER = "outlier"                # GPU period over OUTLIER_FACTOR x the median GPU period of the rank's
 #                                    cycles of the same batch size (requests; a cycle's cost grows with it;
 #                                    all its cycles where the batch size is rare)
-UNTIMED = "untimed"                # a live log's cycle whose CUDA events the shim's sampling left out
-#                                    (SPECPROF_TIMING_SAMPLE): host times only; steady figures are those
-#                                    of the timed cycles, a systematic sample by cycle number
-WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER, UNTIMED)
+WARMUP_REASONS = (NO_GPU_OPS, TRUNCATED, GRAPH_CAPTURE, FIRST, OUTLIER)
 LOST_REASONS = (NO_GPU_OPS, TRUNCATED)
 """The reasons of cycles whose GPU data was lost (no warm-up: counted apart in the report)."""
 OUTLIER_FACTOR = 5
@@ -107,7 +104,7 @@ OUTLIER_FACTOR = 5
 OUTLIER_MIN_BATCH_CYCLES = 10
 # the three kinds of cycles steady-state figures leave out (:func:`states`), apart from ``steady``
 STEADY, WARMUP, LOST = "steady", "warmup", "lost"
-STATES = (STEADY, WARMUP, LOST, OUTLIER, UNTIMED)
+STATES = (STEADY, WARMUP, LOST, OUTLIER)
 # runtime/driver calls that capture a CUDA graph (names carry version suffixes: matched by prefix)
 CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cudaStreamEndCapture",
                          "cuStreamBeginCapture", "cuGraphInstantiate", "cuStreamEndCapture")
@@ -560,13 +557,12 @@ def _derived_reasons(cycles: pd.DataFrame) -> np.ndarray:
 
 def states(cycles: pd.DataFrame) -> np.ndarray:
     """Per row: ``steady``, ``warmup`` (first cycle, graph capture), ``lost`` (its GPU data was
-    lost: :data:`LOST_REASONS`), ``outlier`` or ``untimed`` (:data:`STATES`)."""
+    lost: :data:`LOST_REASONS`) or ``outlier`` (:data:`STATES`)."""
     reason = left_out_reasons(cycles)
     out = np.full(len(reason), WARMUP, dtype=object)
     out[pd.isna(reason)] = STEADY
     out[np.isin(reason.astype(str), LOST_REASONS)] = LOST
     out[reason.astype(str) == OUTLIER] = OUTLIER
-    out[reason.astype(str) == UNTIMED] = UNTIMED
     return out
 
 
@@ -599,7 +595,7 @@ def left_out_counts(cycles: pd.DataFrame, keep_outliers: bool = False) -> dict[s
     s = states(cycles)
     numbers = cycles["cycle"].to_numpy()
     out, seen = {}, set()
-    for state in (WARMUP, LOST, OUTLIER, UNTIMED):
+    for state in (WARMUP, LOST, OUTLIER):
         if keep_outliers and state == OUTLIER:
             continue
         mine = set(numbers[s == state].tolist()) - seen

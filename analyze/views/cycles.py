@@ -28,7 +28,10 @@ def cycle_distribution_table(cycles: pd.DataFrame, phase_names: list[str], windo
     for fig in ["period_ns", "duration_ns"] + [f"{p}_ns" for p in list(phase_names) + [OTHER]] + ["gap_ns"]:
         if fig not in cycles.columns:
             continue
-        v = cycles[fig].to_numpy(dtype="float64")
+        v = cycles[fig].to_numpy(dtype="float64", na_value=np.nan)
+        known = ~np.isnan(v)
+        if known.any() and not known.all():     # a sampled live log: the phases of its timed cycles
+            v = v[known]
         rows.append([labels.get(fig, fig[:-3]), len(v), float(v.mean()),
                      *np.percentile(v, [50, 90, 99]).tolist(), float(v.max())])
     return pd.DataFrame(rows, columns=cols)

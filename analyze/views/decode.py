@@ -68,10 +68,21 @@ def steady_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
     return cycles_mod.steady(cycles)
 
 
+def _unsplit(c: pd.DataFrame) -> np.ndarray:
+    """Per cycle: a live log's cycle the sampling left without CUDA events (``timed`` false: its period is
+    known, its split is not; run/live.py)."""
+    return ~c["timed"].to_numpy(dtype=bool) if "timed" in c.columns else np.zeros(len(c), dtype=bool)
+
+
 def _periods(c: pd.DataFrame, comps: list[str]) -> np.ndarray:
-    """Each cycle's period (the sum of its components); 0 for a cycle without GPU data (NA columns:
-    ``no_gpu_ops``, always warm-up)."""
-    return c[[component_column(x) for x in comps]].to_numpy(dtype="int64", na_value=0).sum(axis=1)
+    """Each cycle's period (the sum of its components); a live log's untimed cycle its host period
+    (``period_ns``); 0 for a cycle without GPU data (NA columns: ``no_gpu_ops``, always warm-up)."""
+    split = c[[component_column(x) for x in comps]].to_numpy(dtype="int64", na_value=0).sum(axis=1)
+    unsplit = _unsplit(c)
+    if not unsplit.any():
+        return split
+    host = pd.to_numeric(c["period_ns"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    return np.where(unsplit, np.nan_to_num(host), split).astype("int64")
 
 
 def decode_breakdown(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
@@ -85,10 +96,19 @@ def decode_breakdown(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFra
     rows = []
     for rank, c in steady.groupby("rank", sort=True):
         period_mean = float(_periods(c, comps).mean())
+        timed = c[~_unsplit(c)]     # a sampled live log: the phases are the timed cycles', the period every cycle's
+        if not len(timed):
+            continue
+        means = {}
         for comp in comps:
-            v = c[component_column(comp)].to_numpy(dtype="int64")
-            mean = float(v.mean())
-            rows.append([int(rank), comp, mean, float(np.median(v)), mean / period_mean if period_mean else 0.0])
+            v = timed[component_column(comp)].to_numpy(dtype="int64")
+            means[comp] = (float(v.mean()), float(np.median(v)))
+        if len(timed) < len(c):     # the rest of the mean period (all cycles) is outside the timed phases
+            means[GPU_IDLE] = (period_mean - sum(m for k, (m, _) in means.items() if k != GPU_IDLE),
+                               means[GPU_IDLE][1])
+        for comp in comps:
+            mean, median = means[comp]
+            rows.append([int(rank), comp, mean, median, mean / period_mean if period_mean else 0.0])
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in BREAKDOWN_COLUMNS})
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
@@ -148,8 +168,9 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
     flag, reason = warmup_flags(cycles)
     period = _periods(cycles, comps)
     idle = cycles[component_column(GPU_IDLE)].to_numpy(dtype="int64", na_value=0)
+    busy = np.where(_unsplit(cycles), np.nan, (period - idle).astype("float64"))   # unknown where untimed
     frame = pd.DataFrame({"rank": cycles["rank"].to_numpy(), "warm": flag, "reason": reason, "period": period,
-                          "busy": period - idle,
+                          "busy": busy,
                           "tokens": pd.to_numeric(cycles.get("tokens", pd.Series(np.nan, index=cycles.index)),
                                                   errors="coerce").astype("float64").to_numpy()})
     outside = _outside_busy(cycles, totals, comps)
@@ -168,7 +189,11 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
         period_mean = float(s["period"].mean()) if len(s) else None
         if src == rank and len(t) and t["period"].sum() > 0:
             tps = float(t["tokens"].sum()) * 1e9 / float(t["period"].sum())
-            ms_per_token = float(t["busy"].sum()) / float(t["tokens"].sum()) / 1e6 if t["tokens"].sum() else None
+            if t["busy"].isna().any():      # a sampled live log: busy per timed cycle over tokens per cycle
+                ms_per_token = float(t["busy"].mean()) / float(t["tokens"].mean()) / 1e6 \
+                    if t["tokens"].mean() and t["busy"].notna().any() else None
+            else:
+                ms_per_token = float(t["busy"].sum()) / float(t["tokens"].sum()) / 1e6 if t["tokens"].sum() else None
         elif tokens_per_cycle and period_mean:
             tps = tokens_per_cycle * 1e9 / period_mean
             ms_per_token = busy_per_cycle / tokens_per_cycle / 1e6
@@ -176,7 +201,7 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
             tps = ms_per_token = None
         rows.append([rank, len(g), len(s), int(g["warm"].sum()), _reason_counts(g["reason"]), period_mean,
                      float(np.median(s["period"])) if len(s) else None, busy_per_cycle, tokens_per_cycle, tps,
-                     ms_per_token, src, int(outside.get(rank, 0)), int(g.loc[g["warm"], "busy"].sum())])
+                     ms_per_token, src, int(outside.get(rank, 0)), int(np.nansum(g.loc[g["warm"], "busy"]))])
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -277,9 +302,8 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
         else [{}]
     lost = [sum(int(d.get(k, 0)) for k in lost_codes) for d in reasons]
     outl = [int(d.get(cycles_mod.OUTLIER, 0)) for d in reasons]
-    untimed = [int(d.get(cycles_mod.UNTIMED, 0)) for d in reasons]
     warm = summary["warmup_cycles"].astype(int).tolist() if len(summary) else [0]
-    warm = [w - x - o - u for w, x, o, u in zip(warm, lost, outl, untimed)] if len(warm) == len(lost) else warm
+    warm = [w - x - o for w, x, o in zip(warm, lost, outl)] if len(warm) == len(lost) else warm
 
     def count(values, what):
         each = values[0] if len(set(values)) == 1 else None
@@ -295,9 +319,6 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
                                  "batch size)"))
     if sum(lost):
         parts.append(count(lost, "CYCLE whose GPU data was lost (cut off at the end of the capture)"))
-    if sum(untimed):
-        parts.append(count(untimed, "CYCLE without CUDA events (the live log's sampling: its figures are those "
-                                    "of the timed cycles)"))
     if len(summary):
         outside = float(summary["outside_cycles_busy_ns"].max())
         if outside > 0:

@@ -71,15 +71,27 @@ _CYCLE = object()  # stack entry of a decode_cycle range
 _NOTHING = None  # stack entry of a range that records nothing
 
 
+class _LaunchCheck:
+    """Stack entry of a graph-replay range inside its open phase while CUDAGraph.replay is hooked: the
+    cycle's hooked launches when it opened (none more by its close: this SGLang launches its graphs some
+    other way, e.g. ``SGLANG_ENABLE_CUDA_GRAPH_DEDUP``'s ``cudaGraphLaunch``; the ranges time the replays)."""
+
+    __slots__ = ("launches",)
+
+    def __init__(self, launches: int):
+        self.launches = launches
+
+
 class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host", "timed")
+                 "host", "timed", "launches")
 
     def __init__(self, cycle: int, start_ns: int, timed: bool = True):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
         self.timed = timed  # CUDA events recorded in this cycle (False: left out by the sampling)
+        self.launches = 0  # graph launches timed through the CUDAGraph.replay hook
         # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
         # also: a second key the same two events time (a replay outside its phase's range), else None
         self.pairs: list = []
@@ -158,7 +170,8 @@ class Timer:
         self.rank = None
         self.spec = None
         self.counters = {"cycles": 0, "resolved": 0, DROP_RING_OVERFLOW: 0, DROP_UNRESOLVED_AT_CLOSE: 0,
-                         "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0}
+                         "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0,
+                         "graph_hook_unused": 0, "graph_hook_faults": 0}
 
     # ------------------------------------------------------------------ backend calls
     def push(self, name: str, payload=None) -> None:
@@ -177,9 +190,12 @@ class Timer:
                     # phase's range times both); a cycle left out by the sampling: no event, host time only
                     entry = (phase, self._record(t.cycle, phase) if t.cycle.timed else None, self.clock(),
                              phase + _REPLAY if name in REPLAY_OF and not self.graph_hooked else None)
-                elif name in REPLAY_OF and t.cycle is not None and t.cycle.timed and not self.graph_hooked:
-                    key = REPLAY_OF[name] + _REPLAY
-                    entry = (key, self._record(t.cycle, key), None, None)
+                elif name in REPLAY_OF and t.cycle is not None and t.cycle.timed:
+                    if self.graph_hooked:
+                        entry = _LaunchCheck(t.cycle.launches)
+                    else:
+                        key = REPLAY_OF[name] + _REPLAY
+                        entry = (key, self._record(t.cycle, key), None, None)
         finally:
             t.stack.append(entry)
 
@@ -192,6 +208,12 @@ class Timer:
             return
         if entry is _CYCLE:
             self._end(t)
+            return
+        if type(entry) is _LaunchCheck:
+            rec = t.cycle
+            if rec is not None and rec.launches == entry.launches and self.graph_hooked:
+                self.graph_hooked = False           # the hook saw no launch: the ranges time the replays
+                self.counters["graph_hook_unused"] += 1
             return
         phase, start, host_t0, also = entry
         if phase in t.open_phases:
@@ -216,26 +238,41 @@ class Timer:
     def time_graph(self, launch: Callable[[], object]):
         """``launch()`` (a CUDA graph's replay) between two events when this thread's cycle is timed and a
         phase is open: the pair counts as the innermost open phase's ``<phase>_replay_ns`` (draft, verify or
-        draft_extend). Returns what
-        ``launch`` returns; its exceptions pass through (the pair is then not kept)."""
-        t = self._tls
-        rec = t.cycle
-        if rec is None or not rec.timed or not t.open_phases:
+        draft_extend). ``launch`` runs exactly once and what it returns or raises is the caller's; the
+        timer's own errors are counted (``graph_hook_faults``), never raised into the replay. A launch that
+        raises leaves its phase's replay time missing (null) for the cycle."""
+        key = rec = start = None
+        try:
+            t = self._tls
+            rec = t.cycle
+            if rec is not None and rec.timed and t.open_phases:
+                phase = next((p for p in reversed(t.open_phases) if p in REPLAYED), None)
+                if phase is not None:       # inside the all-reduce only: no replay column of its own
+                    key = phase + _REPLAY
+                    rec.launches += 1
+                    start = self._record(rec, key)
+        except Exception:
+            self.counters["graph_hook_faults"] += 1
+            key = None
+        if key is None:
             return launch()
-        phase = next((p for p in reversed(t.open_phases) if p in REPLAYED), None)
-        if phase is None:           # inside the all-reduce only: no replay column of its own
-            return launch()
-        key = phase + _REPLAY
-        start = self._record(rec, key)
-        out = launch()
-        end = self._record(rec, key) if start is not None else None
-        if start is None or end is None:
+        try:
+            out = launch()
+        except BaseException:
             rec.missing.add(key)
-        elif len(rec.pairs) >= self.max_pairs:
+            raise
+        try:
+            end = self._record(rec, key) if start is not None else None
+            if start is None or end is None:
+                rec.missing.add(key)
+            elif len(rec.pairs) >= self.max_pairs:
+                rec.missing.add(key)
+                self.counters["capped_pairs"] += 1
+            else:
+                rec.pairs.append((key, start, end, None))
+        except Exception:
+            self.counters["graph_hook_faults"] += 1
             rec.missing.add(key)
-            self.counters["capped_pairs"] += 1
-        else:
-            rec.pairs.append((key, start, end, None))
         return out
 
     def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
@@ -267,7 +304,9 @@ class Timer:
         if t.cycle is not None:  # a cycle inside a cycle (not emitted by the shim): keep the outer one
             return
         k = int(k) if k is not None else self.counters["cycles"] + 1
-        rec = CycleRecord(k, self.clock(), timed=k % self.sample_every == 0)
+        # sampled: events in every sample_every-th cycle; with no events at all (no CUDA, events off) every
+        # cycle counts as timed (host times only, as before the sampling)
+        rec = CycleRecord(k, self.clock(), timed=self._factory is None or k % self.sample_every == 0)
         t.cycle, t.open_phases = rec, []
         with self._lock:
             self._open[k] = rec
@@ -407,7 +446,7 @@ class Timer:
         return len(self._ring)
 
 
-_graph_timer: list = []   # the timer CUDAGraph.replay reports to (one per process; [] after disable)
+_graph_timer = None   # the timer CUDAGraph.replay reports to (one per process; None after unhook): read once
 
 
 def hook_cuda_graphs(timer: Timer) -> bool:
@@ -419,10 +458,11 @@ def hook_cuda_graphs(timer: Timer) -> bool:
     replay = getattr(graph, "replay", None)
     if replay is None:
         return False
-    _graph_timer[:] = [timer]
+    global _graph_timer
+    _graph_timer = timer
     if getattr(replay, "_specprof_original", None) is None:
         def timed_replay(self, *args, **kwargs):
-            now = _graph_timer[0] if _graph_timer else None
+            now = _graph_timer
             if now is None:
                 return replay(self, *args, **kwargs)
             return now.time_graph(lambda: replay(self, *args, **kwargs))
@@ -434,7 +474,8 @@ def hook_cuda_graphs(timer: Timer) -> bool:
 
 def unhook_cuda_graphs() -> None:
     """No timer gets the replays any more (the patched method calls the original straight through)."""
-    _graph_timer.clear()
+    global _graph_timer
+    _graph_timer = None
 
 
 class TeeBackend:
