@@ -73,6 +73,10 @@ on_accept: Callable | None = None
 """Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size)`` after each accept mark."""
 on_idle: Callable | None = None
 """Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
+on_cycle_steps: Callable | None = None
+"""Set by the timing mode (``live``): ``on_cycle_steps(steps)`` as a decode cycle closes, with the worker's
+``speculative_num_steps`` then (SGLang's ``--speculative-adaptive`` switches it at run time:
+``EAGLEWorkerV2.apply_runtime_state``, activated at the start of ``forward_batch_generation``)."""
 
 
 def stats() -> dict:
@@ -357,6 +361,11 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             acc, _tls.accept = _tls.accept, None
             if acc is None or not emit_accept(acc, k, b):
                 _tag(ret, k)
+            hook = on_cycle_steps
+            if hook is not None and get_self is not None:
+                steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
+                if isinstance(steps, int):
+                    hook(steps)
         finally:
             _tls.cycle = None
             b.pop()

@@ -402,7 +402,11 @@ FAKE = {
         class EAGLEWorkerV2:
             def __init__(self):
                 self._draft_worker = EagleDraftWorker()
+                self.speculative_num_steps = 3
             def forward_batch_generation(self, batch):
+                steps = getattr(batch, "adaptive_steps", None)   # as activate_step_by_batch switches them
+                if steps:
+                    self.speculative_num_steps = steps.pop(0)
                 self._draft_worker.draft(batch)
                 out = self.verify(batch)
                 self._draft_worker._draft_extend_for_decode(batch, out)
@@ -426,7 +430,7 @@ def fake_sglang(tmp_path, monkeypatch):
     wrappers._rank["spec_config"] = wrappers._rank["config"] = None
 
 
-def _drive(name, gpu, cycles, lens):
+def _drive(name, gpu, cycles, lens, adaptive_steps=None):
     ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
     ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
     sch = importlib.import_module(f"{name}.srt.managers.scheduler")
@@ -436,7 +440,8 @@ def _drive(name, gpu, cycles, lens):
     sch.Scheduler(SimpleNamespace(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
                                   speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=False))
     worker, proc = ew.EAGLEWorkerV2(), brp.SchedulerBatchResultProcessor()
-    batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False) for _ in lens], lens=lens)
+    batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False) for _ in lens], lens=lens,
+                            adaptive_steps=list(adaptive_steps or []))
     for _ in range(cycles):
         res = worker.forward_batch_generation(batch)
         proc._resolve_spec_v2_tokens(res, batch)
@@ -1222,3 +1227,26 @@ def test_a_replay_range_the_hook_never_saw_turns_the_ranges_back_on():
     run_cycle(t, gpu, 2, accept=(1, 1))
     t.poll()
     assert rows[0]["draft_replay_ns"] is None and rows[1]["draft_replay_ns"] == 300
+
+
+def test_adaptive_speculation_logs_each_cycles_own_step_count(fake_sglang, monkeypatch, tmp_path):
+    """SGLang's --speculative-adaptive switches the worker's speculative_num_steps at run time: each row
+    carries the step count the worker held as its cycle closed (and steps + 1 verified tokens a request,
+    topk 1), not the process's configured start value; analyze-trace splits a log by it."""
+    name, rec = fake_sglang
+    monkeypatch.setenv("SPECPROF_TIMING", "1")
+    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
+    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")
+    gpu = Gpu()
+    monkeypatch.setattr(E, "torch_events", gpu.events)
+    shim.install(name)
+    state = live.state()
+    state.sink.threaded = False
+    _drive(name, gpu, 5, [2, 0, 3], adaptive_steps=[3, 3, 1, 1, 5])
+    state.timer.close()
+    rows = list(state.sink._rows)
+    assert [r["steps"] for r in rows] == [3, 3, 1, 1, 5]
+    assert [r["verified_tokens"] for r in rows] == [12, 12, 6, 6, 18]
+    assert wrappers.on_cycle_steps == state.timer.cycle_steps
+    live.disable()
+    assert wrappers.on_cycle_steps is None

@@ -158,6 +158,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     _nvtx.set_backend(tee)
     wrappers.on_accept = timer.accept
     wrappers.on_idle = timer.idle
+    wrappers.on_cycle_steps = timer.cycle_steps
     _live = Live(timer, sink, tee, previous)
     _register_exit_and_fork(settings, events, threaded)
     return _live
@@ -218,4 +219,5 @@ def disable() -> None:
         _nvtx.set_backend(live.previous_backend)
     wrappers.on_accept = None
     wrappers.on_idle = None
+    wrappers.on_cycle_steps = None
     _live = None

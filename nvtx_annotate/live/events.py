@@ -86,12 +86,13 @@ class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host", "timed", "launches")
+                 "host", "timed", "launches", "steps")
 
     def __init__(self, cycle: int, start_ns: int, timed: bool = True):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
         self.timed = timed  # CUDA events recorded in this cycle (False: left out by the sampling)
         self.launches = 0  # graph launches timed through the CUDAGraph.replay hook
+        self.steps = None  # the worker's step count as the cycle closed (adaptive speculation), else the config's
         # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
         # also: a second key the same two events time (a replay outside its phase's range), else None
         self.pairs: list = []
@@ -275,6 +276,13 @@ class Timer:
             rec.missing.add(key)
         return out
 
+    def cycle_steps(self, steps: int) -> None:
+        """The step count the cycle open on this thread ran (SGLang's ``--speculative-adaptive`` switches it
+        at run time; the process's spec_config holds the start value only)."""
+        rec = self._tls.cycle
+        if rec is not None:
+            rec.steps = int(steps)
+
     def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
         """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
         with self._lock:
@@ -407,6 +415,9 @@ class Timer:
         spec = self.spec
         steps = getattr(spec, "steps", None)
         draft_tokens = getattr(spec, "draft_tokens", None)
+        if rec.steps is not None and rec.steps != steps:
+            # adaptive speculation (topk 1 only, SGLang 0.5.17): the cycle verified steps + 1 tokens a request
+            steps, draft_tokens = rec.steps, rec.steps + 1
         verified = rec.requests * draft_tokens if rec.requests is not None and draft_tokens is not None else None
         out = {"rank": self.rank if self.rank is not None else 0, "pid": self.pid, "cycle": rec.cycle,
                "host_start_ns": rec.start_ns, "host_end_ns": rec.end_ns}
