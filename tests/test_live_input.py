@@ -101,6 +101,8 @@ def timed_rows(values, rank, pid, steps, sample_every=1):
         gpu.now += v["draft_extend"]
         t.pop()
         t.accept(v["accepted"], v["requests"], None)
+        if "steps" in v:                # adaptive speculation: the worker's step count of this cycle
+            t.cycle_steps(v["steps"])
         t.pop()
     t.poll()
     assert len(rows) == len(values)
@@ -409,3 +411,21 @@ def test_a_sampled_log_takes_phases_from_its_timed_cycles_and_the_rest_from_ever
     r = W.whatif(side, range(1, 5), n_boot=0)
     pred = r["predictions"].set_index("steps")
     assert pred.loc[3, "tokens_per_s"] == pytest.approx(tps_by_hand(v), rel=0.02)
+
+
+def test_one_adaptive_process_switching_step_counts_is_fitted_per_step_count(tmp_path):
+    """One process under --speculative-adaptive: 30 cycles at 2 steps, then 30 at 4 (each row carries its
+    cycle's step count): whatif shows both as profiled, each with its own measured tokens/s."""
+    a = [dict(x, steps=2) for x in cycle_values(30, seed=8, steps=2, verify=300_000)]
+    b = [dict(x, steps=4) for x in cycle_values(30, start=a[-1]["end"] + 60_000, seed=9, steps=4, verify=340_000)]
+    log = tmp_path / "adaptive1"
+    write_log(log, 0, 700, 2, a + b)
+    out = tmp_path / "w.json"
+    proc = cli("whatif", log, "--steps", "1..6", "--boot", "0", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert sorted(p["steps"] for p in data["profiles"]) == [2, 4]
+    pred = {r["steps"]: r for r in data["predictions"]}
+    # every cycle at 4 steps is steady (the process's first cycle is at 2): tokens over their periods
+    tok = sum(x["accepted"] + x["requests"] for x in b)
+    assert pred[4]["measured_tokens_per_s"] == pytest.approx(tok * 1e9 / sum(periods(b)), rel=1e-12)
