@@ -1250,3 +1250,18 @@ def test_adaptive_speculation_logs_each_cycles_own_step_count(fake_sglang, monke
     assert wrappers.on_cycle_steps == state.timer.cycle_steps
     live.disable()
     assert wrappers.on_cycle_steps is None
+
+
+def test_a_switched_step_count_gives_verified_tokens_only_for_a_chain():
+    """steps + 1 verified tokens a request holds for topk 1 (the only adaptive SGLang runs); a process whose
+    topk is not 1, or unknown, gets the step count and no verified-token figure."""
+    for spec, verified in ((P.SpecConfig("EAGLE", 3, 1, 4, 1, True, 8), 10), (P.SpecConfig("EAGLE", 3, 4, 8, 1, True, 8), None),
+                           (None, None)):
+        t, rows = make_timer(None, accept_lag=0)
+        t.spec = spec
+        t.push(P.DECODE_CYCLE, 1)
+        t.accept(3, 2, None)
+        t.cycle_steps(4)
+        t.pop()
+        t.poll()
+        assert (rows[0]["steps"], rows[0]["verified_tokens"]) == (4, verified)

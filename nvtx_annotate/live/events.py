@@ -416,8 +416,10 @@ class Timer:
         steps = getattr(spec, "steps", None)
         draft_tokens = getattr(spec, "draft_tokens", None)
         if rec.steps is not None and rec.steps != steps:
-            # adaptive speculation (topk 1 only, SGLang 0.5.17): the cycle verified steps + 1 tokens a request
-            steps, draft_tokens = rec.steps, rec.steps + 1
+            # adaptive speculation (topk 1 only in SGLang 0.5.17): the cycle verified steps + 1 tokens a
+            # request; unknown where the process's topk is not known to be 1
+            chain = getattr(spec, "topk", None) == 1
+            steps, draft_tokens = rec.steps, rec.steps + 1 if chain else None
         verified = rec.requests * draft_tokens if rec.requests is not None and draft_tokens is not None else None
         out = {"rank": self.rank if self.rank is not None else 0, "pid": self.pid, "cycle": rec.cycle,
                "host_start_ns": rec.start_ns, "host_end_ns": rec.end_ns}
