@@ -363,9 +363,12 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
                 _tag(ret, k)
             hook = on_cycle_steps
             if hook is not None and get_self is not None:
-                steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
-                if isinstance(steps, int):
-                    hook(steps)
+                try:
+                    steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
+                    if isinstance(steps, int):
+                        hook(steps)
+                except Exception as e:  # the timing's own error: never the cycle's bookkeeping
+                    fault(f"{label} (step count)", e)
         finally:
             _tls.cycle = None
             b.pop()

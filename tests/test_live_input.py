@@ -429,3 +429,81 @@ def test_one_adaptive_process_switching_step_counts_is_fitted_per_step_count(tmp
     # every cycle at 4 steps is steady (the process's first cycle is at 2): tokens over their periods
     tok = sum(x["accepted"] + x["requests"] for x in b)
     assert pred[4]["measured_tokens_per_s"] == pytest.approx(tok * 1e9 / sum(periods(b)), rel=1e-12)
+
+
+def _sampled_two_batches(tmp_path, sample_every=17, n=340):
+    """One process at batch 1 then batch 16 (n cycles each), events in one cycle of ``sample_every``."""
+    one = cycle_values(n, seed=11, verify=400_000)
+    sixteen = [dict(x, requests=16, verify=x["verify"] + 300_000)
+               for x in cycle_values(n, start=one[-1]["end"] + 60_000, seed=12, verify=400_000)]
+    d = tmp_path / f"s{sample_every}"
+    write_log(d, 0, 900, 3, one + sixteen, sample_every=sample_every)
+    return d
+
+
+def test_a_sampled_log_of_two_batch_sizes_gives_the_full_logs_model(tmp_path):
+    """The review's case: batches 1 and 16 (the recipe's default), one cycle in 17 timed. whatif fits verify
+    over the timed cycles only (a fit through the untimed cycles' nulls gave NaN and 4x the tokens/s):
+    its prediction at the logged 3 steps is the full log's within 3%, per batch size, and advise gives no
+    finding the full log does not."""
+    full = _sampled_two_batches(tmp_path, 1)
+    part = _sampled_two_batches(tmp_path, 17)
+    from analyze.tools.whatif import model as W
+
+    for batch in (1, 16):
+        p = {}
+        for name, d in (("full", full), ("part", part)):
+            r = W.whatif(sides.load_side(str(d)), range(1, 5), n_boot=50, batch=batch)
+            pred = r["predictions"].set_index("steps")
+            assert np.isfinite(pred["tokens_per_s"]).all() and np.isfinite(pred["tokens_per_s_lo"]).all()
+            p[name] = pred.loc[3, "tokens_per_s"]
+        assert p["part"] == pytest.approx(p["full"], rel=0.03), batch
+    from analyze.tools.advise.model import advise
+
+    codes = lambda d: sorted(f.rule for f in advise(analyze.load(d)).findings)   # noqa: E731
+    assert codes(part) == codes(full)
+
+
+def test_no_timed_cycle_is_refused_and_the_report_still_draws(tmp_path):
+    """A log none of whose steady cycles carries CUDA-event times (10 cycles, one in 17 timed: none; or
+    SPECPROF_TIMING_EVENTS=0): whatif refuses with one line (a cycle of pure overhead would make draft
+    steps free); the report, HTML and plots still come out."""
+    d = tmp_path / "none"
+    write_log(d, 0, 100, 3, cycle_values(10, seed=4), sample_every=17)
+    w = cli("whatif", d, "--steps", "1..4")
+    assert w.returncode != 0 and "no phase times in its steady cycles" in w.stderr
+    proc = cli(d, "--html", tmp_path / "r.html", "--plots", tmp_path / "plots")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_zero_step_cycles_of_adaptive_mode_are_left_out_with_a_note(tmp_path):
+    """SGLang's default adaptive config runs 0 steps at batch 8 and up (one token verified, no draft: not
+    speculation off): those cycles are left out of whatif's model, said in a note; the rest is fitted."""
+    a = [dict(x, steps=3) for x in cycle_values(30, seed=13)]
+    z = [dict(x, steps=0) for x in cycle_values(20, start=a[-1]["end"] + 60_000, seed=14)]
+    d = tmp_path / "ada0"
+    write_log(d, 0, 800, 3, a + z)
+    out = tmp_path / "w.json"
+    proc = cli("whatif", d, "--steps", "1..4", "--boot", "0", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(out.read_text())
+    assert [p["steps"] for p in data["profiles"]] == [3]
+    assert any("20 cycles at 0 draft steps" in n for n in data["notes"])
+
+
+def test_diff_of_sampled_logs_resamples_each_figure_over_its_own_cycles(tmp_path):
+    """Two sampled logs of one distribution (different seeds): the phase CIs come from the timed cycles
+    alone (filling the untimed with the mean narrowed them ~4x and called noise significant)."""
+    from analyze.tools.diff.model import bootstrap_delta
+
+    c = []
+    for seed in (21, 22):
+        d = tmp_path / f"g{seed}"
+        write_log(d, 0, 100, 3, cycle_values(340, seed=seed), sample_every=17)
+        c.append(sides.load_side(str(d)).cycles)
+    cols = ["cycle", "period_ns", "verify_ns", "tokens"]
+    t = bootstrap_delta(c[0][cols].reset_index(drop=True), c[1][cols].reset_index(drop=True),
+                        time_col="period_ns").set_index("figure")
+    timed = [x["verify_ns"].dropna().to_numpy(dtype="float64") for x in c]
+    se = np.sqrt(sum(v.var() / len(v) for v in timed))
+    assert t.loc["verify_ns", "ci_hi"] - t.loc["verify_ns", "ci_lo"] == pytest.approx(2 * 1.96 * se, rel=0.3)

@@ -88,9 +88,11 @@ _unique_labels = names.display_names
 
 
 def _floats(values) -> np.ndarray:
-    """float64 values, NaN where a nullable column holds NA (a sampled live log's untimed cycles)."""
+    """float64 values, NaN where a nullable column or value holds NA (a sampled live log's untimed cycles)."""
     if hasattr(values, "to_numpy"):
         return values.to_numpy(dtype="float64", na_value=np.nan)
+    if values is pd.NA or values is None:
+        return np.array(np.nan)
     return np.asarray(values, dtype="float64")
 
 

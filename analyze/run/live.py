@@ -221,9 +221,13 @@ def ranks_table(metas: list[dict]) -> pd.DataFrame:
 
 def totals_table(cycles: pd.DataFrame) -> pd.DataFrame:
     """Per rank: no GPU op counted (the log has none), no kernel time, busy = the timed phases over
-    the cycles, nothing known outside the cycles."""
+    the cycles (a sampled log: over its timed cycles, scaled to all), nothing known outside the cycles."""
     ranks = sorted(int(r) for r in cycles["rank"].unique()) if len(cycles) else []
     busy = cycles.groupby("rank")["busy_ns"].sum() if len(cycles) else pd.Series(dtype="int64")
+    if len(cycles) and "timed" in cycles.columns and not cycles["timed"].all():
+        # a sampled log: the timed cycles' sum scaled to every cycle of the rank (an estimate; the note says so)
+        g = cycles.groupby("rank")["timed"]
+        busy = (busy * g.size() / g.sum().where(g.sum() > 0)).fillna(0).round()
     return pd.DataFrame({"rank": ranks, "kernel_ns": [0] * len(ranks),
                          "busy_ns": [int(busy.get(r, 0) or 0) for r in ranks],
                          "exclusive_attributed_ns": [int(busy.get(r, 0) or 0) for r in ranks],
@@ -246,7 +250,8 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     if untimed:
         out.append(Note(N.LIVE_LOG_SAMPLED, f"the shim timed {len(cycles) - untimed} of {len(cycles)} cycles with "
                         "CUDA events (SPECPROF_TIMING_SAMPLE): phase times are the timed cycles', periods, tokens "
-                        "and acceptance every cycle's (the timed cycles pay the events' cost, the others do not)",
+                        "and acceptance every cycle's (the timed cycles pay the events' cost, the others do not); busy totals "
+                        "are the timed cycles' scaled to every cycle",
                         untimed))
     ar = cycles[f"{NESTED_PHASE}_ns"].notna() if f"{NESTED_PHASE}_ns" in cycles.columns else pd.Series(dtype=bool)
     if ar.any():

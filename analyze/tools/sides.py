@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyze import notes as N
 from analyze import opstore
+from analyze.notes import Note
 from analyze.attribute.attention import is_attention
 from analyze.attribute.phases import OTHER
 from analyze.errors import CorruptReport, MissingInput, UnsuitableInput
@@ -225,10 +227,25 @@ def split_by_steps(side: Side) -> list[Side]:
     --speculative-adaptive), each with that step count in its spec_config: what whatif fits from
     several profiles. The side itself when it holds one step count (or is no live log)."""
     ks = live_step_counts(side.cycles) if side.live else []
+    steps = pd.to_numeric(side.cycles["steps"], errors="coerce") if ks else None
+    if 0 in ks:
+        # SGLang's adaptive mode at 0 steps verifies one token a request with the speculative machinery
+        # (not speculation off: no baseline) and drafts nothing: no draft step to model; left out, said once
+        zero = int((steps == 0).sum())
+        ks = [k for k in ks if k > 0]
+        if not ks:
+            return [side]
+        note = Note(N.LIVE_LOG_ZERO_STEPS, "cycles at 0 draft steps (SGLang's adaptive mode: one token verified "
+                    "a request, no draft; not speculation off) left out of the model", zero)
+        kept = side.cycles[steps > 0].reset_index(drop=True)
+        cfg = side.spec_config._replace(steps=ks[0]) if side.spec_config is not None and len(ks) == 1 \
+            else side.spec_config
+        side = Side(side.label, kept, side.kernels, side.phase_names, side.ranges, side.gpu_ops,
+                    list(side.notes) + [note], cfg, live=True)
+        steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
     if len(ks) < 2:
         return [side]
     out = []
-    steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
     for k in ks:
         cfg = side.spec_config._replace(steps=k) if side.spec_config is not None else None
         out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,

@@ -58,10 +58,16 @@ def bootstrap_delta(before: pd.DataFrame, after: pd.DataFrame, *, n_boot: int = 
             va = after[name].to_numpy(dtype="float64", na_value=np.nan)
             if np.isnan(vb).all() or np.isnan(va).all() or not nb or not na:
                 continue
-            vb = np.where(np.isnan(vb), np.nanmean(vb), vb)
-            va = np.where(np.isnan(va), np.nanmean(va), va)
+            if np.isnan(vb).any() or np.isnan(va).any():
+                # cycles without this figure (a sampled live log's untimed cycles): each side resampled
+                # over the cycles that have it (filling the others with the mean would narrow the CI)
+                vb, va = vb[~np.isnan(vb)], va[~np.isnan(va)]
+                own = np.random.default_rng([seed, len(rows)])
+                bb = _boot_means(vb, own.integers(0, len(vb), (n_boot, len(vb))))
+                ab = _boot_means(va, own.integers(0, len(va), (n_boot, len(va))))
+            else:
+                bb, ab = _boot_means(vb, ib), _boot_means(va, ia)
             b, a = float(vb.mean()), float(va.mean())
-            bb, ab = _boot_means(vb, ib), _boot_means(va, ia)
         lo, hi = np.percentile(ab - bb, q)
         delta = a - b
         rows.append(dict(figure=_figure_name(name, time_col), before=b, after=a, delta=delta,

@@ -47,11 +47,15 @@ def context_trend(samples: pd.DataFrame, column: str = "verify_ns") -> dict | No
     if samples is None or column not in samples.columns or not {"cycle", "requests", "accepted"} <= set(samples.columns):
         return None
     s = samples.sort_values("cycle", kind="stable")
-    s = s[s["accepted"].notna() & s[column].notna()]
-    if len(s) < MIN_CYCLES:
+    s = s[s["accepted"].notna()]
+    # positions over every cycle with its tokens, then the cycles that hold the figure (a sampled live
+    # log times one cycle in N: its untimed cycles still move the context on)
+    seg_all, pos_all = context_positions(s) if len(s) else (np.zeros(0, int), np.zeros(0))
+    known = s[column].notna().to_numpy()
+    if int(known.sum()) < MIN_CYCLES:
         return None
-    seg, pos = context_positions(s)
-    y = s[column].to_numpy(dtype="float64")
+    seg, pos = seg_all[known], pos_all[known]
+    y = s[column].to_numpy(dtype="float64", na_value=np.nan)[known]
     frame = pd.DataFrame({"seg": seg, "x": pos, "y": y})
     sizes = frame.groupby("seg")["x"].transform("size").to_numpy()
     frame = frame[sizes >= 2]

@@ -30,6 +30,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from analyze import notes as N
 from analyze.codes import stable_order
 from analyze.errors import UsageError
 from analyze.render.text import left_out_text
@@ -469,18 +470,24 @@ def token_fit(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=Non
         f = float(verify_scaling)
         if "verify" not in comps or not ok.any():
             return None
-        v, n0 = float(samples["verify_ns"][ok].mean()), float(n[ok].mean())
+        vv = samples["verify_ns"].to_numpy(dtype="float64", na_value=np.nan)
+        ok &= np.isfinite(vv)              # a sampled live log: the timed cycles
+        if not ok.any():
+            return None
+        v, n0 = float(vv[ok].mean()), float(n[ok].mean())
         return {"verify": {"intercept_ns": (1 - f) * v, "per_token_ns": f * v / n0 if n0 > 0 else 0.0,
                            "source": "given"}}
-    if not batch_spread(samples, steps)["varies"]:
+    timed = samples[samples[[f"{c}_ns" for c in comps]].notna().any(axis=1)]   # a sampled live log's timed cycles
+    if not batch_spread(timed, steps)["varies"]:
         return None
     out = {}
-    x = n[ok]
     for c in comps:
-        y = samples[f"{c}_ns"].to_numpy(dtype="float64")[ok]
+        y_all = samples[f"{c}_ns"].to_numpy(dtype="float64", na_value=np.nan)
+        known = ok & np.isfinite(y_all)    # a sampled live log: the cycles its events timed
+        x, y = n[known], y_all[known]
         if not np.any(y):                  # no such work in this trace (allreduce at TP 1)
             continue
-        if len(np.unique(x)) < 2:          # a bootstrap resample of one batch size: no slope to fit
+        if len(np.unique(x)) < 2:          # one batch size (a bootstrap resample, the timed cycles): no slope
             b, a = 0.0, float(y.mean())
         else:
             b, a = np.polyfit(x, y, 1)
@@ -638,6 +645,12 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
     samples, dropped = profile_samples(side, keep_outliers, memo, batch)
+    timed = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
+    if len(samples) and timed and not samples[timed].notna().to_numpy().any():
+        # a live log without CUDA events in these cycles (SPECPROF_TIMING_EVENTS=0, no CUDA, or a sampled
+        # log none of whose timed cycles fell here): a cycle of pure overhead would make draft steps free
+        raise ValueError(f"{side.label}: no phase times in its steady cycles{f' at batch {batch}' if batch else ''} "
+                         "(a live log whose cycles carry no CUDA-event times): cannot model a draft step")
     cfg = side.spec_config
     sglang_loop = cfg is not None and cfg.algo not in ("none", "NGRAM") and bool(cfg.steps)
     c = costs_from_samples(samples, steps, side.phase_names, verify_scaling, sglang_loop)
@@ -651,6 +664,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         notes.append(tree_note(side.label, cfg))
     if side.live:
         notes += live_profile_notes(side.label)
+        notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
+                  if getattr(n, "code", None) == N.LIVE_LOG_ZERO_STEPS]
     c["rounds"] = rounds_mod.request_tokens(side.cycles, batch)
     if batch is not None and verify_scaling is None and not c.get("token_fit"):
         key = ("batch_fit_samples", keep_outliers)
@@ -916,7 +931,15 @@ def measured_baseline(side: Side, requests: float, keep_outliers: bool = False) 
 
 
 def _resample(samples: pd.DataFrame, rng) -> pd.DataFrame:
-    return samples.iloc[rng.integers(0, len(samples), len(samples))].reset_index(drop=True)
+    """A bootstrap resample of the cycles; a sampled live log's timed and untimed cycles are resampled
+    apart (as many of each as there are), so that no resample is without phase times."""
+    cols = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
+    timed = samples[cols].notna().any(axis=1).to_numpy() if cols else np.ones(len(samples), dtype=bool)
+    if timed.all() or not timed.any():
+        return samples.iloc[rng.integers(0, len(samples), len(samples))].reset_index(drop=True)
+    t, u = np.flatnonzero(timed), np.flatnonzero(~timed)
+    pick = np.concatenate([t[rng.integers(0, len(t), len(t))], u[rng.integers(0, len(u), len(u))]])
+    return samples.iloc[pick].reset_index(drop=True)
 
 
 def _acc_profiles(costs: list[dict], samples_list) -> list:
