@@ -226,15 +226,20 @@ class Timer:
             rec.host[phase] = rec.host.get(phase, 0) + (self.clock() - host_t0)
         if not rec.timed:
             return
-        end = self._record(rec, phase) if start is not None else None
-        keys = (phase, also) if also is not None else (phase,)
+        self._close_pair(rec, phase, start, also)
+
+    def _close_pair(self, rec: CycleRecord, key: str, start, also=None) -> None:
+        """The end event of ``key``'s pair recorded now and the pair kept; the key (and ``also``) missing
+        where either event could not be recorded or the cycle already holds ``max_pairs`` pairs."""
+        end = self._record(rec, key) if start is not None else None
+        keys = (key, also) if also is not None else (key,)
         if start is None or end is None:
             rec.missing.update(keys)
         elif len(rec.pairs) >= self.max_pairs:
             rec.missing.update(keys)
             self.counters["capped_pairs"] += 1
         else:
-            rec.pairs.append((phase, start, end, also))
+            rec.pairs.append((key, start, end, also))
 
     def time_graph(self, launch: Callable[[], object]):
         """``launch()`` (a CUDA graph's replay) between two events when this thread's cycle is timed and a
@@ -263,14 +268,7 @@ class Timer:
             rec.missing.add(key)
             raise
         try:
-            end = self._record(rec, key) if start is not None else None
-            if start is None or end is None:
-                rec.missing.add(key)
-            elif len(rec.pairs) >= self.max_pairs:
-                rec.missing.add(key)
-                self.counters["capped_pairs"] += 1
-            else:
-                rec.pairs.append((key, start, end, None))
+            self._close_pair(rec, key, start)
         except Exception:
             self.counters["graph_hook_faults"] += 1
             rec.missing.add(key)
