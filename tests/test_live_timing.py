@@ -447,19 +447,27 @@ def _drive(name, gpu, cycles, lens, adaptive_steps=None):
         proc._resolve_spec_v2_tokens(res, batch)
 
 
-def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, tmp_path):
-    """SPECPROF_TIMING=1: install() puts the tee in front of NVTX; a fake v2 worker's cycles come out
-    as rows with the phase times its fake device ran, the rank and the spec_config of the process."""
-    name, rec = fake_sglang
+def _timed_install(name, monkeypatch, tmp_path, sample: int):
+    """The shim installed into the fake SGLang with the timing mode on (events every ``sample``-th cycle,
+    stub CUDA events on the returned device, the sink drained by hand): (device, timing state)."""
     monkeypatch.setenv("SPECPROF_TIMING", "1")
     monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")       # every cycle timed (the default is 1 in 17)
+    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", str(sample))
     gpu = Gpu()
     monkeypatch.setattr(E, "torch_events", gpu.events)
     shim.install(name)
     state = live.state()
-    assert state is not None and _nvtx._backend is state.tee and wrappers.on_accept == state.timer.accept
-    state.sink.threaded = False  # drained by hand below
+    assert state is not None
+    state.sink.threaded = False
+    return gpu, state
+
+
+def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, tmp_path):
+    """SPECPROF_TIMING=1: install() puts the tee in front of NVTX; a fake v2 worker's cycles come out
+    as rows with the phase times its fake device ran, the rank and the spec_config of the process."""
+    name, rec = fake_sglang
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 1)   # every cycle timed (the default is 1 in 17)
+    assert _nvtx._backend is state.tee and wrappers.on_accept == state.timer.accept
     _drive(name, gpu, 6, [2, 0, 3])
     assert rec.balanced()  # nsys's ranges are still there (the recording backend stands for nsys)
     assert rec.payloads(P.DECODE_CYCLE) == [1, 2, 3, 4, 5, 6]
@@ -997,14 +1005,7 @@ def test_sampling_times_one_cycle_in_n_and_logs_every_cycle(fake_sglang, monkeyp
     TP rank the same cycles); the others come out too, with their host times and accept lengths and
     every event column null, ``timed`` 0; no event is recorded for them."""
     name, rec = fake_sglang
-    monkeypatch.setenv("SPECPROF_TIMING", "1")
-    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "3")
-    gpu = Gpu()
-    monkeypatch.setattr(E, "torch_events", gpu.events)
-    shim.install(name)
-    state = live.state()
-    state.sink.threaded = False
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
     _drive(name, gpu, 7, [2, 0, 3])
     state.timer.close()
     rows = list(state.sink._rows)
@@ -1234,14 +1235,7 @@ def test_adaptive_speculation_logs_each_cycles_own_step_count(fake_sglang, monke
     carries the step count the worker held as its cycle closed (and steps + 1 verified tokens a request,
     topk 1), not the process's configured start value; analyze-trace splits a log by it."""
     name, rec = fake_sglang
-    monkeypatch.setenv("SPECPROF_TIMING", "1")
-    monkeypatch.setenv("SPECPROF_TIMING_DIR", str(tmp_path / "logs"))
-    monkeypatch.setenv("SPECPROF_TIMING_SAMPLE", "1")
-    gpu = Gpu()
-    monkeypatch.setattr(E, "torch_events", gpu.events)
-    shim.install(name)
-    state = live.state()
-    state.sink.threaded = False
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 1)
     _drive(name, gpu, 5, [2, 0, 3], adaptive_steps=[3, 3, 1, 1, 5])
     state.timer.close()
     rows = list(state.sink._rows)
