@@ -147,6 +147,14 @@ def cli(*args, cwd=ROOT):
                           cwd=cwd)
 
 
+def whatif_json(tmp_path, *args):
+    """``analyze-trace whatif ARGS --boot 0 --json OUT``: (the process, OUT read), the run asserted to pass."""
+    out = tmp_path / "w.json"
+    proc = cli("whatif", *args, "--boot", "0", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    return proc, json.loads(out.read_text())
+
+
 # ------------------------------------------------------------------ the cycle table
 def test_cycle_table_holds_the_logged_values(two_ranks):
     d, vals = two_ranks
@@ -264,10 +272,7 @@ def test_whatif_calibrates_from_a_live_log(tmp_path):
     log = tmp_path / "live"
     v1 = write_log(log, 0, 300, 3, cycle_values(24, seed=3, reqs=[1, 1, 2]))
     write_log(log, 1, 301, 3, cycle_values(24, seed=4, reqs=[1, 1, 2]))
-    out = tmp_path / "w.json"
-    proc = cli("whatif", prof, "--calibrate-live", log, "--steps", "1..5", "--boot", "0", "--json", out)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
+    proc, data = whatif_json(tmp_path, prof, "--calibrate-live", log, "--steps", "1..5")
     expect = tps_by_hand(v1)                       # rank 0's steady cycles, every batch size
     cal = data["calibration"]
     assert cal["steps"] == 3 and cal["tokens_per_s"] == pytest.approx(expect, rel=1e-12)
@@ -298,10 +303,7 @@ def test_whatif_on_a_live_log_of_two_step_counts_fits_them_and_shows_the_measure
     log = tmp_path / "adaptive"
     v2 = write_log(log, 0, 500, 2, cycle_values(30, seed=6, steps=2, verify=300_000))
     v4 = write_log(log, 0, 501, 4, cycle_values(30, start=5_000_000_000, seed=7, steps=4, verify=340_000))
-    out = tmp_path / "w.json"
-    proc = cli("whatif", log, "--steps", "1..6", "--boot", "0", "--json", out)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
+    proc, data = whatif_json(tmp_path, log, "--steps", "1..6")
     assert sorted(p["steps"] for p in data["profiles"]) == [2, 4]
     pred = {r["steps"]: r for r in data["predictions"]}
     assert pred[2]["measured_tokens_per_s"] == pytest.approx(tps_by_hand(v2), rel=1e-12)
@@ -420,10 +422,7 @@ def test_one_adaptive_process_switching_step_counts_is_fitted_per_step_count(tmp
     b = [dict(x, steps=4) for x in cycle_values(30, start=a[-1]["end"] + 60_000, seed=9, steps=4, verify=340_000)]
     log = tmp_path / "adaptive1"
     write_log(log, 0, 700, 2, a + b)
-    out = tmp_path / "w.json"
-    proc = cli("whatif", log, "--steps", "1..6", "--boot", "0", "--json", out)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
+    proc, data = whatif_json(tmp_path, log, "--steps", "1..6")
     assert sorted(p["steps"] for p in data["profiles"]) == [2, 4]
     pred = {r["steps"]: r for r in data["predictions"]}
     # every cycle at 4 steps is steady (the process's first cycle is at 2): tokens over their periods
@@ -483,10 +482,7 @@ def test_zero_step_cycles_of_adaptive_mode_are_left_out_with_a_note(tmp_path):
     z = [dict(x, steps=0) for x in cycle_values(20, start=a[-1]["end"] + 60_000, seed=14)]
     d = tmp_path / "ada0"
     write_log(d, 0, 800, 3, a + z)
-    out = tmp_path / "w.json"
-    proc = cli("whatif", d, "--steps", "1..4", "--boot", "0", "--json", out)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(out.read_text())
+    proc, data = whatif_json(tmp_path, d, "--steps", "1..4")
     assert [p["steps"] for p in data["profiles"]] == [3]
     assert any("20 cycles at 0 draft steps" in n for n in data["notes"])
 
