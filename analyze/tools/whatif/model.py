@@ -428,6 +428,13 @@ def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
     return [f"{p}_ns" for p in phase_names if f"{p}_ns" in samples.columns and samples[f"{p}_ns"].notna().any()]
 
 
+def timed_samples(samples: pd.DataFrame) -> np.ndarray:
+    """Per cycle: does it hold phase times (draft, verify or draft_extend)? False only for a sampled live
+    log's untimed cycles (and a log without CUDA events); True throughout a profile without those columns."""
+    cols = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
+    return samples[cols].notna().any(axis=1).to_numpy() if cols else np.ones(len(samples), dtype=bool)
+
+
 def verified_tokens(samples: pd.DataFrame, steps: int) -> np.ndarray:
     """Per cycle: the tokens verified, M (k + 1) (M = the cycle's requests; NaN when unknown)."""
     req = samples["requests"] if "requests" in samples.columns else pd.Series(np.nan, index=samples.index)
@@ -477,8 +484,7 @@ def token_fit(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=Non
         v, n0 = float(vv[ok].mean()), float(n[ok].mean())
         return {"verify": {"intercept_ns": (1 - f) * v, "per_token_ns": f * v / n0 if n0 > 0 else 0.0,
                            "source": "given"}}
-    timed = samples[samples[[f"{c}_ns" for c in comps]].notna().any(axis=1)]   # a sampled live log's timed cycles
-    if not batch_spread(timed, steps)["varies"]:
+    if not batch_spread(samples[timed_samples(samples)], steps)["varies"]:   # a sampled log: its timed cycles
         return None
     out = {}
     for c in comps:
@@ -645,8 +651,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
     samples, dropped = profile_samples(side, keep_outliers, memo, batch)
-    timed = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
-    if len(samples) and timed and not samples[timed].notna().to_numpy().any():
+    if len(samples) and not timed_samples(samples).any():
         # a live log without CUDA events in these cycles (SPECPROF_TIMING_EVENTS=0, no CUDA, or a sampled
         # log none of whose timed cycles fell here): a cycle of pure overhead would make draft steps free
         raise ValueError(f"{side.label}: no phase times in its steady cycles{f' at batch {batch}' if batch else ''} "
@@ -933,8 +938,7 @@ def measured_baseline(side: Side, requests: float, keep_outliers: bool = False) 
 def _resample(samples: pd.DataFrame, rng) -> pd.DataFrame:
     """A bootstrap resample of the cycles; a sampled live log's timed and untimed cycles are resampled
     apart (as many of each as there are), so that no resample is without phase times."""
-    cols = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
-    timed = samples[cols].notna().any(axis=1).to_numpy() if cols else np.ones(len(samples), dtype=bool)
+    timed = timed_samples(samples)
     if timed.all() or not timed.any():
         return samples.iloc[rng.integers(0, len(samples), len(samples))].reset_index(drop=True)
     t, u = np.flatnonzero(timed), np.flatnonzero(~timed)
