@@ -11,7 +11,9 @@
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #   the same with the CUDA events off (host times only: what the events cost): EVENTS=0; events in every
-#   cycle instead of one in 17: SAMPLE=1 (the profile times every cycle unless PROFILE_SAMPLE says otherwise)
+#   cycle instead of one in 17: SAMPLE=1. The profile times one cycle in 17 too (PROFILE_SAMPLE, default 17):
+#   events in every cycle cost 3-12% of tokens/s (H100, 2026-12-05) and would bias a whatif from the profile
+#   alone; recipes/live_compare.py compares medians, over the timed cycles on the log's side
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
@@ -85,7 +87,7 @@ if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
   base="sglang_live_v${V}_l${L}_s${STEPS}"; [ "$GRAPH_BS" = none ] && base="${base}_eager"
   echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
   SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 \
-    SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-1}" timeout 240 \
+    SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-17}" timeout 240 \
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
     "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
