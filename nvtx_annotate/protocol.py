@@ -20,13 +20,15 @@ Marks:
 
 ``rank=R world=W device=D``
     Once per process when the TP group is created, again when SGLang starts profiling.
-``spec_config algo=A steps=N topk=K draft_tokens=D tp=T cuda_graph=0|1 max_running=R [adaptive=0|1] [overlap=0|1]``
+``spec_config algo=A steps=N topk=K draft_tokens=D tp=T cuda_graph=0|1 max_running=R [adaptive=0|1] [overlap=0|1] [events_every=E]``
     Once per scheduler process (after ``Scheduler.__init__``), again when SGLang starts profiling:
     SGLang's own speculative configuration, read from its ``server_args`` (``algo=none steps=0`` when
     speculation is off). ``steps`` is ``--speculative-num-steps``: the draft tokens proposed per request
     per cycle (SGLang's ``draft_forward`` runs ``steps - 1`` draft forwards; the first draft token
     comes from the draft extend of the previous cycle). The analyzer takes the profiled step count
-    from it instead of inferring it from kernels.
+    from it instead of inferring it from kernels. ``events_every`` (only while the shim's timing mode
+    is on, nvtx_annotate/live): its CUDA events ran in one decode cycle of E (0: none), which slow the
+    cycles they run in (whatif says so of a profile with E = 1).
 ``accept_len=N reqs=M [cycle=K] [lens=l1,...,lM]`` (int64 payload ``N``)
     The accepted *draft* tokens of one decode cycle: ``N`` summed over the ``M`` requests of the
     batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
@@ -154,12 +156,14 @@ def accept_mark(lengths: Sequence[int], cycle: int | None = None) -> tuple[str, 
 
 
 CONFIG_PREFIX = "spec_config"
-SpecConfig = namedtuple("SpecConfig", "algo steps topk draft_tokens tp cuda_graph max_running adaptive overlap",
-                        defaults=(None, None))
+SpecConfig = namedtuple("SpecConfig", "algo steps topk draft_tokens tp cuda_graph max_running adaptive overlap "
+                                      "events_every", defaults=(None, None, None))
 SpecConfig.__doc__ = ("SGLang's speculative configuration of one process: algo (str, 'none' without speculation), "
                       "steps (--speculative-num-steps, 0 without), topk, draft_tokens (int or None), tp (int), "
-                      "cuda_graph (bool), max_running (int or None), adaptive, overlap (bool or None).")
-_CONFIG_INTS = ("steps", "topk", "draft_tokens", "tp", "max_running")
+                      "cuda_graph (bool), max_running (int or None), adaptive, overlap (bool or None); "
+                      "events_every: not SGLang's but the shim's timing mode, CUDA events in one cycle of N "
+                      "(0: the mode on without events; None: the mode off, or a shim before the field).")
+_CONFIG_INTS = ("steps", "topk", "draft_tokens", "tp", "max_running", "events_every")
 _CONFIG_BOOLS = ("cuda_graph", "adaptive", "overlap")
 CONFIG_MARK_RE = re.compile(r"^spec_config(?P<body>(?:\s+[a-z_]+=[^\s=]+)+)\s*$")
 

@@ -162,10 +162,18 @@ def emit_config_mark(scheduler) -> None:
     if args is None:
         return
     cfg = P.spec_config_from_server_args(args, getattr(scheduler, "max_running_requests", None))
+    cfg = cfg._replace(events_every=_timing_events_every())
     text = P.format_spec_config(cfg)
     _rank["config"], _rank["spec_config"] = text, cfg
     _nvtx.mark(text)
     _stats["config_marks"] += 1
+
+
+def _timing_events_every() -> int | None:
+    """One decode cycle of how many carries the timing mode's CUDA events (0: none); None: the mode is off."""
+    live = sys.modules.get(__package__ + ".live")
+    state = live.state() if live is not None else None
+    return None if state is None else state.timer.events_every
 
 
 def _tp_name(group) -> str | None:

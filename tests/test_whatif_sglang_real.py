@@ -84,6 +84,26 @@ def test_a_tree_profile_says_the_model_is_a_chains(side):
 
 
 @need
+def test_a_profile_timed_every_cycle_by_the_live_mode_says_so(side):
+    """A profile whose spec_config mark says the shim's timing mode recorded CUDA events in every cycle
+    (events_every=1) carries the note that the events slowed its speculative cycle; one sampled (17), or
+    recorded without the mode, does not, and the predictions are the same either way (a note, no change)."""
+    import dataclasses
+
+    sd = side(64, 3)
+    plain = W.whatif(sd, range(1, 5), n_boot=0, batch=1)
+    every = W.whatif(dataclasses.replace(sd, spec_config=sd.spec_config._replace(events_every=1)), range(1, 5),
+                     n_boot=0, batch=1)
+    sampled = W.whatif(dataclasses.replace(sd, spec_config=sd.spec_config._replace(events_every=17)), range(1, 5),
+                       n_boot=0, batch=1)
+    said = [n for n in every["notes"] if "CUDA events in every cycle" in n]
+    assert len(said) == 1 and "--calibrate-tps" in said[0] and "12%" in said[0]
+    assert not any("CUDA events in every cycle" in n for n in plain["notes"] + sampled["notes"])
+    cols = ["steps", "cycle_ns", "tokens_per_s"]
+    pd.testing.assert_frame_equal(every["predictions"][cols], plain["predictions"][cols])
+
+
+@need
 def test_acceptance_matches_sglangs_own_count(side):
     """Tokens per request per cycle from the marks vs SGLang's meta_info (completion tokens /
     spec_verify_ct) of the same profiled run: V = 2, so about 1 + 0.5 + 0.25 at 3 steps."""
@@ -179,6 +199,10 @@ def test_spec_config_mark_round_trip_and_rejects():
                    "adaptive=0 overlap=1"
     assert P.parse_spec_config(text) == cfg
     assert P.parse_spec_config("spec_config algo=none tp=2") == P.SpecConfig("none", 0, None, None, 2, None, None)
+    timed = cfg._replace(events_every=17)         # the shim's timing mode on: its sampling rides along
+    assert P.format_spec_config(timed) == text + " events_every=17" and P.parse_spec_config(
+        P.format_spec_config(timed)) == timed
+    assert P.parse_spec_config(text + " events_every=-1") is None
     for bad in ("spec_config steps=3", "spec_config algo=EAGLE steps=x", "spec_config algo=EAGLE steps=99999999999",
                 "spec_config algo=EAGLE cuda_graph=2", "rank=0 world=1", None, 3):
         assert P.parse_spec_config(bad) is None
@@ -213,6 +237,16 @@ def test_shim_emits_the_config_mark_after_scheduler_init(monkeypatch):
     assert marks == ["spec_config algo=EAGLE steps=2 topk=1 draft_tokens=3 tp=4 cuda_graph=1 max_running=32 "
                      "adaptive=0 overlap=0"]
     assert np.all([P.parse_spec_config(m) is not None for m in marks])
+    # with the timing mode on, the mark says how often its CUDA events run (a Timer's own figure)
+    from nvtx_annotate import live
+    from nvtx_annotate.live.events import Timer
+
+    for events, every, want in (((object(), lambda: False), 17, 17), ((object(), lambda: False), 1, 1), (None, 17, 0)):
+        timer = Timer(lambda row: None, events=events, sample_every=every)
+        monkeypatch.setattr(live, "_live", NS(timer=timer))
+        marks.clear()
+        wrappers.emit_config_mark(sched)
+        assert marks[0].endswith(f" overlap=0 events_every={want}") and P.parse_spec_config(marks[0]).events_every == want
 
 
 @need

@@ -174,6 +174,14 @@ class Timer:
                          "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0,
                          "graph_hook_unused": 0, "graph_hook_faults": 0}
 
+    @property
+    def events_every(self) -> int:
+        """CUDA events in one cycle of this many (0: none: ``events=None``, or no CUDA found; before the first
+        cycle resolves ``events="auto"``, the sampling asked for)."""
+        if self._events_spec is None or (self._events_ready and self._factory is None):
+            return 0
+        return int(self.sample_every)
+
     # ------------------------------------------------------------------ backend calls
     def push(self, name: str, payload=None) -> None:
         t = self._tls

@@ -667,6 +667,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
                      "--profiled-steps, or profile with the current shim, which records the flag")
     if sglang_loop and (cfg.topk or 1) > 1:
         notes.append(tree_note(side.label, cfg))
+    if cfg is not None and cfg.events_every == 1 and not side.live:
+        notes.append(events_note(side.label))
     if side.live:
         notes += live_profile_notes(side.label)
         notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
@@ -692,6 +694,16 @@ def tree_note(label: str, cfg) -> str:
             f"not steps + 1 = {cfg.steps + 1}); this model is a chain's (top-k 1: verified tokens M (s + 1), "
             "acceptance per position of one chain), so its predictions at other step counts are a chain's: "
             "profile with --speculative-eagle-topk 1 for a prediction this trace supports")
+
+
+def events_note(label: str) -> str:
+    """What a profile recorded with the shim's timing mode timing every cycle (its ``spec_config`` mark's
+    ``events_every=1``) does to a prediction from it."""
+    return (f"{label}: the shim's timing mode recorded CUDA events in every cycle of this profile "
+            "(SPECPROF_TIMING_SAMPLE=1): on real SGLang they cost 3% (batch 1) to 12% (batch 16) of tokens/s "
+            "(docs/live.md), in the speculative cycle and not in the estimated plain decode step, so a speed-up "
+            "from this profile alone is low by up to that much: give --calibrate-tps, or profile with the "
+            "default sampling (one cycle in 17)")
 
 
 def live_profile_notes(label: str) -> list[str]:
