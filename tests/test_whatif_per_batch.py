@@ -171,6 +171,40 @@ def test_per_batch_report_says_when_one_step_count_serves_every_batch():
 
 
 @need
+def test_flat_unprofiled_figures_with_per_batch_are_refused_not_ignored(tmp_path, capsys):
+    """--per-batch takes its unprofiled figures per batch size; --baseline-tps / --calibrate-tps / --baseline
+    with it were once ignored without a word (a newcomer's run): now one line naming the flags, exit 10."""
+    from analyze import cli
+
+    for flags in (["--baseline-tps", "729.7"], ["--calibrate-tps", "546.5"], ["--baseline", str(L64)],
+                  ["--baseline-tps", "729.7", "--calibrate-tps", "546.5"]):
+        rc = cli.main(["whatif", str(L8), "--per-batch", "--steps", "1..6", *flags])
+        err = capsys.readouterr().err.strip()
+        assert rc == 10 and err.count("\n") == 0, err
+        assert all(f in err for f in flags if f.startswith("--")) and "--batch-baseline-tps M=Y" in err
+
+
+@need
+def test_advise_per_batch_takes_the_figures_given_for_its_batch():
+    """advise --batch 1 --baseline-tps Y --calibrate-tps X: its per-batch rows use them at batch 1 (as whatif
+    --per-batch --batch-baseline-tps 1=Y --batch-tps 1=X would), the other batch size stays estimated; before,
+    the per-batch rule called batch 1 uncertain against an estimated baseline beside the speculation rule's
+    measured one."""
+    from analyze.run import api
+    from analyze.tools.advise.model import whatif_summary
+
+    a = api.load(str(L8))
+    rows = {r["batch"]: r for r in whatif_summary(a, batch=1, baseline_tps=729.7, calibrate_tps=546.5)["per_batch"]}
+    assert rows[1]["baseline_source"] == "given" and rows[1]["tokens_per_s_baseline"] == 729.7
+    assert rows[1]["calibrated"] and rows[1]["tokens_per_s_profiled"] == pytest.approx(546.5)
+    assert rows[1]["speedup"] == pytest.approx(0.76, abs=0.01) and not rows[1]["verdict_uncertain"]
+    assert rows[16]["baseline_source"] == "estimated" and not rows[16]["calibrated"]
+    plain = {r["batch"]: r for r in whatif_summary(a, batch=1)["per_batch"]}
+    assert plain[1]["baseline_source"] == "estimated" and plain[1]["verdict_uncertain"]
+    assert plain[16] == rows[16]
+
+
+@need
 def test_no_config_when_nothing_pays_shows_the_table_then_one_error_line(tmp_path, capsys):
     from analyze import cli
 

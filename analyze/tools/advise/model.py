@@ -141,7 +141,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps)}
+            "per_batch": _per_batch(side, steps, batch, baseline_tps, calibrate_tps)}
 
 
 def _rounds_evidence(w: dict) -> dict:
@@ -161,10 +161,11 @@ VISITED_SHARE = 0.10
 last requests of a batch of 8 finish is no bucket of its own)."""
 
 
-def _per_batch(side, steps) -> list[dict] | None:
-    """whatif's best step count per batch size (point estimates, estimated baselines) where the
-    profile's load visits two batch sizes or more (each with enough cycles and a share of them);
-    else None."""
+def _per_batch(side, steps, batch=None, baseline_tps=None, calibrate_tps=None) -> list[dict] | None:
+    """whatif's best step count per batch size (point estimates) where the profile's load visits two
+    batch sizes or more (each with enough cycles and a share of them); else None. The baselines are
+    estimated but at ``batch``, where the unprofiled figures given for it (``baseline_tps``,
+    ``calibrate_tps``) are used as whatif --per-batch uses --batch-baseline-tps / --batch-tps."""
     from analyze.tools.whatif import per_batch as PB
     from analyze.render.outputs import records
 
@@ -173,7 +174,10 @@ def _per_batch(side, steps) -> list[dict] | None:
     if len(visited) < 2:
         return None
     try:        # the visited sizes are those with the most cycles: the first len(visited) of them
-        table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES))
+        given = batch is not None and batch in visited.index
+        table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES),
+                             baselines_tps={batch: baseline_tps} if given and baseline_tps else None,
+                             calibrate={batch: calibrate_tps} if given and calibrate_tps else None)
         return records(table[table["batch"].isin(visited.index)])
     except (ValueError, KeyError, IndexError):
         return None

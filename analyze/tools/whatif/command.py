@@ -325,6 +325,11 @@ def main_whatif(argv: list[str]) -> int:
             raise ValueError("--batch-tps / --batch-baseline-tps go with --per-batch or --adaptive-config")
         if per_batch_mode and (args.batch is not None or args.plot or args.measured):
             raise ValueError("--per-batch / --adaptive-config model every batch size: no --batch, --plot or --measured")
+        flat = [f for f, v in (("--calibrate-tps", args.calibrate_tps), ("--baseline-tps", args.baseline_tps),
+                               ("--baseline", args.baseline)) if v is not None]
+        if per_batch_mode and flat:     # one figure for every batch size would be wrong at all but one of them
+            raise ValueError(f"--per-batch / --adaptive-config take unprofiled figures per batch size, not "
+                             f"{' / '.join(flat)}: --batch-tps M=X,... and --batch-baseline-tps M=Y,...")
         if args.calibrate_live and args.calibrate_tps:
             raise ValueError("--calibrate-live and --calibrate-tps: give one of them")
         if args.calibrate_live and batch_tps:
