@@ -212,6 +212,8 @@ def test_cli_report_text_json_html(two_ranks, tmp_path):
     assert "specprof live timing log, schema 1, 2 file(s)" in proc.stdout
     assert "Kernels, exclusive phase times, NVTX ranges and collectives: absent" in proc.stdout
     assert f"{tps_by_hand(vals[0]):,.0f} tokens/s" in proc.stdout
+    rows = [line.split() for line in proc.stdout.splitlines() if "live_log" in line.split()]
+    assert len(rows) == 2 and all(r[2] == "-" for r in rows), rows     # the log names no device: "-", not None
     data = json.loads(out.read_text())
     assert {n["code"] for n in data["notes"]} >= {N.LIVE_LOG_NO_KERNELS, N.LIVE_LOG_NESTED_ALLREDUCE}
     assert [r["verify_ns"] for r in data["cycles"] if r["rank"] == 0] == [x["verify"] for x in vals[0]]

@@ -38,6 +38,11 @@ def terminal_width() -> int:
     return max(MIN_WIDTH, min(MAX_WIDTH, int(cols)))
 
 
+def _missing(value) -> bool:
+    """None, NaN or pd.NA (a scalar a table shows as "-")."""
+    return value is None or (not isinstance(value, str) and bool(pd.isna(value)))
+
+
 def ms(ns) -> str:
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
         return "-"
@@ -352,7 +357,8 @@ def render(result, top: int = 5, max_ranks: int = 8, width: int | None = None, d
     ranks = result.ranks
     out.append("Ranks")
     out += table(["rank", "pid", "device", "source", "offset ms", "GPU ops", "kernel ms", "busy ms", "idle ms"],
-                 [[r.rank, r.pid, r.device_ids, r.source, ms(r.offset_ns), t.gpu_ops, ms(t.kernel_ns),
+                 [[r.rank, r.pid, "-" if _missing(r.device_ids) else r.device_ids, r.source, ms(r.offset_ns),
+                   t.gpu_ops, ms(t.kernel_ns),
                    ms(t.busy_ns), ms(t.idle_ns)]
                   for r, t in zip(ranks.itertuples(), result.totals.itertuples())], width=width)
     out.append("")
