@@ -118,14 +118,15 @@ def test_app_roots_skip_nsys_processes():
     assert serve.app_roots(12, table) == [13]
 
 
-HANGING_NSYS = """import subprocess, sys, time
+HANGING_NSYS = """import subprocess, sys, time, signal
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))   # from the start: a SIGINT is never lost in a window
 server = subprocess.Popen(sys.argv[1:], start_new_session=True)
 server.wait()
 open(sys.argv[-1] + '.server-exited', 'w').close()
-try:
-    time.sleep(600)  # an nsys that never writes its report
-except KeyboardInterrupt:
-    sys.exit(130)
+while not stop:
+    time.sleep(0.5)  # an nsys that never writes its report, until SIGINT
+sys.exit(130)
 """
 
 
@@ -147,7 +148,7 @@ def test_an_nsys_that_hangs_is_stopped_and_what_is_left_is_named(tmp_path):
     assert rc == 130 and proc.poll() == 130  # stopped by SIGINT to its group
     assert lines[0].startswith("sent SIGINT to the server (pid ")
     assert lines[1] == "nsys did not finish within 1 s after the server stopped: stopping it"
-    assert lines[2].startswith(f"still running: pid {proc.pid} (S) ") and "import subprocess, sys, time server = " in lines[2]
+    assert lines[2].startswith(f"still running: pid {proc.pid} (S) ") and "import subprocess, sys, time, signal stop = [] " in lines[2]
     assert len(lines) == 3  # the server, already gone, is not listed
 
 
