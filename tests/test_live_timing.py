@@ -1041,28 +1041,18 @@ def hooked_cycle(t: E.Timer, gpu: Gpu, k: int, prep=700, launch_gap=5, draft=300
     """A cycle as SGLang runs it with CUDAGraph.replay hooked: each replay range holds ``prep`` ns of Python
     (SGLang's replay_prepare) with the stream idle before the graph's launch; the launch's own host time
     before the kernels reach the stream is ``launch_gap``; draft_extend's replay range outside its phase."""
-    def launch(ns):
-        def run():
-            gpu.run(launch_gap + ns)
-        return run
+    def replay(name, ns):           # SGLang's replay range: its Python, then the hooked launch
+        t.push(name)
+        gpu.run(prep)
+        t.time_graph(lambda: gpu.run(launch_gap + ns))
+        t.pop()
 
     t.push(P.DECODE_CYCLE, k)
-    t.push(P.DRAFT)
-    t.push(P.GRAPH_REPLAY_DRAFT)
-    gpu.run(prep)
-    t.time_graph(launch(draft))
-    t.pop()
-    t.pop()
-    t.push(P.VERIFY)
-    t.push(P.GRAPH_REPLAY_VERIFY)
-    gpu.run(prep)
-    t.time_graph(launch(verify))
-    t.pop()
-    t.pop()
-    t.push(P.GRAPH_REPLAY_DRAFT_EXTEND)
-    gpu.run(prep)
-    t.time_graph(launch(extend))
-    t.pop()
+    for phase, name, ns in ((P.DRAFT, P.GRAPH_REPLAY_DRAFT, draft), (P.VERIFY, P.GRAPH_REPLAY_VERIFY, verify)):
+        t.push(phase)
+        replay(name, ns)
+        t.pop()
+    replay(P.GRAPH_REPLAY_DRAFT_EXTEND, extend)      # outside its phase's range, as SGLang runs it
     t.accept(3, 2, None)
     t.pop()
 

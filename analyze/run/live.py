@@ -155,9 +155,9 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["host_wait_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")     # no API calls in a live log
     measured = busy.fillna(0).astype("int64")
     # a cycle the sampling left without events has no period split (null), the others as before
-    sampled = f["timed"].astype("Int64").fillna(1).to_numpy() != 0 if "timed" in f.columns \
+    has_events = f["timed"].astype("Int64").fillna(1).to_numpy() != 0 if "timed" in f.columns \
         else np.ones(len(f), dtype=bool)
-    split = pd.Series(sampled, index=f.index)
+    split = pd.Series(has_events, index=f.index)
 
     def split_only(v: pd.Series) -> pd.Series:
         return v.astype("Int64").where(split, pd.NA)

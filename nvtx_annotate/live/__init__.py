@@ -144,17 +144,17 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
         settings, problems = settings_from_env()
         for p in problems:
             wrappers.warn_once(f"live:env:{p}", f"nvtx_annotate: SPECPROF_TIMING: ignored {p}")
-    if not getattr(settings, "events", True):
+    if not settings.events:
         events = None           # SPECPROF_TIMING_EVENTS=0: host times only (no CUDA event is recorded)
     sink_box = []
     timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
                   ring_size=settings.ring_size, time_allreduce=settings.time_allreduce,
-                  sample_every=getattr(settings, "sample_every", DEFAULTS.sample_every))
+                  sample_every=settings.sample_every)
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
     sink_box.append(sink)
     previous = _nvtx._backend or _nvtx.get_backend()
-    tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=getattr(settings, "pause_file", None))
+    tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=settings.pause_file)
     _nvtx.set_backend(tee)
     wrappers.on_accept = timer.accept
     wrappers.on_idle = timer.idle
