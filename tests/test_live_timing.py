@@ -25,7 +25,8 @@ from helpers.fake_package import fake_package
 # ------------------------------------------------------------------ stubs
 
 class Gpu:
-    """A fake device clock: stub events take its time when recorded."""
+    """A fake device clock: stub events take its time when recorded (or, recorded behind a held
+    :class:`StubGate`, the time the gate let the stream go)."""
 
     def __init__(self):
         self.now = 0
@@ -33,8 +34,17 @@ class Gpu:
         self.recorded: list = []  # (label, time) per record() in order
         self.queries = 0
         self.capturing = False
+        self.held: list | None = None  # events recorded behind a held gate (None: the stream runs)
+        self.queued_at = None          # when the last launch's host call had queued its kernels
 
     def run(self, ns: int):
+        self.now += ns
+
+    def launch(self, host_ns: int, ns: int):
+        """A graph launch: ``host_ns`` of the launch call's own host time with the stream idle, then its
+        kernels (``ns``) from the moment they are queued."""
+        self.now += host_ns
+        self.queued_at = self.now
         self.now += ns
 
     def factory(self):
@@ -50,6 +60,8 @@ class StubEvent:
 
     def record(self):
         self.t = self.gpu.now
+        if self.gpu.held is not None:
+            self.gpu.held.append(self)
         self.gpu.recorded.append(self.t)
 
     def query(self):
@@ -64,6 +76,27 @@ class StubEvent:
         raise AssertionError("synchronize on the hot path")
 
     wait = synchronize
+
+
+class StubGate:
+    """A stream gate (nvtx_annotate/live/gate.py) on the stub GPU: an event recorded while it is held takes
+    the time the launch's kernels were queued (when the host released it, the stream reached it)."""
+
+    def __init__(self, gpu: Gpu, fail: bool = False):
+        self.gpu, self.fail, self.calls = gpu, fail, []
+
+    def hold(self):
+        if self.fail:
+            raise RuntimeError("no stream memory operations")
+        self.calls.append("hold")
+        self.gpu.held = []
+        return self.calls.count("hold")
+
+    def release(self, n):
+        self.calls.append(("release", n))
+        for ev in self.gpu.held or ():
+            ev.t = self.gpu.queued_at if self.gpu.queued_at is not None else self.gpu.now
+        self.gpu.held = None
 
 
 class HostClock:
@@ -1037,14 +1070,15 @@ def test_the_timer_records_no_event_in_an_untimed_cycle():
 
 # ------------------------------------------------------------------ CUDA graph launches timed on their own
 
-def hooked_cycle(t: E.Timer, gpu: Gpu, k: int, prep=700, launch_gap=5, draft=300, verify=400, extend=150):
+def hooked_cycle(t: E.Timer, gpu: Gpu, k: int, prep=700, launch_gap=5, draft=300, verify=400, extend=150,
+                 graph=None):
     """A cycle as SGLang runs it with CUDAGraph.replay hooked: each replay range holds ``prep`` ns of Python
     (SGLang's replay_prepare) with the stream idle before the graph's launch; the launch's own host time
     before the kernels reach the stream is ``launch_gap``; draft_extend's replay range outside its phase."""
     def replay(name, ns):           # SGLang's replay range: its Python, then the hooked launch
         t.push(name)
         gpu.run(prep)
-        t.time_graph(lambda: gpu.run(launch_gap + ns))
+        t.time_graph(graph(ns) if graph is not None else lambda: gpu.run(launch_gap + ns))
         t.pop()
 
     t.push(P.DECODE_CYCLE, k)
@@ -1205,6 +1239,92 @@ def test_the_graph_hook_never_raises_the_timers_errors_and_runs_the_launch_once(
     t.pop()
     t.poll()
     assert rows[0]["verify_replay_ns"] is None and rows[0]["verify_ns"] is not None
+
+
+def test_a_gated_launch_times_the_graphs_kernels_not_the_launch_calls_host_time():
+    """In a host-bound cycle the stream is idle while cudaGraphLaunch builds the launch (1.0-1.4 ms for real
+    SGLang's verify graph on an H100): an ungated pair holds that host time (verify's replay +35% over nsys's
+    kernel span, draft's +100%); gated, the stream reaches the start event with the graph queued."""
+    def launch(gpu):
+        return lambda ns: (lambda: gpu.launch(1000, ns))   # 1,000 ns of launch call, then the kernels
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.graph_hooked = True
+    hooked_cycle(t, gpu, 1, graph=launch(gpu))
+    gated_gpu = Gpu()
+    gate = StubGate(gated_gpu)
+    g, gated = make_timer(gated_gpu, accept_lag=0, gate=gate)
+    g.graph_hooked = True
+    hooked_cycle(g, gated_gpu, 1, graph=launch(gated_gpu))
+    t.poll()
+    g.poll()
+    replays = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
+    assert [rows[0][c] for c in replays] == [1300, 1400, 1150]
+    assert [gated[0][c] for c in replays] == [300, 400, 150]
+    assert gate.calls == ["hold", ("release", 1), "hold", ("release", 2), "hold", ("release", 3)]
+    assert gated[0]["verify_ns"] == rows[0]["verify_ns"]       # the phase's own pair is not gated
+
+
+def test_the_gate_is_released_whatever_the_launch_does_and_never_held_untimed():
+    gpu = Gpu()
+    gate = StubGate(gpu)
+    t, rows = make_timer(gpu, accept_lag=0, gate=gate, sample_every=2)
+    t.graph_hooked = True
+    hooked_cycle(t, gpu, 1, graph=lambda ns: (lambda: gpu.launch(10, ns)))     # left out by the sampling
+    assert gate.calls == []
+    t.push(P.DECODE_CYCLE, 2)
+    t.push(P.VERIFY)
+    with pytest.raises(RuntimeError):
+        t.time_graph(lambda: (_ for _ in ()).throw(RuntimeError("replay failed")))
+    assert gate.calls == ["hold", ("release", 1)] and gpu.held is None
+    gpu.capturing = True                           # never held while the stream captures a graph
+    assert t.time_graph(lambda: "captured") == "captured" and len(gate.calls) == 2
+    gpu.capturing = False
+    t.pop()
+    t.pop()
+
+
+def test_a_gate_the_driver_refuses_is_dropped_and_the_launch_timed_ungated():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, gate=StubGate(gpu, fail=True))
+    t.graph_hooked = True
+    hooked_cycle(t, gpu, 1, graph=lambda ns: (lambda: gpu.launch(1000, ns)))
+    hooked_cycle(t, gpu, 2, graph=lambda ns: (lambda: gpu.launch(1000, ns)))
+    t.poll()
+    assert t.counters["graph_gate_faults"] == 1 and t._gate is None
+    assert [r["verify_replay_ns"] for r in rows] == [1400, 1400]
+
+
+def test_the_stream_gate_waits_cyclically_on_the_pinned_word():
+    """StreamGate over a fake driver: each hold asks the stream to wait for the next number (flag GEQ, a
+    cyclic comparison: the count wraps at 2**32), release writes it into the word; a refusal raises."""
+    import ctypes
+    from nvtx_annotate.live import gate as G
+
+    calls = []
+
+    def wait(stream, address, value, flags):
+        calls.append((stream.value, address.value, value.value, flags.value))
+        return 0 if value.value != 7 else 1   # CUDA_ERROR_INVALID_VALUE for 7
+    word = ctypes.c_uint32(0xFFFFFFFE)
+    g = G.StreamGate(wait, lambda: 0x1234, word, 0xBEEF)
+    assert g.hold() == 0xFFFFFFFF and g.hold() == 0
+    g.release(0)
+    assert word.value == 0
+    assert calls == [(0x1234, 0xBEEF, 0xFFFFFFFF, G.CU_STREAM_WAIT_VALUE_GEQ), (0x1234, 0xBEEF, 0, 0)]
+    word.value = 5
+    g2 = G.StreamGate(wait, lambda: 1, word, 1)
+    assert g2.hold() == 6
+    for _ in range(2):                  # a refused number is not used up: the next hold asks for it again
+        with pytest.raises(G.GateError):
+            g2.hold()
+    assert [c[2] for c in calls[-3:]] == [6, 7, 7]
+
+
+def test_no_torch_no_gate(monkeypatch):
+    from nvtx_annotate.live import gate as G
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert G.torch_stream_gate() is None
 
 
 def test_a_replay_range_the_hook_never_saw_turns_the_ranges_back_on():

@@ -10,10 +10,11 @@ Flow on the worker thread (the thread that runs ``forward_batch_generation``):
   a graph replay inside its open phase (``graph_replay_draft`` inside ``draft``) records its own pair
   too: ``<phase>_replay_ns``, the graph's kernels without the phase's Python.
 * a CUDA graph's launch inside an open phase (``torch.cuda.CUDAGraph.replay``, hooked by
-  :func:`hook_cuda_graphs` once CUDA is up): an event right before the launch and one right after, so
-  ``<phase>_replay_ns`` is the graph's stream time alone (its kernels and the gaps between them), none of
-  the Python the replay range holds before the launch (SGLang's ``replay_prepare``); where the hook is in
-  place the graph-replay ranges time no pair of their own.
+  :func:`hook_cuda_graphs` once CUDA is up): an event right before the launch and one right after, the
+  stream held by a :class:`~nvtx_annotate.live.gate.StreamGate` until the launch call returns, so
+  ``<phase>_replay_ns`` is the graph's stream time alone (its kernels and the gaps between them), neither
+  the Python the replay range holds before the launch (SGLang's ``replay_prepare``) nor the launch call's
+  own host time; where the hook is in place the graph-replay ranges time no pair of their own.
 * ``pop()``: the phase's end event; the cycle's ``pop`` closes it (host end) and moves it into the
   ring; the oldest pending cycle is dropped (and counted) when the ring is full; then a poll.
 * :meth:`Timer.accept` (any thread): accepted draft tokens / requests of cycle K (or of the cycle
@@ -36,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from .. import protocol as P
+from .gate import torch_stream_gate
 
 PHASES = ("draft", "verify", "draft_extend", "allreduce")
 """The phases timed with CUDA events, in row order."""
@@ -145,7 +147,8 @@ class Timer:
 
     def __init__(self, on_row: Callable[[dict], None], events="auto", identity: Callable[[], dict] | None = None,
                  ring_size: int = 256, accept_lag: int = 4, time_allreduce: bool = True, max_pairs: int = 2048,
-                 pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns, sample_every: int = 1):
+                 pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns, sample_every: int = 1,
+                 gate="auto"):
         if ring_size < 1:
             raise ValueError("ring_size must be >= 1")
         if sample_every < 1:
@@ -158,6 +161,8 @@ class Timer:
         self._factory = self._capturing = None
         self._events_ready = events != "auto"
         self.graph_hooked = False  # CUDAGraph.replay times the replays (hook_cuda_graphs), not the replay ranges
+        # the stream gate of the hooked launches (gate.py): "auto" (torch's, made with the hook), None, or a gate
+        self._gate_spec, self._gate = gate, (None if gate == "auto" else gate)
         if events is not None and events != "auto":
             self._factory, self._capturing = events
         self._tls = _Thread()
@@ -172,7 +177,7 @@ class Timer:
         self.spec = None
         self.counters = {"cycles": 0, "resolved": 0, DROP_RING_OVERFLOW: 0, DROP_UNRESOLVED_AT_CLOSE: 0,
                          "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0,
-                         "graph_hook_unused": 0, "graph_hook_faults": 0}
+                         "graph_hook_unused": 0, "graph_hook_faults": 0, "graph_gate_faults": 0}
 
     @property
     def events_every(self) -> int:
@@ -252,35 +257,63 @@ class Timer:
     def time_graph(self, launch: Callable[[], object]):
         """``launch()`` (a CUDA graph's replay) between two events when this thread's cycle is timed and a
         phase is open: the pair counts as the innermost open phase's ``<phase>_replay_ns`` (draft, verify or
-        draft_extend). ``launch`` runs exactly once and what it returns or raises is the caller's; the
-        timer's own errors are counted (``graph_hook_faults``), never raised into the replay. A launch that
-        raises leaves its phase's replay time missing (null) for the cycle."""
-        key = rec = start = None
+        draft_extend); the stream gated (gate.py) from before the start event until ``launch`` returns, so
+        the pair holds the graph's kernels and not the launch call's host time. ``launch`` runs exactly once
+        and what it returns or raises is the caller's; the gate is released whatever happens; the timer's
+        own errors are counted (``graph_hook_faults``, ``graph_gate_faults``: the gate is then dropped and
+        the launches timed ungated), never raised into the replay. A launch that raises leaves its phase's
+        replay time missing (null) for the cycle."""
+        key = rec = start = token = gate = None
         try:
-            t = self._tls
-            rec = t.cycle
-            if rec is not None and rec.timed and t.open_phases:
-                phase = next((p for p in reversed(t.open_phases) if p in REPLAYED), None)
-                if phase is not None:       # inside the all-reduce only: no replay column of its own
-                    key = phase + _REPLAY
-                    rec.launches += 1
-                    start = self._record(rec, key)
-        except Exception:
-            self.counters["graph_hook_faults"] += 1
-            key = None
-        if key is None:
-            return launch()
-        try:
-            out = launch()
-        except BaseException:
-            rec.missing.add(key)
-            raise
+            try:
+                t = self._tls
+                rec = t.cycle
+                if rec is not None and rec.timed and t.open_phases:
+                    phase = next((p for p in reversed(t.open_phases) if p in REPLAYED), None)
+                    if phase is not None:       # inside the all-reduce only: no replay column of its own
+                        key = phase + _REPLAY
+                        rec.launches += 1
+                        gate = self._gate
+                        token = self._hold()
+                        start = self._record(rec, key)
+            except Exception:
+                self.counters["graph_hook_faults"] += 1
+                key = None
+            if key is None:
+                return launch()
+            try:
+                out = launch()
+            except BaseException:
+                rec.missing.add(key)
+                raise
+        finally:
+            if token is not None:
+                try:
+                    gate.release(token)
+                except Exception:
+                    self.counters["graph_gate_faults"] += 1
         try:
             self._close_pair(rec, key, start)
         except Exception:
             self.counters["graph_hook_faults"] += 1
             rec.missing.add(key)
         return out
+
+    def _hold(self):
+        """The gate held on the current stream (its release token), or None: no gate, a capture, or the
+        driver refused (counted; the gate is dropped for good)."""
+        gate = self._gate
+        if gate is None or self._factory is None:
+            return None
+        capturing = self._capturing
+        if capturing is not None and capturing():
+            return None
+        try:
+            return gate.hold()
+        except Exception:
+            self._gate = None
+            self.counters["graph_gate_faults"] += 1
+            return None
 
     def cycle_steps(self, steps: int) -> None:
         """The step count the cycle open on this thread ran (SGLang's ``--speculative-adaptive`` switches it
@@ -312,6 +345,8 @@ class Timer:
             self._factory, self._capturing = torch_events()
             if getattr(self._factory, "torch_cuda", False):
                 self.graph_hooked = hook_cuda_graphs(self)
+                if self.graph_hooked and self._gate_spec == "auto":
+                    self._gate = torch_stream_gate()
         if self.rank is None or self.spec is None:
             self._identify()
         self.poll()
