@@ -298,3 +298,62 @@ def test_the_replay_ranges_events_held_python_beside_nsys_graph_spans():
             assert replay.loc[batch, col] >= nsys[str(batch)][col], (batch, col)
         ratio = replay.loc[batch, "verify_replay_ns"] / nsys[str(batch)]["verify_replay_ns"]
         assert 1.20 < ratio < 1.35, (batch, ratio)
+
+
+SAMPLED = REAL / "sglang_live_overhead_sampled.json"
+
+
+def _pooled_pairs(batch: int) -> list[float]:
+    import json
+
+    d = json.loads(SAMPLED.read_text())
+    out = []
+    for run in d["runs"].values():
+        for b in run["engine"]["batches"]:
+            if b["batch"] == batch:
+                o, pairs = _alternating(b)
+                assert o == pytest.approx(b["timing_overhead"])
+                out += pairs
+    return out
+
+
+def test_the_sampled_timing_modes_overhead_is_under_one_percent_within_two_and_a_half():
+    """The events in one cycle of 17 (the default since the sixth session's 2.7% / 12% with events in every
+    cycle), inside one engine, three engines (an H100, then an H200 twice; the last with the launches
+    gated): pooled, the mean of the log pair ratios gives 0.8% at batch 1 (16 pairs) and 0.8% at 16 (32
+    pairs), each +-2.3% (95%): under issue 43's 1% as a point estimate, not resolved below it; far below the
+    12% of events in every cycle at 16."""
+    import numpy as np
+
+    for batch, n in ((1, 16), (16, 32)):
+        x = np.log(_pooled_pairs(batch))
+        assert len(x) == n
+        overhead, half = -x.mean(), 1.96 * x.std(ddof=1) / np.sqrt(n)
+        assert 0.0 < overhead < 0.01, batch
+        assert 0.015 < half < 0.03 and overhead + half < 0.04, batch
+
+
+def _replay_vs_spans(name: str) -> dict:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("live_compare", REAL.parents[1] / "recipes" / "live_compare.py")
+    lc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lc)
+    replay = lc.raw_summary(str(REAL / f"{name}.live"), lc.REPLAY_COLUMNS)
+    nsys = json.loads((REAL / f"{name}.graph_spans.json").read_text())["nsys_graph_span_us"]
+    return {(b, c.replace("_replay_ns", "")): replay.loc[b, c] / nsys[str(b)][c] - 1
+            for b in (1, 16) for c in lc.REPLAY_COLUMNS}
+
+
+def test_a_graph_launch_timed_behind_the_stream_gate_is_nsys_span_of_its_kernels():
+    """The launch hooked, its events right around cudaGraphLaunch but ungated (H100): the pair also held the
+    launch call's host time with the stream idle (verify +38% / +28%, draft +105% at batch 1). Behind the
+    stream gate (nvtx_annotate/live/gate.py; H200, the next run): verify +1.9% / -0.0% of nsys's span of
+    the same launches' kernels, draft +8.7% / +3.7% (12 and 6 us), draft_extend +4.6% / +5.0%."""
+    ungated = _replay_vs_spans("sglang_live_h100_v2_l64_s3_c")
+    assert 0.30 < ungated[1, "verify"] < 0.45 and 0.20 < ungated[16, "verify"] < 0.35
+    assert ungated[1, "draft"] > 0.9
+    gated = _replay_vs_spans("sglang_live_h200_v2_l64_s3_gated")
+    assert abs(gated[1, "verify"]) < 0.03 and abs(gated[16, "verify"]) < 0.01
+    assert all(-0.01 < v < 0.10 for v in gated.values()), gated
