@@ -357,3 +357,26 @@ def test_a_graph_launch_timed_behind_the_stream_gate_is_nsys_span_of_its_kernels
     gated = _replay_vs_spans("sglang_live_h200_v2_l64_s3_gated")
     assert abs(gated[1, "verify"]) < 0.03 and abs(gated[16, "verify"]) < 0.01
     assert all(-0.01 < v < 0.10 for v in gated.values()), gated
+
+
+def test_a_sampled_real_logs_split_is_carried_onto_every_cycles_period():
+    """The gated H200 log times one cycle in 17; its timed cycles ran 13% (batch 1) and 6% (16) longer than
+    the mean (they pay the events). Set against every cycle's mean period their phases left whatif a
+    negative overhead (-418 us a cycle at batch 1); carried over (timeline/cycles.sampled_scale) every
+    component is >= 0 and they add up to the mean period, in whatif and in the report's breakdown."""
+    from analyze import views
+    from analyze.timeline import cycles as cycles_mod
+
+    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    c = _steady(a.cycles)
+    for batch, lo, hi in ((1, 0.86, 0.90), (16, 0.92, 0.96)):
+        x = c[c["requests"] == batch]
+        scale = cycles_mod.sampled_scale(x["period_ns"].to_numpy(dtype="float64"), x["timed"].to_numpy(dtype=bool))
+        assert lo < scale < hi, (batch, scale)
+        costs = W.step_costs(a, 3, batch=batch)
+        assert costs["overhead_ns"] > 0.05 * costs["cycle_ns"], batch
+        parts = sum(costs[f"{p}_ns"] for p in ("draft", "verify", "draft_extend")) + costs["overhead_ns"]
+        assert parts == pytest.approx(x["period_ns"].mean(), rel=0.01)
+    bd = views.get(a, "decode_breakdown").set_index("component")
+    assert (bd["per_cycle_ns"] >= 0).all() and bd["share"].sum() == pytest.approx(1.0)
+    assert bd.loc["gpu_idle", "share"] > 0.05

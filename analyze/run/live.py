@@ -24,8 +24,8 @@ What the log has and what it lacks decides every column (docs/live.md, "Reading 
 * **Sampled logs** (``SPECPROF_TIMING_SAMPLE``): a cycle the sampling left without CUDA events
   (``timed`` false) keeps its period, tokens and acceptance (a steady cycle like any other: the timed
   cycles pay the events' cost, the others do not) and has no period split (``period_<phase>_ns``,
-  ``period_idle_ns`` null): the phase figures are those of the timed cycles
-  (:func:`analyze.views.decode.decode_breakdown`).
+  ``period_idle_ns`` null): the phase figures are the timed cycles' split carried onto the mean period of
+  every cycle (:func:`analyze.timeline.cycles.sampled_scale`, used by the decode breakdown and whatif).
 * **Steady cycles.** No warm-up flags: :func:`analyze.timeline.cycles.left_out_reasons` derives
   them from the table (first cycle per rank, outlier period per batch size), the one definition.
 * **Cycles** are numbered by the shim's decode-cycle number less the log's smallest (one number is
@@ -225,9 +225,13 @@ def totals_table(cycles: pd.DataFrame) -> pd.DataFrame:
     ranks = sorted(int(r) for r in cycles["rank"].unique()) if len(cycles) else []
     busy = cycles.groupby("rank")["busy_ns"].sum() if len(cycles) else pd.Series(dtype="int64")
     if len(cycles) and "timed" in cycles.columns and not cycles["timed"].all():
-        # a sampled log: the timed cycles' sum scaled to every cycle of the rank (an estimate; the note says so)
+        # a sampled log: the timed cycles' sum carried onto every cycle of the rank, as the decode breakdown
+        # carries their split (timeline/cycles.sampled_scale; an estimate: the note says so)
         g = cycles.groupby("rank")["timed"]
-        busy = (busy * g.size() / g.sum().where(g.sum() > 0)).fillna(0).round()
+        scale = pd.Series({r: cycles_mod.sampled_scale(c["period_ns"].to_numpy(dtype="float64", na_value=np.nan),
+                                                       c["timed"].to_numpy(dtype=bool))
+                           for r, c in cycles.groupby("rank")})
+        busy = (busy * g.size() / g.sum().where(g.sum() > 0) * scale).fillna(0).round()
     return pd.DataFrame({"rank": ranks, "kernel_ns": [0] * len(ranks),
                          "busy_ns": [int(busy.get(r, 0) or 0) for r in ranks],
                          "exclusive_attributed_ns": [int(busy.get(r, 0) or 0) for r in ranks],
@@ -249,9 +253,9 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     untimed = int((~cycles["timed"].astype(bool)).sum()) if "timed" in cycles.columns and len(cycles) else 0
     if untimed:
         out.append(Note(N.LIVE_LOG_SAMPLED, f"the shim timed {len(cycles) - untimed} of {len(cycles)} cycles with "
-                        "CUDA events (SPECPROF_TIMING_SAMPLE): phase times are the timed cycles', periods, tokens "
-                        "and acceptance every cycle's (the timed cycles pay the events' cost, the others do not); busy totals "
-                        "are the timed cycles' scaled to every cycle",
+                        "CUDA events (SPECPROF_TIMING_SAMPLE): periods, tokens and acceptance are every cycle's; "
+                        "phase times the timed cycles' split carried onto every cycle's mean period (the timed "
+                        "cycles pay the events' cost: their period is longer); busy totals likewise",
                         untimed))
     ar = cycles[f"{NESTED_PHASE}_ns"].notna() if f"{NESTED_PHASE}_ns" in cycles.columns else pd.Series(dtype=bool)
     if ar.any():

@@ -272,6 +272,22 @@ def steady(cycles: pd.DataFrame, keep_outliers: bool = False, every_rank: bool =
     return cycles[steady_mask(cycles, keep_outliers, every_rank)]
 
 
+def sampled_scale(period_ns, timed) -> float:
+    """A sampled live log (CUDA events in one cycle of N: run/live.py): the factor that carries its timed
+    cycles' split onto the mean period of all its cycles, mean period of all / mean period of the timed
+    (1.0 where every cycle, or none, is timed). The timed cycles pay the events' cost (on real SGLang their
+    period was 6-13% longer than the untimed ones'), so their phases and rest fill a longer period than the
+    cycles the log stands for: taken as they are against the mean period of all, the rest went negative
+    (-418 us a cycle). Scaled, each component keeps its share of the timed cycles and the components add
+    up to the mean period of all: the one definition the decode breakdown and whatif use."""
+    period = np.asarray(period_ns, dtype="float64")
+    timed = np.asarray(timed, dtype=bool)
+    if not len(period) or timed.all() or not timed.any():
+        return 1.0
+    t_timed = float(np.nanmean(period[timed]))
+    return float(np.nanmean(period)) / t_timed if t_timed > 0 else 1.0
+
+
 def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     """The cycles that have a GPU window (not ``no_gpu_ops``), GPU columns as plain int64: what
     per-cycle figures and plots are drawn from."""

@@ -99,13 +99,12 @@ def decode_breakdown(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFra
         timed = c[~_unsplit(c)]     # a sampled live log: the phases are the timed cycles', the period every cycle's
         if not len(timed):
             continue
+        # a sampled live log: the timed cycles' split carried onto the mean period of all cycles
+        scale = cycles_mod.sampled_scale(_periods(c, comps), ~_unsplit(c))
         means = {}
         for comp in comps:
             v = timed[component_column(comp)].to_numpy(dtype="int64")
-            means[comp] = (float(v.mean()), float(np.median(v)))
-        if len(timed) < len(c):     # the rest of the mean period (all cycles) is outside the timed phases
-            means[GPU_IDLE] = (period_mean - sum(m for k, (m, _) in means.items() if k != GPU_IDLE),
-                               means[GPU_IDLE][1])
+            means[comp] = (float(v.mean()) * scale, float(np.median(v)) * scale)
         for comp in comps:
             mean, median = means[comp]
             rows.append([int(rank), comp, mean, median, mean / period_mean if period_mean else 0.0])

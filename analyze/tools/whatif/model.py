@@ -576,7 +576,9 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     the draft extend."""
     cols = _phase_cols(samples, phase_names)
     t = float(samples["t_ns"].mean())
-    comp = {c[:-3]: float(samples[c].mean()) for c in cols}       # _phase_cols: each holds a value
+    # _phase_cols: each holds a value (a sampled live log: its timed cycles', carried onto all cycles' period)
+    scale = cycles_mod.sampled_scale(samples["t_ns"].to_numpy(dtype="float64"), timed_samples(samples))
+    comp = {c[:-3]: float(samples[c].mean()) * scale for c in cols}
     overhead = t - sum(comp.values())
     per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
     src = samples["step_period_source"].iloc[0] if "step_period_source" in samples.columns and len(samples) \
