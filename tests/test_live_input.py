@@ -509,3 +509,33 @@ def test_diff_of_sampled_logs_resamples_each_figure_over_its_own_cycles(tmp_path
     timed = [x["verify_ns"].dropna().to_numpy(dtype="float64") for x in c]
     se = np.sqrt(sum(v.var() / len(v) for v in timed))
     assert t.loc["verify_ns", "ci_hi"] - t.loc["verify_ns", "ci_lo"] == pytest.approx(2 * 1.96 * se, rel=0.3)
+
+
+def test_corrupt_log_rows_are_counted_and_never_summed():
+    """clean_rows: a row without a usable id or host time (null, negative, ending before it starts) and a
+    second row of one (rank, pid, cycle) are left out; negative times and counts, times longer than the
+    process's whole log and a timed flag other than 0/1 are nulled; each counted (the notes say how many)."""
+    from analyze.read import live_log
+    from analyze.run import live
+
+    base = {"rank": 0, "pid": 1, "host_start_ns": 0, "host_end_ns": 100, "draft_ns": 10, "verify_ns": 50,
+            "draft_extend_ns": 5, "allreduce_ns": None, "accepted_tokens": 1, "requests": 1, "steps": 3,
+            "timed": 1}
+    rows = [dict(base, cycle=k, host_start_ns=1000 * k, host_end_ns=1000 * k + 500) for k in range(1, 9)]
+    rows[1]["host_end_ns"] = rows[1]["host_start_ns"] - 1        # ends before it starts: left out
+    rows[2]["rank"] = None                                        # no rank: left out
+    rows[3]["cycle"] = -4                                         # negative cycle: left out
+    rows.append(dict(rows[0]))                                    # a duplicate of cycle 1: left out
+    rows[4]["verify_ns"] = -7                                     # nulled
+    rows[5]["requests"] = -1                                      # nulled
+    rows[6]["draft_ns"] = 10**12                                  # longer than the whole log: nulled
+    rows[7]["timed"] = 7                                          # nulled (read as timed: the default)
+    raw = pd.DataFrame(rows).astype("Int64")
+    df, counts = live_log.clean_rows(raw)
+    assert counts == {"rows": 3, "duplicates": 1, "values": 4}
+    assert df["cycle"].tolist() == [1, 5, 6, 7, 8]
+    assert df["verify_ns"].isna().sum() == 1 and df["draft_ns"].isna().sum() == 1
+    frame = live_log.cycles_frame(df)
+    assert (frame["period_ns"].dropna() > 0).all()
+    notes = live.set_aside_notes(counts)
+    assert [(n.code, n.count) for n in notes] == [(N.LIVE_LOG_BAD_ROWS, 4), (N.LIVE_LOG_BAD_VALUES, 4)]

@@ -25,10 +25,15 @@ REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int",
 """Column -> kind, the columns the reader needs."""
 
 COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
-           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed")
+           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns")
 """The columns of :func:`live_cycles`' frame (nullable Int64 each). ``timed``: 1 where the cycle's CUDA
 events were recorded, 0 where the shim's sampling left them out (``SPECPROF_TIMING_SAMPLE``); 1 in logs
-written before the sampling (every cycle was timed)."""
+written before the sampling (every cycle was timed). ``replay_ns``: the GPU stream time of the cycle's
+CUDA-graph replays (the sum of the log's ``<phase>_replay_ns``; null where none was timed, and in logs
+written before they were logged)."""
+
+REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
+"""The log's per-phase graph-replay times (optional columns; nvtx_annotate/live/events.py)."""
 
 
 def log_files(path) -> list[Path]:
@@ -67,14 +72,34 @@ def schema_problems(schema) -> list[str]:
 
 
 def file_metadata(path) -> dict:
-    """A log file's metadata: schema_version, rank, pid (int), wall_offset_ns (int), spec_config (dict)."""
+    """A log file's metadata: schema_version, rank, pid (int), wall_offset_ns (int), spec_config (dict).
+    A value that does not parse as its kind (an integer, a JSON object) is left out, as if absent: the rows
+    carry rank and pid themselves, and a log without a usable spec_config is read as one without it."""
     schema = _schema(path)
-    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items() if k.startswith(b"specprof.")}
+    meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()
+            if k.startswith(b"specprof.")}
     out = {}
     for key, value in meta.items():
         name = key.split(".", 1)[1]
-        out[name] = json.loads(value) if name == "spec_config" else int(value) if value.lstrip("-").isdigit() else value
+        if name == "spec_config":
+            try:
+                spec = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(spec, dict):
+                out[name] = spec
+        elif name in INT_METADATA:
+            try:
+                out[name] = int(value)
+            except ValueError:
+                continue
+        else:
+            out[name] = value
     return out
+
+
+INT_METADATA = ("rank", "pid", "wall_offset_ns", "schema_version")
+"""The metadata keys (after ``specprof.``) that hold an integer."""
 
 
 def _schema(path):
@@ -113,6 +138,54 @@ def _nullable(arrow_type):
     return pd.Int64Dtype() if pa.types.is_integer(arrow_type) else None
 
 
+ID_COLUMNS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
+"""A row without one of these (or with a negative one, or ending before it starts) is no cycle."""
+VALUE_COLUMNS = ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns", *REPLAY_COLUMNS,
+                 "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
+                 "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size")
+"""Times and counts that are never negative; a phase time is also never longer than its process's log."""
+ROWS_LEFT_OUT, DUPLICATES_LEFT_OUT, VALUES_NULLED = "rows", "duplicates", "values"
+
+
+def clean_rows(raw: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The rows the analysis may sum, and what was set aside (counts): a row without rank, pid, cycle or
+    host times, with a negative one, or ending before it starts, is left out (``rows``); a second row of
+    one (rank, pid, cycle) is left out (``duplicates``); a negative time or count, a time longer than its
+    process's whole log (first host start to last host end) and a ``timed`` flag other than 0 or 1 are
+    nulled (``values``: not measured, never summed)."""
+    ids = [c for c in ID_COLUMNS if c in raw.columns]
+    x = raw[ids].apply(pd.to_numeric, errors="coerce")
+    bad = x.isna().any(axis=1) | (x < 0).any(axis=1)
+    if {"host_start_ns", "host_end_ns"} <= set(ids):
+        bad |= (x["host_end_ns"] < x["host_start_ns"]).fillna(False)
+    bad = bad.to_numpy(dtype=bool)
+    kept = raw[~bad]
+    dup = kept.duplicated(["rank", "pid", "cycle"], keep="first").to_numpy(dtype=bool)
+    df = kept[~dup].copy()
+    nulled = 0
+    if not len(df):
+        return df, {ROWS_LEFT_OUT: int(bad.sum()), DUPLICATES_LEFT_OUT: int(dup.sum()), VALUES_NULLED: 0}
+    g = df.groupby(["rank", "pid"], sort=False)
+    span = (g["host_end_ns"].transform("max") - g["host_start_ns"].transform("min")).astype("Float64")
+    for col in VALUE_COLUMNS:
+        if col not in df.columns:
+            continue
+        v = df[col]
+        odd = (v < 0).fillna(False)
+        if col.endswith("_ns"):
+            odd |= (v.astype("Float64") > span).fillna(False)
+        n = int(odd.sum())
+        if n:
+            df[col] = v.mask(odd)
+            nulled += n
+    if "timed" in df.columns:
+        odd = (~df["timed"].isin([0, 1]) & df["timed"].notna()).fillna(False)
+        if odd.any():
+            df["timed"] = df["timed"].mask(odd)
+            nulled += int(odd.sum())
+    return df, {ROWS_LEFT_OUT: int(bad.sum()), DUPLICATES_LEFT_OUT: int(dup.sum()), VALUES_NULLED: nulled}
+
+
 def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """Log rows -> the per-cycle frame (:data:`COLUMNS`): sorted by rank, pid, cycle; ``period_ns``
     the host start of the process's next logged cycle minus this one's (null for its last, and
@@ -126,7 +199,9 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     grp = df.groupby(["rank", "pid"], sort=False)
     next_start, next_cycle = grp["host_start_ns"].shift(-1), grp["cycle"].shift(-1)
     period = (next_start - df["host_start_ns"]).astype("Int64")
-    out["period_ns"] = period.where((next_cycle == df["cycle"] + 1).fillna(False).astype(bool), pd.NA)
+    # the next cycle's start, where it is the next cycle and starts later (a shuffled or clock-stepped log: unknown)
+    out["period_ns"] = period.where((next_cycle == df["cycle"] + 1).fillna(False).astype(bool) & (period > 0).fillna(False),
+                                    pd.NA)
     for col in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns"):
         out[col] = df[col]
     out["accepted"] = df["accepted_tokens"]
@@ -134,6 +209,8 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["tokens"] = df["accepted_tokens"] + df["requests"]
     out["steps"] = df["steps"]
     out["timed"] = df["timed"].astype("Int64").fillna(1) if "timed" in df.columns else 1
+    replays = [c for c in REPLAY_COLUMNS if c in df.columns]
+    out["replay_ns"] = df[replays].astype("Float64").sum(axis=1, min_count=1).round() if replays else pd.NA
     return out.astype({c: "Int64" for c in COLUMNS})
 
 

@@ -59,7 +59,7 @@ NESTED_PHASE = "allreduce"
 """Timed inside the other phases' events (the TP all-reduce runs inside the forwards)."""
 SOURCE = "live_log"
 """The ``source`` of the ranks table and the ``kind`` of an input read from a live log."""
-EXTRA_COLUMNS = ["pid", "shim_cycle", "steps", "timed"]
+EXTRA_COLUMNS = ["pid", "shim_cycle", "steps", "timed", "replay_ns"]
 
 
 def live_config() -> PhaseConfig:
@@ -130,7 +130,11 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     f = frame.sort_values(["rank", "start_ns", "pid", "cycle"], kind="stable").reset_index(drop=True)
     start = f["start_ns"].astype("int64")
     end = f["end_ns"].astype("int64")
-    period = f["period_ns"].astype("Int64").fillna(end - start).astype("int64")
+    # a cycle without a next one in its process: its own host duration, or its timed GPU work where that is
+    # longer (it ran past the host's end: an overlapping scheduler), so that its split is never negative
+    outer_ns = f[[f"{p}_ns" for p in names if p != NESTED_PHASE and f"{p}_ns" in f.columns]]
+    own = np.maximum((end - start).to_numpy(), outer_ns.fillna(0).sum(axis=1).astype("int64").to_numpy())
+    period = f["period_ns"].astype("Int64").fillna(pd.Series(own, index=f.index)).astype("int64")
     out = pd.DataFrame({"rank": f["rank"].astype("int64"), "cycle": cycle_numbers(f),
                         "start_ns": start, "end_ns": end, "duration_ns": end - start,
                         "cpu_start_ns": start, "cpu_end_ns": end, "period_ns": period})
@@ -170,6 +174,8 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["shim_cycle"] = f["cycle"].astype("int64")
     out["steps"] = f["steps"].astype("Int64")
     out["timed"] = split.to_numpy()
+    out["replay_ns"] = f["replay_ns"].astype("Int64") if "replay_ns" in f.columns \
+        else pd.Series(pd.NA, index=f.index, dtype="Int64")
     # the flags derived once, over the whole table (timeline.cycles.with_flags): a subset keeps them;
     # every process's first cycle is warm-up (a restarted worker captures its graphs again)
     out = cycles_mod.with_flags(out[order + EXTRA_COLUMNS])
@@ -240,6 +246,21 @@ def totals_table(cycles: pd.DataFrame) -> pd.DataFrame:
                          "gpu_ops": [0] * len(ranks), "outside_cycles_busy_ns": [0] * len(ranks)})
 
 
+def set_aside_notes(counts: dict) -> list[Note]:
+    """Notes of the rows and values :func:`analyze.read.live_log.clean_rows` set aside (never summed)."""
+    out = []
+    rows, dups = counts.get(live_log.ROWS_LEFT_OUT, 0), counts.get(live_log.DUPLICATES_LEFT_OUT, 0)
+    if rows or dups:
+        out.append(Note(N.LIVE_LOG_BAD_ROWS, f"log rows left out: {rows} without a usable rank, pid, cycle or host "
+                        f"start/end (missing, negative, or ending before it starts), {dups} repeating a (rank, pid, "
+                        "cycle) already read", rows + dups))
+    values = counts.get(live_log.VALUES_NULLED, 0)
+    if values:
+        out.append(Note(N.LIVE_LOG_BAD_VALUES, "log values read as not measured: negative times or counts, times "
+                        "longer than their process's whole log, a timed flag other than 0 or 1", values))
+    return out
+
+
 def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     """What the analysis of a live log says about itself (structured notes)."""
     out = [Note(N.LIVE_LOG_NO_KERNELS, "a live timing log (docs/live.md): no kernels and no NVTX ranges, so the "
@@ -265,13 +286,15 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     return out
 
 
-def live_analysis(frame: pd.DataFrame, metas: list[dict], inputs: list[str]) -> Analysis:
+def live_analysis(frame: pd.DataFrame, metas: list[dict], inputs: list[str],
+                  set_aside: dict | None = None) -> Analysis:
     """The :class:`Analysis` of a live log: the cycle table, the ranks table (spec_config from the
-    files' metadata), empty kernel-level tables, the notes."""
+    files' metadata), empty kernel-level tables, the notes (``set_aside``: what
+    :func:`analyze.read.live_log.clean_rows` left out or nulled, counted)."""
     config = live_config()
     cycles = cycle_table(frame, config)
     ranks = ranks_table(metas)
-    notes = live_notes(frame, cycles)
+    notes = set_aside_notes(set_aside or {}) + live_notes(frame, cycles)
     by_input = {}
     for m in metas:
         by_input.setdefault(m["input"], []).append(m)
@@ -307,8 +330,9 @@ def load_live(paths) -> Analysis:
     """Live timing logs (files or directories, :func:`live_paths`) -> :class:`Analysis`."""
     paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
     raw, metas = read_raw(paths)
+    raw, set_aside = live_log.clean_rows(raw)
     frame = live_log.cycles_frame(raw)
-    return live_analysis(frame, metas, paths)
+    return live_analysis(frame, metas, paths, set_aside)
 
 
 def is_live(analysis) -> bool:

@@ -240,13 +240,30 @@ def pooled(breakdown: pd.DataFrame) -> pd.DataFrame:
                          "share": g.to_numpy() / total if total else 0.0})
 
 
+def replay_share(cycles: pd.DataFrame | None) -> float | None:
+    """A live log's CUDA-graph replays as a share of the cycle: over the steady cycles whose replays were
+    timed, the mean replay time (``replay_ns``: the graphs' GPU stream time) / their mean period. None
+    without such cycles (an nsys report, eager mode, a log written before the replays were logged). Where
+    it is far below the timed phases' share, the phases' time is mostly host time: a host-bound cycle."""
+    if cycles is None or "replay_ns" not in cycles.columns:
+        return None
+    c = steady_cycles(cycles)
+    r = pd.to_numeric(c["replay_ns"], errors="coerce")
+    ok = r.notna().to_numpy()
+    if not ok.any():
+        return None
+    period = float(pd.to_numeric(c["period_ns"], errors="coerce")[ok].mean())
+    return float(r[ok].mean()) / period if period > 0 else None
+
+
 def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None,
-             live: bool = False) -> str | None:
+             live: bool = False, replays: float | None = None) -> str | None:
     """One plain sentence: the largest components' shares of the steady-state cycle, GPU idle,
     tokens, the warm-up cycles left out and the GPU work outside decode cycles. None without a
     breakdown. ``live``: the cycles come from a live timing log (run/live.py): the rest of the period
     is "outside the timed phases" (GPU idle, untimed GPU work and host time: the log cannot tell
-    them apart), and the sentence says that the kernel tables are absent."""
+    them apart), and the sentence says that the kernel tables are absent; ``replays``: the live log's
+    :func:`replay_share`, said after the phases (the GPU time of their graph replays)."""
     if breakdown is None or breakdown.empty:
         return None
     p = pooled(breakdown)
@@ -279,6 +296,11 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
             if not (tp1 and r.component == ALLREDUCE)]
     if rest:
         parts.append(", ".join(rest))
+    if live and replays is not None:
+        timed_share = float(busy["share"].sum())
+        parts.append(f"their CUDA-graph replays took {_pct(replays)} of the cycle on the GPU"
+                     + (" (host-bound: the rest of the phases' time is host time)"
+                        if replays < 0.7 * timed_share else ""))
     if tp1:
         parts.append("no all-reduce (one rank, TP 1)")
     steady = int(summary["steady_cycles"].sum()) if len(summary) else 0
@@ -358,4 +380,6 @@ def headline_view(a) -> str | None:
     """:func:`headline` from the breakdown and summary views."""
     from analyze.run.live import is_live
 
-    return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks, live=is_live(a))
+    live = is_live(a)
+    return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks, live=live,
+                    replays=replay_share(a.cycles) if live else None)

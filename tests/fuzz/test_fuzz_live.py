@@ -1,0 +1,226 @@
+"""Hostile live timing logs (the shim's Parquet log, docs/live.md, read by analyze-trace like a report): a
+real one (the H200 log of fixtures/real, a sampled, gated run of real SGLang) rewritten with hostile values
+(negative, huge or null times, an end before its start, duplicated or shuffled cycles, odd counts, odd
+metadata, a column of the wrong type, no rows) or damaged as bytes (truncated, bit-flipped, zeroed,
+emptied). Every case either analyses consistently or ends with one documented error line
+(tests/fuzz/mutations.check: no internal error, no hang, finite and non-negative durations); whatif and
+advise on it likewise; the log is never changed. `pytest -m slow tests/fuzz` runs a long one."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.fuzz import mutations as M
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = sorted((ROOT / "fixtures" / "real" / "sglang_live_h200_v2_l64_s3_gated.live").glob("*.parquet"))[0]
+TIMES = ("host_start_ns", "host_end_ns", "draft_ns", "verify_ns", "draft_extend_ns", "draft_replay_ns",
+         "verify_replay_ns", "draft_host_ns")
+COUNTS = ("accepted_tokens", "requests", "steps", "batch_size", "verified_tokens", "timed")
+
+
+def _rows(df, rng, share=0.05):
+    n = len(df)
+    return rng.sample(range(n), max(1, int(n * share))) if n else []
+
+
+def m_negative_times(df, meta, rng):
+    col = rng.choice(TIMES)
+    df.loc[_rows(df, rng), col] = -rng.randint(1, 10**9)
+    return col
+
+
+def m_huge_times(df, meta, rng):
+    col = rng.choice(TIMES)
+    df.loc[_rows(df, rng), col] = rng.choice([2**62, 2**63 - 1, 10**18])
+    return col
+
+
+def m_null_times(df, meta, rng):
+    col = rng.choice(TIMES)
+    df.loc[_rows(df, rng, 0.3), col] = None
+    return col
+
+
+def m_end_before_start(df, meta, rng):
+    rows = _rows(df, rng)
+    df.loc[rows, "host_end_ns"] = df.loc[rows, "host_start_ns"] - rng.randint(1, 10**7)
+    return "host_end_ns"
+
+
+def m_duplicate_cycles(df, meta, rng):
+    rows = _rows(df, rng, 0.2)
+    return "dup", df.iloc[rows]
+
+
+def m_shuffled_cycles(df, meta, rng):
+    cyc = df["cycle"].to_numpy().copy()
+    rng.shuffle(cyc)
+    df["cycle"] = cyc
+    return "cycle"
+
+
+def m_odd_cycle_numbers(df, meta, rng):
+    df.loc[_rows(df, rng), "cycle"] = rng.choice([-1, 0, 2**62, -(2**62)])
+    return "cycle"
+
+
+def m_odd_counts(df, meta, rng):
+    col = rng.choice(COUNTS)
+    df.loc[_rows(df, rng), col] = rng.choice([-1, 0, 7, 2**40, None])
+    return col
+
+
+def m_odd_ranks(df, meta, rng):
+    df.loc[_rows(df, rng), "rank"] = rng.choice([-1, 2**31, None])
+    return "rank"
+
+
+def m_every_phase_null(df, meta, rng):
+    for c in ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns"):
+        df[c] = None
+    return "phases"
+
+
+def m_no_rows(df, meta, rng):
+    return "empty", df.iloc[:0]
+
+
+def m_odd_metadata(df, meta, rng):
+    key = rng.choice([b"specprof.spec_config", b"specprof.rank", b"specprof.pid", b"specprof.wall_offset_ns"])
+    meta[key] = rng.choice([b"{not json", b"-", b"", b"[1, 2]", b"null", b"99999999999999999999999"])
+    return key.decode()
+
+
+def m_schema_version(df, meta, rng):
+    meta[b"specprof.schema_version"] = rng.choice([b"abc", b"2", b"", b"-1"])
+    return "schema_version"
+
+
+def m_string_column(df, meta, rng):
+    col = rng.choice(["verify_ns", "cycle", "requests", "host_start_ns"])
+    df[col] = df[col].astype("string")
+    return col
+
+
+VALUES = [m_negative_times, m_huge_times, m_null_times, m_end_before_start, m_duplicate_cycles, m_shuffled_cycles,
+          m_odd_cycle_numbers, m_odd_counts, m_odd_ranks, m_every_phase_null, m_no_rows, m_odd_metadata,
+          m_schema_version, m_string_column]
+
+
+def rewrite(src: Path, dst: Path, mutation, rng) -> str:
+    """``src`` read, one value mutation applied, written to ``dst`` with its schema metadata."""
+    table = pq.read_table(src)
+    meta = dict(table.schema.metadata or {})
+    df = table.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if pa.types.is_integer(t) else None)
+    out = mutation(df, meta, rng)
+    if isinstance(out, tuple):
+        what, extra = out
+        df = extra if what == "empty" else pd.concat([df, extra], ignore_index=True)
+    else:
+        what = out
+    new = pa.Table.from_pandas(df, preserve_index=False)
+    pq.write_table(new.replace_schema_metadata(meta), dst)
+    return f"{mutation.__name__}: {what}"
+
+
+def damage(f: Path, rng) -> str:
+    data = bytearray(f.read_bytes())
+    kind = rng.choice(["truncate", "flip", "zero_range", "empty"])
+    if kind == "truncate":
+        f.write_bytes(bytes(data[: rng.randrange(0, max(1, len(data) - 1))]))
+    elif kind == "flip":
+        for _ in range(rng.randint(1, 20)):
+            i = rng.randrange(len(data))
+            data[i] ^= 1 << rng.randrange(8)
+        f.write_bytes(bytes(data))
+    elif kind == "zero_range":
+        a = rng.randrange(len(data))
+        b = min(len(data), a + rng.randint(1, 4096))
+        data[a:b] = bytes(b - a)
+        f.write_bytes(bytes(data))
+    else:
+        f.write_bytes(b"")
+    return f"bytes: {kind}"
+
+
+def digest(d: Path) -> dict:
+    return {q.name: hashlib.sha256(q.read_bytes()).hexdigest() for q in sorted(d.iterdir()) if q.is_file()}
+
+
+def tool(args: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([sys.executable, "-m", "analyze.cli", *args], capture_output=True, text=True,
+                              timeout=timeout_s, env=dict(os.environ, PYTHONHASHSEED="0"))
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"hang: {args}") from None
+
+
+def case(tmp_path: Path, seed: int, mutation=None) -> tuple[str, int, str]:
+    rng = random.Random(seed)
+    d = tmp_path / f"log{seed}"
+    d.mkdir()
+    f = d / SOURCE.name
+    if mutation is None and rng.random() < 0.25:
+        f.write_bytes(SOURCE.read_bytes())
+        what = damage(f, rng)
+    else:
+        what = rewrite(SOURCE, f, mutation or rng.choice(VALUES), rng)
+    before = digest(d)
+    code, err = M.check(d, tmp_path / f"case{seed}.json")
+    assert code != 0 or "internal error" not in err, what
+    for args in (["whatif", str(d), "--steps", "1..4"], ["advise", str(d)]):
+        r = tool(args)
+        assert r.returncode in M.DOCUMENTED_EXITS | {10}, f"{what}: {args[0]} exit {r.returncode}: {r.stderr[-600:]}"
+        assert "Traceback" not in r.stderr and "internal error" not in r.stderr, f"{what}: {r.stderr[-600:]}"
+        if r.returncode != 0:
+            assert len([ln for ln in r.stderr.splitlines() if ln.startswith("analyze-trace")]) == 1, r.stderr
+    assert digest(d) == before, f"{what}: the log changed"
+    return what, code, err
+
+
+@pytest.mark.parametrize("mutation", VALUES, ids=[m.__name__ for m in VALUES])
+def test_each_live_log_mutation_once(tmp_path, mutation):
+    case(tmp_path, 7, mutation)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_live_log_fuzz_case(tmp_path, seed):
+    case(tmp_path, seed)
+
+
+def test_a_log_whose_verify_column_is_text_is_one_line_exit_12(tmp_path):
+    d = tmp_path / "log"
+    d.mkdir()
+    table = pq.read_table(SOURCE)
+    i = table.schema.get_field_index("verify_ns")
+    bad = table.set_column(i, "verify_ns", pa.array([str(x) for x in table.column(i).to_pylist()]))
+    pq.write_table(bad.replace_schema_metadata(table.schema.metadata), d / SOURCE.name)
+    code, err = M.check(d, tmp_path / "o.json")
+    assert code == 12 and "verify_ns" in err and "non-integer" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(1000, 1100))
+def test_live_log_fuzz_long(tmp_path, seed):
+    case(tmp_path, seed)
+
+
+def test_the_base_log_reads_as_it_is(tmp_path):
+    d = tmp_path / "log"
+    d.mkdir()
+    (d / SOURCE.name).write_bytes(SOURCE.read_bytes())
+    code, _ = M.check(d, tmp_path / "o.json")
+    assert code == 0
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert doc["decode_breakdown"]
