@@ -29,7 +29,7 @@ def render_whatif(r: dict) -> str:
 
     out.append("Acceptance per draft position (conditional rate P(L>=i | L>=i-1), 95% CI; survival P(L>=i))")
     out.append(_wrap("  from: " + acc_mod.METHOD_TEXT.get(r.get("acceptance_method"), str(r.get("acceptance_method")))))
-    out += table(["position", "rate", "95% CI", "survival", ""],
+    out += table(["position", "rate", "95% CI", "survival", "basis"],
                  [[int(x.position), num(x.rate), ci(num(x.rate_lo), num(x.rate_hi)), num(x.survival),
                    "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
     out.append("")
@@ -54,7 +54,7 @@ def render_whatif(r: dict) -> str:
             flag = (flag + ", " if flag else "") + "tokens beyond the profile's"
         rows.append(row + [flag])
     out.append("Prediction")
-    out += table(heads + [""], rows, "r" * len(heads) + "l")
+    out += table(heads + ["basis"], rows, "r" * len(heads) + "l")
     out.append("")
     sc = r.get("verify_scaling") or {}
     if sc.get("method") in ("fit", "given") and sc.get("components"):
@@ -142,7 +142,7 @@ def render_per_batch(table, config_path=None) -> str:
              ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
             for r in table.itertuples()]
     out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best", "tok/s no spec", "baseline",
-                       "speed-up", "use", ""], rows)
+                       "speed-up", "use", "basis"], rows)
     out.append("")
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
