@@ -1307,13 +1307,13 @@ def test_the_stream_gate_waits_cyclically_on_the_pinned_word():
         calls.append((stream.value, address.value, value.value, flags.value))
         return 0 if value.value != 7 else 1   # CUDA_ERROR_INVALID_VALUE for 7
     word = ctypes.c_uint32(0xFFFFFFFE)
-    g = G.StreamGate(wait, lambda: 0x1234, word, 0xBEEF)
+    g = G.StreamGate(wait, lambda: 0x1234, word, 0xBEEF, watchdog=False)
     assert g.hold() == 0xFFFFFFFF and g.hold() == 0
     g.release(0)
     assert word.value == 0
     assert calls == [(0x1234, 0xBEEF, 0xFFFFFFFF, G.CU_STREAM_WAIT_VALUE_GEQ), (0x1234, 0xBEEF, 0, 0)]
     word.value = 5
-    g2 = G.StreamGate(wait, lambda: 1, word, 1)
+    g2 = G.StreamGate(wait, lambda: 1, word, 1, watchdog=False)
     assert g2.hold() == 6
     for _ in range(2):                  # a refused number is not used up: the next hold asks for it again
         with pytest.raises(G.GateError):
@@ -1321,10 +1321,102 @@ def test_the_stream_gate_waits_cyclically_on_the_pinned_word():
     assert [c[2] for c in calls[-3:]] == [6, 7, 7]
 
 
-def test_no_torch_no_gate(monkeypatch):
+def test_no_torch_no_gate_and_none_under_cuda_launch_blocking(monkeypatch):
+    """No gate without torch's CUDA; none under CUDA_LAUNCH_BLOCKING whatever torch has (a launch that waits
+    for its own kernels would wait for a stream that waits for the host)."""
     from nvtx_annotate.live import gate as G
+
+    class Cuda:           # a torch whose CUDA is up: only the environment can say no before the driver
+        calls = 0
+
+        @classmethod
+        def is_available(cls):
+            cls.calls += 1
+            return True
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=Cuda))
+    assert G.torch_stream_gate({"CUDA_LAUNCH_BLOCKING": "1"}) is None and Cuda.calls == 0
     monkeypatch.setitem(sys.modules, "torch", None)
-    assert G.torch_stream_gate() is None
+    assert G.torch_stream_gate({}) is None
+
+
+def _fake_gate(start=0, **kw):
+    import ctypes
+    from nvtx_annotate.live import gate as G
+
+    calls = []
+    word = ctypes.c_uint32(start)
+    now = [0.0]
+    g = G.StreamGate(lambda *a: calls.append(a[2].value) or 0, lambda: 1, word, 2, clock=lambda: now[0],
+                     watchdog=False, **kw)
+    return g, word, now, calls
+
+
+def test_the_gate_word_only_moves_forward_whatever_order_threads_release_in():
+    """Two holds (two threads): the later released first frees both; the earlier's release after it writes
+    nothing (the word never goes back, which would hold the later's stream again)."""
+    g, word, _, _ = _fake_gate()
+    a, b = g.hold(), g.hold()
+    g.release(b)
+    g.release(a)
+    assert (a, b, word.value) == (1, 2, 2)
+    g2, word2, _, _ = _fake_gate(start=0xFFFFFFFF)          # across the wrap
+    c = g2.hold()
+    g2.release(c)
+    g2.release(0xFFFFFFFF)
+    assert (c, word2.value) == (0, 0)
+
+
+def test_the_gate_watchdog_frees_a_stuck_hold_and_the_timer_drops_the_gate():
+    """A launch that waits for the GPU (CUDA_LAUNCH_BLOCKING, a serialising tool) never returns while its
+    stream waits for the host: the watchdog writes the held number after timeout_s, marks the gate tripped;
+    the timer's next timed launch drops it (graph_gate_timeouts) and times the launches ungated."""
+    g, word, now, _ = _fake_gate(timeout_s=0.25)
+    n = g.hold()
+    now[0] = 0.2
+    assert not g.check() and word.value == 0
+    now[0] = 0.3
+    assert g.check() and g.tripped and word.value == n
+    g.release(n)                                  # the stuck launch returned at last: nothing more to write
+    assert word.value == n and not g.check()
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, gate=g)
+    t.graph_hooked = True
+    hooked_cycle(t, gpu, 1, graph=lambda ns: (lambda: gpu.launch(1000, ns)))
+    t.poll()
+    assert t._gate is None and t.counters["graph_gate_timeouts"] == 1
+    assert rows[0]["verify_replay_ns"] == 1400      # ungated: the launch call's host time included
+
+
+def test_the_gate_is_released_when_the_start_event_fails_after_the_hold():
+    gpu = Gpu()
+    gate = StubGate(gpu)
+    t, rows = make_timer(gpu, accept_lag=0, gate=gate)
+    t.graph_hooked = True
+    t.push(P.DECODE_CYCLE, 1)
+    t.push(P.VERIFY)
+    broken = t._record
+    t._record = lambda rec, key: 1 / 0
+    assert t.time_graph(lambda: "ran") == "ran"
+    t._record = broken
+    assert gate.calls == ["hold", ("release", 1)] and gpu.held is None and t.counters["graph_hook_faults"] == 1
+    t.pop()
+    t.pop()
+
+
+def test_a_gate_release_that_raises_is_counted_not_raised():
+    gpu = Gpu()
+
+    class Raising(StubGate):
+        def release(self, n):
+            raise OSError("gone")
+    t, rows = make_timer(gpu, accept_lag=0, gate=Raising(gpu))
+    t.graph_hooked = True
+    t.push(P.DECODE_CYCLE, 1)
+    t.push(P.VERIFY)
+    assert t.time_graph(lambda: gpu.launch(5, 10) or "ok") == "ok"
+    assert t.counters["graph_gate_faults"] == 1 and t._gate is None     # no more holds on a gate that failed
+    t.pop()
+    t.pop()
 
 
 def test_a_replay_range_the_hook_never_saw_turns_the_ranges_back_on():

@@ -143,16 +143,20 @@ ID_COLUMNS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
 VALUE_COLUMNS = ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns", *REPLAY_COLUMNS,
                  "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
                  "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size")
-"""Times and counts that are never negative; a phase time is also never longer than its process's log."""
+"""Times and counts that are never negative; a time is also never far longer than its process's log."""
+TIME_SLACK_NS = 60 * 10**9
+"""A time longer than its process's whole log plus this is no measurement (a cycle's GPU work may run past
+its host end, a one-cycle process's more than its log: not by a minute)."""
 ROWS_LEFT_OUT, DUPLICATES_LEFT_OUT, VALUES_NULLED = "rows", "duplicates", "values"
 
 
 def clean_rows(raw: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     """The rows the analysis may sum, and what was set aside (counts): a row without rank, pid, cycle or
     host times, with a negative one, or ending before it starts, is left out (``rows``); a second row of
-    one (rank, pid, cycle) is left out (``duplicates``); a negative time or count, a time longer than its
-    process's whole log (first host start to last host end) and a ``timed`` flag other than 0 or 1 are
-    nulled (``values``: not measured, never summed)."""
+    one (rank, pid, cycle) is left out (``duplicates``); a value that is no number, a negative time or
+    count, a time longer than its process's whole log (first host start to last host end) plus
+    :data:`TIME_SLACK_NS` and a ``timed`` flag other than 0 or 1 are nulled (``values``: not measured,
+    never summed)."""
     ids = [c for c in ID_COLUMNS if c in raw.columns]
     x = raw[ids].apply(pd.to_numeric, errors="coerce")
     bad = x.isna().any(axis=1) | (x < 0).any(axis=1)
@@ -170,14 +174,14 @@ def clean_rows(raw: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     for col in VALUE_COLUMNS:
         if col not in df.columns:
             continue
-        v = df[col]
-        odd = (v < 0).fillna(False)
+        raw_v = df[col]
+        v = pd.to_numeric(raw_v, errors="coerce").astype("Float64")     # an optional column of text: numbers
+        odd = (v.isna() & raw_v.notna()) | (v < 0).fillna(False)
         if col.endswith("_ns"):
-            odd |= (v.astype("Float64") > span).fillna(False)
-        n = int(odd.sum())
-        if n:
-            df[col] = v.mask(odd)
-            nulled += n
+            odd |= (v > span + TIME_SLACK_NS).fillna(False)
+        odd = odd.fillna(False)
+        nulled += int(odd.sum())
+        df[col] = v.mask(odd).round().astype("Int64")
     if "timed" in df.columns:
         odd = (~df["timed"].isin([0, 1]) & df["timed"].notna()).fillna(False)
         if odd.any():

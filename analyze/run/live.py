@@ -234,9 +234,11 @@ def totals_table(cycles: pd.DataFrame) -> pd.DataFrame:
         # a sampled log: the timed cycles' sum carried onto every cycle of the rank, as the decode breakdown
         # carries their split (timeline/cycles.sampled_scale; an estimate: the note says so)
         g = cycles.groupby("rank")["timed"]
+        # over the steady cycles, as the breakdown and whatif take it (the one rule)
+        steady = cycles_mod.steady(cycles)
         scale = pd.Series({r: cycles_mod.sampled_scale(c["period_ns"].to_numpy(dtype="float64", na_value=np.nan),
                                                        c["timed"].to_numpy(dtype=bool))
-                           for r, c in cycles.groupby("rank")})
+                           for r, c in steady.groupby("rank")}, dtype="float64").reindex(g.size().index).fillna(1.0)
         busy = (busy * g.size() / g.sum().where(g.sum() > 0) * scale).fillna(0).round()
     return pd.DataFrame({"rank": ranks, "kernel_ns": [0] * len(ranks),
                          "busy_ns": [int(busy.get(r, 0) or 0) for r in ranks],
@@ -269,8 +271,9 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
                 "idle, GPU work of no timed range and host time together)", len(cycles))]
     no_period = int(frame["period_ns"].isna().sum()) if len(frame) else 0
     if no_period:
-        out.append(Note(N.LIVE_LOG_NO_PERIOD, "cycles without a next cycle in their process (the last one, or one "
-                        "followed by dropped cycles): their period is their own host duration", no_period))
+        out.append(Note(N.LIVE_LOG_NO_PERIOD, "cycles without a usable next cycle in their process (the last one, "
+                        "one followed by dropped cycles, one whose next cycle starts no later): their period is their "
+                        "own host duration, or their timed GPU work where that is longer", no_period))
     untimed = int((~cycles["timed"].astype(bool)).sum()) if "timed" in cycles.columns and len(cycles) else 0
     if untimed:
         out.append(Note(N.LIVE_LOG_SAMPLED, f"the shim timed {len(cycles) - untimed} of {len(cycles)} cycles with "

@@ -282,10 +282,11 @@ def sampled_scale(period_ns, timed) -> float:
     up to the mean period of all: the one definition the decode breakdown and whatif use."""
     period = np.asarray(period_ns, dtype="float64")
     timed = np.asarray(timed, dtype=bool)
-    if not len(period) or timed.all() or not timed.any():
+    ok = np.isfinite(period)
+    if not ok[timed].any() or timed[ok].all():
         return 1.0
-    t_timed = float(np.nanmean(period[timed]))
-    return float(np.nanmean(period)) / t_timed if t_timed > 0 else 1.0
+    t_timed = float(period[timed & ok].mean())
+    return float(period[ok].mean()) / t_timed if t_timed > 0 else 1.0
 
 
 def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -28,10 +28,11 @@ ENV_PORT = "SPECPROF_METRICS_PORT"
 ENV_PAUSE_FILE = "SPECPROF_TIMING_PAUSE_FILE"
 ENV_EVENTS = "SPECPROF_TIMING_EVENTS"
 ENV_SAMPLE = "SPECPROF_TIMING_SAMPLE"
+ENV_GATE = "SPECPROF_TIMING_GATE"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s file_s pause_file events sample_every",
-                      defaults=(None, True, 17))
+                                  "metrics_port flush_s file_s pause_file events sample_every gate",
+                      defaults=(None, True, 17, True))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
@@ -81,6 +82,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         pause_file=env.get(ENV_PAUSE_FILE) or None,
         events=env.get(ENV_EVENTS, "1") not in _OFF,
         sample_every=whole(ENV_SAMPLE, DEFAULTS.sample_every, 1),
+        gate=env.get(ENV_GATE, "1") not in _OFF,
     ), problems
 
 
@@ -149,7 +151,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     sink_box = []
     timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
                   ring_size=settings.ring_size, time_allreduce=settings.time_allreduce,
-                  sample_every=settings.sample_every)
+                  sample_every=settings.sample_every, gate="auto" if settings.gate else None)
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
     sink_box.append(sink)

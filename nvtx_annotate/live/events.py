@@ -177,7 +177,8 @@ class Timer:
         self.spec = None
         self.counters = {"cycles": 0, "resolved": 0, DROP_RING_OVERFLOW: 0, DROP_UNRESOLVED_AT_CLOSE: 0,
                          "late_accepts": 0, "unattributed_accepts": 0, "capture_skips": 0, "capped_pairs": 0,
-                         "graph_hook_unused": 0, "graph_hook_faults": 0, "graph_gate_faults": 0}
+                         "graph_hook_unused": 0, "graph_hook_faults": 0, "graph_gate_faults": 0,
+                         "graph_gate_timeouts": 0}
 
     @property
     def events_every(self) -> int:
@@ -273,8 +274,7 @@ class Timer:
                     if phase is not None:       # inside the all-reduce only: no replay column of its own
                         key = phase + _REPLAY
                         rec.launches += 1
-                        gate = self._gate
-                        token = self._hold()
+                        gate, token = self._hold()
                         start = self._record(rec, key)
             except Exception:
                 self.counters["graph_hook_faults"] += 1
@@ -290,7 +290,8 @@ class Timer:
             if token is not None:
                 try:
                     gate.release(token)
-                except Exception:
+                except Exception:       # the gate's watchdog frees this hold; no more holds on it
+                    self._gate = None
                     self.counters["graph_gate_faults"] += 1
         try:
             self._close_pair(rec, key, start)
@@ -299,21 +300,26 @@ class Timer:
             rec.missing.add(key)
         return out
 
-    def _hold(self):
-        """The gate held on the current stream (its release token), or None: no gate, a capture, or the
-        driver refused (counted; the gate is dropped for good)."""
+    def _hold(self) -> tuple:
+        """(the gate, its release token) held on the current stream, or (None, None): no gate, a capture, the
+        driver refused or the gate's watchdog had to free a stuck launch (counted: ``graph_gate_faults``,
+        ``graph_gate_timeouts``; the gate is dropped for good and the launches are timed ungated)."""
         gate = self._gate
         if gate is None or self._factory is None:
-            return None
+            return None, None
+        if getattr(gate, "tripped", False):
+            self._gate = None
+            self.counters["graph_gate_timeouts"] += 1
+            return None, None
         capturing = self._capturing
         if capturing is not None and capturing():
-            return None
+            return None, None
         try:
-            return gate.hold()
+            return gate, gate.hold()
         except Exception:
             self._gate = None
             self.counters["graph_gate_faults"] += 1
-            return None
+            return None, None
 
     def cycle_steps(self, steps: int) -> None:
         """The step count the cycle open on this thread ran (SGLang's ``--speculative-adaptive`` switches it

@@ -108,8 +108,14 @@ def m_schema_version(df, meta, rng):
 
 
 def m_string_column(df, meta, rng):
-    col = rng.choice(["verify_ns", "cycle", "requests", "host_start_ns"])
-    df[col] = df[col].astype("string")
+    """A column as text: a required one (refused, exit 12) or an optional one (read as numbers where it holds
+    them, its other values nulled and counted)."""
+    col = rng.choice(["verify_ns", "cycle", "requests", "host_start_ns", "draft_host_ns", "verify_replay_ns",
+                      "batch_size", "gpu_span_ns"])
+    text = df[col].astype("string")
+    if rng.random() < 0.5:
+        text = text.mask(pd.Series([rng.random() < 0.2 for _ in range(len(df))], index=df.index), "n/a")
+    df[col] = text
     return col
 
 
@@ -177,8 +183,7 @@ def case(tmp_path: Path, seed: int, mutation=None) -> tuple[str, int, str]:
     else:
         what = rewrite(SOURCE, f, mutation or rng.choice(VALUES), rng)
     before = digest(d)
-    code, err = M.check(d, tmp_path / f"case{seed}.json")
-    assert code != 0 or "internal error" not in err, what
+    code, err = M.check(d, tmp_path / f"case{seed}.json")      # asserts the invariants itself
     for args in (["whatif", str(d), "--steps", "1..4"], ["advise", str(d)]):
         r = tool(args)
         assert r.returncode in M.DOCUMENTED_EXITS | {10}, f"{what}: {args[0]} exit {r.returncode}: {r.stderr[-600:]}"
@@ -192,6 +197,32 @@ def case(tmp_path: Path, seed: int, mutation=None) -> tuple[str, int, str]:
 @pytest.mark.parametrize("mutation", VALUES, ids=[m.__name__ for m in VALUES])
 def test_each_live_log_mutation_once(tmp_path, mutation):
     case(tmp_path, 7, mutation)
+
+
+@pytest.mark.parametrize("col", ["draft_host_ns", "verify_replay_ns", "gpu_span_ns"])
+def test_an_optional_column_of_text_is_read_as_numbers_and_the_rest_counted(tmp_path, col):
+    """An optional column written as text (a hand-made log) is no internal error: its numbers are read, the
+    values that are none are nulled and counted (note live_log_bad_values)."""
+    from analyze.run import live
+
+    table = pq.read_table(SOURCE)
+    df = table.to_pandas(types_mapper=lambda t: pd.Int64Dtype() if pa.types.is_integer(t) else None)
+    text = df[col].astype("string")
+    have = int(text.notna().sum())
+    text.iloc[:10] = "n/a"
+    df[col] = text
+    d = tmp_path / "log"
+    d.mkdir()
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(table.schema.metadata),
+                   d / SOURCE.name)
+    raw, _ = live.read_raw([d])
+    from analyze.read import live_log
+
+    clean, counts = live_log.clean_rows(raw)
+    first = sum(x is not None for x in table.column(col).to_pylist()[:10])
+    assert counts["values"] == 10 and int(clean[col].notna().sum()) == have - first
+    code, err = M.check(d, tmp_path / "o.json")
+    assert code == 0
 
 
 @pytest.mark.parametrize("seed", range(8))
