@@ -1,7 +1,8 @@
 """The stream gate (nvtx_annotate/live/gate.py) on a real GPU, before an engine relies on it: a held stream
 reaches an event only after release (the host sleeps 20 ms between hold and release: the event pair
-recorded behind the hold spans ~0, the pair across it ~20 ms), and a CUDA graph's launch timed gated vs
-ungated (the gated pair should be the graph's kernels only: shorter by about the launch call's host time).
+recorded behind the hold spans ~0, the pair across it ~20 ms), a CUDA graph's launch timed gated vs
+ungated (the gated pair should be the graph's kernels only: shorter by about the launch call's host time), and
+the watchdog: a host synchronize behind a held stream returns after the gate's timeout (0.25 s), not never.
 
   python3 recipes/gate_check.py      # prints one line per check; exit 1 when the gate is missing or wrong
 """
@@ -62,5 +63,13 @@ for gated in (False, True, False, True):
 for gated, xs in res.items():
     print(f"graph of 800 kernels, {'gated' if gated else 'ungated'}: event pair "
           f"{[round(e, 3) for e, _ in xs]} ms, launch call {[round(h, 3) for _, h in xs]} ms")
+# the watchdog: a host that waits for the held stream (what a blocking launch does) is freed after timeout_s
+n = gate.hold()
+t0 = time.perf_counter()
+torch.cuda.synchronize()                # would never return without the watchdog
+waited = time.perf_counter() - t0
+gate.release(n)
+print(f"watchdog: a synchronize behind a held stream returned after {waited:.3f} s, tripped {gate.tripped}")
+ok = ok and gate.tripped and 0.2 < waited < 2.0
 print("gate check:", "ok" if ok else "WRONG")
 sys.exit(0 if ok else 1)
