@@ -398,3 +398,24 @@ def test_the_live_headline_says_what_the_graph_replays_took_of_a_host_bound_cycl
     old = api.load(str(ENGINE_LOG))
     assert replay_share(old.cycles) is None
     assert "replays" not in views.get(old, "headline")
+
+
+def test_advise_on_a_live_log_with_graph_replays_finds_the_host_bound_loop():
+    """advise on the gated H200 log: its host-bound rule reads the CUDA-graph replays (51% of the cycle on
+    the GPU; nsys had the phases' kernels at 52%) and fires; its verify share is the report's (the sampled
+    split carried onto every cycle: 78%, not the timed cycles' 85%). A log without replay times keeps the
+    rule not applicable."""
+    from analyze import findings as F
+    from analyze import views
+    from analyze.tools.advise import model as A
+
+    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    adv = A.advise(a, whatif=False)
+    host = [f for f in adv.findings if f.rule == F.HOST_BOUND]
+    assert len(host) == 1 and 0.48 < host[0].evidence["replay_share"] < 0.55
+    verify = next(c for c in adv.checks if c.rule == F.VERIFY_DOMINATED)
+    bd = views.get(a, "decode_breakdown").set_index("component")
+    assert verify.figures["verify_share"] == pytest.approx(bd.loc["verify", "share"], rel=1e-3)
+    assert 0.76 < verify.figures["verify_share"] < 0.80
+    old = A.advise(api.load(str(ENGINE_LOG)), whatif=False)
+    assert next(c for c in old.checks if c.rule == F.HOST_BOUND).status == F.NOT_APPLICABLE
