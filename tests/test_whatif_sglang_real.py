@@ -84,6 +84,21 @@ def test_a_tree_profile_says_the_model_is_a_chains(side):
 
 
 @need
+def test_a_profile_of_an_adaptive_server_says_its_step_switches_are_not_recorded(side):
+    """A profile whose spec_config mark says SGLang ran --speculative-adaptive: its cycles ran step counts
+    the nsys profile does not record; whatif says it models them at the start value (a note), a fixed-steps
+    profile says nothing of it."""
+    import dataclasses
+
+    sd = side(64, 3)
+    fixed = W.whatif(sd, range(1, 5), n_boot=0, batch=1)
+    assert not any("--speculative-adaptive" in n for n in fixed["notes"])
+    adaptive = dataclasses.replace(sd, spec_config=sd.spec_config._replace(adaptive=True))
+    said = [n for n in W.whatif(adaptive, range(1, 5), n_boot=0, batch=1)["notes"] if "--speculative-adaptive" in n]
+    assert len(said) == 1 and "modelled at the start value (3 steps)" in said[0]
+
+
+@need
 def test_a_profile_timed_every_cycle_by_the_live_mode_says_so(side):
     """A profile whose spec_config mark says the shim's timing mode recorded CUDA events in every cycle
     (events_every=1) carries the note that the events slowed its speculative cycle; one sampled (17), or

@@ -671,6 +671,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         notes.append(tree_note(side.label, cfg))
     if cfg is not None and cfg.events_every == 1 and not side.live:
         notes.append(events_note(side.label))
+    if cfg is not None and cfg.adaptive and not side.live:
+        notes.append(adaptive_note(side.label, cfg))
     if side.live:
         notes += live_profile_notes(side.label)
         notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
@@ -706,6 +708,16 @@ def events_note(label: str) -> str:
             "(docs/live.md), in the speculative cycle and not in the estimated plain decode step, so a speed-up "
             "from this profile alone is low by up to that much: give --calibrate-tps, or profile with the "
             "default sampling (one cycle in 17)")
+
+
+def adaptive_note(label: str, cfg) -> str:
+    """What a profile of a server run with SGLang's ``--speculative-adaptive`` does to a prediction: its step
+    count changed at run time and an nsys profile does not record the switches."""
+    return (f"{label}: SGLang ran --speculative-adaptive: its step count changed at run time with the acceptance, "
+            f"and this profile does not record the switches, so every cycle is modelled at the start value "
+            f"({cfg.steps} steps): cycles that ran other step counts bias the fit. Profile with a fixed step count "
+            "(no --speculative-adaptive), or read the shim's live timing log of the run (SPECPROF_TIMING=1: each "
+            "cycle's own step count; whatif fits across them)")
 
 
 def live_profile_notes(label: str) -> list[str]:
