@@ -18,6 +18,10 @@ Ranges (NVTX push/pop in domain ``sglang``; async targets use start/end ranges):
 
 Marks:
 
+``spec_steps=S cycle=K``
+    In each decode cycle of a process SGLang runs with ``--speculative-adaptive`` (its spec_config says
+    ``adaptive=1``): the step count cycle K ran (the worker's ``speculative_num_steps`` as the cycle closes;
+    SGLang activates it by batch size at the start of ``forward_batch_generation``).
 ``rank=R world=W device=D``
     Once per process when the TP group is created, again when SGLang starts profiling.
 ``spec_config algo=A steps=N topk=K draft_tokens=D tp=T cuda_graph=0|1 max_running=R [adaptive=0|1] [overlap=0|1] [events_every=E]``
@@ -230,6 +234,29 @@ def parse_spec_config(text) -> SpecConfig | None:
     if out["algo"] == "none":
         out.setdefault("steps", 0)
     return SpecConfig(**{f: out.get(f) for f in SpecConfig._fields})
+
+
+STEPS_PREFIX = "spec_steps="
+STEPS_MARK_RE = re.compile(r"^spec_steps=(?P<steps>\d+)(?:\s+cycle=(?P<cycle>\d+))?\s*$")
+"""``spec_steps=S [cycle=K]``: the step count decode cycle K ran (emitted in each decode cycle of a process
+SGLang runs with ``--speculative-adaptive``, whose step count changes at run time; the spec_config mark holds
+the start value only)."""
+
+
+def steps_mark(steps: int, cycle: int | None = None) -> str:
+    """``spec_steps=S [cycle=K]``."""
+    return f"{STEPS_PREFIX}{int(steps)}" + (f" cycle={int(cycle)}" if cycle is not None else "")
+
+
+def parse_steps_mark(text) -> tuple[int, int | None] | None:
+    """(steps, cycle or None) of a ``spec_steps=`` mark, or None (not one, or a number no real run has)."""
+    m = STEPS_MARK_RE.match(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    steps, cycle = int(m["steps"]), int(m["cycle"]) if m["cycle"] is not None else None
+    if steps > MARK_INT_MAX or (cycle is not None and cycle > 2 ** 62):
+        return None
+    return steps, cycle
 
 
 def parse_accept_mark(text) -> AcceptMark | None:

@@ -370,11 +370,16 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             if acc is None or not emit_accept(acc, k, b):
                 _tag(ret, k)
             hook = on_cycle_steps
-            if hook is not None and get_self is not None:
+            cfg = _rank["spec_config"]
+            adaptive = cfg is not None and bool(cfg.adaptive)
+            if (hook is not None or adaptive) and get_self is not None:
                 try:
                     steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
                     if isinstance(steps, int):
-                        hook(steps)
+                        if adaptive:        # the step count this cycle ran: nsys records no switch otherwise
+                            b.mark(P.steps_mark(steps, k))
+                        if hook is not None:
+                            hook(steps)
                 except Exception as e:  # the timing's own error: never the cycle's bookkeeping
                     fault(f"{label} (step count)", e)
         finally:

@@ -463,7 +463,7 @@ def fake_sglang(tmp_path, monkeypatch):
     wrappers._rank["spec_config"] = wrappers._rank["config"] = None
 
 
-def _drive(name, gpu, cycles, lens, adaptive_steps=None):
+def _drive(name, gpu, cycles, lens, adaptive_steps=None, adaptive=None):
     ps = importlib.import_module(f"{name}.srt.distributed.parallel_state")
     ew = importlib.import_module(f"{name}.srt.speculative.eagle_worker_v2")
     sch = importlib.import_module(f"{name}.srt.managers.scheduler")
@@ -471,7 +471,8 @@ def _drive(name, gpu, cycles, lens, adaptive_steps=None):
     ps.GPU = ew.GPU = gpu
     ew.TP = ps.GroupCoordinator("tp", 1, 2)
     sch.Scheduler(SimpleNamespace(speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
-                                  speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=False))
+                                  speculative_num_draft_tokens=4, tp_size=2, disable_cuda_graph=False,
+                                  speculative_adaptive=adaptive))
     worker, proc = ew.EAGLEWorkerV2(), brp.SchedulerBatchResultProcessor()
     batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False) for _ in lens], lens=lens,
                             adaptive_steps=list(adaptive_steps or []))
@@ -1446,6 +1447,23 @@ def test_adaptive_speculation_logs_each_cycles_own_step_count(fake_sglang, monke
     assert wrappers.on_cycle_steps == state.timer.cycle_steps
     live.disable()
     assert wrappers.on_cycle_steps is None
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_an_adaptive_process_marks_each_cycles_step_count_for_nsys(fake_sglang, monkeypatch, adaptive):
+    """Under nsys alone (no timing mode): a process SGLang runs with --speculative-adaptive marks the step
+    count each decode cycle ran (``spec_steps=S cycle=K``, the worker's speculative_num_steps as the cycle
+    closes: SGLang activates it at the start of forward_batch_generation); a fixed-steps process marks none."""
+    name, rec = fake_sglang
+    monkeypatch.delenv("SPECPROF_TIMING", raising=False)
+    shim.install(name)
+    _drive(name, Gpu(), 5, [2, 0, 3], adaptive_steps=[3, 3, 1, 1, 5], adaptive=adaptive)
+    marks = [t for t, _ in rec.marks() if t.startswith(P.STEPS_PREFIX)]
+    if adaptive:
+        assert [P.parse_steps_mark(t) for t in marks] == [(3, 1), (3, 2), (1, 3), (1, 4), (5, 5)]
+    else:
+        assert marks == []
+    assert rec.balanced()
 
 
 def test_a_switched_step_count_gives_verified_tokens_only_for_a_chain():

@@ -140,3 +140,21 @@ def test_flags_derived_once_over_the_whole_table():
     sub = flagged[flagged["requests"] == 2]
     assert len(C.steady(sub)) == 15                 # derived on the subset alone, its cycle 15 would be 'first'
     assert len(C.steady(cyc[cyc["requests"] == 2])) == 14
+
+
+def test_cycle_steps_come_from_the_spec_steps_marks_by_cycle_number():
+    """``spec_steps=S cycle=K`` marks (the shim's, for a --speculative-adaptive process) give the cycle range of
+    the same process and input whose payload is K its step count; other processes' marks, other marks and
+    cycles without one leave NA."""
+    import pandas as pd
+
+    from analyze.timeline.cycles import cycle_steps
+
+    cyc = pd.DataFrame({"global_pid": [1, 1, 1, 2], "input": ["a", "a", "a", "a"], "int_value": [7, 8, 9, 7]},
+                       index=[10, 11, 12, 13])
+    marks = pd.DataFrame({"global_pid": [1, 1, 1, 2, 1], "input": ["a"] * 5, "time_ns": [1, 2, 3, 4, 5],
+                          "text": ["spec_steps=3 cycle=7", "spec_steps=1 cycle=8", "accept_len=2 reqs=1 cycle=8",
+                                   "spec_steps=5 cycle=99", "spec_steps=4"]})
+    got = cycle_steps(cyc, marks)
+    assert got.index.tolist() == [10, 11, 12, 13]
+    assert got.tolist()[:2] == [3, 1] and got.isna().tolist() == [False, False, True, True]

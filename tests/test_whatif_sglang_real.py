@@ -99,6 +99,31 @@ def test_a_profile_of_an_adaptive_server_says_its_step_switches_are_not_recorded
 
 
 @need
+def test_a_profile_whose_cycles_carry_marked_step_counts_is_fitted_across_them(side):
+    """An adaptive server's profile with the shim's spec_steps marks (its cycle table's ``steps``): whatif cuts
+    it into one side per step count (as several profiles) and says nothing of unrecorded switches; the
+    profile's own tokens/s are no measured truth (the profiled clock). Simulated on the real 3-step profile:
+    its batch-1 cycles marked 3, its batch-16 cycles marked 1 (any split works: each part is modelled at its
+    count)."""
+    import dataclasses
+
+    from analyze.tools import sides as S
+    from analyze.tools.whatif.command import live_sides
+
+    sd = side(64, 3)
+    req = pd.to_numeric(sd.cycles["requests"], errors="coerce")
+    marked = sd.cycles.assign(steps=pd.array([3 if r == 1 else 1 if r == 16 else pd.NA for r in req], dtype="Int64"))
+    adaptive = dataclasses.replace(sd, cycles=marked, spec_config=sd.spec_config._replace(adaptive=True))
+    assert S.marked_steps(adaptive) is not None and S.marked_steps(sd) is None
+    parts, measured = live_sides([adaptive], None)
+    assert [p.spec_config.steps for p in parts] == [1, 3] and measured == {}
+    assert all(not p.live for p in parts)
+    out = W.whatif(parts, range(1, 5), n_boot=0)
+    assert not any("--speculative-adaptive" in n for n in out["notes"])
+    assert set(out["predictions"]["steps"]) == {1, 2, 3, 4}
+
+
+@need
 def test_a_profile_timed_every_cycle_by_the_live_mode_says_so(side):
     """A profile whose spec_config mark says the shim's timing mode recorded CUDA events in every cycle
     (events_every=1) carries the note that the events slowed its speculative cycle; one sampled (17), or

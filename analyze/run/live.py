@@ -59,7 +59,7 @@ NESTED_PHASE = "allreduce"
 """Timed inside the other phases' events (the TP all-reduce runs inside the forwards)."""
 SOURCE = "live_log"
 """The ``source`` of the ranks table and the ``kind`` of an input read from a live log."""
-EXTRA_COLUMNS = ["pid", "shim_cycle", "steps", "timed", "replay_ns"]
+EXTRA_COLUMNS = ["pid", "shim_cycle", "timed", "replay_ns"]
 
 
 def live_config() -> PhaseConfig:

@@ -26,7 +26,7 @@ from analyze.attribute.phases import OTHER, PhaseConfig
 from analyze.codes import factorize_objects
 from analyze.project import projection as proj
 from nvtx_annotate.protocol import ACCEPT_MARK_RE as ACCEPT_MARK  # accept_len=N reqs=M [cycle=K] [lens=...]
-from nvtx_annotate.protocol import parse_accept_mark
+from nvtx_annotate.protocol import parse_accept_mark, parse_steps_mark
 
 
 def cycle_ranges(ranges: pd.DataFrame, config: PhaseConfig) -> pd.DataFrame:
@@ -77,7 +77,9 @@ def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
            "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s",
-           "host_wait_ns"]
+           "host_wait_ns", "steps"]
+# steps: the step count the cycle ran where the shim marked it (``spec_steps=S cycle=K``: a process SGLang
+# runs with --speculative-adaptive; a live log's own column), else NA (the process's spec_config holds it)
 # host_wait_ns: the time in synchronize calls (SYNC_CALL_PREFIXES) in the cycle's host period, outside every
 # phase range: the scheduler waiting for the GPU (SGLang: one cudaEventSynchronize a cycle, after the
 # cycle's range), host time that is no host work (NA where the report has no API calls)
@@ -465,6 +467,7 @@ def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, p
     for name, part in zip(names, _exclusive(period_busy, period_upto, n_ph)):
         out[f"period_{name}_ns"] = gpu(part)
     out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
+    out["steps"] = cycle_steps(cyc, marks).to_numpy()
     # host_wait: :func:`host_wait_by_cycle` (None: the report has no API calls to tell)
     ids = cyc["range_id"].to_numpy(dtype="int64")
     out["host_wait_ns"] = pd.array(pd.Series(host_wait, dtype="int64").reindex(ids).fillna(0).to_numpy(dtype="int64"),
@@ -619,6 +622,32 @@ def left_out_counts(cycles: pd.DataFrame, keep_outliers: bool = False) -> dict[s
         seen |= mine
         if mine:
             out[state] = len(mine)
+    return out
+
+
+def cycle_steps(cyc: pd.DataFrame, marks: pd.DataFrame) -> pd.Series:
+    """Per cycle range, the step count its ``spec_steps=S cycle=K`` mark says (the shim's, for a process
+    SGLang runs with --speculative-adaptive), matched by K to the range of the same process whose payload
+    is K; NA without one (nullable Int64, aligned with ``cyc``)."""
+    out = pd.Series(pd.NA, index=cyc.index, dtype="Int64")
+    if marks is None or marks.empty or "text" not in marks.columns:
+        return out
+    codes, texts = factorize_objects(np.asarray(marks["text"].to_numpy(dtype=object)), use_na_sentinel=False)
+    steps_of = np.full(len(texts) + 1, np.nan)
+    cycle_of = np.full(len(texts) + 1, np.nan)
+    for i, text in enumerate(texts):
+        parsed = parse_steps_mark(text)
+        if parsed is not None and parsed[1] is not None:
+            steps_of[i], cycle_of[i] = parsed
+    keep = ~np.isnan(steps_of[codes])
+    if not keep.any():
+        return out
+    sm = marks[keep].assign(steps=steps_of[codes][keep], cycle=cycle_of[codes][keep])
+    hit = _matched_by_number(cyc, sm)
+    if hit is None or hit.empty:
+        return out
+    first = hit.drop_duplicates("_row", keep="last")          # one mark a cycle; a repeated one: the last
+    out.loc[first["_row"].to_numpy()] = first["steps"].to_numpy(dtype="int64")
     return out
 
 

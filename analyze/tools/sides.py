@@ -222,11 +222,29 @@ def live_step_counts(cycles: pd.DataFrame) -> list[int]:
     return sorted(int(x) for x in pd.to_numeric(cycles["steps"], errors="coerce").dropna().unique())
 
 
+def marked_steps(side: Side) -> pd.Series | None:
+    """Per cycle of an nsys profile whose shim marked each cycle's step count (``spec_steps=S cycle=K``:
+    SGLang's --speculative-adaptive), that count, unmarked cycles taking the process's spec_config value;
+    None where no cycle is marked (or the side is a live log: its own ``steps`` column)."""
+    if side.live or side.cycles is None or "steps" not in side.cycles.columns:
+        return None
+    steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
+    if steps.isna().all():
+        return None
+    start = side.spec_config.steps if side.spec_config is not None else None
+    return steps.fillna(start) if start is not None else steps
+
+
 def split_by_steps(side: Side) -> list[Side]:
-    """A live log's side cut into one side per step count it ran at (several processes, or SGLang's
-    --speculative-adaptive), each with that step count in its spec_config: what whatif fits from
-    several profiles. The side itself when it holds one step count (or is no live log)."""
-    ks = live_step_counts(side.cycles) if side.live else []
+    """A side cut into one side per step count its cycles ran at (a live log of several processes or of
+    SGLang's --speculative-adaptive; an nsys profile whose shim marked each cycle's step count), each with
+    that step count in its spec_config: what whatif fits from several profiles. The side itself when it
+    holds one step count."""
+    marked = marked_steps(side)
+    if marked is not None:
+        side = Side(side.label, side.cycles.assign(steps=marked.astype("Int64")), side.kernels, side.phase_names,
+                    side.ranges, side.gpu_ops, list(side.notes), side.spec_config, live=False)
+    ks = live_step_counts(side.cycles) if side.live or marked is not None else []
     steps = pd.to_numeric(side.cycles["steps"], errors="coerce") if ks else None
     if 0 in ks:
         # SGLang's adaptive mode at 0 steps verifies one token a request with the speculative machinery
@@ -241,7 +259,7 @@ def split_by_steps(side: Side) -> list[Side]:
         cfg = side.spec_config._replace(steps=ks[0]) if side.spec_config is not None and len(ks) == 1 \
             else side.spec_config
         side = Side(side.label, kept, side.kernels, side.phase_names, side.ranges, side.gpu_ops,
-                    list(side.notes) + [note], cfg, live=True)
+                    list(side.notes) + [note], cfg, live=side.live)
         steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
     if len(ks) < 2:
         return [side]
@@ -249,5 +267,5 @@ def split_by_steps(side: Side) -> list[Side]:
     for k in ks:
         cfg = side.spec_config._replace(steps=k) if side.spec_config is not None else None
         out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,
-                        side.phase_names, side.ranges, side.gpu_ops, list(side.notes), cfg, live=True))
+                        side.phase_names, side.ranges, side.gpu_ops, list(side.notes), cfg, live=side.live))
     return out

@@ -235,9 +235,9 @@ def live_sides(sides: list, ks) -> tuple[list, dict]:
         parts = split_by_steps(side)
         if len(parts) > 1:
             if ks is not None:
-                raise UsageError(f"{side.label}: a live timing log of several step counts says each cycle's step "
-                                 "count itself: no --profiled-steps")
-            for part in parts:
+                raise UsageError(f"{side.label}: a {'live timing log' if side.live else 'profile'} of several step "
+                                 "counts says each cycle's step count itself: no --profiled-steps")
+            for part in parts if side.live else ():     # a profile's tokens/s is the profiled clock's: no truth
                 k = int(part.spec_config.steps) if part.spec_config is not None else None
                 got = live_tokens_per_s(part.cycles, steps=k)
                 if got is not None:

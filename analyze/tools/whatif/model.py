@@ -35,7 +35,7 @@ from analyze.codes import stable_order
 from analyze.errors import UsageError
 from analyze.render.text import left_out_text
 from analyze.timeline import cycles as cycles_mod
-from analyze.tools.sides import Side, as_side, per_cycle, time_column
+from analyze.tools.sides import Side, as_side, marked_steps, per_cycle, time_column
 from analyze.tools.whatif import acceptance as acc_mod
 from analyze.tools.whatif import attention as att_mod
 from analyze.tools.whatif import context as ctx_mod
@@ -671,8 +671,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         notes.append(tree_note(side.label, cfg))
     if cfg is not None and cfg.events_every == 1 and not side.live:
         notes.append(events_note(side.label))
-    if cfg is not None and cfg.adaptive and not side.live:
-        notes.append(adaptive_note(side.label, cfg))
+    if cfg is not None and cfg.adaptive and not side.live and marked_steps(side) is None:
+        notes.append(adaptive_note(side.label, cfg))      # no spec_steps marks: the switches are unknown
     if side.live:
         notes += live_profile_notes(side.label)
         notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
@@ -714,10 +714,10 @@ def adaptive_note(label: str, cfg) -> str:
     """What a profile of a server run with SGLang's ``--speculative-adaptive`` does to a prediction: its step
     count changed at run time and an nsys profile does not record the switches."""
     return (f"{label}: SGLang ran --speculative-adaptive: its step count changed at run time with the acceptance, "
-            f"and this profile does not record the switches, so every cycle is modelled at the start value "
-            f"({cfg.steps} steps): cycles that ran other step counts bias the fit. Profile with a fixed step count "
-            "(no --speculative-adaptive), or read the shim's live timing log of the run (SPECPROF_TIMING=1: each "
-            "cycle's own step count; whatif fits across them)")
+            f"and this profile does not record the switches (a shim before its spec_steps marks), so every cycle is "
+            f"modelled at the start value ({cfg.steps} steps): cycles that ran other step counts bias the fit. "
+            "Profile with the current shim (it marks each cycle's step count), with a fixed step count, or read "
+            "the shim's live timing log of the run (SPECPROF_TIMING=1)")
 
 
 def live_profile_notes(label: str) -> list[str]:
