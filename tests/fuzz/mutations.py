@@ -92,7 +92,9 @@ def m_dup_ops(c, rng):
 
 def m_odd_marks(c, rng):
     texts = ["rank=99999999999999999999 world=4", "accept_len=5 reqs=99999999999999999999", "accept_len=-3",
-             "rank=1 world=0", "spec_config algo=EAGLE3 steps=99999999999", "accept_len=2 reqs=1 lens=9,9,9,9"]
+             "rank=1 world=0", "spec_config algo=EAGLE3 steps=99999999999", "accept_len=2 reqs=1 lens=9,9,9,9",
+             "spec_steps=99999999999999999999 cycle=1", "spec_steps=3 cycle=99999999999999999999999",
+             "spec_steps=2 cycle=1", "spec_steps=0 cycle=2", "spec_steps=", "spec_config algo=EAGLE3 steps=3 adaptive=1"]
     _loose(c, NVTX)
     rows = [r[0] for r in c.execute(f"SELECT rowid FROM {NVTX} WHERE eventType = 34 LIMIT 10")]
     c.executemany(f"UPDATE {NVTX} SET text = ?, textId = NULL WHERE rowid = ?",
