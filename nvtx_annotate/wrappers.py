@@ -375,13 +375,20 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             if (hook is not None or adaptive) and get_self is not None:
                 try:
                     steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
-                    if isinstance(steps, int):
-                        if adaptive:        # the step count this cycle ran: nsys records no switch otherwise
-                            b.mark(P.steps_mark(steps, k))
-                        if hook is not None:
-                            hook(steps)
-                except Exception as e:  # the timing's own error: never the cycle's bookkeeping
+                except Exception as e:  # never the cycle's bookkeeping
+                    steps = None
                     fault(f"{label} (step count)", e)
+                if isinstance(steps, int):
+                    if hook is not None:
+                        try:
+                            hook(steps)
+                        except Exception as e:  # the timing's own error
+                            fault(f"{label} (step count)", e)
+                    if adaptive:        # the step count this cycle ran: nsys records no switch otherwise
+                        try:
+                            b.mark(P.steps_mark(steps, k))
+                        except Exception as e:
+                            fault(f"{label} (step mark)", e)
         finally:
             _tls.cycle = None
             b.pop()

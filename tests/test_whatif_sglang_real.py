@@ -403,3 +403,62 @@ def test_a_prediction_from_few_cycles_says_so(side):
     many = W.whatif([side(64, 3)], steps=[1, 2, 3, 4], batch=1, n_boot=0)
     assert many["best"]["cycles"] >= W.MIN_CYCLES and not many["best"]["few_cycles"]
     assert "Few cycles" not in render_whatif(many)
+
+
+def _with_step_marks(src, dst, steps_of) -> None:
+    """A copy of a real profile whose shim had marked each decode cycle's step count (``spec_steps=S cycle=K``,
+    S = ``steps_of(batch size)``, None: no mark) and whose spec_config says --speculative-adaptive."""
+    import re
+    import shutil
+    import sqlite3
+
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    reqs = {}
+    for (text,) in con.execute("SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                               "ON s.id = e.textId WHERE eventType = 34"):
+        m = re.search(r"accept_len=\d+ reqs=(\d+) cycle=(\d+)", text or "")
+        if m:
+            reqs[int(m[2])] = int(m[1])
+    rows = con.execute("SELECT e.end, e.globalTid, e.int64Value, e.domainId FROM NVTX_EVENTS e LEFT JOIN StringIds s "
+                       "ON s.id = e.textId WHERE eventType = 59 AND COALESCE(e.text, s.value) = 'decode_cycle'").fetchall()
+    for end, tid, k, dom in rows:
+        s = steps_of(reqs.get(k))
+        if s is not None:
+            con.execute("INSERT INTO NVTX_EVENTS(start, end, eventType, text, globalTid, domainId) VALUES (?, ?, 34, ?, ?, ?)",
+                        (end - 1, None, f"spec_steps={s} cycle={k}", tid, dom))
+    con.execute("UPDATE NVTX_EVENTS SET text = replace(text, 'adaptive=0', 'adaptive=1') WHERE text LIKE 'spec_config%'")
+    con.commit()
+    con.close()
+
+
+@need
+def test_spec_steps_marks_reach_the_cycle_table_and_whatif_end_to_end(tmp_path):
+    """The real 3-step profile as an adaptive server's would be recorded (batch-16 cycles marked 1 step, the
+    others 3): the cycle table's ``steps`` is nullable Int64 with the marked counts; `whatif --batch 16` models
+    1 step (the step count that ran batch 16), `--per-batch` says 1 at batch 16 and 3 at batch 1; a profile
+    whose every cycle is marked 1 is modelled at 1, not the spec_config's start value 3, and without a note."""
+    from analyze.cli import main
+
+    src = PROFILE[(64, 3)]
+    split = tmp_path / "split.sqlite"
+    _with_step_marks(src, split, lambda m: 1 if m == 16 else 3)
+    sd = sides.load_side(split)
+    assert str(sd.cycles["steps"].dtype) == "Int64"
+    req = pd.to_numeric(sd.cycles["requests"], errors="coerce")
+    assert set(sd.cycles.loc[req == 16, "steps"].dropna()) == {1} and set(sd.cycles.loc[req == 1, "steps"].dropna()) == {3}
+    out = tmp_path / "w.json"
+    assert main(["whatif", str(split), "--batch", "16", "--steps", "1..4", "--boot", "0", "--json", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert [p["steps"] for p in doc["profiles"]] == [1]
+    pb = tmp_path / "pb.json"
+    assert main(["whatif", str(split), "--per-batch", "--steps", "1..4", "--json", str(pb)]) == 0
+    rows = {r["batch"]: r for r in json.loads(pb.read_text())["per_batch"]}
+    assert rows[16]["profiled_steps"] == 1 and rows[1]["profiled_steps"] == 3
+    one = tmp_path / "one.sqlite"
+    _with_step_marks(src, one, lambda m: 1)
+    r = W.whatif(sides.load_side(one), range(1, 5), n_boot=0, batch=1)
+    assert r["profiles"][0]["steps"] == 1 and "spec_steps marks" in r["profiles"][0]["steps_source"]
+    assert not any("--speculative-adaptive" in n for n in r["notes"])

@@ -467,7 +467,7 @@ def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, p
     for name, part in zip(names, _exclusive(period_busy, period_upto, n_ph)):
         out[f"period_{name}_ns"] = gpu(part)
     out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
-    out["steps"] = cycle_steps(cyc, marks).to_numpy()
+    out["steps"] = cycle_steps(cyc, marks).array          # nullable Int64 (to_numpy would give float64)
     # host_wait: :func:`host_wait_by_cycle` (None: the report has no API calls to tell)
     ids = cyc["range_id"].to_numpy(dtype="int64")
     out["host_wait_ns"] = pd.array(pd.Series(host_wait, dtype="int64").reindex(ids).fillna(0).to_numpy(dtype="int64"),

@@ -224,15 +224,23 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     return 0
 
 
-def live_sides(sides: list, ks) -> tuple[list, dict]:
-    """Live timing logs (run/live.py) that ran at several step counts cut into one side per step count
-    (whatif then fits over them as over several profiles), and the tokens/s each step count measured
-    ({steps: sides.live_tokens_per_s(...)}, empty when no side was cut)."""
+def live_sides(sides: list, ks, batch: int | None = None) -> tuple[list, dict]:
+    """Live timing logs (run/live.py) and profiles whose shim marked each cycle's step count that ran at
+    several step counts cut into one side per step count (whatif then fits over them as over several
+    profiles; with ``batch``, the step counts that ran it), and the tokens/s each step count of a live log
+    measured ({steps: sides.live_tokens_per_s(...)}, empty when no live log was cut)."""
+    import pandas as pd
+
     from analyze.tools.sides import live_tokens_per_s, split_by_steps
 
     out, measured = [], {}
     for side in sides:
         parts = split_by_steps(side)
+        if len(parts) > 1 and batch is not None:
+            # SGLang picks the step count by batch size: a step count none of whose cycles ran batch B says nothing
+            # of B (kept where no part has it, for the one error line that names the batch sizes seen)
+            has = [p for p in parts if (pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).any()]
+            parts = has or parts[:1]
         if len(parts) > 1:
             if ks is not None:
                 raise UsageError(f"{side.label}: a {'live timing log' if side.live else 'profile'} of several step "
@@ -344,7 +352,7 @@ def main_whatif(argv: list[str]) -> int:
         if per_batch_mode:
             return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
         sides = [load_side(r) for r in args.reports]
-        sides, live_measured = live_sides(sides, ks)
+        sides, live_measured = live_sides(sides, ks, args.batch)
         if live_measured:
             ks = None                      # each step count's side carries its own (spec_config)
         baseline = load_side(args.baseline) if args.baseline else None

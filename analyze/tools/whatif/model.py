@@ -652,6 +652,9 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         if steps is None:
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
+    marks_note = None
+    if source != "given" and not side.live:
+        steps, source, marks_note = marked_step_count(side, steps, source, batch)
     samples, dropped = profile_samples(side, keep_outliers, memo, batch)
     if len(samples) and not timed_samples(samples).any():
         # a live log without CUDA events in these cycles (SPECPROF_TIMING_EVENTS=0, no CUDA, or a sampled
@@ -673,10 +676,12 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         notes.append(events_note(side.label))
     if cfg is not None and cfg.adaptive and not side.live and marked_steps(side) is None:
         notes.append(adaptive_note(side.label, cfg))      # no spec_steps marks: the switches are unknown
+    if marks_note:
+        notes.append(marks_note)
     if side.live:
         notes += live_profile_notes(side.label)
-        notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
-                  if getattr(n, "code", None) == N.LIVE_LOG_ZERO_STEPS]
+    notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
+              if getattr(n, "code", None) == N.LIVE_LOG_ZERO_STEPS]
     c["rounds"] = rounds_mod.request_tokens(side.cycles, batch)
     if batch is not None and verify_scaling is None and not c.get("token_fit"):
         key = ("batch_fit_samples", keep_outliers)
@@ -708,6 +713,30 @@ def events_note(label: str) -> str:
             "(docs/live.md), in the speculative cycle and not in the estimated plain decode step, so a speed-up "
             "from this profile alone is low by up to that much: give --calibrate-tps, or profile with the "
             "default sampling (one cycle in 17)")
+
+
+def marked_step_count(side: Side, steps: int, source: str, batch: int | None) -> tuple[int, str, str | None]:
+    """(steps, source, note) of a profile whose shim marked each cycle's step count (sides.marked_steps):
+    the count its marked cycles (of ``batch`` where given) ran, the most common where they ran several
+    (with a note: ``whatif REPORT`` cuts such a profile by step count; a caller modelling it whole, e.g.
+    --per-batch or advise, gets the majority). Unchanged without marks."""
+    marked = marked_steps(side)
+    if marked is None:
+        return steps, source, None
+    sel = marked
+    if batch is not None and "requests" in side.cycles.columns:
+        sel = marked[(pd.to_numeric(side.cycles["requests"], errors="coerce") == batch).to_numpy()]
+    counts = pd.to_numeric(sel, errors="coerce").dropna().astype("int64").value_counts()
+    if counts.empty:
+        return steps, source, None
+    k = int(counts.idxmax())
+    note = None
+    if len(counts) > 1:
+        ran = ", ".join(f"{int(n)} at {int(v)}" for v, n in counts.sort_index().items())
+        note = (f"{side.label}: its cycles{f' of batch {batch}' if batch else ''} ran several step counts (the "
+                f"shim's spec_steps marks: {ran} cycles): modelled at the most common, {k}; `analyze-trace whatif "
+                "REPORT` without --per-batch fits each step count on its own")
+    return k, "the shim's spec_steps marks (SGLang's --speculative-adaptive)", note
 
 
 def adaptive_note(label: str, cfg) -> str:
