@@ -398,6 +398,9 @@ def test_a_sampled_log_takes_phases_from_its_timed_cycles_and_the_rest_from_ever
     assert scale != pytest.approx(1.0)
     assert bd.loc[(0, "verify"), "per_cycle_ns"] == pytest.approx(np.mean([x["verify"] for x in timed]) * scale)
     assert bd.loc[0, "per_cycle_ns"].sum() == pytest.approx(np.mean(per[1:]))       # adds up to the mean period
+    # the summary's busy time per cycle is the breakdown's timed phases (the same carried-over split)
+    busy = bd.loc[0, "per_cycle_ns"].drop(labels=["gpu_idle"], errors="ignore").sum()
+    assert sm.loc[0, "busy_per_cycle_ns"] == pytest.approx(busy)
     assert bd.loc[0, "share"].sum() == pytest.approx(1.0)
     dist = views.get(a, "cycle_distribution").set_index("figure")
     assert dist.loc["verify", "cycles"] == 10 and dist.loc["cycle period", "cycles"] == 30

@@ -184,12 +184,15 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
         src = rank if len(t) else ref
         tok = per_rank[src][2] if src is not None else None
         tokens_per_cycle = float(tok["tokens"].mean()) if tok is not None and len(tok) else None
-        busy_per_cycle = float(s["busy"].mean()) if len(s) else None
+        # a sampled live log: the timed cycles' busy time carried onto every cycle's period (the one rule)
+        scale = cycles_mod.sampled_scale(s["period"].to_numpy(dtype="float64"), s["busy"].notna().to_numpy())
+        busy_per_cycle = float(s["busy"].mean()) * scale if len(s) else None
         period_mean = float(s["period"].mean()) if len(s) else None
         if src == rank and len(t) and t["period"].sum() > 0:
             tps = float(t["tokens"].sum()) * 1e9 / float(t["period"].sum())
-            if t["busy"].isna().any():      # a sampled live log: busy per timed cycle over tokens per cycle
-                ms_per_token = float(t["busy"].mean()) / float(t["tokens"].mean()) / 1e6 \
+            if t["busy"].isna().any():      # a sampled live log: busy per timed cycle (scaled) over tokens per cycle
+                t_scale = cycles_mod.sampled_scale(t["period"].to_numpy(dtype="float64"), t["busy"].notna().to_numpy())
+                ms_per_token = float(t["busy"].mean()) * t_scale / float(t["tokens"].mean()) / 1e6 \
                     if t["tokens"].mean() and t["busy"].notna().any() else None
             else:
                 ms_per_token = float(t["busy"].sum()) / float(t["tokens"].sum()) / 1e6 if t["tokens"].sum() else None
