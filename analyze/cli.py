@@ -54,8 +54,10 @@ def build_parser() -> ArgumentParser:
         description="Attribute GPU time per phase (draft, verify, allreduce, ...), kernel and rank from "
                     "Nsight Systems SQLite exports. Subcommands: scrub, diff, whatif, advise (see `analyze-trace "
                     "SUBCOMMAND --help`).")
-    p.add_argument("reports", nargs="*", help="nsys SQLite exports, or directories of them (one per rank); "
-                                              "default: the bundled real H200 trace")
+    p.add_argument("reports", nargs="*", help="nsys SQLite exports (or .nsys-rep, exported on the way; nsys "
+                                              "parquetdir exports), directories of them (one per rank), or a "
+                                              "specprof live timing log (*.parquet or its directory); default: "
+                                              "the bundled real H200 trace")
     p.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     p.add_argument("--json", metavar="PATH", help="write every table as one JSON document ('-': standard output, "
                                                   "the text report then goes to standard error)")

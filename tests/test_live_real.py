@@ -419,3 +419,19 @@ def test_advise_on_a_live_log_with_graph_replays_finds_the_host_bound_loop():
     assert 0.76 < verify.figures["verify_share"] < 0.80
     old = A.advise(api.load(str(ENGINE_LOG)), whatif=False)
     assert next(c for c in old.checks if c.rule == F.HOST_BOUND).status == F.NOT_APPLICABLE
+
+
+def test_whatif_on_a_sampled_log_reproduces_its_own_cycle_and_says_a_refused_fit():
+    """The profiled row of whatif on the sampled H200 log (all batch sizes) is the log's own steady cycle
+    (9,040 us, 1,516 tokens/s): the timed cycles' phase times are carried onto every cycle's period once, in
+    the samples, so the fits over the verified tokens see them too (before: 9,716 us, 1,410 tokens/s, the
+    fits taking the timed cycles' unscaled times). Its falling lines are refused and the table says so."""
+    from analyze.tools.whatif.render import render_whatif
+
+    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    r = W.whatif(a, range(1, 5), n_boot=0)
+    row = r["predictions"].set_index("steps").loc[3]
+    assert row["cycle_ns"] == pytest.approx(r["profiles"][0]["cycle_ns"], rel=1e-3)
+    assert 9.0e6 < row["cycle_ns"] < 9.1e6 and row["tokens_per_s"] == pytest.approx(1516, rel=0.01)
+    text = render_whatif(r)
+    assert "refused (" in text and "mean kept)" in text

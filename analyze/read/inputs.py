@@ -80,4 +80,5 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
         raise NsysRepGiven(
             f"{p}: holds {len(reps)} .nsys-rep file(s) but no .sqlite export; run "
             f"`{nsys_export_command(reps[0])}` for each", p)
-    raise MissingInput(f"{p}: directory holds no .sqlite report", p)
+    raise MissingInput(f"{p}: directory holds no .sqlite report (nor an nsys parquetdir export or a specprof live "
+                       "timing log: *.parquet)", p)

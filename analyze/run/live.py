@@ -267,8 +267,8 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     """What the analysis of a live log says about itself (structured notes)."""
     out = [Note(N.LIVE_LOG_NO_KERNELS, "a live timing log (docs/live.md): no kernels and no NVTX ranges, so the "
                 "kernel, phase, NVTX and collective tables are absent; GPU phase times are CUDA-event times, cycle "
-                "times and periods the shim's host clock; 'gpu_idle' is the period outside the timed phases (GPU "
-                "idle, GPU work of no timed range and host time together)", len(cycles))]
+                "times and periods the shim's host clock; the 'outside timed' row ('gpu_idle' in --json) is the period "
+                "outside the timed phases (GPU idle, GPU work of no timed range and host time together)", len(cycles))]
     no_period = int(frame["period_ns"].isna().sum()) if len(frame) else 0
     if no_period:
         out.append(Note(N.LIVE_LOG_NO_PERIOD, "cycles without a usable next cycle in their process (the last one, "

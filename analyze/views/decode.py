@@ -285,7 +285,7 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
         else:
             top = busy.iloc[0]
             parts.append(f"{top['component']} is {_pct(top['share'])} of the decode cycle")
-            parts.append(f"{_pct(idle)} of it is {untimed}")
+            parts.append(f"{_pct(idle)} of the cycle is {untimed}")
             rest_rows = busy.iloc[1:]
     elif idle_first:      # a host-bound cycle: the idle time is the finding
         parts.append(f"the GPU is idle {_pct(idle)} of the decode cycle" + (" (host-bound)" if idle >= 0.5 else ""))

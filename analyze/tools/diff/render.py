@@ -46,7 +46,7 @@ def render_diff(d: dict, max_ranks: int = 8, top: int = 10, width: int | None = 
                 pct = "-" if np.isnan(r.delta_pct) else f"{r.delta_pct:+.1f}%"
                 rows.append([_label(r.figure), _fmt_value(r.figure, r.before), _fmt_value(r.figure, r.after),
                              _fmt_value(r.figure, r.delta), pct, ci, "*" if r.significant else ""])
-            out += table(["figure", "before", "after", "delta", "delta %", "95% CI of delta", ""], rows,
+            out += table(["figure", "before", "after", "delta", "delta %", "95% CI of delta", "sig"], rows,
                          "lrrrrrl")
             out.append("")
         if len(ranks) > max_ranks + 1:

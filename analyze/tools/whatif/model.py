@@ -568,6 +568,20 @@ def apply_batch_fit(c: dict, fit: dict | None) -> dict:
     return dict(c, token_fit={"verify": line}, batch_fit=fit)
 
 
+def sampled_samples(samples: pd.DataFrame, phase_names) -> pd.DataFrame:
+    """A sampled live log's samples with its timed cycles' phase times carried onto every cycle's period
+    (timeline/cycles.sampled_scale: the timed cycles pay the events and run longer), so that the mean
+    costs, the fits over the verified tokens and the bootstrap all see the one split; the samples as
+    they are otherwise (a profile, a log timed in every cycle)."""
+    if samples is None or not len(samples) or "t_ns" not in samples.columns:
+        return samples
+    scale = cycles_mod.sampled_scale(samples["t_ns"].to_numpy(dtype="float64"), timed_samples(samples))
+    if scale == 1.0:
+        return samples
+    cols = _phase_cols(samples, phase_names)
+    return samples.assign(**{c: pd.to_numeric(samples[c], errors="coerce").astype("float64") * scale for c in cols})
+
+
 def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_scaling=None,
                        sglang_loop: bool = False) -> dict:
     """Mean costs per cycle of one profile (see the module docstring). ``sglang_loop``: SGLang's EAGLE
@@ -576,9 +590,9 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     the draft extend."""
     cols = _phase_cols(samples, phase_names)
     t = float(samples["t_ns"].mean())
-    # _phase_cols: each holds a value (a sampled live log: its timed cycles', carried onto all cycles' period)
-    scale = cycles_mod.sampled_scale(samples["t_ns"].to_numpy(dtype="float64"), timed_samples(samples))
-    comp = {c[:-3]: float(samples[c].mean()) * scale for c in cols}
+    # _phase_cols: each holds a value (a sampled live log: its timed cycles', carried onto all cycles' period
+    # by :func:`sampled_samples` before this)
+    comp = {c[:-3]: float(samples[c].mean()) for c in cols}
     overhead = t - sum(comp.values())
     per = samples["step_period_ns"].dropna() if "step_period_ns" in samples.columns else pd.Series(dtype=float)
     src = samples["step_period_source"].iloc[0] if "step_period_source" in samples.columns and len(samples) \
@@ -656,6 +670,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
     if source != "given" and not side.live:
         steps, source, marks_note = marked_step_count(side, steps, source, batch)
     samples, dropped = profile_samples(side, keep_outliers, memo, batch)
+    samples = sampled_samples(samples, side.phase_names)
     if len(samples) and not timed_samples(samples).any():
         # a live log without CUDA events in these cycles (SPECPROF_TIMING_EVENTS=0, no CUDA, or a sampled
         # log none of whose timed cycles fell here): a cycle of pure overhead would make draft steps free

@@ -51,7 +51,7 @@ def render_whatif(r: dict) -> str:
                     "-" if np.isnan(x.error_pct) else f"{x.error_pct:+.1f}%"]
         flag = "profiled" if x.profiled else ("extrapolated" if x.extrapolated else "")
         if getattr(x, "tokens_extrapolated", False):
-            flag = (flag + ", " if flag else "") + "tokens beyond the profile's"
+            flag = (flag + ", " if flag else "") + "verified tokens beyond the profile's"
         rows.append(row + [flag])
     out.append("Prediction")
     out += table(heads + ["basis"], rows, "r" * len(heads) + "l")
@@ -61,8 +61,13 @@ def render_whatif(r: dict) -> str:
         how = ("fitted over the profile's cycles" if sc["method"] == "fit" else
                f"given: --verify-scaling {sc.get('fraction', 0):g}")
         out.append(f"Time per cycle vs verified tokens n ({how}; observed n = {sc['tokens_min']:.0f}..{sc['tokens_max']:.0f})")
+        def per_token(line) -> str:
+            if line.get("source") == "refused":   # a falling (or negative) line: the mean kept, no growth
+                return f"refused ({line.get('fitted_per_token_ns', 0.0) / 1e3:,.2f} fitted; mean kept)"
+            return f"{line['per_token_ns'] / 1e3:,.2f}"
         out += table(["component", "at n = 0 us", "per token us", "95% CI"],
-                     [[name, f"{line['intercept_ns'] / 1e3:,.1f}", f"{line['per_token_ns'] / 1e3:,.2f}",
+                     [[name, f"{line['intercept_ns'] / 1e3:,.1f}", per_token(line),
+                       "-" if line.get("source") == "refused" else
                        ci(f"{line['per_token_lo_ns'] / 1e3:,.2f}", f"{line['per_token_hi_ns'] / 1e3:,.2f}")]
                       for name, line in sc["components"].items()])
         out.append("")
