@@ -17,6 +17,30 @@ import sys
 from pathlib import Path
 
 DOCUMENTED_EXITS = {0, 2, 3, 4, 5, 6, 7, 11, 12}
+BYTE_KINDS = ("truncate", "flip", "zero_range", "empty")
+"""The byte-level damages :func:`damage_bytes` does to a file."""
+
+
+def damage_bytes(f: Path, kind: str, rng: random.Random) -> None:
+    """``f`` damaged in place as ``kind`` (:data:`BYTE_KINDS`): cut at a random length, 1-20 bits flipped,
+    up to 4 KiB zeroed, or emptied (the columnar and live-log fuzzers share it)."""
+    data = bytearray(f.read_bytes())
+    if kind == "truncate":
+        f.write_bytes(bytes(data[: rng.randrange(0, max(1, len(data) - 1))]))
+    elif kind == "flip":
+        for _ in range(rng.randint(1, 20)):
+            i = rng.randrange(len(data))
+            data[i] ^= 1 << rng.randrange(8)
+        f.write_bytes(bytes(data))
+    elif kind == "zero_range":
+        a = rng.randrange(len(data))
+        b = min(len(data), a + rng.randint(1, 4096))
+        data[a:b] = bytes(b - a)
+        f.write_bytes(bytes(data))
+    elif kind == "empty":
+        f.write_bytes(b"")
+    else:
+        raise ValueError(f"no byte damage {kind!r}")
 OP_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 CALLS = "CUPTI_ACTIVITY_KIND_RUNTIME"
 NVTX = "NVTX_EVENTS"

@@ -37,22 +37,9 @@ def mutate(export_dir: Path, rng: random.Random) -> str:
     files = sorted(export_dir.glob("*.parquet"))
     hot = [f for f in files if f.stem in HOT]
     f = rng.choice(hot) if hot and rng.random() < 0.7 else rng.choice(files)
-    data = bytearray(f.read_bytes())
-    kind = rng.choice(["truncate", "flip", "zero_range", "empty", "delete", "swap"])
-    if kind == "truncate":
-        f.write_bytes(bytes(data[: rng.randrange(0, max(1, len(data) - 1))]))
-    elif kind == "flip":
-        for _ in range(rng.randint(1, 20)):
-            i = rng.randrange(len(data))
-            data[i] ^= 1 << rng.randrange(8)
-        f.write_bytes(bytes(data))
-    elif kind == "zero_range":
-        a = rng.randrange(len(data))
-        b = min(len(data), a + rng.randint(1, 4096))
-        data[a:b] = bytes(b - a)
-        f.write_bytes(bytes(data))
-    elif kind == "empty":
-        f.write_bytes(b"")
+    kind = rng.choice([*M.BYTE_KINDS, "delete", "swap"])
+    if kind in M.BYTE_KINDS:
+        M.damage_bytes(f, kind, rng)
     elif kind == "delete":
         f.unlink()
     else:

@@ -141,22 +141,8 @@ def rewrite(src: Path, dst: Path, mutation, rng) -> str:
 
 
 def damage(f: Path, rng) -> str:
-    data = bytearray(f.read_bytes())
-    kind = rng.choice(["truncate", "flip", "zero_range", "empty"])
-    if kind == "truncate":
-        f.write_bytes(bytes(data[: rng.randrange(0, max(1, len(data) - 1))]))
-    elif kind == "flip":
-        for _ in range(rng.randint(1, 20)):
-            i = rng.randrange(len(data))
-            data[i] ^= 1 << rng.randrange(8)
-        f.write_bytes(bytes(data))
-    elif kind == "zero_range":
-        a = rng.randrange(len(data))
-        b = min(len(data), a + rng.randint(1, 4096))
-        data[a:b] = bytes(b - a)
-        f.write_bytes(bytes(data))
-    else:
-        f.write_bytes(b"")
+    kind = rng.choice(M.BYTE_KINDS)
+    M.damage_bytes(f, kind, rng)
     return f"bytes: {kind}"
 
 
