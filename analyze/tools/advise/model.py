@@ -748,8 +748,6 @@ def rule_adaptive_steps(ctx: Context):
     return [f], F.RuleCheck(rule, F.TRIGGERED, "best step counts differ: " + desc, figures)
 
 
-RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
-                  rule_speculation, rule_adaptive_steps)
 def rule_host_bound_live(ctx: Context):
     """The host-bound rule on a live timing log whose CUDA-graph replays were timed (``replay_ns``): the
     replays' GPU stream time against the cycle. The phase spans hold the phases' host time as well (the log
@@ -782,7 +780,11 @@ def rule_host_bound_live(ctx: Context):
                             "on the GPU", figures)
 
 
+RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
+                  rule_speculation, rule_adaptive_steps)
 KERNEL_RULES = {rule_allreduce: F.ALLREDUCE, rule_host_bound: F.HOST_BOUND, rule_straggler: F.STRAGGLER}
+LIVE_RULES = {rule_host_bound: rule_host_bound_live}
+"""A kernel rule's stand-in on a live timing log: its result, or None where the log lacks what it reads."""
 """The rules whose evidence needs kernels or GPU ops (all-reduce kinds and collectives across ranks,
 launch gaps and GPU idle): not applicable to a live timing log."""
 
@@ -823,7 +825,8 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
         if ctx.live and fn in KERNEL_RULES:
-            live_rule = rule_host_bound_live(ctx) if fn is rule_host_bound else None
+            live_fn = LIVE_RULES.get(fn)
+            live_rule = live_fn(ctx) if live_fn is not None else None
             if live_rule is None:
                 checks.append(live_check(ctx, KERNEL_RULES[fn]))
                 continue
