@@ -33,6 +33,7 @@ import pandas as pd
 from analyze import findings as F
 from analyze import opstore
 from analyze import views
+from analyze.views.decode import replay_share
 from analyze.codes import factorize_objects
 from analyze.timeline import collectives as coll_mod
 from analyze.timeline import cycles as cycles_mod
@@ -754,9 +755,10 @@ def rule_host_bound_live(ctx: Context):
     cannot split the rest), so the replays are the GPU's time per cycle, less only what runs outside the
     graphs (on real SGLang 1-18% of a phase's kernels). None where the log has no replay times."""
     rule = F.HOST_BOUND
-    replay = ctx.mean("replay_ns")
-    if replay <= 0 or not ctx.cycle_ns:
+    taken = replay_share(ctx.analysis.cycles)       # the headline's figure: one definition
+    if not taken or not ctx.cycle_ns:
         return None
+    replay = taken * ctx.cycle_ns
     idle = ctx.cycle_ns - replay
     share = idle / ctx.cycle_ns
     figures = {"replay_ns": replay, "replay_share": replay / ctx.cycle_ns, "not_in_replays_ns": idle,
