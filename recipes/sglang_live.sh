@@ -15,6 +15,9 @@
 #   events in every cycle cost 3-12% of tokens/s (H100, 2026-12-05) and would bias a whatif from the profile
 #   alone; recipes/live_compare.py compares medians, over the timed cycles on the log's side
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
+#   SGLang's adaptive speculation (--speculative-adaptive; STEPS is the step count it starts at): ADAPTIVE=default
+#   or ADAPTIVE=path/config.json (the profile is named ..._adaptive): the live log's `steps` column and the
+#   profile's `spec_steps` marks carry each cycle's step count (issues 41, 43)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
@@ -28,6 +31,8 @@ O="${OUT:-/tmp/out}"; W=/tmp/live; mkdir -p "$O" "$W"
 CONFIG=${CONFIG:-"2:64"}; STEPS=${STEPS:-3}; BATCHES=${BATCHES:-1,16}; BUDGET_S=${BUDGET_S:-500}
 T0=${T0:-$(date +%s)}; GRAPH_BS=${GRAPH_BS:-1,4,16,64}
 ROUND_ARGS=${ROUND_ARGS:-}            # e.g. "--min-new 128 --tokens-per-round 1024" (eager mode: slow rounds)
+ADAPTIVE=${ADAPTIVE:-}; SPEC=(--steps "$STEPS")   # every engine's and the profile's speculation arguments
+[ -n "$ADAPTIVE" ] && SPEC+=(--adaptive "$ADAPTIVE" --log-level info)
 ENGINES=${ENGINES-"off on off on"}   # ENGINES="" : the profile alone (a second call on a warm machine);
                                      # "alt": one engine, rounds alternating timing on / paused (the overhead)
 exec > >(tee -a "$O/live.log") 2>&1
@@ -47,7 +52,7 @@ for mode in $ENGINES; do
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
       SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-17}" \
-      timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 $ROUND_ARGS \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     python3 -c "import json,sys; [print(f\"   batch {b['batch']}: on {b['tokens_per_s_timing_on']:.1f} paused {b['tokens_per_s_timing_paused']:.1f} overhead {100*b['timing_overhead']:+.2f}% pairs {[round(x,3) for x in b['timing_pair_ratios']]}\") for b in json.load(open(sys.argv[1]))['batches']]" "$W/$tag.json"
@@ -59,12 +64,12 @@ for mode in $ENGINES; do
         && mv "$W/m.tmp" "$W/logs/metrics_$tag.txt"; done ) & scraper=$!
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
       SPECPROF_METRICS_PORT=9400 \
-      timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" \
+      timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     kill "$scraper" 2>/dev/null; ls -la "$W/logs/metrics_$tag.txt" 2>/dev/null || echo "   no /metrics scrape"
   else    # the shim loaded (NVTX no-ops without a profiler), the timing mode off: only the timing differs
     env SPECPROF_NVTX=1 timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
-      --steps "$STEPS" --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 \
+      "${SPEC[@]}" --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 \
       | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
   fi
 done
@@ -85,12 +90,13 @@ el=$(( $(date +%s) - T0 ))
 if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
   source .device-kit/nsys-setup.sh >/dev/null || exit 5
   base="sglang_live_v${V}_l${L}_s${STEPS}"; [ "$GRAPH_BS" = none ] && base="${base}_eager"
+  [ -n "$ADAPTIVE" ] && base="${base}_adaptive"
   echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
   SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 \
     SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-17}" timeout 240 \
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
-    "/tmp/tiny_v${V}_l${L}" --vocab "$V" --steps "$STEPS" --batches "$BATCHES" --min-new 1024 \
+    "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" --batches "$BATCHES" --min-new 1024 \
     --tokens-per-round 4096 --min-rounds 1 --max-rounds 1 --graph-bs "$GRAPH_BS" --profile-window $ROUND_ARGS \
     --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
   # the same report as nsys's Parquet export too (issue 42: a Parquet input must give its SQLite twin's results)
