@@ -159,8 +159,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["host_wait_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")     # no API calls in a live log
     measured = busy.fillna(0).astype("int64")
     # a cycle the sampling left without events has no period split (null), the others as before
-    has_events = f["timed"].astype("Int64").fillna(1).to_numpy() != 0 if "timed" in f.columns \
-        else np.ones(len(f), dtype=bool)
+    has_events = cycles_mod.timed(f)
     split = pd.Series(has_events, index=f.index)
 
     def split_only(v: pd.Series) -> pd.Series:
@@ -230,14 +229,14 @@ def totals_table(cycles: pd.DataFrame) -> pd.DataFrame:
     the cycles (a sampled log: over its timed cycles, scaled to all), nothing known outside the cycles."""
     ranks = sorted(int(r) for r in cycles["rank"].unique()) if len(cycles) else []
     busy = cycles.groupby("rank")["busy_ns"].sum() if len(cycles) else pd.Series(dtype="int64")
-    if len(cycles) and "timed" in cycles.columns and not cycles["timed"].all():
+    if len(cycles) and not cycles_mod.timed(cycles).all():
         # a sampled log: the timed cycles' sum carried onto every cycle of the rank, as the decode breakdown
         # carries their split (timeline/cycles.sampled_scale; an estimate: the note says so)
-        g = cycles.groupby("rank")["timed"]
+        g = pd.Series(cycles_mod.timed(cycles), index=cycles.index).groupby(cycles["rank"])
         # over the steady cycles, as the breakdown and whatif take it (the one rule)
         steady = cycles_mod.steady(cycles)
         scale = pd.Series({r: cycles_mod.sampled_scale(c["period_ns"].to_numpy(dtype="float64", na_value=np.nan),
-                                                       c["timed"].to_numpy(dtype=bool))
+                                                       cycles_mod.timed(c))
                            for r, c in steady.groupby("rank")}, dtype="float64").reindex(g.size().index).fillna(1.0)
         busy = (busy * g.size() / g.sum().where(g.sum() > 0) * scale).fillna(0).round()
     return pd.DataFrame({"rank": ranks, "kernel_ns": [0] * len(ranks),
@@ -274,7 +273,7 @@ def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
         out.append(Note(N.LIVE_LOG_NO_PERIOD, "cycles without a usable next cycle in their process (the last one, "
                         "one followed by dropped cycles, one whose next cycle starts no later): their period is their "
                         "own host duration, or their timed GPU work where that is longer", no_period))
-    untimed = int((~cycles["timed"].astype(bool)).sum()) if "timed" in cycles.columns and len(cycles) else 0
+    untimed = int((~cycles_mod.timed(cycles)).sum())
     if untimed:
         out.append(Note(N.LIVE_LOG_SAMPLED, f"the shim timed {len(cycles) - untimed} of {len(cycles)} cycles with "
                         "CUDA events (SPECPROF_TIMING_SAMPLE): periods, tokens and acceptance are every cycle's; "

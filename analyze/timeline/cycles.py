@@ -274,6 +274,16 @@ def steady(cycles: pd.DataFrame, keep_outliers: bool = False, every_rank: bool =
     return cycles[steady_mask(cycles, keep_outliers, every_rank)]
 
 
+def timed(cycles: pd.DataFrame) -> np.ndarray:
+    """Per cycle: does it carry a phase split? False only for a sampled live log's cycles that the shim ran
+    without CUDA events (its ``timed`` column, run/live.py: their period, tokens and acceptance are known,
+    their split is not); True for every cycle of a table without that column (an nsys profile). The one
+    reading of "timed" the decode breakdown, whatif, advise and the live notes use."""
+    if "timed" not in cycles.columns:
+        return np.ones(len(cycles), dtype=bool)
+    return pd.array(cycles["timed"], dtype="boolean").fillna(True).to_numpy(dtype=bool)
+
+
 def sampled_scale(period_ns, timed) -> float:
     """A sampled live log (CUDA events in one cycle of N: run/live.py): the factor that carries its timed
     cycles' split onto the mean period of all its cycles, mean period of all / mean period of the timed

@@ -176,6 +176,10 @@ def per_cycle(cycles: pd.DataFrame, phase_names: list, rank=None) -> pd.DataFram
         out = c[cols].astype("float64")
     else:
         out = cycles.groupby("cycle")[cols].mean()
+    if "timed" in cycles.columns:          # a sampled live log: split known only where every rank timed the cycle
+        flag = pd.Series(cycles_mod.timed(cycles), index=cycles.index)
+        keep = flag if rank is None else flag[cycles["rank"] == rank]
+        out["timed"] = keep.groupby(cycles.loc[keep.index, "cycle"]).all().reindex(out.index).fillna(True).astype(bool)
     tok = cycles[cycles["tokens"].notna()] if "tokens" in cycles.columns else cycles.iloc[0:0]
     if len(tok):
         src = tok[tok["rank"] == (rank if rank is not None else tok["rank"].min())].set_index("cycle")

@@ -69,9 +69,9 @@ def steady_cycles(cycles: pd.DataFrame) -> pd.DataFrame:
 
 
 def _unsplit(c: pd.DataFrame) -> np.ndarray:
-    """Per cycle: a live log's cycle the sampling left without CUDA events (``timed`` false: its period is
-    known, its split is not; run/live.py)."""
-    return ~c["timed"].to_numpy(dtype=bool) if "timed" in c.columns else np.zeros(len(c), dtype=bool)
+    """Per cycle: a live log's cycle the sampling left without CUDA events (its period is known, its split
+    is not): not :func:`analyze.timeline.cycles.timed`."""
+    return ~cycles_mod.timed(c)
 
 
 def _periods(c: pd.DataFrame, comps: list[str]) -> np.ndarray:

@@ -229,7 +229,8 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     per = cyc.groupby("cycle")[cols].mean() if len(cyc) else pd.DataFrame(columns=cols)
     if "timed" in cyc.columns and len(cyc):
         # a sampled live log: its timed cycles' split carried onto every cycle's mean period (the one rule)
-        timed = cyc.groupby("cycle")["timed"].any().reindex(per.index).fillna(False).to_numpy(dtype=bool)
+        flag = pd.Series(cycles_mod.timed(cyc), index=cyc.index)
+        timed = flag.groupby(cyc["cycle"]).all().reindex(per.index).fillna(False).to_numpy(dtype=bool)
         scale = cycles_mod.sampled_scale(pd.to_numeric(per[tcol], errors="coerce").to_numpy(dtype="float64"), timed)
         split = [c for c in cols if c not in (tcol, "period_ns", "duration_ns", "gpu_period_ns")]
         per[split] = per[split].apply(pd.to_numeric, errors="coerce") * scale

@@ -429,10 +429,9 @@ def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
 
 
 def timed_samples(samples: pd.DataFrame) -> np.ndarray:
-    """Per cycle: does it hold phase times (draft, verify or draft_extend)? False only for a sampled live
-    log's untimed cycles (and a log without CUDA events); True throughout a profile without those columns."""
-    cols = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
-    return samples[cols].notna().any(axis=1).to_numpy() if cols else np.ones(len(samples), dtype=bool)
+    """Per cycle: does it hold phase times? :func:`analyze.timeline.cycles.timed` (the per-cycle rows carry
+    the cycle table's ``timed`` flag: false only for a sampled live log's untimed cycles)."""
+    return cycles_mod.timed(samples)
 
 
 def verified_tokens(samples: pd.DataFrame, steps: int) -> np.ndarray:
