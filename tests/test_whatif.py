@@ -652,3 +652,29 @@ def test_tandem_repeat_equals_the_reference_scan_and_is_fast():
     assert W._tandem_repeat([f"k{i % 37}" for i in range(37 * 40)]) == (0, 37, 40)
     W._tandem_repeat([f"k{rng.randrange(50)}" for _ in range(3000)])
     assert time.perf_counter() - t < 5.0
+
+
+def test_a_cycle_with_more_steps_is_never_predicted_shorter():
+    """Two profiles (or an adaptive profile's two step counts) whose overhead falls faster than their GPU
+    work grows (a host-bound cycle under the profiler, or a step count run in a few cycles at another moment
+    of the requests): the fitted lines alone would predict a shorter cycle at more steps (6,010 us at 1 step,
+    4,270 at 3). The overhead may fall as the GPU work grows, never by more: the cycle is held flat, through
+    the profiles' cycle-weighted mean, and every GPU component keeps its own line."""
+    from analyze.tools.whatif.model import cost_model
+
+    def cost(k, cycles, draft, verify, overhead):
+        return {"steps": k, "cycles": cycles, "phase_names": ["draft", "verify"], "draft_ns": draft,
+                "verify_ns": verify, "overhead_ns": overhead, "verified_tokens": 4.0 * (k + 1)}
+
+    costs = [cost(1, 100, 10e3, 3_000e3, 3_000e3), cost(3, 300, 170e3, 3_100e3, 1_000e3)]
+    out = cost_model(costs, range(1, 7), requests=4.0)
+    assert out["cycle_ns"].diff().dropna().abs().max() < 1e-6          # flat, not falling
+    mean_cycle = (100 * 6_010e3 + 300 * 4_270e3) / 400
+    assert out["cycle_ns"].iloc[0] == pytest.approx(mean_cycle)
+    assert out["draft_ns"].tolist() == pytest.approx([10e3 + 80e3 * (s - 1) for s in range(1, 7)])
+    assert out["verify_ns"].diff().dropna().tolist() == pytest.approx([50e3] * 5)
+    # where the overhead falls by less than the GPU work grows, its own line stands (the cycle grows)
+    mild = [cost(1, 100, 10e3, 3_000e3, 1_100e3), cost(3, 300, 170e3, 3_100e3, 1_000e3)]
+    out = cost_model(mild, range(1, 7), requests=4.0)
+    assert out["overhead_ns"].diff().dropna().tolist() == pytest.approx([-50e3] * 5)
+    assert (out["cycle_ns"].diff().dropna() > 0).all()

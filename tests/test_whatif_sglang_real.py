@@ -115,12 +115,39 @@ def test_a_profile_whose_cycles_carry_marked_step_counts_is_fitted_across_them(s
     marked = sd.cycles.assign(steps=pd.array([3 if r == 1 else 1 if r == 16 else pd.NA for r in req], dtype="Int64"))
     adaptive = dataclasses.replace(sd, cycles=marked, spec_config=sd.spec_config._replace(adaptive=True))
     assert S.marked_steps(adaptive) is not None and S.marked_steps(sd) is None
-    parts, measured = live_sides([adaptive], None)
-    assert [p.spec_config.steps for p in parts] == [1, 3] and measured == {}
+    parts, measured, untimed, few = live_sides([adaptive], None)
+    assert [p.spec_config.steps for p in parts] == [1, 3] and measured == {} and untimed == few == []
     assert all(not p.live for p in parts)
     out = W.whatif(parts, range(1, 5), n_boot=0)
     assert not any("--speculative-adaptive" in n for n in out["notes"])
     assert set(out["predictions"]["steps"]) == {1, 2, 3, 4}
+
+
+@need
+def test_a_step_count_run_in_a_few_cycles_is_left_out_of_the_fit(side):
+    """An adaptive profile whose batch-16 cycles ran 3 steps but for a handful at 1 (around a switch: on real
+    SGLang 16 of 663 cycles, at one moment of the requests' context): those few would set the cost lines'
+    slope alone; left out where another step count ran MIN_CYCLES or more, and said. Where every step count
+    ran few, all are kept."""
+    import dataclasses
+
+    from analyze.tools.whatif.command import live_sides
+
+    sd = side(64, 3)
+    req = pd.to_numeric(sd.cycles["requests"], errors="coerce").to_numpy()
+    at16 = np.flatnonzero(req == 16)
+    steps = np.full(len(req), 3)
+    steps[at16[:10]] = 1
+    adaptive = dataclasses.replace(sd, cycles=sd.cycles.assign(steps=pd.array(steps, dtype="Int64")),
+                                   spec_config=sd.spec_config._replace(adaptive=True))
+    parts, measured, untimed, few = live_sides([adaptive], None, batch=16)
+    assert [p.spec_config.steps for p in parts] == [3] and few == [(sd.label, 1, 10)] and untimed == []
+    out = W.whatif(parts, range(1, 5), n_boot=0, batch=16)
+    assert out["predictions"]["cycle_ns"].is_monotonic_increasing
+    # no step count with enough cycles: nothing to prefer, both kept
+    small = dataclasses.replace(adaptive, cycles=adaptive.cycles[adaptive.cycles["requests"] == 16].iloc[:15])
+    parts, _, _, few = live_sides([small], None, batch=16)
+    assert sorted(p.spec_config.steps for p in parts) == [1, 3] and few == []
 
 
 @need

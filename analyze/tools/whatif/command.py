@@ -9,7 +9,7 @@ from analyze.errors import (ArgumentParser, MissingInput, TraceError, Unsuitable
                             positive_int, request_tokens_arg)
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
-from analyze.tools.whatif.model import N_BOOT, check_verify_scaling, whatif
+from analyze.tools.whatif.model import MIN_CYCLES, N_BOOT, check_verify_scaling, whatif
 from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
 
 
@@ -224,34 +224,54 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     return 0
 
 
-def live_sides(sides: list, ks, batch: int | None = None) -> tuple[list, dict]:
+def live_sides(sides: list, ks, batch: int | None = None) -> tuple[list, dict, list, list]:
     """Live timing logs (run/live.py) and profiles whose shim marked each cycle's step count that ran at
     several step counts cut into one side per step count (whatif then fits over them as over several
-    profiles; with ``batch``, the step counts that ran it), and the tokens/s each step count of a live log
-    measured ({steps: sides.live_tokens_per_s(...)}, empty when no live log was cut)."""
+    profiles; with ``batch``, the step counts that ran it), the tokens/s each step count of a live log
+    measured ({steps: sides.live_tokens_per_s(...)}, empty when no live log was cut), and the step counts
+    left out at ``batch`` because none of their cycles there carries phase times (a sampled log's step count
+    that ran B only in untimed cycles), and those left out because they ran fewer than ``MIN_CYCLES`` cycles
+    (at ``batch``) where another step count ran more: each [(label, steps, cycles)]."""
     import pandas as pd
 
+    from analyze.timeline.cycles import timed
     from analyze.tools.sides import live_tokens_per_s, split_by_steps
 
-    out, measured = [], {}
+    out, measured, untimed, few = [], {}, [], []
     for side in sides:
         parts = split_by_steps(side)
         if len(parts) > 1 and batch is not None:
             # SGLang picks the step count by batch size: a step count none of whose cycles ran batch B says nothing
             # of B (kept where no part has it, for the one error line that names the batch sizes seen)
-            has = [p for p in parts if (pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).any()]
+            at_b = [(pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).to_numpy() for p in parts]
+            has = [p for p, b in zip(parts, at_b) if b.any()]
+            # a step count whose cycles at B were all left without CUDA events (one cycle in N is timed) has no
+            # phase times to model there: left out, and said (SGLang's start value before its first switch)
+            timed_at_b = [p for p, b in zip(parts, at_b) if (b & timed(p.cycles)).any()]
+            if timed_at_b and len(timed_at_b) < len(has):
+                untimed += [(side.label, int(p.spec_config.steps), int(b.sum())) for p, b in zip(parts, at_b)
+                            if b.any() and p not in timed_at_b]
+                has = timed_at_b
             parts = has or parts[:1]
+        if len(parts) > 1:
+            # a step count SGLang ran in a handful of cycles (around a switch) gives a cost fit nothing but its
+            # noise and its moment in the requests' context: left out where another ran enough (said)
+            n_at = [int((pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).sum()) if batch is not None
+                    else len(p.cycles) for p in parts]
+            if max(n_at) >= MIN_CYCLES:
+                few += [(side.label, int(p.spec_config.steps), n) for p, n in zip(parts, n_at) if n < MIN_CYCLES]
+                parts = [p for p, n in zip(parts, n_at) if n >= MIN_CYCLES]
         if len(parts) > 1:
             if ks is not None:
                 raise UsageError(f"{side.label}: a {'live timing log' if side.live else 'profile'} of several step "
                                  "counts says each cycle's step count itself: no --profiled-steps")
             for part in parts if side.live else ():     # a profile's tokens/s is the profiled clock's: no truth
                 k = int(part.spec_config.steps) if part.spec_config is not None else None
-                got = live_tokens_per_s(part.cycles, steps=k)
+                got = live_tokens_per_s(part.cycles, steps=k, batch=batch)
                 if got is not None:
                     measured[k] = got
         out += parts
-    return out, measured
+    return out, measured, untimed, few
 
 
 def _live_log_and_steps(path, sides: list, ks, cal_k):
@@ -259,6 +279,7 @@ def _live_log_and_steps(path, sides: list, ks, cal_k):
     from analyze.read.inputs import display_path
     from analyze.run import api
     from analyze.run.live import is_live, live_paths
+    from analyze.tools.sides import marked_steps
     from analyze.tools.whatif.model import infer_steps
 
     if live_paths([path]) is None:
@@ -269,6 +290,14 @@ def _live_log_and_steps(path, sides: list, ks, cal_k):
         raise UsageError(f"--calibrate-live {display_path(path)}: not a live timing log")
     if cal_k is None:
         found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
+        if len(found) > 1 and not ks and all(marked_steps(s) is not None for s in sides):
+            # one adaptive profile cut by the step count each cycle ran (spec_steps marks): calibrated at the
+            # step count most of its cycles ran, which the live log of the same server ran most too
+            cycles = {}
+            for s in sides:
+                k = infer_steps(s)[0]
+                cycles[k] = cycles.get(k, 0) + len(s.cycles)
+            found = [max(sorted(cycles), key=lambda k: cycles[k])]
         if len(found) != 1:
             raise UsageError(f"--calibrate-live: the profiles' step count is {found or 'unknown'}: give one profile "
                              "step count (--profiled-steps K)")
@@ -352,9 +381,13 @@ def main_whatif(argv: list[str]) -> int:
         if per_batch_mode:
             return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
         sides = [load_side(r) for r in args.reports]
-        sides, live_measured = live_sides(sides, ks, args.batch)
+        sides, live_measured, untimed, few = live_sides(sides, ks, args.batch)
+        request_tokens = args.request_tokens
         if live_measured:
             ks = None                      # each step count's side carries its own (spec_config)
+            if request_tokens == "auto" and not args.measured:
+                # the log's tokens/s are of its steady cycles at each step count: predictions of the same
+                request_tokens = "steady"
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
         cal_source = None
@@ -375,11 +408,20 @@ def main_whatif(argv: list[str]) -> int:
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
                        verify_scaling=scaling, batch=args.batch, calibration_source=cal_source,
-                       request_tokens=args.request_tokens)
+                       request_tokens=request_tokens)
             if live_measured:
                 r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
                                   "ran (" + ", ".join(f"{k}: {v['tokens_per_s']:,.0f} over {v['cycles']} cycles of "
-                                                      f"rank {v['rank']}" for k, v in live_measured.items()) + ")")
+                                                      f"rank {v['rank']}" for k, v in live_measured.items()) + ")"
+                                  + ("; predicted as steady state too (--request-tokens N: rounds of N-token requests)"
+                                     if request_tokens == "steady" and args.request_tokens == "auto" else ""))
+            for label, k, n in few:
+                r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
+                                  + (f" at batch {args.batch}" if args.batch is not None else "")
+                                  + f", fewer than {MIN_CYCLES} (SGLang's adaptive switches): left out of the cost fit")
+            for label, k, n in untimed:
+                r["notes"].append(f"{label}: {n} cycles at {k} draft steps at batch {args.batch}, none of them timed "
+                                  "with CUDA events (the log times one cycle in N): left out of the model")
                 r["live_measured"] = live_measured
         except TraceError:
             raise

@@ -801,11 +801,20 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
         out[f"{DRAFT}_ns"] = icpt + slope * steps
         n_obs = np.array([c["verified_tokens"] for c in costs])
         n = requests * (steps + 1)
+        per_step = slope                  # how much the cycle grows per step, the overhead aside
         for comp in _components(costs):
             y = np.array([c.get(f"{comp}_ns", 0.0) for c in costs])
             b, a = np.polyfit(n_obs, y, 1, w=np.sqrt(w))
             if comp != "overhead" and b < 0:     # more tokens never take less GPU time: refused, the mean
                 b, a = 0.0, float(np.average(y, weights=w))
+            if comp == "overhead" and per_step + b * requests < 0:
+                # the overhead (host time, GPU idle) may fall as the GPU work grows (a host-bound cycle: the GPU
+                # waits less), never by more than that work: a cycle with more steps is never shorter. Held so that
+                # the cycle stays flat, through the profiles' (cycle-weighted) mean
+                b = -per_step / requests if requests > 0 else 0.0
+                a = float(np.average(y, weights=w)) - b * float(np.average(n_obs, weights=w))
+            elif comp != "overhead":
+                per_step += b * requests
             out[f"{comp}_ns"] = a + b * n
     else:
         c = costs[0]
