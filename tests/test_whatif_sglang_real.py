@@ -151,6 +151,32 @@ def test_a_step_count_run_in_a_few_cycles_is_left_out_of_the_fit(side):
 
 
 @need
+def test_calibrate_live_on_an_adaptive_profile_takes_its_most_run_step_count(side):
+    """--calibrate-live with a profile cut by its spec_steps marks: the step count most of its cycles ran
+    (the live log of the same server ran it most too), not 'give one profile step count' (which
+    --profiled-steps then refused: a marked profile says each cycle's count itself)."""
+    import dataclasses
+
+    from analyze.tools.whatif.command import _live_log_and_steps, live_sides
+
+    log = REAL / "sglang_live_h100_v2_l64_adaptive.live"
+    if not log.exists():
+        pytest.skip("adaptive live log absent")
+    sd = side(64, 3)
+    req = pd.to_numeric(sd.cycles["requests"], errors="coerce")
+    marked = sd.cycles.assign(steps=pd.array([3 if r == 1 else 1 for r in req], dtype="Int64"))
+    adaptive = dataclasses.replace(sd, cycles=marked, spec_config=sd.spec_config._replace(adaptive=True))
+    parts, *_ = live_sides([adaptive], None)
+    n = {p.spec_config.steps: len(p.cycles) for p in parts}
+    assert n[3] > n[1]
+    _, k = _live_log_and_steps(str(log), parts, None, None)
+    assert k == 3
+    flipped = dataclasses.replace(adaptive, cycles=marked.assign(steps=4 - marked["steps"]))
+    parts, *_ = live_sides([flipped], None)
+    assert _live_log_and_steps(str(log), parts, None, None)[1] == 1
+
+
+@need
 def test_a_profile_timed_every_cycle_by_the_live_mode_says_so(side):
     """A profile whose spec_config mark says the shim's timing mode recorded CUDA events in every cycle
     (events_every=1) carries the note that the events slowed its speculative cycle; one sampled (17), or
