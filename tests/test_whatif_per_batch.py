@@ -215,3 +215,20 @@ def test_no_config_when_nothing_pays_shows_the_table_then_one_error_line(tmp_pat
     assert rc == 12 and not out.exists()
     assert "0.58x  off" in got.out and "run without --speculative-algorithm" in got.out
     assert got.err.strip().count("\n") == 0 and "does not pay at any batch size" in got.err
+
+
+@need
+def test_per_batch_rows_carry_the_bootstrap_interval_at_the_best_step_count():
+    """Issue 41's 'with intervals': each batch size's tokens/s at its best step count with the bootstrap's
+    95% interval (the same seeded bootstrap as whatif's), shown as a column; none without a bootstrap."""
+    from analyze.tools.whatif.render import render_per_batch
+
+    t = PB.per_batch([str(L64)], range(1, 7), n_boot=40, seed=0)
+    assert len(t) == 2
+    assert (t["tokens_per_s_best_lo"] <= t["tokens_per_s_best"]).all()
+    assert (t["tokens_per_s_best"] <= t["tokens_per_s_best_hi"]).all()
+    assert (t["tokens_per_s_best_hi"] - t["tokens_per_s_best_lo"] > 0).all()
+    assert "95% CI" in render_per_batch(t)
+    plain = PB.per_batch([str(L64)], range(1, 7), n_boot=0)
+    assert plain["tokens_per_s_best_lo"].isna().all() and "95% CI" not in render_per_batch(plain)
+    assert plain["tokens_per_s_best"].tolist() == pytest.approx(t["tokens_per_s_best"].tolist())

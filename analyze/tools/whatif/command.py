@@ -198,7 +198,7 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
                                   f"profile's step count of any of its batch sizes ({', '.join(map(str, sizes))})",
                                   args.calibrate_live)
     try:
-        table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=0,
+        table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
                              calibration_sources=sources, request_tokens=args.request_tokens)
     except TraceError:

@@ -28,7 +28,8 @@ from analyze.timeline.cycles import steady
 from analyze.tools.sides import as_side
 from analyze.tools.whatif import model as W
 
-COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_profiled",
+COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_best_lo",
+           "tokens_per_s_best_hi", "tokens_per_s_profiled",
            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
            "best_extrapolated", "calibrated", "verdict_uncertain", "baseline_from_live_log")
 """The columns of :func:`per_batch`'s table, in order."""
@@ -71,6 +72,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     if most is not None:
         counts = counts[counts >= min_cycles].sort_values(ascending=False, kind="stable").head(most).sort_index()
     rows = []
+    boot = kw.get("n_boot", W.N_BOOT) > 0
     memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
@@ -85,6 +87,11 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         k = r["profiles"][0]["steps"]
         rows.append({"batch": int(batch), "cycles": int(n), "profiled_steps": int(k),
                      "best_steps": int(best["steps"]), "tokens_per_s_best": float(best["tokens_per_s"]),
+                     # the bootstrap's 95% interval at the best step count (NaN without one: n_boot=0)
+                     "tokens_per_s_best_lo": float(p.loc[best["steps"]].get("tokens_per_s_lo", np.nan)) if boot
+                     else np.nan,
+                     "tokens_per_s_best_hi": float(p.loc[best["steps"]].get("tokens_per_s_hi", np.nan)) if boot
+                     else np.nan,
                      "tokens_per_s_profiled": float(p.loc[k, "tokens_per_s"]) if k in p.index else np.nan,
                      "tokens_per_s_baseline": float(r["baseline"]["tokens_per_s"]),
                      "baseline_source": r["baseline"]["source"], "speedup": float(best["speedup"]),

@@ -141,13 +141,16 @@ def render_per_batch(table, config_path=None) -> str:
     out = ["specprof whatif: the best draft step count per batch size (EAGLE)", ""]
     if table.empty:
         return "\n".join(out + [f"no batch size with {MIN_CYCLES} decode cycles or more in the profile(s)", ""])
-    rows = [[r.batch, r.cycles, r.profiled_steps, r.best_steps, f"{r.tokens_per_s_best:,.0f}",
-             f"{r.tokens_per_s_baseline:,.0f}", r.baseline_source, f"{r.speedup:.2f}x",
-             ("off" if r.best_or_off == 0 else str(r.best_or_off)) + ("?" if r.verdict_uncertain else ""),
-             ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
+    ci = "tokens_per_s_best_lo" in table.columns and table["tokens_per_s_best_lo"].notna().any()
+    rows = [[r.batch, r.cycles, r.profiled_steps, r.best_steps, f"{r.tokens_per_s_best:,.0f}"]
+            + ([f"[{r.tokens_per_s_best_lo:,.0f}, {r.tokens_per_s_best_hi:,.0f}]"
+                if np.isfinite(r.tokens_per_s_best_lo) else "-"] if ci else [])
+            + [f"{r.tokens_per_s_baseline:,.0f}", r.baseline_source, f"{r.speedup:.2f}x",
+               ("off" if r.best_or_off == 0 else str(r.best_or_off)) + ("?" if r.verdict_uncertain else ""),
+               ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
             for r in table.itertuples()]
-    out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best", "tok/s no spec", "baseline",
-                       "speed-up", "use", "basis"], rows)
+    out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best"] + (["95% CI"] if ci else [])
+                      + ["tok/s no spec", "baseline", "speed-up", "use", "basis"], rows)
     out.append("")
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
