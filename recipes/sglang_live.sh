@@ -17,7 +17,9 @@
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
 #   SGLang's adaptive speculation (--speculative-adaptive; STEPS is the step count it starts at): ADAPTIVE=default
 #   or ADAPTIVE=path/config.json (the profile is named ..._adaptive): the live log's `steps` column and the
-#   profile's `spec_steps` marks carry each cycle's step count (issues 41, 43)
+#   profile's `spec_steps` marks carry each cycle's step count (issues 41, 43). Start at the config's largest
+#   candidate (STEPS=7 for SGLang's default): SGLang 0.5.17 sizes its buffers by the start value and fails on
+#   the first switch above it ("shared logits buffer holds 64 rows but caller needs 128", 2026-12-06)
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
