@@ -232,3 +232,23 @@ def test_per_batch_rows_carry_the_bootstrap_interval_at_the_best_step_count():
     plain = PB.per_batch([str(L64)], range(1, 7), n_boot=0)
     assert plain["tokens_per_s_best_lo"].isna().all() and "95% CI" not in render_per_batch(plain)
     assert plain["tokens_per_s_best"].tolist() == pytest.approx(t["tokens_per_s_best"].tolist())
+
+
+@need
+def test_batch_sizes_with_too_few_cycles_are_listed_as_not_modelled(tmp_path):
+    """'Where the data do not cover a bucket, say so': the batch sizes the profile ran in fewer than
+    MIN_CYCLES steady cycles (here the rounds' drain) are listed with their cycles, in the text and the JSON."""
+    from analyze.tools.whatif.command import main_whatif
+    from analyze.tools.whatif.render import render_per_batch
+
+    counts = PB.batch_counts([str(L64)])
+    few = {int(b): int(n) for b, n in counts.items() if b >= 1 and n < PB.MIN_CYCLES}
+    assert few and all(n < PB.MIN_CYCLES for n in few.values())
+    t = PB.per_batch([str(L64)], range(1, 7), n_boot=0)
+    assert t.attrs["not_modelled"] == few and not set(few) & set(t["batch"])
+    text = " ".join(render_per_batch(t).split())
+    assert "Not modelled (fewer than 20 decode cycles each): " + ", ".join(
+        f"batch {b} ({n})" for b, n in sorted(few.items())) in text
+    out = tmp_path / "pb.json"
+    assert main_whatif([str(L64), "--per-batch", "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
+    assert {int(k): v for k, v in json.loads(out.read_text())["not_modelled"].items()} == few

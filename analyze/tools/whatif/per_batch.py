@@ -100,7 +100,15 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "best_extrapolated": bool(best["extrapolated"]), "calibrated": cal is not None,
                      "verdict_uncertain": bool(best["verdict_uncertain"]),
                      "baseline_from_live_log": bool(best.get("baseline_from_live_log"))})
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    out = pd.DataFrame(rows, columns=list(COLUMNS))
+    out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
+    return out
+
+
+def not_modelled(counts: pd.Series, min_cycles: int = MIN_CYCLES) -> dict[int, int]:
+    """{batch size: its steady cycles} of the batch sizes seen with fewer than ``min_cycles`` cycles (a round's
+    drain, a drifting load): not modelled on their own; a config routes them to a key it has."""
+    return {int(b): int(n) for b, n in counts.items() if b >= 1 and n < min_cycles}
 
 
 def adaptive_config(table: pd.DataFrame) -> dict:

@@ -152,6 +152,12 @@ def render_per_batch(table, config_path=None) -> str:
     out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best"] + (["95% CI"] if ci else [])
                       + ["tok/s no spec", "baseline", "speed-up", "use", "basis"], rows)
     out.append("")
+    few = table.attrs.get("not_modelled") or {}
+    if few:
+        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} decode cycles each): "
+                    + ", ".join(f"batch {b} ({n})" for b, n in sorted(few.items()))
+                    + ". SGLang routes such a batch to the config's largest key at or below its CUDA-graph-padded "
+                    "size.")
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
