@@ -252,3 +252,25 @@ def test_batch_sizes_with_too_few_cycles_are_listed_as_not_modelled(tmp_path):
     out = tmp_path / "pb.json"
     assert main_whatif([str(L64), "--per-batch", "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
     assert {int(k): v for k, v in json.loads(out.read_text())["not_modelled"].items()} == few
+
+
+@need
+def test_per_batch_json_holds_every_step_counts_prediction_per_batch_size(tmp_path):
+    """Tokens/s per (batch size, step count) with intervals, in the JSON: the same figures whatif --batch B
+    prints for each batch size, the best row of each the table's."""
+    from analyze.tools.whatif import model as W
+    from analyze.tools.whatif.command import main_whatif
+
+    out = tmp_path / "pb.json"
+    assert main_whatif([str(L64), "--per-batch", "--steps", "1..6", "--boot", "30", "--json", str(out), "-q"]) == 0
+    doc = json.loads(out.read_text())
+    grid = {int(b): rows for b, rows in doc["predictions"].items()}
+    assert sorted(grid) == [r["batch"] for r in doc["per_batch"]] == [1, 16]
+    for row in doc["per_batch"]:
+        preds = {p["steps"]: p for p in grid[row["batch"]]}
+        assert sorted(preds) == [1, 2, 3, 4, 5, 6]
+        assert all(p["tokens_per_s_lo"] <= p["tokens_per_s"] <= p["tokens_per_s_hi"] for p in preds.values())
+        assert preds[row["best_steps"]]["tokens_per_s"] == pytest.approx(row["tokens_per_s_best"])
+        one = W.whatif(str(L64), range(1, 7), batch=row["batch"], n_boot=0)
+        assert [p["tokens_per_s"] for _, p in sorted(preds.items())] == \
+            pytest.approx(one["predictions"]["tokens_per_s"].tolist())

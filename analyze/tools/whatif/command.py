@@ -213,7 +213,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
         raise UnsuitableInput(str(exc)) from exc
     if args.json:
         with atomic_write(args.json) as f:
-            json.dump({"per_batch": records(table), "not_modelled": table.attrs.get("not_modelled", {}),
+            json.dump({"per_batch": records(table), "predictions": table.attrs.get("predictions", {}),
+                       "not_modelled": table.attrs.get("not_modelled", {}),
                        "adaptive_config": cfg}, f, indent=1, default=_plain)
             f.write("\n")
     if cfg is not None:

@@ -73,6 +73,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         counts = counts[counts >= min_cycles].sort_values(ascending=False, kind="stable").head(most).sort_index()
     rows = []
     boot = kw.get("n_boot", W.N_BOOT) > 0
+    grid: dict[int, list[dict]] = {}       # every step count's prediction per batch size (the JSON's)
     memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
@@ -83,6 +84,10 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo,
                      request_tokens=n_req, calibration_source=(calibration_sources or {}).get(int(batch)), **kw)
         p = r["predictions"].set_index("steps")
+        grid[int(batch)] = [{"steps": int(k), "tokens_per_s": float(row["tokens_per_s"]),
+                             "tokens_per_s_lo": float(row["tokens_per_s_lo"]) if boot else None,
+                             "tokens_per_s_hi": float(row["tokens_per_s_hi"]) if boot else None,
+                             "extrapolated": bool(row["extrapolated"])} for k, row in p.iterrows()]
         best = r["best"]
         k = r["profiles"][0]["steps"]
         rows.append({"batch": int(batch), "cycles": int(n), "profiled_steps": int(k),
@@ -102,6 +107,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "baseline_from_live_log": bool(best.get("baseline_from_live_log"))})
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
+    out.attrs["predictions"] = grid
     return out
 
 
