@@ -70,7 +70,8 @@ forward only after the scheduler loop's next broadcast, i.e. after the capture h
 
 on_first_cycle: Callable | None = None  # set by shim: per-worker roles check
 on_accept: Callable | None = None
-"""Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size)`` after each accept mark."""
+"""Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size, lengths)`` after each
+accept mark (``lengths``: the per-request accept lengths the mark was made of)."""
 on_idle: Callable | None = None
 """Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
 on_cycle_steps: Callable | None = None
@@ -142,7 +143,7 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
     (b or _nvtx._backend or _nvtx.get_backend()).mark(text, payload)
     _stats["marks"] += 1
     if on_accept is not None:
-        on_accept(payload, len(lengths), cycle, batch_size)
+        on_accept(payload, len(lengths), cycle, batch_size, lengths)
     return True
 
 

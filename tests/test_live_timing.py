@@ -1479,3 +1479,32 @@ def test_a_switched_step_count_gives_verified_tokens_only_for_a_chain():
         t.pop()
         t.poll()
         assert (rows[0]["steps"], rows[0]["verified_tokens"]) == (4, verified)
+
+
+def test_the_row_keeps_the_per_request_accept_lengths_where_they_are_one_a_request():
+    """accept(..., lengths=[...]) logs them as the accept mark's lens= ("a,b,..."); none where they are not
+    one non-negative int a request, or there are more requests than an accept mark lists."""
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=10)
+    for k in range(1, 6):
+        run_cycle(t, gpu, k)
+    t.accept(3, 3, 1, lengths=[2, 0, 1])
+    t.accept(3, 2, 2, lengths=[2, 0, 1])               # three lengths for two requests
+    t.accept(1, 2, 3, lengths=[2, -1])                 # a negative length
+    big = P.ACCEPT_LENS_MAX_REQS + 1
+    t.accept(big, big, 4, lengths=[1] * big)           # more requests than a mark lists
+    t.accept(2, 2, 5)                                  # no lengths given (an older hook)
+    t.poll()
+    assert [r["accept_lens"] for r in sorted(rows, key=lambda r: r["cycle"])] == ["2,0,1", None, None, None, None]
+    from nvtx_annotate import wrappers
+
+    seen = []
+    wrappers.on_accept = lambda *a: seen.append(a)
+    try:
+        class B:
+            def mark(self, text, payload):
+                pass
+        assert wrappers.emit_accept([1, 0, 2], 7, b=B())
+    finally:
+        wrappers.on_accept = None
+    assert seen == [(3, 3, 7, None, [1, 0, 2])]

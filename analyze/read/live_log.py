@@ -10,8 +10,10 @@ a path without any log :class:`~analyze.errors.MissingInput`; each with one line
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..errors import CorruptReport, MissingInput, UnsuitableInput
@@ -25,8 +27,10 @@ REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int",
 """Column -> kind, the columns the reader needs."""
 
 COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
-           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns")
-"""The columns of :func:`live_cycles`' frame (nullable Int64 each). ``timed``: 1 where the cycle's CUDA
+           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns", "accept_lens")
+TEXT_COLUMNS = ("accept_lens",)
+"""The columns of :func:`live_cycles`' frame (nullable Int64 each but :data:`TEXT_COLUMNS`: ``accept_lens``,
+the per-request accept lengths ``"a,b,..."``, None where not logged). ``timed``: 1 where the cycle's CUDA
 events were recorded, 0 where the shim's sampling left them out (``SPECPROF_TIMING_SAMPLE``); 1 in logs
 written before the sampling (every cycle was timed). ``replay_ns``: the GPU stream time of the cycle's
 CUDA-graph replays (the sum of the log's ``<phase>_replay_ns``; null where none was timed, and in logs
@@ -187,7 +191,28 @@ def clean_rows(raw: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
         if odd.any():
             df["timed"] = df["timed"].mask(odd)
             nulled += int(odd.sum())
+    if "accept_lens" in df.columns:
+        ok = accept_lens_ok(df)
+        odd = ~ok & df["accept_lens"].notna().to_numpy()
+        nulled += int(odd.sum())
+        df["accept_lens"] = df["accept_lens"].astype(object).where(ok, None)
     return df, {ROWS_LEFT_OUT: int(bad.sum()), DUPLICATES_LEFT_OUT: int(dup.sum()), VALUES_NULLED: nulled}
+
+
+LENS_RE = re.compile(r"^\d+(?:,\d+)*$")
+
+
+def accept_lens_ok(df: pd.DataFrame) -> np.ndarray:
+    """Per row: does ``accept_lens`` hold one accept length a request (``"a,b,..."``) summing to its
+    ``accepted_tokens``? (False where null: nothing to use.)"""
+    out = np.zeros(len(df), dtype=bool)
+    for i, (text, m, n) in enumerate(zip(df["accept_lens"], df.get("requests", pd.Series(pd.NA, index=df.index)),
+                                         df.get("accepted_tokens", pd.Series(pd.NA, index=df.index)))):
+        if not isinstance(text, str) or not LENS_RE.match(text) or pd.isna(m) or pd.isna(n):
+            continue
+        vals = [int(x) for x in text.split(",")]
+        out[i] = len(vals) == int(m) and sum(vals) == int(n)
+    return out
 
 
 def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
@@ -215,7 +240,10 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["timed"] = df["timed"].astype("Int64").fillna(1) if "timed" in df.columns else 1
     replays = [c for c in REPLAY_COLUMNS if c in df.columns]
     out["replay_ns"] = df[replays].astype("Float64").sum(axis=1, min_count=1).round() if replays else pd.NA
-    return out.astype({c: "Int64" for c in COLUMNS})
+    # the per-request accept lengths, "a,b,..." (logs written before they were logged: none)
+    out["accept_lens"] = df["accept_lens"].astype(object).where(df["accept_lens"].notna(), None) \
+        if "accept_lens" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    return out.astype({c: "Int64" for c in COLUMNS if c not in TEXT_COLUMNS})
 
 
 def live_cycles(path) -> pd.DataFrame:

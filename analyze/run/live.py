@@ -152,7 +152,9 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["gap_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")
     out["accepted_tokens"] = f["accepted"].astype("Int64")
     out["requests"] = f["requests"].astype("Int64")
-    out["accept_lengths"] = pd.Series(None, index=f.index, dtype=object)
+    # the per-request accept lengths where the shim logged them ("a,b,...", as an accept mark's lens=)
+    out["accept_lengths"] = f["accept_lens"].astype(object).where(f["accept_lens"].notna(), None) \
+        if "accept_lens" in f.columns else pd.Series(None, index=f.index, dtype=object)
     out["tokens"] = f["tokens"].astype("Int64")
     out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
@@ -258,7 +260,8 @@ def set_aside_notes(counts: dict) -> list[Note]:
     values = counts.get(live_log.VALUES_NULLED, 0)
     if values:
         out.append(Note(N.LIVE_LOG_BAD_VALUES, "log values read as not measured: negative times or counts, times "
-                        "longer than their process's whole log, a timed flag other than 0 or 1", values))
+                        "longer than their process's whole log, a timed flag other than 0 or 1, accept lengths that "
+                        "are not one a request summing to the accepted tokens", values))
     return out
 
 

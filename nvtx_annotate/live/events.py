@@ -56,7 +56,7 @@ ROW_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns", "draft_ns"
               "draft_extend_ns", "allreduce_ns", "gpu_span_ns", "accepted_tokens", "requests",
               "verified_tokens", "steps", "batch_size",
               "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
-              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns", "timed")
+              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns", "timed", "accept_lens")
 """The keys of one resolved cycle (the Parquet log's columns, docs/live.md). ``<phase>_host_ns``: the
 host time between the phase's entry and exit (where it exceeds the events' ``<phase>_ns`` the phase was
 host bound: its events also timed the Python before its first launch). ``<phase>_replay_ns``: the event
@@ -64,7 +64,9 @@ time of the phase's CUDA-graph replays alone (null where none ran): its graph's 
 none of the phase's Python; on real SGLang 0.5.17 (H100, 2026-12-05) the kernels launched by the
 replays were 99% of verify's GPU time, 93% of draft's and 82% of draft_extend's (nsys). ``timed``: 1 where
 the cycle's CUDA events were recorded, 0 for a cycle left out by the sampling (``sample_every``: its
-host times and accept lengths only, every event column null)."""
+host times and accept lengths only, every event column null). ``accept_lens``: the per-request accepted
+draft tokens in request order, ``"a,b,..."`` (the accept mark's ``lens=``; null above
+``ACCEPT_LENS_MAX_REQS`` requests): the exact acceptance distribution where a batch's sum cannot tell it."""
 
 DROP_RING_OVERFLOW = "ring_overflow"
 DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
@@ -84,17 +86,32 @@ class _LaunchCheck:
         self.launches = launches
 
 
+def _lens_text(lengths, requests: int) -> str | None:
+    """``"a,b,..."`` of the per-request accept lengths (the accept mark's ``lens=``), None where they are not
+    one non-negative int a request or there are more than ``ACCEPT_LENS_MAX_REQS``."""
+    if lengths is None or not 0 < requests <= P.ACCEPT_LENS_MAX_REQS:
+        return None
+    try:
+        vals = [int(x) for x in lengths]
+    except (TypeError, ValueError):
+        return None
+    if len(vals) != requests or min(vals) < 0:
+        return None
+    return ",".join(map(str, vals))
+
+
 class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host", "timed", "launches", "steps")
+                 "host", "timed", "launches", "steps", "lens")
 
     def __init__(self, cycle: int, start_ns: int, timed: bool = True):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
         self.timed = timed  # CUDA events recorded in this cycle (False: left out by the sampling)
         self.launches = 0  # graph launches timed through the CUDAGraph.replay hook
         self.steps = None  # the worker's step count as the cycle closed (adaptive speculation), else the config's
+        self.lens = None  # the per-request accept lengths, "a,b,..." (None: not given, or too many requests)
         # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
         # also: a second key the same two events time (a replay outside its phase's range), else None
         self.pairs: list = []
@@ -328,8 +345,10 @@ class Timer:
         if rec is not None:
             rec.steps = int(steps)
 
-    def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None) -> None:
-        """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread)."""
+    def accept(self, accepted: int, requests: int, cycle: int | None, batch_size: int | None = None,
+               lengths=None) -> None:
+        """Accepted draft tokens and requests of cycle ``cycle`` (None: the cycle open on this thread);
+        ``lengths``: the per-request accept lengths (kept as ``"a,b,..."`` up to ACCEPT_LENS_MAX_REQS)."""
         with self._lock:
             if cycle is None:
                 rec = self._tls.cycle
@@ -343,6 +362,7 @@ class Timer:
                     return
             rec.accepted, rec.requests = int(accepted), int(requests)
             rec.batch_size = int(batch_size) if batch_size is not None else int(requests)
+            rec.lens = _lens_text(lengths, rec.requests)
 
     # ------------------------------------------------------------------ cycle boundaries
     def _begin(self, t, k) -> None:
@@ -476,7 +496,7 @@ class Timer:
         for phase in REPLAYED:
             out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
-                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed))
+                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed), accept_lens=rec.lens)
         return out
 
     def idle(self) -> int:

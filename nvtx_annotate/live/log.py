@@ -21,6 +21,7 @@ META_PREFIX = "specprof."
 time.perf_counter_ns()`` when the file was opened: add it to the host columns for wall-clock ns)."""
 
 INT32_FIELDS = ("rank", "pid", "steps", "timed")
+STRING_FIELDS = ("accept_lens",)
 NON_NULL_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
 SUFFIX = ".parquet"
 TMP_SUFFIX = ".parquet.tmp"
@@ -30,8 +31,10 @@ def arrow_schema(metadata: dict[str, str] | None = None):
     """The log's pyarrow schema (column order :data:`~nvtx_annotate.live.events.ROW_FIELDS`)."""
     import pyarrow as pa
 
-    fields = [pa.field(name, pa.int32() if name in INT32_FIELDS else pa.int64(), nullable=name not in NON_NULL_FIELDS)
-              for name in ROW_FIELDS]
+    def kind(name):
+        return pa.string() if name in STRING_FIELDS else pa.int32() if name in INT32_FIELDS else pa.int64()
+
+    fields = [pa.field(name, kind(name), nullable=name not in NON_NULL_FIELDS) for name in ROW_FIELDS]
     return pa.schema(fields, metadata=metadata)
 
 
