@@ -73,3 +73,23 @@ def test_batch_16_measures_each_step_count_at_that_batch(tmp_path):
     # the cycle grows with the steps (draft and verify work), as every cycle time the model predicts must
     cyc = pd.Series({k: p["cycle_ns"] for k, p in pred.items()}).sort_index()
     assert cyc.is_monotonic_increasing
+
+
+def test_per_batch_on_the_adaptive_log_cuts_each_batch_by_step_count():
+    """--per-batch on the log (before: it stopped at batch 3, whose 26 cycles none were timed, and modelled
+    every cycle at the spec_config's start value, 7): each batch size's step counts on their own sides, as
+    whatif --batch B takes them; the most-run count is the profiled one; batch sizes with fewer than
+    MIN_CYCLES timed cycles are listed with their cycles, not modelled on one or two of them."""
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.command import live_sides
+    from analyze.tools import sides as S
+    from analyze.tools.whatif import model as W
+
+    t = PB.per_batch([str(LOG)], range(1, 7), n_boot=0)
+    assert t["batch"].tolist() == [1, 16] and t["profiled_steps"].tolist() == [3, 3]
+    few = t.attrs["few_timed"]
+    assert few[3] == [26, 0] and all(timed < PB.MIN_CYCLES for _, timed in few.values())
+    # batch 1 as whatif --batch 1 gives it, and the measured best of the fixed engines (4)
+    parts, *_ = live_sides([S.load_side(LOG)], None, batch=1)
+    one = W.whatif(parts, range(1, 7), n_boot=0, batch=1, request_tokens="steady")
+    assert t.iloc[0]["best_steps"] == one["best"]["steps"] == max(fixed(1), key=fixed(1).get) == 4

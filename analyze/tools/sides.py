@@ -241,6 +241,43 @@ def marked_steps(side: Side) -> pd.Series | None:
     return steps.fillna(start) if start is not None else steps
 
 
+def cut_by_steps(side: Side, batch: int | None, min_cycles: int) -> tuple[list[Side], list, list]:
+    """:func:`split_by_steps` for a model of ``batch`` (None: every batch size): (the parts to model, the
+    step counts left out because none of their cycles at ``batch`` carries phase times, those left out
+    because they ran fewer than ``min_cycles`` cycles at ``batch`` where another ran more; each
+    [(label, steps, cycles)]). SGLang picks the step count by batch size: a step count none of whose cycles
+    ran ``batch`` says nothing of it (the first part is kept where none ran it, for the one error line that
+    names the batch sizes seen); a sampled log's step count that ran it only in untimed cycles (SGLang's
+    start value before its first switch) has no phase times there; a step count run in a handful of cycles
+    (around a switch) gives a cost fit nothing but its noise and its moment in the requests' context."""
+    from analyze.timeline.cycles import timed
+
+    parts, untimed, few = split_by_steps(side), [], []
+    if len(parts) < 2:
+        return parts, untimed, few
+
+    def at(p):
+        req = pd.to_numeric(p.cycles["requests"], errors="coerce") if "requests" in p.cycles.columns else None
+        if batch is None:
+            return np.ones(len(p.cycles), dtype=bool)
+        return (req == batch).to_numpy(dtype=bool) if req is not None else np.zeros(len(p.cycles), dtype=bool)
+
+    at_b = [at(p) for p in parts]
+    has = [i for i, b in enumerate(at_b) if b.any()]
+    with_times = [i for i in has if (at_b[i] & timed(parts[i].cycles)).any()]
+    if with_times and len(with_times) < len(has):
+        untimed = [(side.label, int(parts[i].spec_config.steps), int(at_b[i].sum())) for i in has
+                   if i not in with_times]
+        has = with_times
+    keep = has or [0]
+    if len(keep) > 1:
+        n_at = {i: int(at_b[i].sum()) for i in keep}
+        if max(n_at.values()) >= min_cycles:
+            few = [(side.label, int(parts[i].spec_config.steps), n) for i, n in n_at.items() if n < min_cycles]
+            keep = [i for i in keep if n_at[i] >= min_cycles]
+    return [parts[i] for i in keep], untimed, few
+
+
 def split_by_steps(side: Side) -> list[Side]:
     """A side cut into one side per step count its cycles ran at (a live log of several processes or of
     SGLang's --speculative-adaptive; an nsys profile whose shim marked each cycle's step count), each with

@@ -214,7 +214,7 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     if args.json:
         with atomic_write(args.json) as f:
             json.dump({"per_batch": records(table), "predictions": table.attrs.get("predictions", {}),
-                       "not_modelled": table.attrs.get("not_modelled", {}),
+                       "not_modelled": table.attrs.get("not_modelled", {}), "few_timed": table.attrs.get("few_timed", {}),
                        "adaptive_config": cfg}, f, indent=1, default=_plain)
             f.write("\n")
     if cfg is not None:
@@ -234,35 +234,13 @@ def live_sides(sides: list, ks, batch: int | None = None) -> tuple[list, dict, l
     left out at ``batch`` because none of their cycles there carries phase times (a sampled log's step count
     that ran B only in untimed cycles), and those left out because they ran fewer than ``MIN_CYCLES`` cycles
     (at ``batch``) where another step count ran more: each [(label, steps, cycles)]."""
-    import pandas as pd
-
-    from analyze.timeline.cycles import timed
-    from analyze.tools.sides import live_tokens_per_s, split_by_steps
+    from analyze.tools.sides import cut_by_steps, live_tokens_per_s
 
     out, measured, untimed, few = [], {}, [], []
     for side in sides:
-        parts = split_by_steps(side)
-        if len(parts) > 1 and batch is not None:
-            # SGLang picks the step count by batch size: a step count none of whose cycles ran batch B says nothing
-            # of B (kept where no part has it, for the one error line that names the batch sizes seen)
-            at_b = [(pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).to_numpy() for p in parts]
-            has = [p for p, b in zip(parts, at_b) if b.any()]
-            # a step count whose cycles at B were all left without CUDA events (one cycle in N is timed) has no
-            # phase times to model there: left out, and said (SGLang's start value before its first switch)
-            timed_at_b = [p for p, b in zip(parts, at_b) if (b & timed(p.cycles)).any()]
-            if timed_at_b and len(timed_at_b) < len(has):
-                untimed += [(side.label, int(p.spec_config.steps), int(b.sum())) for p, b in zip(parts, at_b)
-                            if b.any() and p not in timed_at_b]
-                has = timed_at_b
-            parts = has or parts[:1]
-        if len(parts) > 1:
-            # a step count SGLang ran in a handful of cycles (around a switch) gives a cost fit nothing but its
-            # noise and its moment in the requests' context: left out where another ran enough (said)
-            n_at = [int((pd.to_numeric(p.cycles["requests"], errors="coerce") == batch).sum()) if batch is not None
-                    else len(p.cycles) for p in parts]
-            if max(n_at) >= MIN_CYCLES:
-                few += [(side.label, int(p.spec_config.steps), n) for p, n in zip(parts, n_at) if n < MIN_CYCLES]
-                parts = [p for p, n in zip(parts, n_at) if n >= MIN_CYCLES]
+        parts, no_times, handful = cut_by_steps(side, batch, MIN_CYCLES)
+        untimed += no_times
+        few += handful
         if len(parts) > 1:
             if ks is not None:
                 raise UsageError(f"{side.label}: a {'live timing log' if side.live else 'profile'} of several step "
@@ -422,8 +400,10 @@ def main_whatif(argv: list[str]) -> int:
                                   + (f" at batch {args.batch}" if args.batch is not None else "")
                                   + f", fewer than {MIN_CYCLES} (SGLang's adaptive switches): left out of the cost fit")
             for label, k, n in untimed:
-                r["notes"].append(f"{label}: {n} cycles at {k} draft steps at batch {args.batch}, none of them timed "
-                                  "with CUDA events (the log times one cycle in N): left out of the model")
+                r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
+                                  + (f" at batch {args.batch}" if args.batch is not None else "")
+                                  + ", none of them timed with CUDA events (the log times one cycle in N): left out "
+                                  "of the model")
                 r["live_measured"] = live_measured
         except TraceError:
             raise

@@ -666,7 +666,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
             raise ValueError(f"{side.label}: cannot tell the profiled draft step count (no draft_step ranges, "
                              "no per-kernel draft trace): give it (--profiled-steps K)")
     marks_note = None
-    if source != "given" and not side.live:
+    if source != "given":
         steps, source, marks_note = marked_step_count(side, steps, source, batch)
     samples, dropped = profile_samples(side, keep_outliers, memo, batch)
     samples = sampled_samples(samples, side.phase_names)
@@ -735,6 +735,10 @@ def marked_step_count(side: Side, steps: int, source: str, batch: int | None) ->
     (with a note: ``whatif REPORT`` cuts such a profile by step count; a caller modelling it whole, e.g.
     --per-batch or advise, gets the majority). Unchanged without marks."""
     marked = marked_steps(side)
+    if marked is None and side.live and "steps" in side.cycles.columns \
+            and pd.to_numeric(side.cycles["steps"], errors="coerce").nunique() > 1:
+        # a live log modelled whole (--per-batch, advise) whose cycles ran several step counts: its own column
+        marked = pd.to_numeric(side.cycles["steps"], errors="coerce")
     if marked is None:
         return steps, source, None
     sel = marked
@@ -747,10 +751,12 @@ def marked_step_count(side: Side, steps: int, source: str, batch: int | None) ->
     note = None
     if len(counts) > 1:
         ran = ", ".join(f"{int(n)} at {int(v)}" for v, n in counts.sort_index().items())
-        note = (f"{side.label}: its cycles{f' of batch {batch}' if batch else ''} ran several step counts (the "
-                f"shim's spec_steps marks: {ran} cycles): modelled at the most common, {k}; `analyze-trace whatif "
+        note = (f"{side.label}: its cycles{f' of batch {batch}' if batch else ''} ran several step counts ("
+                + ("the log's steps column" if side.live else "the shim's spec_steps marks")
+                + f": {ran} cycles): modelled at the most common, {k}; `analyze-trace whatif "
                 "REPORT` without --per-batch fits each step count on its own")
-    return k, "the shim's spec_steps marks (SGLang's --speculative-adaptive)", note
+    return k, ("the log's steps column" if side.live else "the shim's spec_steps marks") + \
+        " (SGLang's --speculative-adaptive)", note
 
 
 def adaptive_note(label: str, cfg) -> str:

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyze.timeline.cycles import steady
-from analyze.tools.sides import as_side
+from analyze.timeline.cycles import steady, timed
+from analyze.tools.sides import as_side, cut_by_steps
 from analyze.tools.whatif import model as W
 
 COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_best_lo",
@@ -41,15 +41,18 @@ ADAPTIVE_DEFAULTS = {"up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coef
 """The per-bucket fields SGLang 0.5.17 reads besides candidate_steps (its defaults for buckets >= 8)."""
 
 
-def batch_counts(profiles) -> pd.Series:
+def batch_counts(profiles, timed_only: bool = False) -> pd.Series:
     """Steady decode cycles (timeline.cycles.steady) per batch size (requests per cycle, from the accept
-    marks), over the profiles."""
+    marks), over the profiles; ``timed_only``: those with phase times only (timeline.cycles.timed: a sampled
+    live log times one cycle in N)."""
     counts = pd.Series(dtype="int64")
     for p in profiles:
         c = steady(as_side(p).cycles, every_rank=True)
         if "requests" not in c.columns or not len(c):
             continue
         low = c[c["rank"] == c["rank"].min()]
+        if timed_only:
+            low = low[timed(low)]
         req = pd.to_numeric(low["requests"], errors="coerce").dropna().astype("int64")
         counts = counts.add(req.value_counts(), fill_value=0)
     return counts.astype("int64").sort_index()
@@ -72,16 +75,27 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     if most is not None:
         counts = counts[counts >= min_cycles].sort_values(ascending=False, kind="stable").head(most).sort_index()
     rows = []
+    with_times = batch_counts(sides, timed_only=True)
+    few_timed: dict[int, list] = {}    # {batch: [cycles, timed]}: too few cycles with phase times (a sampled live log)
     boot = kw.get("n_boot", W.N_BOOT) > 0
     grid: dict[int, list[dict]] = {}       # every step count's prediction per batch size (the JSON's)
     memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
             continue
+        if with_times.get(batch, 0) < min_cycles:
+            # the costs rest on the cycles with phase times (a sampled live log times one in N)
+            few_timed[int(batch)] = [int(n), int(with_times.get(batch, 0))]
+            continue
         base = (baselines_tps or {}).get(int(batch))
         cal = (calibrate or {}).get(int(batch))
         n_req = request_tokens.get(int(batch), "auto") if isinstance(request_tokens, dict) else request_tokens
-        r = W.whatif(sides, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal, memo=memo,
+        # a live log or a marked profile of SGLang's adaptive mode: the step counts that ran this batch size,
+        # each its own side (as whatif --batch B takes them), not every cycle at the most common count
+        cut = [cut_by_steps(sd, int(batch), min_cycles)[0] for sd in sides]
+        parts = [q for c in cut for q in c]
+        r = W.whatif(parts, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal,
+                     memo=memo if all(len(c) == 1 and c[0] is sd for c, sd in zip(cut, sides)) else None,
                      request_tokens=n_req, calibration_source=(calibration_sources or {}).get(int(batch)), **kw)
         p = r["predictions"].set_index("steps")
         grid[int(batch)] = [{"steps": int(k), "tokens_per_s": float(row["tokens_per_s"]),
@@ -89,7 +103,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                              "tokens_per_s_hi": float(row["tokens_per_s_hi"]) if boot else None,
                              "extrapolated": bool(row["extrapolated"])} for k, row in p.iterrows()]
         best = r["best"]
-        k = r["profiles"][0]["steps"]
+        k = max(r["profiles"], key=lambda q: q["cycles"])["steps"]     # a cut side: the most-run step count
         rows.append({"batch": int(batch), "cycles": int(n), "profiled_steps": int(k),
                      "best_steps": int(best["steps"]), "tokens_per_s_best": float(best["tokens_per_s"]),
                      # the bootstrap's 95% interval at the best step count (NaN without one: n_boot=0)
@@ -107,6 +121,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "baseline_from_live_log": bool(best.get("baseline_from_live_log"))})
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
+    out.attrs["few_timed"] = few_timed
     out.attrs["predictions"] = grid
     return out
 

@@ -158,6 +158,11 @@ def render_per_batch(table, config_path=None) -> str:
                     + ", ".join(f"batch {b} ({n})" for b, n in sorted(few.items()))
                     + ". SGLang routes such a batch to the config's largest key at or below its CUDA-graph-padded "
                     "size.")
+    few_timed = table.attrs.get("few_timed") or {}
+    if few_timed:
+        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} cycles timed with CUDA events: the log times one cycle "
+                    "in N): " + ", ".join(f"batch {b} ({n} cycles, {t} timed)" for b, (n, t) in sorted(few_timed.items()))
+                    + ".")
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
