@@ -93,3 +93,24 @@ def test_per_batch_on_the_adaptive_log_cuts_each_batch_by_step_count():
     parts, *_ = live_sides([S.load_side(LOG)], None, batch=1)
     one = W.whatif(parts, range(1, 7), n_boot=0, batch=1, request_tokens="steady")
     assert t.iloc[0]["best_steps"] == one["best"]["steps"] == max(fixed(1), key=fixed(1).get) == 4
+
+
+def test_the_cut_counts_cycles_not_rows_at_tp_2():
+    """Every TP rank logs each cycle: the cut's counts (MIN_CYCLES, the notes) are one rank's cycles, so a
+    TP-2 log of the same cycles is cut as the TP-1 log is, with the same counts."""
+    import dataclasses
+
+    from analyze.tools import sides as S
+
+    one = S.load_side(LOG)
+    c = one.cycles
+    two = dataclasses.replace(one, cycles=pd.concat([c, c.assign(rank=1)], ignore_index=True))
+    for min_cycles in (20, 100):
+        a = S.cut_by_steps(one, 16, min_cycles)
+        b = S.cut_by_steps(two, 16, min_cycles)
+        assert [p.spec_config.steps for p in a[0]] == [p.spec_config.steps for p in b[0]]
+        assert a[1:] == b[1:]
+    parts, untimed, few = S.cut_by_steps(one, 16, 100)
+    at_one = int(((pd.to_numeric(c["requests"]) == 16) & (pd.to_numeric(c["steps"]) == 1)).sum())
+    assert 20 < at_one < 100
+    assert [p.spec_config.steps for p in parts] == [3] and few == [(one.label, 1, at_one)]

@@ -606,3 +606,32 @@ def test_accept_lengths_that_do_not_add_up_are_nulled_and_counted(tmp_path):
     from analyze.run import api
     a = api.load(str(damaged))
     assert [n.count for n in a.notes if n.code == N.LIVE_LOG_BAD_VALUES] == [3]
+
+
+def test_a_log_written_with_the_events_off_is_refused_by_whatif(tmp_path):
+    """SPECPROF_TIMING_EVENTS=0 (or no CUDA): every cycle flagged timed, no phase time in any. whatif must not
+    model it (a cycle of pure overhead makes draft steps free: it predicted a flat cycle and the most steps)."""
+    from analyze.tools import sides
+    from analyze.tools.whatif import model as W
+
+    vals = cycle_values(30, seed=1)
+    clock, rows = Clock(), []
+    t = E.Timer(rows.append, events=None, clock=clock, accept_lag=0)
+    t.rank, t.spec = 0, P.SpecConfig("EAGLE", 3, 1, 4, 1, True, 8)
+    for k, v in enumerate(vals, start=1):
+        step = (v["end"] - v["start"]) // 9
+        clock.values += [v["start"]] + [v["start"] + step * i for i in range(1, 9)] + [v["end"]]
+        t.push(P.DECODE_CYCLE, k)
+        for ph in (P.DRAFT, P.VERIFY, P.DRAFT_EXTEND):
+            t.push(ph)
+            t.pop()
+        t.accept(v["accepted"], v["requests"], None)
+        t.pop()
+    t.poll()
+    assert {r["timed"] for r in rows} == {1} and {r["draft_ns"] for r in rows} == {None}
+    w = LogWriter(str(tmp_path), 0, 100, spec_config=t.spec)
+    for r in rows:
+        w.add(dict(r, pid=100))
+    w.close()
+    with pytest.raises(ValueError, match="no phase times"):
+        W.whatif(sides.load_side(str(tmp_path)), range(1, 6), n_boot=0)

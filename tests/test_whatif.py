@@ -678,3 +678,19 @@ def test_a_cycle_with_more_steps_is_never_predicted_shorter():
     out = cost_model(mild, range(1, 7), requests=4.0)
     assert out["overhead_ns"].diff().dropna().tolist() == pytest.approx([-50e3] * 5)
     assert (out["cycle_ns"].diff().dropna() > 0).all()
+
+
+def test_the_never_shorter_rule_holds_after_negative_components_are_clipped():
+    """A draft line fitted below zero at the fewest steps (two profiles at 3 and 5 steps: 150 and 370 us) is
+    clipped to 0 there; the cycle is then held so that no step count is predicted shorter than a smaller one."""
+    from analyze.tools.whatif.model import cost_model
+
+    costs = [{"steps": 3, "cycles": 100, "phase_names": ["draft", "verify"], "draft_ns": 150e3, "verify_ns": 300e3,
+              "overhead_ns": 400e3, "verified_tokens": 4.0},
+             {"steps": 5, "cycles": 100, "phase_names": ["draft", "verify"], "draft_ns": 370e3, "verify_ns": 300e3,
+              "overhead_ns": 100e3, "verified_tokens": 6.0}]
+    out = cost_model(costs, range(1, 7), 1.0)
+    assert out["draft_ns"].iloc[0] == 0.0                       # clipped: the line is -70 us at 1 step
+    assert out["cycle_ns"].is_monotonic_increasing
+    comps = out[["draft_ns", "verify_ns", "overhead_ns"]].sum(axis=1)
+    assert comps.tolist() == pytest.approx(out["cycle_ns"].tolist())

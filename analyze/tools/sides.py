@@ -262,16 +262,21 @@ def cut_by_steps(side: Side, batch: int | None, min_cycles: int) -> tuple[list[S
             return np.ones(len(p.cycles), dtype=bool)
         return (req == batch).to_numpy(dtype=bool) if req is not None else np.zeros(len(p.cycles), dtype=bool)
 
+    def cycles_of(i, mask):       # cycles, not rows: one rank's (every TP rank logs each cycle)
+        c = parts[i].cycles
+        low = (c["rank"] == c["rank"].min()).to_numpy(dtype=bool) if "rank" in c.columns and len(c) else True
+        return int((mask & low).sum())
+
     at_b = [at(p) for p in parts]
     has = [i for i, b in enumerate(at_b) if b.any()]
     with_times = [i for i in has if (at_b[i] & timed(parts[i].cycles)).any()]
     if with_times and len(with_times) < len(has):
-        untimed = [(side.label, int(parts[i].spec_config.steps), int(at_b[i].sum())) for i in has
+        untimed = [(side.label, int(parts[i].spec_config.steps), cycles_of(i, at_b[i])) for i in has
                    if i not in with_times]
         has = with_times
     keep = has or [0]
     if len(keep) > 1:
-        n_at = {i: int(at_b[i].sum()) for i in keep}
+        n_at = {i: cycles_of(i, at_b[i]) for i in keep}
         if max(n_at.values()) >= min_cycles:
             few = [(side.label, int(parts[i].spec_config.steps), n) for i, n in n_at.items() if n < min_cycles]
             keep = [i for i in keep if n_at[i] >= min_cycles]

@@ -395,6 +395,7 @@ def main_whatif(argv: list[str]) -> int:
                                                       f"rank {v['rank']}" for k, v in live_measured.items()) + ")"
                                   + ("; predicted as steady state too (--request-tokens N: rounds of N-token requests)"
                                      if request_tokens == "steady" and args.request_tokens == "auto" else ""))
+                r["live_measured"] = live_measured
             for label, k, n in few:
                 r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
                                   + (f" at batch {args.batch}" if args.batch is not None else "")
@@ -404,7 +405,6 @@ def main_whatif(argv: list[str]) -> int:
                                   + (f" at batch {args.batch}" if args.batch is not None else "")
                                   + ", none of them timed with CUDA events (the log times one cycle in N): left out "
                                   "of the model")
-                r["live_measured"] = live_measured
         except TraceError:
             raise
         except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)

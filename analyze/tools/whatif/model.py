@@ -430,8 +430,12 @@ def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
 
 def timed_samples(samples: pd.DataFrame) -> np.ndarray:
     """Per cycle: does it hold phase times? :func:`analyze.timeline.cycles.timed` (the per-cycle rows carry
-    the cycle table's ``timed`` flag: false only for a sampled live log's untimed cycles)."""
-    return cycles_mod.timed(samples)
+    the cycle table's ``timed`` flag: false for a sampled live log's untimed cycles) and a phase value (a log
+    written with the CUDA events off, ``SPECPROF_TIMING_EVENTS=0`` or no CUDA, flags every cycle timed and
+    holds no phase time)."""
+    flag = cycles_mod.timed(samples)
+    cols = [c for c in ("draft_ns", "verify_ns", "draft_extend_ns") if c in samples.columns]
+    return flag & samples[cols].notna().any(axis=1).to_numpy() if cols else flag
 
 
 def verified_tokens(samples: pd.DataFrame, steps: int) -> np.ndarray:
@@ -848,6 +852,12 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
         if col != "overhead_ns":
             out[col] = out[col].clip(lower=0.0)
     out["cycle_ns"] = out[comp_cols].sum(axis=1)
+    if multi:
+        # after the clipping too (a fitted draft line below 0 at the fewest steps): never shorter at more steps,
+        # the difference on the overhead
+        held = out["cycle_ns"].cummax()
+        out["overhead_ns"] = out["overhead_ns"] + (held - out["cycle_ns"])
+        out["cycle_ns"] = held
     return out
 
 
