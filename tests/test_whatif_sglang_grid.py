@@ -348,3 +348,21 @@ def test_the_written_config_on_one_machine_against_the_default_and_each_fixed_st
     assert beyond(written[1], default[1]) and beyond(written[64], default[64])
     assert written[64][0] > 1.4 * default[64][0]
     assert beyond(written[1], fixed[(3, 1)]) and beyond(written[64], fixed[(4, 64)])
+
+
+@need
+def test_the_grid_profile_calibrated_on_another_machine_predicts_its_other_step_count(side):
+    """A check the profile never saw: the H200 grid profile, calibrated with the H100's own unprofiled 3-step
+    tokens/s at each batch size (the one-machine sweep), predicts that machine's 4-step tokens/s within 5%
+    (-1.3 / +0.8 / +1.8 / +3.5% at batches 1 / 4 / 16 / 64), and its recommended step count (over 1..6) is the
+    machine's better of 3 and 4 at every batch size (4 / 4 / 3 / 3)."""
+    if not ONE_MACHINE.exists():
+        pytest.skip("one-machine adaptive sweep absent")
+    data = json.loads(ONE_MACHINE.read_text())
+    fixed = {(r["steps"], b["batch"]): b["tokens_per_s"] for r in data["runs"] for b in r["batches"]}
+    for batch in BATCHES:
+        r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=fixed[(3, batch)])
+        pred = {int(p.steps): p.tokens_per_s for p in r["predictions"].itertuples()}
+        assert pred[4] == pytest.approx(fixed[(4, batch)], rel=0.05), batch
+        better = 4 if fixed[(4, batch)] > fixed[(3, batch)] else 3
+        assert r["best"]["steps"] == better, batch      # the fewest steps within 1% of the highest prediction
