@@ -297,9 +297,10 @@ def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "
     reqs = float(all_s["requests"].mean())
     em_multi = [(k, s) for (k, s), m in zip(profiles, methods) if m == "em" and (s["requests"] > 1).any()]
     if em_multi:
-        notes.append("accept marks sum over requests (reqs>1) and carry no per-request lengths (lens=): per-request "
-                     "accept lengths assumed i.i.d.; their distribution is the maximum-likelihood deconvolution of "
-                     "the sums (EM)")
+        notes.append("accept marks sum over requests (reqs>1) and carry no per-request lengths (an nsys mark's lens=, "
+                     "a live log's accept_lens: logged since 2026-12-06): per-request accept lengths assumed i.i.d.; "
+                     "their distribution is the maximum-likelihood deconvolution of the sums (EM), which pins the mean "
+                     "accepted but not its shape over positions at large batches (see the rates' intervals)")
     method = methods[0] if len(set(methods)) == 1 else "mixed"
     mean_acc = float((all_s["accepted"] / all_s["requests"]).mean()) if len(profiles) == 1 else float("nan")
     return Acceptance(profiled_steps=len(rates), rates=rates, rates_boot=np.array(boot).reshape(-1, len(rates)),
