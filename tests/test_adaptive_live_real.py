@@ -114,3 +114,20 @@ def test_the_cut_counts_cycles_not_rows_at_tp_2():
     at_one = int(((pd.to_numeric(c["requests"]) == 16) & (pd.to_numeric(c["steps"]) == 1)).sum())
     assert 20 < at_one < 100
     assert [p.spec_config.steps for p in parts] == [3] and few == [(one.label, 1, at_one)]
+
+
+def test_per_batch_row_is_what_whatif_batch_prints_and_no_component_is_negative(tmp_path):
+    """A newcomer's finds: --per-batch at batch 16 said 5,877 at its best (rounds) where whatif --batch 16 said
+    6,335 (steady, as the log measured): now the same figures; the cut's notes once, not once a step count;
+    no predicted overhead below 0 from a fit across step counts."""
+    from analyze.tools.whatif import per_batch as PB
+
+    r = run_whatif(tmp_path, 16)
+    t = PB.per_batch([str(LOG)], range(1, 7), n_boot=0)
+    row = t[t["batch"] == 16].iloc[0]
+    assert row["best_steps"] == r["best"]["steps"]
+    assert row["tokens_per_s_best"] == pytest.approx(r["best"]["tokens_per_s"])
+    grid = {p["steps"]: p["tokens_per_s"] for p in t.attrs["predictions"][16]}
+    assert [grid[k] for k in range(1, 7)] == pytest.approx([p["tokens_per_s"] for p in r["predictions"]])
+    assert sum("cycles at 0 draft steps" in n for n in r["notes"]) == 1
+    assert min(p["overhead_ns"] for p in r["predictions"]) >= 0

@@ -314,8 +314,10 @@ def split_by_steps(side: Side) -> list[Side]:
             side = dataclasses.replace(side, spec_config=side.spec_config._replace(steps=ks[0]))
         return [side]
     out = []
-    for k in ks:
+    for i, k in enumerate(ks):
         cfg = side.spec_config._replace(steps=k) if side.spec_config is not None else None
+        # the side's notes once (on the first part), not once a step count
         out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,
-                        side.phase_names, side.ranges, side.gpu_ops, list(side.notes), cfg, live=side.live))
+                        side.phase_names, side.ranges, side.gpu_ops, list(side.notes) if i == 0 else [], cfg,
+                        live=side.live))
     return out

@@ -22,7 +22,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--no-whatif", action="store_true", help="do not run the step-count prediction")
     p.add_argument("--baseline-tps", metavar="Y", type=positive_float, default=None,
                    help="tokens/s WITHOUT speculation, measured without the profiler (else the baseline is estimated "
-                        "from the profile, an upper bound on the speed-up)")
+                        "from the profile: off either way, a verdict near 1x is then said to be uncertain)")
     p.add_argument("--calibrate-tps", metavar="X", type=positive_float, default=None,
                    help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps)")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")

@@ -853,6 +853,9 @@ def cost_model(costs: list[dict], steps, requests: float) -> pd.DataFrame:
             out[col] = out[col].clip(lower=0.0)
     out["cycle_ns"] = out[comp_cols].sum(axis=1)
     if multi:
+        # a fitted overhead line below 0 (the cycle shorter than its own GPU work): held at 0
+        out["overhead_ns"] = out["overhead_ns"].clip(lower=0.0)
+        out["cycle_ns"] = out[comp_cols].sum(axis=1)
         # after the clipping too (a fitted draft line below 0 at the fewest steps): never shorter at more steps,
         # the difference on the overhead
         held = out["cycle_ns"].cummax()

@@ -165,7 +165,8 @@ def render_per_batch(table, config_path=None) -> str:
                     + ".")
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
-                    "(--speculative-adaptive --speculative-adaptive-config FILE; write FILE with --adaptive-config).")
+                    "(--speculative-adaptive --speculative-adaptive-config FILE"
+                    + ("; write FILE with --adaptive-config)." if not config_path else ")."))
     elif len(table) >= 2 and table["best_steps"].nunique() == 1 and (table["best_or_off"] > 0).any():
         k = int(table["best_steps"].iloc[0])
         out += wrap(f"One step count is best at every batch size measured: --speculative-num-steps {k} "
