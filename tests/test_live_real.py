@@ -14,6 +14,7 @@ H100, 2026-12-05, recipes/sglang_live.sh (vocab 2, 64 target layers, 3 steps, ba
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -435,3 +436,21 @@ def test_whatif_on_a_sampled_log_reproduces_its_own_cycle_and_says_a_refused_fit
     assert 9.0e6 < row["cycle_ns"] < 9.1e6 and row["tokens_per_s"] == pytest.approx(1516, rel=0.01)
     text = render_whatif(r)
     assert "refused (" in text and "mean kept)" in text
+
+
+@need
+def test_calibrating_with_the_log_the_profiled_process_wrote_is_said(tmp_path):
+    """A newcomer's find: --calibrate-live with the log the profiled engine itself wrote under nsys (the same
+    process) calibrates the profile against its own profiled clock (the errors came out -29% to -56%). The
+    result says so (its pid is the profile's); the log of an unprofiled engine gets no such note."""
+    from analyze.tools.whatif.command import main_whatif
+
+    def notes(log):
+        out = tmp_path / "w.json"
+        assert main_whatif([str(PROFILE), "--calibrate-live", str(log), "--batch", "1", "--steps", "3", "--boot", "0",
+                            "--json", str(out), "-q"]) == 0
+        return [n for n in json.loads(out.read_text())["notes"] if "is the profile's" in n]
+
+    said = notes(PROFILE_LOG)
+    assert len(said) == 1 and "process 1389 is the profile's" in said[0]
+    assert notes(ENGINE_LOG) == []

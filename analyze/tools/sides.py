@@ -36,6 +36,7 @@ class Side:
     notes: list = field(default_factory=list)
     spec_config: SpecConfig | None = None  # SGLang's speculative configuration (the shim's mark)
     live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
+    pids: tuple = ()                       # the process ids of its ranks (a report's ranks table)
 
 
 def spec_config_of(ranks) -> SpecConfig | None:
@@ -95,8 +96,11 @@ def side_from_analysis(result, label: str = "") -> Side:
     if live:
         notes.append(f"{label or 'this input'}: a live timing log: kernel tables absent (no kernels, no NVTX ranges); "
                      "phase times from CUDA events, periods from the host clock")
+    ranks = getattr(result, "ranks", None)
+    pids = tuple(sorted(int(x) for x in ranks["pid"].dropna().unique())) \
+        if ranks is not None and "pid" in getattr(ranks, "columns", []) else ()
     return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(result.cycles)), kernels, list(result.phase_names), result.ranges,
-                whatif_ops(result), notes, spec_config_of(getattr(result, "ranks", None)), live=live)
+                whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids)
 
 
 def side_from_json(data: dict, label: str = "") -> Side:
@@ -291,7 +295,7 @@ def split_by_steps(side: Side) -> list[Side]:
     marked = marked_steps(side)
     if marked is not None:
         side = Side(side.label, side.cycles.assign(steps=marked.astype("Int64")), side.kernels, side.phase_names,
-                    side.ranges, side.gpu_ops, list(side.notes), side.spec_config, live=False)
+                    side.ranges, side.gpu_ops, list(side.notes), side.spec_config, live=False, pids=side.pids)
     ks = live_step_counts(side.cycles) if side.live or marked is not None else []
     steps = pd.to_numeric(side.cycles["steps"], errors="coerce") if ks else None
     if 0 in ks:
@@ -307,7 +311,7 @@ def split_by_steps(side: Side) -> list[Side]:
         cfg = side.spec_config._replace(steps=ks[0]) if side.spec_config is not None and len(ks) == 1 \
             else side.spec_config
         side = Side(side.label, kept, side.kernels, side.phase_names, side.ranges, side.gpu_ops,
-                    list(side.notes) + [note], cfg, live=side.live)
+                    list(side.notes) + [note], cfg, live=side.live, pids=side.pids)
         steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
     if len(ks) < 2:
         if len(ks) == 1 and side.spec_config is not None and side.spec_config.steps != ks[0]:
@@ -319,5 +323,5 @@ def split_by_steps(side: Side) -> list[Side]:
         # the side's notes once (on the first part), not once a step count
         out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,
                         side.phase_names, side.ranges, side.gpu_ops, list(side.notes) if i == 0 else [], cfg,
-                        live=side.live))
+                        live=side.live, pids=side.pids))
     return out

@@ -316,7 +316,19 @@ def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, d
         raise UnsuitableInput(f"--calibrate-live {display_path(path)}: no steady cycle at {cal_k} draft steps"
                               + (f" of batch {batch}" if batch is not None else "")
                               + f" (the log's step counts: {', '.join(map(str, have)) or 'none recorded'})", path)
-    return int(cal_k), float(got["tokens_per_s"]), dict(got, kind="live_log", path=display_path(path))
+    source = dict(got, kind="live_log", path=display_path(path))
+    same = profiled_process(log, sides)
+    if same:
+        source["profiled_pids"] = same
+    return int(cal_k), float(got["tokens_per_s"]), source
+
+
+def profiled_process(log, sides: list) -> list[int]:
+    """The process ids the live log shares with the profiles' ranks: a log written by the profiled process
+    itself (the timing mode on under nsys) holds the profiled clock's tokens/s, no unprofiled figure."""
+    logged = set(int(x) for x in log.cycles["pid"].dropna().unique()) if "pid" in log.cycles.columns else set()
+    profiled = {int(p) for s in sides if not s.live for p in s.pids}
+    return sorted(logged & profiled)
 
 
 def main_whatif(argv: list[str]) -> int:
@@ -396,6 +408,11 @@ def main_whatif(argv: list[str]) -> int:
                                   + ("; predicted as steady state too (--request-tokens N: rounds of N-token requests)"
                                      if request_tokens == "steady" and args.request_tokens == "auto" else ""))
                 r["live_measured"] = live_measured
+            if cal_source and cal_source.get("profiled_pids"):
+                r["notes"].append(f"--calibrate-live {cal_source['path']}: the log's process "
+                                  f"{', '.join(map(str, cal_source['profiled_pids']))} is the profile's: written under "
+                                  "the profiler, its tokens/s are the profiled clock's, not unprofiled (give the log of "
+                                  "an engine run without the profiler)")
             for label, k, n in few:
                 r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
                                   + (f" at batch {args.batch}" if args.batch is not None else "")
