@@ -42,6 +42,18 @@ def test_missing_file(tmp_path):
     assert rc == 2 and "no such file" in one_line_error(err)
 
 
+def test_a_missing_report_with_its_xz_beside_it_says_how_to_unpack(tmp_path):
+    """A newcomer's find: the bundled fixtures ship as .sqlite.xz; naming the .sqlite before unpacking said
+    only 'no such file or directory'. Now the one line names the .xz and the unpack commands."""
+    (tmp_path / "prof.sqlite.xz").write_bytes(b"not really xz")
+    rc, _, err = run_cli(tmp_path / "prof.sqlite")
+    line = one_line_error(err)
+    assert rc == 2 and "no such file or directory (prof.sqlite.xz is beside it" in line
+    assert "xz -dk" in line and "python -m fixtures.unpack" in line
+    rc, _, err = run_cli(tmp_path / "other.sqlite")
+    assert rc == 2 and one_line_error(err).endswith("other.sqlite: no such file or directory")
+
+
 def test_directory_without_reports(tmp_path):
     rc, _, err = run_cli(tmp_path)
     assert rc == 2 and "no .sqlite report" in one_line_error(err)

@@ -62,7 +62,10 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
     refuse_empty(path)
     p = Path(path)
     if not p.exists():
-        raise MissingInput(f"{p}: no such file or directory", p)
+        packed = p.with_name(p.name + ".xz")
+        hint = (f" ({packed.name} is beside it: unpack it with `xz -dk {packed}`; the project's own fixtures: "
+                "`python -m fixtures.unpack`)") if packed.is_file() else ""
+        raise MissingInput(f"{p}: no such file or directory{hint}", p)
     if not p.is_dir():
         return [p]
     from analyze.read.columnar import COPY_SUFFIX, table_files
