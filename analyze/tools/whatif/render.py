@@ -6,12 +6,12 @@ import numpy as np
 from analyze.tools.whatif import acceptance as acc_mod
 
 def render_whatif(r: dict) -> str:
-    from analyze.render.text import clip, table
+    from analyze.render.text import clip, clip_left, table
 
     out = ["specprof whatif: tokens/s per draft step count (EAGLE)", ""]
     rows = []
     for c in r["profiles"]:
-        rows.append([clip(c.get("label") or "-", 44), c["steps"], c["cycles"], f"{c['requests']:.1f}",
+        rows.append([clip_left(c.get("label") or "-", 44), c["steps"], c["cycles"], f"{c['requests']:.1f}",
                      f"{c['cycle_ns'] / 1e3:,.1f}", f"{c['draft_step_ns'] / 1e3:,.1f}",
                      "-" if np.isnan(c["tokens_per_cycle"]) else f"{c['tokens_per_cycle']:.2f}",
                      "-" if np.isnan(c["tokens_per_s"]) else f"{c['tokens_per_s']:,.0f}"])
