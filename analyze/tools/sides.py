@@ -3,11 +3,9 @@ names, loaded from a report, a directory of per-rank reports, an Analysis or a s
 result; and its per-cycle samples (one row per cycle)."""
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -315,7 +313,7 @@ def split_by_steps(side: Side) -> list[Side]:
         steps = pd.to_numeric(side.cycles["steps"], errors="coerce")
     if len(ks) < 2:
         if len(ks) == 1 and side.spec_config is not None and side.spec_config.steps != ks[0]:
-            side = dataclasses.replace(side, spec_config=side.spec_config._replace(steps=ks[0]))
+            side = replace(side, spec_config=side.spec_config._replace(steps=ks[0]))
         return [side]
     out = []
     for i, k in enumerate(ks):

@@ -9,7 +9,7 @@ from analyze.errors import (ArgumentParser, MissingInput, TraceError, Unsuitable
                             positive_int, request_tokens_arg)
 from analyze.tools.sides import load_side
 from analyze.tools.whatif import acceptance as acc_mod
-from analyze.tools.whatif.model import MIN_CYCLES, N_BOOT, check_verify_scaling, whatif
+from analyze.tools.whatif.model import MIN_CYCLES, N_BOOT, check_verify_scaling, live_cut_request_tokens, whatif
 from analyze.tools.whatif.render import plot_whatif, render_whatif, to_json
 
 
@@ -374,12 +374,9 @@ def main_whatif(argv: list[str]) -> int:
             return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
         sides = [load_side(r) for r in args.reports]
         sides, live_measured, untimed, few = live_sides(sides, ks, args.batch)
-        request_tokens = args.request_tokens
         if live_measured:
             ks = None                      # each step count's side carries its own (spec_config)
-            if request_tokens == "auto" and not args.measured:
-                # the log's tokens/s are of its steady cycles at each step count: predictions of the same
-                request_tokens = "steady"
+        request_tokens = live_cut_request_tokens(args.request_tokens, bool(live_measured) and not args.measured)
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
         cal_source = None

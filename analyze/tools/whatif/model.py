@@ -428,6 +428,13 @@ def _phase_cols(samples: pd.DataFrame, phase_names) -> list[str]:
     return [f"{p}_ns" for p in phase_names if f"{p}_ns" in samples.columns and samples[f"{p}_ns"].notna().any()]
 
 
+def live_cut_request_tokens(request_tokens, live_cut: bool):
+    """``request_tokens`` as given, but ``"steady"`` for ``"auto"`` where a live log was cut by step count: the
+    log measured each step count over its steady cycles, so the predictions beside them are of the steady
+    state too (the one rule for ``whatif --batch B`` and ``--per-batch``)."""
+    return "steady" if live_cut and request_tokens == "auto" else request_tokens
+
+
 def timed_samples(samples: pd.DataFrame) -> np.ndarray:
     """Per cycle: does it hold phase times? :func:`analyze.timeline.cycles.timed` (the per-cycle rows carry
     the cycle table's ``timed`` flag: false for a sampled live log's untimed cycles) and a phase value (a log

@@ -94,10 +94,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         # each its own side (as whatif --batch B takes them), not every cycle at the most common count
         cut = [cut_by_steps(sd, int(batch), min_cycles)[0] for sd in sides]
         parts = [q for c in cut for q in c]
-        if n_req == "auto" and any(len(c) > 1 and c[0].live for c in cut):
-            # a live log cut by step count measured each at its steady cycles: whatif --batch B predicts the
-            # steady state there too (command.main_whatif), and so does this row
-            n_req = "steady"
+        n_req = W.live_cut_request_tokens(n_req, any(len(c) > 1 and c[0].live for c in cut))
         r = W.whatif(parts, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal,
                      memo=memo if all(len(c) == 1 and c[0] is sd for c, sd in zip(cut, sides)) else None,
                      request_tokens=n_req, calibration_source=(calibration_sources or {}).get(int(batch)), **kw)
