@@ -27,14 +27,15 @@ REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int",
 """Column -> kind, the columns the reader needs."""
 
 COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
-           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns", "accept_lens")
+           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns", "draft_replay_ns", "accept_lens")
 TEXT_COLUMNS = ("accept_lens",)
 """The columns of :func:`live_cycles`' frame (nullable Int64 each but :data:`TEXT_COLUMNS`: ``accept_lens``,
 the per-request accept lengths ``"a,b,..."``, None where not logged). ``timed``: 1 where the cycle's CUDA
 events were recorded, 0 where the shim's sampling left them out (``SPECPROF_TIMING_SAMPLE``); 1 in logs
 written before the sampling (every cycle was timed). ``replay_ns``: the GPU stream time of the cycle's
 CUDA-graph replays (the sum of the log's ``<phase>_replay_ns``; null where none was timed, and in logs
-written before they were logged)."""
+written before they were logged); ``draft_replay_ns``: the draft graph's alone (the GPU time of the draft
+forwards, without the host time the draft phase's span holds; null likewise)."""
 
 REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
 """The log's per-phase graph-replay times (optional columns; nvtx_annotate/live/events.py)."""
@@ -240,6 +241,7 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["timed"] = df["timed"].astype("Int64").fillna(1) if "timed" in df.columns else 1
     replays = [c for c in REPLAY_COLUMNS if c in df.columns]
     out["replay_ns"] = df[replays].astype("Float64").sum(axis=1, min_count=1).round() if replays else pd.NA
+    out["draft_replay_ns"] = df["draft_replay_ns"] if "draft_replay_ns" in df.columns else pd.NA
     # the per-request accept lengths, "a,b,..." (logs written before they were logged: none)
     out["accept_lens"] = df["accept_lens"].astype(object).where(df["accept_lens"].notna(), None) \
         if "accept_lens" in df.columns else pd.Series(None, index=df.index, dtype=object)

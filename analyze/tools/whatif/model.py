@@ -360,6 +360,10 @@ def profile_samples(side: Side, keep_outliers: bool = False,
     per = per.merge(steps[["cycle", "step_period_ns"]], on="cycle", how="left") if len(steps) \
         else per.assign(step_period_ns=np.nan)
     per["step_period_source"] = source
+    if "draft_replay_ns" in cycles.columns:      # a live log: the draft graph's GPU time (CUDA events)
+        replay = pd.to_numeric(cycles["draft_replay_ns"], errors="coerce").astype("float64")
+        per = per.merge(replay.groupby(cycles["cycle"]).mean().rename("draft_gpu_ns"), left_on="cycle",
+                        right_index=True, how="left")
     per = per.merge(range_host_times(kept, cycles), on="cycle", how="left")
     per = per.merge(host_waits(cycles), on="cycle", how="left")
     per = per.merge(att_mod.per_cycle(side.gpu_ops, cycles), on="cycle", how="left")
@@ -609,9 +613,17 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
         else "draft_step"
     sglang = bool(sglang_loop)
     forwards = draft_forwards(steps, sglang)
+    replay_gpu = samples["draft_gpu_ns"][timed_samples(samples)].dropna() if "draft_gpu_ns" in samples.columns \
+        else pd.Series(dtype=float)
     if len(per) and forwards >= 1:
         d, how = float(per.mean()), ("draft_step period on the GPU (start to start)" if src == "draft_step" else
                                      "period of the repeating draft kernel block on the GPU (start to start)")
+    elif len(replay_gpu) and forwards >= 1 and sglang:
+        # a live log: the draft phase's events span the host's work around the replay too (the replay's
+        # preparation, the verify input's construction), which does not grow with the steps; the draft
+        # graph's own GPU time (its gated replay events) is the forwards'
+        d, how = float(replay_gpu.mean()) / forwards, ("the draft graph replay's GPU time (live log, CUDA events) / "
+                                                       "draft forwards")
     elif forwards >= 1:
         d, how = comp.get(DRAFT, 0.0) / forwards, "draft GPU time / draft forwards"
     elif sglang:

@@ -1,0 +1,160 @@
+"""A configuration the model was not built on, where speculation does not pay at any batch size: real SGLang
+0.5.17 EAGLE-3 on one H100 (2026-12-06, recipes/device_plan.md, tenth session), V = 3 (a draft token accepted
+with probability ~1/3: SGLang's own 1.33 / 1.45 / 1.49 / 1.50 tokens a request a cycle at 1 / 2 / 3 / 4
+steps), a 32-layer tiny Llama target, CUDA graphs, TP 1.
+
+fixtures/real/sglang_sweep_h100_v3_l32.json: unprofiled tokens/s, steps 0..6 x batches 1, 4, 16, 64, one
+engine a step count, all on that machine (rounds repeated until the last three agree within 3%).
+sglang_h100_v3_l32_s3.sqlite: profile-trace of the 3-step engine over the sweep's round sizes, the same
+machine, before the sweep. sglang_live_h100_v3_l32_s3.live: the shim's timing mode in a 3-step engine,
+batches 1 and 16 (its own unprofiled tokens/s in sglang_live_h100_v3_l32_s3.sweep.json); its rows carry
+the per-request accept lengths (``accept_lens``), the first real log that does.
+
+Measured: no step count pays at any batch size (best 3 / 2 / 3 / 2 steps at 0.78x / 0.74x / 0.81x / 0.68x
+of no speculation). docs/whatif.md ("A held-out configuration") shows the tables.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from analyze.run import api
+from analyze.tools import sides
+from analyze.tools.advise.command import main_advise
+from analyze.tools.whatif import model as W
+from analyze.tools.whatif.command import main_whatif, read_measured
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PROFILE = REAL / "sglang_h100_v3_l32_s3.sqlite"
+SWEEP = REAL / "sglang_sweep_h100_v3_l32.json"
+LOG = REAL / "sglang_live_h100_v3_l32_s3.live"
+BATCHES = (1, 4, 16, 64)
+need_profile = pytest.mark.skipif(not (PROFILE.exists() and SWEEP.exists()), reason="held-out fixtures not unpacked")
+
+
+def truth(batch):
+    """({steps: tokens/s}, no-speculation tokens/s) at ``batch``, read by whatif's own sweep reader."""
+    return read_measured(SWEEP, batch)
+
+
+@pytest.fixture(scope="module")
+def side():
+    return sides.load_side(PROFILE)
+
+
+def test_the_sweep_is_complete_and_speculation_never_pays():
+    """A data check of the fixture: every cell 0..6 x 1, 4, 16, 64, SGLang 0.5.17; the best
+    step count is slower than no speculation at every batch size (the case the issue asks for)."""
+    data = json.loads(SWEEP.read_text())
+    cells = {(r["steps"], b["batch"]) for r in data["runs"] for b in r["batches"]}
+    assert cells == {(s, b) for s in range(7) for b in BATCHES}
+    # every cell converged (last three rounds within 3%) but 3 steps at batch 16: 3.2% after the recipe's 6 rounds
+    loose = {(r["steps"], b["batch"]): b["spread"] for r in data["runs"] for b in r["batches"] if not b["converged"]}
+    assert list(loose) == [(3, 16)] and loose[(3, 16)] < 0.035
+    assert all(b["spread"] <= 0.03 for r in data["runs"] for b in r["batches"] if b["converged"])
+    assert {r["sglang"] for r in data["runs"]} == {"0.5.17"}
+    for b in BATCHES:
+        m, base = truth(b)
+        assert max(m.values()) < 0.85 * base
+
+
+@need_profile
+@pytest.mark.parametrize("batch", BATCHES)
+def test_calibrated_the_verdict_and_the_speedup_hold(side, batch):
+    """One profile + the unprofiled tokens/s at its step count + the measured no-speculation tokens/s: the
+    verdict (off) at every batch size, the speed-up within 10% of the measured best's, and every step count
+    within 6% but 1 step (next test)."""
+    m, base = truth(batch)
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=m[3], baseline_tps=base)
+    assert r["best"]["speedup"] < 1
+    assert r["best"]["speedup"] == pytest.approx(max(m.values()) / base, rel=0.10)
+    p = r["predictions"].set_index("steps")["tokens_per_s"]
+    for s in range(2, 7):
+        assert p[s] == pytest.approx(m[s], rel=0.06), s
+
+
+@need_profile
+def test_one_step_is_predicted_too_fast(side):
+    """At 1 step (no draft graph in SGLang: its draft_forward runs no forward, eagerly) the model's cycle is
+    70-330 us shorter than the unprofiled one at every batch size: +1.5% to +10.8% tokens/s (the H200 grid
+    shows the same sign). Held here as measured so that a change to the 1-step term is seen."""
+    err = {}
+    for b in BATCHES:
+        m, base = truth(b)
+        r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=m[3], baseline_tps=base)
+        err[b] = r["predictions"].set_index("steps")["tokens_per_s"][1] / m[1] - 1
+    assert all(0 < e < 0.12 for e in err.values()), err
+    assert max(err, key=err.get) == 16
+
+
+@need_profile
+@pytest.mark.parametrize("batch", BATCHES)
+def test_from_the_profile_alone_the_verdict_is_off(side, batch):
+    """No unprofiled figure at all: speculation does not pay at every batch size (the estimated no-speculation
+    tokens/s above every step count's), the claimed speed-up below the measured one (the profiler stretched
+    this host-bound cycle by 0.9-1.4 ms: 4.5-5.4 ms profiled against 3.2-5.0 unprofiled) and within 25% of it
+    but at batch 16 (next test)."""
+    m, base = truth(batch)
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
+    sp, want = r["best"]["speedup"], max(m.values()) / base
+    assert sp < want < 1
+    if batch != 16:
+        assert sp == pytest.approx(want, rel=0.25)
+
+
+@need_profile
+@pytest.mark.xfail(strict=True, reason="issue 40: the profile-alone speed-up at batch 16 is 0.60x against 0.81x "
+                                       "measured (-26%, the bar 25%): the profiler's host stretch")
+def test_from_the_profile_alone_batch_16_within_25_percent(side):
+    m, base = truth(16)
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=16)
+    assert r["best"]["speedup"] == pytest.approx(max(m.values()) / base, rel=0.25)
+
+
+@need_profile
+def test_advise_ranks_speculation_does_not_pay(tmp_path):
+    """advise on the profile alone says speculation does not pay (its rule fires on a sweep where it does not)."""
+    out = tmp_path / "advise.json"
+    assert main_advise([str(PROFILE), "--json", str(out)]) == 0
+    findings = json.loads(out.read_text())["findings"]
+    assert any(f["rule"] == "speculation" and f["title"].startswith("speculation does not pay") for f in findings)
+
+
+pytest_live = pytest.mark.skipif(not (LOG.exists() and SWEEP.exists()), reason="held-out live log absent")
+
+
+@pytest_live
+def test_the_real_log_carries_one_accept_length_a_request():
+    """The accept_lens column on real SGLang: one length per request, summing to the cycle's accepted tokens,
+    in every cycle the shim saw the lengths (99.7%: the first cycles of an engine come before the hook)."""
+    c = api.load(str(LOG)).cycles
+    lens = c["accept_lengths"].dropna()
+    assert len(lens) > 0.99 * len(c)
+    parsed = lens.map(lambda s: [int(x) for x in s.split(",")])
+    assert (parsed.map(len) == c.loc[lens.index, "requests"]).all()
+    assert (parsed.map(sum) == c.loc[lens.index, "accepted_tokens"]).all()
+    assert set(c.loc[lens.index, "requests"].unique()) >= {1, 16}
+
+
+@pytest_live
+@pytest.mark.parametrize("batch", (1, 16))
+def test_the_log_alone_predicts_the_sweep(tmp_path, batch):
+    """whatif on the live log alone (no profile, no given figure): a draft step costs the draft graph's GPU
+    time a forward (its replay events), not the draft phase's span a forward (that span holds the host work
+    around the replay, which does not grow with the steps: 193 us a step at batch 16 instead of 85 us before,
+    -15% at 6 steps). Every step count within 8% of the sweep's engines (another engine than the log's,
+    whose own figures are 3-7% lower), acceptance from the per-request lengths, and the best step count
+    within the measured best's spread."""
+    out = tmp_path / "w.json"
+    assert main_whatif([str(LOG), "--batch", str(batch), "--steps", "1..6", "--boot", "0", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    m, _ = truth(batch)
+    pred = {p["steps"]: p["tokens_per_s"] for p in r["predictions"]}
+    for s in range(1, 7):
+        assert pred[s] == pytest.approx(m[s], rel=0.08), s
+    assert m[r["best"]["steps"]] >= 0.97 * max(m.values())
+    assert r["acceptance_method"] == "lens"
+    # the step cost is the profile's GPU draft-step period of the same configuration (71 / 84 us at 1 / 16)
+    prof = r["profiles"][0]
+    assert prof["draft_step_ns"] == pytest.approx({1: 71.2e3, 16: 83.8e3}[batch], rel=0.10)
+    assert "replay" in prof["draft_step_source"]
