@@ -63,28 +63,28 @@ def test_the_sweep_is_complete_and_speculation_never_pays():
 def test_calibrated_the_verdict_and_the_speedup_hold(side, batch):
     """One profile + the unprofiled tokens/s at its step count + the measured no-speculation tokens/s: the
     verdict (off) at every batch size, the speed-up within 10% of the measured best's, and every step count
-    within 6% but 1 step (next test)."""
+    within 6%."""
     m, base = truth(batch)
     r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=m[3], baseline_tps=base)
     assert r["best"]["speedup"] < 1
     assert r["best"]["speedup"] == pytest.approx(max(m.values()) / base, rel=0.10)
     p = r["predictions"].set_index("steps")["tokens_per_s"]
-    for s in range(2, 7):
+    for s in range(1, 7):
         assert p[s] == pytest.approx(m[s], rel=0.06), s
 
 
 @need_profile
-def test_one_step_is_predicted_too_fast(side):
-    """At 1 step (no draft graph in SGLang: its draft_forward runs no forward, eagerly) the model's cycle is
-    70-330 us shorter than the unprofiled one at every batch size: +1.5% to +10.8% tokens/s (the H200 grid
-    shows the same sign). Held here as measured so that a change to the 1-step term is seen."""
-    err = {}
+def test_one_step_keeps_the_host_work_around_the_draft(side):
+    """At 1 step SGLang runs no draft graph (its draft_forward runs no forward, eagerly), but the unprofiled
+    cycle less its GPU work stays what it is at 2 and 3 steps (batch 16: 1,072 / 1,075 / 1,036 us): the host
+    work around the draft is not removed with the graph. The model keeps it in the overhead at every step
+    count; it took the draft replay's host time out at 1 step until 2026-12-06, which predicted 1 step too
+    fast at every batch size here (+5.3 / +1.5 / +10.8 / +3.7%). Now within 5% everywhere."""
     for b in BATCHES:
         m, base = truth(b)
         r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=m[3], baseline_tps=base)
-        err[b] = r["predictions"].set_index("steps")["tokens_per_s"][1] / m[1] - 1
-    assert all(0 < e < 0.12 for e in err.values()), err
-    assert max(err, key=err.get) == 16
+        assert r["predictions"].set_index("steps")["tokens_per_s"][1] == pytest.approx(m[1], rel=0.05), b
+        assert "draft_replay_ns" not in r["predictions"].columns
 
 
 @need_profile
