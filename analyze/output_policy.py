@@ -42,6 +42,15 @@ def text_stream(*outputs):
     import sys
 
     return sys.stderr if any(o is not None and os.fspath(o) == STDOUT for o in outputs) else sys.stdout
+
+
+def wrote_lines(*outputs) -> str:
+    """The "wrote:" section a command's text report ends with (as the report's): each of ``outputs`` given
+    and not standard output, one a line; empty when none."""
+    paths = [os.fspath(o) for o in outputs if o is not None and os.fspath(o) != STDOUT]
+    return "\nwrote:\n" + "".join(f"  {p}\n" for p in paths) if paths else ""
+
+
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
 # files of a directory that count as its reports (read/inputs.py lists the same suffixes)
 REPORT_SUFFIXES = (".sqlite", ".sqlite3", ".db", ".nsys-rep", ".qdrep")

@@ -38,7 +38,9 @@ for run in $RUNS; do
   echo "== $(date -u +%T) +${el}s $base batches $B"
   timeout 240 "${PT[@]}" -o "$W/$base" -- python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
     --steps "$S" --batches "$B" --min-new "$PROFILE_TOKENS" --tokens-per-round "$PROFILE_ROUND" --min-rounds 1 --max-rounds 1 \
-    --graph-bs "$GRAPH_BS" --profile-window --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -8
+    --graph-bs "$GRAPH_BS" --profile-window --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' \
+    -e 'Processing [0-9]* events' -e '\[1/1\] \[' > "$O/$base.run.log"   # the whole run's log comes back (a failed run's cause)
+  tail -8 "$O/$base.run.log"
   ls -la "$W/$base.sqlite" 2>/dev/null || continue
   (cd "$W" && tar -cf - "$base.sqlite" "$base.profiled.json" | xz -T0 -6 > "$O/$base.tar.xz")
   if [ "$(stat -c %s "$O/$base.tar.xz")" -gt 15728640 ]; then

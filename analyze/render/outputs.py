@@ -27,6 +27,20 @@ def tables(result) -> dict[str, pd.DataFrame]:
     return out
 
 
+def finite(obj):
+    """``obj`` (dicts, lists, tuples of plain and numpy values) with every value made plain (:func:`_plain`)
+    and every float that is not finite (NaN, inf: a figure that could not be computed) as None, so that
+    ``json.dump(..., allow_nan=False)`` writes standard JSON (null, never a bare NaN)."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    v = _plain(obj)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
 def _plain(value):
     if isinstance(value, (np.integer,)):
         return int(value)

@@ -60,8 +60,10 @@ def main_advise(argv: list[str]) -> int:
         if args.json:
             from analyze.atomic import atomic_write
 
+            from analyze.render.outputs import finite
+
             with atomic_write(args.json) as f:
-                json.dump(adv, f, indent=1)
+                json.dump(finite(adv), f, indent=1, allow_nan=False)
                 f.write("\n")
     if not args.quiet:
         inputs = ", ".join(i["path"] for i in result.inputs[:2]) + (" ..." if len(result.inputs) > 2 else "")
@@ -73,5 +75,5 @@ def main_advise(argv: list[str]) -> int:
             if is_live(result) else []
         lines = ["specprof advise: " + inputs, *live, ""] + text_lines(adv, evidence=not args.no_evidence,
                                                                  width=terminal_width())
-        output_policy.text_stream(args.json).write("\n".join(lines).rstrip() + "\n")
+        output_policy.text_stream(args.json).write("\n".join(lines).rstrip() + "\n" + output_policy.wrote_lines(args.json))
     return 0

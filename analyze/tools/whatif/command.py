@@ -182,7 +182,7 @@ def build_parser() -> ArgumentParser:
 
 def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     from analyze.atomic import atomic_write
-    from analyze.render.outputs import _plain, records
+    from analyze.render.outputs import _plain, finite, records
     from analyze.tools.whatif import per_batch as PB
     from analyze.tools.whatif.render import render_per_batch
 
@@ -213,16 +213,18 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
         raise UnsuitableInput(str(exc)) from exc
     if args.json:
         with atomic_write(args.json) as f:
-            json.dump({"per_batch": records(table), "predictions": table.attrs.get("predictions", {}),
-                       "not_modelled": table.attrs.get("not_modelled", {}), "few_timed": table.attrs.get("few_timed", {}),
-                       "adaptive_config": cfg}, f, indent=1, default=_plain)
+            json.dump(finite({"per_batch": records(table), "predictions": table.attrs.get("predictions", {}),
+                              "not_modelled": table.attrs.get("not_modelled", {}),
+                              "few_timed": table.attrs.get("few_timed", {}), "adaptive_config": cfg}),
+                      f, indent=1, default=_plain, allow_nan=False)
             f.write("\n")
     if cfg is not None:
         with atomic_write(args.adaptive_config) as f:
             json.dump(cfg, f, indent=1)
             f.write("\n")
     if not args.quiet:
-        output_policy.text_stream(args.json, args.adaptive_config).write(render_per_batch(table, args.adaptive_config))
+        output_policy.text_stream(args.json, args.adaptive_config).write(render_per_batch(table, args.adaptive_config)
+                                                                         + output_policy.wrote_lines(args.json))
     return 0
 
 
@@ -425,13 +427,13 @@ def main_whatif(argv: list[str]) -> int:
             raise UnsuitableInput(str(exc)) from exc
         if args.json:
             from analyze.atomic import atomic_write
-            from analyze.render.outputs import _plain
+            from analyze.render.outputs import _plain, finite
 
             with atomic_write(args.json) as f:
-                json.dump(to_json(r), f, indent=1, default=_plain)
+                json.dump(finite(to_json(r)), f, indent=1, default=_plain, allow_nan=False)
                 f.write("\n")
         if args.plot:
             plot_whatif(r, args.plot)
     if not args.quiet:
-        output_policy.text_stream(args.json).write(render_whatif(r))
+        output_policy.text_stream(args.json).write(render_whatif(r) + output_policy.wrote_lines(args.json, args.plot))
     return 0
