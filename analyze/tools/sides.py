@@ -243,7 +243,8 @@ def marked_steps(side: Side) -> pd.Series | None:
     return steps.fillna(start) if start is not None else steps
 
 
-def cut_by_steps(side: Side, batch: int | None, min_cycles: int) -> tuple[list[Side], list, list]:
+def cut_by_steps(side: Side, batch: int | None, min_cycles: int,
+                 parts: list[Side] | None = None) -> tuple[list[Side], list, list]:
     """:func:`split_by_steps` for a model of ``batch`` (None: every batch size): (the parts to model, the
     step counts left out because none of their cycles at ``batch`` carries phase times, those left out
     because they ran fewer than ``min_cycles`` cycles at ``batch`` where another ran more; each
@@ -251,10 +252,11 @@ def cut_by_steps(side: Side, batch: int | None, min_cycles: int) -> tuple[list[S
     ran ``batch`` says nothing of it (the first part is kept where none ran it, for the one error line that
     names the batch sizes seen); a sampled log's step count that ran it only in untimed cycles (SGLang's
     start value before its first switch) has no phase times there; a step count run in a handful of cycles
-    (around a switch) gives a cost fit nothing but its noise and its moment in the requests' context."""
+    (around a switch) gives a cost fit nothing but its noise and its moment in the requests' context.
+    ``parts``: ``split_by_steps(side)`` where the caller cuts one side for several batch sizes (split once)."""
     from analyze.timeline.cycles import timed
 
-    parts, untimed, few = split_by_steps(side), [], []
+    parts, untimed, few = (split_by_steps(side) if parts is None else parts), [], []
     if len(parts) < 2:
         return parts, untimed, few
 

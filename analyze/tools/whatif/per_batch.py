@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.timeline.cycles import steady, timed
-from analyze.tools.sides import as_side, cut_by_steps
+from analyze.tools.sides import as_side, cut_by_steps, split_by_steps
 from analyze.tools.whatif import model as W
 
 COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best", "tokens_per_s_best_lo",
@@ -80,6 +80,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     boot = kw.get("n_boot", W.N_BOOT) > 0
     grid: dict[int, list[dict]] = {}       # every step count's prediction per batch size (the JSON's)
     memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
+    splits = [split_by_steps(sd) for sd in sides]           # each side by step count, once for every batch size
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
             continue
@@ -92,7 +93,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         n_req = request_tokens.get(int(batch), "auto") if isinstance(request_tokens, dict) else request_tokens
         # a live log or a marked profile of SGLang's adaptive mode: the step counts that ran this batch size,
         # each its own side (as whatif --batch B takes them), not every cycle at the most common count
-        cut = [cut_by_steps(sd, int(batch), min_cycles)[0] for sd in sides]
+        cut = [cut_by_steps(sd, int(batch), min_cycles, parts=sp)[0] for sd, sp in zip(sides, splits)]
         parts = [q for c in cut for q in c]
         n_req = W.live_cut_request_tokens(n_req, any(len(c) > 1 and c[0].live for c in cut))
         r = W.whatif(parts, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal,
