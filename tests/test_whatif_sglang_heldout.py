@@ -113,11 +113,23 @@ def test_from_the_profile_alone_batch_16_within_25_percent(side):
 
 @need_profile
 def test_advise_ranks_speculation_does_not_pay(tmp_path):
-    """advise on the profile alone says speculation does not pay (its rule fires on a sweep where it does not)."""
+    """advise on the profile alone says speculation does not pay (its rule fires on a sweep where it does not),
+    at the batch size most of the profile's cycles ran."""
     out = tmp_path / "advise.json"
     assert main_advise([str(PROFILE), "--json", str(out)]) == 0
-    findings = json.loads(out.read_text())["findings"]
-    assert any(f["rule"] == "speculation" and f["title"].startswith("speculation does not pay") for f in findings)
+    doc = json.loads(out.read_text())
+    spec = [f for f in doc["findings"] if f["rule"] == "speculation"]
+    assert spec and spec[0]["title"].startswith("speculation does not pay")
+    # the profile ran batches 1, 4, 16 and 64: advise models the one most cycles ran (16), says so, and its
+    # figures are whatif --batch 16's (they were pooled over every batch size: 18.4 requests, of no batch run)
+    assert doc["whatif"]["batch"] == 16 and doc["whatif"]["batches_visited"] == 4
+    assert spec[0]["evidence"]["batch"] == 16 and spec[0]["evidence"]["requests"] == 16
+    assert "batch 16, the batch size most decode cycles ran of the 4" in spec[0]["suggestion"]
+    assert spec[0]["evidence"]["tokens_per_s_best"] == pytest.approx(
+        W.whatif(sides.load_side(PROFILE), range(1, 11), n_boot=0, batch=16)["best"]["tokens_per_s"], rel=1e-6)
+    # given a whole run's figure without --batch, the batch sizes stay pooled (the figure is of all of them)
+    assert main_advise([str(PROFILE), "--baseline-tps", "9000", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["whatif"]["batch"] is None
 
 
 pytest_live = pytest.mark.skipif(not (LOG.exists() and SWEEP.exists()), reason="held-out live log absent")

@@ -116,7 +116,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
                       live=is_live(analysis))     # a live log's model is whatif's for it (not the kernel-table one)
-    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch,
+    modelled, visited = _modelled_batch(side, batch, baseline_tps, calibrate_tps)
+    kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
               request_tokens=request_tokens)
     r = W.whatif(side, steps, **kw)
     prof = r["profiles"][0]
@@ -142,7 +143,36 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps, batch, baseline_tps, calibrate_tps)}
+            "per_batch": _per_batch(side, steps, batch, baseline_tps, calibrate_tps),
+            # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
+            # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
+            "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
+            "batches_visited": visited}
+
+
+def _modelled_batch(side, batch, baseline_tps, calibrate_tps) -> tuple[int | None, int]:
+    """(the batch size advise's whatif models, how many batch sizes the load visited): ``batch`` where given;
+    where the load visits several batch sizes and no unprofiled figure was given (one given without --batch is
+    the whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the
+    server ran (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
+    from analyze.tools.whatif import per_batch as PB
+
+    counts = PB.batch_counts([side])
+    visited = counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+    if batch is not None:
+        return batch, len(visited)
+    if len(visited) < 2 or baseline_tps is not None or calibrate_tps is not None:
+        return None, len(visited)
+    return int(visited.sort_values(ascending=False, kind="stable").index[0]), len(visited)
+
+
+def _batch_said(w: dict) -> str:
+    """The words a whatif-based finding adds when advise chose the batch size it models."""
+    if not w or w.get("batch_source") != "most cycles":
+        return ""
+    return (f" These figures are of batch {w['batch']}, the batch size most decode cycles ran of the "
+            f"{w['batches_visited']} the load visited (`--batch M` for another; `analyze-trace whatif REPORT "
+            "--per-batch` for each).")
 
 
 def _rounds_evidence(w: dict) -> dict:
@@ -316,7 +346,7 @@ def rule_verify_dominated(ctx: Context):
         suggestion = (f"Verify takes {_pct(share)} of the cycle. whatif predicts {w['best_steps']} draft steps at "
                       f"{w['tokens_per_s_best']:,.0f} tokens/s vs {w['tokens_per_s_profiled']:,.0f} at the profiled "
                       f"{w['profiled_steps']} ({scal}); check it with `analyze-trace whatif` (intervals) and set "
-                      f"{' '.join(x.short() for x in settings)}.")
+                      f"{' '.join(x.short() for x in settings)}." + _batch_said(w))
     else:
         suggestion = (f"Verify takes {_pct(share)} of the cycle: the target forward over "
                       + (f"{w['verified_tokens']:.0f} verified tokens" if w else "the verified tokens")
@@ -678,7 +708,8 @@ def rule_speculation(ctx: Context):
     ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
               accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
               tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
-              baseline_method=w["baseline_method"], **_rounds_evidence(w))
+              baseline_method=w["baseline_method"], **_rounds_evidence(w),
+              **({"batch": w["batch"]} if w.get("batch") is not None else {}))
     suggestion = (f"Speculation costs more than it gains here: each request gets "
                   f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
                   f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
@@ -693,7 +724,7 @@ def rule_speculation(ctx: Context):
                      "`analyze-trace whatif REPORT --baseline NOSPEC_REPORT`); if it holds, ")
                   + ("Turn" if w["baseline_source"] == "given" else "turn")
                   + " speculation off or raise the acceptance (a drafter trained on this target's own outputs, the "
-                  "same chat template and sampling).")
+                  "same chat template and sampling)." + _batch_said(w))
     remove = F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count")
     settings = (remove,) if w["baseline_source"] == "given" else (
         F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif estimated"), remove)
