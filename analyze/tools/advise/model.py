@@ -116,7 +116,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
                       live=is_live(analysis))     # a live log's model is whatif's for it (not the kernel-table one)
-    modelled, visited = _modelled_batch(side, batch, baseline_tps, calibrate_tps)
+    visited = _visited_batches(side)
+    modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
               request_tokens=request_tokens)
     r = W.whatif(side, steps, **kw)
@@ -143,27 +144,32 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps, batch, baseline_tps, calibrate_tps),
+            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps),
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
-            "batches_visited": visited}
+            "batches_visited": len(visited)}
 
 
-def _modelled_batch(side, batch, baseline_tps, calibrate_tps) -> tuple[int | None, int]:
-    """(the batch size advise's whatif models, how many batch sizes the load visited): ``batch`` where given;
-    where the load visits several batch sizes and no unprofiled figure was given (one given without --batch is
-    the whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the
-    server ran (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
+def _visited_batches(side) -> pd.Series:
+    """Steady decode cycles per batch size the profile's load *visits* (enough cycles, and at least
+    :data:`VISITED_SHARE` of them), indexed by batch size (whatif.per_batch.batch_counts)."""
     from analyze.tools.whatif import per_batch as PB
 
     counts = PB.batch_counts([side])
-    visited = counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+    return counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+
+
+def _modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps) -> int | None:
+    """The batch size advise's whatif models: ``batch`` where given; where the load visits several batch sizes
+    (``visited``: :func:`_visited_batches`) and no unprofiled figure was given (one given without --batch is the
+    whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the server ran
+    (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
     if batch is not None:
-        return batch, len(visited)
+        return batch
     if len(visited) < 2 or baseline_tps is not None or calibrate_tps is not None:
-        return None, len(visited)
-    return int(visited.sort_values(ascending=False, kind="stable").index[0]), len(visited)
+        return None
+    return int(visited.sort_values(ascending=False, kind="stable").index[0])
 
 
 def _batch_said(w: dict) -> str:
@@ -192,7 +198,8 @@ VISITED_SHARE = 0.10
 last requests of a batch of 8 finish is no bucket of its own)."""
 
 
-def _per_batch(side, steps, batch=None, baseline_tps=None, calibrate_tps=None) -> list[dict] | None:
+def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
+               calibrate_tps=None) -> list[dict] | None:
     """whatif's best step count per batch size (point estimates) where the profile's load visits two
     batch sizes or more (each with enough cycles and a share of them); else None. The baselines are
     estimated but at ``batch``, where the unprofiled figures given for it (``baseline_tps``,
@@ -200,8 +207,6 @@ def _per_batch(side, steps, batch=None, baseline_tps=None, calibrate_tps=None) -
     from analyze.tools.whatif import per_batch as PB
     from analyze.render.outputs import records
 
-    counts = PB.batch_counts([side])
-    visited = counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
     if len(visited) < 2:
         return None
     try:        # the visited sizes are those with the most cycles: the first len(visited) of them

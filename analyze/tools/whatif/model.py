@@ -785,7 +785,7 @@ def live_profile_notes(label: str) -> list[str]:
     return [f"{label}: a live timing log: kernel tables absent; one draft forward's cost is the draft graph's GPU "
             "time (its replay events) / draft forwards, or where no replay was timed (eager) the draft phase's time / "
             "draft forwards (no per-step ranges or draft kernels); no host time per range (draft_cpu_ns, "
-            "graph_replay_*): no draft-replay term, and the baseline is one cycle without draft and draft_extend "
+            "graph_replay_*): the baseline is one cycle without draft and draft_extend "
             "(not the plain-step host model); the all-reduce is timed inside the phases that ran it, so the "
             "'overhead' column is the untimed rest of the period less the all-reduce time (their sum is unchanged)"]
 
