@@ -101,9 +101,25 @@ AcceptMark.__doc__ = ("accepted: N, the accepted draft tokens over the batch (bo
 
 
 RANK_MARK_RE = re.compile(r"(?:^|\s)rank=(?P<rank>\d+)(?:\s+world=(?P<world>\d+))?(?:\s+device=(?P<device>\S+))?")
+LENS_PATTERN = r"\d+(?:,\d+)*"
+"""The per-request accept lengths as text, ``l1,...,lM`` (an accept mark's ``lens=``, a live log's ``accept_lens``)."""
 ACCEPT_MARK_RE = re.compile(
     r"accept(?:ed)?_len(?:gth)?=(?P<n>\d+)(?:\s+reqs=(?P<reqs>\d+))?(?:\s+cycle=(?P<cycle>\d+))?"
-    r"(?:\s+lens=(?P<lens>\d+(?:,\d+)*))?")
+    rf"(?:\s+lens=(?P<lens>{LENS_PATTERN}))?")
+_LENS_RE = re.compile(LENS_PATTERN)
+
+
+def parse_lens(text, requests, accepted) -> list[int] | None:
+    """The per-request accept lengths of ``text`` (:data:`LENS_PATTERN`), or None unless they are one a request
+    (``requests``) summing to the cycle's ``accepted`` draft tokens (or either count is missing)."""
+    if not isinstance(text, str) or not _LENS_RE.fullmatch(text):
+        return None
+    try:
+        m, n = int(requests), int(accepted)
+    except (TypeError, ValueError):       # None, NaN, pd.NA: no count to check against
+        return None
+    vals = [int(x) for x in text.split(",")]
+    return vals if len(vals) == m and sum(vals) == n else None
 
 
 def device_index(device) -> str:

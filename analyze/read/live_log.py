@@ -10,13 +10,13 @@ a path without any log :class:`~analyze.errors.MissingInput`; each with one line
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import CorruptReport, MissingInput, UnsuitableInput
+from nvtx_annotate.protocol import parse_lens
 
 SCHEMA_VERSIONS = (1,)
 """The log schema versions this reader knows (``specprof.schema_version`` in the file metadata)."""
@@ -200,20 +200,13 @@ def clean_rows(raw: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     return df, {ROWS_LEFT_OUT: int(bad.sum()), DUPLICATES_LEFT_OUT: int(dup.sum()), VALUES_NULLED: nulled}
 
 
-LENS_RE = re.compile(r"^\d+(?:,\d+)*$")
-
-
 def accept_lens_ok(df: pd.DataFrame) -> np.ndarray:
     """Per row: does ``accept_lens`` hold one accept length a request (``"a,b,..."``) summing to its
-    ``accepted_tokens``? (False where null: nothing to use.)"""
-    out = np.zeros(len(df), dtype=bool)
-    for i, (text, m, n) in enumerate(zip(df["accept_lens"], df.get("requests", pd.Series(pd.NA, index=df.index)),
-                                         df.get("accepted_tokens", pd.Series(pd.NA, index=df.index)))):
-        if not isinstance(text, str) or not LENS_RE.match(text) or pd.isna(m) or pd.isna(n):
-            continue
-        vals = [int(x) for x in text.split(",")]
-        out[i] = len(vals) == int(m) and sum(vals) == int(n)
-    return out
+    ``accepted_tokens``? (nvtx_annotate.protocol.parse_lens; False where null: nothing to use.)"""
+    missing = pd.Series(pd.NA, index=df.index)
+    return np.array([parse_lens(text, m, n) is not None for text, m, n in
+                     zip(df["accept_lens"], df.get("requests", missing), df.get("accepted_tokens", missing))],
+                    dtype=bool)
 
 
 def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:

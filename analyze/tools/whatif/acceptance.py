@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from nvtx_annotate.protocol import parse_lens
+
 EXTRAPOLATIONS = ("repeat", "linear")
 
 
@@ -158,10 +160,8 @@ def _lengths(samples: pd.DataFrame) -> np.ndarray | None:
         return None
     out = []
     for text, m, n in zip(samples["lens"], samples["requests"], samples["accepted"]):
-        if not isinstance(text, str) or not text:
-            return None
-        vals = [int(x) for x in text.split(",")]
-        if len(vals) != int(m) or sum(vals) != int(n):
+        vals = parse_lens(text, m, n)
+        if vals is None:
             return None
         out.extend(vals)
     return np.asarray(out, dtype="int64")
