@@ -29,9 +29,9 @@ deep_gemm_stub on
 source .device-kit/nsys-setup.sh >/dev/null || exit 5
 python3 -m nvtx_annotate install-pth
 PT=(python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi
-    --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none)
+    --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none ${PT_EXTRA:-})   # PT_EXTRA: e.g. "--cuda-graph-trace graph"
 for run in $RUNS; do
-  IFS=: read -r V L S B <<< "$run"; base="sglang_v${V}_l${L}_s${S}"
+  IFS=: read -r V L S B <<< "$run"; base="sglang_v${V}_l${L}_s${S}${SUFFIX:-}"
   el=$(( $(date +%s) - T0 ))
   if [ "$el" -gt "$BUDGET_S" ]; then echo "== budget: skipping $base"; continue; fi
   [ -d "/tmp/tiny_v${V}_l${L}" ] || tiny "/tmp/tiny_v${V}_l${L}" "$V" "$L"

@@ -40,10 +40,19 @@ def _step_list(text: str) -> list[int]:
     return out
 
 
-def parse_calibration(text) -> tuple[int | None, float | None]:
-    """``--calibrate-tps``: ``X`` or ``K:X`` -> (K or None, X); None -> (None, None)."""
+def parse_calibration(text) -> tuple[int | None, float | dict | None]:
+    """``--calibrate-tps``: ``X`` or ``K:X`` -> (K or None, X); None -> (None, None). Given several times
+    (a list: one ``K:X`` for each profiled step count of separately profiled runs) -> (None, {K: X})."""
     if text is None:
         return None, None
+    if isinstance(text, (list, tuple)):
+        if len(text) == 1:
+            return parse_calibration(text[0])
+        pairs = [parse_calibration(t) for t in text]
+        ks = [k for k, _ in pairs]
+        if None in ks or len(set(ks)) != len(ks):
+            raise ValueError("--calibrate-tps given several times: K:X each (tokens/s X at K steps), one a step count")
+        return None, {k: x for k, x in pairs}
     k, _, x = str(text).rpartition(":")
     try:
         val = float(x)
@@ -139,9 +148,11 @@ def build_parser() -> ArgumentParser:
                    "(a {steps: tokens/s} JSON, or recipes/sglang_sweep.sh's sweep.json at --batch)")
     p.add_argument("--batch", metavar="M", type=positive_int, default=None,
                    help="model only the decode cycles of M requests (a profile that holds several batch sizes)")
-    p.add_argument("--calibrate-tps", metavar="[K:]X",
+    p.add_argument("--calibrate-tps", metavar="[K:]X", action="append",
                    help="your tokens/s of the profiled configuration (K steps; default the profiled step count) "
-                        "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle")
+                        "measured WITHOUT the profiler: removes the profiler's overhead from every predicted cycle. "
+                        "Profiles of several step counts: give K:X once for each (each run's profiler overhead "
+                        "differs) and the overhead is fitted across their unprofiled cycles")
     p.add_argument("--calibrate-live", metavar="LOG",
                    help="calibrate from a live timing log (a SPECPROF_TIMING=1 log file or directory, docs/live.md) "
                         "of the profiled configuration: its tokens/s over its steady cycles at the profile's step "

@@ -898,6 +898,68 @@ def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[in
     return t_model - t_target
 
 
+def separate_runs(costs: list[dict]) -> bool:
+    """Whether ``costs`` are profiles of several step counts taken in separate profiled runs (separate
+    reports), each under its own profiler stretch: on real SGLang four runs of one configuration (V = 3, 32
+    layers, batch 16, H100; 2, 3, 5, 6 steps) measured 4.7 / 2.4 / 5.6 / 4.2 ms of overhead a cycle where the
+    unprofiled cycles held 1.04 / 1.03 / 0.93 / 0.85 ms. Parts of one report (an adaptive run cut by step
+    count) share one stretch; live logs were measured without a profiler."""
+    if len({c["steps"] for c in costs}) < 2 or all(c.get("live") for c in costs):
+        return False
+    return len({c.get("label") for c in costs}) > 1
+
+
+def shift_overhead(c: dict, shift_ns: float) -> dict:
+    """``c`` with ``shift_ns`` taken off its overhead and cycle (the shift kept: a bootstrap resample takes the
+    same off its own)."""
+    if not shift_ns:
+        return c
+    return dict(c, overhead_ns=c["overhead_ns"] - shift_ns, cycle_ns=c["cycle_ns"] - shift_ns,
+                overhead_shift_ns=c.get("overhead_shift_ns", 0.0) + shift_ns)
+
+
+def calibrate_each(costs: list[dict], acceptance: acc_mod.Acceptance, tps: dict, request_tokens) -> tuple[list, list]:
+    """Each profile put on its own unprofiled clock: its overhead shifted so that the model of that profile
+    alone reproduces ``tps[k]``, the tokens/s measured without the profiler at its step count k
+    (:func:`calibration_shift`). (the shifted costs, one record a profile)."""
+    out, rows = [], []
+    for c in costs:
+        shift = calibration_shift([c], acceptance, (c["steps"], tps[c["steps"]]), request_tokens)
+        out.append(shift_overhead(c, shift))
+        rows.append({"steps": int(c["steps"]), "label": c.get("label"), "tokens_per_s": float(tps[c["steps"]]),
+                     "shift_ns": float(shift), "profiled_cycle_ns": float(c["cycle_ns"]),
+                     "overhead_ns": float(c["overhead_ns"] - shift)})
+    return out, rows
+
+
+def held_overhead_note(held: dict) -> str:
+    """The note of :func:`hold_overhead`'s record."""
+    each = ", ".join(f"{k} steps {v / 1e3:,.1f} us" for k, v in sorted(held["profiles"].items()))
+    return ("the profiles ran separately, each under its own profiler stretch (overhead a cycle: " + each + "): "
+            "the overhead is not fitted across them but held at "
+            + (f"the calibrated profile's ({held['overhead_ns'] / 1e3:,.1f} us before calibration)"
+               if held["from"] == "calibrated" else
+               f"the {held['steps']}-step profile's, the one the no-speculation step is estimated from "
+               f"({held['overhead_ns'] / 1e3:,.1f} us)")
+            + " at every step count; give --calibrate-tps K:X for each profiled step count (unprofiled tokens/s) "
+            "to fit how the unprofiled overhead changes with the steps")
+
+
+def hold_overhead(costs: list[dict], acceptance: acc_mod.Acceptance, calibrate, request_tokens) -> tuple[list, dict]:
+    """Profiles of separate runs (:func:`separate_runs`) without a calibration for each: their overheads
+    differ by the profiler's stretch of each run, not by the step count, so no line is fitted through them.
+    The overhead is held at one value at every step count: the calibrated profile's (the calibration then
+    puts it on the unprofiled clock), else that of the profile the no-speculation step is estimated from
+    (:func:`baseline_profile`: both sides of the speed-up then carry one run's stretch). (the costs, a record)."""
+    each = {int(c["steps"]): float(c["overhead_ns"]) for c in costs}
+    at = [c for c in costs if calibrate is not None and c["steps"] == int(calibrate[0])]
+    ref = at or [baseline_profile(costs)]
+    held = float(np.average([c["overhead_ns"] for c in ref], weights=[c["cycles"] for c in ref]))
+    out = [shift_overhead(c, c["overhead_ns"] - held) for c in costs]
+    return out, {"overhead_ns": held, "from": "calibrated" if at else "baseline_profile",
+                 "steps": int(ref[0]["steps"]), "profiles": each}
+
+
 def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
             calibrate: tuple[int, float] | None = None, request_tokens: list[int] | None = None) -> pd.DataFrame:
     """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
@@ -954,6 +1016,13 @@ def plain_step(c: dict) -> dict | None:
             np.isfinite(replay) and replay > 0 else "verify", "attention": swap, "attention_not_swapped": why_not}
 
 
+def baseline_profile(costs: list[dict]) -> dict:
+    """The profile a no-speculation step is estimated from: of the fewest steps whose draft forwards show
+    decode attention, else of the fewest steps."""
+    swappable = [x for x in costs if att_mod.plain_attention(x)[0] is not None]
+    return min(swappable or costs, key=lambda x: x["steps"])
+
+
 def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     """No speculation, estimated from the speculative profile (:func:`plain_step`): the longer of the
     plain step's GPU and host time, the host time x ``host_scale`` (a calibration's unprofiled /
@@ -962,9 +1031,7 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     one cycle without the draft and draft_extend GPU time, all of it scaled where the calibration
     shrinks it (a ratio above 1 is not applied: there is no host part to stretch)."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
-    # the profile of the fewest steps whose draft forwards show decode attention, else of the fewest
-    swappable = [x for x in costs if att_mod.plain_attention(x)[0] is not None]
-    c = min(swappable or costs, key=lambda x: x["steps"])
+    c = baseline_profile(costs)
     plain = plain_step(c)
     if plain is not None:
         host = plain["host_ns"] * host_scale
@@ -1094,8 +1161,23 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     acc_prof = _acc_profiles(costs, samples)
     acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
     calibrate = None
+    ks = sorted({c["steps"] for c in costs})
+    per_profile = None
+    if isinstance(calibrate_tps, dict):
+        if len(calibrate_tps) == 1:
+            (calibrate_steps, calibrate_tps), = calibrate_tps.items()
+        else:
+            per_profile = {int(k): float(v) for k, v in calibrate_tps.items()}
+            calibrate_tps = None
+    separate = separate_runs(costs)
+    if per_profile is not None:
+        missing = sorted(set(ks) - set(per_profile))
+        unknown = sorted(set(per_profile) - set(ks))
+        if missing or unknown:
+            raise UsageError("--calibrate-tps K:X for several step counts: one figure for each profiled step count "
+                             f"{ks}" + (f" (none for {missing})" if missing else "")
+                             + (f" ({unknown} not profiled)" if unknown else ""))
     if calibrate_tps is not None:
-        ks = sorted({c["steps"] for c in costs})
         if calibrate_steps is None:
             if len(ks) != 1:
                 raise UsageError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
@@ -1105,6 +1187,13 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         calibrate = (int(calibrate_steps), float(calibrate_tps), steady)
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
+    overhead_held, profiled_costs = None, costs
+    if per_profile is not None:
+        # each profile on its own unprofiled clock: the overhead line is then fitted over unprofiled overheads
+        # (a host-bound cycle hides part of an added step's GPU work: its overhead falls as the GPU work grows)
+        costs, per_profile = calibrate_each(costs, acc, per_profile, n_req)
+    elif separate:
+        costs, overhead_held = hold_overhead(costs, acc, calibrate, n_req)
     pred = predict(costs, acc, steps, calibrate, n_req)
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
@@ -1114,6 +1203,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         bc = [apply_batch_fit(dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling"),
                                                            c.get("sglang_loop", False))), c.get("batch_fit"))
               for c, s in zip(costs, bs)]
+        bc = [shift_overhead(b, c.get("overhead_shift_ns", 0.0)) for b, c in zip(bc, costs)]
         try:
             ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
         except ValueError:
@@ -1134,12 +1224,18 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     # the calibrated step count's profiled cycle and the shift the calibration takes off it (once)
     cal_row = cost_model(costs, [calibrate[0]], m).iloc[0] if calibrate is not None else None
     shift = calibration_shift(costs, acc, calibrate, n_req) if calibrate is not None else 0.0
+    if per_profile is not None:            # the fewest steps' profile: the one the baseline is estimated from
+        first = min(per_profile, key=lambda x: x["steps"])
+        calibrate = (first["steps"], first["tokens_per_s"], False)
     if baseline_tps is not None:
         base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
                 "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
     else:
         ratio = 1.0
-        if calibrate is not None:
+        if per_profile is not None:
+            t_prof, t_cal = first["profiled_cycle_ns"], first["profiled_cycle_ns"] - first["shift_ns"]
+            ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
+        elif calibrate is not None:
             # the profiler stretched the baseline's host time too: put it on the calibrated clock
             t_prof = float(cal_row["cycle_ns"])
             t_cal = t_prof - shift
@@ -1149,7 +1245,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             if ratio != 1.0:
                 base = scale_baseline(base, ratio)
         else:
-            base = estimated_baseline(costs, m, ratio)
+            base = estimated_baseline(profiled_costs, m, ratio)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
@@ -1158,7 +1254,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     n_cycles = int(sum(c["cycles"] for c in costs))
     live_baseline = base["source"] == "estimated" and all(c.get("live") for c in costs)
     result = {
-        "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in costs],
+        "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in profiled_costs],
         "acceptance": acc.table(max(steps)),
         "predictions": pred,
         "baseline": base,
@@ -1178,7 +1274,16 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     }
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])
-    if calibrate is not None:
+    if overhead_held is not None:
+        result["overhead_held"] = overhead_held
+        result["notes"].append(held_overhead_note(overhead_held))
+    if per_profile is not None:
+        result["calibration"] = dict(first, source=calibration_source or {"kind": "given"}, steady=False,
+                                     per_profile=per_profile)
+        if any(x["overhead_ns"] < 0 for x in per_profile):
+            result["notes"].append("calibration leaves a NEGATIVE overhead in a profile: its unprofiled cycle is "
+                                   "shorter than its profiled GPU time, so the profiler slowed the kernels too")
+    elif calibrate is not None:
         result["calibration"] = {"steps": calibrate[0], "tokens_per_s": calibrate[1], "shift_ns": shift,
                                  "profiled_cycle_ns": float(cal_row["cycle_ns"]),
                                  "overhead_ns": float(cal_row["overhead_ns"]) - shift,
@@ -1189,7 +1294,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
-    result["assumptions"] = assumptions(costs, acc, base, extrapolation, result["calibration"],
+    result["assumptions"] = assumptions(profiled_costs, acc, base, extrapolation, result["calibration"],
                                         profiled_baseline=baseline is not None and baseline_tps is None,
                                         scaling=scaling, intervals=n_boot > 0,
                                         live=all(c.get("live") for c in costs), rounds=round_info)
@@ -1357,14 +1462,25 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     else:
         out.append(f"draft time linear in the step count, every other component linear in the verified tokens "
                    f"M(s+1) (least squares over the profiled step counts {ks})")
+    per_profile = (calibration or {}).get("per_profile")
+    held = len(ks) > 1 and separate_runs(costs) and not per_profile
     out.append("overhead (cycle wall time minus GPU time of all phases: other kernels, GPU idle, host time) "
-               + ("is constant" if len(ks) == 1 else "is linear in the verified tokens"))
+               + ("is constant" if len(ks) == 1 or held else
+                  "is linear in the verified tokens" + (", fitted over each profile's unprofiled overhead (a "
+                                                        "host-bound cycle hides part of a step's GPU work)"
+                                                        if per_profile else "")))
     out.append(f"M = {acc.requests:.2f} requests per cycle at every step count; each yields min(L, s) accepted "
                "draft tokens + 1")
     out.append("acceptance: " + acc_mod.METHOD_TEXT.get(acc.method, acc.method))
     out.append(rounds_text(rounds))
     out += [t for t in (ctx_mod.trend_text(c.get("context_trend")) for c in costs) if t]
-    if calibration is not None:
+    if per_profile:
+        out.append("calibrated each profile: " + "; ".join(
+            f"{x['steps']} steps at {x['tokens_per_s']:,.0f} tokens/s WITHOUT the profiler, its cycle "
+            f"{x['profiled_cycle_ns'] / 1e3:,.1f} -> {(x['profiled_cycle_ns'] - x['shift_ns']) / 1e3:,.1f} us (overhead "
+            f"{x['overhead_ns'] / 1e3:,.1f} us)" for x in per_profile)
+                   + ": each run's profiler cost is taken as host/idle time; kernel times are taken as unaffected")
+    elif calibration is not None:
         c = calibration
         way = "shorter" if c["shift_ns"] >= 0 else "longer"
         out.append(f"calibrated: the profiled configuration ({c['steps']} steps) runs at {c['tokens_per_s']:,.0f} "

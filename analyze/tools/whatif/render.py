@@ -83,10 +83,11 @@ def render_whatif(r: dict) -> str:
         where = (f" from the live log {src.get('path')} ({src.get('cycles')} steady cycles of rank {src.get('rank')})"
                  if src.get("kind") == "live_log" else "")
         steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
-        out.append(_wrap(f"Calibrated to {cal['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {cal['steps']} steps: "
-                         f"profiled cycle {cal['profiled_cycle_ns'] / 1e3:,.1f} us -> "
-                         f"{(cal['profiled_cycle_ns'] - cal['shift_ns']) / 1e3:,.1f} us (overhead "
-                         f"{-cal['shift_ns'] / 1e3:+,.1f} us per cycle)"))
+        for one in cal.get("per_profile") or [cal]:
+            out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {one['steps']} steps: "
+                             f"profiled cycle {one['profiled_cycle_ns'] / 1e3:,.1f} us -> "
+                             f"{(one['profiled_cycle_ns'] - one['shift_ns']) / 1e3:,.1f} us (overhead "
+                             f"{-one['shift_ns'] / 1e3:+,.1f} us per cycle)"))
     out.append("")
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
@@ -254,7 +255,8 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     ax.set_xticks(s)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)  # below: never hides a point
     cal = r.get("calibration")
-    ax.set_title(title or ("tokens/s vs draft steps" + (f" (calibrated at {cal['steps']} steps)" if cal else "")))
+    cal_at = ", ".join(str(x["steps"]) for x in (cal.get("per_profile") or [cal])) if cal else ""
+    ax.set_title(title or ("tokens/s vs draft steps" + (f" (calibrated at {cal_at} steps)" if cal else "")))
     del prof
     ax = axes[1]
     comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
