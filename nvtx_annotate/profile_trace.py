@@ -298,6 +298,16 @@ def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
     return 3 if failed else 0
 
 
+# nsys 2025.3.1's node-level graph tracing made real SGLang 0.5.17's CUDA-graph replays fail on an H100 (a
+# 128-layer target at batch 1, "CUDA error: unspecified launch failure", with and without the shim; the same
+# run at graph level and the unprofiled engine ran: recipes/nsys_node_check.sh)
+NODE_TRACE_HINT = ("profile-trace: warning: the command exited with status {rc} under --cuda-graph-trace=node. If its log "
+                   "shows \"CUDA error: unspecified launch failure\", nsys's per-node graph tracing is a known cause "
+                   "(seen on SGLang with a deep target): rerun with --cuda-graph-trace graph (kernels inside graphs "
+                   "are then not seen; phase and cycle times and the step count from the shim's marks are). A report "
+                   "written before the failure holds only the cycles up to it.")
+
+
 def main(argv=None) -> int:
     p = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -366,6 +376,8 @@ def main(argv=None) -> int:
         if a.capture == "cudaprofilerapi" and a.sglang_url:
             _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
         rc = subprocess.call(cmd, env=env)
+    if rc != 0 and a.cuda_graph_trace == "node":
+        print(NODE_TRACE_HINT.format(rc=rc), file=sys.stderr)
     rep = base + ".nsys-rep"
     if not os.path.exists(rep):
         print(f"profile-trace: error: nsys wrote no report ({rep}); exit status {rc}", file=sys.stderr)

@@ -155,3 +155,19 @@ def test_dry_run_drive_shows_the_http_steps(tmp_path):
     assert any('/start_profile {"activities": ["CUDA_PROFILER"], "num_steps": 400}' in ln for ln in plan)
     assert "32 POST http://127.0.0.1:30001/generate, 4 at a time" in " ".join(plan)
     assert plan[-1].startswith("# --drive: stop the server as Ctrl-C would")
+
+
+def test_a_command_failing_under_node_tracing_gets_the_graph_level_hint(tmp_path):
+    """nsys's per-node graph tracing made real SGLang's graph replays fail (recipes/nsys_node_check.sh): a
+    command that exits non-zero under --cuda-graph-trace=node gets one warning naming the way round it; under
+    graph-level tracing it does not."""
+    p = tmp_path / "nsys"
+    p.write_text("#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'NVIDIA Nsight Systems version 2025.3.1.90'; "
+                 "exit 0; fi\nexit 134\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    for trace, hinted in (("node", True), ("graph", False)):
+        r = run_pt(["--nsys", str(p), "-o", str(tmp_path / f"r_{trace}"), "--no-install-pth", "--cuda-graph-trace",
+                    trace, "--", "true"])
+        assert r.returncode == 134
+        assert ("--cuda-graph-trace graph" in r.stderr) == hinted, r.stderr
+        assert "nsys wrote no report" in r.stderr

@@ -6,7 +6,7 @@ fixtures/real/sglang_sweep_h100_v2_l128.json: unprofiled tokens/s, steps 0..6 x 
 step count (0..5 in the tenth session, 6 in the eleventh; rounds repeated until the last three agree within 3%).
 sglang_h100_v2_l128_s3.sqlite: profile-trace of the 3-step engine at batch 16 over the sweep's round size
 (4,096 tokens). Its batch-1 profile failed twice with "CUDA error: unspecified launch failure" under
-``--cuda-graph-trace=node`` (the unprofiled engine ran; a graph-level trace ran too): not committed.
+``--cuda-graph-trace=node`` (the unprofiled engine ran; plain nsys without the shim failed too, graph level ran): not committed.
 
 Measured: 1.13x / 1.24x over no speculation at batch 1 / 16; at batch 16, 3, 5 and 6 steps within 4% of the best.
 """
