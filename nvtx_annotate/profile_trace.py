@@ -376,8 +376,8 @@ def main(argv=None) -> int:
         if a.capture == "cudaprofilerapi" and a.sglang_url:
             _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
         rc = subprocess.call(cmd, env=env)
-    if rc != 0 and a.cuda_graph_trace == "node":
-        print(NODE_TRACE_HINT.format(rc=rc), file=sys.stderr)
+        if rc != 0 and a.cuda_graph_trace == "node":     # (--drive's status is the load's, not the command's)
+            print(NODE_TRACE_HINT.format(rc=rc), file=sys.stderr)
     rep = base + ".nsys-rep"
     if not os.path.exists(rep):
         print(f"profile-trace: error: nsys wrote no report ({rep}); exit status {rc}", file=sys.stderr)

@@ -226,10 +226,22 @@ def test_synthetic_whatif_is_exact(synth_runs):
 
 
 def test_synthetic_several_profiles(synth_runs):
-    r = W.whatif([synth_runs[1], synth_runs[4]], range(1, 6), n_boot=0)
+    """Two runs of the generator (1 and 4 steps): each on its own clock (its cycle time as calibration), the
+    cost lines through them give every run's cycle time, 2 and 3 steps included; with no figure for each
+    run, the overhead is held at one run's (separate profiled runs carry their own profiler stretch) and the
+    draft and verify lines alone move the cycle."""
+    runs = [synth_runs[1], synth_runs[4]]
+    plain = W.whatif(runs, range(1, 6), n_boot=0)
+    assert plain["overhead_held"]["from"] == "baseline_profile"
+    assert plain["predictions"]["overhead_ns"].max() - plain["predictions"]["overhead_ns"].min() < 1.0
+    # each run's own tokens/s at the model's tokens a cycle: the calibration then gives back its cycle time
+    acc = {k: plain["predictions"].set_index("steps").loc[k, "tokens_per_cycle"] for k in (1, 4)}
+    tps = {k: acc[k] * 1e9 / steady(synth_runs[k].cycles)["period_ns"].mean() for k in (1, 4)}
+    r = W.whatif(runs, range(1, 6), n_boot=0, calibrate_tps=tps)
     p = r["predictions"].set_index("steps")
+    assert "overhead_held" not in r
     for k, run in synth_runs.items():
-        assert p.loc[k, "cycle_ns"] == pytest.approx(steady(run.cycles)["period_ns"].mean(), abs=1.0)
+        assert p.loc[k, "cycle_ns"] == pytest.approx(steady(run.cycles)["period_ns"].mean(), abs=1.0), k
 
 
 def test_steps_from_kernel_repetition(tmp_path):

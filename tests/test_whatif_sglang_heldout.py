@@ -249,3 +249,56 @@ def test_the_command_takes_one_figure_a_profiled_step_count(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", *args, *bad], capture_output=True,
                               text=True, cwd=Path(__file__).resolve().parents[1])
         assert proc.returncode == 10 and proc.stderr.count("\n") == 1 and "--calibrate-tps" in proc.stderr, proc.stderr
+
+
+def test_parts_of_one_run_are_not_separate_runs():
+    """The step-count parts split_by_steps cuts from one report (an adaptive run) carry that report as their
+    run although their labels differ: their overheads share one profiler stretch and are fitted across, not
+    held; two reports are two runs; live logs are never (no profiler)."""
+    base = {"cycles": 100, "overhead_ns": 1e6, "cycle_ns": 3e6}
+    one = [dict(base, steps=3, label="a.sqlite [3 steps]", run="a.sqlite"),
+           dict(base, steps=5, label="a.sqlite [5 steps]", run="a.sqlite")]
+    two = [dict(base, steps=3, label="a.sqlite", run="a.sqlite"), dict(base, steps=5, label="b.sqlite", run="b.sqlite")]
+    live = [dict(c, live=True) for c in two]
+    assert not W.separate_runs(one) and W.separate_runs(two) and not W.separate_runs(live)
+    assert not W.separate_runs([two[0], dict(two[1], steps=3)])       # one step count: nothing is fitted
+
+
+@need_profile
+def test_split_parts_keep_their_run(side):
+    parts = [sides.Side("x [3 steps]", side.cycles, side.kernels, side.phase_names, run="x"),
+             sides.Side("x [5 steps]", side.cycles, side.kernels, side.phase_names, run="x")]
+    assert {p.run for p in parts} == {"x"}
+    marked = side.cycles.assign(steps=[3 if i % 2 else 5 for i in range(len(side.cycles))])
+    cut = sides.split_by_steps(sides.Side(side.label, marked, side.kernels, side.phase_names, side.ranges,
+                                          side.gpu_ops, [], side.spec_config))
+    assert len(cut) == 2 and {p.run for p in cut} == {side.label} and len({p.label for p in cut}) == 2
+
+
+@need_two
+def test_loaded_analyses_are_separate_runs_and_each_calibration_is_exact():
+    """Two loaded analyses (no label: each its own run) hold the overhead as two paths do; calibrated each,
+    the bootstrap recalibrates every resample on each run's clock, so the interval at each calibrated step
+    count has zero width (the figure is taken as exact, as with one calibration)."""
+    a, b = api.load(str(PROFILE)), api.load(str(SECOND))
+    assert W.whatif([a, b], range(1, 7), n_boot=0, batch=16)["overhead_held"]["from"] == "baseline_profile"
+    m, _ = truth(16)
+    r = W.whatif([a, b], range(1, 7), n_boot=20, batch=16, calibrate_tps={3: m[3], 5: m[5]})
+    p = r["predictions"].set_index("steps")
+    for k in (3, 5):
+        assert p.loc[k, "tokens_per_s_lo"] == pytest.approx(m[k], rel=1e-3)
+        assert p.loc[k, "tokens_per_s_hi"] == pytest.approx(m[k], rel=1e-3)
+    assert p.loc[1, "tokens_per_s_hi"] > p.loc[1, "tokens_per_s_lo"]       # elsewhere an interval
+
+
+@need_two
+def test_one_run_calibrated_puts_the_baseline_run_on_that_clock(side, second):
+    """One figure for the 5-step run only: the overhead is held at its calibrated value and the no-speculation
+    step, estimated from the 3-step run, is put on that clock through the model's cycle at 3 steps (not by the
+    5-step run's own profiled/unprofiled ratio, which is another run's stretch)."""
+    m, _ = truth(16)
+    r = W.whatif([side, second], range(1, 7), n_boot=0, batch=16, calibrate_tps=m[5], calibrate_steps=5)
+    three = W.whatif([side, second], range(1, 7), n_boot=0, batch=16, calibrate_tps=m[3], calibrate_steps=3)
+    assert r["overhead_held"]["from"] == "calibrated"
+    assert "x0.625 calibrated" in r["baseline"]["method"] and "x0.651 calibrated" in three["baseline"]["method"]
+    assert r["best"]["speedup"] == pytest.approx(max(m.values()) / truth(16)[1], rel=0.06)

@@ -121,6 +121,9 @@ def test_a_profile_whose_cycles_carry_marked_step_counts_is_fitted_across_them(s
     out = W.whatif(parts, range(1, 5), n_boot=0)
     assert not any("--speculative-adaptive" in n for n in out["notes"])
     assert set(out["predictions"]["steps"]) == {1, 2, 3, 4}
+    # parts of one profiled run share its profiler stretch: their overhead is fitted across them, not held
+    assert {p.run for p in parts} == {sd.label} and "overhead_held" not in out
+    assert not any("ran separately" in n for n in out["notes"])
 
 
 @need

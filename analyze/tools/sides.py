@@ -35,6 +35,7 @@ class Side:
     spec_config: SpecConfig | None = None  # SGLang's speculative configuration (the shim's mark)
     live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
     pids: tuple = ()                       # the process ids of its ranks (a report's ranks table)
+    run: str = ""                          # the measurement the side was cut from (split_by_steps); "": its label
 
 
 def spec_config_of(ranks) -> SpecConfig | None:
@@ -323,5 +324,5 @@ def split_by_steps(side: Side) -> list[Side]:
         # the side's notes once (on the first part), not once a step count
         out.append(Side(f"{side.label} [{k} steps]", side.cycles[steps == k].reset_index(drop=True), side.kernels,
                         side.phase_names, side.ranges, side.gpu_ops, list(side.notes) if i == 0 else [], cfg,
-                        live=side.live, pids=side.pids))
+                        live=side.live, pids=side.pids, run=side.run or side.label or "(unlabelled)"))
     return out

@@ -713,7 +713,7 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         if key not in memo:
             memo[key] = batch_fit_samples(side, keep_outliers)
         c = apply_batch_fit(c, batch_token_fit(memo[key], steps))
-    c.update(label=side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
+    c.update(label=side.label, run=side.run or side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
              live=bool(side.live), draft_topk=cfg.topk if cfg is not None else None,
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
@@ -906,7 +906,7 @@ def separate_runs(costs: list[dict]) -> bool:
     count) share one stretch; live logs were measured without a profiler."""
     if len({c["steps"] for c in costs}) < 2 or all(c.get("live") for c in costs):
         return False
-    return len({c.get("label") for c in costs}) > 1
+    return len({c.get("run") or c.get("label") for c in costs}) > 1
 
 
 def shift_overhead(c: dict, shift_ns: float) -> dict:
@@ -1169,6 +1169,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         else:
             per_profile = {int(k): float(v) for k, v in calibrate_tps.items()}
             calibrate_tps = None
+    for i, c in enumerate(costs):          # a loaded analysis or a dict has no label: each its own run
+        if not (c.get("run") or c.get("label")):
+            c["run"] = f"#{i}"
     separate = separate_runs(costs)
     if per_profile is not None:
         missing = sorted(set(ks) - set(per_profile))
@@ -1188,10 +1191,11 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
     overhead_held, profiled_costs = None, costs
-    if per_profile is not None:
+    tps_each = per_profile
+    if tps_each is not None:
         # each profile on its own unprofiled clock: the overhead line is then fitted over unprofiled overheads
         # (a host-bound cycle hides part of an added step's GPU work: its overhead falls as the GPU work grows)
-        costs, per_profile = calibrate_each(costs, acc, per_profile, n_req)
+        costs, per_profile = calibrate_each(costs, acc, tps_each, n_req)
     elif separate:
         costs, overhead_held = hold_overhead(costs, acc, calibrate, n_req)
     pred = predict(costs, acc, steps, calibrate, n_req)
@@ -1203,11 +1207,14 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         bc = [apply_batch_fit(dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling"),
                                                            c.get("sglang_loop", False))), c.get("batch_fit"))
               for c, s in zip(costs, bs)]
-        bc = [shift_overhead(b, c.get("overhead_shift_ns", 0.0)) for b, c in zip(bc, costs)]
+        if tps_each is None:               # held: the point estimate's shift (calibrate, if any, follows)
+            bc = [shift_overhead(b, c.get("overhead_shift_ns", 0.0)) for b, c in zip(bc, costs)]
         try:
             ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
         except ValueError:
             continue
+        if tps_each is not None:           # each resample on each run's unprofiled clock, as the estimate
+            bc = calibrate_each(bc, ba, tps_each, n_req)[0]
         boot.append(predict(bc, ba, steps, calibrate, n_req)["tokens_per_s"].to_numpy())
         boot_slopes.append({k: v["per_token_ns"] for k, v in (bc[0].get("token_fit") or {}).items()})
     if boot:
@@ -1224,9 +1231,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     # the calibrated step count's profiled cycle and the shift the calibration takes off it (once)
     cal_row = cost_model(costs, [calibrate[0]], m).iloc[0] if calibrate is not None else None
     shift = calibration_shift(costs, acc, calibrate, n_req) if calibrate is not None else 0.0
-    if per_profile is not None:            # the fewest steps' profile: the one the baseline is estimated from
-        first = min(per_profile, key=lambda x: x["steps"])
-        calibrate = (first["steps"], first["tokens_per_s"], False)
+    k_base = int(baseline_profile(profiled_costs)["steps"])     # the profile a plain step is estimated from
+    if per_profile is not None:
+        first = next(x for x in per_profile if x["steps"] == k_base)
     if baseline_tps is not None:
         base = {"source": "given", "cycle_ns": m * 1e9 / float(baseline_tps), "tokens_per_cycle": m,
                 "tokens_per_s": float(baseline_tps), "method": "no-speculation tokens/s measured without the profiler"}
@@ -1234,6 +1241,12 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         ratio = 1.0
         if per_profile is not None:
             t_prof, t_cal = first["profiled_cycle_ns"], first["profiled_cycle_ns"] - first["shift_ns"]
+            ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
+        elif calibrate is not None and overhead_held is not None and k_base != int(calibrate[0]):
+            # separate runs, another one calibrated: the baseline's run on the calibrated clock is its GPU work
+            # plus the held (calibrated) overhead, the model's cycle at its step count
+            t_prof = float(next(c for c in profiled_costs if c["steps"] == k_base)["cycle_ns"])
+            t_cal = float(cost_model(costs, [k_base], m)["cycle_ns"].iloc[0]) - shift
             ratio = t_cal / t_prof if t_prof > 0 and t_cal > 0 else 1.0
         elif calibrate is not None:
             # the profiler stretched the baseline's host time too: put it on the calibrated clock
