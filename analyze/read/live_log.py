@@ -209,6 +209,13 @@ def accept_lens_ok(df: pd.DataFrame) -> np.ndarray:
                     dtype=bool)
 
 
+def text_column(df: pd.DataFrame, name: str) -> pd.Series:
+    """``df[name]`` as Python objects with None for every null (all None where the column is absent)."""
+    if name not in df.columns:
+        return pd.Series(None, index=df.index, dtype=object)
+    return df[name].astype(object).where(df[name].notna(), None)
+
+
 def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     """Log rows -> the per-cycle frame (:data:`COLUMNS`): sorted by rank, pid, cycle; ``period_ns``
     the host start of the process's next logged cycle minus this one's (null for its last, and
@@ -236,8 +243,7 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["replay_ns"] = df[replays].astype("Float64").sum(axis=1, min_count=1).round() if replays else pd.NA
     out["draft_replay_ns"] = df["draft_replay_ns"] if "draft_replay_ns" in df.columns else pd.NA
     # the per-request accept lengths, "a,b,..." (logs written before they were logged: none)
-    out["accept_lens"] = df["accept_lens"].astype(object).where(df["accept_lens"].notna(), None) \
-        if "accept_lens" in df.columns else pd.Series(None, index=df.index, dtype=object)
+    out["accept_lens"] = text_column(df, "accept_lens")
     return out.astype({c: "Int64" for c in COLUMNS if c not in TEXT_COLUMNS})
 
 

@@ -153,8 +153,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["accepted_tokens"] = f["accepted"].astype("Int64")
     out["requests"] = f["requests"].astype("Int64")
     # the per-request accept lengths where the shim logged them ("a,b,...", as an accept mark's lens=)
-    out["accept_lengths"] = f["accept_lens"].astype(object).where(f["accept_lens"].notna(), None) \
-        if "accept_lens" in f.columns else pd.Series(None, index=f.index, dtype=object)
+    out["accept_lengths"] = live_log.text_column(f, "accept_lens")
     out["tokens"] = f["tokens"].astype("Int64")
     out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
