@@ -109,6 +109,11 @@ ACCEPT_MARK_RE = re.compile(
 _LENS_RE = re.compile(LENS_PATTERN)
 
 
+def format_lens(lengths: Sequence[int]) -> str:
+    """``l1,...,lM`` (:data:`LENS_PATTERN`) of per-request accept lengths."""
+    return ",".join(str(int(x)) for x in lengths)
+
+
 def parse_lens(text, requests, accepted) -> list[int] | None:
     """The per-request accept lengths of ``text`` (:data:`LENS_PATTERN`), or None unless they are one a request
     (``requests``) summing to the cycle's ``accepted`` draft tokens (or either count is missing)."""
@@ -163,7 +168,7 @@ def format_accept_mark(accepted: int, requests: int | None = None, cycle: int | 
     if cycle is not None:
         text += f" cycle={int(cycle)}"
     if lens:
-        text += " lens=" + ",".join(str(int(x)) for x in lens)
+        text += " lens=" + format_lens(lens)
     return text
 
 

@@ -97,7 +97,7 @@ def _lens_text(lengths, requests: int) -> str | None:
         return None
     if len(vals) != requests or min(vals) < 0:
         return None
-    return ",".join(map(str, vals))
+    return P.format_lens(vals)
 
 
 class CycleRecord:
