@@ -713,8 +713,8 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
         if key not in memo:
             memo[key] = batch_fit_samples(side, keep_outliers)
         c = apply_batch_fit(c, batch_token_fit(memo[key], steps))
-    c.update(label=side.label, run=side.run or side.label, steps_source=source, left_out_cycles=dropped, phase_names=list(side.phase_names),
-             live=bool(side.live), draft_topk=cfg.topk if cfg is not None else None,
+    c.update(label=side.label, run=side.run or side.label, steps_source=source, left_out_cycles=dropped,
+             phase_names=list(side.phase_names), live=bool(side.live), draft_topk=cfg.topk if cfg is not None else None,
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
@@ -1162,20 +1162,20 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
     calibrate = None
     ks = sorted({c["steps"] for c in costs})
-    per_profile = None
+    tps_each = per_profile = None          # {k: X}, a figure for each profiled step count; its records
     if isinstance(calibrate_tps, dict):
         if len(calibrate_tps) == 1:
             (calibrate_steps, calibrate_tps), = calibrate_tps.items()
         else:
-            per_profile = {int(k): float(v) for k, v in calibrate_tps.items()}
+            tps_each = {int(k): float(v) for k, v in calibrate_tps.items()}
             calibrate_tps = None
     for i, c in enumerate(costs):          # a loaded analysis or a dict has no label: each its own run
         if not (c.get("run") or c.get("label")):
             c["run"] = f"#{i}"
     separate = separate_runs(costs)
-    if per_profile is not None:
-        missing = sorted(set(ks) - set(per_profile))
-        unknown = sorted(set(per_profile) - set(ks))
+    if tps_each is not None:
+        missing = sorted(set(ks) - set(tps_each))
+        unknown = sorted(set(tps_each) - set(ks))
         if missing or unknown:
             raise UsageError("--calibrate-tps K:X for several step counts: one figure for each profiled step count "
                              f"{ks}" + (f" (none for {missing})" if missing else "")
@@ -1191,7 +1191,6 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
     overhead_held, profiled_costs = None, costs
-    tps_each = per_profile
     if tps_each is not None:
         # each profile on its own unprofiled clock: the overhead line is then fitted over unprofiled overheads
         # (a host-bound cycle hides part of an added step's GPU work: its overhead falls as the GPU work grows)
