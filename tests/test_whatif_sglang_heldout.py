@@ -302,3 +302,18 @@ def test_one_run_calibrated_puts_the_baseline_run_on_that_clock(side, second):
     assert r["overhead_held"]["from"] == "calibrated"
     assert "x0.625 calibrated" in r["baseline"]["method"] and "x0.651 calibrated" in three["baseline"]["method"]
     assert r["best"]["speedup"] == pytest.approx(max(m.values()) / truth(16)[1], rel=0.06)
+
+
+@need_two
+def test_per_batch_over_two_runs_models_each_batch_from_the_runs_that_ran_it(side, second):
+    """--per-batch over the 3-step profile (batches 1, 4, 16, 64) and the 5-step one (16 only): each batch size
+    from the profiles that hold it (it stopped with 'no decode cycle of batch 4' in the 5-step profile): 16 from
+    both, the others from the 3-step one alone, each as whatif --batch B gives it."""
+    from analyze.tools.whatif.per_batch import per_batch
+
+    t = per_batch([side, second], range(1, 7), n_boot=0).set_index("batch")
+    assert {1, 4, 16, 64} <= set(t.index)
+    both = W.whatif([side, second], range(1, 7), n_boot=0, batch=16)
+    assert t.loc[16, "tokens_per_s_best"] == pytest.approx(both["best"]["tokens_per_s"], rel=1e-9)
+    one = W.whatif(side, range(1, 7), n_boot=0, batch=4)
+    assert t.loc[4, "tokens_per_s_best"] == pytest.approx(one["best"]["tokens_per_s"], rel=1e-9)

@@ -81,6 +81,7 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     grid: dict[int, list[dict]] = {}       # every step count's prediction per batch size (the JSON's)
     memo: dict | None = {} if len(sides) == 1 else None     # the draft kernels, found once for every batch size
     splits = [split_by_steps(sd) for sd in sides]           # each side by step count, once for every batch size
+    each = [batch_counts([sd]) for sd in sides] if len(sides) > 1 else None
     for batch, n in counts.items():
         if n < min_cycles or batch < 1:
             continue
@@ -93,11 +94,12 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         n_req = request_tokens.get(int(batch), "auto") if isinstance(request_tokens, dict) else request_tokens
         # a live log or a marked profile of SGLang's adaptive mode: the step counts that ran this batch size,
         # each its own side (as whatif --batch B takes them), not every cycle at the most common count
-        cut = [cut_by_steps(sd, int(batch), min_cycles, parts=sp)[0] for sd, sp in zip(sides, splits)]
+        use = range(len(sides)) if each is None else _holding(each, int(batch), min_cycles)
+        cut = [cut_by_steps(sides[i], int(batch), min_cycles, parts=splits[i])[0] for i in use]
         parts = [q for c in cut for q in c]
         n_req = W.live_cut_request_tokens(n_req, any(len(c) > 1 and c[0].live for c in cut))
         r = W.whatif(parts, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal,
-                     memo=memo if all(len(c) == 1 and c[0] is sd for c, sd in zip(cut, sides)) else None,
+                     memo=memo if each is None and len(cut[0]) == 1 and cut[0][0] is sides[0] else None,
                      request_tokens=n_req, calibration_source=(calibration_sources or {}).get(int(batch)), **kw)
         p = r["predictions"].set_index("steps")
         grid[int(batch)] = [{"steps": int(k), "tokens_per_s": float(row["tokens_per_s"]),
@@ -126,6 +128,13 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     out.attrs["few_timed"] = few_timed
     out.attrs["predictions"] = grid
     return out
+
+
+def _holding(counts: list[pd.Series], batch: int, min_cycles: int) -> list[int]:
+    """The profiles (indices) a batch size is modelled from: those holding ``min_cycles`` steady cycles of it,
+    else (only their sum does) every one holding any: a profile that never ran it says nothing of it."""
+    enough = [i for i, c in enumerate(counts) if c.get(batch, 0) >= min_cycles]
+    return enough or [i for i, c in enumerate(counts) if c.get(batch, 0) > 0]
 
 
 def not_modelled(counts: pd.Series, min_cycles: int = MIN_CYCLES) -> dict[int, int]:
