@@ -317,3 +317,16 @@ def test_per_batch_over_two_runs_models_each_batch_from_the_runs_that_ran_it(sid
     assert t.loc[16, "tokens_per_s_best"] == pytest.approx(both["best"]["tokens_per_s"], rel=1e-9)
     one = W.whatif(side, range(1, 7), n_boot=0, batch=4)
     assert t.loc[4, "tokens_per_s_best"] == pytest.approx(one["best"]["tokens_per_s"], rel=1e-9)
+
+
+@need_two
+def test_per_batch_refuses_one_figure_for_two_profiled_step_counts(tmp_path):
+    """--batch-tps 16=X over a 3- and a 5-step profile of batch 16: one figure cannot calibrate two runs; one
+    usage line (exit 10) naming the way that can (whatif --batch with --calibrate-tps K:X each)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), str(SECOND), "--per-batch",
+                           "--batch-tps", "16=7164", "--boot", "0"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 10 and proc.stderr.count("\n") == 1
+    assert "[3, 5]" in proc.stderr and "--calibrate-tps K:X" in proc.stderr

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyze.errors import UsageError
 from analyze.timeline.cycles import steady, timed
 from analyze.tools.sides import as_side, cut_by_steps, split_by_steps
 from analyze.tools.whatif import model as W
@@ -97,6 +98,11 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
         use = range(len(sides)) if each is None else _holding(each, int(batch), min_cycles)
         cut = [cut_by_steps(sides[i], int(batch), min_cycles, parts=splits[i])[0] for i in use]
         parts = [q for c in cut for q in c]
+        ks = {q.spec_config.steps for q in parts if q.spec_config is not None}
+        if cal is not None and len(ks) > 1:
+            raise UsageError(f"batch {int(batch)} was profiled at several step counts {sorted(ks)}, and one unprofiled "
+                             f"figure a batch size ({cal:,.1f} tokens/s, --batch-tps or --calibrate-live) calibrates "
+                             "one of them: give whatif --batch M with --calibrate-tps K:X for each profiled step count")
         n_req = W.live_cut_request_tokens(n_req, any(len(c) > 1 and c[0].live for c in cut))
         r = W.whatif(parts, steps, batch=int(batch), baseline_tps=base, calibrate_tps=cal,
                      memo=memo if each is None and len(cut[0]) == 1 and cut[0][0] is sides[0] else None,
