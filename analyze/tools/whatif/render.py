@@ -272,7 +272,7 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     ax.set_xlabel("draft steps")
     ax.set_ylabel("predicted cycle time (us)")
     ax.set_xticks(s)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3)  # below: never hides a bar
     ax.set_title("cycle time by component")
     fig.tight_layout()
     with atomic_path(path) as tmp:
