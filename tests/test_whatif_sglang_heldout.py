@@ -175,8 +175,8 @@ def test_the_log_alone_predicts_the_sweep(tmp_path, batch):
 # ------------------------------------------------------------------ two profiled runs of one configuration
 # sglang_h100_v3_l32_s5.sqlite: the same configuration profiled at 5 steps, batch 16 only (2026-12-06,
 # recipes/device_plan.md, eleventh session), a separate profiled run on the same kind of machine. Four runs
-# (2, 3, 5, 6 steps) measured 4.7 / 2.4 / 5.6 / 4.2 ms of overhead a cycle under nsys where the unprofiled
-# cycles hold 1.04 / 1.03 / 0.93 / 0.85 ms more than their GPU work: each run carries its own profiler
+# (2, 3, 5, 6 steps) measured 4.7 / 2.4 / 5.6 / 4.2 ms of overhead a cycle under nsys where each run's
+# unprofiled tokens/s leaves 0.83 / 0.77 / 0.67 / 0.57 ms: each run carries its own profiler
 # stretch, and a line through the profiled overheads predicted +550% at 1 step (3 and 5 steps, calibrated).
 SECOND = REAL / "sglang_h100_v3_l32_s5.sqlite"
 need_two = pytest.mark.skipif(not (PROFILE.exists() and SECOND.exists() and SWEEP.exists()),

@@ -901,8 +901,8 @@ def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[in
 def separate_runs(costs: list[dict]) -> bool:
     """Whether ``costs`` are profiles of several step counts taken in separate profiled runs (separate
     reports), each under its own profiler stretch: on real SGLang four runs of one configuration (V = 3, 32
-    layers, batch 16, H100; 2, 3, 5, 6 steps) measured 4.7 / 2.4 / 5.6 / 4.2 ms of overhead a cycle where the
-    unprofiled cycles held 1.04 / 1.03 / 0.93 / 0.85 ms. Parts of one report (an adaptive run cut by step
+    layers, batch 16, H100; 2, 3, 5, 6 steps) measured 4.7 / 2.4 / 5.6 / 4.2 ms of overhead a cycle where each
+    run's unprofiled tokens/s leaves 0.83 / 0.77 / 0.67 / 0.57 ms. Parts of one report (an adaptive run cut by step
     count) share one stretch; live logs were measured without a profiler."""
     if len({c["steps"] for c in costs}) < 2 or all(c.get("live") for c in costs):
         return False
@@ -1177,14 +1177,15 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         missing = sorted(set(ks) - set(tps_each))
         unknown = sorted(set(tps_each) - set(ks))
         if missing or unknown:
-            raise UsageError("--calibrate-tps K:X for several step counts: one figure for each profiled step count "
+            raise UsageError("--calibrate-tps given several times: one K:X for each profiled step count "
                              f"{ks}" + (f" (none for {missing})" if missing else "")
-                             + (f" ({unknown} not profiled)" if unknown else ""))
+                             + (f" ({unknown} not profiled)" if unknown else "")
+                             + ", or once (K:X) to calibrate at one step count")
     if calibrate_tps is not None:
         if calibrate_steps is None:
             if len(ks) != 1:
                 raise UsageError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
-                                 "measured (K:X)")
+                                 f"measured (K:X, e.g. {ks[0]}:{float(calibrate_tps):g}), or give K:X once for each")
             calibrate_steps = ks[0]
         steady = bool(calibration_source) and calibration_source.get("kind") == "live_log"
         calibrate = (int(calibrate_steps), float(calibrate_tps), steady)
@@ -1495,7 +1496,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     elif calibration is not None:
         c = calibration
         way = "shorter" if c["shift_ns"] >= 0 else "longer"
-        out.append(f"calibrated: the profiled configuration ({c['steps']} steps) runs at {c['tokens_per_s']:,.0f} "
+        out.append(f"calibrated: the profiled configuration at {c['steps']} steps runs at {c['tokens_per_s']:,.0f} "
                    f"tokens/s WITHOUT the profiler ({calibration_source_text(c.get('source'))}); every predicted cycle is "
                    f"{abs(c['shift_ns']) / 1e3:,.1f} us {way} (overhead {c['overhead_ns'] / 1e3:,.1f} us instead of "
                    f"{(c['overhead_ns'] + c['shift_ns']) / 1e3:,.1f}): the profiler's cost is taken as host/idle "
