@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pandas as pd
+
 from analyze import output_policy
 from analyze.errors import (ArgumentParser, MissingInput, TraceError, UnsuitableInput, UsageError, non_negative_int,
                             positive_int, request_tokens_arg)
@@ -158,6 +160,10 @@ def build_parser() -> ArgumentParser:
                         "of the profiled configuration: its tokens/s over its steady cycles at the profile's step "
                         "count (and --batch; with --per-batch, each batch size from its own cycles), a steady rate "
                         "(the rounds' tail stays the model's)")
+    p.add_argument("--calibrate-sglang-log", metavar="LOG",
+                   help="calibrate from an unprofiled SGLang server's own log of the profiled configuration (run at "
+                        "--log-level info): the median 'gen throughput' of its 'Decode batch' lines at --batch M "
+                        "running requests, a steady rate (the rounds' tail stays the model's)")
     p.add_argument("--baseline-tps", metavar="Y", type=float,
                    help="no-speculation tokens/s measured without the profiler (instead of --baseline)")
     p.add_argument("--verify-scaling", metavar="F|constant|fit", default=None,
@@ -336,6 +342,49 @@ def live_calibration(path, sides: list, ks, cal_k, batch) -> tuple[int, float, d
     return int(cal_k), float(got["tokens_per_s"]), source
 
 
+SGLANG_LOG_MIN_LINES = 5
+"""Fewer 'Decode batch' lines at the batch size than this calibrate nothing (each is one interval of 40 steps)."""
+
+
+def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, dict]:
+    """(step count, tokens/s, source) for ``--calibrate-sglang-log PATH``: the median ``gen throughput`` of
+    SGLang's ``Decode batch`` lines (read/sglang_log.py) at ``batch`` running requests (None: the profiles'
+    one batch size), at the profiles' one step count (``--profiled-steps``, else the profiles')."""
+    from analyze.read.inputs import display_path
+    from analyze.read.sglang_log import read_decode_lines
+    from analyze.tools.whatif.model import infer_steps
+
+    shown = display_path(path)
+    found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
+    if len(found) != 1:
+        raise UsageError(f"--calibrate-sglang-log: the profiles' step count is {found or 'unknown'}: give profiles of "
+                         "one step count (or --profiled-steps K)")
+    if batch is None:
+        sizes = sorted({int(x) for s in sides for x in pd.to_numeric(s.cycles.get("requests"), errors="coerce")
+                        .dropna().unique() if x > 0})
+        if len(sizes) != 1:
+            raise UsageError(f"--calibrate-sglang-log: the profile ran batch sizes {sizes[:8]}"
+                             f"{'...' if len(sizes) > 8 else ''}: give --batch M (the log's lines of M running requests)")
+        batch = sizes[0]
+    try:
+        lines = read_decode_lines(path)
+    except OSError as exc:
+        raise MissingInput(f"--calibrate-sglang-log {shown}: {exc.strerror or exc}", path) from exc
+    at = lines[lines["running"] == int(batch)]
+    if len(at) < SGLANG_LOG_MIN_LINES:
+        seen = lines["running"].value_counts().sort_index()
+        raise UnsuitableInput(f"--calibrate-sglang-log {shown}: {len(at)} 'Decode batch' line(s) at {batch} running "
+                              f"requests, fewer than {SGLANG_LOG_MIN_LINES}"
+                              + (f" (lines by running requests: " + ", ".join(f"{int(m)}: {int(n)}" for m, n in
+                                                                             seen.items()) + ")" if len(seen) else
+                                 " (none at all: SGLang prints them at --log-level info)"), path)
+    x = float(at["tokens_per_s"].median())
+    acc = at["accept_len"].dropna()
+    source = {"kind": "sglang_log", "path": shown, "lines": int(len(at)), "batch": int(batch), "steps": found[0],
+              "accept_len": float(acc.median()) if len(acc) else None}
+    return found[0], x, source
+
+
 def profiled_process(log, sides: list) -> list[int]:
     """The process ids the live log shares with the profiles' ranks: a log written by the profiled process
     itself (the timing mode on under nsys) holds the profiled clock's tokens/s, no unprofiled figure."""
@@ -372,8 +421,12 @@ def main_whatif(argv: list[str]) -> int:
         if per_batch_mode and flat:     # one figure for every batch size would be wrong at all but one of them
             raise ValueError(f"--per-batch / --adaptive-config take unprofiled figures per batch size, not "
                              f"{' / '.join(flat)}: --batch-tps M=X,... and --batch-baseline-tps M=Y,...")
-        if args.calibrate_live and args.calibrate_tps:
-            raise ValueError("--calibrate-live and --calibrate-tps: give one of them")
+        given = [f for f, v in (("--calibrate-tps", args.calibrate_tps), ("--calibrate-live", args.calibrate_live),
+                                ("--calibrate-sglang-log", args.calibrate_sglang_log)) if v]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: give one of them")
+        if per_batch_mode and args.calibrate_sglang_log:
+            raise ValueError("--calibrate-sglang-log calibrates one batch size (--batch M): not with --per-batch")
         if args.calibrate_live and batch_tps:
             raise ValueError("--calibrate-live and --batch-tps: give one of them")
     except ValueError as exc:
@@ -381,7 +434,8 @@ def main_whatif(argv: list[str]) -> int:
     from analyze.run.live import live_paths
 
     live_paths(args.reports)        # live logs and nsys reports together: one line, as the report refuses them
-    with output_policy.protect([*args.reports, args.baseline, args.measured, args.calibrate_live], force=args.force):
+    with output_policy.protect([*args.reports, args.baseline, args.measured, args.calibrate_live,
+                                args.calibrate_sglang_log], force=args.force):
         output_policy.check_outputs({"--json": args.json, "--plot": args.plot, "--adaptive-config": args.adaptive_config})
         if per_batch_mode:
             return _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base)
@@ -395,6 +449,8 @@ def main_whatif(argv: list[str]) -> int:
         cal_source = None
         if args.calibrate_live:
             cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
+        elif args.calibrate_sglang_log:
+            cal_k, cal_x, cal_source = sglang_log_calibration(args.calibrate_sglang_log, sides, ks, args.batch)
         if args.measured:
             try:
                 measured, measured_base = read_measured(args.measured, args.batch)

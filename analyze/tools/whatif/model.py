@@ -1187,7 +1187,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                 raise UsageError(f"--calibrate-tps: profiles of several step counts {ks}: say which one was "
                                  f"measured (K:X, e.g. {ks[0]}:{float(calibrate_tps):g}), or give K:X once for each")
             calibrate_steps = ks[0]
-        steady = bool(calibration_source) and calibration_source.get("kind") == "live_log"
+        steady = bool(calibration_source) and calibration_source.get("kind") in STEADY_SOURCES
         calibrate = (int(calibrate_steps), float(calibrate_tps), steady)
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
@@ -1546,8 +1546,18 @@ def rounds_text(rounds: dict | None) -> str:
             "steady state")
 
 
+STEADY_SOURCES = ("live_log", "sglang_log")
+"""Calibration sources whose tokens/s is a steady rate (no round's tail): the prediction at K is X x the tail."""
+
+
 def calibration_source_text(source: dict | None) -> str:
     """Where a calibration's tokens/s came from, in words."""
+    if source and source.get("kind") == "sglang_log":
+        acc = (f"; SGLang's accept len there {source['accept_len']:.2f}" if source.get("accept_len") is not None
+               else "")
+        return (f"from SGLang's log {source.get('path')}: the median gen throughput of its {source.get('lines')} "
+                f"'Decode batch' lines at {source.get('batch')} running requests{acc}: a steady rate, the rounds' tail "
+                "is the model's at every step count")
     if not source or source.get("kind") != "live_log":
         return "given"
     batch = f", batch {source['batch']}" if source.get("batch") is not None else ""

@@ -81,7 +81,9 @@ def render_whatif(r: dict) -> str:
         out.append("")
         src = cal.get("source") or {}
         where = (f" from the live log {src.get('path')} ({src.get('cycles')} steady cycles of rank {src.get('rank')})"
-                 if src.get("kind") == "live_log" else "")
+                 if src.get("kind") == "live_log" else
+                 f" from SGLang's log {src.get('path')} ({src.get('lines')} 'Decode batch' lines at {src.get('batch')} "
+                 "running requests)" if src.get("kind") == "sglang_log" else "")
         steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
         for one in cal.get("per_profile") or [cal]:
             out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {one['steps']} steps: "
