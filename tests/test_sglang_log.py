@@ -86,3 +86,20 @@ def test_a_missing_log_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
                            "--calibrate-sglang-log", str(tmp_path / "none.log")], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--calibrate-sglang-log" in proc.stderr
+
+
+@need
+def test_per_batch_calibrates_each_batch_size_the_log_has_lines_of(tmp_path):
+    """--per-batch --calibrate-sglang-log: batch 1 and 16 calibrated from their own lines (as whatif --batch B
+    --calibrate-sglang-log gives them), batch 4 and 64 (no lines at those sizes) not, and said so per row."""
+    out = tmp_path / "pb.json"
+    assert main_whatif([str(PROFILE), "--per-batch", "--calibrate-sglang-log", str(LOG), "--steps", "1..6",
+                        "--boot", "0", "--json", str(out)]) == 0
+    rows = {r["batch"]: r for r in json.loads(out.read_text())["per_batch"]}
+    assert rows[1]["calibrated"] and rows[16]["calibrated"]
+    assert not rows[4]["calibrated"] and not rows[64]["calibrated"]
+    one = tmp_path / "one.json"
+    assert main_whatif([str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(LOG), "--steps", "1..6",
+                        "--boot", "0", "--json", str(one)]) == 0
+    assert rows[16]["tokens_per_s_best"] == pytest.approx(json.loads(one.read_text())["best"]["tokens_per_s"],
+                                                          rel=1e-9)

@@ -214,6 +214,9 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
             raise UnsuitableInput(f"--calibrate-live {display_path(args.calibrate_live)}: no steady cycle at the "
                                   f"profile's step count of any of its batch sizes ({', '.join(map(str, sizes))})",
                                   args.calibrate_live)
+    elif args.calibrate_sglang_log:  # each batch size from the log's lines at that many running requests
+        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
+        batch_tps, sources = sglang_log_calibrations(args.calibrate_sglang_log, sides, ks, sizes)
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
@@ -346,19 +349,48 @@ SGLANG_LOG_MIN_LINES = 5
 """Fewer 'Decode batch' lines at the batch size than this calibrate nothing (each is one interval of 40 steps)."""
 
 
+def _sglang_log_steps(sides: list, ks) -> int:
+    """The profiles' one step count, the one an SGLang log of the profiled configuration ran."""
+    from analyze.tools.whatif.model import infer_steps
+
+    found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
+    if len(found) != 1:
+        raise UsageError(f"--calibrate-sglang-log: the profiles' step count is {found or 'unknown'}: give profiles of "
+                         "one step count (or --profiled-steps K)")
+    return found[0]
+
+
+def _sglang_log_lines(path):
+    from analyze.read.inputs import display_path
+    from analyze.read.sglang_log import read_decode_lines
+
+    try:
+        return read_decode_lines(path)
+    except OSError as exc:
+        raise MissingInput(f"--calibrate-sglang-log {display_path(path)}: {exc.strerror or exc}", path) from exc
+
+
+def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] | None:
+    """(the median gen throughput of the lines at ``batch`` running requests, its source), None under
+    :data:`SGLANG_LOG_MIN_LINES` lines."""
+    from analyze.read.inputs import display_path
+
+    at = lines[lines["running"] == int(batch)]
+    if len(at) < SGLANG_LOG_MIN_LINES:
+        return None
+    acc = at["accept_len"].dropna()
+    return float(at["tokens_per_s"].median()), {
+        "kind": "sglang_log", "path": display_path(path), "lines": int(len(at)), "batch": int(batch), "steps": steps,
+        "accept_len": float(acc.median()) if len(acc) else None}
+
+
 def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, dict]:
     """(step count, tokens/s, source) for ``--calibrate-sglang-log PATH``: the median ``gen throughput`` of
     SGLang's ``Decode batch`` lines (read/sglang_log.py) at ``batch`` running requests (None: the profiles'
     one batch size), at the profiles' one step count (``--profiled-steps``, else the profiles')."""
     from analyze.read.inputs import display_path
-    from analyze.read.sglang_log import read_decode_lines
-    from analyze.tools.whatif.model import infer_steps
 
-    shown = display_path(path)
-    found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
-    if len(found) != 1:
-        raise UsageError(f"--calibrate-sglang-log: the profiles' step count is {found or 'unknown'}: give profiles of "
-                         "one step count (or --profiled-steps K)")
+    steps = _sglang_log_steps(sides, ks)
     if batch is None:
         sizes = sorted({int(x) for s in sides for x in pd.to_numeric(s.cycles.get("requests"), errors="coerce")
                         .dropna().unique() if x > 0})
@@ -366,23 +398,30 @@ def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, di
             raise UsageError(f"--calibrate-sglang-log: the profile ran batch sizes {sizes[:8]}"
                              f"{'...' if len(sizes) > 8 else ''}: give --batch M (the log's lines of M running requests)")
         batch = sizes[0]
-    try:
-        lines = read_decode_lines(path)
-    except OSError as exc:
-        raise MissingInput(f"--calibrate-sglang-log {shown}: {exc.strerror or exc}", path) from exc
-    at = lines[lines["running"] == int(batch)]
-    if len(at) < SGLANG_LOG_MIN_LINES:
+    lines = _sglang_log_lines(path)
+    got = _sglang_log_rate(lines, path, int(batch), steps)
+    if got is None:
         seen = lines["running"].value_counts().sort_index()
-        raise UnsuitableInput(f"--calibrate-sglang-log {shown}: {len(at)} 'Decode batch' line(s) at {batch} running "
-                              f"requests, fewer than {SGLANG_LOG_MIN_LINES}"
-                              + (f" (lines by running requests: " + ", ".join(f"{int(m)}: {int(n)}" for m, n in
-                                                                             seen.items()) + ")" if len(seen) else
+        n = int((lines["running"] == int(batch)).sum())
+        raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: {n} 'Decode batch' line(s) at {batch} "
+                              f"running requests, fewer than {SGLANG_LOG_MIN_LINES}"
+                              + (" (lines by running requests: " + ", ".join(f"{int(m)}: {int(c)}" for m, c in
+                                                                            seen.items()) + ")" if len(seen) else
                                  " (none at all: SGLang prints them at --log-level info)"), path)
-    x = float(at["tokens_per_s"].median())
-    acc = at["accept_len"].dropna()
-    source = {"kind": "sglang_log", "path": shown, "lines": int(len(at)), "batch": int(batch), "steps": found[0],
-              "accept_len": float(acc.median()) if len(acc) else None}
-    return found[0], x, source
+    return steps, got[0], got[1]
+
+
+def sglang_log_calibrations(path, sides: list, ks, sizes) -> tuple[dict, dict]:
+    """``--calibrate-sglang-log PATH --per-batch``: ({batch: the log's median gen throughput at that many running
+    requests}, {batch: its source}) for the batch sizes with enough lines; the others are not calibrated."""
+    steps = _sglang_log_steps(sides, ks)
+    lines = _sglang_log_lines(path)
+    tps, sources = {}, {}
+    for m in sizes:
+        got = _sglang_log_rate(lines, path, int(m), steps)
+        if got is not None:
+            tps[int(m)], sources[int(m)] = got
+    return tps, sources
 
 
 def profiled_process(log, sides: list) -> list[int]:
@@ -425,10 +464,10 @@ def main_whatif(argv: list[str]) -> int:
                                 ("--calibrate-sglang-log", args.calibrate_sglang_log)) if v]
         if len(given) > 1:
             raise ValueError(f"{' and '.join(given)}: give one of them")
-        if per_batch_mode and args.calibrate_sglang_log:
-            raise ValueError("--calibrate-sglang-log calibrates one batch size (--batch M): not with --per-batch")
         if args.calibrate_live and batch_tps:
             raise ValueError("--calibrate-live and --batch-tps: give one of them")
+        if args.calibrate_sglang_log and batch_tps:
+            raise ValueError("--calibrate-sglang-log and --batch-tps: give one of them")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     from analyze.run.live import live_paths
