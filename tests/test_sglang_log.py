@@ -103,3 +103,24 @@ def test_per_batch_calibrates_each_batch_size_the_log_has_lines_of(tmp_path):
                         "--boot", "0", "--json", str(one)]) == 0
     assert rows[16]["tokens_per_s_best"] == pytest.approx(json.loads(one.read_text())["best"]["tokens_per_s"],
                                                           rel=1e-9)
+
+
+@need
+def test_advise_takes_the_log_as_whatif_does(tmp_path):
+    """advise --calibrate-sglang-log: the same calibration as whatif's (a steady rate: at 3 steps the log's rate
+    times the rounds' tail), and the speculation rule fires against the sweep's no-speculation figure."""
+    from analyze.tools.advise.command import main_advise
+
+    out, one = tmp_path / "a.json", tmp_path / "w.json"
+    _, base = read_measured(SWEEP, 16)
+    assert main_advise([str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(LOG), "--baseline-tps", str(base),
+                        "--json", str(out)]) == 0
+    assert main_whatif([str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(LOG), "--baseline-tps", str(base),
+                        "--steps", "1..10", "--boot", "0", "--json", str(one)]) == 0
+    doc, w = json.loads(out.read_text()), json.loads(one.read_text())
+    at3 = next(p for p in w["predictions"] if p["steps"] == 3)["tokens_per_s"]
+    assert doc["whatif"]["tokens_per_s_profiled"] == pytest.approx(at3, rel=1e-9)
+    assert any(f["rule"] == "speculation" and f["title"].startswith("speculation does not pay") for f in doc["findings"])
+    from analyze.errors import UsageError
+    with pytest.raises(UsageError, match="give --batch M"):         # the profile ran batch sizes 1..64
+        main_advise([str(PROFILE), "--calibrate-sglang-log", str(LOG)])

@@ -6,7 +6,8 @@ import json
 import sys
 
 from analyze import output_policy
-from analyze.errors import ArgumentParser, UnsuitableInput, positive_float, positive_int, request_tokens_arg
+from analyze.errors import (ArgumentParser, UnsuitableInput, UsageError, positive_float, positive_int,
+                            request_tokens_arg)
 
 
 def build_parser() -> ArgumentParser:
@@ -25,6 +26,9 @@ def build_parser() -> ArgumentParser:
                         "from the profile: off either way, a verdict near 1x is then said to be uncertain)")
     p.add_argument("--calibrate-tps", metavar="X", type=positive_float, default=None,
                    help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps)")
+    p.add_argument("--calibrate-sglang-log", metavar="LOG",
+                   help="the same figure from an unprofiled SGLang server's own log (whatif's --calibrate-sglang-log: "
+                        "its 'Decode batch' lines at --batch M running requests)")
     p.add_argument("--no-evidence", action="store_true", help="leave the evidence lines out of the terminal output")
     p.add_argument("--batch", metavar="M", type=positive_int, default=None,
                    help="the step-count and speculation rules model only the decode cycles of M requests (whatif's --batch)")
@@ -46,14 +50,23 @@ def main_advise(argv: list[str]) -> int:
     from analyze.tools.advise.model import advise
 
     args = build_parser().parse_args(argv)
+    if args.calibrate_tps is not None and args.calibrate_sglang_log:
+        raise UsageError("--calibrate-tps and --calibrate-sglang-log: give one of them")
     config = command_inputs.phase_config(args.config, args.phase)
     _, protected = command_inputs.report_inputs(args.reports, args.config)
-    with output_policy.protect(protected, force=args.force):
+    with output_policy.protect([*protected, args.calibrate_sglang_log], force=args.force):
         output_policy.check_outputs({"--json": args.json})
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
+        calibrate_tps, batch, source = args.calibrate_tps, args.batch, None
+        if args.calibrate_sglang_log:        # the figure at the batch size it is of (whatif's rule)
+            from analyze.tools.sides import as_side
+            from analyze.tools.whatif.command import sglang_log_calibration
+
+            _, calibrate_tps, source = sglang_log_calibration(args.calibrate_sglang_log, [as_side(result)], None, batch)
+            batch = source["batch"]
         try:
             adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,
-                         calibrate_tps=args.calibrate_tps, batch=args.batch,
+                         calibrate_tps=calibrate_tps, batch=batch, calibration_source=source,
                          request_tokens=args.request_tokens).to_dict()
         except ValueError as exc:  # the trace cannot answer the rules' questions
             raise UnsuitableInput(str(exc)) from exc

@@ -103,7 +103,8 @@ def _cycle_of(rows: pd.DataFrame, cycles: pd.DataFrame, start_col: str = "start_
 
 
 def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: float | None = None,
-                   calibrate_tps: float | None = None, batch: int | None = None, request_tokens="auto") -> dict:
+                   calibrate_tps: float | None = None, batch: int | None = None, request_tokens="auto",
+                   calibration_source: dict | None = None) -> dict:
     """The whatif prediction advise cites (point estimates unless ``n_boot``); ``baseline_tps`` /
     ``calibrate_tps``: the no-speculation and the profiled configuration's tokens/s measured without
     the profiler (whatif's --baseline-tps / --calibrate-tps); ``request_tokens``: whatif's
@@ -119,6 +120,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     visited = _visited_batches(side)
     modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
+              calibration_source=calibration_source,
               request_tokens=request_tokens)
     r = W.whatif(side, steps, **kw)
     prof = r["profiles"][0]
@@ -144,7 +146,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps),
+            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source),
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
@@ -199,7 +201,7 @@ last requests of a batch of 8 finish is no bucket of its own)."""
 
 
 def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
-               calibrate_tps=None) -> list[dict] | None:
+               calibrate_tps=None, calibration_source=None) -> list[dict] | None:
     """whatif's best step count per batch size (point estimates) where the profile's load visits two
     batch sizes or more (each with enough cycles and a share of them); else None. The baselines are
     estimated but at ``batch``, where the unprofiled figures given for it (``baseline_tps``,
@@ -213,7 +215,8 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
         given = batch is not None and batch in visited.index
         table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES),
                              baselines_tps={batch: baseline_tps} if given and baseline_tps else None,
-                             calibrate={batch: calibrate_tps} if given and calibrate_tps else None)
+                             calibrate={batch: calibrate_tps} if given and calibrate_tps else None,
+                             calibration_sources={batch: calibration_source} if given and calibration_source else None)
         return records(table[table["batch"].isin(visited.index)])
     except (ValueError, KeyError, IndexError):
         return None
@@ -256,7 +259,7 @@ def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
 
 def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
                   baseline_tps: float | None = None, calibrate_tps: float | None = None,
-                  batch: int | None = None, request_tokens="auto") -> Context:
+                  batch: int | None = None, request_tokens="auto", calibration_source: dict | None = None) -> Context:
     cyc, warm = steady_cycles(analysis.cycles)
     tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
     cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
@@ -283,7 +286,8 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
-                                        batch=batch, request_tokens=request_tokens)
+                                        batch=batch, request_tokens=request_tokens,
+                                        calibration_source=calibration_source)
         except (ValueError, KeyError, IndexError) as exc:
             ctx.whatif_error = str(exc)
     if message_sizes and len(analysis.collectives):
@@ -849,7 +853,7 @@ def live_check(ctx: Context, rule: str) -> F.RuleCheck:
 
 def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
            baseline_tps: float | None = None, calibrate_tps: float | None = None, batch: int | None = None,
-           request_tokens="auto") -> F.Advice:
+           request_tokens="auto", calibration_source: dict | None = None) -> F.Advice:
     """Every rule over ``analysis`` (an :class:`analyze.Analysis`): ranked findings and one check per rule.
     ``baseline_tps`` / ``calibrate_tps``: unprofiled tokens/s without speculation / of the profiled
     configuration, for the step-count and speculation rules (see whatif)."""
@@ -860,7 +864,7 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
                         if len(analysis.ranks) else 0, warmup_cycles=0)
     ctx = build_context(analysis, whatif=whatif, message_sizes=message_sizes, n_boot=n_boot,
                         baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=batch,
-                        request_tokens=request_tokens)
+                        request_tokens=request_tokens, calibration_source=calibration_source)
     found, checks = [], []
     for fn in RULE_FUNCTIONS:
         if ctx.live and fn in KERNEL_RULES:
