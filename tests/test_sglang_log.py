@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analyze.read.sglang_log import decode_lines, read_decode_lines
+from analyze.read.sglang_log import decode_lines, parse_log, read_decode_lines, read_log
 from analyze.tools.whatif.command import main_whatif, read_measured
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +37,33 @@ def test_decode_lines_reads_the_fields_and_skips_the_rest():
     assert f["accept_len"].iloc[0] == 1.43 and f["accept_len"].isna().iloc[1]   # no speculation: no accept len
 
 
+def test_steady_lines_ranks_and_the_servers_step_count():
+    """A line is steady when the same rank's previous decode line ran the same batch with no prefill between;
+    each DP rank's lines are its own; the server's --speculative-num-steps comes from its logged arguments."""
+    d = "Decode batch, #running-req: {m}, #token: 1, accept len: 1.50, gen throughput (token/s): {x}, #queue-req: 0"
+    lines = ["[t] server_args=ServerArgs(model_path='m', speculative_num_steps=5, speculative_eagle_topk=1)",
+             "[t DP0 TP0] " + d.format(m=16, x=1), "[t DP1 TP0] " + d.format(m=16, x=2),
+             "[t DP0 TP0] " + d.format(m=16, x=3),                       # steady: DP0 ran 16 before
+             "[t DP1 TP0] Prefill batch, #new-seq: 1", "[t DP1 TP0] " + d.format(m=16, x=4),   # a prefill between
+             "[t DP0 TP0] " + d.format(m=15, x=5), "[t DP0 TP0] " + d.format(m=15, x=6)]
+    log = parse_log(lines)
+    assert log.num_steps == 5
+    f = log.lines
+    assert f["rank"].tolist() == ["DP0 TP0", "DP1 TP0", "DP0 TP0", "DP1 TP0", "DP0 TP0", "DP0 TP0"]
+    assert f["steady"].tolist() == [False, False, True, False, False, True]
+
+
 @need
 def test_the_real_log_holds_decode_lines_at_both_batch_sizes():
-    f = read_decode_lines(LOG)
+    log = read_log(LOG)
+    f = log.lines
     counts = f["running"].value_counts()
-    assert counts[1] == 123 and counts[16] == 102
+    assert counts[1] == 123 and counts[16] == 102 and log.num_steps == 3 and set(f["rank"]) == {""}
+    # steady lines (the same batch as the line before, no prefill between): 113 at 1, 76 at 16; the others hold a
+    # round's tail or the gap between rounds (737 to 5,990 tokens/s at 16 after a prefill)
+    steady = f[f["steady"]]["running"].value_counts()
+    assert steady[1] == 113 and steady[16] == 76
+    assert f[(f["running"] == 16) & ~f["steady"]]["tokens_per_s"].min() < 1000
     # SGLang's accept len (tokens a request a cycle, the bonus included) is the profile's 1.49 at 3 steps
     assert f.loc[f["running"] == 16, "accept_len"].median() == pytest.approx(1.47, abs=0.01)
 
@@ -49,9 +71,9 @@ def test_the_real_log_holds_decode_lines_at_both_batch_sizes():
 @need
 @pytest.mark.parametrize("batch", (1, 16))
 def test_calibrated_from_the_log_the_sweep_holds(tmp_path, batch):
-    """The log's median gen throughput at the batch size, a steady rate (the prediction at 3 steps is it times
-    the rounds' tail): every step count 1..6 within 8% of the unprofiled sweep (another engine than the log's;
-    measured: +2 to +5% at batch 1, -7 to +3% at batch 16), the verdict off, and the source in the JSON."""
+    """The median gen throughput of the log's steady lines at the batch size, a steady rate (the prediction at 3
+    steps is it times the rounds' tail): every step count 1..6 within 8% of the unprofiled sweep (another engine
+    than the log's), the verdict off, and the source in the JSON."""
     out = tmp_path / "w.json"
     m, base = read_measured(SWEEP, batch)
     assert main_whatif([str(PROFILE), "--batch", str(batch), "--steps", "1..6", "--boot", "0",
@@ -62,16 +84,16 @@ def test_calibrated_from_the_log_the_sweep_holds(tmp_path, batch):
         assert pred[s]["tokens_per_s"] == pytest.approx(m[s], rel=0.08), s
     assert doc["best"]["speedup"] < 1
     cal = doc["calibration"]
-    x = read_decode_lines(LOG).query("running == @batch")["tokens_per_s"].median()
+    x = read_decode_lines(LOG).query("running == @batch and steady")["tokens_per_s"].median()
     assert cal["tokens_per_s"] == pytest.approx(x) and cal["steady"] is True
-    assert cal["source"]["kind"] == "sglang_log" and cal["source"]["lines"] == {1: 123, 16: 102}[batch]
+    assert cal["source"]["kind"] == "sglang_log" and cal["source"]["lines"] == {1: 113, 16: 76}[batch]
     assert pred[3]["tokens_per_s"] == pytest.approx(x * pred[3]["round_efficiency"], rel=1e-9)
 
 
 @need
 @pytest.mark.parametrize("extra, code, words", [
-    (["--batch", "4"], 12, "fewer than 5"),                       # 2 lines at 4 running requests
-    ([], 10, "give --batch M"),                                    # the profile ran 1, 4, 16, 64
+    (["--batch", "4"], 12, "fewer than 5"),                       # 2 lines at 4 running requests, none steady
+    ([], 10, "give --batch M"),                                    # the profile ran 1, 4, 16, 64 (20+ cycles each)
     (["--batch", "16", "--calibrate-tps", "7000"], 10, "give one of them"),
 ])
 def test_what_it_refuses(extra, code, words):
@@ -91,7 +113,7 @@ def test_a_missing_log_is_one_line(tmp_path):
 @need
 def test_per_batch_calibrates_each_batch_size_the_log_has_lines_of(tmp_path):
     """--per-batch --calibrate-sglang-log: batch 1 and 16 calibrated from their own lines (as whatif --batch B
-    --calibrate-sglang-log gives them), batch 4 and 64 (no lines at those sizes) not, and said so per row."""
+    --calibrate-sglang-log gives them), batch 4 and 64 (no steady line at those sizes) not, said so per row."""
     out = tmp_path / "pb.json"
     assert main_whatif([str(PROFILE), "--per-batch", "--calibrate-sglang-log", str(LOG), "--steps", "1..6",
                         "--boot", "0", "--json", str(out)]) == 0
@@ -124,3 +146,39 @@ def test_advise_takes_the_log_as_whatif_does(tmp_path):
     from analyze.errors import UsageError
     with pytest.raises(UsageError, match="give --batch M"):         # the profile ran batch sizes 1..64
         main_advise([str(PROFILE), "--calibrate-sglang-log", str(LOG)])
+
+
+@need
+def test_the_one_batch_size_of_a_profile_needs_no_batch_and_another_step_count_is_refused(tmp_path):
+    """The 5-step profile ran batch 16 (its drain's smaller batches in fewer than 20 cycles each): no --batch
+    needed, and it models batch 16; but the log's server ran 3 steps (its logged arguments): refused, exit 10.
+    The same log with its arguments line cut is taken (the lines do not say the step count)."""
+    second = REAL / "sglang_h100_v3_l32_s5.sqlite"
+    if not second.exists():
+        pytest.skip("5-step profile not unpacked")
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(second), "--calibrate-sglang-log",
+                           str(LOG)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 10 and "--speculative-num-steps 3, the profile 5" in proc.stderr, proc.stderr
+    cut = tmp_path / "cut.log"
+    cut.write_text("".join(line for line in LOG.read_text().splitlines(True) if "server_args=" not in line))
+    out = tmp_path / "w.json"
+    assert main_whatif([str(second), "--calibrate-sglang-log", str(cut), "--boot", "0", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["calibration"]["source"]["batch"] == 16 and doc["profiles"][0]["batch_filter"] == 16
+
+
+@need
+def test_lines_of_several_ranks_or_none_steady_are_refused(tmp_path):
+    """Each DP rank logs its own throughput: a log of two ranks is refused (exit 10); a log with no steady line at
+    any batch size the profile ran calibrates nothing under --per-batch (exit 12), as --calibrate-live."""
+    d = "Decode batch, #running-req: 16, #token: 1, accept len: 1.50, gen throughput (token/s): 7000.0, #queue-req: 0"
+    two = tmp_path / "two.log"
+    two.write_text("".join(f"[t DP{i % 2} TP0] {d}\n" for i in range(20)))
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
+                           "--calibrate-sglang-log", str(two)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 10 and "lines of 2 ranks" in proc.stderr, proc.stderr
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing here\n")
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch",
+                           "--calibrate-sglang-log", str(empty), "--boot", "0"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 12 and proc.stderr.count("\n") == 1 and "--log-level info" in proc.stderr, proc.stderr

@@ -1,18 +1,23 @@
 """SGLang's own decode log lines: what an unprofiled server says of its tokens/s.
 
 SGLang 0.5.17's scheduler (``srt/managers/scheduler_components/metrics_reporter.py``), at ``--log-level info``,
-prints every ``--decode-log-interval`` decode steps (40 by default) on its logging rank::
+prints every ``--decode-log-interval`` decode steps (40 by default) on its logging rank(s)::
 
     [2026-12-06 07:03:50] Decode batch, #running-req: 16, #token: 1351, token usage: 0.00, accept len: 1.43,
     accept rate: 0.14, cuda graph: True, gen throughput (token/s): 7298.70, #queue-req: 0
 
-``gen throughput`` is the tokens generated since the previous such line over the wall time since it (a steady
-decode rate: no round's tail, but any prefill run in between), ``#running-req`` the batch at the line,
-``accept len`` (speculative runs only) the accepted tokens a request a cycle, the bonus token included.
+``gen throughput`` is the decode tokens generated since the previous such line over all the wall time since it
+(prefill, idle time and a round's tail included), ``#running-req`` the batch of the interval's last step,
+``accept len`` (speculative runs only) the accepted tokens a request a cycle, the bonus token included. A line
+is *steady* when the previous decode line had the same ``#running-req`` and no ``Prefill batch`` line came
+between them: its interval ran that batch throughout (or nearly). With data parallel attention each rank logs
+its own lines, tagged ``DP<n>`` (``TP<n>``, ``PP<n>``) in the bracket before the message. The server's
+arguments are logged once (``server_args=ServerArgs(... speculative_num_steps=N ...)``).
 """
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -20,25 +25,66 @@ DECODE_LINE = re.compile(r"Decode batch\b.*?#running-req: (?P<running>\d+),"
                          r"(?:.*?accept len: (?P<accept_len>[\d.]+),)?"
                          r".*?gen throughput \(token/s\): (?P<tokens_per_s>[\d.]+)")
 """One ``Decode batch`` line of SGLang's scheduler log (the fields whatif reads)."""
+PREFILL_LINE = re.compile(r"\bPrefill batch\b")
+RANK_TAGS = re.compile(r"\b(?:DP|TP|PP|EP|CP)\d+\b")
+SERVER_STEPS = re.compile(r"server_args=ServerArgs\(.*?\bspeculative_num_steps=(?P<steps>\d+|None)\b")
 
-COLUMNS = ("running", "accept_len", "tokens_per_s")
+COLUMNS = ("running", "accept_len", "tokens_per_s", "steady", "rank")
+
+
+class SGLangLog(NamedTuple):
+    lines: pd.DataFrame            # the decode lines, :data:`COLUMNS`
+    num_steps: int | None          # the server's --speculative-num-steps where its arguments were logged
+
+
+def _rank(line: str, start: int) -> str:
+    """The rank tags of the bracket before a message (``"DP1 TP0"``), "" without any."""
+    head = line[:start]
+    return " ".join(RANK_TAGS.findall(head[head.rfind("["):] if "[" in head else ""))
+
+
+def parse_log(lines) -> SGLangLog:
+    """The ``Decode batch`` lines among ``lines`` (text lines of a log), in order, and the server's step count.
+    ``steady``: the previous decode line of the same rank had the same ``running`` and no prefill line of that
+    rank came between (a rank's first line is never steady)."""
+    rows, steps = [], None
+    last: dict[str, tuple[int, bool]] = {}     # rank -> (its previous line's running, a prefill since)
+    for line in lines:
+        if steps is None and "server_args=" in line:
+            m = SERVER_STEPS.search(line)
+            if m is not None and m.group("steps") != "None":
+                steps = int(m.group("steps"))
+        p = PREFILL_LINE.search(line)
+        if p is not None:
+            r = _rank(line, p.start())
+            if r in last:
+                last[r] = (last[r][0], True)
+            continue
+        m = DECODE_LINE.search(line)
+        if m is None:
+            continue
+        r, running = _rank(line, m.start()), int(m.group("running"))
+        prev = last.get(r)
+        acc = m.group("accept_len")
+        rows.append((running, float(acc) if acc is not None else float("nan"), float(m.group("tokens_per_s")),
+                     prev is not None and prev[0] == running and not prev[1], r))
+        last[r] = (running, False)
+    frame = pd.DataFrame(rows, columns=list(COLUMNS)).astype(
+        {"running": "int64", "accept_len": "float64", "tokens_per_s": "float64", "steady": "bool", "rank": "object"})
+    return SGLangLog(frame, steps)
 
 
 def decode_lines(lines) -> pd.DataFrame:
-    """The ``Decode batch`` lines among ``lines`` (text lines of a log), in order: :data:`COLUMNS` (``accept_len``
-    NaN where the server ran without speculation). Other lines are skipped."""
-    rows = []
-    for line in lines:
-        m = DECODE_LINE.search(line)
-        if m is not None:
-            acc = m.group("accept_len")
-            rows.append((int(m.group("running")), float(acc) if acc is not None else float("nan"),
-                         float(m.group("tokens_per_s"))))
-    return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"running": "int64", "accept_len": "float64",
-                                                             "tokens_per_s": "float64"})
+    """:func:`parse_log`'s decode lines alone."""
+    return parse_log(lines).lines
+
+
+def read_log(path) -> SGLangLog:
+    """:func:`parse_log` of a log file (undecodable bytes replaced: a log is text of any origin)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return parse_log(f)
 
 
 def read_decode_lines(path) -> pd.DataFrame:
-    """:func:`decode_lines` of a log file (undecodable bytes replaced: a log is text of any origin)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return decode_lines(f)
+    """:func:`read_log`'s decode lines alone."""
+    return read_log(path).lines

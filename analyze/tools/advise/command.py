@@ -58,7 +58,7 @@ def main_advise(argv: list[str]) -> int:
         output_policy.check_outputs({"--json": args.json})
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         calibrate_tps, batch, source = args.calibrate_tps, args.batch, None
-        if args.calibrate_sglang_log:        # the figure at the batch size it is of (whatif's rule)
+        if args.calibrate_sglang_log and not args.no_whatif:   # the figure at its batch size (whatif's rule)
             from analyze.tools.sides import as_side
             from analyze.tools.whatif.command import sglang_log_calibration
 

@@ -356,26 +356,40 @@ def _sglang_log_steps(sides: list, ks) -> int:
     found = sorted(set(ks)) if ks else sorted({k for k in (infer_steps(s)[0] for s in sides) if k is not None})
     if len(found) != 1:
         raise UsageError(f"--calibrate-sglang-log: the profiles' step count is {found or 'unknown'}: give profiles of "
-                         "one step count (or --profiled-steps K)")
+                         "one step count")
     return found[0]
 
 
-def _sglang_log_lines(path):
+def _sglang_log(path, steps: int):
+    """The log's decode lines (read/sglang_log.py), checked: of one rank, of the profiled step count where the
+    server's arguments are in it."""
     from analyze.read.inputs import display_path
-    from analyze.read.sglang_log import read_decode_lines
+    from analyze.read.sglang_log import read_log
 
+    shown = display_path(path)
     try:
-        return read_decode_lines(path)
+        log = read_log(path)
     except OSError as exc:
-        raise MissingInput(f"--calibrate-sglang-log {display_path(path)}: {exc.strerror or exc}", path) from exc
+        raise MissingInput(f"--calibrate-sglang-log {shown}: {exc.strerror or exc}", path) from exc
+    if log.num_steps is not None and log.num_steps != steps:
+        raise UsageError(f"--calibrate-sglang-log {shown}: the log's server ran --speculative-num-steps "
+                         f"{log.num_steps}, the profile {steps}: give the log of the profiled configuration")
+    ranks = sorted(set(log.lines["rank"]))
+    if len(ranks) > 1:
+        raise UsageError(f"--calibrate-sglang-log {shown}: lines of {len(ranks)} ranks ({', '.join(ranks[:4])}"
+                         f"{', ...' if len(ranks) > 4 else ''}), each its own throughput: give one rank's lines "
+                         "(e.g. grep 'DP0 ')")
+    return log.lines
 
 
 def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] | None:
-    """(the median gen throughput of the lines at ``batch`` running requests, its source), None under
-    :data:`SGLANG_LOG_MIN_LINES` lines."""
+    """(the median gen throughput of the steady lines at ``batch`` running requests, its source), None under
+    :data:`SGLANG_LOG_MIN_LINES` such lines. Steady (read/sglang_log.py): the previous line ran the same batch and
+    no prefill came between, so the interval ran that batch (a round's tail and the gap between rounds are in
+    the others)."""
     from analyze.read.inputs import display_path
 
-    at = lines[lines["running"] == int(batch)]
+    at = lines[(lines["running"] == int(batch)) & lines["steady"]]
     if len(at) < SGLANG_LOG_MIN_LINES:
         return None
     acc = at["accept_len"].dropna()
@@ -384,43 +398,57 @@ def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] 
         "accept_len": float(acc.median()) if len(acc) else None}
 
 
+def _seen(lines) -> str:
+    steady = lines[lines["steady"]]["running"].value_counts().sort_index()
+    return (" (steady lines by running requests: " + ", ".join(f"{int(m)}: {int(c)}" for m, c in steady.items())
+            + ")" if len(steady) else " (none steady" + (": SGLang prints them at --log-level info)" if not len(lines)
+                                                          else ")"))
+
+
 def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, dict]:
     """(step count, tokens/s, source) for ``--calibrate-sglang-log PATH``: the median ``gen throughput`` of
-    SGLang's ``Decode batch`` lines (read/sglang_log.py) at ``batch`` running requests (None: the profiles'
-    one batch size), at the profiles' one step count (``--profiled-steps``, else the profiles')."""
+    SGLang's steady ``Decode batch`` lines at ``batch`` running requests (None: the one batch size the
+    profiles ran in 20 cycles or more), at the profiles' one step count."""
     from analyze.read.inputs import display_path
+    from analyze.tools.whatif import per_batch as PB
 
     steps = _sglang_log_steps(sides, ks)
     if batch is None:
-        sizes = sorted({int(x) for s in sides for x in pd.to_numeric(s.cycles.get("requests"), errors="coerce")
-                        .dropna().unique() if x > 0})
-        if len(sizes) != 1:
+        counts = PB.batch_counts(sides)
+        sizes = [int(m) for m, n in counts.items() if m >= 1 and n >= MIN_CYCLES]
+        if not sizes:
+            raise UnsuitableInput(f"--calibrate-sglang-log: no batch size in the profile's decode cycles (no accept "
+                                  "marks?): nothing to match the log's lines to", path)
+        if len(sizes) > 1:
             raise UsageError(f"--calibrate-sglang-log: the profile ran batch sizes {sizes[:8]}"
-                             f"{'...' if len(sizes) > 8 else ''}: give --batch M (the log's lines of M running requests)")
+                             f"{'...' if len(sizes) > 8 else ''} (each in {MIN_CYCLES}+ cycles): give --batch M (the "
+                             "log's lines of M running requests)")
         batch = sizes[0]
-    lines = _sglang_log_lines(path)
+    lines = _sglang_log(path, steps)
     got = _sglang_log_rate(lines, path, int(batch), steps)
     if got is None:
-        seen = lines["running"].value_counts().sort_index()
-        n = int((lines["running"] == int(batch)).sum())
-        raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: {n} 'Decode batch' line(s) at {batch} "
-                              f"running requests, fewer than {SGLANG_LOG_MIN_LINES}"
-                              + (" (lines by running requests: " + ", ".join(f"{int(m)}: {int(c)}" for m, c in
-                                                                            seen.items()) + ")" if len(seen) else
-                                 " (none at all: SGLang prints them at --log-level info)"), path)
+        n = int(((lines["running"] == int(batch)) & lines["steady"]).sum())
+        raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: {n} steady 'Decode batch' line(s) at "
+                              f"{batch} running requests, fewer than {SGLANG_LOG_MIN_LINES}{_seen(lines)}", path)
     return steps, got[0], got[1]
 
 
 def sglang_log_calibrations(path, sides: list, ks, sizes) -> tuple[dict, dict]:
-    """``--calibrate-sglang-log PATH --per-batch``: ({batch: the log's median gen throughput at that many running
-    requests}, {batch: its source}) for the batch sizes with enough lines; the others are not calibrated."""
+    """``--calibrate-sglang-log PATH --per-batch``: ({batch: the log's median steady gen throughput at that many
+    running requests}, {batch: its source}) for the batch sizes with enough lines (none: exit 12)."""
+    from analyze.read.inputs import display_path
+
     steps = _sglang_log_steps(sides, ks)
-    lines = _sglang_log_lines(path)
+    lines = _sglang_log(path, steps)
     tps, sources = {}, {}
     for m in sizes:
         got = _sglang_log_rate(lines, path, int(m), steps)
         if got is not None:
             tps[int(m)], sources[int(m)] = got
+    if not tps:
+        raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: fewer than {SGLANG_LOG_MIN_LINES} steady "
+                              f"'Decode batch' lines at each of the profile's batch sizes "
+                              f"({', '.join(map(str, sizes))}){_seen(lines)}", path)
     return tps, sources
 
 
@@ -490,6 +518,7 @@ def main_whatif(argv: list[str]) -> int:
             cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
         elif args.calibrate_sglang_log:
             cal_k, cal_x, cal_source = sglang_log_calibration(args.calibrate_sglang_log, sides, ks, args.batch)
+            args.batch = cal_source["batch"]       # the figure is of that batch size: model it
         if args.measured:
             try:
                 measured, measured_base = read_measured(args.measured, args.batch)
