@@ -47,7 +47,7 @@ def main_advise(argv: list[str]) -> int:
     from analyze import command_inputs
     from analyze.render.advice import text_lines
     from analyze.run import api
-    from analyze.tools.advise.model import advise
+    from analyze.tools.advise.model import advise, whatif_side
 
     args = build_parser().parse_args(argv)
     if args.calibrate_tps is not None and args.calibrate_sglang_log:
@@ -59,10 +59,10 @@ def main_advise(argv: list[str]) -> int:
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
         calibrate_tps, batch, source = args.calibrate_tps, args.batch, None
         if args.calibrate_sglang_log and not args.no_whatif:   # the figure at its batch size (whatif's rule)
-            from analyze.tools.sides import as_side
             from analyze.tools.whatif.command import sglang_log_calibration
 
-            _, calibrate_tps, source = sglang_log_calibration(args.calibrate_sglang_log, [as_side(result)], None, batch)
+            _, calibrate_tps, source = sglang_log_calibration(args.calibrate_sglang_log, [whatif_side(result)], None,
+                                                              batch)
             batch = source["batch"]
         try:
             adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,

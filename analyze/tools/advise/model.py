@@ -111,12 +111,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     --request-tokens (rounds of N-token requests, 'steady' or 'auto')."""
     from analyze.tools.whatif import model as W
 
-    # the cycles, ranges and ops whatif reads (not sides.as_side: its per-cycle kernel table is not needed)
-    from analyze.run.live import is_live
-
-    side = sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
-                      sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
-                      live=is_live(analysis))     # a live log's model is whatif's for it (not the kernel-table one)
+    side = whatif_side(analysis)
     visited = _visited_batches(side)
     modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
@@ -151,6 +146,16 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
             "batches_visited": len(visited)}
+
+
+def whatif_side(analysis) -> sides.Side:
+    """The cycles, ranges and ops whatif reads of ``analysis`` (not sides.as_side: its per-cycle kernel table
+    is not needed); a live log's model is whatif's for it (not the kernel-table one)."""
+    from analyze.run.live import is_live
+
+    return sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
+                      sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
+                      live=is_live(analysis))
 
 
 def _visited_batches(side) -> pd.Series:

@@ -492,10 +492,8 @@ def main_whatif(argv: list[str]) -> int:
                                 ("--calibrate-sglang-log", args.calibrate_sglang_log)) if v]
         if len(given) > 1:
             raise ValueError(f"{' and '.join(given)}: give one of them")
-        if args.calibrate_live and batch_tps:
-            raise ValueError("--calibrate-live and --batch-tps: give one of them")
-        if args.calibrate_sglang_log and batch_tps:
-            raise ValueError("--calibrate-sglang-log and --batch-tps: give one of them")
+        if given and batch_tps:
+            raise ValueError(f"{given[0]} and --batch-tps: give one of them")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     from analyze.run.live import live_paths
@@ -513,15 +511,15 @@ def main_whatif(argv: list[str]) -> int:
         request_tokens = live_cut_request_tokens(args.request_tokens, bool(live_measured) and not args.measured)
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
-        cal_source = None
+        cal_source, batch = None, args.batch
         if args.calibrate_live:
             cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
         elif args.calibrate_sglang_log:
             cal_k, cal_x, cal_source = sglang_log_calibration(args.calibrate_sglang_log, sides, ks, args.batch)
-            args.batch = cal_source["batch"]       # the figure is of that batch size: model it
+            batch = cal_source["batch"]            # the figure is of that batch size: model it
         if args.measured:
             try:
-                measured, measured_base = read_measured(args.measured, args.batch)
+                measured, measured_base = read_measured(args.measured, batch)
             except OSError as exc:
                 raise MissingInput(f"--measured {args.measured}: {exc.strerror or exc}", args.measured) from exc
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -533,7 +531,7 @@ def main_whatif(argv: list[str]) -> int:
             r = whatif(sides, steps, baseline=baseline, profiled_steps=ks, extrapolation=args.extrapolate,
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
-                       verify_scaling=scaling, batch=args.batch, calibration_source=cal_source,
+                       verify_scaling=scaling, batch=batch, calibration_source=cal_source,
                        request_tokens=request_tokens)
             if live_measured:
                 r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
