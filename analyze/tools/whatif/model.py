@@ -906,7 +906,7 @@ def separate_runs(costs: list[dict]) -> bool:
     count) share one stretch; live logs were measured without a profiler."""
     if len({c["steps"] for c in costs}) < 2 or all(c.get("live") for c in costs):
         return False
-    return len({c.get("run") or c.get("label") for c in costs}) > 1
+    return len({c.get("run") for c in costs}) > 1
 
 
 def shift_overhead(c: dict, shift_ns: float) -> dict:
@@ -1170,7 +1170,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             tps_each = {int(k): float(v) for k, v in calibrate_tps.items()}
             calibrate_tps = None
     for i, c in enumerate(costs):          # a loaded analysis or a dict has no label: each its own run
-        if not (c.get("run") or c.get("label")):
+        if not c.get("run"):
             c["run"] = f"#{i}"
     separate = separate_runs(costs)
     if tps_each is not None:
