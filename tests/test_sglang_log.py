@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from analyze.read.sglang_log import decode_lines, parse_log, read_decode_lines, read_log
+from analyze.read.sglang_log import parse_log, read_log
 from analyze.tools.whatif.command import main_whatif, read_measured
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ def test_decode_lines_reads_the_fields_and_skips_the_rest():
         "gen throughput (token/s): 1200.00, #queue-req: 0",
         "Decode batch, #running-req: x, gen throughput (token/s): 1",
     ]
-    f = decode_lines(lines)
+    f = parse_log(lines).lines
     assert f["running"].tolist() == [16, 3]
     assert f["tokens_per_s"].tolist() == [7298.70, 1200.0]
     assert f["accept_len"].iloc[0] == 1.43 and f["accept_len"].isna().iloc[1]   # no speculation: no accept len
@@ -84,7 +84,7 @@ def test_calibrated_from_the_log_the_sweep_holds(tmp_path, batch):
         assert pred[s]["tokens_per_s"] == pytest.approx(m[s], rel=0.08), s
     assert doc["best"]["speedup"] < 1
     cal = doc["calibration"]
-    x = read_decode_lines(LOG).query("running == @batch and steady")["tokens_per_s"].median()
+    x = read_log(LOG).lines.query("running == @batch and steady")["tokens_per_s"].median()
     assert cal["tokens_per_s"] == pytest.approx(x) and cal["steady"] is True
     assert cal["source"]["kind"] == "sglang_log" and cal["source"]["lines"] == {1: 113, 16: 76}[batch]
     assert pred[3]["tokens_per_s"] == pytest.approx(x * pred[3]["round_efficiency"], rel=1e-9)

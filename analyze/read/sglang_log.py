@@ -74,17 +74,7 @@ def parse_log(lines) -> SGLangLog:
     return SGLangLog(frame, steps)
 
 
-def decode_lines(lines) -> pd.DataFrame:
-    """:func:`parse_log`'s decode lines alone."""
-    return parse_log(lines).lines
-
-
 def read_log(path) -> SGLangLog:
     """:func:`parse_log` of a log file (undecodable bytes replaced: a log is text of any origin)."""
     with open(path, encoding="utf-8", errors="replace") as f:
         return parse_log(f)
-
-
-def read_decode_lines(path) -> pd.DataFrame:
-    """:func:`read_log`'s decode lines alone."""
-    return read_log(path).lines
