@@ -74,6 +74,10 @@ on_accept: Callable | None = None
 accept mark (``lengths``: the per-request accept lengths the mark was made of)."""
 on_idle: Callable | None = None
 """Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
+own_time = None
+"""Set by the timing mode (``live``): the :class:`~nvtx_annotate.live.events.Timer` whose ``own_ns`` the
+wrappers add their own host time to (all of a wrapped call but the call itself: the shim's cost, the log's
+``shim_ns``); None: nothing is counted (one global read a call)."""
 on_cycle_steps: Callable | None = None
 """Set by the timing mode (``live``): ``on_cycle_steps(steps)`` as a decode cycle closes, with the worker's
 ``speculative_num_steps`` then (SGLang's ``--speculative-adaptive`` switches it at run time:
@@ -539,11 +543,16 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
     enter, leave, fail = hooks.enter, hooks.leave, hooks.fail
 
     def wrapper(*args, **kwargs):
+        own = own_time
+        if own is not None:
+            t0 = own.own_clock()
         try:
             state = enter(args, kwargs)
         except Exception as e:
             fault(label, e)
             state = None
+        if own is not None:
+            own.own_ns += own.own_clock() - t0
         if state is None:
             return fn(*args, **kwargs)
         try:
@@ -554,10 +563,14 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
             except Exception as e:
                 fault(label, e)
             raise
+        if own is not None:
+            t0 = own.own_clock()
         try:
             leave(state, args, kwargs, ret)
         except Exception as e:
             fault(label, e)
+        if own is not None:
+            own.own_ns += own.own_clock() - t0
         return ret
 
     return wrapper
@@ -569,6 +582,9 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
     nv, g = _nvtx, guard
 
     def wrapper(*args, **kwargs):
+        own = own_time
+        if own is not None:
+            t0 = own.own_clock()
         try:
             b = nv._backend or nv.get_backend()
             if not b.active or (only is not None and not only(args, kwargs)) or (
@@ -579,15 +595,21 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
         except Exception as e:
             fault(label, e)
             b = None
+        if own is not None:
+            own.own_ns += own.own_clock() - t0
         if b is None:
             return fn(*args, **kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
+            if own is not None:
+                t0 = own.own_clock()
             try:
                 b.pop()
             except Exception as e:
                 fault(label, e)
+            if own is not None:
+                own.own_ns += own.own_clock() - t0
 
     return wrapper
 

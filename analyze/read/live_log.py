@@ -27,7 +27,8 @@ REQUIRED = {"rank": "int", "pid": "int", "cycle": "int", "host_start_ns": "int",
 """Column -> kind, the columns the reader needs."""
 
 COLUMNS = ("rank", "pid", "cycle", "start_ns", "end_ns", "period_ns", "draft_ns", "verify_ns", "draft_extend_ns",
-           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns", "draft_replay_ns", "accept_lens")
+           "allreduce_ns", "accepted", "requests", "tokens", "steps", "timed", "replay_ns", "draft_replay_ns", "accept_lens",
+           "shim_ns", "sink_ns")
 TEXT_COLUMNS = ("accept_lens",)
 """The columns of :func:`live_cycles`' frame (nullable Int64 each but :data:`TEXT_COLUMNS`: ``accept_lens``,
 the per-request accept lengths ``"a,b,..."``, None where not logged). ``timed``: 1 where the cycle's CUDA
@@ -35,7 +36,9 @@ events were recorded, 0 where the shim's sampling left them out (``SPECPROF_TIMI
 written before the sampling (every cycle was timed). ``replay_ns``: the GPU stream time of the cycle's
 CUDA-graph replays (the sum of the log's ``<phase>_replay_ns``; null where none was timed, and in logs
 written before they were logged); ``draft_replay_ns``: the draft graph's alone (the GPU time of the draft
-forwards, without the host time the draft phase's span holds; null likewise)."""
+forwards, without the host time the draft phase's span holds; null likewise). ``shim_ns`` / ``sink_ns``: the
+shim's own host time on the worker thread and its sink thread's CPU time that the row carries (what the shim
+costs, nvtx_annotate/live/events.py and sink.py; null in logs written before they were logged)."""
 
 REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
 """The log's per-phase graph-replay times (optional columns; nvtx_annotate/live/events.py)."""
@@ -143,11 +146,13 @@ def _nullable(arrow_type):
     return pd.Int64Dtype() if pa.types.is_integer(arrow_type) else None
 
 
+OWN_COST_COLUMNS = ("shim_ns", "sink_ns")
+"""The shim's own cost the log's rows carry (optional columns: logs written before them lack them)."""
 ID_COLUMNS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
 """A row without one of these (or with a negative one, or ending before it starts) is no cycle."""
 VALUE_COLUMNS = ("draft_ns", "verify_ns", "draft_extend_ns", "allreduce_ns", "gpu_span_ns", *REPLAY_COLUMNS,
                  "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
-                 "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size")
+                 "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size", *OWN_COST_COLUMNS)
 """Times and counts that are never negative; a time is also never far longer than its process's log."""
 TIME_SLACK_NS = 60 * 10**9
 """A time longer than its process's whole log plus this is no measurement (a cycle's GPU work may run past
@@ -244,6 +249,8 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
     out["draft_replay_ns"] = df["draft_replay_ns"] if "draft_replay_ns" in df.columns else pd.NA
     # the per-request accept lengths, "a,b,..." (logs written before they were logged: none)
     out["accept_lens"] = text_column(df, "accept_lens")
+    for col in OWN_COST_COLUMNS:
+        out[col] = df[col] if col in df.columns else pd.NA
     return out.astype({c: "Int64" for c in COLUMNS if c not in TEXT_COLUMNS})
 
 

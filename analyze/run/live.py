@@ -59,7 +59,7 @@ NESTED_PHASE = "allreduce"
 """Timed inside the other phases' events (the TP all-reduce runs inside the forwards)."""
 SOURCE = "live_log"
 """The ``source`` of the ranks table and the ``kind`` of an input read from a live log."""
-EXTRA_COLUMNS = ["pid", "shim_cycle", "timed", "replay_ns", "draft_replay_ns"]
+EXTRA_COLUMNS = ["pid", "shim_cycle", "timed", "replay_ns", "draft_replay_ns", "shim_ns", "sink_ns"]
 
 
 def live_config() -> PhaseConfig:
@@ -174,7 +174,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["shim_cycle"] = f["cycle"].astype("int64")
     out["steps"] = f["steps"].astype("Int64")
     out["timed"] = split.to_numpy()
-    for col in ("replay_ns", "draft_replay_ns"):
+    for col in ("replay_ns", "draft_replay_ns", *live_log.OWN_COST_COLUMNS):
         out[col] = f[col].astype("Int64") if col in f.columns else pd.Series(pd.NA, index=f.index, dtype="Int64")
     # the flags derived once, over the whole table (timeline.cycles.with_flags): a subset keeps them;
     # every process's first cycle is warm-up (a restarted worker captures its graphs again)

@@ -71,3 +71,14 @@ def tokens_summary(cycles: pd.DataFrame) -> dict | None:
             "accepted_per_cycle": accepted / len(c) if len(c) else None,
             "tokens_per_cycle": tokens / len(c) if len(c) else None,
             "tokens_per_s": tokens * 1e9 / wall if wall else None}
+
+
+@view("timing_cost", file=9, title="What the timing mode costs (live log, steady cycles per rank and batch size; "
+                                   "cost_pct: share of tokens/s, 95% interval)")
+def timing_cost(a) -> pd.DataFrame:
+    """Per rank and batch size of a live timing log: what the shim's timing mode costs, from its own log
+    (timeline.own_cost: the timed cycles' extra period, the shim's and the sink's logged time); empty for an
+    nsys profile."""
+    from analyze.timeline import own_cost
+
+    return own_cost.cost_table(a.cycles)

@@ -161,6 +161,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     wrappers.on_accept = timer.accept
     wrappers.on_idle = timer.idle
     wrappers.on_cycle_steps = timer.cycle_steps
+    wrappers.own_time = timer
     _live = Live(timer, sink, tee, previous)
     _register_exit_and_fork(settings, events, threaded)
     return _live
@@ -222,4 +223,5 @@ def disable() -> None:
     wrappers.on_accept = None
     wrappers.on_idle = None
     wrappers.on_cycle_steps = None
+    wrappers.own_time = None
     _live = None

@@ -56,7 +56,7 @@ ROW_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns", "draft_ns"
               "draft_extend_ns", "allreduce_ns", "gpu_span_ns", "accepted_tokens", "requests",
               "verified_tokens", "steps", "batch_size",
               "draft_host_ns", "verify_host_ns", "draft_extend_host_ns", "allreduce_host_ns",
-              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns", "timed", "accept_lens")
+              "draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns", "timed", "accept_lens", "shim_ns")
 """The keys of one resolved cycle (the Parquet log's columns, docs/live.md). ``<phase>_host_ns``: the
 host time between the phase's entry and exit (where it exceeds the events' ``<phase>_ns`` the phase was
 host bound: its events also timed the Python before its first launch). ``<phase>_replay_ns``: the event
@@ -66,7 +66,12 @@ replays were 99% of verify's GPU time, 93% of draft's and 82% of draft_extend's 
 the cycle's CUDA events were recorded, 0 for a cycle left out by the sampling (``sample_every``: its
 host times and accept lengths only, every event column null). ``accept_lens``: the per-request accepted
 draft tokens in request order, ``"a,b,..."`` (the accept mark's ``lens=``; null above
-``ACCEPT_LENS_MAX_REQS`` requests): the exact acceptance distribution where a batch's sum cannot tell it."""
+``ACCEPT_LENS_MAX_REQS`` requests): the exact acceptance distribution where a batch's sum cannot tell it.
+``shim_ns``: the host time the shim itself took on this process's threads since the previous row was made
+(:attr:`Timer.own_ns`: every wrapper's own part, i.e. all but the wrapped call, with its NVTX ranges, accept
+marks, these events and polls; the graph hook less the launch): what the shim costs the worker thread, logged so
+that the log says what it costs (analyze-trace's ``timing_cost`` view); rows leave in cycle order, so a cycle's
+cost may land in the row of a cycle or two later."""
 
 DROP_RING_OVERFLOW = "ring_overflow"
 DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
@@ -165,13 +170,16 @@ class Timer:
     def __init__(self, on_row: Callable[[dict], None], events="auto", identity: Callable[[], dict] | None = None,
                  ring_size: int = 256, accept_lag: int = 4, time_allreduce: bool = True, max_pairs: int = 2048,
                  pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns, sample_every: int = 1,
-                 gate="auto"):
+                 gate="auto", own_clock: Callable[[], int] = time.perf_counter_ns):
         if ring_size < 1:
             raise ValueError("ring_size must be >= 1")
         if sample_every < 1:
             raise ValueError("sample_every must be >= 1")
         self.sample_every = sample_every
         self.on_row, self.identity_fn, self.clock = on_row, identity, clock
+        # the timing mode's own host time (ns) since the last row was made (``shim_ns``), on its own clock so
+        # that a test's counting ``clock`` sees the calls it always saw
+        self.own_clock, self.own_ns = own_clock, 0
         self.ring_size, self.accept_lag, self.max_pairs, self.pool_max = ring_size, accept_lag, max_pairs, pool_max
         self.time_allreduce = time_allreduce
         self._events_spec = events
@@ -280,7 +288,22 @@ class Timer:
         and what it returns or raises is the caller's; the gate is released whatever happens; the timer's
         own errors are counted (``graph_hook_faults``, ``graph_gate_faults``: the gate is then dropped and
         the launches timed ungated), never raised into the replay. A launch that raises leaves its phase's
-        replay time missing (null) for the cycle."""
+        replay time missing (null) for the cycle. The hook's own host time (all of it but ``launch``'s) counts
+        in :attr:`own_ns`."""
+        clock, t0, box = self.own_clock, self.own_clock(), [0]
+
+        def launch_timed():
+            a = clock()
+            try:
+                return launch()
+            finally:
+                box[0] = clock() - a
+        try:
+            return self._time_graph(launch_timed)
+        finally:
+            self.own_ns += clock() - t0 - box[0]
+
+    def _time_graph(self, launch: Callable[[], object]):
         key = rec = start = token = gate = None
         try:
             try:
@@ -496,8 +519,14 @@ class Timer:
         for phase in REPLAYED:
             out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
-                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed), accept_lens=rec.lens)
+                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed), accept_lens=rec.lens,
+                   shim_ns=self._take_own_ns())
         return out
+
+    def _take_own_ns(self) -> int:
+        """The timing mode's own host time since the last row (:attr:`own_ns`), reset to 0."""
+        own, self.own_ns = self.own_ns, 0
+        return int(own)
 
     def idle(self) -> int:
         """The server is idle (SGLang's ``Scheduler.on_idle``, after every batch result was processed:
@@ -594,7 +623,11 @@ class TeeBackend:
             now = self._clock()
             if now - self._checked >= self.pause_check_s:
                 self._checked = now
-                self.paused = os.path.exists(self.pause_file)
+                paused = os.path.exists(self.pause_file)
+                if self.paused and not paused:
+                    # the shim's own time while paused belongs to no logged cycle: not on the next row's shim_ns
+                    self.timer.own_ns = 0
+                self.paused = paused
         return not self.paused if not routes else routes[-1]
 
     def push(self, name, payload=None):

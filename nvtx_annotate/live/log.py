@@ -13,6 +13,10 @@ import os
 import time
 
 from .events import ROW_FIELDS
+from .sink import SINK_FIELDS
+
+LOG_FIELDS = ROW_FIELDS + SINK_FIELDS
+"""The log's columns, in order: the timer's row, then the sink's."""
 
 SCHEMA_VERSION = 1
 META_PREFIX = "specprof."
@@ -28,13 +32,13 @@ TMP_SUFFIX = ".parquet.tmp"
 
 
 def arrow_schema(metadata: dict[str, str] | None = None):
-    """The log's pyarrow schema (column order :data:`~nvtx_annotate.live.events.ROW_FIELDS`)."""
+    """The log's pyarrow schema (column order :data:`LOG_FIELDS`)."""
     import pyarrow as pa
 
     def kind(name):
         return pa.string() if name in STRING_FIELDS else pa.int32() if name in INT32_FIELDS else pa.int64()
 
-    fields = [pa.field(name, kind(name), nullable=name not in NON_NULL_FIELDS) for name in ROW_FIELDS]
+    fields = [pa.field(name, kind(name), nullable=name not in NON_NULL_FIELDS) for name in LOG_FIELDS]
     return pa.schema(fields, metadata=metadata)
 
 
@@ -94,7 +98,7 @@ class LogWriter:
 
         if self._writer is None:
             self._open()
-        cols = {name: [r.get(name) for r in self._rows] for name in ROW_FIELDS}
+        cols = {name: [r.get(name) for r in self._rows] for name in LOG_FIELDS}
         table = pa.Table.from_pydict(cols, schema=self._writer.schema)
         self._writer.write_table(table, row_group_size=len(self._rows))
         self._rows = []

@@ -16,6 +16,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+SINK_FIELDS = ("sink_ns",)
+"""The column the sink adds to the timer's rows (the log's last): ``sink_ns``, the CPU time
+(``time.thread_time_ns``) the sink's thread spent on the previous drain (the metrics and the log's row
+groups), on the first row of the next drain, 0 on the others: summed over a stretch of rows, what the
+output costs in CPU time besides the worker thread's ``shim_ns`` (in a Python server it holds the GIL
+meanwhile)."""
+
 
 class Sink:
     """``make_outputs()`` -> ``(log writer or None, metrics or None)``, called once on the sink's
@@ -35,6 +42,7 @@ class Sink:
         self._last_write = clock()
         self._idle_since = None
         self.handled = 0
+        self._spent_ns = 0          # CPU time of drains not yet carried by a row (sink_ns)
 
     # worker thread
     def add(self, row: dict) -> None:
@@ -75,11 +83,19 @@ class Sink:
     def drain(self) -> int:
         """Handle the rows waiting now; write a row group when the log asks or ``flush_s`` passed;
         when no row came for ``idle_complete_s``, write what waits and complete the file (module doc)."""
+        t0 = time.thread_time_ns()
+        try:
+            return self._drain()
+        finally:
+            self._spent_ns += time.thread_time_ns() - t0
+
+    def _drain(self) -> int:
         log, metrics = self.outputs()
         n = 0
         rows = self._rows
         while rows:
             row = rows.popleft()
+            row["sink_ns"], self._spent_ns = self._spent_ns, 0
             if metrics is not None:
                 try:
                     metrics.observe(row)

@@ -1,0 +1,237 @@
+"""What the shim costs, logged by the shim (issue 43: the timing mode says its own overhead): every
+wrapper adds its own host time (all of a wrapped call but the call) to the timer's ``own_ns``, the CUDA
+graph hook its time less the launch; each row carries what accumulated since the previous row
+(``shim_ns``); the sink's thread its CPU time (``sink_ns``, on the next drain's first row); the log holds
+both and the analyzer's reader reads them."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from nvtx_annotate import _nvtx, wrappers
+from nvtx_annotate import protocol as P
+from nvtx_annotate.live import events as E
+from nvtx_annotate.live.log import LOG_FIELDS, LogWriter
+from nvtx_annotate.live.sink import Sink
+from analyze.read import live_log
+
+from test_live_timing import Gpu, fake_sglang, make_timer, run_cycle, _drive, _timed_install  # noqa: F401
+
+
+class Ticks:
+    """A clock the test moves: ``advance(ns)``; each reading costs nothing."""
+
+    def __init__(self):
+        self.now = 0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, ns):
+        self.now += ns
+
+
+class Own:
+    """What the wrappers charge (the timer's ``own_clock`` and ``own_ns``)."""
+
+    def __init__(self, clock):
+        self.own_clock, self.own_ns = clock, 0
+
+
+class SlowBackend:
+    """An active NVTX backend whose push and pop take ``ns`` each on ``clock``."""
+
+    active = True
+    name = "slow"
+
+    def __init__(self, clock, ns):
+        self.clock, self.ns, self.calls = clock, ns, []
+
+    def push(self, name, payload=None):
+        self.clock.advance(self.ns)
+        self.calls.append(("push", name))
+
+    def pop(self):
+        self.clock.advance(self.ns)
+        self.calls.append(("pop",))
+
+
+def _with(monkeypatch, backend, own):
+    monkeypatch.setattr(_nvtx, "_backend", backend)
+    monkeypatch.setattr(wrappers, "own_time", own)
+
+
+def test_a_range_wrapper_charges_its_push_and_pop_not_the_wrapped_call(monkeypatch):
+    clock = Ticks()
+    own = Own(clock)
+    _with(monkeypatch, SlowBackend(clock, 700), own)
+    monkeypatch.setattr(wrappers.guard, "skip", lambda: False)
+
+    def forward(x):
+        clock.advance(1_000_000)           # the model's work: not the shim's
+        return x + 1
+    wrapped = wrappers._range_wrapper(forward, P.VERIFY, False, "verify")
+    assert wrapped(1) == 2 and wrapped(2) == 3
+    assert own.own_ns == 4 * 700           # two calls, a push and a pop each
+
+
+def test_a_range_wrapper_charges_even_when_the_call_raises(monkeypatch):
+    clock = Ticks()
+    own = Own(clock)
+    _with(monkeypatch, SlowBackend(clock, 300), own)
+    monkeypatch.setattr(wrappers.guard, "skip", lambda: False)
+
+    def boom():
+        clock.advance(50_000)
+        raise ValueError("x")
+    wrapped = wrappers._range_wrapper(boom, P.DRAFT, False, "draft")
+    try:
+        wrapped()
+    except ValueError:
+        pass
+    assert own.own_ns == 600
+
+
+def test_a_hooked_wrapper_charges_its_enter_and_leave_hooks(monkeypatch):
+    clock = Ticks()
+    own = Own(clock)
+    monkeypatch.setattr(wrappers, "own_time", own)
+
+    def enter(args, kwargs):
+        clock.advance(1_200)                  # e.g. the cycle's push and the prefill check
+        return "state"
+
+    def leave(state, args, kwargs, ret):
+        clock.advance(2_500)                  # e.g. reading the accept lengths and the accept mark
+
+    def fail(state):                          # pragma: no cover - not raised here
+        clock.advance(1)
+    hooks = wrappers.Hooks(enter, leave, fail)
+
+    def cycle():
+        clock.advance(3_000_000)
+        return "done"
+    assert wrappers._sync_wrapper(cycle, hooks, "cycle")() == "done"
+    assert own.own_ns == 3_700
+
+
+def test_without_the_timing_mode_nothing_is_charged(monkeypatch):
+    clock = Ticks()
+    _with(monkeypatch, SlowBackend(clock, 700), None)
+    monkeypatch.setattr(wrappers.guard, "skip", lambda: False)
+    wrapped = wrappers._range_wrapper(lambda: clock.advance(10), P.VERIFY, False, "verify")
+    wrapped()
+    assert clock.now == 1_410                 # the call ran, nothing read the clock for the shim
+
+
+def test_the_graph_hook_charges_its_own_time_less_the_launch():
+    """Its two events (each made to take 300 ns of host time here) count; the launch (40 us) does not."""
+    gpu = Gpu()
+    clock = Ticks()
+    t, rows = make_timer(gpu, accept_lag=0, own_clock=clock)
+    t.push(P.DECODE_CYCLE, 1)
+    t.push(P.VERIFY)
+    record = t._record
+
+    def slow_record(rec, key):
+        clock.advance(300)
+        return record(rec, key)
+    t._record = slow_record
+
+    def launch():
+        clock.advance(40_000)
+        gpu.launch(5, 400)
+        return "ok"
+    before = t.own_ns
+    assert t.time_graph(launch) == "ok"
+    assert t.own_ns - before == 600
+    t.pop()
+    t.pop()
+
+
+def test_each_row_carries_the_time_charged_since_the_previous_row():
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.own_ns = 1_234
+    run_cycle(t, gpu, 1, accept=(2, 1))
+    t.poll()
+    t.own_ns += 56
+    run_cycle(t, gpu, 2, accept=(2, 1))
+    t.poll()
+    assert [r["shim_ns"] for r in rows] == [1_234, 56]
+    assert t.own_ns == 0
+
+
+def test_the_sink_puts_its_cpu_time_on_the_next_drains_first_row(tmp_path, monkeypatch):
+    cpu = iter([0, 7_000, 7_000, 9_500, 9_500, 9_500])     # thread_time_ns at each drain's start and end
+    monkeypatch.setattr("nvtx_annotate.live.sink.time.thread_time_ns", lambda: next(cpu))
+    s = Sink(lambda: (None, None), threaded=False)
+    s.add({"cycle": 1})
+    s.add({"cycle": 2})
+    assert s.drain() == 2                     # cost 7,000, carried by the next drain's first row
+    first = list(s._rows)
+    s.add({"cycle": 3})
+    s.add({"cycle": 4})
+    handled = [dict(r) for r in s._rows]
+    assert first == [] and handled == [{"cycle": 3}, {"cycle": 4}]
+    rows = []
+    monkeypatch.setattr(s, "outputs", lambda: (type("L", (), {"add": rows.append, "buffered": lambda self: 0,
+                                                               "complete_if_old": lambda self: False})(), None))
+    assert s.drain() == 2
+    assert [(r["cycle"], r["sink_ns"]) for r in rows] == [(3, 7_000), (4, 0)]
+
+
+def test_the_log_holds_shim_and_sink_time_and_the_reader_keeps_them(tmp_path):
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    t.rank, t.spec = 0, P.SpecConfig("EAGLE", 2, 1, 3, 1, True, 8)
+    for k in range(1, 4):
+        t.own_ns += 1000 * k
+        run_cycle(t, gpu, k, accept=(2, 1))
+        t.poll()
+    for r, sink in zip(rows, (500, 0, 0)):
+        r["sink_ns"] = sink
+    w = LogWriter(str(tmp_path), 0, 1)
+    for r in rows:
+        w.add(r)
+    w.close()
+    f = next(tmp_path.glob("*.parquet"))
+    table = pq.read_table(f)
+    assert table.schema.names == list(LOG_FIELDS) and LOG_FIELDS[-2:] == ("shim_ns", "sink_ns")
+    cyc = live_log.live_cycles(f)
+    assert cyc["shim_ns"].tolist() == [1000, 2000, 3000] and cyc["sink_ns"].tolist() == [500, 0, 0]
+
+
+def test_through_the_wrappers_every_row_has_the_shims_own_time(fake_sglang, monkeypatch, tmp_path):
+    """The fake SGLang worker driven with the timing mode on: every row carries a positive own time, the
+    wrappers' and the timer's on the real clock, and the sum is the time charged."""
+    name, rec = fake_sglang
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
+    assert wrappers.own_time is state.timer
+    _drive(name, gpu, 6, [2, 0, 3])
+    state.timer.close()
+    rows = list(state.sink._rows)
+    assert len(rows) == 6 and all(isinstance(r["shim_ns"], int) and r["shim_ns"] > 0 for r in rows)
+    state.sink.close()
+
+
+def test_the_shims_time_while_paused_is_on_no_row(tmp_path):
+    """The overhead benchmark pauses the timing between rounds (SPECPROF_TIMING_PAUSE_FILE); the wrappers still
+    charge meanwhile: that time belongs to no logged cycle and is dropped when the timing resumes."""
+    rows = []
+    t = E.Timer(rows.append, events=None, accept_lag=0)
+    now = [0.0]
+    pause = tmp_path / "pause"
+    tee = E.TeeBackend(_nvtx.RecordingBackend(), t, pause_file=str(pause), pause_check_s=0.05, clock=lambda: now[0])
+    pause.touch()
+    now[0] += 1.0
+    tee.push(P.DECODE_CYCLE, 1)            # paused: not timed
+    t.own_ns += 50_000                     # the wrappers' time meanwhile
+    tee.pop()
+    pause.unlink()
+    now[0] += 1.0
+    tee.push(P.DECODE_CYCLE, 2)            # resumed: the paused time is dropped here
+    t.own_ns += 700
+    tee.pop()
+    t.poll(wait_accepts=False)
+    assert [(r["cycle"], r["shim_ns"]) for r in rows] == [(2, 700)]
