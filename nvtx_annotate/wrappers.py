@@ -75,8 +75,8 @@ accept mark (``lengths``: the per-request accept lengths the mark was made of)."
 on_idle: Callable | None = None
 """Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
 own_time = None
-"""Set by the timing mode (``live``): the :class:`~nvtx_annotate.live.events.Timer` whose ``own_ns`` the
-wrappers add their own host time to (all of a wrapped call but the call itself: the shim's cost, the log's
+"""Set by the timing mode (``live``): the :class:`~nvtx_annotate.live.events.Timer` whose ``charge`` the
+wrappers give their own host time to (all of a wrapped call but the call itself: the shim's cost, the log's
 ``shim_ns``); None: nothing is counted (one global read a call)."""
 on_cycle_steps: Callable | None = None
 """Set by the timing mode (``live``): ``on_cycle_steps(steps)`` as a decode cycle closes, with the worker's
@@ -552,7 +552,7 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
             fault(label, e)
             state = None
         if own is not None:
-            own.own_ns += own.own_clock() - t0
+            own.charge(label + " enter", own.own_clock() - t0)
         if state is None:
             return fn(*args, **kwargs)
         try:
@@ -570,7 +570,7 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
         except Exception as e:
             fault(label, e)
         if own is not None:
-            own.own_ns += own.own_clock() - t0
+            own.charge(label + " leave", own.own_clock() - t0)
         return ret
 
     return wrapper
@@ -596,7 +596,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
             fault(label, e)
             b = None
         if own is not None:
-            own.own_ns += own.own_clock() - t0
+            own.charge(label + " push", own.own_clock() - t0)
         if b is None:
             return fn(*args, **kwargs)
         try:
@@ -609,7 +609,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
             except Exception as e:
                 fault(label, e)
             if own is not None:
-                own.own_ns += own.own_clock() - t0
+                own.charge(label + " pop", own.own_clock() - t0)
 
     return wrapper
 

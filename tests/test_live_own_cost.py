@@ -32,10 +32,14 @@ class Ticks:
 
 
 class Own:
-    """What the wrappers charge (the timer's ``own_clock`` and ``own_ns``)."""
+    """What the wrappers charge (the timer's ``own_clock`` and ``charge``), by place too."""
 
     def __init__(self, clock):
-        self.own_clock, self.own_ns = clock, 0
+        self.own_clock, self.own_ns, self.places = clock, 0, {}
+
+    def charge(self, place, ns):
+        self.own_ns += ns
+        self.places[place] = self.places.get(place, 0) + ns
 
 
 class SlowBackend:
@@ -73,6 +77,7 @@ def test_a_range_wrapper_charges_its_push_and_pop_not_the_wrapped_call(monkeypat
     wrapped = wrappers._range_wrapper(forward, P.VERIFY, False, "verify")
     assert wrapped(1) == 2 and wrapped(2) == 3
     assert own.own_ns == 4 * 700           # two calls, a push and a pop each
+    assert own.places == {"verify push": 1400, "verify pop": 1400}
 
 
 def test_a_range_wrapper_charges_even_when_the_call_raises(monkeypatch):
@@ -112,7 +117,7 @@ def test_a_hooked_wrapper_charges_its_enter_and_leave_hooks(monkeypatch):
         clock.advance(3_000_000)
         return "done"
     assert wrappers._sync_wrapper(cycle, hooks, "cycle")() == "done"
-    assert own.own_ns == 3_700
+    assert own.own_ns == 3_700 and own.places == {"cycle enter": 1_200, "cycle leave": 2_500}
 
 
 def test_without_the_timing_mode_nothing_is_charged(monkeypatch):
@@ -235,3 +240,24 @@ def test_the_shims_time_while_paused_is_on_no_row(tmp_path):
     tee.pop()
     t.poll(wait_accepts=False)
     assert [(r["cycle"], r["shim_ns"]) for r in rows] == [(2, 700)]
+
+
+def test_own_detail_writes_the_shims_time_by_place(fake_sglang, monkeypatch, tmp_path):
+    """SPECPROF_TIMING_OWN_DETAIL=1 (a diagnostic): the sink writes {place: [ns, calls]} beside the log, the
+    places summing to what the rows carried."""
+    import json
+
+    monkeypatch.setenv("SPECPROF_TIMING_OWN_DETAIL", "1")
+    name, rec = fake_sglang
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
+    _drive(name, gpu, 6, [2, 0, 3])
+    state.timer.close()
+    carried = sum(r["shim_ns"] for r in state.sink._rows) + state.timer.own_ns
+    state.sink.drain()
+    files = list((tmp_path / "logs").glob("own_detail-r*-p*.json"))
+    assert len(files) == 1
+    detail = json.loads(files[0].read_text())
+    assert sum(ns for ns, _ in detail.values()) == carried
+    assert any(k.endswith(" enter") for k in detail) and any(k.endswith(" push") for k in detail)
+    assert all(calls >= 1 for _, calls in detail.values())
+    state.sink.close()

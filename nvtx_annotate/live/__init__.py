@@ -29,10 +29,11 @@ ENV_PAUSE_FILE = "SPECPROF_TIMING_PAUSE_FILE"
 ENV_EVENTS = "SPECPROF_TIMING_EVENTS"
 ENV_SAMPLE = "SPECPROF_TIMING_SAMPLE"
 ENV_GATE = "SPECPROF_TIMING_GATE"
+ENV_OWN_DETAIL = "SPECPROF_TIMING_OWN_DETAIL"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
-                                  "metrics_port flush_s file_s pause_file events sample_every gate",
-                      defaults=(None, True, 17, True))
+                                  "metrics_port flush_s file_s pause_file events sample_every gate own_detail",
+                      defaults=(None, True, 17, True, False))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
@@ -83,6 +84,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         events=env.get(ENV_EVENTS, "1") not in _OFF,
         sample_every=whole(ENV_SAMPLE, DEFAULTS.sample_every, 1),
         gate=env.get(ENV_GATE, "1") not in _OFF,
+        own_detail=env.get(ENV_OWN_DETAIL, "0") not in _OFF,
     ), problems
 
 
@@ -133,6 +135,25 @@ def _outputs(settings: Settings, timer, warn):
     return make
 
 
+def _detail_writer(settings: Settings, timer):
+    """``SPECPROF_TIMING_OWN_DETAIL=1`` (a diagnostic): the shim's own time by where it was spent (wrapper
+    label and part, the graph hook), ``{key: [ns, calls]}``, rewritten atomically as
+    ``own_detail-r{rank}-p{pid}.json`` in the log directory at every sink wake-up."""
+    import json
+
+    def write():
+        detail = timer.own_detail
+        if not detail:
+            return
+        rank = timer.rank if timer.rank is not None else 0
+        os.makedirs(settings.directory, exist_ok=True)
+        path = os.path.join(settings.directory, f"own_detail-r{rank}-p{timer.pid}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(dict(detail), f, indent=1, sort_keys=True)
+        os.replace(path + ".tmp", path)
+    return write
+
+
 def enable(settings: Settings | None = None, events="auto", threaded: bool = True) -> Live:
     """Turn the timing mode on in this process (idempotent); ``events``: see :class:`~.events.Timer`."""
     global _live
@@ -152,8 +173,11 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
                   ring_size=settings.ring_size, time_allreduce=settings.time_allreduce,
                   sample_every=settings.sample_every, gate="auto" if settings.gate else None)
+    if settings.own_detail:
+        timer.own_detail = {}
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
-                flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault)
+                flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault,
+                detail=_detail_writer(settings, timer) if settings.own_detail else None)
     sink_box.append(sink)
     previous = _nvtx._backend or _nvtx.get_backend()
     tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=settings.pause_file)

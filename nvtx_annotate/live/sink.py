@@ -31,9 +31,11 @@ class Sink:
 
     def __init__(self, make_outputs: Callable[[], tuple], counters: Callable[[], dict] | None = None,
                  interval_s: float = 1.0, flush_s: float = 30.0, threaded: bool = True, idle_complete_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic, on_error: Callable[[str, BaseException], None] | None = None):
+                 clock: Callable[[], float] = time.monotonic, on_error: Callable[[str, BaseException], None] | None = None,
+                 detail: Callable[[], None] | None = None):
         self.make_outputs, self.counters, self.interval_s, self.flush_s = make_outputs, counters, interval_s, flush_s
         self.idle_complete_s = idle_complete_s
+        self.detail = detail        # SPECPROF_TIMING_OWN_DETAIL: writes the shim's own time by place, each drain
         self.threaded, self.clock, self.on_error = threaded, clock, on_error
         self._rows: deque = deque()
         self._thread = None
@@ -134,6 +136,13 @@ class Sink:
                         log.complete_if_old()
             except Exception as exc:  # noqa: BLE001
                 self._failed("log", exc)
+        if self.detail is not None:
+            try:
+                self.detail()
+            except Exception as exc:  # noqa: BLE001 - a diagnostic: said once, then off
+                self.detail = None
+                if self.on_error is not None:
+                    self.on_error("live sink (own detail, now off)", exc)
         self.handled += n
         return n
 
