@@ -140,11 +140,15 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
     already finished were left out (default ``len(lengths)``)."""
     if not isinstance(lengths, (list, tuple)):
         return False
+    b = b or _nvtx._backend or _nvtx.get_backend()
     try:
-        text, payload = P.accept_mark(lengths, cycle)
+        if getattr(b, "records_marks", True):
+            text, payload = P.accept_mark(lengths, cycle)
+            b.mark(text, payload)
+        else:           # the timing mode alone (no profiler behind it): no mark text to build
+            payload = sum(int(x) for x in lengths)
     except (TypeError, ValueError):
         return False
-    (b or _nvtx._backend or _nvtx.get_backend()).mark(text, payload)
     _stats["marks"] += 1
     if on_accept is not None:
         on_accept(payload, len(lengths), cycle, batch_size, lengths)
@@ -517,7 +521,7 @@ def _hooks_after_init(get_self, emit) -> Hooks:
 
 def _hooks_idle() -> Hooks:
     def enter(args, kwargs):
-        return True
+        return True if on_idle is not None else None
 
     def leave(_, args, kwargs, ret):
         hook = on_idle
@@ -587,7 +591,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
             t0 = own.own_clock()
         try:
             b = nv._backend or nv.get_backend()
-            if not b.active or (only is not None and not only(args, kwargs)) or (
+            if not b.active or getattr(b, "skip_ranges", False) or (only is not None and not only(args, kwargs)) or (
                     g.skip_exact() if exact else g.skip()):
                 b = None
             else:

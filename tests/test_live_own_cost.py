@@ -6,6 +6,8 @@ both and the analyzer's reader reads them."""
 
 from __future__ import annotations
 
+import sys
+
 import pyarrow.parquet as pq
 
 from nvtx_annotate import _nvtx, wrappers
@@ -261,3 +263,71 @@ def test_own_detail_writes_the_shims_time_by_place(fake_sglang, monkeypatch, tmp
     assert any(k.endswith(" enter") for k in detail) and any(k.endswith(" push") for k in detail)
     assert all(calls >= 1 for _, calls in detail.values())
     state.sink.close()
+
+
+def _tee(inner_active: bool, sample: int = 17):
+    rec = _nvtx.RecordingBackend()
+    rec.active = inner_active
+    rows = []
+    t = E.Timer(rows.append, events=Gpu().events(), accept_lag=0, sample_every=sample)
+    return E.TeeBackend(rec, t), t, rec, rows
+
+
+def test_an_untimed_cycle_without_a_profiler_lets_the_range_wrappers_pass_through(monkeypatch):
+    """Cycle 1 of a sampling of 1 in 17 records nothing inside it: the tee says so (skip_ranges) and a
+    range wrapper calls the function without pushing anything; cycle 17 (timed) gets its ranges."""
+    tee, t, rec, rows = _tee(inner_active=False)
+    monkeypatch.setattr(_nvtx, "_backend", tee)
+    monkeypatch.setattr(wrappers.guard, "skip", lambda: False)
+    pushed = []
+    real_push = t.push
+    monkeypatch.setattr(t, "push", lambda name, payload=None: (pushed.append(name), real_push(name, payload)))
+    verify = wrappers._range_wrapper(lambda: "v", P.VERIFY, False, "verify")
+    for k in (1, 17):
+        tee.push(P.DECODE_CYCLE, k)
+        assert tee.skip_ranges == (k == 1)
+        assert verify() == "v"
+        tee.pop()
+    assert not tee.skip_ranges                          # between cycles: the next cycle's push gets through
+    assert pushed == [P.DECODE_CYCLE, P.DECODE_CYCLE, P.VERIFY]
+    t.poll(wait_accepts=False)
+    assert [(r["cycle"], r["timed"], r["verify_ns"] is not None) for r in rows] == [(1, 0, False), (17, 1, True)]
+
+
+def test_with_a_profiler_behind_the_tee_every_range_still_reaches_it(monkeypatch):
+    tee, t, rec, rows = _tee(inner_active=True)
+    monkeypatch.setattr(_nvtx, "_backend", tee)
+    monkeypatch.setattr(wrappers.guard, "skip", lambda: False)
+    verify = wrappers._range_wrapper(lambda: "v", P.VERIFY, False, "verify")
+    tee.push(P.DECODE_CYCLE, 1)                          # untimed, but nsys records the ranges
+    assert not tee.skip_ranges and verify() == "v"
+    tee.pop()
+    assert [e[1] for e in rec.events if e[0] == "push"] == [P.DECODE_CYCLE, P.VERIFY]
+
+
+def test_the_graph_hook_passes_an_untimed_cycles_launch_straight_through(monkeypatch):
+    """torch's CUDAGraph.replay, hooked: in a cycle the sampling left without events the original is called
+    directly (no closure, no timer call); in a timed one the timer times it."""
+    class CUDAGraph:
+        def replay(self):
+            return "replayed"
+    fake_torch = type(sys)("torch")
+    fake_torch.cuda = type(sys)("torch.cuda")
+    fake_torch.cuda.CUDAGraph = CUDAGraph
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, sample_every=17)
+    calls = []
+    real = t.time_graph
+    monkeypatch.setattr(t, "time_graph", lambda launch: (calls.append(1), real(launch))[1])
+    assert E.hook_cuda_graphs(t)
+    try:
+        for k, timed in ((1, False), (17, True)):
+            t.push(P.DECODE_CYCLE, k)
+            t.push(P.VERIFY)
+            assert CUDAGraph().replay() == "replayed"
+            t.pop()
+            t.pop()
+            assert len(calls) == int(timed)
+    finally:
+        E.unhook_cuda_graphs()
