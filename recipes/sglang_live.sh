@@ -11,7 +11,7 @@
 #   the overhead inside one engine (rounds alternate timing on / paused), two engines:
 #     ENGINES="alt alt" CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #   the same with the CUDA events off (host times only: what the events cost): EVENTS=0; events in every
-#   cycle instead of one in 17: SAMPLE=1. The profile times one cycle in 17 too (PROFILE_SAMPLE, default 17):
+#   cycle instead of one in 41: SAMPLE=1. The profile times one cycle in 41 too (PROFILE_SAMPLE, default 41):
 #   events in every cycle cost 3-12% of tokens/s (H100, 2026-12-05) and would bias a whatif from the profile
 #   alone; recipes/live_compare.py compares medians, over the timed cycles on the log's side
 #   eager mode (SGLang's --disable-cuda-graph): GRAPH_BS=none (the profile is named ..._eager)
@@ -53,7 +53,7 @@ for mode in $ENGINES; do
     # and removed by the sweep between rounds); engines of one configuration differ by 8-27% on one machine
     rm -f "$W/pause"; mkdir -p "$W/logs"
     env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-17}" \
+      SPECPROF_TIMING_EVENTS="${EVENTS:-1}" SPECPROF_TIMING_SAMPLE="${SAMPLE:-41}" \
       timeout 400 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 $ROUND_ARGS \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
@@ -95,7 +95,7 @@ if [ "$el" -lt "$((BUDGET_S - 150))" ]; then
   [ -n "$ADAPTIVE" ] && base="${base}_adaptive"
   echo "== $(date -u +%T) +${el}s profile with the timing mode on: $base"
   SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/$base.live" SPECPROF_TIMING_FILE_S=10 \
-    SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-17}" timeout 240 \
+    SPECPROF_TIMING_SAMPLE="${PROFILE_SAMPLE:-41}" timeout 240 \
     python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force --capture cudaprofilerapi \
     --nsys-arg=--sample=none --nsys-arg=--cpuctxsw=none -o "$W/$base" -- python3 recipes/sglang_sweep.py \
     "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" --batches "$BATCHES" --min-new 1024 \

@@ -83,9 +83,10 @@ def timed_rows(values, rank, pid, steps, sample_every=1):
     t.rank, t.spec = rank, P.SpecConfig("EAGLE", steps, 1, steps + 1, 2, True, 8)
     for k, v in enumerate(values, start=1):
         # the cycle's start, each phase's entry and exit (draft, verify, all-reduce in it, draft_extend:
-        # 8 readings, evenly between), its end
+        # 8 readings, evenly between; none in a cycle the sampling leaves untimed), its end
         step = (v["end"] - v["start"]) // 9
-        clock.values += [v["start"]] + [v["start"] + step * i for i in range(1, 9)] + [v["end"]]
+        inside = [v["start"] + step * i for i in range(1, 9)] if k % sample_every == 0 else []
+        clock.values += [v["start"]] + inside + [v["end"]]
         t.push(P.DECODE_CYCLE, k)
         gpu.now += 10_000
         t.push(P.DRAFT)

@@ -331,3 +331,74 @@ def test_the_graph_hook_passes_an_untimed_cycles_launch_straight_through(monkeyp
             assert len(calls) == int(timed)
     finally:
         E.unhook_cuda_graphs()
+
+
+def _cycle_table(n=401, every=4, untimed_ns=1_000_000, timed_ns=1_200_000, shim=(10_000, 30_000), sink_every=10,
+                 sink=5_000, requests=16, jitter=0):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    k = np.arange(1, n + 1)
+    timed = k % every == 0
+    period = np.where(timed, timed_ns, untimed_ns) + (rng.integers(-jitter, jitter + 1, n) if jitter else 0)
+    return pd.DataFrame({"rank": 0, "cycle": k, "requests": requests, "period_ns": period, "timed": timed,
+                         "shim_ns": np.where(timed, shim[1], shim[0]),
+                         "sink_ns": np.where(k % sink_every == 0, sink, 0)})
+
+
+def test_the_cost_table_adds_the_shims_time_the_events_share_and_the_sinks_time():
+    """Known answer: every 4th cycle timed and 200 us longer, the shim 10 us an untimed cycle (30 us a timed
+    one: in the 200 us already), the sink 5 us every 10th row. The first cycle is warm-up."""
+    import pytest
+    from analyze.timeline import own_cost
+
+    t = own_cost.cost_table(_cycle_table())
+    assert len(t) == 1
+    r = t.iloc[0]
+    steady_k = list(range(2, 402))
+    n_t = sum(1 for k in steady_k if k % 4 == 0)
+    mean_period = (n_t * 1_200_000 + (400 - n_t) * 1_000_000) / 400
+    sink_mean = 5_000 * sum(1 for k in steady_k if k % 10 == 0) / 400
+    cost = 10_000 + n_t / 400 * 200_000 + sink_mean
+    assert (r["cycles"], r["timed_cycles"], r["requests"]) == (400, n_t, 16)
+    assert (r["timed_extra_ns"], r["timed_extra_ci_ns"], r["shim_ns"]) == (200_000, 0, 10_000)
+    assert r["sink_ns"] == round(sink_mean) and r["cost_ns"] == round(cost)
+    assert r["cost_pct"] == pytest.approx(100 * cost / mean_period)
+    assert r["basis"] == own_cost.ALL and r["period_ns"] == round(mean_period)
+
+
+def test_the_cost_tables_interval_covers_the_events_noise():
+    """Periods jittered +-50 us: the timed cycles' extra comes with a 95% half-width, and the cost's interval
+    holds the true cost (200 us extra at 1 in 4, the shim's 10 us, the sink's 0.5 us a cycle)."""
+    from analyze.timeline import own_cost
+
+    r = own_cost.cost_table(_cycle_table(n=4001, jitter=50_000)).iloc[0]
+    assert 0 < r["timed_extra_ci_ns"] < 10_000
+    true = 100 * (10_000 + 0.25 * 200_000 + 500) / (0.25 * 1_200_000 + 0.75 * 1_000_000)
+    assert r["cost_pct_low"] <= true <= r["cost_pct_high"]
+
+
+def test_a_log_without_shim_time_gives_the_events_part_and_one_without_untimed_cycles_the_host_part():
+    from analyze.timeline import own_cost
+
+    old = _cycle_table().drop(columns=["shim_ns", "sink_ns"])
+    r = own_cost.cost_table(old).iloc[0]
+    assert r["basis"] == own_cost.EVENTS_ONLY and r["shim_ns"] is pd_na() and r["cost_ns"] == round(
+        r["timed_cycles"] / r["cycles"] * 200_000)
+    every = _cycle_table(every=1)
+    r = own_cost.cost_table(every).iloc[0]
+    assert r["basis"] == own_cost.HOST_ONLY and r["timed_extra_ns"] is pd_na() and r["shim_ns"] == 30_000
+
+
+def test_an_nsys_cycle_table_has_no_cost_rows():
+    import pandas as pd
+    from analyze.timeline import own_cost
+
+    assert own_cost.cost_table(pd.DataFrame({"rank": [0], "cycle": [1], "period_ns": [5]})).empty
+
+
+def pd_na():
+    import pandas as pd
+
+    return pd.NA

@@ -500,7 +500,7 @@ def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, t
     """SPECPROF_TIMING=1: install() puts the tee in front of NVTX; a fake v2 worker's cycles come out
     as rows with the phase times its fake device ran, the rank and the spec_config of the process."""
     name, rec = fake_sglang
-    gpu, state = _timed_install(name, monkeypatch, tmp_path, 1)   # every cycle timed (the default is 1 in 17)
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 1)   # every cycle timed (the default is 1 in 41)
     assert _nvtx._backend is state.tee and wrappers.on_accept == state.timer.accept
     _drive(name, gpu, 6, [2, 0, 3])
     assert rec.balanced()  # nsys's ranges are still there (the recording backend stands for nsys)

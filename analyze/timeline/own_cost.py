@@ -59,7 +59,9 @@ def _column(c: pd.DataFrame, name: str) -> np.ndarray:
 
 def group_cost(c: pd.DataFrame) -> dict | None:
     """The cost row of one rank's steady cycles of one batch size (``c``: cycle-table rows with
-    ``period_ns``, ``timed`` and, where logged, ``shim_ns`` / ``sink_ns``); None below :data:`MIN_CYCLES`."""
+    ``period_ns``, ``timed`` and, where logged, ``shim_ns`` / ``sink_ns``); None below :data:`MIN_CYCLES`
+    cycles, and for a sampled log below :data:`MIN_CYCLES` timed or untimed ones (the batch sizes a server
+    passes through as requests finish: their events' share cannot be told)."""
     period = _column(c, "period_ns")
     ok = np.isfinite(period) & (period > 0)
     c, period = c[ok], period[ok]
@@ -71,8 +73,8 @@ def group_cost(c: pd.DataFrame) -> dict | None:
     shim, sink = _column(c, "shim_ns"), _column(c, "sink_ns")
     has_host = bool(np.isfinite(shim).any())
     compare = n_t >= MIN_CYCLES and n - n_t >= MIN_CYCLES
-    if not compare and not has_host:
-        return None
+    if not compare and (not has_host or n_t < n):
+        return None         # a sampled log's batch size with too few timed (or untimed) cycles to compare: no row
     extra = extra_se = float("nan")
     if compare:
         mt, st = _mean_se(period[is_timed])

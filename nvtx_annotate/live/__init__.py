@@ -33,16 +33,16 @@ ENV_OWN_DETAIL = "SPECPROF_TIMING_OWN_DETAIL"
 
 Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_rows ring_size time_allreduce "
                                   "metrics_port flush_s file_s pause_file events sample_every gate own_detail",
-                      defaults=(None, True, 17, True, False))
+                      defaults=(None, True, 41, True, False))
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
-# CUDA events in one cycle of 17: with events in every cycle the mode cost 2.7% / 12% of tokens/s at batches
-# 1 / 16 on real SGLang (H100, 2026-12-05, inside one engine), without them nothing measurable (docs/live.md);
-# a prime, so that work SGLang does every N decode batches (its decode log every 40) falls on the timed cycles
-# no more often than on the others
+# CUDA events in one cycle of 41: a timed cycle's period is 7-12% longer than an untimed one's on real SGLang
+# (H100 / H200, 2026-12-06, the log's own timing_cost: +220-500 us at 3.4-4.1 ms cycles), so one in 17 cost
+# 0.4-0.7% of tokens/s and one in 41 costs 0.16-0.3%; a prime, so that work SGLang does every N decode batches
+# (its decode log every 40) falls on the timed cycles no more often than on the others
 DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
-                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60, sample_every=17)
+                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60, sample_every=41)
 
 _OFF = ("", "0", "false", "False", "no", "off")
 
