@@ -521,14 +521,17 @@ def _hooks_after_init(get_self, emit) -> Hooks:
 
 def _hooks_idle() -> Hooks:
     def enter(args, kwargs):
-        return True if on_idle is not None else None
-
-    def leave(_, args, kwargs, ret):
+        # before the call rather than after (SGLang calls on_idle ~11 times a decode cycle: one hook, no leave)
         hook = on_idle
         if hook is not None:
             hook()
+        return None
 
-    return Hooks(enter, leave, _noop_fail)
+    return Hooks(enter, _noop_leave, _noop_fail)
+
+
+def _noop_leave(state, args, kwargs, ret):     # pragma: no cover - a hook whose enter returns None
+    return None
 
 
 def _hooks_profile_start() -> Hooks:
@@ -545,6 +548,7 @@ def _hooks_profile_start() -> Hooks:
 
 def _sync_wrapper(fn, hooks: Hooks, label: str):
     enter, leave, fail = hooks.enter, hooks.leave, hooks.fail
+    at_enter, at_leave = label + " enter", label + " leave"     # where the shim's own time is charged
 
     def wrapper(*args, **kwargs):
         own = own_time
@@ -556,7 +560,7 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
             fault(label, e)
             state = None
         if own is not None:
-            own.charge(label + " enter", own.own_clock() - t0)
+            own.charge(at_enter, own.own_clock() - t0)
         if state is None:
             return fn(*args, **kwargs)
         try:
@@ -574,7 +578,7 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
         except Exception as e:
             fault(label, e)
         if own is not None:
-            own.charge(label + " leave", own.own_clock() - t0)
+            own.charge(at_leave, own.own_clock() - t0)
         return ret
 
     return wrapper
@@ -584,6 +588,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
     """The hot path (draft, verify, replays, all-reduce): push/pop without hooks; ``only(args,
     kwargs)``: record only when true (the TP group), asked once something records."""
     nv, g = _nvtx, guard
+    at_push, at_pop = label + " push", label + " pop"         # where the shim's own time is charged
 
     def wrapper(*args, **kwargs):
         own = own_time
@@ -600,7 +605,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
             fault(label, e)
             b = None
         if own is not None:
-            own.charge(label + " push", own.own_clock() - t0)
+            own.charge(at_push, own.own_clock() - t0)
         if b is None:
             return fn(*args, **kwargs)
         try:
@@ -613,7 +618,7 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
             except Exception as e:
                 fault(label, e)
             if own is not None:
-                own.charge(label + " pop", own.own_clock() - t0)
+                own.charge(at_pop, own.own_clock() - t0)
 
     return wrapper
 

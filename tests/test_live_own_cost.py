@@ -402,3 +402,29 @@ def pd_na():
     import pandas as pd
 
     return pd.NA
+
+
+def test_idle_polls_at_most_every_20_ms():
+    """SGLang 0.5.17 calls Scheduler.on_idle about 11 times a decode cycle: the timer polls on the first call and
+    then not again until IDLE_POLL_NS have passed on its host clock."""
+    gpu = Gpu()
+    clock = Ticks()
+    rows = []
+    t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=4)
+    polls = []
+    real = t.poll
+    t.poll = lambda wait_accepts=True: (polls.append(wait_accepts), real(wait_accepts))[1]
+    t.push(P.DECODE_CYCLE, 1)
+    t.pop()                                   # one cycle pending (its accept may still come)
+    polls.clear()
+    clock.advance(E.IDLE_POLL_NS)
+    assert t.idle() == 1 and polls == [False]         # resolved without waiting for the accept
+    t.push(P.DECODE_CYCLE, 2)
+    t.pop()
+    polls.clear()
+    for _ in range(11):
+        clock.advance(E.IDLE_POLL_NS // 20)
+        t.idle()
+    assert polls == [] and t.pending() == 1
+    clock.advance(E.IDLE_POLL_NS)
+    assert t.idle() == 1 and polls == [False] and [r["cycle"] for r in rows] == [1, 2]
