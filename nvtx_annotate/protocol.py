@@ -111,7 +111,7 @@ _LENS_RE = re.compile(LENS_PATTERN)
 
 def format_lens(lengths: Sequence[int]) -> str:
     """``l1,...,lM`` (:data:`LENS_PATTERN`) of per-request accept lengths."""
-    return ",".join(str(int(x)) for x in lengths)
+    return ",".join(map(str, map(int, lengths)))
 
 
 def parse_lens(text, requests, accepted) -> list[int] | None:

@@ -146,7 +146,7 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
             text, payload = P.accept_mark(lengths, cycle)
             b.mark(text, payload)
         else:           # the timing mode alone (no profiler behind it): no mark text to build
-            payload = sum(int(x) for x in lengths)
+            payload = sum(map(int, lengths))
     except (TypeError, ValueError):
         return False
     _stats["marks"] += 1

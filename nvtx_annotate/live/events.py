@@ -105,12 +105,22 @@ def _lens_text(lengths, requests: int) -> str | None:
     if lengths is None or not 0 < requests <= P.ACCEPT_LENS_MAX_REQS:
         return None
     try:
+        if len(lengths) != requests or min(lengths) < 0:
+            return None
+        # every cycle on the worker thread: small ints read from a table (protocol.format_lens's text)
+        return ",".join(map(_DIGITS.__getitem__, lengths))
+    except (TypeError, ValueError, IndexError):         # not ints, or a length beyond the table
+        pass
+    try:
         vals = [int(x) for x in lengths]
     except (TypeError, ValueError):
         return None
     if len(vals) != requests or min(vals) < 0:
         return None
     return P.format_lens(vals)
+
+
+_DIGITS = tuple(str(i) for i in range(256))
 
 
 class CycleRecord:
