@@ -428,3 +428,26 @@ def test_idle_polls_at_most_every_20_ms():
     assert polls == [] and t.pending() == 1
     clock.advance(E.IDLE_POLL_NS)
     assert t.idle() == 1 and polls == [False] and [r["cycle"] for r in rows] == [1, 2]
+
+
+def test_prometheus_counts_the_shims_own_seconds_per_thread():
+    import pytest
+
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    registry = prom.CollectorRegistry()
+    m = make_metrics(2, registry=registry)
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0)
+    for k in (1, 2, 3):
+        t.own_ns += 40_000 * k
+        run_cycle(t, gpu, k, accept=(2, 1))
+        t.poll()
+    for r, sink in zip(rows, (0, 9_000, None)):
+        r["sink_ns"] = sink
+        m.observe(r)
+    text = prom.generate_latest(registry).decode()
+    worker = next(x for x in text.splitlines() if x.startswith('specprof:shim_seconds_total{rank="2",thread="worker"}'))
+    sink = next(x for x in text.splitlines() if x.startswith('specprof:shim_seconds_total{rank="2",thread="sink"}'))
+    assert float(worker.split()[-1]) == pytest.approx(240_000e-9) and float(sink.split()[-1]) == pytest.approx(9e-6)

@@ -51,6 +51,9 @@ class LiveMetrics:
         self.tps = prom.Gauge("specprof:tokens_per_second", "Tokens produced per host second (recent cycles)",
                               ["rank"], multiprocess_mode="all", **kw)
         self.cycles = prom.Counter("specprof:cycles", "Decode cycles resolved and reported", ["rank"], **kw)
+        self.shim = prom.Counter("specprof:shim_seconds", "Host time the shim itself took (the worker thread's "
+                                 "shim_ns and the sink thread's sink_ns): its rate is the share of time it costs",
+                                 ["rank", "thread"], **kw)
         self.dropped = prom.Counter("specprof:dropped_cycles", "Decode cycles not reported", ["rank", "reason"], **kw)
         for reason in ("ring_overflow", "unresolved_at_close"):
             self.dropped.labels(rank=self.rank, reason=reason)  # exported at 0 from the start
@@ -58,6 +61,8 @@ class LiveMetrics:
         self._children = {phase: self.phase.labels(phase=phase, rank=r) for phase in PHASES}
         self._children.update(cycle=self.cycle.labels(rank=r), span=self.span.labels(rank=r),
                               cycles=self.cycles.labels(rank=r), accepted=self.accepted.labels(rank=r),
+                              shim=self.shim.labels(rank=r, thread="worker"),
+                              sink=self.shim.labels(rank=r, thread="sink"),
                               accept_length=self.accept_length.labels(rank=r), tps=self.tps.labels(rank=r))
         self._window_tokens = 0
 
@@ -74,6 +79,12 @@ class LiveMetrics:
         if row.get("gpu_span_ns") is not None:
             ch["span"].observe(row["gpu_span_ns"] * NS)
         ch["cycles"].inc()
+        own = row.get("shim_ns")
+        if own:
+            ch["shim"].inc(own * NS)
+        own = row.get("sink_ns")
+        if own:
+            ch["sink"].inc(own * NS)
         acc, reqs = row.get("accepted_tokens"), row.get("requests")
         if acc is None or reqs is None:
             return
