@@ -451,3 +451,40 @@ def test_prometheus_counts_the_shims_own_seconds_per_thread():
     worker = next(x for x in text.splitlines() if x.startswith('specprof:shim_seconds_total{rank="2",thread="worker"}'))
     sink = next(x for x in text.splitlines() if x.startswith('specprof:shim_seconds_total{rank="2",thread="sink"}'))
     assert float(worker.split()[-1]) == pytest.approx(240_000e-9) and float(sink.split()[-1]) == pytest.approx(9e-6)
+
+
+def test_a_drains_rows_at_once_give_the_exposition_of_one_observe_a_row():
+    """LiveMetrics.observe_many (the sink: one increment a bucket touched a drain) exposes exactly what
+    observe() of each row does: counts, buckets, sums, the tokens/s window."""
+    import pytest
+
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    gpu = Gpu()
+    t, rows = make_timer(gpu, accept_lag=0, sample_every=3)
+    for k in range(1, 40):
+        t.own_ns += 1000 * k
+        run_cycle(t, gpu, k, draft=100 * k, verify=20_000 * k, accept=(k % 4, 2))
+        t.poll()
+    for i, r in enumerate(rows):
+        r["sink_ns"] = 500 if i % 7 == 0 else 0
+    texts = []
+    for batched in (False, True):
+        registry = prom.CollectorRegistry()
+        m = make_metrics(0, registry=registry)
+        if batched:
+            m.observe_many(rows[:17])
+            m.observe_many(rows[17:])
+        else:
+            for r in rows:
+                m.observe(r)
+        m.publish()
+        samples = [x.rsplit(" ", 1) for x in prom.generate_latest(registry).decode().splitlines()
+                   if x and not x.startswith("#") and "_created" not in x]
+        texts.append({k: float(v) for k, v in samples})
+    assert texts[0].keys() == texts[1].keys()
+    for key, value in texts[0].items():              # a sum may differ in its last bit (the order of addition)
+        assert texts[1][key] == pytest.approx(value, rel=1e-12, abs=0), key
+    assert texts[1]['specprof:phase_seconds_bucket{le="0.25",phase="verify",rank="0"}'] == 13.0
+    assert texts[1]['specprof:cycles_total{rank="0"}'] == len(rows)

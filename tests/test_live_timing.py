@@ -704,8 +704,8 @@ def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
     seen, errors = [], []
 
     class Metrics:
-        def observe(self, row):
-            seen.append(row["cycle"])
+        def observe_many(self, rows):       # a drain's rows at once (LiveMetrics.observe_many)
+            seen.extend(row["cycle"] for row in rows)
 
         def publish(self):
             pass
@@ -726,7 +726,7 @@ def test_a_failing_output_is_dropped_and_the_other_goes_on(tmp_path):
     assert seen == [1, 2, 3, 4, 5, 6] and errors == ["live sink (log, now off)"] and not s._rows
 
     class BadMetrics(Metrics):
-        def observe(self, row):
+        def observe_many(self, rows):
             raise RuntimeError("boom")
 
     errors.clear()

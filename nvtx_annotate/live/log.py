@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from operator import itemgetter
 
 from .events import ROW_FIELDS
 from .sink import SINK_FIELDS
 
 LOG_FIELDS = ROW_FIELDS + SINK_FIELDS
 """The log's columns, in order: the timer's row, then the sink's."""
+_ROW_VALUES = itemgetter(*LOG_FIELDS)
 
 SCHEMA_VERSION = 1
 META_PREFIX = "specprof."
@@ -98,7 +100,10 @@ class LogWriter:
 
         if self._writer is None:
             self._open()
-        cols = {name: [r.get(name) for r in self._rows] for name in LOG_FIELDS}
+        try:        # rows with every column (the timer's, through the sink): transposed at C speed
+            cols = dict(zip(LOG_FIELDS, map(list, zip(*map(_ROW_VALUES, self._rows)))))
+        except KeyError:
+            cols = {name: [r.get(name) for r in self._rows] for name in LOG_FIELDS}
         table = pa.Table.from_pydict(cols, schema=self._writer.schema)
         self._writer.write_table(table, row_group_size=len(self._rows))
         self._rows = []

@@ -93,24 +93,25 @@ class Sink:
 
     def _drain(self) -> int:
         log, metrics = self.outputs()
-        n = 0
         rows = self._rows
+        batch = []
         while rows:
             row = rows.popleft()
             row["sink_ns"], self._spent_ns = self._spent_ns, 0
-            if metrics is not None:
-                try:
-                    metrics.observe(row)
-                except Exception as exc:  # noqa: BLE001 - never stop the log for the metrics
-                    self._failed("metrics", exc)
-                    metrics = None
+            batch.append(row)
             if log is not None:
                 try:
                     log.add(row)
                 except Exception as exc:  # noqa: BLE001
                     self._failed("log", exc)
                     log = None
-            n += 1
+        n = len(batch)
+        if metrics is not None:
+            try:
+                metrics.observe_many(batch)     # the drain's rows at once (metrics.observe_all)
+            except Exception as exc:  # noqa: BLE001 - never stop the log for the metrics
+                self._failed("metrics", exc)
+                metrics = None
         if metrics is not None:
             try:
                 metrics.publish()
