@@ -73,7 +73,8 @@ on_accept: Callable | None = None
 """Set by the timing mode (``live``): ``on_accept(accepted, requests, cycle, batch_size, lengths)`` after each
 accept mark (``lengths``: the per-request accept lengths the mark was made of)."""
 on_idle: Callable | None = None
-"""Set by the timing mode (``live``): ``on_idle()`` after SGLang's ``Scheduler.on_idle`` (nothing running)."""
+"""Set by the timing mode (``live``): ``on_idle()`` as SGLang's ``Scheduler.on_idle`` is called (nothing running;
+SGLang 0.5.17 also calls it about 11 times a decode cycle while it waits for results)."""
 own_time = None
 """Set by the timing mode (``live``): the :class:`~nvtx_annotate.live.events.Timer` whose ``charge`` the
 wrappers give their own host time to (all of a wrapped call but the call itself: the shim's cost, the log's

@@ -17,8 +17,11 @@ The log gives two measurements, per rank and batch size over the steady cycles (
 cost per cycle = mean ``shim_ns`` of the untimed cycles + share_timed x ``timed_extra_ns`` + mean ``sink_ns``;
 its share of the mean period is the share of tokens/s the mode costs (tokens/s = tokens / period: without
 the mode the period would be shorter by the cost). Logs written before ``shim_ns``/``sink_ns`` give the
-events' part only; a log with every cycle timed (or none) gives the host part only; the ``basis`` column
-says which. Pure functions over the cycle table of a live log (run/live.py)."""
+events' part only; a log with every cycle timed (``SPECPROF_TIMING_SAMPLE=1``, or no events at all) gives the
+host part only; the ``basis`` column says which. ``shim_ns`` must be each cycle's own: a row carries the shim's
+time from the previous cycle's end to its end (a shim of the morning of 2026-12-06 carried it two cycles late
+under SGLang's overlap scheduler, which put a timed cycle's extra on an untimed row too: about 0.3 points high).
+Pure functions over the cycle table of a live log (run/live.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,6 +34,10 @@ COLUMNS = ["rank", "requests", "cycles", "timed_cycles", "period_ns", "timed_ext
 """One row per (rank, batch size): cycles counted, the mean period, the timed cycles' extra period and its
 95% half-width, the shim's and the sink's time a cycle, the cost a cycle, its share of the period (%) with
 its 95% interval, and what the cost counts (:data:`BASES`)."""
+T975 = {9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
+        18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052,
+        28: 2.048, 29: 2.045}
+"""Student's t, 97.5% quantile, by degrees of freedom below 30 (above: the normal's 1.96)."""
 MIN_CYCLES = 10
 """Fewest timed and untimed cycles of a batch size for a comparison of their periods (and fewest cycles for a
 row at all)."""
@@ -79,7 +86,8 @@ def group_cost(c: pd.DataFrame) -> dict | None:
     if compare:
         mt, st = _mean_se(period[is_timed])
         mu, su = _mean_se(period[~is_timed])
-        extra, extra_se = mt - mu, float(np.hypot(st, su))
+        # the timed cycles' few samples: their t quantile (conservative: their own degrees of freedom)
+        extra, extra_se = mt - mu, float(np.hypot(st, su)) * T975.get(n_t - 1, Z95) / Z95
     share = n_t / n
     if has_host:
         base, base_se = _mean_se(shim[~is_timed] if compare else shim)

@@ -127,7 +127,7 @@ class CycleRecord:
     """One decode cycle while it is open or pending."""
 
     __slots__ = ("cycle", "start_ns", "end_ns", "pairs", "first", "missing", "accepted", "requests", "batch_size",
-                 "host", "timed", "launches", "steps", "lens")
+                 "host", "timed", "launches", "steps", "lens", "own")
 
     def __init__(self, cycle: int, start_ns: int, timed: bool = True):
         self.cycle, self.start_ns, self.end_ns = cycle, start_ns, None
@@ -135,6 +135,7 @@ class CycleRecord:
         self.launches = 0  # graph launches timed through the CUDAGraph.replay hook
         self.steps = None  # the worker's step count as the cycle closed (adaptive speculation), else the config's
         self.lens = None  # the per-request accept lengths, "a,b,..." (None: not given, or too many requests)
+        self.own = None   # the shim's own host ns from the previous cycle's end to this one's (shim_ns)
         # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
         # also: a second key the same two events time (a replay outside its phase's range), else None
         self.pairs: list = []
@@ -200,6 +201,7 @@ class Timer:
         self.own_clock, self.own_ns = own_clock, 0
         self.own_detail: dict | None = None   # SPECPROF_TIMING_OWN_DETAIL: {place: [ns, calls]} (charge())
         self._idle_polled = -IDLE_POLL_NS      # host ns of the last idle() poll
+        self._last_end_ns = float("-inf")      # host ns of the last cycle's end (a gap resets own_ns: _begin)
         # a cycle the sampling leaves without events is open (on the worker thread): the graph hook and, without
         # a profiler behind the tee, the range wrappers pass straight through (TeeBackend.skip_ranges)
         self.in_untimed = False
@@ -440,9 +442,13 @@ class Timer:
         if t.cycle is not None:  # a cycle inside a cycle (not emitted by the shim): keep the outer one
             return
         k = int(k) if k is not None else self.counters["cycles"] + 1
+        now = self.clock()
+        if now - self._last_end_ns > IDLE_POLL_NS:
+            # after a gap with no cycle (an idle server, a pause): the shim's time meanwhile is no decode cycle's
+            self._take_own_ns()
         # sampled: events in every sample_every-th cycle; with no events at all (no CUDA, events off) every
         # cycle counts as timed (host times only, as before the sampling)
-        rec = CycleRecord(k, self.clock(), timed=self._factory is None or k % self.sample_every == 0)
+        rec = CycleRecord(k, now, timed=self._factory is None or k % self.sample_every == 0)
         t.cycle, t.open_phases = rec, []
         self.in_untimed = not rec.timed
         with self._lock:
@@ -452,9 +458,12 @@ class Timer:
         rec = t.cycle
         if rec is None:
             return
-        rec.end_ns = self.clock()
+        rec.end_ns = self._last_end_ns = self.clock()
         t.cycle, t.open_phases = None, []
         self.in_untimed = False
+        # the shim's time since the previous cycle's end is this cycle's (shim_ns): its own events and hooks,
+        # the scheduler's hooks before it; what this cycle's close (the poll below) takes counts for the next
+        rec.own = self._take_own_ns()
         dropped = None
         with self._lock:
             self._open.pop(rec.cycle, None)
@@ -563,7 +572,7 @@ class Timer:
             out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
         out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
                    steps=steps, batch_size=rec.batch_size, timed=int(rec.timed), accept_lens=rec.lens,
-                   shim_ns=self._take_own_ns())
+                   shim_ns=rec.own)
         return out
 
     def _cycle_fields(self, rec: CycleRecord) -> tuple:
@@ -584,11 +593,11 @@ class Timer:
         out.update(rank=self.rank if self.rank is not None else 0, pid=self.pid, cycle=rec.cycle,
                    host_start_ns=rec.start_ns, host_end_ns=rec.end_ns, accepted_tokens=rec.accepted,
                    requests=rec.requests, verified_tokens=verified, steps=steps, batch_size=rec.batch_size,
-                   timed=int(rec.timed), accept_lens=rec.lens, shim_ns=self._take_own_ns())
+                   timed=int(rec.timed), accept_lens=rec.lens, shim_ns=rec.own)
         return out
 
     def _take_own_ns(self) -> int:
-        """The timing mode's own host time since the last row (:attr:`own_ns`), reset to 0."""
+        """The shim's own host time since it was last taken (:attr:`own_ns`), reset to 0."""
         own, self.own_ns = self.own_ns, 0
         return int(own)
 

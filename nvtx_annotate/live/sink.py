@@ -85,6 +85,7 @@ class Sink:
     def drain(self) -> int:
         """Handle the rows waiting now; write a row group when the log asks or ``flush_s`` passed;
         when no row came for ``idle_complete_s``, write what waits and complete the file (module doc)."""
+        self.outputs()              # made once (imports, the metrics' registration): no drain's recurring cost
         t0 = time.thread_time_ns()
         try:
             return self._drain()
