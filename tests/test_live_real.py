@@ -120,9 +120,10 @@ def test_whatif_calibrated_from_the_live_log_meets_the_unprofiled_sweep(batch):
 
 
 def test_every_series_the_dashboard_queries_is_in_the_real_scrape():
-    """dashboards/specprof_live.json queries only series a real SGLang worker served (the H100 scrape)."""
+    """dashboards/specprof_live.json queries only series a real SGLang worker served (the H100 scrape of the
+    128-layer engine, 2026-12-06, which also served specprof:shim_seconds_total)."""
     dashboard = (REAL.parents[1] / "dashboards" / "specprof_live.json").read_text()
-    scrape = (REAL / "sglang_live_h100_e2_on.metrics.txt").read_text()
+    scrape = (REAL / "sglang_live_h100_v2_l128_s3_cost.metrics.txt").read_text()
     queried = set(re.findall(r"specprof:[a-z_]+", dashboard))
     served = set(re.findall(r"^(specprof:[a-z_]+)", scrape, re.M))
     assert len(queried) >= 10 and queried <= served, sorted(queried - served)

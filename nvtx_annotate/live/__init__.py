@@ -38,8 +38,8 @@ Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` an
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
 # CUDA events in one cycle of 41: a timed cycle's period is 7-12% longer than an untimed one's on real SGLang
-# (H100 / H200, 2026-12-06, the log's own timing_cost: +220-500 us at 3.4-4.1 ms cycles), so one in 17 cost
-# 0.4-0.7% of tokens/s and one in 41 costs 0.16-0.3%; a prime, so that work SGLang does every N decode batches
+# (H100 / H200, 2026-12-06, the log's own timing_cost: +220-500 us at 3.2-4.1 ms cycles), so one in 17 cost
+# 0.4-0.7% of tokens/s and one in 41 costs 0.17-0.3%; a prime, so that work SGLang does every N decode batches
 # (its decode log every 40) falls on the timed cycles no more often than on the others
 DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
                     ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60, sample_every=41)
