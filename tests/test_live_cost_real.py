@@ -38,17 +38,20 @@ def test_the_host_bound_log_says_the_mode_costs_about_3_percent():
     assert (t["cost_pct_low"] > 2.7).all() and (t["cost_pct_high"] < 3.5).all()
 
 
-def test_the_interleaved_rounds_show_no_more_than_the_log():
-    """The rounds alternating the timing on and paused in the same engine: a paused round still runs the shim's
-    wrappers, so on / paused shows part of what the log counts (the log's figure is the whole shim's, an upper
-    bound); the rounds' 95% interval starts below the log's figure at both batch sizes and is ~4 points wide."""
+def test_the_interleaved_rounds_see_the_events_share_and_less_than_the_whole():
+    """The rounds alternating the timing on and paused in the same engine (a paused round still runs the shim's
+    wrappers, without the timer's work and the events): their 95% interval holds the events' share the log
+    measures (the timed cycles' extra at one in 41: 0.17% / 0.29%) and lies below the log's whole figure (2.9% /
+    3.3%: the wrappers' part, which a paused round pays too, is in it)."""
     doc = json.loads(SMALL.with_suffix(".sweep.json").read_text())
     t = cost(SMALL)
     for b in doc["runs"][0]["batches"]:
         logs = np.log(b["timing_pair_ratios"])
         mean, half = logs.mean(), 2.365 * logs.std(ddof=1) / math.sqrt(len(logs))     # t(7), 95%
         lo, hi = 100 * (1 - math.exp(mean + half)), 100 * (1 - math.exp(mean - half))
-        assert lo < t.loc[b["batch"], "cost_pct"] and hi - lo > 2
+        r = t.loc[b["batch"]]
+        events = 100 * r["timed_cycles"] / r["cycles"] * r["timed_extra_ns"] / r["period_ns"]
+        assert lo < events < hi < r["cost_pct"]
 
 
 def test_a_longer_cycle_pays_a_smaller_share_about_1_percent():

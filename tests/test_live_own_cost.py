@@ -1,8 +1,8 @@
 """What the shim costs, logged by the shim (issue 43: the timing mode says its own overhead): every
 wrapper adds its own host time (all of a wrapped call but the call) to the timer's ``own_ns``, the CUDA
-graph hook its time less the launch; each row carries what accumulated since the previous row
-(``shim_ns``); the sink's thread its CPU time (``sink_ns``, on the next drain's first row); the log holds
-both and the analyzer's reader reads them."""
+graph hook its time less the launch; each row carries its cycle's own (``shim_ns``: from the previous cycle's
+end to its end, none over an idle gap); the sink's thread its CPU time (``sink_ns``, on the next drain's first
+row); the log holds both and the analyzer's reader reads them; analyze-trace's timing_cost reads the cost."""
 
 from __future__ import annotations
 
@@ -197,23 +197,36 @@ def test_a_timed_cycles_time_stays_on_its_row_when_the_row_is_made_cycles_later(
     assert [r["shim_ns"] for r in rows] == [100_000 if r["timed"] else 1_000 for r in rows]
 
 
-def test_the_shims_time_over_a_gap_without_cycles_is_no_cycles():
-    """An idle server (or a pause): what the shim does meanwhile (its idle hook, ~11 calls a cycle's worth of
-    polling) is not put on the first cycle after the gap."""
+def _gapped(gaps_ns, inside=40_000, between=50_000):
+    """Cycles whose starts follow the previous cycle's end by ``gaps_ns``; the shim charged ``inside`` each
+    cycle and ``between`` after each: the rows' shim_ns."""
     gpu = Gpu()
     clock = Ticks()
     rows = []
     t = E.Timer(rows.append, events=gpu.events(), clock=clock, accept_lag=0)
-    for k, (gap, ns) in enumerate([(0, 5_000), (1_000_000, 6_000), (E.IDLE_POLL_NS + 1, 7_000)], start=1):
-        t.own_ns += 3_000_000                   # charged between cycles
+    for k, gap in enumerate(gaps_ns, start=1):
         clock.advance(gap)
         t.push(P.DECODE_CYCLE, k)
-        t.own_ns += ns
+        t.own_ns += inside
+        clock.advance(2_000_000)               # the decode-cycle range: part of the period only
         t.pop()
-        clock.advance(100)
+        t.own_ns += between
     t.poll(wait_accepts=False)
-    assert [r["shim_ns"] for r in rows] == [5_000, 3_006_000, 7_000]
+    return [r["shim_ns"] for r in rows]
 
+
+def test_the_shims_time_between_cycles_counts_however_long_the_gaps_of_a_busy_server():
+    """On real SGLang the gap from one decode-cycle range's end to the next one's start grows with the GPU work
+    (7-12 ms at 128 layers): gaps of 21 ms, steady, keep the time charged between cycles on the next row."""
+    assert _gapped([21_000_000] * 8) == [40_000] + [90_000] * 7      # the first: the start-up's time dropped
+
+
+def test_the_shims_time_over_an_idle_gap_is_no_cycles():
+    """A gap over 5x the running mean gap (and over 20 ms) is an idle server or a pause: the shim's time over it
+    (e.g. the idle hook's polls) is put on no row; one under it is an ordinary, slower step."""
+    assert _gapped([10_000_000] * 5 + [45_000_000, 10_000_000, 80_000_000, 10_000_000]) == \
+        [40_000] + [90_000] * 5 + [90_000, 40_000, 90_000]
+    assert _gapped([1_000_000] * 4 + [19_000_000, 1_000_000, 25_000_000]) == [40_000] + [90_000] * 4 + [90_000, 40_000]
 
 def test_the_sink_puts_its_cpu_time_on_the_next_drains_first_row(tmp_path, monkeypatch):
     cpu = iter([0, 7_000, 7_000, 9_500, 9_500, 9_500])     # thread_time_ns at each drain's start and end
@@ -295,6 +308,8 @@ def test_own_detail_writes_the_shims_time_by_place(fake_sglang, monkeypatch, tmp
     import json
 
     monkeypatch.setenv("SPECPROF_TIMING_OWN_DETAIL", "1")
+    monkeypatch.setattr(E, "IDLE_GAP_MIN_NS", 10**12)     # a loaded machine's pause between the fake's cycles
+    monkeypatch.setattr(E, "IDLE_GAP_MAX_NS", 10**12)     # is no idle server
     name, rec = fake_sglang
     gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
     _drive(name, gpu, 6, [2, 0, 3])
@@ -532,3 +547,19 @@ def test_a_drains_rows_at_once_give_the_exposition_of_one_observe_a_row():
         assert texts[1][key] == pytest.approx(value, rel=1e-12, abs=0), key
     assert texts[1]['specprof:phase_seconds_bucket{le="0.25",phase="verify",rank="0"}'] == 13.0
     assert texts[1]['specprof:cycles_total{rank="0"}'] == len(rows)
+
+
+def test_few_timed_cycles_widen_the_events_interval_by_students_t():
+    """12 timed cycles: the half-width is t(11) = 2.201 standard errors, not 1.96 (Welch's standard error of the
+    difference of the two means, by hand)."""
+    import numpy as np
+    from analyze.timeline import own_cost
+
+    c = _cycle_table(n=241, every=20, jitter=40_000)
+    r = own_cost.cost_table(c).iloc[0]
+    steady = c.iloc[1:]
+    t, u = steady.loc[steady["timed"], "period_ns"], steady.loc[~steady["timed"], "period_ns"]
+    se = np.hypot(t.std(ddof=1) / np.sqrt(len(t)), u.std(ddof=1) / np.sqrt(len(u)))
+    assert r["timed_cycles"] == len(t) == 12
+    assert r["timed_extra_ns"] == round(t.mean() - u.mean())
+    assert r["timed_extra_ci_ns"] == round(2.201 * se)

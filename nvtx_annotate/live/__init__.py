@@ -124,7 +124,10 @@ def _outputs(settings: Settings, timer, warn):
 
             log = LogWriter(settings.directory, rank, timer.pid, timer.spec, settings.row_group_rows,
                             settings.max_bytes, settings.max_files, max_age_s=settings.file_s)
-            import pyarrow.parquet  # noqa: F401  (imported here, once, not inside a drain the log's sink_ns measures)
+            try:    # imported here, once, not inside a drain the log's sink_ns measures (a failure: the log says it)
+                import pyarrow.parquet  # noqa: F401
+            except Exception:  # noqa: BLE001
+                pass
         port = settings.metrics_port + rank if settings.metrics_port is not None else None
         try:
             metrics = make_metrics(rank, port=port, warn=warn)

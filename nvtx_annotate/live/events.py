@@ -69,13 +69,20 @@ the cycle's CUDA events were recorded, 0 for a cycle left out by the sampling (`
 host times and accept lengths only, every event column null). ``accept_lens``: the per-request accepted
 draft tokens in request order, ``"a,b,..."`` (the accept mark's ``lens=``; null above
 ``ACCEPT_LENS_MAX_REQS`` requests): the exact acceptance distribution where a batch's sum cannot tell it.
-``shim_ns``: the host time the shim itself took on this process's threads since the previous row was made
+``shim_ns``: the host time the shim itself took from the previous cycle's end to this cycle's end
 (:attr:`Timer.own_ns`: every wrapper's own part, i.e. all but the wrapped call, with its NVTX ranges, accept
 marks, these events and polls; the graph hook less the launch): what the shim costs the worker thread, logged so
-that the log says what it costs (analyze-trace's ``timing_cost`` view); rows leave in cycle order, so a cycle's
-cost may land in the row of a cycle or two later."""
+that the log says what it costs (analyze-trace's ``timing_cost`` view). A timed cycle's events count in its own
+row; resolving them (queries, ``elapsed_time``) and a cycle's close in the next cycle's; the time over an idle
+gap (:data:`IDLE_GAP_FACTOR`) in none."""
 
 _EMPTY_ROW = dict.fromkeys(ROW_FIELDS)
+
+IDLE_GAP_FACTOR, IDLE_GAP_MIN_NS, IDLE_GAP_MAX_NS = 5, 20_000_000, 1_000_000_000
+"""A gap from one cycle's end to the next one's start longer than ``IDLE_GAP_FACTOR`` x its running mean and
+``IDLE_GAP_MIN_NS`` (before a mean exists: ``IDLE_GAP_MAX_NS``) is an idle server or a pause: the shim's time over
+it is no cycle's. (The decode-cycle range is part of the period only: on real SGLang at 128 layers the gaps were
+7-12 ms, growing with the GPU work, so no fixed limit tells them from idleness.)"""
 
 IDLE_POLL_NS = 20_000_000
 """:meth:`Timer.idle` polls at most this often (SGLang 0.5.17 calls ``Scheduler.on_idle`` about 11 times a
@@ -196,12 +203,13 @@ class Timer:
             raise ValueError("sample_every must be >= 1")
         self.sample_every = sample_every
         self.on_row, self.identity_fn, self.clock = on_row, identity, clock
-        # the timing mode's own host time (ns) since the last row was made (``shim_ns``), on its own clock so
+        # the shim's own host time (ns) since the last cycle's end (a row's ``shim_ns``), on its own clock so
         # that a test's counting ``clock`` sees the calls it always saw
         self.own_clock, self.own_ns = own_clock, 0
         self.own_detail: dict | None = None   # SPECPROF_TIMING_OWN_DETAIL: {place: [ns, calls]} (charge())
         self._idle_polled = -IDLE_POLL_NS      # host ns of the last idle() poll
         self._last_end_ns = float("-inf")      # host ns of the last cycle's end (a gap resets own_ns: _begin)
+        self._gap_ns = None                    # the running mean of the gaps from a cycle's end to the next's start
         # a cycle the sampling leaves without events is open (on the worker thread): the graph hook and, without
         # a profiler behind the tee, the range wrappers pass straight through (TeeBackend.skip_ranges)
         self.in_untimed = False
@@ -443,9 +451,12 @@ class Timer:
             return
         k = int(k) if k is not None else self.counters["cycles"] + 1
         now = self.clock()
-        if now - self._last_end_ns > IDLE_POLL_NS:
-            # after a gap with no cycle (an idle server, a pause): the shim's time meanwhile is no decode cycle's
+        gap, typical = now - self._last_end_ns, self._gap_ns
+        if gap > (IDLE_GAP_MAX_NS if typical is None else max(IDLE_GAP_FACTOR * typical, IDLE_GAP_MIN_NS)):
+            # after a gap no decode step explains (an idle server, a pause): the shim's time meanwhile is no cycle's
             self._take_own_ns()
+        else:       # the gap between one cycle's end and the next one's start, as it runs (a running mean)
+            self._gap_ns = gap if typical is None else typical + (gap - typical) / 16
         # sampled: events in every sample_every-th cycle; with no events at all (no CUDA, events off) every
         # cycle counts as timed (host times only, as before the sampling)
         rec = CycleRecord(k, now, timed=self._factory is None or k % self.sample_every == 0)
