@@ -43,11 +43,9 @@ MIN_CYCLES = 10
 row at all)."""
 Z95 = 1.959964
 ALL, EVENTS_ONLY, HOST_ONLY = "events + shim + sink", "events only", "shim + sink"
-BASES = {ALL: "the events' extra period of the timed cycles, the shim's host time, the sink's CPU time",
-         EVENTS_ONLY: "the events' extra period only (the log has no shim_ns / sink_ns: written before them)",
-         HOST_ONLY: "the shim's host time and the sink's CPU time only (no untimed cycles to compare the timed ones "
-                    "with: the events' GPU-side cost is not separable)"}
-"""What a row's cost counts (the ``basis`` column), in words (docs/live.md)."""
+"""What a row's cost counts (its ``basis``): the events' extra period of the timed cycles, the shim's host time and
+the sink's CPU time; the events' part only (a log written before shim_ns / sink_ns); the host part only (no
+untimed cycles to compare the timed ones with: the events' GPU-side cost is not separable)."""
 
 
 def _mean_se(values: np.ndarray) -> tuple[float, float]:
