@@ -75,3 +75,15 @@ def test_the_engines_metrics_count_the_shims_seconds_as_its_log_does():
     logged = {"worker": a.cycles["shim_ns"].sum() * 1e-9, "sink": a.cycles["sink_ns"].sum() * 1e-9}
     for thread in ("worker", "sink"):
         assert 0.8 * logged[thread] <= served[thread] <= logged[thread] + 1e-9, thread
+
+
+def test_the_headline_says_what_the_timing_cost_and_what_that_counts():
+    """The one sentence on top: the range over batch sizes, and for a log without shim_ns (the held-out log of
+    2026-12-06's morning) that it is the events' part only."""
+    assert views.get(analyze.load(SMALL), "headline").endswith(
+        "the timing mode itself cost 2.9-3.3% of tokens/s (its log's own measure, 'What the timing mode costs').")
+    old = views.get(analyze.load(REAL / "sglang_live_h100_v3_l32_s3.live"), "headline")
+    assert old.endswith("its CUDA events cost 0.2-0.4% of tokens/s (its log's own measure, 'What the timing mode "
+                        "costs'; this log has no shim_ns).")
+    nsys = views.get(analyze.load(REAL / "sglang_live_h100_e2_on"), "headline")       # every cycle timed, no shim_ns
+    assert "cost" not in nsys.split("no kernel tables")[-1]

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
-from analyze.timeline import cycles as cycles_mod
+from analyze.timeline import cycles as cycles_mod, own_cost
 from analyze.timeline.cycles import LOST_REASONS
 
 __all__ = ["GPU_IDLE", "ALLREDUCE", "components", "component_column", "has_period_split", "warmup_flags",
@@ -259,14 +259,31 @@ def replay_share(cycles: pd.DataFrame | None) -> float | None:
     return float(r[ok].mean()) / period if period > 0 else None
 
 
+def own_cost_clause(rows: list) -> str:
+    """The headline's clause on what the timing mode cost, from the ``timing_cost`` view's (cost %, basis) rows:
+    the range over ranks and batch sizes, and what it counts where that is not all of it."""
+    pcts = [p for p, _ in rows]
+    lo, hi = min(pcts), max(pcts)
+    amount = f"{lo:.1f}%" if round(lo, 1) == round(hi, 1) else f"{lo:.1f}-{hi:.1f}%"
+    bases = {b for _, b in rows}
+    what = ("the timing mode itself cost" if bases == {own_cost.ALL} else
+            "its CUDA events cost" if bases == {own_cost.EVENTS_ONLY} else
+            "the shim's own time cost" if bases == {own_cost.HOST_ONLY} else "the timing mode cost, in part,")
+    rest = {own_cost.EVENTS_ONLY: "; this log has no shim_ns", own_cost.HOST_ONLY: "; the events' part not separable"}
+    return (f"{what} {amount} of tokens/s (its log's own measure, 'What the timing mode costs'"
+            + (rest.get(next(iter(bases)), "") if len(bases) == 1 else "") + ")")
+
+
 def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None,
-             live: bool = False, replays: float | None = None) -> str | None:
+             live: bool = False, replays: float | None = None, own_cost_pct: list | None = None) -> str | None:
     """One plain sentence: the largest components' shares of the steady-state cycle, GPU idle,
     tokens, the warm-up cycles left out and the GPU work outside decode cycles. None without a
     breakdown. ``live``: the cycles come from a live timing log (run/live.py): the rest of the period
     is "outside the timed phases" (GPU idle, untimed GPU work and host time: the log cannot tell
     them apart), and the sentence says that the kernel tables are absent; ``replays``: the live log's
-    :func:`replay_share`, said after the phases (the GPU time of their graph replays)."""
+    :func:`replay_share`, said after the phases (the GPU time of their graph replays); ``own_cost_pct``: the
+    live log's own measure of what the timing mode cost, % of tokens/s per rank and batch size (the
+    ``timing_cost`` view: (cost %, basis) rows), said last (:func:`own_cost_clause`)."""
     if breakdown is None or breakdown.empty:
         return None
     p = pooled(breakdown)
@@ -352,6 +369,8 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     if live:
         parts.append("from a live timing log: phase times from CUDA events, periods from the host clock, "
                      "all-reduce inside the phases that ran it, no kernel tables")
+    if own_cost_pct:
+        parts.append(own_cost_clause(own_cost_pct))
     text = "; ".join(parts) + "."
     return text[0].upper() + text[1:]
 
@@ -384,5 +403,8 @@ def headline_view(a) -> str | None:
     from analyze.run.live import is_live
 
     live = is_live(a)
+    cost = get(a, "timing_cost") if live else None
     return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks, live=live,
-                    replays=replay_share(a.cycles) if live else None)
+                    replays=replay_share(a.cycles) if live else None,
+                    own_cost_pct=list(zip(cost["cost_pct"].astype(float), cost["basis"]))
+                    if cost is not None and len(cost) else None)
