@@ -563,3 +563,19 @@ def test_few_timed_cycles_widen_the_events_interval_by_students_t():
     assert r["timed_cycles"] == len(t) == 12
     assert r["timed_extra_ns"] == round(t.mean() - u.mean())
     assert r["timed_extra_ci_ns"] == round(2.201 * se)
+
+
+def test_a_cycle_dropped_by_the_ring_leaves_its_shim_time_to_the_next_row():
+    """Ring overflow (the device never catches up): the dropped cycle's shim time is not lost, the next row
+    carries it, so the rows (and specprof:shim_seconds_total) still sum to all the shim's time."""
+    gpu = Gpu()
+    gpu.done = False
+    t, rows = make_timer(gpu, ring_size=2, accept_lag=0)
+    for k in range(1, 5):
+        charged_cycle(t, gpu, k, 1_000 * k)
+    assert t.counters[E.DROP_RING_OVERFLOW] == 2 and t.own_ns == 2_000      # cycle 1's went on cycle 4's row
+    gpu.done = True
+    charged_cycle(t, gpu, 5, 5_000)
+    t.poll()
+    assert [r["cycle"] for r in rows] == [3, 4, 5]
+    assert [r["shim_ns"] for r in rows] == [3_000, 4_000 + 1_000, 5_000 + 2_000]

@@ -488,6 +488,7 @@ class Timer:
                 self.counters[DROP_RING_OVERFLOW] += 1
         if dropped is not None:  # its events may still be pending on the GPU: not reused
             dropped.pairs, dropped.first = [], None
+            self.own_ns += dropped.own or 0     # its shim time goes on the next row (the sum stays whole)
 
     def _identify(self) -> None:
         if self.identity_fn is None:
