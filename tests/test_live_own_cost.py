@@ -579,3 +579,35 @@ def test_a_cycle_dropped_by_the_ring_leaves_its_shim_time_to_the_next_row():
     t.poll()
     assert [r["cycle"] for r in rows] == [3, 4, 5]
     assert [r["shim_ns"] for r in rows] == [3_000, 4_000 + 1_000, 5_000 + 2_000]
+
+
+def test_production_path_no_profiler_sampled_and_paused_loses_no_cycle(fake_sglang, monkeypatch, tmp_path):
+    """The fake SGLang worker with no profiler behind the tee (production: ranges of untimed cycles pass
+    straight through), events in one cycle of 3, the timing paused for a stretch and resumed: every cycle run
+    while not paused comes out once, with its accept lengths, the timed ones with phase times; nothing stays on
+    the timer's stacks; the shim's time of each row is an int > 0."""
+    name, rec = fake_sglang
+    rec.active = False                            # no nsys: the tee's inner backend records nothing
+    pause = tmp_path / "pause"
+    monkeypatch.setenv("SPECPROF_TIMING_PAUSE_FILE", str(pause))
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
+    now = [0.0]
+    state.tee._clock = lambda: now[0]             # the pause file is looked at on the tee's clock
+    assert not state.tee.records_marks
+    _drive(name, gpu, 6, [2, 0, 3])
+    pause.touch()
+    now[0] += 1.0
+    _drive(name, gpu, 4, [2, 0, 3])              # paused: not logged
+    pause.unlink()
+    now[0] += 1.0
+    _drive(name, gpu, 6, [2, 0, 3])
+    state.timer.close()
+    rows = list(state.sink._rows)
+    cycles = [r["cycle"] for r in rows]
+    assert cycles == list(range(1, 7)) + list(range(11, 17))
+    assert all((r["accepted_tokens"], r["requests"], r["accept_lens"]) == (5, 3, "2,0,3") for r in rows)
+    assert [r["timed"] for r in rows] == [int(k % 3 == 0) for k in cycles]
+    assert all((r["verify_ns"] is not None) == bool(r["timed"]) for r in rows)
+    assert all(isinstance(r["shim_ns"], int) and r["shim_ns"] > 0 for r in rows)
+    assert state.timer._tls.stack == [] and not state.timer.in_untimed and state.tee._route() == []
+    state.sink.close()
