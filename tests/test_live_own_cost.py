@@ -282,24 +282,30 @@ def test_through_the_wrappers_every_row_has_the_shims_own_time(fake_sglang, monk
 
 def test_the_shims_time_while_paused_is_on_no_row(tmp_path):
     """The overhead benchmark pauses the timing between rounds (SPECPROF_TIMING_PAUSE_FILE); the wrappers still
-    charge meanwhile: that time belongs to no logged cycle and is dropped when the timing resumes."""
+    charge meanwhile: that time belongs to no logged cycle. A pause is a gap without cycles like an idle server's
+    (the timer's one rule, IDLE_GAP_FACTOR): the time over it is dropped when the next cycle starts."""
     rows = []
-    t = E.Timer(rows.append, events=None, accept_lag=0)
-    now = [0.0]
+    now = [0.0]                                            # seconds, the tee's and (in ns) the timer's clock
+    t = E.Timer(rows.append, events=None, accept_lag=0, clock=lambda: int(now[0] * 1e9))
     pause = tmp_path / "pause"
     tee = E.TeeBackend(_nvtx.RecordingBackend(), t, pause_file=str(pause), pause_check_s=0.05, clock=lambda: now[0])
+
+    def cycle(k, ns):
+        now[0] += 0.001                    # 1 ms from the previous cycle's end
+        tee.push(P.DECODE_CYCLE, k)
+        t.own_ns += ns
+        now[0] += 0.002
+        tee.pop()
+    for k in (1, 2, 3):
+        cycle(k, 400)
     pause.touch()
-    now[0] += 1.0
-    tee.push(P.DECODE_CYCLE, 1)            # paused: not timed
-    t.own_ns += 50_000                     # the wrappers' time meanwhile
-    tee.pop()
+    now[0] += 0.1
+    cycle(4, 50_000)                       # paused: not timed; the wrappers' time meanwhile
     pause.unlink()
     now[0] += 1.0
-    tee.push(P.DECODE_CYCLE, 2)            # resumed: the paused time is dropped here
-    t.own_ns += 700
-    tee.pop()
+    cycle(5, 700)                          # resumed: the paused time is dropped here
     t.poll(wait_accepts=False)
-    assert [(r["cycle"], r["shim_ns"]) for r in rows] == [(2, 700)]
+    assert [(r["cycle"], r["shim_ns"]) for r in rows] == [(1, 400), (2, 400), (3, 400), (5, 700)]
 
 
 def test_own_detail_writes_the_shims_time_by_place(fake_sglang, monkeypatch, tmp_path):
@@ -611,3 +617,29 @@ def test_production_path_no_profiler_sampled_and_paused_loses_no_cycle(fake_sgla
     assert all(isinstance(r["shim_ns"], int) and r["shim_ns"] > 0 for r in rows)
     assert state.timer._tls.stack == [] and not state.timer.in_untimed and state.tee._route() == []
     state.sink.close()
+
+
+def test_observe_all_fills_a_histogram_as_prometheus_observe_of_each_value():
+    """The batch path against prometheus_client's own Histogram.observe (the reference, now that the metrics'
+    per-row observe is a batch of one): every bucket set, values on the bounds, 0, below and above them."""
+    import pytest
+
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live import metrics as M
+
+    for buckets in (M.PHASE_BUCKETS, M.TOKEN_BUCKETS, M.ACCEPT_LENGTH_BUCKETS):
+        values = [0, -1.0, 1e9, *buckets, *(b * 0.999 for b in buckets), *(b * 1.001 for b in buckets)]
+        exposed = []
+        for batched in (False, True):
+            registry = prom.CollectorRegistry()
+            h = prom.Histogram("h", "h", ["rank"], buckets=buckets, registry=registry).labels(rank="0")
+            if batched:
+                M.observe_all(h, values)
+            else:
+                for v in values:
+                    h.observe(v)
+            exposed.append({s.name + str(sorted(s.labels.items())): s.value for fam in registry.collect()
+                            for s in fam.samples if not s.name.endswith("_created")})
+        assert exposed[0].keys() == exposed[1].keys()
+        for key, value in exposed[0].items():
+            assert exposed[1][key] == pytest.approx(value, rel=1e-12, abs=1e-12), key

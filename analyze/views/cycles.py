@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.attribute.phases import OTHER
-from analyze.timeline import cycles as cycles_mod
+from analyze.timeline import cycles as cycles_mod, own_cost
 from analyze.views.registry import view
 
 
@@ -79,6 +79,4 @@ def timing_cost(a) -> pd.DataFrame:
     """Per rank and batch size of a live timing log: what the shim's timing mode costs, from its own log
     (timeline.own_cost: the timed cycles' extra period, the shim's and the sink's logged time); empty for an
     nsys profile."""
-    from analyze.timeline import own_cost
-
     return own_cost.cost_table(a.cycles)

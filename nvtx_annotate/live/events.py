@@ -74,7 +74,7 @@ draft tokens in request order, ``"a,b,..."`` (the accept mark's ``lens=``; null 
 marks, these events and polls; the graph hook less the launch): what the shim costs the worker thread, logged so
 that the log says what it costs (analyze-trace's ``timing_cost`` view). A timed cycle's events count in its own
 row; resolving them (queries, ``elapsed_time``) and a cycle's close in the next cycle's; the time over an idle
-gap (:data:`IDLE_GAP_FACTOR`) in none."""
+gap (:data:`IDLE_GAP_FACTOR`: an idle server, or the timing paused) in none."""
 
 _EMPTY_ROW = dict.fromkeys(ROW_FIELDS)
 
@@ -556,8 +556,9 @@ class Timer:
 
     def row(self, rec: CycleRecord) -> dict:
         """One resolved cycle as a dict of :data:`ROW_FIELDS` (events must be complete)."""
+        out = self._base_row(rec)
         if not rec.pairs and not rec.host:      # a cycle the sampling left without events: no phase to read
-            return self._untimed_row(rec)
+            return out
         phase_ns: dict[str, int] = {}
         for key, a, b, also in rec.pairs:
             ns = elapsed_ns(a, b)
@@ -565,7 +566,16 @@ class Timer:
                 phase_ns[k] = phase_ns.get(k, 0) + ns
         for phase in rec.missing:
             phase_ns.pop(phase, None)
-        span = elapsed_ns(rec.first, rec.pairs[-1][2]) if rec.pairs and rec.first is not None else None
+        out["gpu_span_ns"] = elapsed_ns(rec.first, rec.pairs[-1][2]) if rec.pairs and rec.first is not None else None
+        for phase in PHASES:
+            out[f"{phase}_ns"] = phase_ns.get(phase)
+            out[f"{phase}_host_ns"] = rec.host.get(phase)
+        for phase in REPLAYED:
+            out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
+        return out
+
+    def _cycle_fields(self, rec: CycleRecord) -> tuple:
+        """(steps, verified tokens) of a cycle: the process's, or the cycle's own under adaptive speculation."""
         spec = self.spec
         steps = getattr(spec, "steps", None)
         draft_tokens = getattr(spec, "draft_tokens", None)
@@ -575,31 +585,11 @@ class Timer:
             chain = getattr(spec, "topk", None) == 1
             steps, draft_tokens = rec.steps, rec.steps + 1 if chain else None
         verified = rec.requests * draft_tokens if rec.requests is not None and draft_tokens is not None else None
-        out = {"rank": self.rank if self.rank is not None else 0, "pid": self.pid, "cycle": rec.cycle,
-               "host_start_ns": rec.start_ns, "host_end_ns": rec.end_ns}
-        for phase in PHASES:
-            out[f"{phase}_ns"] = phase_ns.get(phase)
-            out[f"{phase}_host_ns"] = rec.host.get(phase)
-        for phase in REPLAYED:
-            out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
-        out.update(gpu_span_ns=span, accepted_tokens=rec.accepted, requests=rec.requests, verified_tokens=verified,
-                   steps=steps, batch_size=rec.batch_size, timed=int(rec.timed), accept_lens=rec.lens,
-                   shim_ns=rec.own)
-        return out
-
-    def _cycle_fields(self, rec: CycleRecord) -> tuple:
-        """(steps, verified tokens) of a cycle: the process's, or the cycle's own under adaptive speculation."""
-        spec = self.spec
-        steps = getattr(spec, "steps", None)
-        draft_tokens = getattr(spec, "draft_tokens", None)
-        if rec.steps is not None and rec.steps != steps:
-            chain = getattr(spec, "topk", None) == 1
-            steps, draft_tokens = rec.steps, rec.steps + 1 if chain else None
-        verified = rec.requests * draft_tokens if rec.requests is not None and draft_tokens is not None else None
         return steps, verified
 
-    def _untimed_row(self, rec: CycleRecord) -> dict:
-        """:meth:`row` of a cycle without events or phase host times: the empty row filled in once."""
+    def _base_row(self, rec: CycleRecord) -> dict:
+        """The fields of :meth:`row` every cycle has (all but the phases' times, null here): the empty row filled
+        in once; a cycle the sampling left without events is this row."""
         steps, verified = self._cycle_fields(rec)
         out = dict(_EMPTY_ROW)
         out.update(rank=self.rank if self.rank is not None else 0, pid=self.pid, cycle=rec.cycle,
@@ -725,11 +715,7 @@ class TeeBackend:
             now = self._clock()
             if now - self._checked >= self.pause_check_s:
                 self._checked = now
-                paused = os.path.exists(self.pause_file)
-                if self.paused and not paused:
-                    # the shim's own time while paused belongs to no logged cycle: not on the next row's shim_ns
-                    self.timer.own_ns = 0
-                self.paused = paused
+                self.paused = os.path.exists(self.pause_file)
         return not self.paused if not routes else routes[-1]
 
     def push(self, name, payload=None):

@@ -69,39 +69,13 @@ class LiveMetrics:
         self._window_tokens = 0
 
     def observe(self, row: dict) -> None:
-        """One resolved cycle (a row of the timing log). The tokens/s gauge is set by :meth:`publish`
-        (once per batch of rows: the window's running sum, never a rescan)."""
-        ch = self._children
-        for phase in PHASES:
-            ns = row.get(f"{phase}_ns")
-            if ns is not None:
-                ch[phase].observe(ns * NS)
-        start, end = row["host_start_ns"], row["host_end_ns"]
-        ch["cycle"].observe((end - start) * NS)
-        if row.get("gpu_span_ns") is not None:
-            ch["span"].observe(row["gpu_span_ns"] * NS)
-        ch["cycles"].inc()
-        own = row.get("shim_ns")
-        if own:
-            ch["shim"].inc(own * NS)
-        own = row.get("sink_ns")
-        if own:
-            ch["sink"].inc(own * NS)
-        acc, reqs = row.get("accepted_tokens"), row.get("requests")
-        if acc is None or reqs is None:
-            return
-        ch["accepted"].observe(acc)
-        if reqs > 0:
-            ch["accept_length"].observe(acc / reqs)
-        w = self._window
-        w.append((start, end, acc + reqs))
-        self._window_tokens += acc + reqs
-        while w and w[0][1] < end - self.window_ns:
-            self._window_tokens -= w.popleft()[2]
+        """One resolved cycle (a row of the timing log): :meth:`observe_many` of it. The tokens/s gauge is set by
+        :meth:`publish` (once per batch of rows: the window's running sum, never a rescan)."""
+        self.observe_many((row,))
 
     def observe_many(self, rows) -> None:
-        """Every row of a drain, as :meth:`observe` of each would, each histogram's buckets and sum added to
-        once per drain (:func:`observe_all`: the sink's thread holds the GIL a fifth as long)."""
+        """Every row of a drain (rows of the timing log), each histogram's buckets and sum added to once per
+        drain (:func:`observe_all`: the sink's thread holds the GIL a fifth as long as with one observe a value)."""
         ch = self._children
         values: dict = {}
         shim = sink = 0
