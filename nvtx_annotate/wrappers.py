@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import sys
 import types
 from _thread import _local  # threading.local, without importing threading at interpreter start
@@ -74,7 +75,7 @@ on_accept: Callable | None = None
 accept mark (``lengths``: the per-request accept lengths the mark was made of)."""
 on_idle: Callable | None = None
 """Set by the timing mode (``live``): ``on_idle()`` as SGLang's ``Scheduler.on_idle`` is called (nothing running;
-SGLang 0.5.17 also calls it about 11 times a decode cycle while it waits for results)."""
+an idle SGLang 0.5.17 scheduler calls it on every turn of its loop; never while a batch runs)."""
 own_time = None
 """Set by the timing mode (``live``): the :class:`~nvtx_annotate.live.events.Timer` whose ``charge`` the
 wrappers give their own host time to (all of a wrapped call but the call itself: the shim's cost, the log's
@@ -382,6 +383,8 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             hook = on_cycle_steps
             cfg = _rank["spec_config"]
             adaptive = cfg is not None and bool(cfg.adaptive)
+            if cfg is not None and cfg.adaptive is False:
+                hook = None     # no --speculative-adaptive: the process's step count holds for every cycle
             if (hook is not None or adaptive) and get_self is not None:
                 try:
                     steps = getattr(get_self(args, kwargs), "speculative_num_steps", None)
@@ -439,14 +442,22 @@ def _hooks_verify_v1(name: str) -> Hooks:
     return Hooks(enter, leave, fail)
 
 
+_FINISHED, _RETRACTED = operator.methodcaller("finished"), operator.attrgetter("is_retracted")
+
+
 def _done_flags(batch) -> list | None:
     """Per request of a schedule batch, whether it had already finished (or was retracted) before
     this result was resolved: with the overlap scheduler one more cycle runs for requests that the
     previous result finished, and SGLang discards what it produced for them (its ``spec_verify_ct``
-    does not count it). None when the batch does not say."""
+    does not count it). None when the batch does not say, or when none is done."""
     reqs = getattr(batch, "reqs", None)
     if not isinstance(reqs, (list, tuple)):
         return None
+    try:        # SGLang's Req (finished(), is_retracted): at C speed, and nothing to say when none is done
+        if not any(map(_FINISHED, reqs)) and not any(map(_RETRACTED, reqs)):
+            return None
+    except Exception:   # another shape: request by request below
+        pass
     out = []
     for req in reqs:
         done = bool(getattr(req, "is_retracted", False))
@@ -520,19 +531,20 @@ def _hooks_after_init(get_self, emit) -> Hooks:
     return Hooks(enter, leave, _noop_fail)
 
 
-def _hooks_idle() -> Hooks:
-    def enter(args, kwargs):
-        # before the call rather than after (SGLang calls on_idle ~11 times a decode cycle: one hook, no leave)
+def _idle_wrapper(fn, label: str):
+    """``Scheduler.on_idle``: the timing mode's idle hook before the call (an idle SGLang 0.5.17 scheduler calls
+    it on every turn of its loop): no range, no state, nothing after; the hook charges its own time when it
+    polls."""
+    def wrapper(*args, **kwargs):
         hook = on_idle
         if hook is not None:
-            hook()
-        return None
+            try:
+                hook()
+            except Exception as e:
+                fault(label, e)
+        return fn(*args, **kwargs)
 
-    return Hooks(enter, _noop_leave, _noop_fail)
-
-
-def _noop_leave(state, args, kwargs, ret):     # pragma: no cover - a hook whose enter returns None
-    return None
+    return wrapper
 
 
 def _hooks_profile_start() -> Hooks:
@@ -554,14 +566,19 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
     def wrapper(*args, **kwargs):
         own = own_time
         if own is not None:
-            t0 = own.own_clock()
+            clock = own.own_clock
+            t0 = clock()
         try:
             state = enter(args, kwargs)
         except Exception as e:
             fault(label, e)
             state = None
         if own is not None:
-            own.charge(at_enter, own.own_clock() - t0)
+            t1 = clock()
+            if own.own_detail is None:
+                own.own_ns += t1 - t0
+            else:
+                own.charge(at_enter, t1 - t0)
         if state is None:
             return fn(*args, **kwargs)
         try:
@@ -573,13 +590,17 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
                 fault(label, e)
             raise
         if own is not None:
-            t0 = own.own_clock()
+            t0 = clock()
         try:
             leave(state, args, kwargs, ret)
         except Exception as e:
             fault(label, e)
         if own is not None:
-            own.charge(at_leave, own.own_clock() - t0)
+            t1 = clock()
+            if own.own_detail is None:
+                own.own_ns += t1 - t0
+            else:
+                own.charge(at_leave, t1 - t0)
         return ret
 
     return wrapper
@@ -594,10 +615,12 @@ def _range_wrapper(fn, name: str, exact: bool, label: str, only=None):
     def wrapper(*args, **kwargs):
         own = own_time
         if own is not None:
+            if own.pass_ranges:     # the timing mode alone, a cycle without events: nothing would record it
+                return fn(*args, **kwargs)
             t0 = own.own_clock()
         try:
             b = nv._backend or nv.get_backend()
-            if not b.active or getattr(b, "skip_ranges", False) or (only is not None and not only(args, kwargs)) or (
+            if not b.active or (only is not None and not only(args, kwargs)) or (
                     g.skip_exact() if exact else g.skip()):
                 b = None
             else:
@@ -734,7 +757,7 @@ def _hooks_for(fn, target: Target, skip_first: bool, bound_self) -> Hooks:
     if kind == PROFILE_START:
         return _hooks_profile_start()
     if kind == IDLE:
-        return _hooks_idle()
+        return Hooks(None, None, None)      # _idle_wrapper
     raise ValueError(f"unknown target kind {kind!r}")
 
 
@@ -748,7 +771,9 @@ def make_wrapper(fn: Callable, target: Target, skip_first: bool, bound_self=None
     hooks = _hooks_for(fn, target, skip_first, bound_self)
     if hooks is None:
         return None
-    if inspect.iscoroutinefunction(fn):
+    if target.kind == IDLE:     # sync or not: the hook runs before the call (an async one's coroutine returned)
+        w = _idle_wrapper(fn, target.label)
+    elif inspect.iscoroutinefunction(fn):
         w = _async_wrapper(fn, target.range_name if target.kind in (RANGE, ALLREDUCE_FN) else None,
                            hooks, target.label)
     elif target.kind in (RANGE, ALLREDUCE_FN):

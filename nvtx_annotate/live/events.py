@@ -37,6 +37,7 @@ import time
 from _thread import _local, allocate_lock
 from collections import OrderedDict
 from collections.abc import Callable
+from types import MappingProxyType
 
 from .. import protocol as P
 from .gate import torch_stream_gate
@@ -85,8 +86,9 @@ it is no cycle's. (The decode-cycle range is part of the period only: on real SG
 7-12 ms, growing with the GPU work, so no fixed limit tells them from idleness.)"""
 
 IDLE_POLL_NS = 20_000_000
-""":meth:`Timer.idle` polls at most this often (SGLang 0.5.17 calls ``Scheduler.on_idle`` about 11 times a
-decode cycle while it waits for results, not only when nothing runs: 86,074 calls in 7,736 cycles on an H100)."""
+""":meth:`Timer.idle` polls at most this often: an idle SGLang 0.5.17 scheduler calls ``Scheduler.on_idle`` on every
+turn of its loop (``event_loop_overlap``: only with no batch to run and none in flight; 86,074 calls in the pauses
+of one benchmark that ran 7,736 cycles on an H100)."""
 
 DROP_RING_OVERFLOW = "ring_overflow"
 DROP_UNRESOLVED_AT_CLOSE = "unresolved_at_close"
@@ -128,6 +130,7 @@ def _lens_text(lengths, requests: int) -> str | None:
 
 
 _DIGITS = tuple(str(i) for i in range(256))
+_NO_HOST = MappingProxyType({})      # an untimed cycle's phase host times: none, and none can be added
 
 
 class CycleRecord:
@@ -143,13 +146,16 @@ class CycleRecord:
         self.steps = None  # the worker's step count as the cycle closed (adaptive speculation), else the config's
         self.lens = None  # the per-request accept lengths, "a,b,..." (None: not given, or too many requests)
         self.own = None   # the shim's own host ns from the previous cycle's end to this one's (shim_ns)
-        # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
-        # also: a second key the same two events time (a replay outside its phase's range), else None
-        self.pairs: list = []
         self.first = None  # the cycle's first recorded event
-        self.host: dict = {}  # phase -> host ns between its entries and exits
-        self.missing: set = set()  # phases entered whose time could not be measured
         self.accepted = self.requests = self.batch_size = None
+        if timed:
+            # (key, start event, end event, also) in the order of their end events: key a phase or "<phase>:replay";
+            # also: a second key the same two events time (a replay outside its phase's range), else None
+            self.pairs: list = []
+            self.host: dict = {}  # phase -> host ns between its entries and exits
+            self.missing: set = set()  # phases entered whose time could not be measured
+        else:       # nothing is recorded inside a cycle without events: shared empties that refuse a write
+            self.pairs, self.host, self.missing = (), _NO_HOST, frozenset()
 
 
 class _Thread(_local):
@@ -210,9 +216,12 @@ class Timer:
         self._idle_polled = -IDLE_POLL_NS      # host ns of the last idle() poll
         self._last_end_ns = float("-inf")      # host ns of the last cycle's end (a gap resets own_ns: _begin)
         self._gap_ns = None                    # the running mean of the gaps from a cycle's end to the next's start
-        # a cycle the sampling leaves without events is open (on the worker thread): the graph hook and, without
-        # a profiler behind the tee, the range wrappers pass straight through (TeeBackend.skip_ranges)
+        # a cycle the sampling leaves without events is open (on the worker thread): the graph hook passes straight
+        # through; so do the range wrappers (``pass_ranges``) unless a profiler behind the tee records the ranges
+        # (``ranges_elsewhere``, set by the tee)
         self.in_untimed = False
+        self.pass_ranges = False
+        self.ranges_elsewhere = False
         self.ring_size, self.accept_lag, self.max_pairs, self.pool_max = ring_size, accept_lag, max_pairs, pool_max
         self.time_allreduce = time_allreduce
         self._events_spec = events
@@ -462,6 +471,7 @@ class Timer:
         rec = CycleRecord(k, now, timed=self._factory is None or k % self.sample_every == 0)
         t.cycle, t.open_phases = rec, []
         self.in_untimed = not rec.timed
+        self.pass_ranges = self.in_untimed and not self.ranges_elsewhere
         with self._lock:
             self._open[k] = rec
 
@@ -471,21 +481,26 @@ class Timer:
             return
         rec.end_ns = self._last_end_ns = self.clock()
         t.cycle, t.open_phases = None, []
-        self.in_untimed = False
+        self.in_untimed = self.pass_ranges = False
         # the shim's time since the previous cycle's end is this cycle's (shim_ns): its own events and hooks,
         # the scheduler's hooks before it; what this cycle's close (the poll below) takes counts for the next
-        rec.own = self._take_own_ns()
+        rec.own, self.own_ns = int(self.own_ns), 0      # (_take_own_ns)
         dropped = None
-        with self._lock:
-            self._open.pop(rec.cycle, None)
-            self._ring[rec.cycle] = rec
-            self.counters["cycles"] += 1
-            self._newest_ended = max(self._newest_ended, rec.cycle)
-        self.poll()     # the one poll of a cycle (and idle()'s): what is complete leaves before the ring is cut
-        with self._lock:
-            if len(self._ring) > self.ring_size:
-                _, dropped = self._ring.popitem(last=False)
-                self.counters[DROP_RING_OVERFLOW] += 1
+        # the one poll of a cycle (and idle()'s): what is complete leaves before the ring is cut; one pass under
+        # each lock (a cycle's close runs on every decode step)
+        with self._emit_lock:
+            with self._lock:
+                self._open.pop(rec.cycle, None)
+                ring = self._ring
+                ring[rec.cycle] = rec
+                self.counters["cycles"] += 1
+                if rec.cycle > self._newest_ended:
+                    self._newest_ended = rec.cycle
+                done = self._take_ready(True)
+                if len(ring) > self.ring_size:
+                    _, dropped = ring.popitem(last=False)
+                    self.counters[DROP_RING_OVERFLOW] += 1
+            self._emit(done)
         if dropped is not None:  # its events may still be pending on the GPU: not reused
             dropped.pairs, dropped.first = [], None
             self.own_ns += dropped.own or 0     # its shim time goes on the next row (the sum stays whole)
@@ -530,28 +545,40 @@ class Timer:
     def _ready(self, rec: CycleRecord, wait_accepts: bool = True) -> bool:
         if wait_accepts and rec.accepted is None and self._newest_ended - rec.cycle < self.accept_lag:
             return False
+        if not rec.pairs:
+            return True
         for _, a, b, _ in rec.pairs:  # events complete in order on one stream: the end first
             if not b.query() or not a.query():
                 return False
-        return rec.first is None or not rec.pairs or rec.first.query()
+        return rec.first is None or rec.first.query()
+
+    def _take_ready(self, wait_accepts: bool) -> list:
+        """The pending cycles that are complete, oldest first, taken off the ring (``_lock`` held)."""
+        ring, done = self._ring, []
+        while ring:
+            rec = ring[next(iter(ring))]
+            if not self._ready(rec, wait_accepts):
+                break
+            del ring[rec.cycle]
+            done.append(rec)
+        return done
+
+    def _emit(self, done: list) -> None:
+        """Rows of the taken cycles, in order (``_emit_lock`` held)."""
+        for rec in done:
+            row = self.row(rec)
+            if rec.pairs:
+                self._release_record(rec)
+            self.counters["resolved"] += 1
+            self.on_row(row)
 
     def poll(self, wait_accepts: bool = True) -> int:
         """Resolve the pending cycles that are complete, oldest first; never waits. Returns how many.
         ``wait_accepts=False``: a cycle without its accept length resolves too (none will come)."""
         with self._emit_lock:
-            done = []
             with self._lock:
-                while self._ring:
-                    k, rec = next(iter(self._ring.items()))
-                    if not self._ready(rec, wait_accepts):
-                        break
-                    del self._ring[k]
-                    done.append(rec)
-            for rec in done:
-                row = self.row(rec)
-                self._release_record(rec)
-                self.counters["resolved"] += 1
-                self.on_row(row)
+                done = self._take_ready(wait_accepts)
+            self._emit(done)
             return len(done)
 
     def row(self, rec: CycleRecord) -> dict:
@@ -614,7 +641,11 @@ class Timer:
         if now - self._idle_polled < IDLE_POLL_NS:
             return 0
         self._idle_polled = now
-        return self.poll(wait_accepts=False)
+        t0 = self.own_clock()
+        try:
+            return self.poll(wait_accepts=False)
+        finally:
+            self.charge("idle poll", self.own_clock() - t0)
 
     def close(self) -> int:
         """Resolve what is complete now (no waiting); the rest is dropped and counted. Returns the drops."""
@@ -679,6 +710,13 @@ class TeeBackend:
                  clock: Callable[[], float] = time.monotonic):
         self.inner, self.timer, self.on_fault = inner, timer, on_fault
         self._inner_on = bool(getattr(inner, "active", False))
+        # with no profiler behind, a range pushed in a cycle the sampling left without events reaches nothing: the
+        # range wrappers then pass the call straight through (Timer.pass_ranges; the decode cycle's own push and
+        # pop and the accept marks still come here)
+        timer.ranges_elsewhere = self._inner_on
+        # whether a mark reaches anything (nsys attached): the wrappers skip building an accept mark's text when
+        # not (the timer takes the lengths through ``on_accept``)
+        self.records_marks = self._inner_on
         # ``pause_file``: while that file exists the timer is not fed (no events, no rows): the overhead
         # benchmark alternates rounds with and without the timing inside one engine (engines differ by
         # 8-27% on one machine). Looked at, at most every ``pause_check_s``, on an outermost push only (a
@@ -686,19 +724,6 @@ class TeeBackend:
         self.pause_file, self.pause_check_s, self._clock = pause_file, pause_check_s, clock
         self.paused, self._checked = False, float("-inf")
         self._routes = _local()
-
-    @property
-    def skip_ranges(self) -> bool:
-        """Whether a range pushed now reaches nothing: no profiler behind the tee and a cycle open that the
-        sampling left without events (the timer records nothing inside it). The range wrappers then pass the
-        call straight through (the decode cycle's own push and pop, and the accept marks, still come here)."""
-        return not self._inner_on and self.timer.in_untimed
-
-    @property
-    def records_marks(self) -> bool:
-        """Whether a mark reaches anything (the inner backend records: nsys attached); the wrappers skip
-        building an accept mark's text when not (the timer takes the lengths through ``on_accept``)."""
-        return self._inner_on
 
     def _fault(self, exc):
         if self.on_fault is not None:

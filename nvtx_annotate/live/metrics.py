@@ -26,6 +26,7 @@ PHASE_BUCKETS = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3
 TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 ACCEPT_LENGTH_BUCKETS = (0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16)
 PHASES = ("draft", "verify", "draft_extend", "allreduce")
+_PHASE_KEYS = tuple((phase, f"{phase}_ns") for phase in PHASES)
 NS = 1e-9
 
 
@@ -77,32 +78,37 @@ class LiveMetrics:
         """Every row of a drain (rows of the timing log), each histogram's buckets and sum added to once per
         drain (:func:`observe_all`: the sink's thread holds the GIL a fifth as long as with one observe a value)."""
         ch = self._children
-        values: dict = {}
+        by_phase = {phase: [] for phase in PHASES}
+        cycle, span, accepted, accept_length = [], [], [], []
         shim = sink = 0
         w = self._window
+        window_ns = self.window_ns
         for row in rows:
-            for phase in PHASES:
-                ns = row.get(f"{phase}_ns")
-                if ns is not None:
-                    values.setdefault(phase, []).append(ns * NS)
+            if row.get("timed", 1):     # a cycle the sampling left without events has none of these
+                for phase, key in _PHASE_KEYS:
+                    ns = row.get(key)
+                    if ns is not None:
+                        by_phase[phase].append(ns * NS)
+                if row.get("gpu_span_ns") is not None:
+                    span.append(row["gpu_span_ns"] * NS)
             start, end = row["host_start_ns"], row["host_end_ns"]
-            values.setdefault("cycle", []).append((end - start) * NS)
-            if row.get("gpu_span_ns") is not None:
-                values.setdefault("span", []).append(row["gpu_span_ns"] * NS)
+            cycle.append((end - start) * NS)
             shim += row.get("shim_ns") or 0
             sink += row.get("sink_ns") or 0
             acc, reqs = row.get("accepted_tokens"), row.get("requests")
             if acc is None or reqs is None:
                 continue
-            values.setdefault("accepted", []).append(acc)
+            accepted.append(acc)
             if reqs > 0:
-                values.setdefault("accept_length", []).append(acc / reqs)
+                accept_length.append(acc / reqs)
             w.append((start, end, acc + reqs))
             self._window_tokens += acc + reqs
-            while w and w[0][1] < end - self.window_ns:
+            while w and w[0][1] < end - window_ns:
                 self._window_tokens -= w.popleft()[2]
-        for key, vals in values.items():
-            observe_all(ch[key], vals)
+        for key, vals in (*by_phase.items(), ("cycle", cycle), ("span", span), ("accepted", accepted),
+                          ("accept_length", accept_length)):
+            if vals:
+                observe_all(ch[key], vals)
         if rows:
             ch["cycles"].inc(len(rows))
         if shim:
