@@ -20,6 +20,9 @@
 #   profile's `spec_steps` marks carry each cycle's step count (issues 41, 43). Start at the config's largest
 #   candidate (STEPS=7 for SGLang's default): SGLang 0.5.17 sizes its buffers by the start value and fails on
 #   the first switch above it ("shared logits buffer holds 64 rows but caller needs 128", 2026-12-06)
+#   the shim's own cost before and after a change, one machine (carry .oldshim too):
+#     mkdir -p .oldshim && git archive REV nvtx_annotate | tar -x -C .oldshim
+#     ENGINES="onold on onold" CONFIG=3:32 STEPS=3 BATCHES=1,16 BUDGET_S=300 bash recipes/sglang_live.sh
 #   the profile alone (its engines skipped), e.g. a second call while the machine is warm:
 #     ENGINES= CONFIG=2:64 STEPS=3 BATCHES=1,16 BUDGET_S=400 bash recipes/sglang_live.sh
 #
@@ -58,14 +61,18 @@ for mode in $ENGINES; do
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --alternate-timing "$W/pause" --min-rounds 4 --max-rounds 8 $ROUND_ARGS \
       --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     python3 -c "import json,sys; [print(f\"   batch {b['batch']}: on {b['tokens_per_s_timing_on']:.1f} paused {b['tokens_per_s_timing_paused']:.1f} overhead {100*b['timing_overhead']:+.2f}% pairs {[round(x,3) for x in b['timing_pair_ratios']]}\") for b in json.load(open(sys.argv[1]))['batches']]" "$W/$tag.json"
-  elif [ "$mode" = on ]; then
+  elif [ "$mode" = on ] || [ "$mode" = onold ]; then
+    # onold: the same with another copy of the shim first on the path (OLD_SHIM, a directory holding an
+    # nvtx_annotate package, e.g. an earlier commit's: `git archive REV nvtx_annotate | tar -x -C .oldshim`):
+    # the shim's own cost before and after a change, on one machine in one call
+    shim_path=""; [ "$mode" = onold ] && shim_path="$REPO/${OLD_SHIM:-.oldshim}"
     # /metrics of rank 0 (SPECPROF_METRICS_PORT + rank), scraped every 3 s while the engine runs: the last
     # good scrape is kept (issue 43: "/metrics serves the histograms")
     mkdir -p "$W/logs"
     ( for i in $(seq 1 90); do sleep 3; curl -sf -m 2 http://127.0.0.1:9400/metrics -o "$W/m.tmp" \
         && mv "$W/m.tmp" "$W/logs/metrics_$tag.txt"; done ) & scraper=$!
-    env SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" SPECPROF_TIMING_FILE_S=10 \
-      SPECPROF_METRICS_PORT=9400 \
+    env ${shim_path:+PYTHONPATH="$shim_path:$PYTHONPATH"} SPECPROF_NVTX=1 SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/logs/$tag" \
+      SPECPROF_TIMING_FILE_S=10 SPECPROF_METRICS_PORT=9400 \
       timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${SPEC[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$tag.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' | tail -6
     kill "$scraper" 2>/dev/null; ls -la "$W/logs/metrics_$tag.txt" 2>/dev/null || echo "   no /metrics scrape"

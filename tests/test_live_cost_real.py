@@ -87,3 +87,21 @@ def test_the_headline_says_what_the_timing_cost_and_what_that_counts():
                         "costs'; this log has no shim_ns).")
     nsys = views.get(analyze.load(REAL / "sglang_live_h100_e2_on"), "headline")       # every cycle timed, no shim_ns
     assert "cost" not in nsys.split("no kernel tables")[-1]
+
+
+AB_NEW = REAL / "sglang_live_h100_v3_l32_s3_ab_new.live"
+AB_OLD = REAL / "sglang_live_h100_v3_l32_s3_ab_old.live"
+
+
+def test_the_cut_untimed_path_costs_a_quarter_less_on_one_machine():
+    """One H100 host, one call, engines in turn (docs/live.md "Seventh GPU run"): the shim of commit e9d092f
+    (``recipes/sglang_live.sh`` mode ``onold``) in the first and third engine, the shim with the untimed cycle's
+    path cut in the second. Its own time a cycle fell from 101 / 106 us to 75 / 81 us (batch 1 / 16); the whole
+    cost, events and sink included, from 2.87% / 3.21% to 2.54% / 2.87% of tokens/s."""
+    new, old = cost(AB_NEW), cost(AB_OLD)
+    assert list(new.index) == list(old.index) == [1, 16]
+    assert (new["shim_ns"] < 0.8 * old["shim_ns"]).all()
+    assert new.loc[1, "shim_ns"] == pytest.approx(75_234, abs=1) and old.loc[1, "shim_ns"] == pytest.approx(101_445, abs=1)
+    assert new.loc[1, "cost_pct"] == pytest.approx(2.54, abs=0.01) and new.loc[16, "cost_pct"] == pytest.approx(2.87, abs=0.01)
+    assert old.loc[1, "cost_pct"] == pytest.approx(2.87, abs=0.01) and old.loc[16, "cost_pct"] == pytest.approx(3.21, abs=0.01)
+    assert (new["cost_ns"] < old["cost_ns"]).all()
