@@ -178,7 +178,7 @@ def _round(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS) 
     ps.GroupCoordinator("tp", 0, 1)
     scheduler = sch.Scheduler(SimpleNamespace(
         speculative_algorithm="EAGLE3", speculative_num_steps=3, speculative_eagle_topk=1,
-        speculative_num_draft_tokens=4, tp_size=1, disable_cuda_graph=False, speculative_adaptive=None))
+        speculative_num_draft_tokens=4, tp_size=1, disable_cuda_graph=False, speculative_adaptive=False))
     graph = sys.modules["torch"].cuda.CUDAGraph()
     worker = ew.EAGLEWorkerV2(dr.EAGLEDraftCudaGraphRunner(graph), de.EAGLEDraftExtendCudaGraphRunner(graph),
                               vr.DecodeCudaGraphRunner(graph))

@@ -66,6 +66,9 @@ for mode in $ENGINES; do
     # nvtx_annotate package, e.g. an earlier commit's: `git archive REV nvtx_annotate | tar -x -C .oldshim`):
     # the shim's own cost before and after a change, on one machine in one call
     shim_path=""; [ "$mode" = onold ] && shim_path="$REPO/${OLD_SHIM:-.oldshim}"
+    if [ -n "$shim_path" ] && [ ! -f "$shim_path/nvtx_annotate/__init__.py" ]; then
+      echo "== $tag: no nvtx_annotate under $shim_path (carry it): engine skipped"; continue
+    fi
     # /metrics of rank 0 (SPECPROF_METRICS_PORT + rank), scraped every 3 s while the engine runs: the last
     # good scrape is kept (issue 43: "/metrics serves the histograms")
     mkdir -p "$W/logs"

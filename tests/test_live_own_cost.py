@@ -653,10 +653,15 @@ def test_observe_all_fills_a_histogram_as_prometheus_observe_of_each_value():
 
 
 def test_idle_charges_its_poll_only():
-    """Timer.idle's own time counts when it polls (the rows it resolves), not the check that returns at once."""
+    """Timer.idle's own time counts when it polls (the rows it resolves), not the check that returns at once (each
+    host clock reading there moves the own clock too: charged, it would show)."""
     gpu = Gpu()
     clock, own = Ticks(), Ticks()
-    t = E.Timer([].append, events=gpu.events(), clock=clock, own_clock=own, accept_lag=4)
+
+    def host_clock():
+        own.advance(50)
+        return clock()
+    t = E.Timer([].append, events=gpu.events(), clock=host_clock, own_clock=own, accept_lag=4)
     t.push(P.DECODE_CYCLE, 1)
     t.pop()
     t.own_ns = 0
@@ -674,13 +679,16 @@ def test_the_idle_wrapper_contains_its_hooks_error(monkeypatch):
     """The hook runs before on_idle; its error is counted, never raised into the scheduler's loop."""
     from nvtx_annotate.targets import IDLE, TARGETS
 
+    calls = []
+
     def broken():
+        calls.append(1)
         raise RuntimeError("timer")
     monkeypatch.setattr(wrappers, "on_idle", broken)
     faults = dict(wrappers._faults)
     target = next(t for t in TARGETS if t.kind == IDLE)
     w = wrappers.make_wrapper(lambda self: "idle-result", target, skip_first=True)
-    assert w(object()) == "idle-result"
+    assert w(object()) == "idle-result" and calls == [1]
     assert wrappers._faults.get(target.label, 0) == faults.get(target.label, 0) + 1
 
 

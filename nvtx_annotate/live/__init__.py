@@ -228,6 +228,11 @@ def _after_fork(settings, events, threaded) -> None:
     from .events import unhook_cuda_graphs
 
     unhook_cuda_graphs()    # the child's own timer hooks the graphs again at its first cycle
+    from .. import wrappers
+
+    # none of the parent's timer stays hooked in (its pass_ranges would let the child's ranges pass unrecorded
+    # should enable fail here)
+    wrappers.on_accept = wrappers.on_idle = wrappers.on_cycle_steps = wrappers.own_time = None
     try:
         enable(settings, events, threaded)
     except Exception:  # pragma: no cover - never break a fork

@@ -501,6 +501,7 @@ class Timer:
                     _, dropped = ring.popitem(last=False)
                     self.counters[DROP_RING_OVERFLOW] += 1
             self._emit(done)
+        # (a close that emits a row drops none: taking one leaves the ring within its size)
         if dropped is not None:  # its events may still be pending on the GPU: not reused
             dropped.pairs, dropped.first = [], None
             self.own_ns += dropped.own or 0     # its shim time goes on the next row (the sum stays whole)
