@@ -722,3 +722,21 @@ def test_the_step_count_is_read_each_cycle_only_under_adaptive_speculation(fake_
     assert seen == [3] * reads
     state.timer.close()
     assert [r["steps"] for r in state.sink._rows] == [3, 3, 3]
+
+
+def test_a_forked_child_whose_timing_fails_keeps_none_of_the_parents_hooks(fake_sglang, monkeypatch, tmp_path):
+    """After a fork the child starts its own timing; should that fail, none of the parent's timer stays in the
+    wrappers (its pass_ranges would let the child's ranges pass unrecorded, its accept hook feed a dead ring)."""
+    from nvtx_annotate import live
+
+    name, rec = fake_sglang
+    gpu, state = _timed_install(name, monkeypatch, tmp_path, 41)
+    assert wrappers.own_time is state.timer
+    state.timer.pass_ranges = True                      # as in an untimed cycle when the fork came
+
+    def fails(*a, **k):
+        raise OSError("no log directory in the child")
+    monkeypatch.setattr(live, "enable", fails)
+    live._after_fork(live.settings_from_env()[0], None, False)
+    assert live.state() is None
+    assert (wrappers.own_time, wrappers.on_accept, wrappers.on_idle, wrappers.on_cycle_steps) == (None,) * 4
