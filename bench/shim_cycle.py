@@ -159,7 +159,7 @@ def _fake_torch() -> types.ModuleType:
     return torch
 
 
-def _round(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS) -> dict:
+def _round(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS, batch_size: int = BATCH) -> dict:
     """One round in this interpreter (the child): the package imported (shim installed per ``mode``), the
     cycles run, the wall time and (live) the timer's own accounting returned."""
     sys.modules["torch"] = _fake_torch()
@@ -183,9 +183,14 @@ def _round(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS) 
     worker = ew.EAGLEWorkerV2(dr.EAGLEDraftCudaGraphRunner(graph), de.EAGLEDraftExtendCudaGraphRunner(graph),
                               vr.DecodeCudaGraphRunner(graph))
     proc = brp.SchedulerBatchResultProcessor(worker)
-    lens = [1] * BATCH
-    batch = SimpleNamespace(reqs=[SimpleNamespace(finished=lambda: False, is_retracted=False) for _ in lens],
-                            lens=lens, forward_mode=SimpleNamespace(is_extend=lambda: False))
+    lens = [1] * batch_size
+
+    class Req:                      # SGLang's schedule_batch.Req, as far as the shim reads it
+        finished_reason, is_retracted = None, False
+
+        def finished(self):
+            return self.finished_reason is not None
+    batch = SimpleNamespace(reqs=[Req() for _ in lens], lens=lens, forward_mode=SimpleNamespace(is_extend=lambda: False))
     on_idle = scheduler.on_idle
 
     def run(n):
@@ -241,7 +246,8 @@ def _round(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS) 
     return out
 
 
-def _child(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS, detail: bool = False) -> dict:
+def _child(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS, detail: bool = False,
+           batch_size: int = BATCH) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         _write_package(tmp)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, os.getcwd(), os.environ.get("PYTHONPATH", "")]))
@@ -251,7 +257,7 @@ def _child(mode: str, cycles: int, profile: bool, idle_calls: int = IDLE_CALLS, 
             env.update(SPECPROF_TIMING="1", SPECPROF_TIMING_DIR=os.path.join(tmp, "logs"))
             if detail:
                 env["SPECPROF_TIMING_OWN_DETAIL"] = "1"
-        code = f"import json, bench.shim_cycle as b; print(json.dumps(b._round({mode!r}, {cycles}, {profile}, {idle_calls})))"
+        code = f"import json, bench.shim_cycle as b; print(json.dumps(b._round({mode!r}, {cycles}, {profile}, {idle_calls}, {batch_size})))"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -264,10 +270,11 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile one live round")
     ap.add_argument("--detail", action="store_true", help="one live round's own time by place (SPECPROF_TIMING_OWN_DETAIL)")
     ap.add_argument("--idle-calls", type=int, default=IDLE_CALLS, help="Scheduler.on_idle calls a cycle")
+    ap.add_argument("--batch", type=int, default=BATCH, help="requests a decode cycle")
     a = ap.parse_args(argv)
     results = {}
     for mode in ("bare", "shim", "live"):
-        rounds = [_child(mode, a.cycles, False, a.idle_calls) for _ in range(a.repeats)]
+        rounds = [_child(mode, a.cycles, False, a.idle_calls, batch_size=a.batch) for _ in range(a.repeats)]
         us = [r["us_per_cycle"] for r in rounds]
         results[mode] = {"us_per_cycle_median": statistics.median(us), "us_per_cycle": us, "rounds": rounds}
         print(f"{mode:5s} {statistics.median(us):7.2f} us/cycle  (rounds {min(us):.2f}-{max(us):.2f})")
@@ -281,11 +288,11 @@ def main(argv=None) -> int:
               f"timed {statistics.median([r['shim_us_timed'] for r in live_rounds if r.get('shim_us_timed')]):.2f}, "
               f"sink {statistics.median([r['sink_us_per_cycle'] or 0 for r in live_rounds]):.2f}")
     if a.detail:
-        d = _child("live", a.cycles, False, a.idle_calls, detail=True)["detail_us_per_cycle"]
+        d = _child("live", a.cycles, False, a.idle_calls, detail=True, batch_size=a.batch)["detail_us_per_cycle"]
         for place, us in sorted(d.items(), key=lambda kv: -kv[1]):
             print(f"  {us:7.3f} us/cycle  {place}")
     if a.profile:
-        print(_child("live", a.cycles, True, a.idle_calls)["profile"])
+        print(_child("live", a.cycles, True, a.idle_calls, batch_size=a.batch)["profile"])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

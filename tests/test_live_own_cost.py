@@ -740,3 +740,32 @@ def test_a_forked_child_whose_timing_fails_keeps_none_of_the_parents_hooks(fake_
     live._after_fork(live.settings_from_env()[0], None, False)
     assert live.state() is None
     assert (wrappers.own_time, wrappers.on_accept, wrappers.on_idle, wrappers.on_cycle_steps) == (None,) * 4
+
+
+class _Req:
+    """SGLang's schedule_batch.Req as the accept resolver reads it (finished() is finished_reason is not None
+    in every release 0.4.9-0.5.23); counts its finished() calls."""
+    calls = 0
+
+    def __init__(self, reason=None, retracted=False):
+        self.finished_reason, self.is_retracted = reason, retracted
+
+    def finished(self):
+        _Req.calls += 1
+        return self.finished_reason is not None
+
+
+def test_done_flags_read_sglangs_requests_without_a_call_each():
+    """With no request done, the flags cost no Python call a request (at batch 64, 64 calls a cycle before);
+    with one finished or retracted, the flags are exact (the per-request path, finished() asked)."""
+    from types import SimpleNamespace
+
+    _Req.calls = 0
+    assert wrappers._done_flags(SimpleNamespace(reqs=[_Req() for _ in range(64)])) is None
+    assert _Req.calls == 0
+    reqs = [_Req(), _Req(reason="FINISH_LENGTH"), _Req(), _Req(retracted=True)]
+    assert wrappers._done_flags(SimpleNamespace(reqs=reqs)) == [False, True, False, True]
+    # another shape (no finished_reason): request by request, as before
+    other = [SimpleNamespace(finished=lambda: False, is_retracted=False), SimpleNamespace(finished=lambda: True)]
+    assert wrappers._done_flags(SimpleNamespace(reqs=other)) == [False, True]
+    assert wrappers._done_flags(SimpleNamespace(reqs="not a list")) is None
