@@ -755,14 +755,14 @@ class _Req:
         return self.finished_reason is not None
 
 
-def test_done_flags_read_sglangs_requests_without_a_call_each():
-    """With no request done, the flags cost no Python call a request (at batch 64, 64 calls a cycle before);
-    with one finished or retracted, the flags are exact (the per-request path, finished() asked)."""
+def test_done_flags_of_sglangs_requests():
+    """With no request done, nothing to say (None: the lengths are kept whole), each request asked once;
+    with one finished or retracted, the flags are exact (the per-request path)."""
     from types import SimpleNamespace
 
     _Req.calls = 0
     assert wrappers._done_flags(SimpleNamespace(reqs=[_Req() for _ in range(64)])) is None
-    assert _Req.calls == 0
+    assert _Req.calls == 64
     reqs = [_Req(), _Req(reason="FINISH_LENGTH"), _Req(), _Req(retracted=True)]
     assert wrappers._done_flags(SimpleNamespace(reqs=reqs)) == [False, True, False, True]
     # another shape (no finished_reason): request by request, as before
