@@ -158,6 +158,7 @@ def cycle_table(frame: pd.DataFrame, config: PhaseConfig | None = None) -> pd.Da
     out["tokens_per_s"] = (out["tokens"].astype("Float64") * 1e9 / out["period_ns"].where(out["period_ns"] > 0)) \
         .astype("float64")
     out["host_wait_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")     # no API calls in a live log
+    out["launch_excess_ns"] = pd.Series(pd.NA, index=f.index, dtype="Int64")
     measured = busy.fillna(0).astype("int64")
     # a cycle the sampling left without events has no period split (null), the others as before
     has_events = cycles_mod.timed(f)

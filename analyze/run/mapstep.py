@@ -207,7 +207,7 @@ class ReportMap:
         call_names = launches.calls["name_id"].to_numpy(dtype="int64")[launches.index.order] \
             if len(launches.calls) else np.zeros(0, dtype="int64")
         self.capture_ids = cycles.capture_cycle_ids(call_names, tables.strings, launches.cycle_owner)
-        self.host_wait = self._host_wait(launches, call_names, tables.strings)
+        self.host_calls = self._host_calls(launches, call_names, tables.strings)
         del call_names
         self.n_calls = len(launches.index.key)
         # per sorted call, its row in the report's calls (the per-op table's call_pos)
@@ -437,7 +437,7 @@ class ReportMap:
             self.stage("decode cycles")
             return kernels, cycles.cycle_table_of_chunks(cycle_rows, windows, self.store, rank_values[row_of_group],
                                                          self.marks.assign(input=self.path), self.config,
-                                                         self.capture_ids, self.host_wait, SPLIT_THREADS)
+                                                         self.capture_ids, self.host_calls, SPLIT_THREADS)
 
         if chunked:
             # one after the other (bounded memory): what served the projections is let go of first
@@ -506,18 +506,23 @@ class ReportMap:
                                        kns[n_ph + 1], win_start, win_end, by_rank(groups["ops"]))
 
     @staticmethod
-    def _host_wait(launches: Launches, call_names: np.ndarray, strings: pd.Series) -> pd.Series | None:
-        """Per cycle range id, the synchronize calls' time in its host period outside the phases
-        (cycles.host_wait_by_cycle); None without calls (the cycle table's host_wait_ns is then NA)."""
+    def _host_calls(launches: Launches, call_names: np.ndarray, strings: pd.Series) -> pd.DataFrame | None:
+        """Per cycle range id (index), from the calls of its host period: ``host_wait_ns``, the synchronize calls'
+        time outside the phases (cycles.host_wait_by_cycle), and ``launch_excess_ns``, the graph launches' time beyond
+        the fastest launch (cycles.launch_excess_by_cycle); None without calls (the cycle table's columns are
+        then NA)."""
         if not len(launches.calls) or launches.cycle_owner is None:
             return None
         order = launches.index.order
         calls = launches.calls
         cyc = launches.ranges.loc[np.asarray(launches.is_cycle, dtype=bool), ["global_tid", "start_ns"]]
-        return cycles.host_wait_by_cycle(call_names, calls["global_tid"].to_numpy(dtype="int64")[order],
-                                         calls["start_ns"].to_numpy(dtype="int64")[order],
-                                         calls["end_ns"].to_numpy(dtype="int64")[order],
-                                         launches.painted.owner[:-1], cyc, strings)
+        tid = calls["global_tid"].to_numpy(dtype="int64")[order]
+        start = calls["start_ns"].to_numpy(dtype="int64")[order]
+        end = calls["end_ns"].to_numpy(dtype="int64")[order]
+        return pd.DataFrame({
+            "host_wait_ns": cycles.host_wait_by_cycle(call_names, tid, start, end, launches.painted.owner[:-1], cyc,
+                                                      strings),
+            "launch_excess_ns": cycles.launch_excess_by_cycle(call_names, tid, start, end, cyc, strings)})
 
     def _spill_parts(self, row_of_group: np.ndarray, rank_values: np.ndarray):
         """(rank, columns) of every run of one process of every chunk of the kept ops, in start order,

@@ -77,14 +77,18 @@ def cycle_windows(owner: np.ndarray | None, has: np.ndarray, first: np.ndarray,
 
 COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns", "cpu_end_ns", "period_ns",
            "busy_ns", "gap_ns", "accepted_tokens", "requests", "accept_lengths", "tokens", "tokens_per_s",
-           "host_wait_ns", "steps"]
+           "host_wait_ns", "launch_excess_ns", "steps"]
 # steps: the step count the cycle ran where the shim marked it (``spec_steps=S cycle=K``: a process SGLang
 # runs with --speculative-adaptive; a live log's own column), else NA (the process's spec_config holds it)
 # host_wait_ns: the time in synchronize calls (SYNC_CALL_PREFIXES) in the cycle's host period, outside every
 # phase range: the scheduler waiting for the GPU (SGLang: one cudaEventSynchronize a cycle, after the
 # cycle's range), host time that is no host work (NA where the report has no API calls)
+# launch_excess_ns: over the CUDA graph launches of the cycle's host period, each launch's duration beyond the
+# fastest launch in the report: a floor of what tracing them added to the host's time (nsys' node-level graph
+# tracing made a cudaGraphLaunch take ~0.5 ms where its fastest took 22 us, H100, 2026-12-06; NA as host_wait_ns)
 # the cycle's GPU period: its GPU start to the next cycle's GPU start on the rank (the last cycle of a
 # rank: its own window end), split into phases, other GPU work and GPU idle (period_<phase>_ns ...)
+HOST_CALL_COLUMNS = ("host_wait_ns", "launch_excess_ns")
 PERIOD_COLUMNS = ["gpu_period_start_ns", "gpu_period_end_ns", "gpu_period_ns"]
 FLAG_COLUMNS = ["warmup", "warmup_reason"]
 
@@ -113,6 +117,8 @@ CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cuda
 # runtime/driver calls that block the host until GPU work is done (names carry version suffixes)
 SYNC_CALL_PREFIXES = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
                       "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize")
+# CUDA graph launches (each launches the graph's ops, so the map step prepares every one of them)
+GRAPH_LAUNCH_PREFIXES = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
 def columns(config: PhaseConfig) -> list[str]:
@@ -161,15 +167,20 @@ def host_wait_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_star
     hit = np.isin(call_name_id, ids) & (np.asarray(phase_owner) < 0) if len(ids) else np.zeros(0, dtype=bool)
     if not hit.any():
         return empty
-    tid = np.asarray(call_tid, dtype="int64")[hit]
     start = np.asarray(call_start_ns, dtype="int64")[hit]
     dur = np.asarray(call_end_ns, dtype="int64")[hit] - start
+    return _sum_by_cycle(np.asarray(call_tid, dtype="int64")[hit], start, dur, cycle_ranges)
+
+
+def _sum_by_cycle(tid: np.ndarray, start: np.ndarray, values: np.ndarray, cycle_ranges: pd.DataFrame) -> pd.Series:
+    """Per cycle range id, the sum of ``values`` of the calls in its host period: each call falls to the last
+    cycle start at or before it on its thread (``cycle_ranges``: range id as index; global_tid, start_ns)."""
+    empty = pd.Series(dtype="int64")
     cyc = cycle_ranges.sort_values(["global_tid", "start_ns"], kind="stable")
     c_tid = cyc["global_tid"].to_numpy(dtype="int64")
     c_start = cyc["start_ns"].to_numpy(dtype="int64")
-    # each call falls to the last cycle start at or before it on its thread
     tids = np.unique(c_tid)
-    if not len(tids):
+    if not len(tids) or not len(tid):
         return empty
     t_of = np.searchsorted(tids, tid)
     ok = (t_of < len(tids)) & (tids[np.clip(t_of, 0, len(tids) - 1)] == tid)
@@ -180,7 +191,26 @@ def host_wait_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_star
         r = np.searchsorted(c_start[lo:hi], start[at], side="right") - 1
         rows[at] = np.where(r >= 0, lo + r, -1)
     keep = rows >= 0
-    return pd.Series(dur[keep], index=cyc.index.to_numpy(dtype="int64")[rows[keep]]).groupby(level=0).sum()
+    return pd.Series(values[keep], index=cyc.index.to_numpy(dtype="int64")[rows[keep]]).groupby(level=0).sum()
+
+
+def launch_excess_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_start_ns: np.ndarray,
+                           call_end_ns: np.ndarray, cycle_ranges: pd.DataFrame, strings: pd.Series) -> pd.Series:
+    """Per cycle range id: over the CUDA graph launches in its host period (as :func:`host_wait_by_cycle`
+    assigns calls, inside the phases too), each launch's duration beyond the fastest launch among the given calls,
+    summed (``launch_excess_ns``). The fastest launch bounds what a launch costs untraced from above, so the sum is
+    a floor of the time tracing added to the launches (nsys' node-level graph tracing: ~0.5 ms a launch where the
+    fastest took 22 us on an H100). Cycles without a launch are absent."""
+    empty = pd.Series(dtype="int64")
+    if not len(call_name_id) or strings.empty or cycle_ranges is None or not len(cycle_ranges):
+        return empty
+    ids = _name_ids(strings, GRAPH_LAUNCH_PREFIXES)
+    hit = np.isin(call_name_id, ids) if len(ids) else np.zeros(len(call_name_id), dtype=bool)
+    if not hit.any():
+        return empty
+    start = np.asarray(call_start_ns, dtype="int64")[hit]
+    dur = np.asarray(call_end_ns, dtype="int64")[hit] - start
+    return _sum_by_cycle(np.asarray(call_tid, dtype="int64")[hit], start, dur - dur.min(), cycle_ranges)
 
 
 def capture_cycle_ids(call_name_id: np.ndarray, strings: pd.Series, cycle_owner: np.ndarray | None) -> np.ndarray:
@@ -310,8 +340,8 @@ def with_gpu(cycles: pd.DataFrame | None) -> pd.DataFrame | None:
     if not lost.any():
         return cycles
     out = cycles[~lost].reset_index(drop=True)
-    # host_wait_ns is NA where the report has no API calls (not a GPU figure): left as it is
-    return out.astype({c: "int64" for c in out.columns if c.endswith("_ns") and c != "host_wait_ns"})
+    # host_wait_ns and launch_excess_ns are NA where the report has no API calls (not GPU figures): left as they are
+    return out.astype({c: "int64" for c in out.columns if c.endswith("_ns") and c not in HOST_CALL_COLUMNS})
 
 
 def query_rows(start: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -434,7 +464,7 @@ def _phase_codes_unsigned(phase: np.ndarray) -> np.ndarray | None:
 
 def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, period_busy: np.ndarray,
                 period_upto: np.ndarray, marks: pd.DataFrame, config: PhaseConfig,
-                capture_ids: np.ndarray | None = None, host_wait: pd.Series | None = None) -> pd.DataFrame:
+                capture_ids: np.ndarray | None = None, host_calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """The cycle table from its windows and unions (:class:`IntervalSplit` over the windows and over
     the periods of the cycles with GPU work, in that order): per cycle its GPU window split by
     phase (``sum(<phase>_ns) + gap_ns == duration_ns``), its GPU period split the same way
@@ -478,10 +508,12 @@ def cycle_frame(windows: CycleWindows, busy: np.ndarray, upto_all: np.ndarray, p
         out[f"period_{name}_ns"] = gpu(part)
     out["period_idle_ns"] = gpu(p_hi - p_lo - period_busy)
     out["steps"] = cycle_steps(cyc, marks).array          # nullable Int64 (to_numpy would give float64)
-    # host_wait: :func:`host_wait_by_cycle` (None: the report has no API calls to tell)
+    # host_calls: per cycle range id, host_wait_ns (:func:`host_wait_by_cycle`) and launch_excess_ns
+    # (:func:`launch_excess_by_cycle`); None: the report has no API calls to tell
     ids = cyc["range_id"].to_numpy(dtype="int64")
-    out["host_wait_ns"] = pd.array(pd.Series(host_wait, dtype="int64").reindex(ids).fillna(0).to_numpy(dtype="int64"),
-                                   dtype="Int64") if host_wait is not None else pd.array([pd.NA] * n, dtype="Int64")
+    for col in HOST_CALL_COLUMNS:
+        out[col] = pd.array(host_calls[col].reindex(ids).fillna(0).to_numpy(dtype="int64"), dtype="Int64") \
+            if host_calls is not None else pd.array([pd.NA] * n, dtype="Int64")
     capturing = np.isin(cyc["range_id"].to_numpy(dtype="int64"),
                         capture_ids if capture_ids is not None else np.zeros(0, dtype="int64"))
     reason = warmup_reasons(rank, out["cycle"].to_numpy(), has, _spread(has, p_hi - p_lo), capturing,
@@ -806,7 +838,7 @@ def cycle_of_arrays(rank: np.ndarray, start: np.ndarray, cycles: pd.DataFrame) -
 
 
 def cycle_table_of_chunks(cycle_rows: pd.DataFrame, windows, store, rank_of_group: np.ndarray, marks: pd.DataFrame,
-                          config: PhaseConfig, capture_ids, host_wait, threads: int = 1) -> pd.DataFrame:
+                          config: PhaseConfig, capture_ids, host_calls, threads: int = 1) -> pd.DataFrame:
     """The cycle table of a report from its cycle ranges (``cycle_rows``), their windows and periods from
     the per-call spans (:func:`cycle_windows_of`), and every op a chunked store holds (the map step's
     run/spill.OpStore: ``runs_by_rank(k, rank_of_group)`` and ``get_run(k, column, first, stop)`` of columns s,
@@ -834,4 +866,4 @@ def cycle_table_of_chunks(cycle_rows: pd.DataFrame, windows, store, rank_of_grou
                 done.result()
     busy, upto = split.result()
     return cycle_frame(found, busy[:n_win], upto[:, :n_win], busy[n_win:], upto[:, n_win:], marks, config,
-                       capture_ids, host_wait)
+                       capture_ids, host_calls)

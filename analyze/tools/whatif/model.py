@@ -415,15 +415,17 @@ def range_host_times(side: Side, cycles: pd.DataFrame) -> pd.DataFrame:
 
 def host_waits(cycles: pd.DataFrame) -> pd.DataFrame:
     """Per cycle of the lowest rank: ``host_wait_ns``, its host period's time in synchronize calls outside
-    the phases (timeline.cycles; NaN where the report could not tell)."""
+    the phases, and ``launch_excess_ns``, its graph launches' time beyond the report's fastest launch
+    (timeline.cycles; NaN where the report could not tell)."""
     out = pd.DataFrame({"cycle": cycles["cycle"].drop_duplicates().to_numpy()})
-    if "host_wait_ns" not in cycles.columns or not len(cycles):
-        out["host_wait_ns"] = np.nan
-        return out
-    low = cycles[cycles["rank"] == cycles["rank"].min()]
-    wait = pd.Series(pd.to_numeric(low["host_wait_ns"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan),
-                     index=low["cycle"].to_numpy())
-    out["host_wait_ns"] = wait.reindex(out["cycle"]).to_numpy()
+    low = cycles[cycles["rank"] == cycles["rank"].min()] if len(cycles) else cycles
+    for col in cycles_mod.HOST_CALL_COLUMNS:
+        if col not in cycles.columns or not len(cycles):
+            out[col] = np.nan
+            continue
+        v = pd.Series(pd.to_numeric(low[col], errors="coerce").to_numpy(dtype="float64", na_value=np.nan),
+                      index=low["cycle"].to_numpy())
+        out[col] = v.reindex(out["cycle"]).to_numpy()
     return out
 
 
@@ -640,6 +642,8 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
                  for col in att_mod.COLUMNS}
     wait = float(samples["host_wait_ns"].mean()) if "host_wait_ns" in samples.columns \
         and samples["host_wait_ns"].notna().any() else np.nan
+    launch_excess = float(samples["launch_excess_ns"].mean()) if "launch_excess_ns" in samples.columns \
+        and samples["launch_excess_ns"].notna().any() else np.nan
     req = samples["requests"].dropna()
     m = float(req.mean()) if len(req) else 1.0
     tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
@@ -648,7 +652,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     return {"steps": int(steps), "cycles": int(len(samples)), "requests": m, "cycle_ns": t, **{f"{k}_ns": v for k, v in comp.items()},
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
             "sglang_loop": sglang, "draft_forwards": forwards, "idle_fraction": idle_frac,
-            **{k: v for k, v in host.items()}, **attention, "host_wait_ns": wait,
+            **{k: v for k, v in host.items()}, **attention, "host_wait_ns": wait, "launch_excess_ns": launch_excess,
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
             "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
@@ -1450,6 +1454,21 @@ def _scaling_lines(c: dict, scaling: dict | None, intervals: bool = True) -> lis
             f"{c['verified_tokens']:.0f} verified tokens)" + (f" {why}" if why else "")]
 
 
+def launch_excess_text(costs: list[dict]) -> str:
+    """What the profiler at least added to the host's time, where the profile's graph launches say it (its mean
+    ``launch_excess_ns`` a cycle over 10 us): a clause for the uncalibrated note, else ""."""
+    parts = [(c["steps"], c["launch_excess_ns"], c["cycle_ns"]) for c in costs
+             if np.isfinite(c.get("launch_excess_ns", np.nan)) and c["launch_excess_ns"] > 10_000]
+    if not parts:
+        return ""
+    said = "; ".join(f"{x / 1e3:,.1f} us a cycle at {k} steps ({100 * x / t:.0f}% of its {t / 1e3:,.1f} us cycle)"
+                     for k, x, t in parts)
+    return ("; the profile's CUDA graph launches took " + said + " longer than its fastest launch: at least that much "
+            "of the host's time is the profiler's (nsys' node-level graph tracing slows each launch). Where the host "
+            "sets the cycle, the profiled cycle is that much too long or more (the code between the calls slows too); "
+            "where the GPU sets it, the host's stretch is hidden")
+
+
 def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
                 calibration: dict | None = None, profiled_baseline: bool = False,
                 scaling: dict | None = None, intervals: bool = True, live: bool = False,
@@ -1507,7 +1526,7 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
     else:
         out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
                    "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) or --calibrate-live "
-                   "LOGDIR (a live timing log of the same configuration) to remove it")
+                   "LOGDIR (a live timing log of the same configuration) to remove it" + launch_excess_text(costs))
     K = acc.profiled_steps
     rule = ("the last estimated rate repeats" if extrapolation == "repeat"
             else "the rates continue the least-squares line through the estimated ones")
