@@ -60,13 +60,14 @@ def test_graph_launches_excess_over_the_fastest_falls_to_their_cycle():
     the driver's alike), summed per cycle's host period on its thread, inside the phases too; kernel launches and
     synchronize calls are not counted."""
     ranges = pd.DataFrame({"global_tid": [1, 1, 2], "start_ns": [100, 200, 150]}, index=[7, 8, 9])
-    #        graph launch (fastest: 20), kernel launch, driver graph launch, sync, launch in 8, other thread, no cycle
+    #        graph launch, kernel launch, driver graph launch, sync, launch in 8, other thread, the fastest launch on
+    #        a thread without cycles (it still sets the fastest: 10)
     name = np.array([20, 21, 22, 23, 20, 20, 20])
     tid = np.array([1, 1, 1, 1, 1, 2, 3])
     start = np.array([110, 120, 130, 140, 210, 160, 300])
-    dur = np.array([20, 500, 470, 900, 520, 35, 999])
+    dur = np.array([20, 500, 470, 900, 520, 35, 10])
     x = cycles.launch_excess_by_cycle(name, tid, start, start + dur, ranges, LAUNCH_STRINGS)
-    assert x.to_dict() == {7: 0 + 450, 8: 500, 9: 15}
+    assert x.to_dict() == {7: 10 + 460, 8: 510, 9: 25}
     assert cycles.launch_excess_by_cycle(name[[1, 3]], tid[[1, 3]], start[[1, 3]], (start + dur)[[1, 3]], ranges,
                                          LAUNCH_STRINGS).empty
 

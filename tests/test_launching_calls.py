@@ -287,3 +287,13 @@ def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path,
     assert len(kept) == 2 and all(k < 0.8 * n for n, k in kept) and kept[0] == kept[1]
     for t in TABLES:
         pd.testing.assert_frame_equal(again.table(t), first.table(t), obj=t)
+
+
+def test_a_graph_launch_without_ops_is_prepared_too():
+    """cycles.launch_excess_by_cycle takes the fastest graph launch of the report: a launch whose ops were lost
+    or left out (CUPTI drops, invalid rows, an empty graph) is prepared in launching mode as when every call is,
+    so the column is the same either way."""
+    calls = pd.DataFrame({"global_pid": [1, 1, 1, 1], "correlation_id": [10, 11, 12, 13], "name_id": [0, 1, 1, 2]})
+    strings = pd.Series(["cudaLaunchKernel_v7000", "cudaGraphLaunch_v10000", "cudaMemcpyAsync_v3020"], index=[0, 1, 2])
+    keep, _ = launches.needed_calls(calls, np.array([1]), np.array([10]), strings)     # only call 10 launched an op
+    assert keep.tolist() == [True, True, True, False]

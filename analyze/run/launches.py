@@ -95,8 +95,10 @@ def needed_calls_in_blocks(calls: pd.DataFrame, op_keys: Iterable[tuple[np.ndarr
     np.right_shift(present, 1, out=present)           # the calls' bit alone, 0/1, in place (no second table)
     shared = checks.ids_in_several_rows(present[:-1].reshape(len(pids), span))
     del present
-    # graph captures (cycles.capture_cycle_ids) and synchronizes (cycles.host_wait_by_cycle) launch no op
-    kept_names = np.r_[cycles.capture_name_ids(strings), cycles.sync_name_ids(strings)]
+    # graph captures (cycles.capture_cycle_ids) and synchronizes (cycles.host_wait_by_cycle) launch no op; a graph
+    # launch whose ops were lost or left out still counts in cycles.launch_excess_by_cycle (its fastest launch too)
+    kept_names = np.r_[cycles.capture_name_ids(strings), cycles.sync_name_ids(strings),
+                       cycles.graph_launch_name_ids(strings)]
     if len(kept_names):
         keep |= np.isin(calls["name_id"].to_numpy(dtype="int64"), kept_names)
     return NeededCalls(None if keep.all() else keep, shared)

@@ -84,8 +84,9 @@ COLUMNS = ["rank", "cycle", "start_ns", "end_ns", "duration_ns", "cpu_start_ns",
 # phase range: the scheduler waiting for the GPU (SGLang: one cudaEventSynchronize a cycle, after the
 # cycle's range), host time that is no host work (NA where the report has no API calls)
 # launch_excess_ns: over the CUDA graph launches of the cycle's host period, each launch's duration beyond the
-# fastest launch in the report: a floor of what tracing them added to the host's time (nsys' node-level graph
-# tracing made a cudaGraphLaunch take ~0.5 ms where its fastest took 22 us, H100, 2026-12-06; NA as host_wait_ns)
+# fastest launch in the report (all its processes): mostly what tracing added to the host's time (nsys' node-level graph
+# tracing made a cudaGraphLaunch take ~0.5 ms where its fastest took 22 us, H100, 2026-12-06; a launch may also
+# block on a full GPU queue, and graphs differ in their own launch cost; NA as host_wait_ns)
 # the cycle's GPU period: its GPU start to the next cycle's GPU start on the rank (the last cycle of a
 # rank: its own window end), split into phases, other GPU work and GPU idle (period_<phase>_ns ...)
 HOST_CALL_COLUMNS = ("host_wait_ns", "launch_excess_ns")
@@ -117,7 +118,7 @@ CAPTURE_CALL_PREFIXES = ("cudaStreamBeginCapture", "cudaGraphInstantiate", "cuda
 # runtime/driver calls that block the host until GPU work is done (names carry version suffixes)
 SYNC_CALL_PREFIXES = ("cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
                       "cuEventSynchronize", "cuStreamSynchronize", "cuCtxSynchronize")
-# CUDA graph launches (each launches the graph's ops, so the map step prepares every one of them)
+# CUDA graph launches (the map step prepares every one, with its ops or without: run/launches.needed_calls)
 GRAPH_LAUNCH_PREFIXES = ("cudaGraphLaunch", "cuGraphLaunch")
 
 
@@ -136,6 +137,11 @@ def empty_table(config: PhaseConfig) -> pd.DataFrame:
 def capture_name_ids(strings: pd.Series) -> np.ndarray:
     """The string ids of the CUDA graph capture calls' names (CAPTURE_CALL_PREFIXES)."""
     return _name_ids(strings, CAPTURE_CALL_PREFIXES)
+
+
+def graph_launch_name_ids(strings: pd.Series) -> np.ndarray:
+    """The string ids of the CUDA graph launches' names (GRAPH_LAUNCH_PREFIXES)."""
+    return _name_ids(strings, GRAPH_LAUNCH_PREFIXES)
 
 
 def sync_name_ids(strings: pd.Series) -> np.ndarray:
@@ -197,14 +203,15 @@ def _sum_by_cycle(tid: np.ndarray, start: np.ndarray, values: np.ndarray, cycle_
 def launch_excess_by_cycle(call_name_id: np.ndarray, call_tid: np.ndarray, call_start_ns: np.ndarray,
                            call_end_ns: np.ndarray, cycle_ranges: pd.DataFrame, strings: pd.Series) -> pd.Series:
     """Per cycle range id: over the CUDA graph launches in its host period (as :func:`host_wait_by_cycle`
-    assigns calls, inside the phases too), each launch's duration beyond the fastest launch among the given calls,
-    summed (``launch_excess_ns``). The fastest launch bounds what a launch costs untraced from above, so the sum is
-    a floor of the time tracing added to the launches (nsys' node-level graph tracing: ~0.5 ms a launch where the
-    fastest took 22 us on an H100). Cycles without a launch are absent."""
+    assigns calls, inside the phases too), each launch's duration beyond the fastest launch among the given calls
+    (every process of the report, in cycles or not), summed (``launch_excess_ns``). Mostly what tracing added to
+    the launches (nsys' node-level graph tracing: ~0.5 ms a launch where the fastest took 22 us on an H100); not a
+    strict floor: a launch can also block on a full GPU queue, and graphs differ in their own launch cost. Cycles
+    without a launch are absent."""
     empty = pd.Series(dtype="int64")
     if not len(call_name_id) or strings.empty or cycle_ranges is None or not len(cycle_ranges):
         return empty
-    ids = _name_ids(strings, GRAPH_LAUNCH_PREFIXES)
+    ids = graph_launch_name_ids(strings)
     hit = np.isin(call_name_id, ids) if len(ids) else np.zeros(len(call_name_id), dtype=bool)
     if not hit.any():
         return empty

@@ -1455,18 +1455,19 @@ def _scaling_lines(c: dict, scaling: dict | None, intervals: bool = True) -> lis
 
 
 def launch_excess_text(costs: list[dict]) -> str:
-    """What the profiler at least added to the host's time, where the profile's graph launches say it (its mean
+    """What the profiler added to the host's time, where the profile's graph launches say it (its mean
     ``launch_excess_ns`` a cycle over 10 us): a clause for the uncalibrated note, else ""."""
     parts = [(c["steps"], c["launch_excess_ns"], c["cycle_ns"]) for c in costs
-             if np.isfinite(c.get("launch_excess_ns", np.nan)) and c["launch_excess_ns"] > 10_000]
+             if np.isfinite(c.get("launch_excess_ns", np.nan)) and c["launch_excess_ns"] > 10_000
+             and np.isfinite(c.get("cycle_ns", np.nan)) and c["cycle_ns"] > 0]
     if not parts:
         return ""
     said = "; ".join(f"{x / 1e3:,.1f} us a cycle at {k} steps ({100 * x / t:.0f}% of its {t / 1e3:,.1f} us cycle)"
                      for k, x, t in parts)
-    return ("; the profile's CUDA graph launches took " + said + " longer than its fastest launch: at least that much "
-            "of the host's time is the profiler's (nsys' node-level graph tracing slows each launch). Where the host "
-            "sets the cycle, the profiled cycle is that much too long or more (the code between the calls slows too); "
-            "where the GPU sets it, the host's stretch is hidden")
+    return ("; the profile's CUDA graph launches took " + said + " longer than its fastest launch: mostly the "
+            "profiler's (nsys' node-level graph tracing slows each launch; a launch can also block while the GPU's "
+            "queue is full). Where the host sets the cycle, the profiled cycle is about that much too long or more "
+            "(the code between the calls slows too); where the GPU sets it, the host's stretch is hidden")
 
 
 def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapolation: str,
