@@ -568,19 +568,14 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
     def wrapper(*args, **kwargs):
         own = own_time
         if own is not None:
-            clock = own.own_clock
-            t0 = clock()
+            t0 = own.own_clock()
         try:
             state = enter(args, kwargs)
         except Exception as e:
             fault(label, e)
             state = None
         if own is not None:
-            t1 = clock()
-            if own.own_detail is None:
-                own.own_ns += t1 - t0
-            else:
-                own.charge(at_enter, t1 - t0)
+            own.charge(at_enter, own.own_clock() - t0)
         if state is None:
             return fn(*args, **kwargs)
         try:
@@ -592,17 +587,13 @@ def _sync_wrapper(fn, hooks: Hooks, label: str):
                 fault(label, e)
             raise
         if own is not None:
-            t0 = clock()
+            t0 = own.own_clock()
         try:
             leave(state, args, kwargs, ret)
         except Exception as e:
             fault(label, e)
         if own is not None:
-            t1 = clock()
-            if own.own_detail is None:
-                own.own_ns += t1 - t0
-            else:
-                own.charge(at_leave, t1 - t0)
+            own.charge(at_leave, own.own_clock() - t0)
         return ret
 
     return wrapper

@@ -186,7 +186,7 @@ def _sum_by_cycle(tid: np.ndarray, start: np.ndarray, values: np.ndarray, cycle_
     c_tid = cyc["global_tid"].to_numpy(dtype="int64")
     c_start = cyc["start_ns"].to_numpy(dtype="int64")
     tids = np.unique(c_tid)
-    if not len(tids) or not len(tid):
+    if not len(tids):
         return empty
     t_of = np.searchsorted(tids, tid)
     ok = (t_of < len(tids)) & (tids[np.clip(t_of, 0, len(tids) - 1)] == tid)

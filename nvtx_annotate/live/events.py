@@ -484,7 +484,7 @@ class Timer:
         self.in_untimed = self.pass_ranges = False
         # the shim's time since the previous cycle's end is this cycle's (shim_ns): its own events and hooks,
         # the scheduler's hooks before it; what this cycle's close (the poll below) takes counts for the next
-        rec.own, self.own_ns = int(self.own_ns), 0      # (_take_own_ns)
+        rec.own = self._take_own_ns()
         dropped = None
         # the one poll of a cycle (and idle()'s): what is complete leaves before the ring is cut; one pass under
         # each lock (a cycle's close runs on every decode step)

@@ -636,14 +636,11 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
         d, how = comp.get(DRAFT, 0.0), "draft GPU time"
     busy = sum(comp.values())
     idle_frac = min(max((t - busy) / t, 0.0), 1.0) if t > 0 else 0.0
-    host = {col: float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
-            for col in HOST_RANGES}
-    attention = {col: float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
-                 for col in att_mod.COLUMNS}
-    wait = float(samples["host_wait_ns"].mean()) if "host_wait_ns" in samples.columns \
-        and samples["host_wait_ns"].notna().any() else np.nan
-    launch_excess = float(samples["launch_excess_ns"].mean()) if "launch_excess_ns" in samples.columns \
-        and samples["launch_excess_ns"].notna().any() else np.nan
+    def mean_of(col: str) -> float:
+        """The column's mean over the samples, NaN where it has no value."""
+        return float(samples[col].mean()) if col in samples.columns and samples[col].notna().any() else np.nan
+    host = {col: mean_of(col) for col in HOST_RANGES}
+    attention = {col: mean_of(col) for col in att_mod.COLUMNS}
     req = samples["requests"].dropna()
     m = float(req.mean()) if len(req) else 1.0
     tok = samples["accepted"].dropna() + samples["requests"].fillna(1)[samples["accepted"].notna()] \
@@ -652,7 +649,7 @@ def costs_from_samples(samples: pd.DataFrame, steps: int, phase_names, verify_sc
     return {"steps": int(steps), "cycles": int(len(samples)), "requests": m, "cycle_ns": t, **{f"{k}_ns": v for k, v in comp.items()},
             "overhead_ns": overhead, "draft_step_ns": d, "draft_step_source": how,
             "sglang_loop": sglang, "draft_forwards": forwards, "idle_fraction": idle_frac,
-            **{k: v for k, v in host.items()}, **attention, "host_wait_ns": wait, "launch_excess_ns": launch_excess,
+            **{k: v for k, v in host.items()}, **attention, **{col: mean_of(col) for col in cycles_mod.HOST_CALL_COLUMNS},
             "verified_tokens": m * (steps + 1),
             "tokens_per_cycle": float(tok.mean()) if len(tok) else np.nan,
             "tokens_per_s": float(tok.sum() * 1e9 / tsum) if len(tok) and tsum else np.nan,
