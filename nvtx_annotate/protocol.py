@@ -33,6 +33,13 @@ Marks:
     from it instead of inferring it from kernels. ``events_every`` (only while the shim's timing mode
     is on, nvtx_annotate/live): its CUDA events ran in one decode cycle of E (0: none), which slow the
     cycles they run in (whatif says so of a profile with E = 1).
+``clock reqs=M part=P period_us=p1,...,pN tokens=t1,...,tN``
+    Per batch size (the accept marks' ``M``), in parts of at most 512 cycles (``P`` = 0, 1, ..., oldest first),
+    when SGLang starts profiling, again with the rank mark:
+    the last decode cycles the process ran *before* profiling started (nvtx_annotate/clock.py), each
+    cycle's period (its start to the next decode cycle's start, in us) and tokens (accepted draft tokens +
+    ``M``). Under ``--capture-range=cudaProfilerApi`` those cycles ran attached to nsys but uncollected:
+    the profile's own unprofiled clock, which whatif calibrates from.
 ``accept_len=N reqs=M [cycle=K] [lens=l1,...,lM]`` (int64 payload ``N``)
     The accepted *draft* tokens of one decode cycle: ``N`` summed over the ``M`` requests of the
     batch, ``lens`` per request in request order (only for ``M <= ACCEPT_LENS_MAX_REQS``). The
@@ -255,6 +262,36 @@ def parse_spec_config(text) -> SpecConfig | None:
     if out["algo"] == "none":
         out.setdefault("steps", 0)
     return SpecConfig(**{f: out.get(f) for f in SpecConfig._fields})
+
+
+CLOCK_PREFIX = "clock"
+ClockMark = namedtuple("ClockMark", "requests part periods_us tokens")
+ClockMark.__doc__ = ("requests: M, the batch size; part: P, the part of that size's cycles (0, 1, ..., oldest first); "
+                     "periods_us, tokens: per decode cycle before profiling started, its period (us) and tokens "
+                     "produced (tuples of equal length).")
+CLOCK_MARK_RE = re.compile(r"^clock reqs=(?P<reqs>\d+) part=(?P<part>\d+) period_us=(?P<p>\d+(?:,\d+)*) "
+                           r"tokens=(?P<t>\d+(?:,\d+)*)\s*$")
+
+
+def clock_mark(requests: int, part: int, periods_us: Sequence[int], tokens: Sequence[int]) -> str:
+    """``clock reqs=M part=P period_us=... tokens=...`` of one part of a batch size's cycles (equal-length
+    sequences)."""
+    return (f"{CLOCK_PREFIX} reqs={int(requests)} part={int(part)} "
+            f"period_us={','.join(map(str, map(int, periods_us)))} tokens={','.join(map(str, map(int, tokens)))}")
+
+
+def parse_clock_mark(text) -> ClockMark | None:
+    """The ClockMark of a ``clock`` mark, or None (not one, lists of unequal length, a count no real run has)."""
+    m = CLOCK_MARK_RE.match(text) if isinstance(text, str) else None
+    if m is None or len(m["reqs"]) > 10 or len(m["part"]) > 6:
+        return None
+    periods = tuple(int(x) for x in m["p"].split(","))
+    tokens = tuple(int(x) for x in m["t"].split(","))
+    reqs = int(m["reqs"])
+    if len(periods) != len(tokens) or not 0 < reqs <= MARK_INT_MAX or max(tokens) > MARK_INT_MAX \
+            or max(periods) > MARK_INT_MAX:
+        return None
+    return ClockMark(reqs, int(m["part"]), periods, tokens)
 
 
 STEPS_PREFIX = "spec_steps="

@@ -21,10 +21,12 @@ import itertools
 import operator
 import sys
 import types
+from time import perf_counter_ns
 from _thread import _local  # threading.local, without importing threading at interpreter start
 from collections.abc import Callable
 
 from . import _nvtx, guard
+from .clock import WindowClock
 from . import protocol as P
 from .binding import MISSING, Bound, bind, params_of, self_bound
 from .targets import (
@@ -61,7 +63,10 @@ _stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "config_marks
 _faults: dict[str, int] = {}
 _warned: set = set()
 _rank = {"mark": None, "world": None, "refresh": 0, "config": None,  # the TP group's rank mark; re-emits pending
-         "rank": None, "spec_config": None}
+         "rank": None, "spec_config": None, "clock": ()}
+_clock: WindowClock | None = WindowClock()
+"""The decode cycles' clock before profiling starts (nvtx_annotate/clock.py): kept while a profiler records
+the shim's marks, written as ``clock`` marks and stopped (None) when profiling starts."""
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -152,6 +157,9 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
     except (TypeError, ValueError):
         return False
     _stats["marks"] += 1
+    clock = _clock
+    if clock is not None and cycle is not None and getattr(b, "records_marks", True):
+        clock.accepted(cycle, payload, len(lengths))
     if on_accept is not None:
         on_accept(payload, len(lengths), cycle, batch_size, lengths)
     return True
@@ -206,11 +214,24 @@ def _emit_remembered(b) -> None:
     if _rank.get("config") is not None:
         b.mark(_rank["config"])
         _stats["config_marks"] += 1
+    for text in _rank["clock"]:
+        b.mark(text)
+
+
+def stop_clock() -> tuple[str, ...]:
+    """Profiling started: the clock's ``clock`` marks (the cycles before it), remembered with the rank mark;
+    the clock stops (what follows runs under the profiler)."""
+    global _clock
+    clock, _clock = _clock, None
+    if clock is not None:
+        _rank["clock"] = tuple(P.clock_mark(*bucket) for bucket in clock.buckets())
+    return _rank["clock"]
 
 
 def refresh_rank_mark() -> None:
-    """Profiling started: emit the rank and config marks now and at the next worker calls."""
-    if _rank["mark"] is None and _rank.get("config") is None:
+    """Profiling started: emit the rank, config and clock marks now and at the next worker calls."""
+    stop_clock()
+    if _rank["mark"] is None and _rank.get("config") is None and not _rank["clock"]:
         return
     b = _nvtx._backend or _nvtx.get_backend()
     if b.active:
@@ -362,10 +383,15 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
                     prefill = _is_prefill(batch)
                 except Exception as e:  # a batch of an unknown shape: count it, call it a decode
                     fault(f"{label} (forward mode)", e)
+        clock = _clock
         if prefill:
+            if clock is not None:
+                clock.gap()
             b.push(P.PREFILL)
             return (b, None)
         k = next(_cycle_numbers)
+        if clock is not None and getattr(b, "records_marks", True):
+            clock.decode(k, perf_counter_ns())
         b.push(P.DECODE_CYCLE, k)
         _tls.cycle, _tls.accept = k, None
         return (b, k)

@@ -271,6 +271,68 @@ def timing_overhead(rounds):
             "timing_pair_ratios": pairs}
 
 
+def measure_batch(eng, a, b, steps, min_rounds, max_rounds):
+    """One batch size: a warm-up, then rounds of ``b`` requests until the last ``min_rounds`` agree within
+    ``a.tol`` (or ``max_rounds``); the batch's row (every round, the median of the last rounds, spread,
+    SGLang's acceptance)."""
+    new = a.min_new if b == 1 else new_tokens_for(b, a.tokens_per_round)
+    # prompt ids below the vocabulary (eos lies outside it; ignore_eos anyway)
+    ids = [[(7 * i + 3 * j) % a.vocab for j in range(32)] for i in range(b)]
+    sp = {"max_new_tokens": new, "temperature": a.temperature, "ignore_eos": True}
+    print(f"sweep: batch {b} begin", file=sys.stderr, flush=True)   # --merge files switches under it
+    eng.generate(input_ids=ids, sampling_params=dict(sp, max_new_tokens=64))  # warm-up
+    rounds, reps = [], 1
+    while True:
+        timing = set_timing(a.alternate_timing, len(rounds))
+        t = time.perf_counter()
+        out = []
+        for _ in range(reps):          # a round: `reps` generate calls of the same requests, back to back
+            out += eng.generate(input_ids=ids, sampling_params=sp)
+        wall = time.perf_counter() - t
+        if not rounds and reps == 1 and wall < a.min_round_s:
+            # the first round sizes the others: long enough for the 3% rule (a round of 4,096 tokens
+            # at batch 16 lasts under a second on the H200: one slow step moved it 10-40%); the same
+            # requests repeated, so each request's context is the profile's
+            reps = round_repeats(wall, a.min_round_s)
+            if reps > 1:
+                continue
+        metas = [o["meta_info"] for o in out]
+        toks = sum(m.get("completion_tokens") or 0 for m in metas)
+        verify = sum(m.get("spec_verify_ct") or 0 for m in metas)
+        rounds.append({"seconds": wall, "tokens": toks, "tokens_per_s": toks / wall,
+                       "spec_verify_ct": verify,
+                       "tokens_per_request_cycle": toks / verify if verify else None,
+                       # SGLang's count of verifies by accepted drafts (0, 1, ...) over the round's requests
+                       "spec_correct_drafts_histogram": sum_histograms(
+                           m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
+                           for m in metas)})
+        if timing is not None:
+            rounds[-1]["timing"] = timing
+            if len(rounds) >= 2 * max_rounds or (len(rounds) >= 2 * min_rounds and all(
+                    spread([r["tokens_per_s"] for r in rounds if r["timing"] == on][-min_rounds:]) <= a.tol
+                    for on in (True, False))):
+                break
+            continue
+        last = [r["tokens_per_s"] for r in rounds[-min_rounds:]]
+        if len(rounds) >= min_rounds and (spread(last) <= a.tol or len(rounds) >= max_rounds):
+            break
+    last = rounds[-min_rounds:] if a.alternate_timing is None else \
+        [r for r in rounds if not r["timing"]][-min_rounds:]     # the figure: rounds without timing
+    tps = [r["tokens_per_s"] for r in last]
+    acc = [r["tokens_per_request_cycle"] for r in last if r["tokens_per_request_cycle"]]
+    row = {"batch": b, "new_tokens": new, "round_repeats": reps, "rounds": rounds,
+           "tokens_per_s": statistics.median(tps),
+           "spread": spread(tps), "converged": spread(tps) <= a.tol,
+           "tokens_per_request_cycle": statistics.mean(acc) if acc else None}
+    if a.alternate_timing is not None:
+        row.update(timing_overhead(rounds))
+    print(json.dumps({"steps": steps, "batch": b, "tok_s": round(row["tokens_per_s"], 1),
+                      "spread": round(row["spread"], 4), "rounds": len(rounds),
+                      "acc": row["tokens_per_request_cycle"] and round(row["tokens_per_request_cycle"], 3)}),
+          flush=True)
+    return row
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("tiny", nargs="?")
@@ -298,6 +360,9 @@ def parse_args(argv=None):
     p.add_argument("--profile-window", action="store_true",
                    help="bracket the measured rounds with engine.start_profile/stop_profile (CUDA_PROFILER): "
                         "under `profile-trace --capture cudaprofilerapi` exactly they are captured")
+    p.add_argument("--precapture", type=int, default=0, metavar="N",
+                   help="with --profile-window: before the window, up to N rounds a batch size (the 3%% rule "
+                        "over the last min(3, N)) in the same engine, uncaptured; written as precapture_batches")
     p.add_argument("--alternate-timing", metavar="PAUSE_FILE", default=None,
                    help="the engine runs with SPECPROF_TIMING=1 and SPECPROF_TIMING_PAUSE_FILE=PAUSE_FILE: rounds "
                         "alternate timing on / paused (the file made and removed between rounds), each round "
@@ -321,6 +386,8 @@ def parse_args(argv=None):
         missing.append("--steps")
     if missing and not (a.dry_run and missing == ["--out"]):
         p.error("missing " + ", ".join(missing))
+    if a.precapture and not a.profile_window:
+        p.error("--precapture needs --profile-window")
     if a.adaptive and a.steps is not None and a.steps < 1:
         p.error("--adaptive starts at a positive candidate step count (--steps >= 1 or omitted)")
     return a
@@ -364,65 +431,15 @@ def main(argv=None):
     result = {"sglang": sglang.__version__, "engine_up_s": up_s, "vocab": a.vocab, "steps": steps,
               "temperature": a.temperature, "tol": a.tol, "engine_args": {k: v for k, v in kw.items()},
               "profiled": a.profile_window, "adaptive": adaptive, "batches": []}
+    if a.precapture:
+        # the same engine's rounds before the capture window: under `profile-trace --capture cudaprofilerapi`
+        # nsys is attached but not collecting (what a profiled process runs at outside its window)
+        result["precapture_batches"] = [measure_batch(eng, a, b, steps, min(3, a.precapture), a.precapture)
+                                        for b in batches]
     if a.profile_window:
         eng.start_profile(activities=["CUDA_PROFILER"])
     for b in batches:
-        new = a.min_new if b == 1 else new_tokens_for(b, a.tokens_per_round)
-        # prompt ids below the vocabulary (eos lies outside it; ignore_eos anyway)
-        ids = [[(7 * i + 3 * j) % a.vocab for j in range(32)] for i in range(b)]
-        sp = {"max_new_tokens": new, "temperature": a.temperature, "ignore_eos": True}
-        print(f"sweep: batch {b} begin", file=sys.stderr, flush=True)   # --merge files switches under it
-        eng.generate(input_ids=ids, sampling_params=dict(sp, max_new_tokens=64))  # warm-up
-        rounds, reps = [], 1
-        while True:
-            timing = set_timing(a.alternate_timing, len(rounds))
-            t = time.perf_counter()
-            out = []
-            for _ in range(reps):          # a round: `reps` generate calls of the same requests, back to back
-                out += eng.generate(input_ids=ids, sampling_params=sp)
-            wall = time.perf_counter() - t
-            if not rounds and reps == 1 and wall < a.min_round_s:
-                # the first round sizes the others: long enough for the 3% rule (a round of 4,096 tokens
-                # at batch 16 lasts under a second on the H200: one slow step moved it 10-40%); the same
-                # requests repeated, so each request's context is the profile's
-                reps = round_repeats(wall, a.min_round_s)
-                if reps > 1:
-                    continue
-            metas = [o["meta_info"] for o in out]
-            toks = sum(m.get("completion_tokens") or 0 for m in metas)
-            verify = sum(m.get("spec_verify_ct") or 0 for m in metas)
-            rounds.append({"seconds": wall, "tokens": toks, "tokens_per_s": toks / wall,
-                           "spec_verify_ct": verify,
-                           "tokens_per_request_cycle": toks / verify if verify else None,
-                           # SGLang's count of verifies by accepted drafts (0, 1, ...) over the round's requests
-                           "spec_correct_drafts_histogram": sum_histograms(
-                               m.get("spec_correct_drafts_histogram") or m.get("spec_accept_histogram")
-                               for m in metas)})
-            if timing is not None:
-                rounds[-1]["timing"] = timing
-                if len(rounds) >= 2 * a.max_rounds or (len(rounds) >= 2 * a.min_rounds and all(
-                        spread([r["tokens_per_s"] for r in rounds if r["timing"] == on][-a.min_rounds:]) <= a.tol
-                        for on in (True, False))):
-                    break
-                continue
-            last = [r["tokens_per_s"] for r in rounds[-a.min_rounds:]]
-            if len(rounds) >= a.min_rounds and (spread(last) <= a.tol or len(rounds) >= a.max_rounds):
-                break
-        last = rounds[-a.min_rounds:] if a.alternate_timing is None else \
-            [r for r in rounds if not r["timing"]][-a.min_rounds:]     # the figure: rounds without timing
-        tps = [r["tokens_per_s"] for r in last]
-        acc = [r["tokens_per_request_cycle"] for r in last if r["tokens_per_request_cycle"]]
-        row = {"batch": b, "new_tokens": new, "round_repeats": reps, "rounds": rounds,
-               "tokens_per_s": statistics.median(tps),
-               "spread": spread(tps), "converged": spread(tps) <= a.tol,
-               "tokens_per_request_cycle": statistics.mean(acc) if acc else None}
-        if a.alternate_timing is not None:
-            row.update(timing_overhead(rounds))
-        result["batches"].append(row)
-        print(json.dumps({"steps": steps, "batch": b, "tok_s": round(row["tokens_per_s"], 1),
-                          "spread": round(row["spread"], 4), "rounds": len(rounds),
-                          "acc": row["tokens_per_request_cycle"] and round(row["tokens_per_request_cycle"], 3)}),
-              flush=True)
+        result["batches"].append(measure_batch(eng, a, b, steps, a.min_rounds, a.max_rounds))
     if a.profile_window:
         eng.stop_profile()
     if os.environ.get("SPECPROF_TIMING", "") not in ("", "0"):

@@ -15,7 +15,7 @@ from analyze.codes import factorize_objects
 from analyze.errors import RankConflict
 from nvtx_annotate.protocol import CONFIG_MARK_RE  # the shim's `spec_config algo=... steps=N ...`
 from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
-from nvtx_annotate.protocol import parse_rank_mark
+from nvtx_annotate.protocol import CLOCK_PREFIX, parse_clock_mark, parse_rank_mark
 
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
 
@@ -54,6 +54,23 @@ def spec_configs(marks: pd.DataFrame) -> dict[int, str]:
     return {p: m.group(0) for p, m in found.items()}
 
 
+def clock_marks(marks: pd.DataFrame) -> dict[int, tuple]:
+    """Per process, its ``clock`` marks parsed (nvtx_annotate/clock.py: the decode cycles it ran before
+    profiling started, one mark a batch size; the shim writes them again with each rank mark: each
+    distinct text once), in mark order; processes without one left out."""
+    if marks.empty:
+        return {}
+    text = marks["text"].to_numpy(dtype=object)
+    codes, uniq = factorize_objects(text, use_na_sentinel=False)
+    parsed = [parse_clock_mark(t) if isinstance(t, str) and t.startswith(CLOCK_PREFIX) else None for t in uniq]
+    hit = np.array([c is not None for c in parsed], dtype=bool)
+    rows = np.flatnonzero(hit[codes]) if len(codes) else np.zeros(0, dtype="int64")
+    out: dict[int, dict] = {}
+    for pid, code in zip(marks["global_pid"].to_numpy()[rows].tolist(), codes[rows].tolist()):
+        out.setdefault(int(pid), {}).setdefault(code, parsed[code])
+    return {p: tuple(d.values()) for p, d in out.items()}
+
+
 def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
     found: dict[int, int] = {}
     for frame, col in ((ranges, "name"), (marks, "text")):
@@ -72,8 +89,9 @@ def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
 def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFrame,
                    processes: pd.DataFrame, path: str) -> pd.DataFrame:
     """One row per process that launched GPU work: rank, pid, global_pid, device_ids, source, world,
-    input, spec_config (the text of the process' ``spec_config`` mark, None without one)."""
-    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config"]
+    input, spec_config (the text of the process' ``spec_config`` mark, None without one), clock (its
+    ``clock`` marks parsed, :func:`clock_marks`; None without: not a written column)."""
+    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config", "clock"]
     if gpu_ops.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     pairs = gpu_ops[["global_pid", "device_id"]].drop_duplicates()
@@ -82,6 +100,7 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
     marked = _marked_ranks(marks)
     nccl = _nccl_ranks(ranges, marks)
     configs = spec_configs(marks)
+    clocks = clock_marks(marks)
     pid_of = dict(zip(processes["global_pid"].tolist(), processes["pid"].tolist())) if len(processes) else {}
     distinct_devices = len({tuple(devices[p]) for p in pids}) == len(pids) and all(len(devices[p]) == 1 for p in pids)
 
@@ -96,7 +115,8 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
         else:
             rank, world, source = None, None, "order"
         pid = pid_of.get(p, (p >> 24) & 0xFFFFFF)
-        rows.append([rank, int(pid), p, ",".join(map(str, devices[p])), source, world, path, configs.get(p)])
+        rows.append([rank, int(pid), p, ",".join(map(str, devices[p])), source, world, path, configs.get(p),
+                     clocks.get(p)])
     frame = pd.DataFrame(rows, columns=cols)
     taken = set(int(r) for r in frame["rank"].dropna())
     next_free = 0

@@ -35,6 +35,7 @@ class Side:
     spec_config: SpecConfig | None = None  # SGLang's speculative configuration (the shim's mark)
     live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
     pids: tuple = ()                       # the process ids of its ranks (a report's ranks table)
+    clock: tuple = ()                      # the lowest rank's ``clock`` marks (ClockMark): its cycles before the window
     run: str = ""                          # the measurement the side was cut from (split_by_steps); "": its label
 
 
@@ -48,6 +49,37 @@ def spec_config_of(ranks) -> SpecConfig | None:
         if cfg is not None:
             return cfg
     return None
+
+
+def clock_of(ranks) -> tuple:
+    """The ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them, else ()."""
+    if ranks is None or not len(ranks) or "clock" not in ranks.columns:
+        return ()
+    for marks in ranks.sort_values("rank")["clock"].tolist():
+        if isinstance(marks, tuple) and marks:
+            return marks
+    return ()
+
+
+def clock_cycles(clock: tuple) -> pd.DataFrame:
+    """The clock marks' cycles as a cycle table (rank 0, cycle, period_ns, requests, tokens), a batch size's
+    cycles in their order, for :func:`live_tokens_per_s` (the one steady-cycle rule)."""
+    rows = [(m.requests, p * 1000, t) for m in sorted(clock, key=lambda m: (m.requests, m.part))
+            for p, t in zip(m.periods_us, m.tokens)]
+    frame = pd.DataFrame(rows, columns=["requests", "period_ns", "tokens"], dtype="int64")
+    return frame.assign(rank=0, cycle=np.arange(1, len(frame) + 1, dtype="int64"))
+
+
+def clock_tokens_per_s(side: "Side", batch: int | None) -> dict | None:
+    """Tokens/s of the side's cycles before its capture window (its ``clock`` marks) at ``batch`` requests
+    (None: the batch size with the most cycles), over their steady cycles: sum(tokens) / sum(period_ns).
+    None without such cycles. Returns :func:`live_tokens_per_s`'s dict with ``batch`` set."""
+    if not side.clock:
+        return None
+    if batch is None:
+        batch = max(side.clock, key=lambda m: len(m.periods_us)).requests
+    c = clock_cycles([m for m in side.clock if m.requests == int(batch)])
+    return live_tokens_per_s(c, batch=int(batch)) if len(c) else None
 
 
 WHATIF_COLUMNS = ["kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns"]
@@ -99,7 +131,7 @@ def side_from_analysis(result, label: str = "") -> Side:
     pids = tuple(sorted(int(x) for x in ranks["pid"].dropna().unique())) \
         if ranks is not None and "pid" in getattr(ranks, "columns", []) else ()
     return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(result.cycles)), kernels, list(result.phase_names), result.ranges,
-                whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids)
+                whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids, clock=clock_of(ranks))
 
 
 def side_from_json(data: dict, label: str = "") -> Side:

@@ -217,6 +217,9 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     elif args.calibrate_sglang_log:  # each batch size from the log's lines at that many running requests
         sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
         batch_tps, sources = sglang_log_calibrations(args.calibrate_sglang_log, sides, ks, sizes)
+    elif not batch_tps:              # each batch size from the profile's own clock before its window, where it has one
+        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
+        batch_tps, sources = clock_calibrations(sides, ks, sizes)
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
@@ -452,6 +455,45 @@ def sglang_log_calibrations(path, sides: list, ks, sizes) -> tuple[dict, dict]:
     return tps, sources
 
 
+CLOCK_MIN_CYCLES = MIN_CYCLES
+"""Fewer steady cycles before the capture window than this at the modelled batch size calibrate nothing."""
+
+
+def clock_calibration(sides: list, ks, cal_k, batch):
+    """(step count, tokens/s, source, batch) from the profile's own clock (its ``clock`` marks: the decode
+    cycles the profiled process ran before nsys's capture window opened, nvtx_annotate/clock.py) when no
+    unprofiled figure is given; (cal_k, None, None, batch) unchanged where there is none to use: several
+    profiles, no marks, or fewer than :data:`CLOCK_MIN_CYCLES` steady cycles at the batch size (``batch``
+    None: the one batch size the profile ran in 20+ cycles; several: none is guessed)."""
+    from analyze.tools.sides import clock_tokens_per_s
+    from analyze.tools.whatif import per_batch as PB
+
+    if len(sides) != 1 or not sides[0].clock:
+        return cal_k, None, None, batch
+    m = batch
+    if m is None:
+        sizes = [int(x) for x, n in PB.batch_counts(sides).items() if x >= 1 and n >= MIN_CYCLES]
+        if len(sizes) != 1:
+            return cal_k, None, None, batch
+        m = sizes[0]
+    got = clock_tokens_per_s(sides[0], m)
+    if got is None or got["cycles"] < CLOCK_MIN_CYCLES:
+        return cal_k, None, None, batch
+    k = ks[0] if ks else None
+    return k, float(got["tokens_per_s"]), dict(got, kind="profile_clock", path=sides[0].label, steps=k), m
+
+
+def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None]:
+    """``--per-batch`` without an unprofiled figure: ({batch: tokens/s}, {batch: source}) from the profile's own
+    clock (:func:`clock_calibration`) for the batch sizes it has one of; (None, None) where none."""
+    tps, sources = {}, {}
+    for m in sizes:
+        k, x, src, _ = clock_calibration(sides, ks, None, int(m))
+        if x is not None:
+            tps[int(m)], sources[int(m)] = x, src
+    return (tps, sources) if tps else (None, None)
+
+
 def profiled_process(log, sides: list) -> list[int]:
     """The process ids the live log shares with the profiles' ranks: a log written by the profiled process
     itself (the timing mode on under nsys) holds the profiled clock's tokens/s, no unprofiled figure."""
@@ -517,6 +559,8 @@ def main_whatif(argv: list[str]) -> int:
         elif args.calibrate_sglang_log:
             cal_k, cal_x, cal_source = sglang_log_calibration(args.calibrate_sglang_log, sides, ks, args.batch)
             batch = cal_source["batch"]            # the figure is of that batch size: model it
+        elif cal_x is None and not live_measured:
+            cal_k, cal_x, cal_source, batch = clock_calibration(sides, ks, cal_k, batch)
         if args.measured:
             try:
                 measured, measured_base = read_measured(args.measured, batch)

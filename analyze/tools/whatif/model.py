@@ -1563,7 +1563,7 @@ def rounds_text(rounds: dict | None) -> str:
             "steady state")
 
 
-STEADY_SOURCES = ("live_log", "sglang_log")
+STEADY_SOURCES = ("live_log", "sglang_log", "profile_clock")
 """Calibration sources whose tokens/s is a steady rate (no round's tail): the prediction at K is X x the tail."""
 
 
@@ -1575,6 +1575,12 @@ def calibration_source_text(source: dict | None) -> str:
         return (f"from SGLang's log {source.get('path')}: the median gen throughput of its {source.get('lines')} "
                 f"'Decode batch' lines at {source.get('batch')} running requests{acc}: a steady rate, the rounds' tail "
                 "is the model's at every step count")
+    if source and source.get("kind") == "profile_clock":
+        return (f"from the profile's own clock: {source.get('tokens', 0):,.0f} tokens over "
+                f"{source.get('period_ns', 0) / 1e9:,.3f} s of periods in {source.get('cycles')} steady decode cycles "
+                f"at batch {source.get('batch')} that the profiled process ran before nsys's capture window opened "
+                "(nsys attached, not collecting; the shim's clock marks): a steady rate, the rounds' tail is the "
+                "model's at every step count")
     if not source or source.get("kind") != "live_log":
         return "given"
     batch = f", batch {source['batch']}" if source.get("batch") is not None else ""

@@ -1,0 +1,124 @@
+"""The decode cycles' clock before profiling starts (nvtx_annotate/clock.py, the ``clock`` mark): periods from
+one decode cycle's start to the next's, tokens from the cycle's accept mark, by batch size; a prefill between
+two decode cycles drops the period; the shim writes the marks when profiling starts and stops the clock."""
+from nvtx_annotate import _nvtx, clock as C, protocol as P, wrappers as W
+
+
+def test_periods_pair_with_tokens_whichever_comes_first():
+    c = C.WindowClock()
+    c.decode(1, 1_000_000)
+    c.accepted(1, 5, 3)              # v1: inside the cycle, before the next starts
+    c.decode(2, 4_300_000)           # cycle 1: 3.3 ms, 8 tokens
+    c.decode(3, 7_500_000)           # cycle 2's period known before its accept mark (v2)
+    c.accepted(2, 2, 3)              # cycle 2: 3.2 ms, 5 tokens
+    assert c.buckets() == [(3, 0, [3300, 3200], [8, 5])]
+    assert list(c._open) == [3]      # cycle 3 waits for its successor and its mark
+
+
+def test_a_prefill_between_two_decode_cycles_drops_the_period():
+    c = C.WindowClock()
+    c.decode(1, 0)
+    c.accepted(1, 1, 1)
+    c.gap()                          # a prefill ran: cycle 1's period would hold it
+    c.decode(2, 9_000_000)
+    c.accepted(2, 0, 2)
+    c.decode(3, 12_000_000)
+    assert c.buckets() == [(2, 0, [3000], [2])]
+
+
+def test_buckets_keep_the_last_cycles_of_the_largest_sizes():
+    c = C.WindowClock()
+    t, k = 0, 0
+    for m, n in ((1, C.KEEP + 5), *((m, 2) for m in range(2, 12))):
+        for _ in range(n):
+            k += 1
+            c.decode(k, t)
+            c.accepted(k, 0, m)
+            t += 1000 * m
+        c.gap()
+    got = c.buckets()
+    parts = C.KEEP // C.PART
+    assert [(m, part, len(p)) for m, part, p, _ in got[:parts]] == [(1, i, C.PART) for i in range(parts)]
+    assert got[0][2][0] == 1 and got[parts - 1][2][-1] == 1     # the oldest 5 of size 1 went, the last has no successor
+    assert [(m, len(p)) for m, _, p, _ in got[parts:]] == [(m, 1) for m in range(2, 2 + C.MAX_SIZES - 1)]
+
+
+def test_mark_round_trip_and_refusals():
+    text = P.clock_mark(16, 2, [3312, 3298], [52, 49])
+    assert text == "clock reqs=16 part=2 period_us=3312,3298 tokens=52,49"
+    assert P.parse_clock_mark(text) == P.ClockMark(16, 2, (3312, 3298), (52, 49))
+    assert P.parse_clock_mark("clock reqs=1 part=0 period_us=1 tokens=1,2") is None     # unequal lists
+    assert P.parse_clock_mark("clock reqs=0 part=0 period_us=1 tokens=1") is None
+    assert P.parse_clock_mark("clock reqs=1 period_us=1 tokens=1") is None               # no part
+    assert P.parse_clock_mark("accept_len=3 reqs=1") is None
+
+
+def test_the_shim_writes_the_marks_when_profiling_starts_and_stops_the_clock(monkeypatch):
+    rec = _nvtx.RecordingBackend()
+    monkeypatch.setattr(_nvtx, "_backend", rec)
+    monkeypatch.setattr(W, "_clock", C.WindowClock())
+    monkeypatch.setitem(W._rank, "clock", ())
+    monkeypatch.setitem(W._rank, "mark", "rank=0 world=1 device=0")
+    monkeypatch.setitem(W._rank, "refresh", 0)
+    for k, t in ((1, 0), (2, 3_000_000), (3, 6_100_000)):
+        W._clock.decode(k, t)
+        assert W.emit_accept([1, 0], k)
+    W.refresh_rank_mark()
+    marks = [e[1] for e in rec.events if e[0] == "mark"]
+    assert "clock reqs=2 part=0 period_us=3000,3100 tokens=3,3" in marks
+    assert W._clock is None and W._rank["refresh"] == W.RANK_REFRESH_CALLS
+    W.emit_accept([1, 1], 4)                 # inside the window: nothing more is kept
+    W.refresh_rank_mark()                    # a second start: the same marks again
+    assert [e[1] for e in rec.events if e[0] == "mark"].count("clock reqs=2 part=0 period_us=3000,3100 tokens=3,3") == 2
+
+
+# ------------------------------------------------------------------------------------------- the analyzer's side
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from analyze.ranks.identify import clock_marks  # noqa: E402
+from analyze.tools import sides as S  # noqa: E402
+from analyze.tools.whatif.command import CLOCK_MIN_CYCLES, clock_calibration  # noqa: E402
+
+
+def _side(clock, requests=(16,) * 30):
+    cycles = pd.DataFrame({"rank": 0, "cycle": range(1, len(requests) + 1), "period_ns": 4_000_000,
+                           "requests": pd.array(requests, dtype="Int64"), "tokens": pd.array([24] * len(requests),
+                                                                                                 dtype="Int64")})
+    return S.Side("p.sqlite", cycles, pd.DataFrame(), [], clock=tuple(clock))
+
+
+def test_marks_per_process_each_text_once_in_order():
+    a = P.clock_mark(16, 0, [3000, 3100], [24, 23])
+    b = P.clock_mark(16, 1, [3200], [25])
+    marks = pd.DataFrame({"global_pid": [7, 7, 7, 7, 9], "text": [a, "rank=0 world=1 device=0", b, a, "accept_len=1"]})
+    got = clock_marks(marks)
+    assert list(got) == [7] and [m.part for m in got[7]] == [0, 1]
+
+
+def test_tokens_per_s_over_the_steady_cycles_of_the_batch_size():
+    """Parts joined in order; the first cycle and a period over 5x the median (a stall) left out, as whatif
+    leaves them out of a profile: 23 tokens over 3,000 us each -> 7,666.7 tokens/s."""
+    periods = [9000] + [3000] * 40 + [40_000] + [3000] * 30
+    clock = [P.ClockMark(16, 1, tuple(periods[50:]), (23,) * len(periods[50:])),
+             P.ClockMark(16, 0, tuple(periods[:50]), (23,) * 50),
+             P.ClockMark(1, 0, (2000,) * 40, (2,) * 40)]
+    got = S.clock_tokens_per_s(_side(clock), 16)
+    assert got["cycles"] == 70 and got["tokens_per_s"] == pytest.approx(23 / 3000e-6)
+    assert S.clock_tokens_per_s(_side(clock), 1)["tokens_per_s"] == pytest.approx(1000.0)
+    assert S.clock_tokens_per_s(_side(clock), 4) is None
+    assert S.clock_tokens_per_s(_side(()), 16) is None
+
+
+def test_whatif_calibrates_from_the_clock_only_where_it_can():
+    clock = [P.ClockMark(16, 0, (3000,) * 40, (23,) * 40)]
+    k, x, src, batch = clock_calibration([_side(clock)], [3], None, None)    # the profile's one batch size
+    assert (k, batch, src["kind"], src["cycles"]) == (3, 16, "profile_clock", 39)
+    assert x == pytest.approx(23 / 3000e-6)
+    assert clock_calibration([_side(clock)], None, None, 1)[1] is None              # no clock at batch 1
+    assert clock_calibration([_side(clock), _side(clock)], None, None, 16)[1] is None   # several profiles
+    mixed = _side(clock, requests=(16,) * 30 + (8,) * 30)
+    assert clock_calibration([mixed], None, None, None)[1] is None                  # two batch sizes: no guess
+    few = [P.ClockMark(16, 0, (3000,) * CLOCK_MIN_CYCLES, (23,) * CLOCK_MIN_CYCLES)]
+    assert clock_calibration([_side(few)], None, None, 16)[1] is None               # its first cycle is left out
