@@ -128,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--input-len", type=positive_int, default=32, help="prompt token ids per request (default 32)")
     d.add_argument("--output-len", type=positive_int, default=64, help="tokens generated per request (default 64)")
     d.add_argument("--warmup-requests", type=non_negative_int, default=2, help="untimed requests first (default 2)")
+    d.add_argument("--clock-rounds", type=non_negative_int, default=1,
+                   help="with --capture cudaprofilerapi: send the whole load this many times before SGLang's profiler "
+                        "starts (default 1; 0: none): the shim records those decode cycles' clock, which analyze-trace "
+                        "whatif and advise calibrate from (the profiler stretches the cycles inside the window)")
     d.add_argument("--prompt-vocab", type=positive_int, default=1000,
                    help="prompt token ids are drawn from [3, 3 + N) (default 1000; keep it below the model's vocabulary)")
     d.add_argument("--stop-grace", type=float, default=300,
@@ -255,6 +259,8 @@ def drive_plan(a) -> List[str]:
     start = a.capture == "cudaprofilerapi"
     return [f"# --drive: wait up to {a.sglang_wait:g} s for GET {url}/health",
             f"# --drive: {a.warmup_requests} warm-up POST {url}/generate (input_ids of {a.input_len} tokens)",
+            *([f"# --drive: the load below {a.clock_rounds} time(s) before the window (the profile's own clock)"]
+              if start and a.clock_rounds else []),
             *([f"# --drive: POST {url}/start_profile {{\"activities\": [\"CUDA_PROFILER\"]"
                + (f", \"num_steps\": {a.sglang_steps}" if a.sglang_steps else "") + "}"] if start else []),
             f"# --drive: {a.requests} POST {url}/generate, {a.concurrency} at a time, {a.output_len} new tokens each",
@@ -269,7 +275,8 @@ def _run_driven(a, cmd: List[str], env: dict, base: str) -> int:
 
     url = serve.server_url(a.cmd, a.sglang_url)
     load = serve.Load(requests=a.requests, concurrency=a.concurrency, input_len=a.input_len,
-                      output_len=a.output_len, warmup_requests=a.warmup_requests, vocab=a.prompt_vocab)
+                      output_len=a.output_len, warmup_requests=a.warmup_requests, vocab=a.prompt_vocab,
+                      clock_rounds=a.clock_rounds)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     failed = False
     try:

@@ -45,6 +45,7 @@ class Load:
     output_len: int = 64
     warmup_requests: int = 2
     vocab: int = 1000  # token ids drawn from [3, 3 + vocab)
+    clock_rounds: int = 1  # with a capture window: the whole load this many times before it opens (the shim's clock)
     seed: int = 0
 
     def prompts(self) -> List[List[int]]:
@@ -74,6 +75,7 @@ class LoadResult:
     profile_stop_message: Optional[str] = None
     seconds: float = 0.0
     requests: List[RequestResult] = field(default_factory=list)
+    clock_rounds: List[dict] = field(default_factory=list)
 
     def totals(self) -> dict:
         ok = [r for r in self.requests if r.ok]
@@ -99,7 +101,8 @@ class LoadResult:
         return {"url": self.url, "load": asdict(self.load), "profile_started": self.profile_started,
                 "profile_message": self.profile_message,
                 "profile_stop_message": self.profile_stop_message, "seconds": self.seconds,
-                "totals": self.totals(), "requests": [asdict(r) for r in self.requests]}
+                "totals": self.totals(), "requests": [asdict(r) for r in self.requests],
+                "clock_rounds": self.clock_rounds}
 
 
 def server_url(cmd: Sequence[str], explicit: Optional[str] = None) -> str:
@@ -198,24 +201,9 @@ def stop_profile(url: str, timeout_s: float = 300) -> str:
     return out if isinstance(out, str) else json.dumps(out)
 
 
-def drive(url: str, load: Load, profile_steps: Optional[int] = None, start: bool = False,
-          log: Callable[[str], None] = lambda s: None) -> LoadResult:
-    """Warm-up requests, then (``start``) ``/start_profile``, then the load; every request's
-    outcome recorded (a failed request is a row with its error, never an exception)."""
-    result = LoadResult(url=url, load=load)
-    prompts = load.prompts()
-    for i in range(min(load.warmup_requests, len(prompts))):
-        generate(url, prompts[i], min(load.output_len, 16))
-    log(f"{load.warmup_requests} warm-up requests done")
-    if start:
-        try:
-            result.profile_message = start_profile(url, profile_steps).strip()
-            result.profile_started = True
-            log(f"/start_profile (CUDA_PROFILER, num_steps={profile_steps}): {result.profile_message}")
-        except (urllib.error.URLError, OSError, ServerError) as exc:
-            result.profile_started = False
-            result.profile_message = str(exc)
-            log(f"/start_profile failed: {exc}")
+def run_load(url: str, load: Load, prompts: List[List[int]]) -> tuple:
+    """The load once: every prompt, ``load.concurrency`` in flight; (rows by index, seconds). A failed request is
+    a row with its error, never an exception."""
     lock = threading.Lock()
     queue = list(enumerate(prompts))
     rows: List[RequestResult] = []
@@ -241,8 +229,36 @@ def drive(url: str, load: Load, profile_steps: Optional[int] = None, start: bool
         t.start()
     for t in threads:
         t.join()
-    result.seconds = time.monotonic() - t0
-    result.requests = sorted(rows, key=lambda r: r.index)
+    return sorted(rows, key=lambda r: r.index), time.monotonic() - t0
+
+
+def drive(url: str, load: Load, profile_steps: Optional[int] = None, start: bool = False,
+          log: Callable[[str], None] = lambda s: None) -> LoadResult:
+    """Warm-up requests; then (``start``) the load ``load.clock_rounds`` times outside the window (the shim
+    records those decode cycles' clock, nvtx_annotate/clock.py: the profile's own unprofiled clock), then
+    ``/start_profile``; then the load; every request's outcome recorded (a failed request is a row with its
+    error, never an exception)."""
+    result = LoadResult(url=url, load=load)
+    prompts = load.prompts()
+    for i in range(min(load.warmup_requests, len(prompts))):
+        generate(url, prompts[i], min(load.output_len, 16))
+    log(f"{load.warmup_requests} warm-up requests done")
+    if start:
+        for i in range(load.clock_rounds):
+            rows, seconds = run_load(url, load, prompts)
+            done = [r.completion_tokens for r in rows if r.ok and r.completion_tokens is not None]
+            result.clock_rounds.append({"seconds": seconds, "succeeded": len(done), "completion_tokens": sum(done),
+                                        "tokens_per_s": sum(done) / seconds if seconds > 0 else None})
+            log(f"load {i + 1} of {load.clock_rounds} before the window: {sum(done)} tokens in {seconds:.1f} s")
+        try:
+            result.profile_message = start_profile(url, profile_steps).strip()
+            result.profile_started = True
+            log(f"/start_profile (CUDA_PROFILER, num_steps={profile_steps}): {result.profile_message}")
+        except (urllib.error.URLError, OSError, ServerError) as exc:
+            result.profile_started = False
+            result.profile_message = str(exc)
+            log(f"/start_profile failed: {exc}")
+    result.requests, result.seconds = run_load(url, load, prompts)
     if start and result.profile_started:
         # a window still open (the load ended before num_steps): SGLang's cudaProfilerStop makes nsys
         # save its CUDA buffers now; stopping the server later kills the workers with SIGKILL, and

@@ -7,7 +7,7 @@
 #
 # RUNS: space-separated VOCAB:LAYERS:STEPS:BATCHES (BATCHES comma-separated; STEPS 0: no speculation).
 # Each run is recipes/sglang_sweep.py with --profile-window under `profile-trace --capture
-# cudaprofilerapi`: exactly the measured rounds are captured (one round per batch size, NEW tokens a
+# cudaprofilerapi`: exactly the measured rounds are captured, after PRECAPTURE uncaptured rounds a batch size (one round per batch size, NEW tokens a
 # request: PROFILE_TOKENS at batch 1). Writes $OUT/BASE.tar.xz per run (BASE.sqlite + BASE.profiled.json,
 # BASE = sglang_v{V}_l{L}_s{S}; a device call returns files of <= 16 MiB: a larger archive is split into
 # BASE.tar.xz.part-aa, -ab, ...: `cat BASE.tar.xz.part-* | tar -xJ`; at most 8 files come back in all)
@@ -23,6 +23,9 @@ RUNS=${RUNS:-"2:8:3:1,16 2:8:0:1"}; BUDGET_S=${BUDGET_S:-520}; PROFILE_TOKENS=${
 # shorter requests than the truth it is held to predicts another cycle (docs/whatif.md, "Context length")
 PROFILE_ROUND=${PROFILE_ROUND:-4096}
 GRAPH_BS=${GRAPH_BS:-1,2,4,8,16,32,64}; T0=${T0:-$(date +%s)}
+# rounds a batch size before the window (sglang_sweep.py --precapture): the shim's clock of those decode cycles
+# goes into the profile (nvtx_annotate/clock.py), and whatif/advise calibrate from it (0: none, the old profiles)
+PRECAPTURE=${PRECAPTURE:-3}
 exec > >(tee -a "$O/profiles.log") 2>&1
 source recipes/sglang_env.sh
 deep_gemm_stub on
@@ -38,7 +41,7 @@ for run in $RUNS; do
   echo "== $(date -u +%T) +${el}s $base batches $B"
   timeout 240 "${PT[@]}" -o "$W/$base" -- python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" \
     --steps "$S" --batches "$B" --min-new "$PROFILE_TOKENS" --tokens-per-round "$PROFILE_ROUND" --min-rounds 1 --max-rounds 1 \
-    --graph-bs "$GRAPH_BS" --profile-window --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' \
+    --graph-bs "$GRAPH_BS" --profile-window --precapture "$PRECAPTURE" --out "$W/$base.profiled.json" 2>&1 | grep -v -e 'it/s\]' -e '^\s*$' \
     -e 'Processing [0-9]* events' -e '\[1/1\] \[' > "$O/$base.run.log"   # the whole run's log comes back (a failed run's cause)
   tail -8 "$O/$base.run.log"
   ls -la "$W/$base.sqlite" 2>/dev/null || continue
