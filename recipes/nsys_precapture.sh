@@ -13,6 +13,7 @@
 # Writes $OUT/precapture.log and $OUT/{plain1_sS,nsys,plain3_sS,base...}.json (recipes/sglang_sweep.py's output; nsys.json
 # has precapture_batches beside batches). ENGINES: the order (default "plain nsys plain"). BUDGET_S: no
 # engine is started after that many seconds. EXPORT=1 exports (and returns, xz) the nsys run's SQLite.
+# NSYS_ROUND_S: the nsys engine's --min-round-s (default 3; 1 halves the captured batch-16 round: a smaller report).
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
 O="${OUT:-/tmp/out}"; W=/tmp/precap; mkdir -p "$O" "$W"
@@ -37,6 +38,7 @@ for e in $ENGINES; do
   echo "== $(date -u +%T) +${el}s engine $name v$V l$L s$S batches $B"
   if [ "$e" = nsys ]; then
     timeout 300 "${PT[@]}" -o "$W/nsys" -- "${SW[@]}" "${steps[@]}" --profile-window --precapture "$N" --min-rounds 1 \
+      --min-round-s "${NSYS_ROUND_S:-3}" \
       --max-rounds 1 --out "$O/nsys.json" 2>&1 | grep -e '^{' -e 'engine up' -e 'rror' -e '^nsys\|analyze-trace'
   else
     timeout 240 "${SW[@]}" "${steps[@]}" --out "$O/$name.json" 2>&1 | grep -e '^{' -e 'engine up' -e 'rror'
