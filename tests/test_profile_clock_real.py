@@ -117,3 +117,22 @@ def test_on_a_noisy_host_the_clock_is_as_good_as_the_host():
         got = r["predictions"].set_index("steps")["tokens_per_s"][3]
         assert got == pytest.approx(want, abs=1)
         assert err[0] < got / plain[batch] - 1 < err[1]
+
+
+@need_profile
+def test_per_batch_calibrates_each_size_from_its_own_clock(capsys):
+    """--per-batch without figures: batches 1 and 16 each from their own clock cycles (the sizes of the rounds' tails
+    have fewer than 20 profiled cycles and are not modelled), as whatif --batch M gives them one at a time."""
+    assert main_whatif([str(PROFILE), "--per-batch", "--steps", "1..6", "--boot", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "from the profile's own clock" in text and "batch 1 (2047 steady cycles), batch 16 (665 steady cycles)" in text
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.command import clock_calibrations
+
+    side = sides.load_side(PROFILE)
+    tps_by_batch, sources = clock_calibrations([side], None, [1, 16])
+    table = PB.per_batch([side], range(1, 7), n_boot=0, calibrate=tps_by_batch, calibration_sources=sources)
+    got = table.set_index("batch")
+    assert got.loc[1, "best_steps"] == 3 and got.loc[1, "tokens_per_s_best"] == pytest.approx(282, abs=1)
+    assert got.loc[16, "best_steps"] == 2 and got.loc[16, "tokens_per_s_best"] == pytest.approx(4554, abs=1)
+    assert got["calibrated"].all() and (got["best_or_off"] == 0).all()

@@ -133,6 +133,9 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
     out.attrs["few_timed"] = few_timed
     out.attrs["predictions"] = grid
+    # where a batch size's calibration came from a profile's own clock (not a written column: the text says it)
+    out.attrs["clock_calibrated"] = {int(b): int(src["cycles"]) for b, src in (calibration_sources or {}).items()
+                                     if src and src.get("kind") == "profile_clock" and int(b) in set(out["batch"])}
     return out
 
 

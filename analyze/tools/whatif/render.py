@@ -157,6 +157,11 @@ def render_per_batch(table, config_path=None) -> str:
     out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best"] + (["95% CI"] if ci else [])
                       + ["tok/s no spec", "baseline", "speed-up", "use", "basis"], rows)
     out.append("")
+    clock = table.attrs.get("clock_calibrated") or {}
+    if clock:
+        out += wrap("'calibrated' from the profile's own clock (the decode cycles before its capture window, nsys "
+                    "attached, not collecting): " + ", ".join(f"batch {b} ({n} steady cycles)" for b, n in
+                                                             sorted(clock.items())) + ".")
     few = table.attrs.get("not_modelled") or {}
     if few:
         out += wrap(f"Not modelled (fewer than {MIN_CYCLES} decode cycles each): "
