@@ -112,9 +112,9 @@ def test_tokens_per_s_over_the_steady_cycles_of_the_batch_size():
 
 
 def test_whatif_calibrates_from_the_clock_only_where_it_can():
-    clock = [P.ClockMark(16, 0, (3000,) * 40, (23,) * 40)]
+    clock = [P.ClockMark(16, 0, (3000,) * 140, (23,) * 140)]
     k, x, src, batch = clock_calibration([_side(clock)], [3], None, None)    # the profile's one batch size
-    assert (k, batch, src["kind"], src["cycles"]) == (3, 16, "profile_clock", 39)
+    assert (k, batch, src["kind"], src["cycles"]) == (3, 16, "profile_clock", 139)
     assert x == pytest.approx(23 / 3000e-6)
     assert clock_calibration([_side(clock)], None, None, 1)[1] is None              # no clock at batch 1
     assert clock_calibration([_side(clock), _side(clock)], None, None, 16)[1] is None   # several profiles
