@@ -45,7 +45,7 @@ class Load:
     output_len: int = 64
     warmup_requests: int = 2
     vocab: int = 1000  # token ids drawn from [3, 3 + vocab)
-    clock_rounds: int = 1  # with a capture window: the whole load this many times before it opens (the shim's clock)
+    clock_rounds: int = 3  # with a capture window: the whole load this many times before it opens (the shim's clock)
     seed: int = 0
 
     def prompts(self) -> List[List[int]]:

@@ -15,32 +15,82 @@ def test_periods_pair_with_tokens_whichever_comes_first():
     assert list(c._open) == [3]      # cycle 3 waits for its successor and its mark
 
 
-def test_a_prefill_between_two_decode_cycles_drops_the_period():
+def test_a_prefill_drops_the_period_before_it_and_the_one_after_it():
     c = C.WindowClock()
     c.decode(1, 0)
     c.accepted(1, 1, 1)
     c.gap()                          # a prefill ran: cycle 1's period would hold it
-    c.decode(2, 9_000_000)
+    c.decode(2, 9_000_000)           # the overlap scheduler resolves the prefill's result in this cycle: not kept
     c.accepted(2, 0, 2)
-    c.decode(3, 12_000_000)
-    assert c.buckets() == [(2, 0, [3000], [2])]
+    c.decode(3, 14_000_000)
+    c.accepted(3, 1, 2)
+    c.decode(4, 17_000_000)
+    assert c.buckets() == [(2, 0, [3000], [3])]
 
 
 def test_buckets_keep_the_last_cycles_of_the_largest_sizes():
     c = C.WindowClock()
     t, k = 0, 0
-    for m, n in ((1, C.KEEP + 5), *((m, 2) for m in range(2, 12))):
-        for _ in range(n):
+    for m, n in ((1, C.KEEP + 7), *((m, 3) for m in range(2, 12))):
+        for i in range(n):
             k += 1
             c.decode(k, t)
             c.accepted(k, 0, m)
-            t += 1000 * m
+            t += 1000 * (m if m > 1 else i + 1)     # size 1: cycle i lasts i + 1 us
         c.gap()
     got = c.buckets()
     parts = C.KEEP // C.PART
     assert [(m, part, len(p)) for m, part, p, _ in got[:parts]] == [(1, i, C.PART) for i in range(parts)]
-    assert got[0][2][0] == 1 and got[parts - 1][2][-1] == 1     # the oldest 5 of size 1 went, the last has no successor
+    # of size 1's KEEP + 7 cycles (periods 1 .. KEEP + 7 us) the last (before the gap) is no cycle's, and the
+    # oldest 6 of the rest went: the newest KEEP kept, oldest first
+    kept = [p for _, _, periods, _ in got[:parts] for p in periods]
+    assert kept == list(range(7, C.KEEP + 7))
     assert [(m, len(p)) for m, _, p, _ in got[parts:]] == [(m, 1) for m in range(2, 2 + C.MAX_SIZES - 1)]
+
+
+def test_through_the_shims_cycle_wrapper(monkeypatch):
+    """The decode-cycle wrapper feeds the clock: decode cycles start periods, a prefill batch (SGLang's
+    forward_mode.is_extend()) drops the periods on both sides of it, the cycle number tagged on the result ties the
+    accept mark (emitted after the next cycle started, as SGLang's v2 resolver does) to its period."""
+    from types import SimpleNamespace
+
+    from nvtx_annotate.targets import CYCLE, Target
+
+    rec = _nvtx.RecordingBackend()
+    monkeypatch.setattr(_nvtx, "_backend", rec)
+    monkeypatch.setattr(W, "_clock", C.WindowClock())
+    monkeypatch.setitem(W._rank, "clock", ())
+    clock_ns = iter([0, 3_000_000, 6_100_000, 20_000_000, 30_000_000, 33_200_000, 36_000_000])
+    monkeypatch.setattr(W, "perf_counter_ns", lambda: next(clock_ns))
+
+    class Worker:
+        def forward_batch_generation(self, batch):
+            return SimpleNamespace()
+
+    fwd = W.make_wrapper(Worker.forward_batch_generation,
+                         Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
+    w = Worker()
+    decode = SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False))
+    prefill = SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: True))
+
+    def accept(result, lens):
+        assert W.emit_accept(lens, getattr(result, P.CYCLE_ATTR))
+
+    r = [fwd(w, decode), fwd(w, decode)]           # t = 0, 3.0 ms
+    accept(r[0], [1, 0])                           # cycle 1: 3.0 ms, 3 tokens
+    r.append(fwd(w, decode))                       # t = 6.1 ms
+    accept(r[1], [1, 1])                           # cycle 2: 3.1 ms, 4 tokens
+    fwd(w, prefill)                                # cycle 3's period holds the prefill
+    accept(r[2], [0, 0])
+    r.append(fwd(w, decode))                       # t = 20 ms: cycle 4 resolves the prefill: not kept either
+    r.append(fwd(w, decode))                       # t = 30 ms
+    accept(r[3], [2, 2])
+    r.append(fwd(w, decode))                       # t = 33.2 ms
+    accept(r[4], [0, 1])                           # cycle 5: 3.2 ms, 3 tokens
+    r.append(fwd(w, decode))                       # t = 36 ms
+    assert W.stop_clock() == ("clock reqs=2 part=0 period_us=3000,3100,3200 tokens=3,4,3",)
+    fwd(w, decode)                                 # the clock has stopped: nothing more is read
+    assert W._clock is None
 
 
 def test_mark_round_trip_and_refusals():
@@ -92,9 +142,10 @@ def _side(clock, requests=(16,) * 30):
 def test_marks_per_process_each_text_once_in_order():
     a = P.clock_mark(16, 0, [3000, 3100], [24, 23])
     b = P.clock_mark(16, 1, [3200], [25])
-    marks = pd.DataFrame({"global_pid": [7, 7, 7, 7, 9], "text": [a, "rank=0 world=1 device=0", b, a, "accept_len=1"]})
+    marks = pd.DataFrame({"global_pid": [7, 7, 7, 7, 9], "text": [a, "rank=0 world=1 device=0", b, a, "accept_len=1"],
+                          "time_ns": [500, 400, 510, 900, 100]})
     got = clock_marks(marks)
-    assert list(got) == [7] and [m.part for m in got[7]] == [0, 1]
+    assert list(got) == [7] and [m.part for m in got[7][0]] == [0, 1] and got[7][1] == 500
 
 
 def test_tokens_per_s_over_the_steady_cycles_of_the_batch_size():
@@ -109,6 +160,19 @@ def test_tokens_per_s_over_the_steady_cycles_of_the_batch_size():
     assert S.clock_tokens_per_s(_side(clock), 1)["tokens_per_s"] == pytest.approx(1000.0)
     assert S.clock_tokens_per_s(_side(clock), 4) is None
     assert S.clock_tokens_per_s(_side(()), 16) is None
+
+
+def test_a_clock_written_after_profiled_cycles_is_no_unprofiled_clock():
+    """nsys collecting before SGLang's profiler started (--capture all, a manual /start_profile): the report holds
+    decode cycles of the process that started before its clock marks, which then ran under the profiler."""
+    clock = [P.ClockMark(16, 0, (3000,) * 140, (23,) * 140)]
+    side = _side(clock)
+    side.cycles["cpu_start_ns"] = [10_000 * i for i in range(1, len(side.cycles) + 1)]
+    after = S.Side(side.label, side.cycles, side.kernels, [], clock=tuple(clock), clock_at_ns=5_000, clock_rank=0)
+    before = S.Side(side.label, side.cycles, side.kernels, [], clock=tuple(clock), clock_at_ns=50_000, clock_rank=0)
+    assert S.clock_unprofiled(after) and not S.clock_unprofiled(before)
+    assert clock_calibration([after], None, None, 16)[1] is not None
+    assert clock_calibration([before], None, None, 16)[1] is None
 
 
 def test_whatif_calibrates_from_the_clock_only_where_it_can():

@@ -55,9 +55,10 @@ def spec_configs(marks: pd.DataFrame) -> dict[int, str]:
 
 
 def clock_marks(marks: pd.DataFrame) -> dict[int, tuple]:
-    """Per process, its ``clock`` marks parsed (nvtx_annotate/clock.py: the decode cycles it ran before
-    profiling started, one mark a batch size; the shim writes them again with each rank mark: each
-    distinct text once), in mark order; processes without one left out."""
+    """Per process, ``(marks, first_ns)``: its ``clock`` marks parsed (nvtx_annotate/clock.py: the decode cycles it
+    ran before profiling started, in parts a batch size; the shim writes them again with each rank mark: each
+    distinct text once), in mark order, and the time of the first (on the report's clock); processes without one
+    left out."""
     if marks.empty:
         return {}
     text = marks["text"].to_numpy(dtype=object)
@@ -66,9 +67,13 @@ def clock_marks(marks: pd.DataFrame) -> dict[int, tuple]:
     hit = np.array([c is not None for c in parsed], dtype=bool)
     rows = np.flatnonzero(hit[codes]) if len(codes) else np.zeros(0, dtype="int64")
     out: dict[int, dict] = {}
-    for pid, code in zip(marks["global_pid"].to_numpy()[rows].tolist(), codes[rows].tolist()):
+    first: dict[int, int] = {}
+    times = marks["time_ns"].to_numpy()[rows].tolist() if "time_ns" in marks.columns else [None] * len(rows)
+    for pid, code, t in zip(marks["global_pid"].to_numpy()[rows].tolist(), codes[rows].tolist(), times):
         out.setdefault(int(pid), {}).setdefault(code, parsed[code])
-    return {p: tuple(d.values()) for p, d in out.items()}
+        if t is not None and (int(pid) not in first or int(t) < first[int(pid)]):
+            first[int(pid)] = int(t)
+    return {p: (tuple(d.values()), first.get(p)) for p, d in out.items()}
 
 
 def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
@@ -89,9 +94,10 @@ def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
 def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFrame,
                    processes: pd.DataFrame, path: str) -> pd.DataFrame:
     """One row per process that launched GPU work: rank, pid, global_pid, device_ids, source, world,
-    input, spec_config (the text of the process' ``spec_config`` mark, None without one), clock (its
-    ``clock`` marks parsed, :func:`clock_marks`; None without: not a written column)."""
-    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config", "clock"]
+    input, spec_config (the text of the process' ``spec_config`` mark, None without one), clock and clock_at_ns
+    (its ``clock`` marks parsed and the first one's time, :func:`clock_marks`; None without: not written columns)."""
+    cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config", "clock",
+            "clock_at_ns"]
     if gpu_ops.empty:
         return pd.DataFrame({c: pd.Series(dtype="object") for c in cols})
     pairs = gpu_ops[["global_pid", "device_id"]].drop_duplicates()
@@ -115,8 +121,9 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
         else:
             rank, world, source = None, None, "order"
         pid = pid_of.get(p, (p >> 24) & 0xFFFFFF)
+        clock, clock_at = clocks.get(p, (None, None))
         rows.append([rank, int(pid), p, ",".join(map(str, devices[p])), source, world, path, configs.get(p),
-                     clocks.get(p)])
+                     clock, clock_at])
     frame = pd.DataFrame(rows, columns=cols)
     taken = set(int(r) for r in frame["rank"].dropna())
     next_free = 0

@@ -36,6 +36,8 @@ class Side:
     live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
     pids: tuple = ()                       # the process ids of its ranks (a report's ranks table)
     clock: tuple = ()                      # the lowest rank's ``clock`` marks (ClockMark): its cycles before the window
+    clock_at_ns: int | None = None         # when that rank wrote the first of them (the cycles' clock)
+    clock_rank: int | None = None          # that rank
     run: str = ""                          # the measurement the side was cut from (split_by_steps); "": its label
 
 
@@ -51,14 +53,31 @@ def spec_config_of(ranks) -> SpecConfig | None:
     return None
 
 
-def clock_of(ranks) -> tuple:
-    """The ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them, else ()."""
+def clock_of(ranks) -> tuple[tuple, int | None, int | None]:
+    """(marks, written_at_ns, rank): the ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them,
+    when it wrote the first (on the analysis' clock: the report's offset added), and that rank; ((), None, None)
+    without."""
     if ranks is None or not len(ranks) or "clock" not in ranks.columns:
-        return ()
-    for marks in ranks.sort_values("rank")["clock"].tolist():
+        return (), None, None
+    for _, row in ranks.sort_values("rank").iterrows():
+        marks = row["clock"]
         if isinstance(marks, tuple) and marks:
-            return marks
-    return ()
+            at = row.get("clock_at_ns")
+            at = None if at is None or pd.isna(at) else int(at) + int(row.get("offset_ns", 0) or 0)
+            return marks, at, int(row["rank"])
+    return (), None, None
+
+
+def clock_unprofiled(side: "Side") -> bool:
+    """Did the side's clock cycles run outside the profile? False where the profile holds decode cycles of that
+    process that started before the clock was written (nsys collected before SGLang's profiler started:
+    ``--capture all``, a manual ``/start_profile``): those cycles ran under the profiler."""
+    c = side.cycles
+    if side.clock_at_ns is None or c is None or not len(c) or "cpu_start_ns" not in c.columns:
+        return True
+    rank = side.clock_rank if side.clock_rank is not None else c["rank"].min()
+    start = pd.to_numeric(c.loc[c["rank"] == rank, "cpu_start_ns"], errors="coerce").dropna()
+    return not (len(start) and start.min() < side.clock_at_ns)
 
 
 def clock_cycles(clock: tuple) -> pd.DataFrame:
@@ -131,7 +150,8 @@ def side_from_analysis(result, label: str = "") -> Side:
     pids = tuple(sorted(int(x) for x in ranks["pid"].dropna().unique())) \
         if ranks is not None and "pid" in getattr(ranks, "columns", []) else ()
     return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(result.cycles)), kernels, list(result.phase_names), result.ranges,
-                whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids, clock=clock_of(ranks))
+                whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids,
+                **dict(zip(("clock", "clock_at_ns", "clock_rank"), clock_of(ranks))))
 
 
 def side_from_json(data: dict, label: str = "") -> Side:

@@ -64,10 +64,6 @@ def main_advise(argv: list[str]) -> int:
             _, calibrate_tps, source = sglang_log_calibration(args.calibrate_sglang_log, [whatif_side(result)], None,
                                                               batch)
             batch = source["batch"]
-        elif calibrate_tps is None and not args.no_whatif:    # the profile's own clock before its window (whatif's rule)
-            from analyze.tools.whatif.command import clock_calibration
-
-            _, calibrate_tps, source, batch = clock_calibration([whatif_side(result)], None, None, batch)
         try:
             adv = advise(result, whatif=not args.no_whatif, baseline_tps=args.baseline_tps,
                          calibrate_tps=calibrate_tps, batch=batch, calibration_source=source,

@@ -114,6 +114,16 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     side = whatif_side(analysis)
     visited = _visited_batches(side)
     modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
+    per_batch_cal = None
+    if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled
+        from analyze.tools.whatif.command import clock_calibration, clock_calibrations
+
+        at = modelled if modelled is not None else int(visited.index[0]) if len(visited) == 1 else None
+        _, x, src, _ = clock_calibration([side], None, None, at) if at is not None else (None, None, None, None)
+        if x is not None:
+            calibrate_tps, calibration_source, modelled = x, src, at
+        per_batch_cal = clock_calibrations([side], None, [int(m) for m in visited.index]) if len(visited) >= 2 \
+            else None
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
               calibration_source=calibration_source,
               request_tokens=request_tokens)
@@ -141,7 +151,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source),
+            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source,
+                                    per_batch_cal),
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
@@ -155,7 +166,8 @@ def whatif_side(analysis) -> sides.Side:
 
     return sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
-                      live=is_live(analysis), clock=sides.clock_of(getattr(analysis, "ranks", None)))
+                      live=is_live(analysis),
+                      **dict(zip(("clock", "clock_at_ns", "clock_rank"), sides.clock_of(getattr(analysis, "ranks", None)))))
 
 
 def _visited_batches(side) -> pd.Series:
@@ -206,11 +218,12 @@ last requests of a batch of 8 finish is no bucket of its own)."""
 
 
 def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
-               calibrate_tps=None, calibration_source=None) -> list[dict] | None:
+               calibrate_tps=None, calibration_source=None, clock=None) -> list[dict] | None:
     """whatif's best step count per batch size (point estimates) where the profile's load visits two
     batch sizes or more (each with enough cycles and a share of them); else None. The baselines are
     estimated but at ``batch``, where the unprofiled figures given for it (``baseline_tps``,
-    ``calibrate_tps``) are used as whatif --per-batch uses --batch-baseline-tps / --batch-tps."""
+    ``calibrate_tps``) are used as whatif --per-batch uses --batch-baseline-tps / --batch-tps; ``clock``:
+    ({batch: tokens/s}, {batch: source}) from the profile's own clock (no figure given), each size its own."""
     from analyze.tools.whatif import per_batch as PB
     from analyze.render.outputs import records
 
@@ -218,10 +231,12 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
         return None
     try:        # the visited sizes are those with the most cycles: the first len(visited) of them
         given = batch is not None and batch in visited.index
+        cal, sources = clock if clock and clock[0] else (None, None)
+        if cal is None and given and calibrate_tps:
+            cal, sources = {batch: calibrate_tps}, ({batch: calibration_source} if calibration_source else None)
         table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES),
                              baselines_tps={batch: baseline_tps} if given and baseline_tps else None,
-                             calibrate={batch: calibrate_tps} if given and calibrate_tps else None,
-                             calibration_sources={batch: calibration_source} if given and calibration_source else None)
+                             calibrate=cal, calibration_sources=sources)
         return records(table[table["batch"].isin(visited.index)])
     except (ValueError, KeyError, IndexError):
         return None

@@ -467,10 +467,10 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     unprofiled figure is given; (cal_k, None, None, batch) unchanged where there is none to use: several
     profiles, no marks, or fewer than :data:`CLOCK_MIN_CYCLES` steady cycles at the batch size (``batch``
     None: the one batch size the profile ran in 20+ cycles; several: none is guessed)."""
-    from analyze.tools.sides import clock_tokens_per_s
+    from analyze.tools.sides import clock_tokens_per_s, clock_unprofiled
     from analyze.tools.whatif import per_batch as PB
 
-    if len(sides) != 1 or not sides[0].clock:
+    if len(sides) != 1 or not sides[0].clock or not clock_unprofiled(sides[0]):
         return cal_k, None, None, batch
     m = batch
     if m is None:
