@@ -882,14 +882,15 @@ def is_wrapped(raw) -> bool:
 
 def reset_for_tests(cycles_from: int = 1) -> None:
     """Fresh counters and warnings (tests only)."""
-    global _cycle_numbers
+    global _cycle_numbers, _clock
     _cycle_numbers = itertools.count(cycles_from)
+    _clock = WindowClock()
     for k in _stats:
         _stats[k] = 0
     _faults.clear()
     _warned.clear()
     _untagged.clear()
-    _rank.update(mark=None, world=None, refresh=0, rank=None)
+    _rank.update(mark=None, world=None, refresh=0, rank=None, clock=())
     _tls.cycle = _tls.accept = None
     _tls.resolving = 0
 

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from nvtx_annotate import _nvtx, shim, wrappers
+from nvtx_annotate import protocol as P
 
 # module path (under srt/) -> source; the class/attribute names are the shim's targets
 KINDS = {
@@ -279,6 +280,11 @@ def test_every_kind_behaves_as_unpatched_and_records_named_balanced_ranges(pkgs)
     kinds = [(k, t) for k, t, _, _ in rec.events if k in ("start", "end")]
     assert kinds == [("start", "graph_replay_verify"), ("end", None)] * 3
     marks = rec.marks()
+    # the clock of the decode cycles before profiling started (nvtx_annotate/clock.py): cycle 1, from its start to
+    # cycle 2's, 9 accepted + 3 requests = 12 tokens (its period is this machine's)
+    clock = [P.parse_clock_mark(t) for t, _ in marks if t.startswith("clock ")]
+    assert [(c.requests, c.part, len(c.periods_us), c.tokens) for c in clock] == [(3, 0, 1, (12,))]
+    marks = [m for m in marks if not m[0].startswith("clock ")]
     assert marks == [
         ("rank=1 world=2 device=3", None),
         ("accept_len=9 reqs=3 cycle=1 lens=3,3,3", 9),  # renamed `generation_result`, positional
