@@ -137,3 +137,20 @@ def test_per_batch_calibrates_each_size_from_its_own_clock(capsys):
     assert got.loc[1, "best_steps"] == 3 and got.loc[1, "tokens_per_s_best"] == pytest.approx(282, abs=1)
     assert got.loc[16, "best_steps"] == 2 and got.loc[16, "tokens_per_s_best"] == pytest.approx(4554, abs=1)
     assert got["calibrated"].all() and (got["best_or_off"] == 0).all()
+
+
+@need_profile
+def test_advise_calibrates_where_whatif_does():
+    """advise models batch 1 (most of the profile's decode cycles) and calibrates it from that size's clock, as
+    whatif --batch 1 does (282 tokens/s at the profiled 3 steps), and its text says so; its per-batch table takes
+    each size's own clock."""
+    from analyze.run import api
+    from analyze.tools.advise.model import _batch_said, whatif_summary
+
+    w = whatif_summary(api.load(str(PROFILE)))
+    assert (w["batch"], w["batch_source"], w["clock_batch"], w["clock_cycles"]) == (1, "most cycles", 1, 2047)
+    assert w["tokens_per_s_profiled"] == pytest.approx(282, abs=1)
+    assert "own clock: 2047 steady decode cycles at batch 1" in _batch_said(w)
+    per = {r["batch"]: r for r in w["per_batch"]}
+    assert per[1]["calibrated"] and per[16]["calibrated"]
+    assert per[16]["tokens_per_s_best"] == pytest.approx(4554, abs=1)

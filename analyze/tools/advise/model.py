@@ -114,7 +114,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     side = whatif_side(analysis)
     visited = _visited_batches(side)
     modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
-    per_batch_cal = None
+    per_batch_cal, clock_used = None, {}
     if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled
         from analyze.tools.whatif.command import clock_calibration, clock_calibrations
 
@@ -122,6 +122,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
         _, x, src, _ = clock_calibration([side], None, None, at) if at is not None else (None, None, None, None)
         if x is not None:
             calibrate_tps, calibration_source, modelled = x, src, at
+            clock_used = {"clock_cycles": int(src["cycles"]), "clock_batch": int(at)}
         per_batch_cal = clock_calibrations([side], None, [int(m) for m in visited.index]) if len(visited) >= 2 \
             else None
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
@@ -156,7 +157,9 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
-            "batches_visited": len(visited)}
+            "batches_visited": len(visited),
+            # only where the profile's own clock calibrated it (nvtx_annotate/clock.py): its steady cycles, batch size
+            **clock_used}
 
 
 def whatif_side(analysis) -> sides.Side:
@@ -192,10 +195,13 @@ def _modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps) -> i
 
 
 def _batch_said(w: dict) -> str:
-    """The words a whatif-based finding adds when advise chose the batch size it models."""
+    """The words a whatif-based finding adds when advise chose the batch size it models, and when the profile's own
+    clock calibrated it."""
+    clock = (f" Calibrated from the profile's own clock: {w['clock_cycles']} steady decode cycles at batch "
+             f"{w['clock_batch']} that ran before nsys's capture window opened." if w and w.get("clock_cycles") else "")
     if not w or w.get("batch_source") != "most cycles":
-        return ""
-    return (f" These figures are of batch {w['batch']}, the batch size most decode cycles ran of the "
+        return clock
+    return clock + (f" These figures are of batch {w['batch']}, the batch size most decode cycles ran of the "
             f"{w['batches_visited']} the load visited (`--batch M` for another; `analyze-trace whatif REPORT "
             "--per-batch` for each).")
 
