@@ -159,7 +159,10 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
     _stats["marks"] += 1
     clock = _clock
     if clock is not None and cycle is not None and getattr(b, "records_marks", True):
-        clock.accepted(cycle, payload, len(lengths))
+        try:
+            clock.accepted(cycle, payload, len(lengths))
+        except Exception as e:  # never the mark's or the timing's bookkeeping
+            fault("clock (accept)", e)
     if on_accept is not None:
         on_accept(payload, len(lengths), cycle, batch_size, lengths)
     return True
@@ -224,7 +227,10 @@ def stop_clock() -> tuple[str, ...]:
     global _clock
     clock, _clock = _clock, None
     if clock is not None:
-        _rank["clock"] = tuple(P.clock_mark(*bucket) for bucket in clock.buckets())
+        try:
+            _rank["clock"] = tuple(P.clock_mark(*bucket) for bucket in clock.buckets())
+        except Exception as e:  # never the rank mark's re-emission
+            fault("clock (marks)", e)
     return _rank["clock"]
 
 
@@ -391,7 +397,10 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             return (b, None)
         k = next(_cycle_numbers)
         if clock is not None and getattr(b, "records_marks", True):
-            clock.decode(k, perf_counter_ns())
+            try:
+                clock.decode(k, perf_counter_ns())
+            except Exception as e:  # never the cycle's range
+                fault(f"{label} (clock)", e)
         b.push(P.DECODE_CYCLE, k)
         _tls.cycle, _tls.accept = k, None
         return (b, k)

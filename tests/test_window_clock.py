@@ -186,3 +186,45 @@ def test_whatif_calibrates_from_the_clock_only_where_it_can():
     assert clock_calibration([mixed], None, None, None)[1] is None                  # two batch sizes: no guess
     few = [P.ClockMark(16, 0, (3000,) * CLOCK_MIN_CYCLES, (23,) * CLOCK_MIN_CYCLES)]
     assert clock_calibration([_side(few)], None, None, 16)[1] is None               # its first cycle is left out
+
+
+def test_a_failing_clock_never_breaks_the_cycle_or_the_rank_mark(monkeypatch):
+    """The clock's own error is counted as a fault (reported once); the cycle's range, its accept mark and the rank
+    mark at profiling start are written all the same."""
+    from types import SimpleNamespace
+
+    from nvtx_annotate.targets import CYCLE, Target
+
+    class Broken:
+        def decode(self, *a):
+            raise RuntimeError("decode")
+
+        def accepted(self, *a):
+            raise RuntimeError("accepted")
+
+        def gap(self):
+            pass
+
+        def buckets(self):
+            raise RuntimeError("buckets")
+
+    rec = _nvtx.RecordingBackend()
+    monkeypatch.setattr(_nvtx, "_backend", rec)
+    W.reset_for_tests()
+    monkeypatch.setattr(W, "_clock", Broken())
+    monkeypatch.setitem(W._rank, "mark", "rank=0 world=1 device=0")
+
+    class Worker:
+        def forward_batch_generation(self, batch):
+            return SimpleNamespace()
+
+    fwd = W.make_wrapper(Worker.forward_batch_generation,
+                         Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
+    out = fwd(Worker(), SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False)))
+    assert W.emit_accept([1], getattr(out, P.CYCLE_ATTR))
+    W.refresh_rank_mark()
+    assert [e[1] for e in rec.events if e[0] == "push"] == ["decode_cycle"]
+    assert [e[1] for e in rec.events if e[0] == "mark"] == ["accept_len=1 reqs=1 cycle=1 lens=1",
+                                                           "rank=0 world=1 device=0"]
+    assert W.faults() == {"x.Worker.forward_batch_generation (clock)": 1, "clock (accept)": 1, "clock (marks)": 1}
+    W.reset_for_tests()
