@@ -65,8 +65,8 @@ _warned: set = set()
 _rank = {"mark": None, "world": None, "refresh": 0, "config": None,  # the TP group's rank mark; re-emits pending
          "rank": None, "spec_config": None, "clock": ()}
 _clock: WindowClock | None = WindowClock()
-"""The decode cycles' clock before profiling starts (nvtx_annotate/clock.py): kept while a profiler records
-the shim's marks, written as ``clock`` marks and stopped (None) when profiling starts."""
+"""The decode cycles' clock before profiling starts (nvtx_annotate/clock.py): written as ``clock`` marks and
+stopped (None) when profiling starts; never kept where no profiler records the shim's marks (:func:`drop_clock`)."""
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -158,7 +158,7 @@ def emit_accept(lengths, cycle: int | None, b=None, batch_size: int | None = Non
         return False
     _stats["marks"] += 1
     clock = _clock
-    if clock is not None and cycle is not None and getattr(b, "records_marks", True):
+    if clock is not None and cycle is not None:
         try:
             clock.accepted(cycle, payload, len(lengths))
         except Exception as e:  # never the mark's or the timing's bookkeeping
@@ -219,6 +219,12 @@ def _emit_remembered(b) -> None:
         _stats["config_marks"] += 1
     for text in _rank["clock"]:
         b.mark(text)
+
+
+def drop_clock() -> None:
+    """No profiler records the shim's marks (the timing mode alone): no clock is kept, nothing would carry it."""
+    global _clock
+    _clock = None
 
 
 def stop_clock() -> tuple[str, ...]:
@@ -396,7 +402,7 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             b.push(P.PREFILL)
             return (b, None)
         k = next(_cycle_numbers)
-        if clock is not None and getattr(b, "records_marks", True):
+        if clock is not None:
             try:
                 clock.decode(k, perf_counter_ns())
             except Exception as e:  # never the cycle's range

@@ -53,19 +53,19 @@ def spec_config_of(ranks) -> SpecConfig | None:
     return None
 
 
-def clock_of(ranks) -> tuple[tuple, int | None, int | None]:
-    """(marks, written_at_ns, rank): the ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them,
-    when it wrote the first (on the analysis' clock: the report's offset added), and that rank; ((), None, None)
-    without."""
+def clock_of(ranks) -> dict:
+    """The :class:`Side` fields of the ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them:
+    ``clock`` (the marks), ``clock_at_ns`` (when it wrote the first, on the analysis' clock: the report's offset
+    added) and ``clock_rank``; {} without."""
     if ranks is None or not len(ranks) or "clock" not in ranks.columns:
-        return (), None, None
+        return {}
     for _, row in ranks.sort_values("rank").iterrows():
         marks = row["clock"]
         if isinstance(marks, tuple) and marks:
             at = row.get("clock_at_ns")
             at = None if at is None or pd.isna(at) else int(at) + int(row.get("offset_ns", 0) or 0)
-            return marks, at, int(row["rank"])
-    return (), None, None
+            return {"clock": marks, "clock_at_ns": at, "clock_rank": int(row["rank"])}
+    return {}
 
 
 def clock_unprofiled(side: "Side") -> bool:
@@ -89,14 +89,10 @@ def clock_cycles(clock: tuple) -> pd.DataFrame:
     return frame.assign(rank=0, cycle=np.arange(1, len(frame) + 1, dtype="int64"))
 
 
-def clock_tokens_per_s(side: "Side", batch: int | None) -> dict | None:
-    """Tokens/s of the side's cycles before its capture window (its ``clock`` marks) at ``batch`` requests
-    (None: the batch size with the most cycles), over their steady cycles: sum(tokens) / sum(period_ns).
-    None without such cycles. Returns :func:`live_tokens_per_s`'s dict with ``batch`` set."""
-    if not side.clock:
-        return None
-    if batch is None:
-        batch = max(side.clock, key=lambda m: len(m.periods_us)).requests
+def clock_tokens_per_s(side: "Side", batch: int) -> dict | None:
+    """Tokens/s of the side's cycles before its capture window (its ``clock`` marks) at ``batch`` requests, over
+    their steady cycles: sum(tokens) / sum(period_ns). None without such cycles. Returns
+    :func:`live_tokens_per_s`'s dict with ``batch`` set."""
     c = clock_cycles([m for m in side.clock if m.requests == int(batch)])
     return live_tokens_per_s(c, batch=int(batch)) if len(c) else None
 
@@ -151,7 +147,7 @@ def side_from_analysis(result, label: str = "") -> Side:
         if ranks is not None and "pid" in getattr(ranks, "columns", []) else ()
     return Side(label, cycles_mod.with_flags(cycles_mod.with_gpu(result.cycles)), kernels, list(result.phase_names), result.ranges,
                 whatif_ops(result), notes, spec_config_of(ranks), live=live, pids=pids,
-                **dict(zip(("clock", "clock_at_ns", "clock_rank"), clock_of(ranks))))
+                **clock_of(ranks))
 
 
 def side_from_json(data: dict, label: str = "") -> Side:

@@ -186,6 +186,8 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
     previous = _nvtx._backend or _nvtx.get_backend()
     tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=settings.pause_file)
     _nvtx.set_backend(tee)
+    if not tee.records_marks:       # no profiler behind: the clock's marks would reach nothing
+        wrappers.drop_clock()
     wrappers.on_accept = timer.accept
     wrappers.on_idle = timer.idle
     wrappers.on_cycle_steps = timer.cycle_steps

@@ -169,8 +169,7 @@ def whatif_side(analysis) -> sides.Side:
 
     return sides.Side("", analysis.cycles, analysis.kernels, list(analysis.phase_names), analysis.ranges,
                       sides.whatif_ops(analysis), spec_config=sides.spec_config_of(getattr(analysis, "ranks", None)),
-                      live=is_live(analysis),
-                      **dict(zip(("clock", "clock_at_ns", "clock_rank"), sides.clock_of(getattr(analysis, "ranks", None)))))
+                      live=is_live(analysis), **sides.clock_of(getattr(analysis, "ranks", None)))
 
 
 def _visited_batches(side) -> pd.Series:

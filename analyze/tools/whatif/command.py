@@ -205,8 +205,9 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
 
     sides = [load_side(r) for r in args.reports]
     sources = None
-    if args.calibrate_live:          # each batch size calibrated from the log's steady cycles of that size
+    if args.calibrate_live or args.calibrate_sglang_log or not batch_tps:    # the batch sizes a calibration is for
         sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
+    if args.calibrate_live:          # each batch size calibrated from the log's steady cycles of that size
         batch_tps, sources = live_calibrations(args.calibrate_live, sides, ks, sizes)
         if not batch_tps:            # as --calibrate-live without --per-batch: one line, exit 12
             from analyze.read.inputs import display_path
@@ -215,10 +216,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
                                   f"profile's step count of any of its batch sizes ({', '.join(map(str, sizes))})",
                                   args.calibrate_live)
     elif args.calibrate_sglang_log:  # each batch size from the log's lines at that many running requests
-        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
         batch_tps, sources = sglang_log_calibrations(args.calibrate_sglang_log, sides, ks, sizes)
     elif not batch_tps:              # each batch size from the profile's own clock before its window, where it has one
-        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
         batch_tps, sources = clock_calibrations(sides, ks, sizes)
     try:
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
