@@ -239,7 +239,7 @@ def test_the_sink_puts_its_cpu_time_on_the_next_drains_first_row(tmp_path, monke
     s.add({"cycle": 1})
     s.add({"cycle": 2})
     assert s.drain() == 2                     # cost 7,000, carried by the next drain's first row
-    first = list(s._rows)
+    first = s.pending_rows()
     s.add({"cycle": 3})
     s.add({"cycle": 4})
     handled = [dict(r) for r in s._rows]
@@ -279,7 +279,7 @@ def test_through_the_wrappers_every_row_has_the_shims_own_time(fake_sglang, monk
     assert wrappers.own_time is state.timer
     _drive(name, gpu, 6, [2, 0, 3])
     state.timer.close()
-    rows = list(state.sink._rows)
+    rows = state.sink.pending_rows()
     assert len(rows) == 6 and all(isinstance(r["shim_ns"], int) and r["shim_ns"] > 0 for r in rows)
     state.sink.close()
 
@@ -324,7 +324,7 @@ def test_own_detail_writes_the_shims_time_by_place(fake_sglang, monkeypatch, tmp
     gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
     _drive(name, gpu, 6, [2, 0, 3])
     state.timer.close()
-    carried = sum(r["shim_ns"] for r in state.sink._rows) + state.timer.own_ns
+    carried = sum(r["shim_ns"] for r in state.sink.pending_rows()) + state.timer.own_ns
     state.sink.drain()
     files = list((tmp_path / "logs").glob("own_detail-r*-p*.json"))
     assert len(files) == 1
@@ -615,7 +615,7 @@ def test_production_path_no_profiler_sampled_and_paused_loses_no_cycle(fake_sgla
     now[0] += 1.0
     _drive(name, gpu, 6, [2, 0, 3])
     state.timer.close()
-    rows = list(state.sink._rows)
+    rows = state.sink.pending_rows()
     cycles = [r["cycle"] for r in rows]
     assert cycles == list(range(1, 7)) + list(range(11, 17))
     assert all((r["accepted_tokens"], r["requests"], r["accept_lens"]) == (5, 3, "2,0,3") for r in rows)
@@ -721,7 +721,7 @@ def test_the_step_count_is_read_each_cycle_only_under_adaptive_speculation(fake_
     _drive(name, gpu, 3, [1, 1], adaptive=adaptive)
     assert seen == [3] * reads
     state.timer.close()
-    assert [r["steps"] for r in state.sink._rows] == [3, 3, 3]
+    assert [r["steps"] for r in state.sink.pending_rows()] == [3, 3, 3]
 
 
 def test_a_forked_child_whose_timing_fails_keeps_none_of_the_parents_hooks(fake_sglang, monkeypatch, tmp_path):

@@ -506,7 +506,7 @@ def test_timing_through_the_wrappers_logs_each_cycle(fake_sglang, monkeypatch, t
     assert rec.balanced()  # nsys's ranges are still there (the recording backend stands for nsys)
     assert rec.payloads(P.DECODE_CYCLE) == [1, 2, 3, 4, 5, 6]
     state.timer.close()
-    rows = list(state.sink._rows)
+    rows = state.sink.pending_rows()
     assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6]
     for r in rows:
         assert (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"]) == (300, 280, 80, 120)
@@ -1046,7 +1046,7 @@ def test_sampling_times_one_cycle_in_n_and_logs_every_cycle(fake_sglang, monkeyp
     gpu, state = _timed_install(name, monkeypatch, tmp_path, 3)
     _drive(name, gpu, 7, [2, 0, 3])
     state.timer.close()
-    rows = list(state.sink._rows)
+    rows = state.sink.pending_rows()
     assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
     assert [r["timed"] for r in rows] == [0, 0, 1, 0, 0, 1, 0]
     for r in rows:
@@ -1072,6 +1072,62 @@ def test_the_timer_records_no_event_in_an_untimed_cycle():
     assert [r["verify_ns"] for r in rows] == [None, 200, None, 200]
     with pytest.raises(ValueError):
         E.Timer(lambda r: None, events=None, sample_every=0)
+
+
+def _sampled_cycles(t: E.Timer, gpu: Gpu, lengths: list) -> None:
+    """Four cycles, one in two timed, each with its per-request accept lengths (``lengths`` changed in place after
+    the accept: the timer keeps what it was given)."""
+    t.sample_every, t.rank, t.spec = 2, 0, P.SpecConfig("EAGLE", 3, 1, 4, 1, True, 8)
+    for k in (1, 2, 3, 4):
+        run_cycle(t, gpu, k, draft=100, verify=200, allreduce=10, extend=50)
+        lengths[:] = [k % 3, 1, 2]
+        t.accept(sum(lengths), 3, k, 3, lengths)
+        lengths[:] = [9, 9, 9]
+    t.poll()
+
+
+def test_a_cycle_without_events_is_handed_over_as_its_record_and_made_into_the_same_row():
+    """With ``on_record`` the worker thread hands a cycle without event pairs over as it is (the sink makes its row
+    on its own thread): the rows made from the records equal those the timer makes itself, accept lengths' text
+    included; a timed cycle still comes as its row (its events read and released on the worker)."""
+    gpu_a, gpu_b = Gpu(), Gpu()
+    t_a, rows_a = make_timer(gpu_a, accept_lag=1)
+    got = []
+    t_b = E.Timer(got.append, events=gpu_b.events(), clock=HostClock(), accept_lag=1, on_record=got.append)
+    _sampled_cycles(t_a, gpu_a, [0, 0, 0])
+    _sampled_cycles(t_b, gpu_b, [0, 0, 0])
+    assert [type(x).__name__ for x in got] == ["CycleRecord", "dict", "CycleRecord", "dict"]
+    made = [x if isinstance(x, dict) else t_b.row(x) for x in got]
+    assert made == rows_a and len(made) == 4
+    assert [r["accept_lens"] for r in made] == ["1,1,2", "2,1,2", "0,1,2", "1,1,2"]
+    assert [r["verify_ns"] for r in made] == [None, 200, None, 200]
+    assert t_b.counters["resolved"] == 4
+
+
+def test_the_sink_makes_handed_over_records_into_rows_and_leaves_out_one_that_fails(tmp_path):
+    """Records reach the log as rows (made on the sink's thread, in order with the rows); one that cannot be made
+    into a row is said through ``on_error`` and left out, the others written."""
+    from nvtx_annotate.live.log import LogWriter
+    from nvtx_annotate.live.sink import Sink
+    import pyarrow.parquet as pq
+
+    errors = []
+
+    def make_row(rec):
+        if rec == "bad":
+            raise ValueError("no row")
+        return dict(E._EMPTY_ROW, cycle=rec, rank=0, pid=1, timed=0, host_start_ns=rec, host_end_ns=rec + 1)
+    s = Sink(lambda: (LogWriter(str(tmp_path), 0, 1), None), threaded=False, make_row=make_row,
+             on_error=lambda where, exc: errors.append(where))
+    s.add(1)
+    s.add(dict(E._EMPTY_ROW, cycle=2, rank=0, pid=1, timed=1, host_start_ns=2, host_end_ns=3))
+    assert [r["cycle"] for r in s.pending_rows()] == [1, 2]
+    s.add("bad")
+    s.add(4)
+    s.close()
+    table = pq.read_table(next(tmp_path.glob("*.parquet")))
+    assert table.column("cycle").to_pylist() == [1, 2, 4] and table.column("timed").to_pylist() == [0, 1, 0]
+    assert errors == ["live sink (row)"]
 
 
 # ------------------------------------------------------------------ CUDA graph launches timed on their own
@@ -1446,7 +1502,7 @@ def test_adaptive_speculation_logs_each_cycles_own_step_count(fake_sglang, monke
     gpu, state = _timed_install(name, monkeypatch, tmp_path, 1)
     _drive(name, gpu, 5, [2, 0, 3], adaptive_steps=[3, 3, 1, 1, 5])
     state.timer.close()
-    rows = list(state.sink._rows)
+    rows = state.sink.pending_rows()
     assert [r["steps"] for r in rows] == [3, 3, 1, 1, 5]
     assert [r["verified_tokens"] for r in rows] == [12, 12, 6, 6, 18]
     assert wrappers.on_cycle_steps == state.timer.cycle_steps

@@ -173,16 +173,16 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
             wrappers.warn_once(f"live:env:{p}", f"nvtx_annotate: SPECPROF_TIMING: ignored {p}")
     if not settings.events:
         events = None           # SPECPROF_TIMING_EVENTS=0: host times only (no CUDA event is recorded)
-    sink_box = []
-    timer = Timer(lambda row: sink_box[0].add(row), events=events, identity=wrappers.identity,
+    timer = Timer(None, events=events, identity=wrappers.identity,
                   ring_size=settings.ring_size, time_allreduce=settings.time_allreduce,
                   sample_every=settings.sample_every, gate="auto" if settings.gate else None)
     if settings.own_detail:
         timer.own_detail = {}
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault,
-                detail=_detail_writer(settings, timer) if settings.own_detail else None)
-    sink_box.append(sink)
+                detail=_detail_writer(settings, timer) if settings.own_detail else None, make_row=timer.row)
+    # rows to the sink; a cycle without events as its record, made into its row on the sink's thread
+    timer.on_row = timer.on_record = sink.add
     previous = _nvtx._backend or _nvtx.get_backend()
     tee = TeeBackend(previous, timer, on_fault=wrappers.fault, pause_file=settings.pause_file)
     _nvtx.set_backend(tee)

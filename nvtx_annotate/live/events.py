@@ -144,7 +144,7 @@ class CycleRecord:
         self.timed = timed  # CUDA events recorded in this cycle (False: left out by the sampling)
         self.launches = 0  # graph launches timed through the CUDAGraph.replay hook
         self.steps = None  # the worker's step count as the cycle closed (adaptive speculation), else the config's
-        self.lens = None  # the per-request accept lengths, "a,b,..." (None: not given, or too many requests)
+        self.lens = None  # the per-request accept lengths as given (a tuple; the row's text is made with the row)
         self.own = None   # the shim's own host ns from the previous cycle's end to this one's (shim_ns)
         self.first = None  # the cycle's first recorded event
         self.accepted = self.requests = self.batch_size = None
@@ -197,18 +197,22 @@ class Timer:
     the cycles whose number is a multiple of it only (the others: host times and accept lengths); on real
     SGLang the events cost 2.7% of tokens/s at batch 1 and 12% at 16 when every cycle has them
     (docs/live.md), the rest of the timing nothing measurable. The cycle number decides, so every TP rank
-    times the same cycles."""
+    times the same cycles. ``on_record``: where given, a resolved cycle without event pairs goes there as its
+    :class:`CycleRecord` and the receiver makes its row with :meth:`row` on its own thread (the sink's: the worker
+    thread then only hands it over); without, every row is made here and goes to ``on_row``."""
 
     def __init__(self, on_row: Callable[[dict], None], events="auto", identity: Callable[[], dict] | None = None,
                  ring_size: int = 256, accept_lag: int = 4, time_allreduce: bool = True, max_pairs: int = 2048,
                  pool_max: int = 4096, clock: Callable[[], int] = time.perf_counter_ns, sample_every: int = 1,
-                 gate="auto", own_clock: Callable[[], int] = time.perf_counter_ns):
+                 gate="auto", own_clock: Callable[[], int] = time.perf_counter_ns,
+                 on_record: Callable[[CycleRecord], None] | None = None):
         if ring_size < 1:
             raise ValueError("ring_size must be >= 1")
         if sample_every < 1:
             raise ValueError("sample_every must be >= 1")
         self.sample_every = sample_every
         self.on_row, self.identity_fn, self.clock = on_row, identity, clock
+        self.on_record = on_record
         # the shim's own host time (ns) since the last cycle's end (a row's ``shim_ns``), on its own clock so
         # that a test's counting ``clock`` sees the calls it always saw
         self.own_clock, self.own_ns = own_clock, 0
@@ -443,7 +447,8 @@ class Timer:
                     return
             rec.accepted, rec.requests = int(accepted), int(requests)
             rec.batch_size = int(batch_size) if batch_size is not None else int(requests)
-            rec.lens = _lens_text(lengths, rec.requests)
+            # the text is the row's (made off the worker thread for a cycle without events: on_record)
+            rec.lens = tuple(lengths) if isinstance(lengths, (list, tuple)) else None
 
     # ------------------------------------------------------------------ cycle boundaries
     def _begin(self, t, k) -> None:
@@ -565,12 +570,19 @@ class Timer:
         return done
 
     def _emit(self, done: list) -> None:
-        """Rows of the taken cycles, in order (``_emit_lock`` held)."""
+        """Rows of the taken cycles, in order (``_emit_lock`` held). A cycle without event pairs goes to
+        ``on_record`` as it is where one is given (its row is made by :meth:`row` off the worker thread: nothing in
+        it is read on the worker any more); a cycle with pairs is made into its row here (its events are read and
+        go back to the pool)."""
+        on_record = self.on_record
         for rec in done:
+            self.counters["resolved"] += 1
+            if on_record is not None and not rec.pairs:
+                on_record(rec)
+                continue
             row = self.row(rec)
             if rec.pairs:
                 self._release_record(rec)
-            self.counters["resolved"] += 1
             self.on_row(row)
 
     def poll(self, wait_accepts: bool = True) -> int:
@@ -623,7 +635,8 @@ class Timer:
         out.update(rank=self.rank if self.rank is not None else 0, pid=self.pid, cycle=rec.cycle,
                    host_start_ns=rec.start_ns, host_end_ns=rec.end_ns, accepted_tokens=rec.accepted,
                    requests=rec.requests, verified_tokens=verified, steps=steps, batch_size=rec.batch_size,
-                   timed=int(rec.timed), accept_lens=rec.lens, shim_ns=rec.own)
+                   timed=int(rec.timed), accept_lens=_lens_text(rec.lens, rec.requests) if rec.requests else None,
+                   shim_ns=rec.own)
         return out
 
     def _take_own_ns(self) -> int:
