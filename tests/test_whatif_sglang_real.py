@@ -268,6 +268,23 @@ def test_speculation_does_not_pay_on_the_shallow_target(side):
         assert max(v[0] for v in meas.values()) < base
         r = W.whatif(side(8, 3), range(1, 7), n_boot=0, batch=batch, calibrate_tps=meas[3][0], baseline_tps=base)
         assert r["best"]["speedup"] < 1.0
+        # and the text says it in words, not only as a speed-up under 1 on the "Best:" line (a newcomer's reading)
+        from analyze.tools.whatif.render import render_whatif
+
+        text = " ".join(render_whatif(r).split())
+        assert (f"Speculation does not pay here: no speculation ({base:,.0f} tokens/s, given) is faster than every "
+                "step count searched (1..6): run without --speculative-algorithm.") in text
+
+
+@need
+def test_whatif_says_nothing_of_the_sort_where_speculation_pays(side):
+    """The 64-layer target at batch 1 pays (the sweep's best beats its baseline): no 'does not pay' line."""
+    from analyze.tools.whatif.render import render_whatif
+
+    meas, base = truth(64, 1)
+    assert max(v[0] for v in meas.values()) > base
+    r = W.whatif(side(64, 3), range(1, 7), n_boot=0, batch=1, calibrate_tps=meas[3][0], baseline_tps=base)
+    assert r["best"]["speedup"] > 1.0 and "does not pay" not in render_whatif(r)
 
 
 def test_read_measured_takes_a_sweep_at_a_batch(tmp_path):

@@ -96,6 +96,10 @@ def render_whatif(r: dict) -> str:
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
                + (" [extrapolated]" if b["extrapolated"] else ""))
+    if b["speedup"] < 1 and not b.get("verdict_uncertain"):
+        out.append(_wrap(f"Speculation does not pay here: no speculation ({base['tokens_per_s']:,.0f} tokens/s, "
+                         f"{'estimated' if base['source'] == 'estimated' else 'given'}) is faster than every step count "
+                         f"searched ({_steps_text(p['steps'])}): run without --speculative-algorithm."))
     if b.get("few_cycles"):
         from analyze.tools.whatif.model import MIN_CYCLES
 
@@ -126,6 +130,12 @@ def render_whatif(r: dict) -> str:
     for n in r["notes"]:
         out.append(_wrap(f"note: {n}"))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _steps_text(steps) -> str:
+    """``1..6`` for consecutive step counts, else ``1, 3, 5``."""
+    s = sorted(int(x) for x in steps)
+    return f"{s[0]}..{s[-1]}" if len(s) > 2 and s == list(range(s[0], s[-1] + 1)) else ", ".join(map(str, s))
 
 
 def _wrap(text: str, width: int = 120) -> str:
