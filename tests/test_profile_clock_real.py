@@ -97,6 +97,23 @@ def test_whatif_calibrates_from_the_clock_as_computed_by_hand(batch, tmp_path):
 
 
 @need_profile
+def test_without_a_batch_whatif_says_which_batch_sizes_the_clock_can_calibrate(tmp_path):
+    """The profile ran batches 1 and 16 (and the sizes a round drains through): pooled, no clock calibrates it, and
+    the text says which --batch would (a newcomer read 'NOT calibrated' and never learnt of the clock); with --batch
+    the note is gone."""
+    out = tmp_path / "w.json"
+    assert main_whatif([str(PROFILE), "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
+    r = json.loads(out.read_text())
+    assert r.get("calibration") is None
+    said = [n for n in r["notes"] if "own clock" in n]
+    assert said == ["the profile's own clock (its decode cycles before the capture window) calibrates one batch size "
+                    "at a time, and this profile ran several: give --batch M for one the clock has (1, 16), or "
+                    "--per-batch for each"]
+    assert main_whatif([str(PROFILE), "--batch", "16", "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
+    assert not [n for n in json.loads(out.read_text())["notes"] if "own clock" in n]
+
+
+@need_profile
 def test_on_a_noisy_host_the_clock_is_as_good_as_the_host():
     """The noisy host: calibrated from its own clock the 3-step prediction is 282 / 4,521 tokens/s where the unprofiled
     3-step engine of the same call ran 345 (rounds 315-374) / 4,056 (4,020-4,101): -18% (inside that engine's own

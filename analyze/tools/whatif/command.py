@@ -484,6 +484,16 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     return k, float(got["tokens_per_s"]), dict(got, kind="profile_clock", path=sides[0].label, steps=k), m
 
 
+def clock_sizes_unused(sides: list, cal_source, cal_x, batch, live_measured) -> list[int]:
+    """The batch sizes whose clock (:func:`clock_calibration`) could have calibrated a whatif that went uncalibrated
+    because no batch size was chosen (no --batch, several batch sizes ran); [] otherwise."""
+    if cal_x is not None or cal_source is not None or batch is not None or live_measured or len(sides) != 1 \
+            or not sides[0].clock:
+        return []
+    return [m for m in sorted({int(x.requests) for x in sides[0].clock})
+            if clock_calibration(sides, None, None, m)[1] is not None]
+
+
 def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None]:
     """``--per-batch`` without an unprofiled figure: ({batch: tokens/s}, {batch: source}) from the profile's own
     clock (:func:`clock_calibration`) for the batch sizes it has one of; (None, None) where none."""
@@ -590,6 +600,11 @@ def main_whatif(argv: list[str]) -> int:
                                   f"{', '.join(map(str, cal_source['profiled_pids']))} is the profile's: written under "
                                   "the profiler, its tokens/s are the profiled clock's, not unprofiled (give the log of "
                                   "an engine run without the profiler)")
+            unused = clock_sizes_unused(sides, cal_source, cal_x, batch, live_measured)
+            if unused:
+                r["notes"].append(f"the profile's own clock (its decode cycles before the capture window) calibrates one "
+                                  f"batch size at a time, and this profile ran several: give --batch M for one the clock "
+                                  f"has ({', '.join(map(str, unused))}), or --per-batch for each")
             for label, k, n in few:
                 r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
                                   + (f" at batch {args.batch}" if args.batch is not None else "")
