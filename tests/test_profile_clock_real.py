@@ -171,3 +171,31 @@ def test_advise_calibrates_where_whatif_does():
     per = {r["batch"]: r for r in w["per_batch"]}
     assert per[1]["calibrated"] and per[16]["calibrated"]
     assert per[16]["tokens_per_s_best"] == pytest.approx(4554, abs=1)
+
+
+@need_profile
+def test_advise_counts_the_gpu_idle_the_server_has_not_the_profilers():
+    """Calibrated at batch 16, the host-bound finding takes that batch size's steady cycles' GPU busy time against
+    whatif's calibrated cycle (the profiled cycle less the profiler's share) instead of the profiled cycle over every
+    batch size: 2.6 ms idle of a 4.9 ms cycle, not 4.6 of 7.2 (a newcomer's reading: ranked first on the profiler's
+    stretch); "speculation does not pay" then ranks first."""
+    from analyze.findings import HOST_BOUND, SPECULATION
+    from analyze.run import api
+    from analyze.tools.advise.model import advise
+    from analyze.timeline import cycles as cycles_mod
+
+    a = api.load(str(PROFILE))
+    adv = advise(a, batch=16)
+    hb = next(f for f in adv.findings if f.rule == HOST_BOUND)
+    w_cycle = hb.evidence["profiled_cycle_ns"] - hb.evidence["profiler_ns"]
+    assert hb.cycle_ns == pytest.approx(w_cycle) and hb.evidence["calibrated_batch"] == 16
+    steady = cycles_mod.steady(a.cycles, every_rank=True)
+    busy16 = steady.loc[steady["requests"] == 16, "busy_ns"].mean()
+    assert hb.evidence["busy_ns"] == pytest.approx(busy16, rel=1e-9)
+    assert hb.saving_ns == pytest.approx(w_cycle - busy16, rel=1e-9)
+    assert 4.5e6 < w_cycle < 5.2e6 and hb.saving_ns < 0.6 * w_cycle
+    assert adv.findings[0].rule == SPECULATION
+    # uncalibrated (a given baseline only, no clock at the pooled batch sizes): the profiled cycle as before
+    pooled = advise(a, baseline_tps=7000.0)
+    hb0 = next(f for f in pooled.findings if f.rule == HOST_BOUND)
+    assert "profiler_ns" not in hb0.evidence and hb0.cycle_ns == pytest.approx(pooled.cycle_ns)
