@@ -106,8 +106,13 @@ class UsageError(TraceError, ValueError):
 
 class MixedInputs(TraceError):
     """Reports that do not belong to one run (the same file twice, different hosts, sessions that
-    never overlapped in time): refused unless ``--allow-mixed``; exit code 11."""
+    never overlapped in time): refused unless ``--allow-mixed``; exit code 11. ``reason``: what differs, without
+    the advice (a command that takes no ``--allow-mixed`` gives its own)."""
     exit_code = 11
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None, reason: str | None = None):
+        super().__init__(message, path)
+        self.reason = reason
 
 
 class UnsuitableInput(TraceError, ValueError):

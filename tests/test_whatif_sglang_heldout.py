@@ -332,3 +332,28 @@ def test_per_batch_refuses_one_figure_for_two_profiled_step_counts(tmp_path):
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 10 and proc.stderr.count("\n") == 1
     assert "[3, 5]" in proc.stderr and "--calibrate-tps K:X" in proc.stderr
+
+
+@need_profile
+def test_a_directory_of_separate_runs_is_refused_with_the_arguments_to_give(tmp_path):
+    """whatif takes no --allow-mixed (separate runs are separate profiles): a directory of two runs is refused in one
+    line that names the files to give as arguments, not the report command's --allow-mixed (a newcomer followed it
+    into 'unrecognized arguments')."""
+    s5 = REAL / "sglang_h100_v3_l32_s5.sqlite"
+    if not s5.exists():
+        pytest.skip("sglang_h100_v3_l32_s5.sqlite not unpacked")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "s3.sqlite").symlink_to(PROFILE)
+    (runs / "s5.sqlite").symlink_to(s5)
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(runs), "--batch", "16", "-q"],
+                          capture_output=True, text=True)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 11 and len(err) == 1 and "--allow-mixed" not in err[0]
+    assert "sessions that never ran at the same time" in err[0]
+    assert err[0].endswith(f"give each run as its own argument ({runs / 's3.sqlite'} {runs / 's5.sqlite'}), not "
+                           "their directory")
+    assert main_whatif([str(runs / "s3.sqlite"), str(runs / "s5.sqlite"), "--batch", "16", "--boot", "0", "-q"]) == 0

@@ -89,7 +89,8 @@ def collect(paths, *, allow_mixed: bool = False, strict: bool = False) -> RunSet
     if mixed:
         if not allow_mixed:
             raise MixedInputs(f"these reports do not belong to one run: {mixed}; analyse them one by one, or give "
-                              "--allow-mixed to combine them anyway", files[0])
+                              "--allow-mixed to combine them anyway", files[0],
+                              reason=f"these reports do not belong to one run: {mixed}")
         notes.append(Note(N.MIXED_INPUTS, f"reports from different runs combined (--allow-mixed): {mixed}",
                           len(files)))
     return RunSet(files, notes)

@@ -194,8 +194,20 @@ def load_side(path, config=None) -> Side:
             raise UnsuitableInput(str(exc), p) from exc
     from analyze.run import api
 
-    # the path as given (str(Path("")) is ".": read/inputs.find_reports refuses the empty one)
-    return side_from_analysis(api.load(os.fspath(path), config), str(p))
+    from analyze.errors import MixedInputs
+
+    try:
+        # the path as given (str(Path("")) is ".": read/inputs.find_reports refuses the empty one)
+        return side_from_analysis(api.load(os.fspath(path), config), str(p))
+    except MixedInputs as exc:
+        if not p.is_dir() or exc.reason is None:
+            raise
+        # whatif and diff take no --allow-mixed: separate runs are separate sides, each its own argument
+        from analyze.read.nsys_export import expand_inputs
+
+        names = " ".join(expand_inputs([os.fspath(p)]))
+        raise MixedInputs(f"{p}: {exc.reason}: give each run as its own argument ({names}), not their directory",
+                          exc.path, reason=exc.reason) from exc
 
 
 def as_side(x, label: str = "") -> Side:
