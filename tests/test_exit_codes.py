@@ -186,3 +186,13 @@ def test_no_option_abbreviations_and_a_version(capsys):
     with pytest.raises(SystemExit) as ei:
         cli.main(["--version"])
     assert ei.value.code == 0 and capsys.readouterr().out.startswith("analyze-trace ")
+
+
+def test_whatif_on_a_profile_without_accept_marks_names_it_and_says_how_to_record_them(capsys):
+    """The bundled eager trace was recorded without the shim: decode cycles, no accept marks. The one line names the
+    report and the way to get them (a newcomer's reading: it named neither)."""
+    code, _, err = run(capsys, "whatif", EAGER)
+    line = one_error_line(err)
+    assert code == 12 and f"{EAGER}: no accept marks (`accept_len=N reqs=M`) in the profile" in line
+    assert line.endswith("the shim writes them: record the server with profile-trace (README section 1), or give a "
+                         "live timing log (docs/live.md)")

@@ -273,6 +273,11 @@ def _pooled_rates(profiles: list[tuple[int, pd.DataFrame]], pmfs: list[np.ndarra
         return np.where(risk > 0, succ / risk, np.nan)
 
 
+class NoAcceptMarks(ValueError):
+    """No cycle of the profiles carries an accept mark: the acceptance model has nothing to rest on (the command says
+    how to record them)."""
+
+
 def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "repeat",
              n_boot: int = 200, seed: int = 0) -> Acceptance:
     """Acceptance model from one or more profiles: ``[(steps, cycle_samples(cycles)), ...]``."""
@@ -280,7 +285,7 @@ def estimate(profiles: list[tuple[int, pd.DataFrame]], *, extrapolation: str = "
         raise ValueError(f"extrapolation must be one of {EXTRAPOLATIONS}")
     profiles = [(int(k), s.reset_index(drop=True)) for k, s in profiles if len(s)]
     if not profiles:
-        raise ValueError("no accept marks (`accept_len=N reqs=M`) in the profile: cannot model acceptance")
+        raise NoAcceptMarks("no accept marks (`accept_len=N reqs=M`) in the profile: cannot model acceptance")
     notes = []
     for k, s in profiles:
         over = int((s["accepted"] > s["requests"] * k).sum())

@@ -617,7 +617,13 @@ def main_whatif(argv: list[str]) -> int:
         except TraceError:
             raise
         except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)
-            raise UnsuitableInput(str(exc)) from exc
+            from analyze.read.inputs import display_path
+            from analyze.tools.whatif.acceptance import NoAcceptMarks
+
+            what = ", ".join(display_path(r) for r in args.reports)
+            hint = ("; the shim writes them: record the server with profile-trace (README section 1), or give a live "
+                    "timing log (docs/live.md)" if isinstance(exc, NoAcceptMarks) else "")
+            raise UnsuitableInput(f"{what}: {exc}{hint}", args.reports[0]) from exc
         if args.json:
             from analyze.atomic import atomic_write
             from analyze.render.outputs import _plain, finite
