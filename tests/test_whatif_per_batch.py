@@ -166,8 +166,14 @@ def test_per_batch_report_says_when_one_step_count_serves_every_batch():
     assert "--speculative-num-steps 5 (--speculative-num-draft-tokens 6) does what an adaptive config would" in text
     assert "differs between batch sizes" not in text
     off = " ".join(render_per_batch(t.assign(best_or_off=[0, 0], speedup=[0.9, 0.8])).split())
-    assert "at any batch size measured: run without --speculative-algorithm" in off
+    assert ("at any batch size modelled: run without --speculative-algorithm (no adaptive config: its 0 steps still "
+            "verifies).") in off
     assert "does what an adaptive config would" not in off
+    # against estimated baselines (a certain verdict still): measured first, as the line below them asks
+    est = " ".join(render_per_batch(t.assign(best_or_off=[0, 0], speedup=[0.6, 0.6],
+                                             baseline_source=["estimated", "given"])).split())
+    assert "still verifies), once the estimated baselines are measured (below)." in est
+    assert "Baselines marked 'estimated' come from the speculative profile" in est
 
 
 @need

@@ -192,9 +192,11 @@ def render_per_batch(table, config_path=None) -> str:
         out += wrap(f"One step count is best at every batch size measured: --speculative-num-steps {k} "
                     f"(--speculative-num-draft-tokens {k + 1}) does what an adaptive config would, without it.")
     off = not_paying(table)          # where the verdict is not uncertain ('?': said below)
+    off_estimated = bool(off) and bool((table.loc[table["batch"].isin(off), "baseline_source"] == "estimated").any())
     if off and len(off) == len(table):
-        out += wrap("No step count beats no speculation at any batch size measured: run without "
-                    "--speculative-algorithm (no adaptive config: its 0 steps still verifies).")
+        out += wrap("No step count beats no speculation at any batch size modelled: run without "
+                    "--speculative-algorithm (no adaptive config: its 0 steps still verifies)"
+                    + (", once the estimated baselines are measured (below)." if off_estimated else "."))
     elif off:
         out += wrap("No step count beats no speculation at batch " + ", ".join(map(str, off)) + ": SGLang cannot turn "
                     "speculation off by batch size (adaptive 0 steps still verifies one token and runs the draft "
