@@ -387,7 +387,7 @@ def test_lost_cuda_tail_is_counted_whole_and_chunked(budget):
     assert int(measured["start_ns"].max()) < int(result.totals["window_end_ns"].max())
 
 
-@pytest.mark.skipif(not (REAL3 / "sglang_graphs.sqlite").exists(), reason="the coordinator's real3 captures")
+@pytest.mark.skipif(not (REAL3 / "sglang_graphs.sqlite").exists(), reason=f"{REAL3} not present (captures kept on the development machine only)")
 def test_real3_captures_say_what_was_lost():
     result = analyze.load(REAL3 / "sglang_graphs.sqlite")
     note = next(n for n in result.notes if n.code == "lost_cuda_tail")

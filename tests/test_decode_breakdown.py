@@ -248,7 +248,7 @@ def test_terminal_first_screen_is_the_steady_state_breakdown(real, width):
 def test_terminal_table_values_are_the_view(real):
     name, a = real
     if a.ranks.shape[0] != 1:
-        pytest.skip("one-rank layout")
+        pytest.skip(f"{name}: several ranks (the test reads a one-rank table's layout)")
     lines = text.render(a, width=200).splitlines()
     bd = decode.decode_breakdown(a.cycles, a.phase_names).set_index("component")
     row = next(ln for ln in lines if ln.startswith("verify "))

@@ -34,7 +34,7 @@ def _load(paths):
 def test_report_whatif_diff_advise_count_the_same_steady_cycles(paths):
     a = _load(paths)
     if a is None or a.cycles is None or a.cycles.empty:
-        pytest.skip("no decode cycles")
+        pytest.skip("this export has no decode cycles to count (not applicable)")
     steady = C.steady(a.cycles)
     rows = set(map(tuple, steady[["rank", "cycle"]].to_numpy().tolist()))
     numbers = set(steady["cycle"].tolist())
