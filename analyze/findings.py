@@ -134,8 +134,11 @@ class RuleCheck:
 
 
 def ranked(findings) -> list[Finding]:
-    """Most saving first (then the larger ceiling, then rule order)."""
-    return sorted(findings, key=lambda f: (-f.saving_ns, -f.ceiling_ns, RULES.index(f.rule)))
+    """The largest saving as a share of its cycle first (then the larger ceiling's share, then rule order). Every
+    finding's cycle is the analysis' mean cycle but the host-bound one calibrated at a batch size (its unprofiled
+    cycle there, advise/model.py ``unprofiled_idle``): shares compare where nanoseconds of two cycles would not."""
+    return sorted(findings, key=lambda f: (-f.saving_share, -(f.ceiling_ns / f.cycle_ns if f.cycle_ns else 0.0),
+                                           RULES.index(f.rule)))
 
 
 @dataclass

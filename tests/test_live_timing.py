@@ -1049,6 +1049,9 @@ def test_sampling_times_one_cycle_in_n_and_logs_every_cycle(fake_sglang, monkeyp
     rows = state.sink.pending_rows()
     assert [r["cycle"] for r in rows] == [1, 2, 3, 4, 5, 6, 7]
     assert [r["timed"] for r in rows] == [0, 0, 1, 0, 0, 1, 0]
+    # the worker handed the untimed cycles over as their records (the sink makes their rows), the timed as rows
+    assert [type(x).__name__ for x in state.sink._rows] == ["CycleRecord", "CycleRecord", "dict", "CycleRecord",
+                                                           "CycleRecord", "dict", "CycleRecord"]
     for r in rows:
         timed = (r["draft_ns"], r["verify_ns"], r["allreduce_ns"], r["draft_extend_ns"], r["gpu_span_ns"])
         assert timed == ((300, 280, 80, 120, 700) if r["timed"] else (None,) * 5)

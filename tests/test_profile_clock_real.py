@@ -177,8 +177,9 @@ def test_advise_calibrates_where_whatif_does():
 def test_advise_counts_the_gpu_idle_the_server_has_not_the_profilers():
     """Calibrated at batch 16, the host-bound finding takes that batch size's steady cycles' GPU busy time against
     whatif's calibrated cycle (the profiled cycle less the profiler's share) instead of the profiled cycle over every
-    batch size: 2.6 ms idle of a 4.9 ms cycle, not 4.6 of 7.2 (a newcomer's reading: ranked first on the profiler's
-    stretch); "speculation does not pay" then ranks first."""
+    batch size: 2.6 ms idle of a 4.9 ms cycle, not 4.6 of 7.2 (a newcomer's reading: its figures were the profiler's
+    stretch). Findings rank by their share of their own cycle: 53.8% idle of the calibrated cycle against speculation's
+    38.6% of the analysis' cycle (nanoseconds of two cycles would not compare)."""
     from analyze.findings import HOST_BOUND, SPECULATION
     from analyze.run import api
     from analyze.tools.advise.model import advise
@@ -194,8 +195,29 @@ def test_advise_counts_the_gpu_idle_the_server_has_not_the_profilers():
     assert hb.evidence["busy_ns"] == pytest.approx(busy16, rel=1e-9)
     assert hb.saving_ns == pytest.approx(w_cycle - busy16, rel=1e-9)
     assert 4.5e6 < w_cycle < 5.2e6 and hb.saving_ns < 0.6 * w_cycle
-    assert adv.findings[0].rule == SPECULATION
+    spec = next(f for f in adv.findings if f.rule == SPECULATION)
+    assert spec.cycle_ns == pytest.approx(adv.cycle_ns) and hb.saving_share > spec.saving_share
+    assert [f.rule for f in adv.findings[:2]] == [HOST_BOUND, SPECULATION]
+    assert hb.saving_ns < spec.saving_ns          # by nanoseconds of two different cycles it would have ranked second
     # uncalibrated (a given baseline only, no clock at the pooled batch sizes): the profiled cycle as before
     pooled = advise(a, baseline_tps=7000.0)
     hb0 = next(f for f in pooled.findings if f.rule == HOST_BOUND)
     assert "profiler_ns" not in hb0.evidence and hb0.cycle_ns == pytest.approx(pooled.cycle_ns)
+
+
+@need_profile
+def test_a_pooled_calibration_takes_the_pooled_cycles():
+    """A figure given without --batch calibrates whatif's pooled model: the host-bound rule takes every steady cycle's
+    busy time against that calibrated cycle (it left the calibration out when no batch size was modelled)."""
+    from analyze.findings import HOST_BOUND
+    from analyze.run import api
+    from analyze.timeline import cycles as cycles_mod
+    from analyze.tools.advise.model import advise
+
+    a = api.load(str(PROFILE))
+    adv = advise(a, calibrate_tps=3000.0, baseline_tps=3500.0)
+    hb = next(c for c in adv.checks if c.rule == HOST_BOUND)
+    assert hb.figures["calibrated_batch"] is None and "profiler_ns" in hb.figures
+    steady = cycles_mod.steady(a.cycles, every_rank=True)
+    assert hb.figures["busy_ns"] == pytest.approx(steady.groupby("cycle")["busy_ns"].mean().mean(), rel=1e-9)
+    assert hb.figures["cycle_ns"] == pytest.approx(hb.figures["profiled_cycle_ns"] - hb.figures["profiler_ns"])

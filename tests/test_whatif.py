@@ -116,6 +116,8 @@ def test_per_request_lengths_are_used_exactly():
     empty = pd.concat([s, pd.DataFrame({"accepted": [0], "requests": [0], "lens": [None]})], ignore_index=True)
     with_empty = A.estimate([(3, empty)], n_boot=0)
     assert with_empty.method == "lens" and with_empty.rates == pytest.approx(model.rates, abs=1e-12)
+    # cycles of no request only (a resample can draw just those): no exact histogram of nothing (0/0: NaN rates)
+    assert A._lengths(pd.DataFrame({"accepted": [0, 0], "requests": [0, 0], "lens": [None, None]})) is None
     one = A.estimate([(3, samples(ACCEPT))], n_boot=0)
     assert one.method == "single"
 

@@ -354,6 +354,6 @@ def test_a_directory_of_separate_runs_is_refused_with_the_arguments_to_give(tmp_
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 11 and len(err) == 1 and "--allow-mixed" not in err[0]
     assert "sessions that never ran at the same time" in err[0]
-    assert err[0].endswith(f"give each run as its own argument ({runs / 's3.sqlite'} {runs / 's5.sqlite'}), not "
-                           "their directory")
+    assert err[0].endswith("a directory is read as one run; give each run as its own argument (its report, or a "
+                           "directory of its ranks' reports)")
     assert main_whatif([str(runs / "s3.sqlite"), str(runs / "s5.sqlite"), "--batch", "16", "--boot", "0", "-q"]) == 0

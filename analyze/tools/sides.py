@@ -203,11 +203,8 @@ def load_side(path, config=None) -> Side:
         if not p.is_dir() or exc.reason is None:
             raise
         # whatif and diff take no --allow-mixed: separate runs are separate sides, each its own argument
-        from analyze.read.nsys_export import expand_inputs
-
-        names = " ".join(expand_inputs([os.fspath(p)]))
-        raise MixedInputs(f"{p}: {exc.reason}: give each run as its own argument ({names}), not their directory",
-                          exc.path, reason=exc.reason) from exc
+        raise MixedInputs(f"{p}: {exc.reason}: a directory is read as one run; give each run as its own argument (its "
+                          "report, or a directory of its ranks' reports)", exc.path, reason=exc.reason) from exc
 
 
 def as_side(x, label: str = "") -> Side:

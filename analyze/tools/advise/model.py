@@ -579,16 +579,21 @@ def unprofiled_idle(ctx: Context) -> dict | None:
     None where there is no such calibration, no batch size modelled, or no cycle of it here."""
     w = ctx.whatif or {}
     shift, batch = w.get("calibration_shift_ns"), w.get("batch")
-    if shift is None or batch is None or "requests" not in ctx.per_cycle.columns:
+    if shift is None:
         return None
-    rows = ctx.per_cycle[pd.to_numeric(ctx.per_cycle["requests"], errors="coerce") == batch]
+    rows = ctx.per_cycle             # whatif pooled every batch size: so are its busy times
+    if batch is not None:
+        if "requests" not in rows.columns:
+            return None
+        rows = rows[pd.to_numeric(rows["requests"], errors="coerce") == batch]
     if not len(rows) or "busy_ns" not in rows.columns:
         return None
     cycle = float(w["calibration_profiled_cycle_ns"]) - float(shift)
     busy = float(pd.to_numeric(rows["busy_ns"], errors="coerce").mean())
     if not cycle > 0 or busy != busy:
         return None
-    return {"batch": int(batch), "cycle_ns": cycle, "busy_ns": busy, "idle_ns": max(cycle - busy, 0.0),
+    return {"batch": None if batch is None else int(batch), "cycle_ns": cycle, "busy_ns": busy,
+            "idle_ns": max(cycle - busy, 0.0),
             "profiled_cycle_ns": float(w["calibration_profiled_cycle_ns"]), "profiler_ns": float(shift)}
 
 
@@ -607,8 +612,9 @@ def rule_host_bound(ctx: Context):
     if cal is not None:
         figures.update(calibrated_batch=cal["batch"], profiled_cycle_ns=cal["profiled_cycle_ns"],
                        profiler_ns=cal["profiler_ns"])
-    where = (f" at batch {cal['batch']} without the profiler (whatif's calibration: the profiled cycle "
-             f"{_us(cal['profiled_cycle_ns'])}, {_us(cal['profiler_ns'])} of it the profiler's)" if cal else "")
+    at = ("" if cal is None else (f" at batch {cal['batch']}" if cal["batch"] is not None else "")
+          + " without the profiler")
+    where = f"{at} (whatif's calibration; {_us(cal['profiled_cycle_ns'])} profiled)" if cal else ""
     if share < IDLE_SHARE:
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"the GPU is idle {_pct(share)} of the cycle{where} "
                                f"(< {_pct(IDLE_SHARE)})", figures)
@@ -643,10 +649,9 @@ def rule_host_bound(ctx: Context):
         settings.append(F.Setting(F.CHECK, "the batch per cycle", note="more concurrent requests amortise the host's "
                                   "per-cycle time"))
     inside = (f"{_us(gap)} inside its GPU window, {_us(outside)} outside it" if cal is None else
-              f"whatif's calibration: the profiled cycle {_us(cal['profiled_cycle_ns'])}, {_us(cal['profiler_ns'])} of "
-              f"it the profiler's; under the profiler, over every batch size: {_us(gap)} inside the GPU window, "
+              f"whatif's calibration of the {_us(cal['profiled_cycle_ns'])} profiled cycle; under the profiler"
+              f"{', over every batch size' if cal['batch'] is not None else ''}: {_us(gap)} inside the GPU window, "
               f"{_us(outside)} outside it")
-    at = f" at batch {cal['batch']} without the profiler" if cal else ""
     suggestion = (f"The GPU is idle {_us(idle)} of each {_us(cycle_ns)} cycle{at} ({_pct(share)}; {inside}): the "
                   "decode loop is host bound." + _sentence(parts))
     f = F.Finding(rule, f"host-bound decode loop: GPU idle {_pct(share)} of the cycle", idle, idle, cycle_ns,

@@ -171,7 +171,7 @@ def _lengths(samples: pd.DataFrame) -> np.ndarray | None:
         if vals is None:
             return None
         out.extend(vals)
-    return np.asarray(out, dtype="int64")
+    return np.asarray(out, dtype="int64") if out else None     # only cycles of no request: nothing exact to count
 
 
 def request_pmf(samples: pd.DataFrame, steps: int, **em) -> tuple[np.ndarray, str]:

@@ -485,13 +485,18 @@ def clock_calibration(sides: list, ks, cal_k, batch):
 
 
 def clock_sizes_unused(sides: list, cal_source, cal_x, batch, live_measured) -> list[int]:
-    """The batch sizes whose clock (:func:`clock_calibration`) could have calibrated a whatif that went uncalibrated
-    because no batch size was chosen (no --batch, several batch sizes ran); [] otherwise."""
+    """The batch sizes the capture window ran in 20+ cycles whose clock (:func:`clock_calibration`) could have
+    calibrated a whatif that went uncalibrated because no batch size was chosen (no --batch, several such sizes);
+    [] otherwise."""
+    from analyze.tools.whatif import per_batch as PB
+
     if cal_x is not None or cal_source is not None or batch is not None or live_measured or len(sides) != 1 \
             or not sides[0].clock:
         return []
-    return [m for m in sorted({int(x.requests) for x in sides[0].clock})
-            if clock_calibration(sides, None, None, m)[1] is not None]
+    ran = sorted(int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= MIN_CYCLES)
+    if len(ran) < 2:        # one batch size (calibrated already, or its clock too short) or none: nothing to choose
+        return []
+    return [m for m in ran if clock_calibration(sides, None, None, m)[1] is not None]
 
 
 def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None]:
@@ -620,10 +625,11 @@ def main_whatif(argv: list[str]) -> int:
             from analyze.read.inputs import display_path
             from analyze.tools.whatif.acceptance import NoAcceptMarks
 
+            if not isinstance(exc, NoAcceptMarks):      # its own words (most name the report already)
+                raise UnsuitableInput(str(exc)) from exc
             what = ", ".join(display_path(r) for r in args.reports)
-            hint = ("; the shim writes them: record the server with profile-trace (README section 1), or give a live "
-                    "timing log (docs/live.md)" if isinstance(exc, NoAcceptMarks) else "")
-            raise UnsuitableInput(f"{what}: {exc}{hint}", args.reports[0]) from exc
+            raise UnsuitableInput(f"{what}: {exc}; the shim writes them: record the server with profile-trace (README "
+                                  "section 1), or give a live timing log (docs/live.md)", args.reports[0]) from exc
         if args.json:
             from analyze.atomic import atomic_write
             from analyze.render.outputs import _plain, finite

@@ -97,9 +97,12 @@ def render_whatif(r: dict) -> str:
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
                + (" [extrapolated]" if b["extrapolated"] else ""))
     if b["speedup"] < 1 and not b.get("verdict_uncertain"):
+        estimated = base["source"] == "estimated"
         out.append(_wrap(f"Speculation does not pay here: no speculation ({base['tokens_per_s']:,.0f} tokens/s, "
-                         f"{'estimated' if base['source'] == 'estimated' else 'given'}) is faster than every step count "
-                         f"searched ({_steps_text(p['steps'])}): run without --speculative-algorithm."))
+                         f"{base['source']}) is faster than every step count searched ({_steps_text(p['steps'])}): run "
+                         "without --speculative-algorithm"
+                         + (", once a baseline measured without the profiler (--baseline-tps) confirms it." if estimated
+                            else ".")))
     if b.get("few_cycles"):
         from analyze.tools.whatif.model import MIN_CYCLES
 
