@@ -97,20 +97,25 @@ def test_whatif_calibrates_from_the_clock_as_computed_by_hand(batch, tmp_path):
 
 
 @need_profile
-def test_without_a_batch_whatif_says_which_batch_sizes_the_clock_can_calibrate(tmp_path):
-    """The profile ran batches 1 and 16 (and the sizes a round drains through): pooled, no clock calibrates it, and
-    the text says which --batch would (a newcomer read 'NOT calibrated' and never learnt of the clock); with --batch
-    the note is gone."""
+def test_without_a_batch_whatif_models_the_batch_size_most_cycles_ran_and_its_clock_calibrates_it(tmp_path):
+    """The profile ran batches 1 and 16 (and sizes a round drains through): without --batch whatif models batch 1, the
+    size most decode cycles ran, as advise does (one rule: per_batch.modelled_batch), so the clock calibrates it and a
+    note says which batch and why (before: pooled at a mean batch no server ran, 'NOT calibrated', not a word of the
+    clock: a newcomer's reading). A figure given without --batch is the whole run's: pooled, as before."""
     out = tmp_path / "w.json"
     assert main_whatif([str(PROFILE), "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
     r = json.loads(out.read_text())
-    assert r.get("calibration") is None
-    said = [n for n in r["notes"] if "own clock" in n]
-    assert said == ["the profile's own clock (its decode cycles before the capture window) calibrates one batch size "
-                    "at a time, and this profile ran several: give --batch M for one the clock has (1, 16), or "
-                    "--per-batch for each"]
-    assert main_whatif([str(PROFILE), "--batch", "16", "--steps", "1..6", "--boot", "0", "--json", str(out), "-q"]) == 0
-    assert not [n for n in json.loads(out.read_text())["notes"] if "own clock" in n]
+    assert r["calibration"]["source"]["kind"] == "profile_clock" and r["calibration"]["source"]["batch"] == 1
+    assert r["profiles"][0]["requests"] == pytest.approx(1.0)
+    assert ("batch 1: the batch size most decode cycles ran of the 2 the load visited (a pooled prediction is of no "
+            "batch size the server ran): --batch M for another, --per-batch for each") in r["notes"]
+    one = tmp_path / "b1.json"
+    assert main_whatif([str(PROFILE), "--batch", "1", "--steps", "1..6", "--boot", "0", "--json", str(one), "-q"]) == 0
+    assert json.loads(one.read_text())["predictions"] == r["predictions"]
+    assert main_whatif([str(PROFILE), "--calibrate-tps", "300", "--steps", "1..6", "--boot", "0", "--json", str(out),
+                        "-q"]) == 0
+    pooled = json.loads(out.read_text())
+    assert pooled["profiles"][0]["requests"] > 2 and not [n for n in pooled["notes"] if "most decode cycles" in n]
 
 
 @need_profile

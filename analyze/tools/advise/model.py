@@ -112,8 +112,10 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     from analyze.tools.whatif import model as W
 
     side = whatif_side(analysis)
-    visited = _visited_batches(side)
-    modelled = _modelled_batch(visited, batch, baseline_tps, calibrate_tps)
+    from analyze.tools.whatif import per_batch as PB
+
+    visited = PB.visited_batches(side)
+    modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     per_batch_cal, clock_used = None, {}
     if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled
         from analyze.tools.whatif.command import clock_calibration, clock_calibrations
@@ -183,27 +185,6 @@ def whatif_side(analysis) -> sides.Side:
                       live=is_live(analysis), **sides.clock_of(getattr(analysis, "ranks", None)))
 
 
-def _visited_batches(side) -> pd.Series:
-    """Steady decode cycles per batch size the profile's load *visits* (enough cycles, and at least
-    :data:`VISITED_SHARE` of them), indexed by batch size (whatif.per_batch.batch_counts)."""
-    from analyze.tools.whatif import per_batch as PB
-
-    counts = PB.batch_counts([side])
-    return counts[(counts >= PB.MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
-
-
-def _modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps) -> int | None:
-    """The batch size advise's whatif models: ``batch`` where given; where the load visits several batch sizes
-    (``visited``: :func:`_visited_batches`) and no unprofiled figure was given (one given without --batch is the
-    whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the server ran
-    (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
-    if batch is not None:
-        return batch
-    if len(visited) < 2 or baseline_tps is not None or calibrate_tps is not None:
-        return None
-    return int(visited.sort_values(ascending=False, kind="stable").index[0])
-
-
 def _batch_said(w: dict) -> str:
     """The words a whatif-based finding adds when advise chose the batch size it models, and when the profile's own
     clock calibrated it."""
@@ -228,9 +209,6 @@ def _rounds_evidence(w: dict) -> dict:
 
 ADVISE_BATCH_SIZES = 6
 """advise models at most this many batch sizes (those with the most cycles): a bound on its work."""
-VISITED_SHARE = 0.10
-"""A batch size the load *visits*: at least this share of the decode cycles (a batch of 7 while the
-last requests of a batch of 8 finish is no bucket of its own)."""
 
 
 def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,

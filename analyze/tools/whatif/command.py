@@ -484,21 +484,6 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     return k, float(got["tokens_per_s"]), dict(got, kind="profile_clock", path=sides[0].label, steps=k), m
 
 
-def clock_sizes_unused(sides: list, cal_source, cal_x, batch, live_measured) -> list[int]:
-    """The batch sizes the capture window ran in 20+ cycles whose clock (:func:`clock_calibration`) could have
-    calibrated a whatif that went uncalibrated because no batch size was chosen (no --batch, several such sizes);
-    [] otherwise."""
-    from analyze.tools.whatif import per_batch as PB
-
-    if cal_x is not None or cal_source is not None or batch is not None or live_measured or len(sides) != 1 \
-            or not sides[0].clock:
-        return []
-    ran = sorted(int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= MIN_CYCLES)
-    if len(ran) < 2:        # one batch size (calibrated already, or its clock too short) or none: nothing to choose
-        return []
-    return [m for m in ran if clock_calibration(sides, None, None, m)[1] is not None]
-
-
 def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None]:
     """``--per-batch`` without an unprofiled figure: ({batch: tokens/s}, {batch: source}) from the profile's own
     clock (:func:`clock_calibration`) for the batch sizes it has one of; (None, None) where none."""
@@ -570,6 +555,14 @@ def main_whatif(argv: list[str]) -> int:
         baseline = load_side(args.baseline) if args.baseline else None
         measured = measured_base = None
         cal_source, batch = None, args.batch
+        chosen = None           # the batch size chosen here: the one most decode cycles ran (advise's rule)
+        if batch is None and len(sides) == 1 and not live_measured and args.baseline is None and not (
+                args.calibrate_live or args.calibrate_sglang_log):
+            from analyze.tools.whatif import per_batch as PB
+
+            visited = PB.visited_batches(sides[0])
+            batch = PB.modelled_batch(visited, None, args.baseline_tps, cal_x)
+            chosen = (batch, len(visited)) if batch is not None else None
         if args.calibrate_live:
             cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
         elif args.calibrate_sglang_log:
@@ -605,11 +598,10 @@ def main_whatif(argv: list[str]) -> int:
                                   f"{', '.join(map(str, cal_source['profiled_pids']))} is the profile's: written under "
                                   "the profiler, its tokens/s are the profiled clock's, not unprofiled (give the log of "
                                   "an engine run without the profiler)")
-            unused = clock_sizes_unused(sides, cal_source, cal_x, batch, live_measured)
-            if unused:
-                r["notes"].append(f"the profile's own clock (its decode cycles before the capture window) calibrates one "
-                                  f"batch size at a time, and this profile ran several: give --batch M for one the clock "
-                                  f"has ({', '.join(map(str, unused))}), or --per-batch for each")
+            if chosen is not None:
+                r["notes"].append(f"batch {chosen[0]}: the batch size most decode cycles ran of the {chosen[1]} the load "
+                                  "visited (a pooled prediction is of no batch size the server ran): --batch M for "
+                                  "another, --per-batch for each")
             for label, k, n in few:
                 r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
                                   + (f" at batch {args.batch}" if args.batch is not None else "")

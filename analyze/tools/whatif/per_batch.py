@@ -59,6 +59,30 @@ def batch_counts(profiles, timed_only: bool = False) -> pd.Series:
     return counts.astype("int64").sort_index()
 
 
+VISITED_SHARE = 0.10
+"""A batch size the load *visits*: at least this share of the decode cycles (a batch of 7 while the
+last requests of a batch of 8 finish is no bucket of its own)."""
+
+
+def visited_batches(side) -> pd.Series:
+    """Steady decode cycles per batch size the profile's load *visits* (enough cycles, and at least
+    :data:`VISITED_SHARE` of them), indexed by batch size (:func:`batch_counts`)."""
+    counts = batch_counts([side])
+    return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+
+
+def modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps) -> int | None:
+    """The batch size whatif and advise model: ``batch`` where given; where the load visits several batch sizes
+    (``visited``: :func:`visited_batches`) and no unprofiled figure was given (one given without --batch is the
+    whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the server ran
+    (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
+    if batch is not None:
+        return batch
+    if len(visited) < 2 or baseline_tps is not None or calibrate_tps is not None:
+        return None
+    return int(visited.sort_values(ascending=False, kind="stable").index[0])
+
+
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
               calibrate: dict | None = None, most: int | None = None, request_tokens="auto",
               calibration_sources: dict | None = None, **kw) -> pd.DataFrame:
