@@ -557,7 +557,7 @@ def main_whatif(argv: list[str]) -> int:
         cal_source, batch = None, args.batch
         chosen = None           # the batch size chosen here: the one most decode cycles ran (advise's rule)
         if batch is None and len(sides) == 1 and not live_measured and args.baseline is None and not (
-                args.calibrate_live or args.calibrate_sglang_log):
+                args.calibrate_live or args.calibrate_sglang_log or args.measured):
             from analyze.tools.whatif import per_batch as PB
 
             visited = PB.visited_batches(sides[0])
