@@ -536,3 +536,22 @@ def test_spec_steps_marks_reach_the_cycle_table_and_whatif_end_to_end(tmp_path):
     r = W.whatif(sides.load_side(one), range(1, 5), n_boot=0, batch=1)
     assert r["profiles"][0]["steps"] == 1 and "spec_steps marks" in r["profiles"][0]["steps_source"]
     assert not any("--speculative-adaptive" in n for n in r["notes"])
+
+
+@need
+def test_the_bootstrap_shows_progress_where_asked_and_gives_the_same_result(side, monkeypatch):
+    """whatif's bootstrap (200 resamples by default: most of its 7 s on a real profile) goes through the progress bar
+    the CLI enables on a terminal; the result is the same with and without it."""
+    from analyze.run import progress as progress_mod
+
+    seen = []
+
+    def recorder(items, enabled, total=None, desc="reports", unit="report"):
+        seen.append((enabled, total, desc, unit))
+        return items
+    monkeypatch.setattr(progress_mod, "progress", recorder)
+    on = W.whatif(side(8, 3), range(1, 4), n_boot=7, batch=1, progress=True)
+    off = W.whatif(side(8, 3), range(1, 4), n_boot=7, batch=1)
+    boot = [x for x in seen if x[2] == "whatif bootstrap"]      # (loading the profile goes through it too)
+    assert boot == [(True, 7, "whatif bootstrap", "resample"), (False, 7, "whatif bootstrap", "resample")]
+    assert on["predictions"].equals(off["predictions"])

@@ -585,7 +585,7 @@ def main_whatif(argv: list[str]) -> int:
                        n_boot=args.boot, seed=args.seed, measured=measured, calibrate_tps=cal_x,
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
                        verify_scaling=scaling, batch=batch, calibration_source=cal_source,
-                       request_tokens=request_tokens)
+                       request_tokens=request_tokens, progress=not args.quiet and sys.stderr.isatty())
             if live_measured:
                 r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
                                   "ran (" + ", ".join(f"{k}: {v['tokens_per_s']:,.0f} over {v['cycles']} cycles of "

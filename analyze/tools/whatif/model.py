@@ -1126,7 +1126,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
            measured: dict | None = None, calibrate_tps: float | None = None, calibrate_steps: int | None = None,
            baseline_tps: float | None = None, measured_baseline_tps: float | None = None,
            verify_scaling=None, batch: int | None = None, memo: dict | None = None,
-           calibration_source: dict | None = None, request_tokens="auto") -> dict:
+           calibration_source: dict | None = None, request_tokens="auto", progress: bool = False) -> dict:
     """The whole prediction: ``profiles`` (Analysis / JSON result / path, one or several step counts),
     ``profiled_steps`` (int or list, else inferred), ``baseline`` (a no-speculation measurement),
     ``measured`` ({steps: tokens/s} measured without the profiler, shown next to the prediction).
@@ -1203,7 +1203,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
     boot, boot_slopes = [], []
-    for _ in range(n_boot):
+    from analyze.run.progress import progress as progress_bar
+
+    for _ in progress_bar(range(n_boot), progress, total=n_boot, desc="whatif bootstrap", unit="resample"):
         bs = [_resample(s, rng) for s in samples]
         bc = [apply_batch_fit(dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling"),
                                                            c.get("sglang_loop", False))), c.get("batch_fit"))
