@@ -196,3 +196,12 @@ def test_whatif_on_a_profile_without_accept_marks_names_it_and_says_how_to_recor
     assert code == 12 and f"{EAGER}: no accept marks (`accept_len=N reqs=M`) in the profile" in line
     assert line.endswith("the shim writes them: record the server with profile-trace (README section 1), or give a "
                          "live timing log (docs/live.md)")
+
+
+def test_per_batch_says_why_a_profile_has_no_batch_size(capsys):
+    """--per-batch on a trace without accept marks or without decode cycles printed 'no batch size with 20 decode
+    cycles or more' and exited 0; it now gives the single prediction's line and 12."""
+    code, _, err = run(capsys, "whatif", EAGER, "--per-batch")
+    assert code == 12 and f"{EAGER}: no accept marks" in one_error_line(err)
+    code, _, err = run(capsys, "whatif", NOSPEC, "--per-batch")
+    assert code == 12 and "no decode cycles" in one_error_line(err)

@@ -220,13 +220,15 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     elif not batch_tps:              # each batch size from the profile's own clock before its window, where it has one
         batch_tps, sources = clock_calibrations(sides, ks, sizes)
     try:
+        if PB.batch_counts(sides).empty:    # no batch size at all: why, in the single prediction's words (no decode
+            whatif(sides, steps, profiled_steps=ks, n_boot=0)       # cycles, no accept marks) where it has them
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
                              calibration_sources=sources, request_tokens=args.request_tokens)
     except TraceError:
         raise
     except ValueError as exc:
-        raise UnsuitableInput(str(exc)) from exc
+        raise unsuitable(exc, args.reports) from exc
     try:
         cfg = PB.adaptive_config(table) if args.adaptive_config else None
     except ValueError as exc:          # no config to write (nothing pays, no batch size): the table still shows why
@@ -484,6 +486,19 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     return k, float(got["tokens_per_s"]), dict(got, kind="profile_clock", path=sides[0].label, steps=k), m
 
 
+def unsuitable(exc: ValueError, reports) -> UnsuitableInput:
+    """The one line for a profile that cannot answer: the model's own words (most name the report), and where it has
+    no accept marks, the reports and how to record them."""
+    from analyze.read.inputs import display_path
+    from analyze.tools.whatif.acceptance import NoAcceptMarks
+
+    if not isinstance(exc, NoAcceptMarks):
+        return UnsuitableInput(str(exc))
+    what = ", ".join(display_path(r) for r in reports)
+    return UnsuitableInput(f"{what}: {exc}; the shim writes them: record the server with profile-trace (README "
+                           "section 1), or give a live timing log (docs/live.md)", reports[0])
+
+
 def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None]:
     """``--per-batch`` without an unprofiled figure: ({batch: tokens/s}, {batch: source}) from the profile's own
     clock (:func:`clock_calibration`) for the batch sizes it has one of; (None, None) where none."""
@@ -614,14 +629,7 @@ def main_whatif(argv: list[str]) -> int:
         except TraceError:
             raise
         except ValueError as exc:      # the profile cannot answer (no cycles, no accept marks, ...)
-            from analyze.read.inputs import display_path
-            from analyze.tools.whatif.acceptance import NoAcceptMarks
-
-            if not isinstance(exc, NoAcceptMarks):      # its own words (most name the report already)
-                raise UnsuitableInput(str(exc)) from exc
-            what = ", ".join(display_path(r) for r in args.reports)
-            raise UnsuitableInput(f"{what}: {exc}; the shim writes them: record the server with profile-trace (README "
-                                  "section 1), or give a live timing log (docs/live.md)", args.reports[0]) from exc
+            raise unsuitable(exc, args.reports) from exc
         if args.json:
             from analyze.atomic import atomic_write
             from analyze.render.outputs import _plain, finite
