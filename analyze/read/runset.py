@@ -88,9 +88,9 @@ def collect(paths, *, allow_mixed: bool = False, strict: bool = False) -> RunSet
     mixed = mismatch([session(f) for f in files]) if len(files) > 1 else None
     if mixed:
         if not allow_mixed:
-            raise MixedInputs(f"these reports do not belong to one run: {mixed}; analyse them one by one, or give "
-                              "--allow-mixed to combine them anyway", files[0],
-                              reason=f"these reports do not belong to one run: {mixed}")
+            reason = f"these reports do not belong to one run: {mixed}"
+            raise MixedInputs(f"{reason}; analyse them one by one, or give --allow-mixed to combine them anyway",
+                              files[0], reason=reason)
         notes.append(Note(N.MIXED_INPUTS, f"reports from different runs combined (--allow-mixed): {mixed}",
                           len(files)))
     return RunSet(files, notes)

@@ -110,10 +110,9 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     the profiler (whatif's --baseline-tps / --calibrate-tps); ``request_tokens``: whatif's
     --request-tokens (rounds of N-token requests, 'steady' or 'auto')."""
     from analyze.tools.whatif import model as W
-
-    side = whatif_side(analysis)
     from analyze.tools.whatif import per_batch as PB
 
+    side = whatif_side(analysis)
     visited = PB.visited_batches(side)
     modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     per_batch_cal, clock_used = None, {}

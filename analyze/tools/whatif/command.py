@@ -205,8 +205,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
 
     sides = [load_side(r) for r in args.reports]
     sources = None
-    if args.calibrate_live or args.calibrate_sglang_log or not batch_tps:    # the batch sizes a calibration is for
-        sizes = [int(m) for m, n in PB.batch_counts(sides).items() if m >= 1 and n >= PB.MIN_CYCLES]
+    counts = PB.batch_counts(sides)
+    sizes = [int(m) for m, n in counts.items() if m >= 1 and n >= PB.MIN_CYCLES]   # the sizes a calibration is for
     if args.calibrate_live:          # each batch size calibrated from the log's steady cycles of that size
         batch_tps, sources = live_calibrations(args.calibrate_live, sides, ks, sizes)
         if not batch_tps:            # as --calibrate-live without --per-batch: one line, exit 12
@@ -220,8 +220,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     elif not batch_tps:              # each batch size from the profile's own clock before its window, where it has one
         batch_tps, sources = clock_calibrations(sides, ks, sizes)
     try:
-        if PB.batch_counts(sides).empty:    # no batch size at all: why, in the single prediction's words (no decode
-            whatif(sides, steps, profiled_steps=ks, n_boot=0)       # cycles, no accept marks) where it has them
+        if counts.empty:    # no batch size at all: why, in the single prediction's words (no decode cycles, no
+            whatif(sides, steps, profiled_steps=ks, n_boot=0)       # accept marks) where it has them
         table = PB.per_batch(sides, steps, profiled_steps=ks, extrapolation=args.extrapolate, n_boot=args.boot,
                              seed=args.seed, verify_scaling=scaling, baselines_tps=batch_base, calibrate=batch_tps,
                              calibration_sources=sources, request_tokens=args.request_tokens)
