@@ -421,7 +421,8 @@ def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
 
 @pytest.mark.parametrize("name", ["sglang_eager", "sglang_graphs", "sglang_server", "sglang_vocab64",
                                   "sglang_v2_l8_s1", "sglang_v2_l64_s3", "sglang_h100_v3_l32_s5",
-                                  "sglang_h100_v2_l128_s3"])
+                                  "sglang_h100_v2_l128_s3", "sglang_h100_v3_l32_s3_clock",
+                                  "sglang_h100_v2_l64_s3_clock"])
 def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
     """Before: 'cannot convert NA to integer' on 3 of the 4 older fixtures (cycles whose GPU data was
     lost have no GPU start). No predicted component is negative on any of them."""
