@@ -205,3 +205,13 @@ def test_per_batch_says_why_a_profile_has_no_batch_size(capsys):
     assert code == 12 and f"{EAGER}: no accept marks" in one_error_line(err)
     code, _, err = run(capsys, "whatif", NOSPEC, "--per-batch")
     assert code == 12 and "no decode cycles" in one_error_line(err)
+
+
+def test_a_directory_of_unfinished_live_log_files_says_why_it_cannot_be_read(capsys, tmp_path):
+    """A live log whose process was killed before completing its file (SGLang's server SIGKILLs its schedulers at
+    Ctrl-C; the shim now completes the file on the signal first): one line saying so, exit 2."""
+    (tmp_path / "specprof_live-r0-p1771-00001.parquet.tmp").write_bytes(b"PAR1" + b"\0" * 64)
+    code, out, err = run(capsys, str(tmp_path))
+    assert code == 2 and out == ""
+    line = one_error_line(err)
+    assert "holds only 1 unfinished live timing log file(s) (*.parquet.tmp)" in line and "SIGKILL" in line

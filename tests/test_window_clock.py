@@ -184,6 +184,11 @@ def test_whatif_calibrates_from_the_clock_only_where_it_can():
     assert clock_calibration([_side(clock), _side(clock)], None, None, 16)[1] is None   # several profiles
     mixed = _side(clock, requests=(16,) * 30 + (8,) * 30)
     assert clock_calibration([mixed], None, None, None)[1] is None                  # two batch sizes: no guess
+    # a second size in 20+ cycles but under 10% of them is no size the load visits (per_batch.visited_batches, the
+    # rule advise and whatif's modelled batch use): the one visited size is calibrated (before: no guess)
+    tail = _side(clock, requests=(16,) * 300 + (8,) * 25)
+    assert clock_calibration([tail], [3], None, None)[3] == 16
+    assert clock_calibration([tail], [3], None, None)[1] == pytest.approx(23 / 3000e-6)
     few = [P.ClockMark(16, 0, (3000,) * CLOCK_MIN_CYCLES, (23,) * CLOCK_MIN_CYCLES)]
     assert clock_calibration([_side(few)], None, None, 16)[1] is None               # its first cycle is left out
 

@@ -83,5 +83,12 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
         raise NsysRepGiven(
             f"{p}: holds {len(reps)} .nsys-rep file(s) but no .sqlite export; run "
             f"`{nsys_export_command(reps[0])}` for each", p)
+    unfinished = sorted(q for q in p.iterdir() if q.is_file() and q.name.endswith(".parquet.tmp"))
+    if unfinished:
+        raise MissingInput(
+            f"{p}: holds only {len(unfinished)} unfinished live timing log file(s) (*.parquet.tmp): their process "
+            "ended before completing them (killed with SIGKILL, or still running); a Parquet file without its footer "
+            "cannot be read. The shim completes its file on SIGINT/SIGTERM and after 5 s idle: stop the server with "
+            "Ctrl-C, or wait (docs/live.md)", p)
     raise MissingInput(f"{p}: directory holds no .sqlite report (nor an nsys parquetdir export or a specprof live "
                        "timing log: *.parquet)", p)

@@ -207,6 +207,7 @@ def _register_exit_and_fork(settings, events, threaded) -> None:
     import atexit
 
     atexit.register(_at_exit)
+    hook_stop_signals()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=lambda: _after_fork(settings, events, threaded))
 
@@ -218,6 +219,56 @@ def _at_exit() -> None:
             live.close()
         except Exception:  # pragma: no cover - never fail the interpreter's exit
             pass
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM")
+STOP_WAIT_S = 2.0
+"""How long a stop signal's handler waits for the sink's thread to complete the log file before the signal takes
+its course (the thread may need a lock the interrupted worker holds: then the wait runs out, nothing worse)."""
+
+
+def hook_stop_signals() -> list:
+    """On the main thread: SIGINT and SIGTERM first complete the live log file (:meth:`Sink.complete_soon`), then do
+    what they did (the handler found: Python's KeyboardInterrupt, the default's exit, another handler). SGLang's
+    server stops its schedulers with SIGKILL right after Ctrl-C (``kill_process_tree``): an exit hook never runs
+    there, and the open file (up to ``SPECPROF_TIMING_FILE_S`` of cycles) was left an unreadable ``.parquet.tmp``
+    (2026-12-06, a real server). A signal ignored stays ignored. Returns the signals hooked."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    hooked = []
+    for name in STOP_SIGNALS:
+        num = getattr(signal, name, None)
+        if num is None:
+            continue
+        try:
+            previous = signal.getsignal(num)
+            if previous in (signal.SIG_IGN, None):
+                continue
+            signal.signal(num, _stop_handler(num, previous))
+            hooked.append(name)
+        except (ValueError, OSError, RuntimeError):  # pragma: no cover - not allowed here: the exit hook stays
+            continue
+    return hooked
+
+
+def _stop_handler(num, previous):
+    import signal
+
+    def handler(signum, frame):
+        live = _live
+        if live is not None and not live.closed:
+            try:
+                live.sink.complete_soon(STOP_WAIT_S)
+            except Exception:  # noqa: BLE001 - never stand between a signal and its course
+                pass
+        if callable(previous):
+            return previous(signum, frame)
+        signal.signal(signum, signal.SIG_DFL)       # the default's course: the process ends by this signal
+        os.kill(os.getpid(), signum)
+    return handler
 
 
 def _after_fork(settings, events, threaded) -> None:

@@ -46,6 +46,8 @@ class Sink:
         self._idle_since = None
         self.handled = 0
         self._spent_ns = 0          # CPU time of drains not yet carried by a row (sink_ns)
+        self._wake = self._completed = None     # threading.Events, made with the thread
+        self._complete_now = False  # complete_soon(): the next drain completes the log file
 
     # worker thread
     def add(self, row) -> None:
@@ -62,17 +64,33 @@ class Sink:
     def _start(self) -> None:
         import threading
 
-        self._stop = threading.Event()
+        self._stop, self._wake, self._completed = threading.Event(), threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._loop, name="specprof-live", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.drain()
             except Exception as exc:  # never kill the server: report once, keep going
                 if self.on_error is not None:
                     self.on_error("live sink", exc)
+
+    # any thread (a signal handler on the main thread: nvtx_annotate/live/__init__.py)
+    def complete_soon(self, wait_s: float = 0.0) -> bool:
+        """Ask the sink's thread to write what waits and complete the log file now (the process is about to be
+        stopped: SGLang's server kills its schedulers with SIGKILL, which no exit hook outlives), and wait up to
+        ``wait_s`` for it; never takes a lock the worker may hold. True when the file was completed in time."""
+        self._complete_now = True
+        if self._thread is None or self._wake is None:
+            return False            # no thread (no row yet, or unthreaded): the next drain or close() does it
+        self._completed.clear()
+        self._wake.set()
+        return self._completed.wait(wait_s) if wait_s > 0 else False
 
     # sink thread (or the caller, in tests and at close)
     def outputs(self) -> tuple:
@@ -153,6 +171,16 @@ class Sink:
                         log.complete_if_old()
             except Exception as exc:  # noqa: BLE001
                 self._failed("log", exc)
+        if self._complete_now:
+            self._complete_now = False
+            if log is not None:
+                try:
+                    log.flush()
+                    log.complete()
+                except Exception as exc:  # noqa: BLE001
+                    self._failed("log", exc)
+            if self._completed is not None:
+                self._completed.set()
         if self.detail is not None:
             try:
                 self.detail()
@@ -167,6 +195,7 @@ class Sink:
         """Stop the thread, handle what is left, complete the log file."""
         if self._thread is not None:
             self._stop.set()
+            self._wake.set()
             self._thread.join(timeout=5)
         if self._outputs is None and not self._rows:
             return

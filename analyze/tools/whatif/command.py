@@ -467,7 +467,8 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     cycles the profiled process ran before nsys's capture window opened, nvtx_annotate/clock.py) when no
     unprofiled figure is given; (cal_k, None, None, batch) unchanged where there is none to use: several
     profiles, no marks, or fewer than :data:`CLOCK_MIN_CYCLES` steady cycles at the batch size (``batch``
-    None: the one batch size the profile ran in 20+ cycles; several: none is guessed)."""
+    None: the one batch size the profile's load visits, :func:`per_batch.visited_batches`, the rule advise and
+    :func:`per_batch.modelled_batch` use; several: none is guessed)."""
     from analyze.tools.sides import clock_tokens_per_s, clock_unprofiled
     from analyze.tools.whatif import per_batch as PB
 
@@ -475,7 +476,7 @@ def clock_calibration(sides: list, ks, cal_k, batch):
         return cal_k, None, None, batch
     m = batch
     if m is None:
-        sizes = [int(x) for x, n in PB.batch_counts(sides).items() if x >= 1 and n >= MIN_CYCLES]
+        sizes = [int(x) for x in PB.visited_batches(sides[0]).index if x >= 1]
         if len(sizes) != 1:
             return cal_k, None, None, batch
         m = sizes[0]
