@@ -12,8 +12,9 @@
 # CONFIG=V:L (vocabulary, target layers; V >= 4: prompt ids are drawn from 3..V-1), REQUESTS (64),
 # CONCURRENCY (16: also --max-running-requests), OUTPUT_LEN (256), CLOCK_ROUNDS (3), WINDOW (SGLang's
 # num_steps, 300), ROUNDS (the plain server's timed rounds, 5), SERVERS (the order, default "nsys plain live").
-# Writes $OUT/server_clock.log, $OUT/{plain,live}.rounds.json (client rounds), $OUT/server.load.json (the
-# driven run's rounds, clock rounds included), $OUT/live.tar.xz (the live log), and the export split in 12 MiB
+# Writes $OUT/server_clock.log, $OUT/{plain,live}N.rounds.json (client rounds; N: the server's place in SERVERS),
+# $OUT/server.load.json (the driven run's rounds, clock rounds included), $OUT/live.tar.xz (the live logs, liveN/:
+# each server stopped with SIGINT to its process group, as Ctrl-C stops it), and the export split in 12 MiB
 # parts $OUT/server.sqlite.xz.part{0,1,...} with its sha256 (cat the parts, unxz, check).
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"; cd "$REPO"
@@ -55,9 +56,10 @@ for i in range(rounds):
 tps = [r["tokens_per_s"] for r in rows]
 json.dump({"load": vars(load), "rounds": rows, "spread": (max(tps) - min(tps)) / min(tps)}, open(out, "w"), indent=1)
 PY
-T0=$(date +%s)
+T0=$(date +%s); i=0; rm -rf "$W"/live*
 for s in $SERVERS; do
-  echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s server $s v$V l$L s$S"
+  i=$((i + 1))
+  echo "== $(date -u +%T) +$(( $(date +%s) - T0 ))s server $s ($i) v$V l$L s$S"
   case $s in
     nsys)
       timeout 330 python3 -m nvtx_annotate.profile_trace --nsys "$NSYS" -t cuda,nvtx --force \
@@ -71,15 +73,18 @@ for s in $SERVERS; do
         ls -la "$O"/server.sqlite.xz.part*
       fi ;;
     plain|live)
-      env=(SPECPROF_NVTX=1); [ "$s" = live ] && env+=(SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/live" SPECPROF_TIMING_FILE_S=10)
+      env=(SPECPROF_NVTX=1); [ "$s" = live ] && env+=(SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/live$i")
       env "${env[@]}" setsid "${SERVER[@]}" > "$W/$s.server.log" 2>&1 & pid=$!
       timeout 300 python3 "$W/rounds.py" "$W/$s.rounds.json" "$REQ" "$C" "$OLEN" "$PV" "$R" \
         || { echo "== $s: the load failed"; tail -20 "$W/$s.server.log"; }
       kill -INT -- "-$pid" 2>/dev/null; for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
       kill -KILL -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-      cp "$W/$s.rounds.json" "$O/" 2>/dev/null
-      [ "$s" = live ] && [ -d "$W/live" ] && tar -C "$W" -cJf "$O/live.tar.xz" live ;;
+      cp "$W/$s.rounds.json" "$O/$s$i.rounds.json" 2>/dev/null
+      if [ "$s" = live ]; then    # stopped as Ctrl-C stops it: the log's files complete (.parquet), none left .tmp
+        ls -la "$W/live$i"; python3 -m analyze.cli "$W/live$i" 2>&1 | head -14
+      fi ;;
     *) echo "unknown server $s" ;;
   esac
 done
+ls -d "$W"/live* >/dev/null 2>&1 && (cd "$W" && tar -cJf "$O/live.tar.xz" live*)
 echo "== done in $(( $(date +%s) - T0 ))s"; ls -la "$O"

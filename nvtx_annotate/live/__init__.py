@@ -221,18 +221,21 @@ def _at_exit() -> None:
             pass
 
 
-STOP_SIGNALS = ("SIGINT", "SIGTERM")
+STOP_SIGNALS = ("SIGINT",)
 STOP_WAIT_S = 2.0
 """How long a stop signal's handler waits for the sink's thread to complete the log file before the signal takes
 its course (the thread may need a lock the interrupted worker holds: then the wait runs out, nothing worse)."""
 
 
 def hook_stop_signals() -> list:
-    """On the main thread: SIGINT and SIGTERM first complete the live log file (:meth:`Sink.complete_soon`), then do
-    what they did (the handler found: Python's KeyboardInterrupt, the default's exit, another handler). SGLang's
-    server stops its schedulers with SIGKILL right after Ctrl-C (``kill_process_tree``): an exit hook never runs
-    there, and the open file (up to ``SPECPROF_TIMING_FILE_S`` of cycles) was left an unreadable ``.parquet.tmp``
-    (2026-12-06, a real server). A signal ignored stays ignored. Returns the signals hooked."""
+    """On the main thread: SIGINT first completes the live log file (:meth:`Sink.complete_soon`), then does what it
+    did (the handler found: Python's KeyboardInterrupt, or another). Ctrl-C in a terminal reaches every process of
+    the group, SGLang's schedulers included, and the server then stops them with SIGKILL (``kill_process_tree``): an
+    exit hook never runs there, and the open file (up to ``SPECPROF_TIMING_FILE_S`` of cycles) was left an unreadable
+    ``.parquet.tmp`` (2026-12-06, a real server). SIGINT already runs Python code (KeyboardInterrupt), so hooking it
+    changes no process's course; SIGTERM is left alone: a Python handler would make it wait for the main thread to
+    run Python again (a worker stuck in a collective would no longer die on ``kill``). A signal ignored stays ignored;
+    a handler installed later replaces this one. Returns the signals hooked."""
     import signal
     import threading
 
@@ -254,16 +257,22 @@ def hook_stop_signals() -> list:
     return hooked
 
 
+_in_stop: list = []
+
+
 def _stop_handler(num, previous):
     import signal
 
     def handler(signum, frame):
         live = _live
-        if live is not None and not live.closed:
+        if live is not None and not live.closed and not _in_stop:
+            _in_stop.append(True)   # a second signal inside this one goes straight on (no wait on a held lock)
             try:
                 live.sink.complete_soon(STOP_WAIT_S)
             except Exception:  # noqa: BLE001 - never stand between a signal and its course
                 pass
+            finally:
+                _in_stop.clear()
         if callable(previous):
             return previous(signum, frame)
         signal.signal(signum, signal.SIG_DFL)       # the default's course: the process ends by this signal

@@ -85,10 +85,10 @@ class Sink:
         """Ask the sink's thread to write what waits and complete the log file now (the process is about to be
         stopped: SGLang's server kills its schedulers with SIGKILL, which no exit hook outlives), and wait up to
         ``wait_s`` for it; never takes a lock the worker may hold. True when the file was completed in time."""
-        self._complete_now = True
         if self._thread is None or self._wake is None:
-            return False            # no thread (no row yet, or unthreaded): the next drain or close() does it
-        self._completed.clear()
+            return False            # no thread (no row yet, or unthreaded): nothing written to complete
+        self._completed.clear()     # before the flag: a drain taking the flag sets it after this
+        self._complete_now = True
         self._wake.set()
         return self._completed.wait(wait_s) if wait_s > 0 else False
 
@@ -119,6 +119,8 @@ class Sink:
 
     def _drain(self) -> int:
         log, metrics = self.outputs()
+        # taken before the rows: every row added before complete_soon() is in the file it completes
+        complete, self._complete_now = self._complete_now, False
         rows = self._rows
         batch = []
         make_row = self.make_row
@@ -171,8 +173,7 @@ class Sink:
                         log.complete_if_old()
             except Exception as exc:  # noqa: BLE001
                 self._failed("log", exc)
-        if self._complete_now:
-            self._complete_now = False
+        if complete:
             if log is not None:
                 try:
                     log.flush()
