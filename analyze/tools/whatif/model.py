@@ -1582,7 +1582,9 @@ def calibration_source_text(source: dict | None) -> str:
                 f"{source.get('period_ns', 0) / 1e9:,.3f} s of periods in {source.get('cycles')} steady decode cycles "
                 f"at batch {source.get('batch')} that the profiled process ran before nsys's capture window opened "
                 "(nsys attached, not collecting; the shim's clock marks): a steady rate, the rounds' tail is the "
-                "model's at every step count")
+                "model's at every step count; attached nsys is not free: such clocks read 0-11% below the unprofiled "
+                "rate on measured H100 runs, most on short host-bound cycles (--calibrate-tps with a figure measured "
+                "without nsys, where you have one)")
     if not source or source.get("kind") != "live_log":
         return "given"
     batch = f", batch {source['batch']}" if source.get("batch") is not None else ""
