@@ -182,3 +182,22 @@ def test_lines_of_several_ranks_or_none_steady_are_refused(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch",
                            "--calibrate-sglang-log", str(empty), "--boot", "0"], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 12 and proc.stderr.count("\n") == 1 and "--log-level info" in proc.stderr, proc.stderr
+
+
+@need
+def test_without_batch_the_log_is_read_at_the_one_size_the_load_visits():
+    """The rule advise and whatif's modelled batch use (per_batch.visited_batches): a profile of 300 cycles at 16 and
+    25 at 8 (a drain: 20+ cycles but under 10%) is read at 16; before, the log's own "20+ cycles" rule saw two sizes
+    and asked for --batch."""
+    import pandas as pd
+
+    from analyze.tools import sides as S
+    from analyze.tools.whatif.command import sglang_log_calibration
+
+    requests = (16,) * 300 + (8,) * 25
+    cycles = pd.DataFrame({"rank": 0, "cycle": range(1, len(requests) + 1), "period_ns": 4_000_000,
+                           "requests": pd.array(requests, dtype="Int64"),
+                           "tokens": pd.array([24] * len(requests), dtype="Int64")})
+    side = S.Side("p.sqlite", cycles, pd.DataFrame(), [])
+    steps, tps, source = sglang_log_calibration(LOG, [side], [3], None)
+    assert steps == 3 and source["batch"] == 16 and tps > 0

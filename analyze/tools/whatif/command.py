@@ -412,21 +412,20 @@ def _seen(lines) -> str:
 def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, dict]:
     """(step count, tokens/s, source) for ``--calibrate-sglang-log PATH``: the median ``gen throughput`` of
     SGLang's steady ``Decode batch`` lines at ``batch`` running requests (None: the one batch size the
-    profiles ran in 20 cycles or more), at the profiles' one step count."""
+    profiles' load visits, :func:`per_batch.visited_batches`), at the profiles' one step count."""
     from analyze.read.inputs import display_path
     from analyze.tools.whatif import per_batch as PB
 
     steps = _sglang_log_steps(sides, ks)
     if batch is None:
-        counts = PB.batch_counts(sides)
-        sizes = [int(m) for m, n in counts.items() if m >= 1 and n >= MIN_CYCLES]
+        sizes = [int(m) for m in PB.visited_batches(sides).index if m >= 1]
         if not sizes:
             raise UnsuitableInput(f"--calibrate-sglang-log: no batch size in the profile's decode cycles (no accept "
                                   "marks?): nothing to match the log's lines to", path)
         if len(sizes) > 1:
             raise UsageError(f"--calibrate-sglang-log: the profile ran batch sizes {sizes[:8]}"
-                             f"{'...' if len(sizes) > 8 else ''} (each in {MIN_CYCLES}+ cycles): give --batch M (the "
-                             "log's lines of M running requests)")
+                             f"{'...' if len(sizes) > 8 else ''} (each in {MIN_CYCLES}+ cycles and "
+                             f"{PB.VISITED_SHARE:.0%} of them): give --batch M (the log's lines of M running requests)")
         batch = sizes[0]
     lines = _sglang_log(path, steps)
     got = _sglang_log_rate(lines, path, int(batch), steps)
