@@ -74,7 +74,10 @@ for s in $SERVERS; do
       fi ;;
     plain|live)
       env=(SPECPROF_NVTX=1); [ "$s" = live ] && env+=(SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/live$i")
-      env "${env[@]}" setsid "${SERVER[@]}" > "$W/$s.server.log" 2>&1 & pid=$!
+      # a background job of this non-interactive shell would ignore SIGINT, and so would the schedulers it spawns
+      # (Ctrl-C never reaches them; SGLang then SIGKILLs them): SIGINT restored to its default, as a terminal has it
+      env "${env[@]}" setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
+        "${SERVER[@]}" > "$W/$s.server.log" 2>&1 & pid=$!
       timeout 300 python3 "$W/rounds.py" "$W/$s.rounds.json" "$REQ" "$C" "$OLEN" "$PV" "$R" \
         || { echo "== $s: the load failed"; tail -20 "$W/$s.server.log"; }
       kill -INT -- "-$pid" 2>/dev/null; for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done

@@ -21,7 +21,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
-import os, sys, time
+import os, signal, sys, time
+# as a process started from a terminal: pytest-xdist's workers ignore SIGINT, and a child inherits that (as a
+# background job of a non-interactive shell does: `server &` in a script never sees Ctrl-C)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [sys.argv[2], os.path.join(sys.argv[2], "tests")]
 os.environ.update(SPECPROF_TIMING="1", SPECPROF_TIMING_DIR=sys.argv[1], SPECPROF_TIMING_FILE_S="3600")
 from nvtx_annotate import live
@@ -74,6 +77,7 @@ def test_an_ignored_signal_stays_ignored_and_other_threads_hook_nothing():
     from nvtx_annotate import live
 
     code = ("import signal, threading, sys; sys.path.insert(0, sys.argv[1]);"
+            "signal.signal(signal.SIGINT, signal.default_int_handler);"
             "from nvtx_annotate import live; print(live.hook_stop_signals());"
             "r = []; t = threading.Thread(target=lambda: r.append(live.hook_stop_signals())); t.start(); t.join();"
             "print(r[0]); signal.signal(signal.SIGINT, signal.SIG_IGN); print(live.hook_stop_signals());"
