@@ -34,8 +34,8 @@ rows = _rows(30)
 for r in rows:
     lv.sink.add(r)
 time.sleep(1.6)                      # the sink's thread drains them into the log's buffer (not yet written)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)       # inside: the signal may come as soon as the parent reads it
     time.sleep(30)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
