@@ -105,7 +105,7 @@ def test_a_second_signal_inside_the_handler_goes_straight_on(monkeypatch):
     calls = []
     fake = SimpleNamespace(closed=False, sink=SimpleNamespace(complete_soon=lambda w: calls.append(w)))
     monkeypatch.setattr(live, "_live", fake)
-    handler = live._stop_handler(signal.SIGINT, lambda signum, frame: "previous")
+    handler = live._stop_handler(lambda signum, frame: "previous")
     assert handler(signal.SIGINT, None) == "previous" and calls == [live.STOP_WAIT_S]
     monkeypatch.setattr(live, "_in_stop", [True])
     assert handler(signal.SIGINT, None) == "previous" and calls == [live.STOP_WAIT_S]

@@ -88,7 +88,7 @@ def find_reports(path: str | os.PathLike) -> list[Path]:
         raise MissingInput(
             f"{p}: holds only {len(unfinished)} unfinished live timing log file(s) (*.parquet.tmp): their process "
             "ended before completing them (killed with SIGKILL, or still running); a Parquet file without its footer "
-            "cannot be read. The shim completes its file on SIGINT/SIGTERM and after 5 s idle: stop the server with "
+            "cannot be read. The shim completes its file on SIGINT (Ctrl-C) and after 5 s idle: stop the server with "
             "Ctrl-C, or wait (docs/live.md)", p)
     raise MissingInput(f"{p}: directory holds no .sqlite report (nor an nsys parquetdir export or a specprof live "
                        "timing log: *.parquet)", p)

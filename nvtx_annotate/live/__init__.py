@@ -250,7 +250,7 @@ def hook_stop_signals() -> list:
             previous = signal.getsignal(num)
             if previous in (signal.SIG_IGN, None):
                 continue
-            signal.signal(num, _stop_handler(num, previous))
+            signal.signal(num, _stop_handler(previous))
             hooked.append(name)
         except (ValueError, OSError, RuntimeError):  # pragma: no cover - not allowed here: the exit hook stays
             continue
@@ -260,7 +260,7 @@ def hook_stop_signals() -> list:
 _in_stop: list = []
 
 
-def _stop_handler(num, previous):
+def _stop_handler(previous):
     import signal
 
     def handler(signum, frame):

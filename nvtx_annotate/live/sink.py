@@ -162,26 +162,20 @@ class Sink:
                     self._idle_since = None
                 elif self._idle_since is None:
                     self._idle_since = now
-                idle = self._idle_since is not None and now - self._idle_since >= self.idle_complete_s
-                if log.buffered() and (idle or now - self._last_write >= self.flush_s):
+                # idle, or asked (complete_soon): what was written is made readable now (module doc)
+                finish = complete or (self._idle_since is not None and now - self._idle_since >= self.idle_complete_s)
+                if log.buffered() and (finish or now - self._last_write >= self.flush_s):
                     log.flush()
                 if not log.buffered():
                     self._last_write = now
-                    if idle:
-                        log.complete()         # idle: what was written is readable now (module doc)
+                    if finish:
+                        log.complete()
                     else:
                         log.complete_if_old()
             except Exception as exc:  # noqa: BLE001
                 self._failed("log", exc)
-        if complete:
-            if log is not None:
-                try:
-                    log.flush()
-                    log.complete()
-                except Exception as exc:  # noqa: BLE001
-                    self._failed("log", exc)
-            if self._completed is not None:
-                self._completed.set()
+        if complete and self._completed is not None:
+            self._completed.set()
         if self.detail is not None:
             try:
                 self.detail()

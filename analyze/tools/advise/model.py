@@ -113,7 +113,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     from analyze.tools.whatif import per_batch as PB
 
     side = whatif_side(analysis)
-    visited = PB.visited_batches(side)
+    visited = PB.visited_batches([side])
     modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps)
     per_batch_cal, clock_used = None, {}
     if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled

@@ -475,7 +475,7 @@ def clock_calibration(sides: list, ks, cal_k, batch):
         return cal_k, None, None, batch
     m = batch
     if m is None:
-        sizes = [int(x) for x in PB.visited_batches(sides[0]).index if x >= 1]
+        sizes = [int(x) for x in PB.visited_batches(sides).index if x >= 1]
         if len(sizes) != 1:
             return cal_k, None, None, batch
         m = sizes[0]
@@ -575,7 +575,7 @@ def main_whatif(argv: list[str]) -> int:
                 args.calibrate_live or args.calibrate_sglang_log or args.measured):
             from analyze.tools.whatif import per_batch as PB
 
-            visited = PB.visited_batches(sides[0])
+            visited = PB.visited_batches(sides)
             batch = PB.modelled_batch(visited, None, args.baseline_tps, cal_x)
             chosen = (batch, len(visited)) if batch is not None else None
         if args.calibrate_live:

@@ -64,11 +64,11 @@ VISITED_SHARE = 0.10
 last requests of a batch of 8 finish is no bucket of its own)."""
 
 
-def visited_batches(side) -> pd.Series:
-    """Steady decode cycles per batch size the profile's load *visits* (enough cycles, and at least
-    :data:`VISITED_SHARE` of them), indexed by batch size (:func:`batch_counts`); ``side`` may be a list of
-    profiles (their cycles counted together)."""
-    counts = batch_counts(list(side) if isinstance(side, (list, tuple)) else [side])
+def visited_batches(profiles: list) -> pd.Series:
+    """Steady decode cycles per batch size the profiles' load *visits* (enough cycles, and at least
+    :data:`VISITED_SHARE` of them; the profiles' cycles counted together), indexed by batch size
+    (:func:`batch_counts`)."""
+    counts = batch_counts(profiles)
     return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
 
 
