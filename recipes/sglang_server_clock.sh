@@ -5,7 +5,8 @@
 # inside the window. The same server command then runs twice without nsys, in the same call:
 #   plain  the shim loaded, nothing on: the client's tokens/s per round (the truth a user sees)
 #   live   the timing mode on (SPECPROF_TIMING=1): every decode cycle's period, unprofiled, per batch size:
-#          what the clock marks claim to be (costs ~1-3% itself: docs/live.md)
+#          what the clock marks claim to be (costs ~1-3% itself: docs/live.md); stopped with SIGINT to its group
+#   liveterm  the same, stopped with SIGTERM to the server's main process only (`kill PID`, `docker stop`)
 #
 #   device: carry [".sglreal", ".device-kit"] (park the fixtures first: recipes/device_tree.sh), command:
 #     CONFIG=8:32 STEPS=3 bash recipes/sglang_server_clock.sh
@@ -72,18 +73,19 @@ for s in $SERVERS; do
         xz -T0 -9 -c "$W/server.sqlite" | split -b 12M -d -a 1 - "$O/server.sqlite.xz.part"
         ls -la "$O"/server.sqlite.xz.part*
       fi ;;
-    plain|live)
-      env=(SPECPROF_NVTX=1); [ "$s" = live ] && env+=(SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/live$i")
+    plain|live|liveterm)
+      env=(SPECPROF_NVTX=1); [ "$s" != plain ] && env+=(SPECPROF_TIMING=1 SPECPROF_TIMING_DIR="$W/live$i")
       # a background job of this non-interactive shell would ignore SIGINT, and so would the schedulers it spawns
       # (Ctrl-C never reaches them; SGLang then SIGKILLs them): SIGINT restored to its default, as a terminal has it
       env "${env[@]}" setsid python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])' \
         "${SERVER[@]}" > "$W/$s.server.log" 2>&1 & pid=$!
       timeout 300 python3 "$W/rounds.py" "$W/$s.rounds.json" "$REQ" "$C" "$OLEN" "$PV" "$R" \
         || { echo "== $s: the load failed"; tail -20 "$W/$s.server.log"; }
-      kill -INT -- "-$pid" 2>/dev/null; for i in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+      if [ "$s" = liveterm ]; then kill -TERM "$pid"; else kill -INT -- "-$pid"; fi 2>/dev/null; for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
       kill -KILL -- "-$pid" 2>/dev/null; wait "$pid" 2>/dev/null
       cp "$W/$s.rounds.json" "$O/$s$i.rounds.json" 2>/dev/null
-      if [ "$s" = live ]; then    # stopped as Ctrl-C stops it: the log's files complete (.parquet), none left .tmp
+      if [ "$s" != plain ]; then  # live: stopped as Ctrl-C stops it (every file complete, .parquet); liveterm: as
+                                  # `kill PID` or `docker stop` does (the open file left .arrows, read to its last batch)
         ls -la "$W/live$i"; python3 -m analyze.cli "$W/live$i" 2>&1 | head -14
       fi ;;
     *) echo "unknown server $s" ;;

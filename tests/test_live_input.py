@@ -635,3 +635,64 @@ def test_a_log_written_with_the_events_off_is_refused_by_whatif(tmp_path):
     w.close()
     with pytest.raises(ValueError, match="no phase times"):
         W.whatif(sides.load_side(str(tmp_path)), range(1, 6), n_boot=0)
+
+
+# ------------------------------------------------------------------ open files (a process killed mid-file)
+def _open_log(directory, values, rank=0, pid=100, flush_every=7):
+    """A log left as a SIGKILLed process leaves it: batches of ``flush_every`` rows written to the open stream,
+    never completed."""
+    w = LogWriter(str(directory), rank, pid, spec_config=P.SpecConfig("EAGLE", 3, 1, 4, 2, True, 8),
+                  row_group_rows=flush_every)
+    for r in timed_rows(values, rank, pid, 3, 1):
+        w.add(r)
+    return w
+
+
+def test_an_open_file_reads_as_its_completed_twin(tmp_path):
+    """The stream a killed process leaves gives the cycles its complete file would (whole batches), with a note."""
+    vals = cycle_values(30, seed=3)
+    w = _open_log(tmp_path / "open", vals)
+    assert w.buffered() == 30 % 7 and [p.suffix for p in (tmp_path / "open").iterdir()] == [".arrows"]
+    done = _open_log(tmp_path / "done", vals)
+    done.close()
+    opened, closed = analyze.load(tmp_path / "open"), analyze.load(tmp_path / "done")
+    n = 30 - 30 % 7                                    # the rows still buffered were never written
+    assert len(opened.cycles) == n and len(closed.cycles) == 30
+    cols = ["cycle", "start_ns", "end_ns", "draft_ns", "verify_ns", "accepted_tokens"]
+    pd.testing.assert_frame_equal(opened.cycles[cols].iloc[:n - 1].reset_index(drop=True),
+                                  closed.cycles[cols].iloc[:n - 1].reset_index(drop=True))
+    note = [x for x in opened.notes if x.code == N.LIVE_LOG_OPEN_FILES]
+    assert len(note) == 1 and note[0].count == 1 and f"{n} cycles read" in note[0].message
+    assert "1 end(s) cut off" in note[0].message       # no end marker: never closed
+    assert not [x for x in closed.notes if x.code == N.LIVE_LOG_OPEN_FILES]
+
+
+def test_a_stream_cut_inside_a_batch_keeps_the_whole_batches_before_it(tmp_path):
+    from analyze.read import live_log
+
+    _open_log(tmp_path, cycle_values(30, seed=4))
+    f = next(tmp_path.glob("*.arrows"))
+    whole = live_log.read_log(f)
+    assert len(whole.frame) == 28 and whole.open and whole.cut
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) - 100])             # the last batch's body cut short
+    cut = live_log.read_log(f)
+    assert len(cut.frame) == 21 and cut.cut
+    assert cut.frame["cycle"].tolist() == whole.frame["cycle"].tolist()[:21]
+
+
+def test_a_stream_beside_its_completed_parquet_is_not_read_twice(tmp_path):
+    """Killed between the Parquet file's rename and the stream's removal: the same rows twice; the Parquet is read."""
+    import shutil
+
+    from analyze.read import live_log
+
+    w = _open_log(tmp_path, cycle_values(14, seed=5))
+    stream = next(tmp_path.glob("*.arrows"))
+    shutil.copy(stream, tmp_path / "kept")
+    w.close()
+    shutil.move(tmp_path / "kept", stream)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".arrows", ".parquet"]
+    assert [p.suffix for p in live_log.log_files(tmp_path)] == [".parquet"]
+    a = analyze.load(tmp_path)
+    assert len(a.cycles) == 14 and not [x for x in a.notes if x.code == N.LIVE_LOG_OPEN_FILES]

@@ -1,7 +1,8 @@
 """The live log survives a server's stop (issue 43, "nothing lost"): SGLang's server answers Ctrl-C by killing its
 schedulers with SIGKILL (``kill_process_tree``), so no exit hook runs in them, and the open log file (up to
 ``SPECPROF_TIMING_FILE_S`` of cycles) was left an unreadable ``.parquet.tmp`` (a real server, 2026-12-06,
-recipes/sglang_server_clock.sh: the whole log lost). SIGINT (Ctrl-C reaches the whole group) now completes the file
+recipes/sglang_server_clock.sh: the whole log lost). The open file is now an Arrow stream written every
+``SPECPROF_TIMING_FLUSH_S`` (what a SIGKILL leaves is read to its last whole batch). SIGINT (Ctrl-C reaches the whole group) now completes the file
 first, then takes its
 course (SIGTERM is left alone: a Python handler would make it wait for the main thread to run Python again). Each
 case runs in a fresh interpreter: the timing mode on, rows handed to its sink, then the signal; the
@@ -26,14 +27,15 @@ import os, signal, sys, time
 # background job of a non-interactive shell does: `server &` in a script never sees Ctrl-C)
 signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [sys.argv[2], os.path.join(sys.argv[2], "tests")]
-os.environ.update(SPECPROF_TIMING="1", SPECPROF_TIMING_DIR=sys.argv[1], SPECPROF_TIMING_FILE_S="3600")
+os.environ.update(SPECPROF_TIMING="1", SPECPROF_TIMING_DIR=sys.argv[1], SPECPROF_TIMING_FILE_S="3600",
+                  SPECPROF_TIMING_FLUSH_S=sys.argv[3])
 from nvtx_annotate import live
 from test_live_timing import _rows
 lv = live.enable(events=None)
 rows = _rows(30)
 for r in rows:
     lv.sink.add(r)
-time.sleep(1.6)                      # the sink's thread drains them into the log's buffer (not yet written)
+time.sleep(float(sys.argv[4]))       # the sink's thread drains them into the log's buffer (written after FLUSH_S)
 try:
     print("ready", flush=True)       # inside: the signal may come as soon as the parent reads it
     time.sleep(30)
@@ -44,11 +46,11 @@ os._exit(3)
 """
 
 
-def run_child(tmp_path, sig, hooked=True):
+def run_child(tmp_path, sig, hooked=True, flush_s=3600, wait_s=1.6):
     code = CHILD if hooked else CHILD.replace("from nvtx_annotate import live\n",
                                               "from nvtx_annotate import live\nlive.hook_stop_signals = lambda: []\n")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(REPO)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(REPO), str(flush_s), str(wait_s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -65,12 +67,34 @@ def test_ctrl_c_completes_the_log_before_it_takes_its_course(tmp_path):
     assert t.num_rows == 30 and t.column("cycle").to_pylist() == list(range(1, 31))
 
 
-def test_without_the_hook_the_killed_process_leaves_an_unreadable_file(tmp_path):
-    """The case the hook is for: the same child without it loses every row (buffered, or in a file without its
-    footer: at most a ``.parquet.tmp`` nothing can read)."""
+def test_without_the_hook_the_killed_process_loses_the_rows_not_yet_written(tmp_path):
+    """The case the hook is for: the same child without it, its rows drained but not yet written (a flush an hour
+    away), loses every one of them."""
     code, _, err = run_child(tmp_path, signal.SIGINT, hooked=False)
     assert code == 7, err
-    assert not list(tmp_path.glob("*.parquet")) and len(list(tmp_path.glob("*.parquet.tmp"))) <= 1
+    assert not list(tmp_path.glob("*.parquet")) and not list(tmp_path.glob("*.arrows"))
+
+
+def test_a_sigkilled_process_leaves_its_written_batches_readable(tmp_path):
+    """``kill PID`` or ``docker stop`` reaches the server's main process only, which then SIGKILLs its schedulers:
+    no hook runs in them. What the log wrote (a batch every FLUSH_S) stays readable from the open stream:
+    analyze-trace reads its 30 cycles and says the file was not completed."""
+    import json
+
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(REPO), "1", "3.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert not list(tmp_path.glob("*.parquet")) and len(list(tmp_path.glob("*.arrows"))) == 1
+    out = subprocess.run([sys.executable, "-m", "analyze.cli", str(tmp_path), "--json", "-"], capture_output=True,
+                         text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert len(doc["cycles"]) == 30
+    note = [n for n in doc["notes"] if n["code"] == "live_log_open_files"]
+    assert len(note) == 1 and note[0]["count"] == 1 and "30 cycles read" in note[0]["message"]
+    assert "1 end(s) cut off" in note[0]["message"]         # no end marker: its writer never closed it
 
 
 def test_an_ignored_signal_stays_ignored_and_other_threads_hook_nothing():

@@ -616,7 +616,7 @@ def test_log_completes_a_file_by_age_so_readers_see_fresh_cycles(tmp_path):
     w = LogWriter(str(tmp_path), 0, 1, row_group_rows=10, max_bytes=1 << 30, max_age_s=60, clock=lambda: now[0])
     for r in rows[:10]:
         w.add(r)                      # opened at 1000 s, one row group, 0 s old: stays open
-    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.parquet.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r0-p1-00001.arrows"]
     now[0] = 1059.0
     for r in rows[10:20]:
         w.add(r)                      # 59 s old: still open
@@ -644,7 +644,7 @@ def test_log_file_is_written_under_a_temporary_name_until_complete(tmp_path):
     w = LogWriter(str(tmp_path), rank=2, pid=7, row_group_rows=2, max_bytes=1 << 30)
     for r in rows:
         w.add(r)
-    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet.tmp"]
+    assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.arrows"]
     w.close()
     assert [p.name for p in tmp_path.iterdir()] == ["specprof_live-r2-p7-00001.parquet"]
     f = pq.ParquetFile(tmp_path / "specprof_live-r2-p7-00001.parquet")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -44,18 +45,30 @@ REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns
 """The log's per-phase graph-replay times (optional columns; nvtx_annotate/live/events.py)."""
 
 
+SUFFIX, OPEN_SUFFIX = ".parquet", ".arrows"
+"""A complete log file (Parquet) and an open one (an Arrow IPC stream: a process still writing it, or one
+stopped without completing it, e.g. by SIGKILL; nvtx_annotate/live/log.py)."""
+
+
 def log_files(path) -> list[Path]:
-    """The complete log files at ``path`` (a file, or a directory: its ``*.parquet``, not the
-    ``.parquet.tmp`` of a file still being written), sorted by name."""
+    """The log files at ``path`` (a file, or a directory: its ``*.parquet`` and each ``*.arrows`` without a
+    ``.parquet`` of its name, not the ``.parquet.tmp`` of a file being completed), sorted by name."""
     p = Path(path)
     if p.is_file():
         return [p]
     if p.is_dir():
-        files = sorted(f for f in p.glob("*.parquet") if f.is_file())
+        done = {f.name[: -len(SUFFIX)] for f in p.glob("*" + SUFFIX) if f.is_file()}
+        files = sorted(f for f in p.iterdir() if f.is_file() and (
+            f.name.endswith(SUFFIX) or f.name.endswith(OPEN_SUFFIX) and f.name[: -len(OPEN_SUFFIX)] not in done))
         if not files:
-            raise MissingInput(f"{p}: no timing log (*.parquet) in this directory", path=p)
+            raise MissingInput(f"{p}: no timing log (*.parquet, *.arrows) in this directory", path=p)
         return files
     raise MissingInput(f"{p}: no such file or directory", path=p)
+
+
+def is_open_file(path) -> bool:
+    """An open log file (the stream a process writes until it completes the file)."""
+    return Path(path).name.endswith(OPEN_SUFFIX)
 
 
 def schema_problems(schema) -> list[str]:
@@ -115,9 +128,50 @@ def _schema(path):
     import pyarrow.parquet as pq
 
     try:
+        if is_open_file(path):
+            with pa.OSFile(str(path), "rb") as f:
+                return pa.ipc.open_stream(f).schema
         return pq.read_schema(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
+        raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
+
+
+def _format(path) -> str:
+    return "Arrow IPC stream" if is_open_file(path) else "Parquet file"
+
+
+def read_stream(path):
+    """An open log file's whole batches: (table, cut): ``cut`` when the stream ends inside a batch or without
+    its end marker (its process killed mid-write, or still writing); the batches before it are whole."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as f:
+        reader = pa.ipc.open_stream(f)
+        batches, cut = [], False
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, OSError):
+                cut = True
+                break
+        if not cut:      # a stream its writer closed ends with an end marker; a killed writer's ends short
+            cut = f.tell() < f.size() or not _ended(path)
+        return pa.Table.from_batches(batches, reader.schema), cut
+
+
+_END_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+def _ended(path) -> bool:
+    """Whether a stream file ends with Arrow's end-of-stream marker (its writer closed it)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        if f.tell() < len(_END_MARKER):
+            return False
+        f.seek(-len(_END_MARKER), 2)
+        return f.read() == _END_MARKER
 
 
 def _first_line(exc) -> str:
@@ -125,19 +179,35 @@ def _first_line(exc) -> str:
     return text[0] if text else type(exc).__name__
 
 
+class LogRead(NamedTuple):
+    """One log file as read: its rows, whether it is an open file (a stream) and whether that ends cut off."""
+    frame: pd.DataFrame
+    open: bool
+    cut: bool
+
+
 def read_log_file(path) -> pd.DataFrame:
-    """One validated log file as written (its columns, nullable Int64)."""
+    """One validated log file's rows as written (its columns, nullable Int64)."""
+    return read_log(path).frame
+
+
+def read_log(path) -> LogRead:
+    """One validated log file (:class:`LogRead`; an open file's whole batches)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     problems = schema_problems(_schema(path))
     if problems:
         raise UnsuitableInput(f"{path}: not a specprof timing log: " + "; ".join(problems), path=path)
+    opened, cut = is_open_file(path), False
     try:
-        table = pq.read_table(path)
+        if opened:
+            table, cut = read_stream(path)
+        else:
+            table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
-    return table.to_pandas(types_mapper=_nullable)
+        raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
+    return LogRead(table.to_pandas(types_mapper=_nullable), opened, cut)
 
 
 def _nullable(arrow_type):

@@ -85,8 +85,8 @@ def is_live_path(path) -> bool:
     return False
 
 
-def live_log_suffix() -> str:
-    return ".parquet"
+def live_log_suffix() -> tuple[str, str]:
+    return (live_log.SUFFIX, live_log.OPEN_SUFFIX)
 
 
 def live_paths(paths) -> list[str] | None:
@@ -110,9 +110,10 @@ def read_raw(paths) -> tuple[pd.DataFrame, list[dict]]:
     frames, metas = [], []
     for path in paths:
         for f in live_log.log_files(path):
-            raw = live_log.read_log_file(f)
-            frames.append(raw.assign(input=display_path(path)))
-            metas.append(dict(live_log.file_metadata(f), path=display_path(f), input=display_path(path)))
+            read = live_log.read_log(f)
+            frames.append(read.frame.assign(input=display_path(path)))
+            metas.append(dict(live_log.file_metadata(f), path=display_path(f), input=display_path(path),
+                              open=read.open, cut=read.cut, rows=len(read.frame)))
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], metas
 
 
@@ -265,6 +266,20 @@ def set_aside_notes(counts: dict) -> list[Note]:
     return out
 
 
+def open_file_notes(metas: list[dict]) -> list[Note]:
+    """A note on the open files read (streams: their process still writing them, or stopped without completing
+    them, e.g. by SGLang's SIGKILL): their whole batches were read; a cut-off last batch is not."""
+    opened = [m for m in metas if m.get("open")]
+    if not opened:
+        return []
+    cut = sum(bool(m.get("cut")) for m in opened)
+    rows = sum(int(m.get("rows", 0)) for m in opened)
+    return [Note(N.LIVE_LOG_OPEN_FILES, f"{len(opened)} log file(s) not completed (*.arrows: their process still "
+                 f"running, or stopped without completing them, e.g. by SIGKILL): {rows} cycles read from their whole "
+                 f"batches; {cut} end(s) cut off, without the writer's end marker (the cycles of the last second or "
+                 "two before such an end, written or not, are missing)", len(opened))]
+
+
 def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:
     """What the analysis of a live log says about itself (structured notes)."""
     out = [Note(N.LIVE_LOG_NO_KERNELS, "a live timing log (docs/live.md): no kernels and no NVTX ranges, so the "
@@ -299,7 +314,7 @@ def live_analysis(frame: pd.DataFrame, metas: list[dict], inputs: list[str],
     config = live_config()
     cycles = cycle_table(frame, config)
     ranks = ranks_table(metas)
-    notes = set_aside_notes(set_aside or {}) + live_notes(frame, cycles)
+    notes = set_aside_notes(set_aside or {}) + open_file_notes(metas) + live_notes(frame, cycles)
     by_input = {}
     for m in metas:
         by_input.setdefault(m["input"], []).append(m)

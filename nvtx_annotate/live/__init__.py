@@ -21,6 +21,7 @@ ENV_LOG = "SPECPROF_TIMING_LOG"
 ENV_MAX_BYTES = "SPECPROF_TIMING_MAX_BYTES"
 ENV_MAX_FILES = "SPECPROF_TIMING_MAX_FILES"
 ENV_FILE_S = "SPECPROF_TIMING_FILE_S"
+ENV_FLUSH_S = "SPECPROF_TIMING_FLUSH_S"
 ENV_ROW_GROUP = "SPECPROF_TIMING_ROW_GROUP"
 ENV_RING = "SPECPROF_TIMING_RING"
 ENV_ALLREDUCE = "SPECPROF_TIMING_ALLREDUCE"
@@ -37,12 +38,13 @@ Settings = namedtuple("Settings", "directory log max_bytes max_files row_group_r
 Settings.__doc__ = "The timing mode's settings (see :func:`settings_from_env` and docs/live.md)."
 
 # a file completed every minute (readers see complete files only), 240 kept: 4 hours a process, ~30 bytes a cycle;
+# what waits written to the open file every second (a SIGKILL loses the last second or two: nvtx_annotate/live/log.py);
 # CUDA events in one cycle of 41: a timed cycle's period is 7-12% longer than an untimed one's on real SGLang
 # (H100 / H200, 2026-12-06, the log's own timing_cost: +220-500 us at 3.2-4.1 ms cycles), so one in 17 cost
 # 0.4-0.7% of tokens/s and one in 41 costs 0.17-0.3%; a prime, so that work SGLang does every N decode batches
 # (its decode log every 40) falls on the timed cycles no more often than on the others
 DEFAULTS = Settings(directory="specprof_live", log=True, max_bytes=64 << 20, max_files=240, row_group_rows=1024,
-                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=30.0, file_s=60, sample_every=41)
+                    ring_size=256, time_allreduce=True, metrics_port=None, flush_s=1, file_s=60, sample_every=41)
 
 _OFF = ("", "0", "false", "False", "no", "off")
 
@@ -78,7 +80,7 @@ def settings_from_env(environ=None) -> tuple[Settings, list[str]]:
         ring_size=whole(ENV_RING, DEFAULTS.ring_size, 1),
         time_allreduce=env.get(ENV_ALLREDUCE, "1") not in _OFF,
         metrics_port=whole(ENV_PORT, None, 1),
-        flush_s=DEFAULTS.flush_s,
+        flush_s=whole(ENV_FLUSH_S, DEFAULTS.flush_s, 1),
         file_s=whole(ENV_FILE_S, DEFAULTS.file_s, 1),
         pause_file=env.get(ENV_PAUSE_FILE) or None,
         events=env.get(ENV_EVENTS, "1") not in _OFF,

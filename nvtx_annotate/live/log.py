@@ -1,9 +1,14 @@
-"""The per-cycle timing log of one process: Parquet files written in row groups, rotated by size.
+"""The per-cycle timing log of one process: Parquet files, rotated by size and age.
 
-A file is written under a temporary name (``<name>.parquet.tmp``) and renamed to ``<name>.parquet``
-once its footer is written (rotation or close): a ``.parquet`` file is always complete. After each
-rotation only the newest ``max_files`` complete files of this process are kept. pyarrow is imported
-when the first row group is written. Schema and metadata: docs/live.md (``SCHEMA_VERSION``).
+The open file is an Arrow IPC stream (``<name>.arrows``): each flush appends one record batch, written to
+the file at once (no buffer in this process), so a process killed with SIGKILL (SGLang's way of ending its
+schedulers) leaves every batch but a cut-off last one readable: ``analyze-trace`` reads such a file's
+complete batches and says so. At completion (rotation, close, an idle server) the stream becomes
+``<name>.parquet`` (written as ``<name>.parquet.tmp``, renamed once its footer is written, then the stream
+removed): a ``.parquet`` file is always complete, and a ``.parquet`` beside a ``.arrows`` of the same name
+is the same rows. After each completion only the newest ``max_files`` complete files of this process are
+kept. pyarrow is imported when the first batch is written. Schema and metadata: docs/live.md
+(``SCHEMA_VERSION``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,10 @@ INT32_FIELDS = ("rank", "pid", "steps", "timed")
 STRING_FIELDS = ("accept_lens",)
 NON_NULL_FIELDS = ("rank", "pid", "cycle", "host_start_ns", "host_end_ns")
 SUFFIX = ".parquet"
+OPEN_SUFFIX = ".arrows"
+"""The open file: an Arrow IPC stream (Arrow's name for the stream format's files)."""
 TMP_SUFFIX = ".parquet.tmp"
+"""A Parquet file being written from a completed stream (renamed to ``.parquet`` once whole)."""
 
 
 def arrow_schema(metadata: dict[str, str] | None = None):
@@ -61,11 +69,12 @@ def file_stem(rank: int, pid: int, seq: int) -> str:
 
 
 class LogWriter:
-    """Rows in, Parquet row groups out: :meth:`add` buffers, every ``row_group_rows`` rows (or at
-    :meth:`flush`) one row group is written; past ``max_bytes``, or once the file is ``max_age_s``
-    old, the file is completed (readers see complete files only: a reader of the log, the trigger,
-    gets fresh cycles every ``max_age_s`` whatever the cycle rate) and a new one opened at the next
-    write. Not thread-safe: one thread (the sink's) calls it. ``clock``: seconds (tests)."""
+    """Rows in, record batches out: :meth:`add` buffers, every ``row_group_rows`` rows (or at
+    :meth:`flush`) one batch is appended to the open stream; past ``max_bytes`` (the open stream's
+    bytes), or once the file is ``max_age_s`` old, the file is completed (as Parquet, batches put together
+    into row groups of ``row_group_rows`` or more: a reader of complete files, the trigger, gets fresh
+    cycles every ``max_age_s`` whatever the cycle rate) and a new one opened at the next write. Not
+    thread-safe: one thread (the sink's) calls it. ``clock``: seconds (tests)."""
 
     def __init__(self, directory: str, rank: int, pid: int, spec_config=None, row_group_rows: int = 1024,
                  max_bytes: int = 64 << 20, max_files: int = 240, compression: str = "zstd",
@@ -78,7 +87,7 @@ class LogWriter:
             row_group_rows, max_bytes, max_files, compression)
         self._rows: list[dict] = []
         self._writer = self._out = None
-        self._tmp = self._final = None
+        self._open_path = self._final = self._schema = None
         self._seq = 0
         self.completed: list[str] = []  # this process's complete files, oldest first
         self.deleted: list[str] = []
@@ -93,7 +102,8 @@ class LogWriter:
         return len(self._rows)
 
     def flush(self) -> None:
-        """Write the buffered rows as one row group (nothing when none); rotate past ``max_bytes``."""
+        """Append the buffered rows to the open stream as one batch (nothing when none); complete the file
+        past ``max_bytes`` or ``max_age_s``."""
         if not self._rows:
             return
         import pyarrow as pa
@@ -104,8 +114,7 @@ class LogWriter:
             cols = dict(zip(LOG_FIELDS, map(list, zip(*map(_ROW_VALUES, self._rows)))))
         except KeyError:
             cols = {name: [r.get(name) for r in self._rows] for name in LOG_FIELDS}
-        table = pa.Table.from_pydict(cols, schema=self._writer.schema)
-        self._writer.write_table(table, row_group_size=len(self._rows))
+        self._writer.write_table(pa.Table.from_pydict(cols, schema=self._schema))
         self._rows = []
         self.row_groups += 1
         if self.bytes_written() >= self.max_bytes or self._clock() - self._opened_s >= self.max_age_s:
@@ -125,7 +134,8 @@ class LogWriter:
 
     def abandon(self) -> None:
         """The log is given up (its output failed): complete the open file where that still works, else
-        close its descriptor (the ``.tmp`` stays, unreadable); the buffered rows are dropped."""
+        close its descriptor (the ``.arrows`` stays, readable up to its last whole batch); the buffered rows
+        are dropped."""
         self._rows = []
         if self._writer is None:
             return
@@ -139,7 +149,7 @@ class LogWriter:
             self._writer = self._out = None
 
     def bytes_written(self) -> int:
-        """Bytes of the open file so far (its row groups; the footer comes at completion)."""
+        """Bytes of the open stream so far (its batches, uncompressed)."""
         return self._out.tell() if self._writer is not None else 0
 
     def close(self) -> None:
@@ -151,23 +161,24 @@ class LogWriter:
     # ------------------------------------------------------------------ files
     def _open(self) -> None:
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         os.makedirs(self.directory, exist_ok=True)
         self._seq += 1
         self._opened_s = self._clock()
         stem = file_stem(self.rank, self.pid, self._seq)
         self._final = os.path.join(self.directory, stem + SUFFIX)
-        self._tmp = os.path.join(self.directory, stem + TMP_SUFFIX)
+        self._open_path = os.path.join(self.directory, stem + OPEN_SUFFIX)
         meta = file_metadata(self.rank, self.pid, self.spec_config, time.time_ns() - time.perf_counter_ns())
-        self._out = pa.OSFile(self._tmp, "wb")
-        self._writer = pq.ParquetWriter(self._out, arrow_schema(meta), compression=self.compression)
+        self._schema = arrow_schema(meta)
+        self._out = pa.OSFile(self._open_path, "wb")     # unbuffered: a written batch is in the file
+        self._writer = pa.ipc.new_stream(self._out, self._schema)
 
     def _complete(self) -> None:
-        self._writer.close()  # footer written: the file is complete
+        self._writer.close()  # the stream's end marker
         self._out.close()
         self._writer = self._out = None
-        os.replace(self._tmp, self._final)
+        stream_to_parquet(self._open_path, self._final, self.row_group_rows, self.compression)
+        os.remove(self._open_path)
         self.completed.append(self._final)
         while len(self.completed) > self.max_files:
             old = self.completed.pop(0)
@@ -176,3 +187,25 @@ class LogWriter:
                 self.deleted.append(old)
             except FileNotFoundError:
                 pass
+
+
+def stream_to_parquet(stream_path: str, parquet_path: str, row_group_rows: int, compression: str = "zstd") -> None:
+    """A complete stream's batches -> a Parquet file (its schema and metadata), consecutive batches put together
+    into row groups of ``row_group_rows`` or more; written beside it as ``.tmp`` and renamed once whole."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tmp = parquet_path[: -len(SUFFIX)] + TMP_SUFFIX
+    with pa.OSFile(stream_path, "rb") as src:
+        reader = pa.ipc.open_stream(src)
+        with pq.ParquetWriter(tmp, reader.schema, compression=compression) as out:
+            group, rows = [], 0
+            for batch in reader:
+                group.append(batch)
+                rows += batch.num_rows
+                if rows >= row_group_rows:
+                    out.write_table(pa.Table.from_batches(group, reader.schema), row_group_size=rows)
+                    group, rows = [], 0
+            if group:
+                out.write_table(pa.Table.from_batches(group, reader.schema), row_group_size=rows)
+    os.replace(tmp, parquet_path)

@@ -1,13 +1,13 @@
 """Where resolved cycles go: the worker thread only appends a row to a deque (:meth:`Sink.add`); a
 daemon thread wakes every ``interval_s``, feeds the rows to the metrics and the Parquet log (which
-writes a row group every N rows, or after ``flush_s`` seconds with rows waiting) and reports the
+writes a batch every N rows, or after ``flush_s`` seconds with rows waiting: what a SIGKILL can lose) and reports the
 timer's drop counters. Nothing here runs on the hot path beyond the append (and, once, the thread
 start).
 
 Once no new row came for ``idle_complete_s`` (5 s: a server between bursts), the log writes what it
 holds and completes its file: SGLang ends its scheduler processes with SIGKILL (``Engine.shutdown``,
-``kill_process_tree``; a parent's death: ``PR_SET_PDEATHSIG``), so no exit hook runs, and an
-incomplete Parquet file is unreadable. A log or metrics that cannot be set up (a directory that
+``kill_process_tree``; a parent's death: ``PR_SET_PDEATHSIG``), so no exit hook runs: the open file's
+batches stay readable (log.py), the complete Parquet file is what other readers (the trigger) take. A log or metrics that cannot be set up (a directory that
 cannot be made, a port that is taken) is said once and left out; the other output goes on."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Sink:
     timer's counters (drops)."""
 
     def __init__(self, make_outputs: Callable[[], tuple], counters: Callable[[], dict] | None = None,
-                 interval_s: float = 1.0, flush_s: float = 30.0, threaded: bool = True, idle_complete_s: float = 5.0,
+                 interval_s: float = 1.0, flush_s: float = 1.0, threaded: bool = True, idle_complete_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, on_error: Callable[[str, BaseException], None] | None = None,
                  detail: Callable[[], None] | None = None, make_row: Callable[[object], dict] | None = None):
         self.make_outputs, self.counters, self.interval_s, self.flush_s = make_outputs, counters, interval_s, flush_s
