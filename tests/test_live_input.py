@@ -663,7 +663,7 @@ def test_an_open_file_reads_as_its_completed_twin(tmp_path):
                                   closed.cycles[cols].iloc[:n - 1].reset_index(drop=True))
     note = [x for x in opened.notes if x.code == N.LIVE_LOG_OPEN_FILES]
     assert len(note) == 1 and note[0].count == 1 and f"{n} cycles read" in note[0].message
-    assert "1 end(s) cut off" in note[0].message       # no end marker: never closed
+    assert "0 of them ending inside a batch" in note[0].message       # never closed, but between two writes
     assert not [x for x in closed.notes if x.code == N.LIVE_LOG_OPEN_FILES]
 
 
@@ -673,7 +673,7 @@ def test_a_stream_cut_inside_a_batch_keeps_the_whole_batches_before_it(tmp_path)
     _open_log(tmp_path, cycle_values(30, seed=4))
     f = next(tmp_path.glob("*.arrows"))
     whole = live_log.read_log(f)
-    assert len(whole.frame) == 28 and whole.open and whole.cut
+    assert len(whole.frame) == 28 and whole.open and not whole.cut
     data = f.read_bytes()
     f.write_bytes(data[: len(data) - 100])             # the last batch's body cut short
     cut = live_log.read_log(f)
@@ -696,3 +696,29 @@ def test_a_stream_beside_its_completed_parquet_is_not_read_twice(tmp_path):
     assert [p.suffix for p in live_log.log_files(tmp_path)] == [".parquet"]
     a = analyze.load(tmp_path)
     assert len(a.cycles) == 14 and not [x for x in a.notes if x.code == N.LIVE_LOG_OPEN_FILES]
+
+
+def test_open_files_without_a_batch_or_gone_when_read_are_no_error(tmp_path, monkeypatch):
+    """A process killed before its first batch leaves an empty stream (pyarrow writes the schema with the first
+    batch); a stream completed while the directory is read is gone: read from its Parquet twin. Neither refuses
+    the directory; only a log with no cycle at all is refused."""
+    from analyze.read import live_log
+
+    vals = cycle_values(14, seed=6)
+    w = _open_log(tmp_path, vals, pid=100)
+    (tmp_path / "specprof_live-r0-p101-00001.arrows").write_bytes(b"")        # killed before its first write
+    a = analyze.load(tmp_path)
+    assert len(a.cycles) == 14
+    note = [x for x in a.notes if x.code == N.LIVE_LOG_OPEN_FILES]
+    assert note[0].count == 2 and "14 cycles read" in note[0].message and "1 of them ending inside" in note[0].message
+    listed = live_log.log_files(tmp_path)
+    w.close()                                           # completed after the listing, before the read
+    monkeypatch.setattr(live_log, "log_files", lambda p: listed)
+    reads = [live_log.read_log(f) for f in listed]
+    assert [(r.path.suffix, r.open, None if r.frame is None else len(r.frame)) for r in reads] == [
+        (".parquet", False, 14), (".arrows", True, None)]
+    (tmp_path / "specprof_live-r0-p100-00001.parquet").unlink()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "specprof_live-r0-p1-00001.arrows").write_bytes(b"")
+    out = cli(tmp_path / "empty")
+    assert out.returncode == 2 and "no cycle in the timing log" in out.stderr

@@ -52,14 +52,16 @@ stopped without completing it, e.g. by SIGKILL; nvtx_annotate/live/log.py)."""
 
 def log_files(path) -> list[Path]:
     """The log files at ``path`` (a file, or a directory: its ``*.parquet`` and each ``*.arrows`` without a
-    ``.parquet`` of its name, not the ``.parquet.tmp`` of a file being completed), sorted by name."""
+    ``.parquet`` of its name, not the ``.parquet.tmp`` of a file being completed), sorted by name; the
+    directory listed once (a file being completed meanwhile is read by :func:`read_log` from its twin)."""
     p = Path(path)
     if p.is_file():
         return [p]
     if p.is_dir():
-        done = {f.name[: -len(SUFFIX)] for f in p.glob("*" + SUFFIX) if f.is_file()}
-        files = sorted(f for f in p.iterdir() if f.is_file() and (
-            f.name.endswith(SUFFIX) or f.name.endswith(OPEN_SUFFIX) and f.name[: -len(OPEN_SUFFIX)] not in done))
+        names = [f.name for f in p.iterdir() if f.is_file()]
+        done = {n[: -len(SUFFIX)] for n in names if n.endswith(SUFFIX)}
+        files = sorted(p / n for n in names if n.endswith(SUFFIX) or n.endswith(OPEN_SUFFIX)
+                       and n[: -len(OPEN_SUFFIX)] not in done)
         if not files:
             raise MissingInput(f"{p}: no timing log (*.parquet, *.arrows) in this directory", path=p)
         return files
@@ -93,10 +95,14 @@ def schema_problems(schema) -> list[str]:
 
 
 def file_metadata(path) -> dict:
-    """A log file's metadata: schema_version, rank, pid (int), wall_offset_ns (int), spec_config (dict).
+    """A log file's metadata (:func:`metadata_of` its schema)."""
+    return metadata_of(_schema(path))
+
+
+def metadata_of(schema) -> dict:
+    """A log's metadata: schema_version, rank, pid (int), wall_offset_ns (int), spec_config (dict).
     A value that does not parse as its kind (an integer, a JSON object) is left out, as if absent: the rows
     carry rank and pid themselves, and a log without a usable spec_config is read as one without it."""
-    schema = _schema(path)
     meta = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (schema.metadata or {}).items()
             if k.startswith(b"specprof.")}
     out = {}
@@ -136,52 +142,47 @@ def _schema(path):
         raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
 
 
-def _format(path) -> str:
-    return "Arrow IPC stream" if is_open_file(path) else "Parquet file"
-
-
-def read_stream(path):
-    """An open log file's whole batches: (table, cut): ``cut`` when the stream ends inside a batch or without
-    its end marker (its process killed mid-write, or still writing); the batches before it are whole."""
-    import pyarrow as pa
-
-    with pa.OSFile(str(path), "rb") as f:
-        reader = pa.ipc.open_stream(f)
-        batches, cut = [], False
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                break
-            except (pa.ArrowInvalid, OSError):
-                cut = True
-                break
-        if not cut:      # a stream its writer closed ends with an end marker; a killed writer's ends short
-            cut = f.tell() < f.size() or not _ended(path)
-        return pa.Table.from_batches(batches, reader.schema), cut
-
-
-_END_MARKER = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-
-
-def _ended(path) -> bool:
-    """Whether a stream file ends with Arrow's end-of-stream marker (its writer closed it)."""
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        if f.tell() < len(_END_MARKER):
-            return False
-        f.seek(-len(_END_MARKER), 2)
-        return f.read() == _END_MARKER
-
-
 def _first_line(exc) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
 
+def _format(path) -> str:
+    return "Arrow IPC stream" if is_open_file(path) else "Parquet file"
+
+
+def read_stream(path):
+    """An open log file's whole batches: (table or None, cut). ``cut``: the file ends inside a batch (its writer
+    killed mid-write, or writing now): that batch is not read. A stream ends at a batch or at Arrow's end marker
+    otherwise; a file too short to hold its schema (its process killed before the first batch was written) gives
+    (None, True)."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as f:
+        size = f.size()
+        try:
+            reader = pa.ipc.open_stream(f)
+        except pa.ArrowInvalid:
+            return None, True
+        batches, end = [], f.tell()
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                return pa.Table.from_batches(batches, reader.schema), False     # the end marker: closed
+            except (pa.ArrowInvalid, OSError):
+                break
+            end = f.tell()
+        return pa.Table.from_batches(batches, reader.schema), size > end
+
+
 class LogRead(NamedTuple):
-    """One log file as read: its rows, whether it is an open file (a stream) and whether that ends cut off."""
-    frame: pd.DataFrame
+    """One log file as read: its rows (None: none could be read), its metadata (:func:`metadata_of`), the file
+    read (an open file completed meanwhile: its Parquet twin), whether that is an open file (a stream) and whether
+    it ends inside a batch."""
+    frame: pd.DataFrame | None
+    meta: dict
+    path: Path
     open: bool
     cut: bool
 
@@ -192,22 +193,37 @@ def read_log_file(path) -> pd.DataFrame:
 
 
 def read_log(path) -> LogRead:
-    """One validated log file (:class:`LogRead`; an open file's whole batches)."""
+    """One validated log file (:class:`LogRead`; an open file's whole batches). An open file gone when read (its
+    process completed it: renamed to Parquet) is read from its twin; an open file without even its schema is
+    read as no rows (``frame`` None, ``cut``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    problems = schema_problems(_schema(path))
+    path = Path(path)
+    if is_open_file(path):
+        try:
+            table, cut = read_stream(path)
+        except FileNotFoundError:
+            twin = path.with_name(path.name[: -len(OPEN_SUFFIX)] + SUFFIX)
+            if twin.is_file():
+                return read_log(twin)
+            return LogRead(None, {}, path, True, False)     # gone, and no twin: deleted (max_files)
+        except OSError as exc:
+            raise CorruptReport(f"{path}: not a readable Arrow IPC stream ({_first_line(exc)})", path=path) from None
+        if table is None:
+            return LogRead(None, {}, path, True, True)
+        schema = table.schema
+    else:
+        schema = _schema(path)
+    problems = schema_problems(schema)
     if problems:
         raise UnsuitableInput(f"{path}: not a specprof timing log: " + "; ".join(problems), path=path)
-    opened, cut = is_open_file(path), False
-    try:
-        if opened:
-            table, cut = read_stream(path)
-        else:
-            table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
-    return LogRead(table.to_pandas(types_mapper=_nullable), opened, cut)
+    if not is_open_file(path):
+        try:
+            table, cut = pq.read_table(path), False
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
+    return LogRead(table.to_pandas(types_mapper=_nullable), metadata_of(schema), path, is_open_file(path), cut)
 
 
 def _nullable(arrow_type):
@@ -326,6 +342,8 @@ def cycles_frame(raw: pd.DataFrame) -> pd.DataFrame:
 
 def live_cycles(path) -> pd.DataFrame:
     """The per-cycle frame of every log file at ``path`` (a file or a directory: all ranks)."""
-    frames = [read_log_file(f) for f in log_files(path)]
+    frames = [r.frame for r in map(read_log, log_files(path)) if r.frame is not None]
+    if not frames:
+        raise MissingInput(f"{path}: no cycle in its timing log files (each an open file with no batch)", path=path)
     raw = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return cycles_frame(raw)

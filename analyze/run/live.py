@@ -45,7 +45,7 @@ import pandas as pd
 
 from analyze import notes as N
 from analyze.attribute.phases import OTHER, PhaseConfig
-from analyze.errors import UsageError
+from analyze.errors import MissingInput, UsageError
 from analyze.notes import Note
 from analyze.read import columnar, live_log
 from analyze.read.inputs import NSYS_REP_SUFFIXES, REPORT_SUFFIXES, display_path
@@ -70,8 +70,8 @@ def live_config() -> PhaseConfig:
 
 # ---------------------------------------------------------------------------------------------- inputs
 def is_live_path(path) -> bool:
-    """A ``*.parquet`` file, or a directory holding ``*.parquet`` files and no nsys report or
-    export (a ``parquetdir`` export is one: read/columnar.py): taken as a live log (the reader then checks its schema: a Parquet file that is not a
+    """A ``*.parquet`` or ``*.arrows`` file (a log file, complete or open), or a directory holding such files and
+    no nsys report or export (a ``parquetdir`` export is one: read/columnar.py): taken as a live log (the reader then checks its schema: a Parquet file that is not a
     live log is refused with one line, exit 12)."""
     p = Path(os.fspath(path))
     if p.is_file():
@@ -111,9 +111,14 @@ def read_raw(paths) -> tuple[pd.DataFrame, list[dict]]:
     for path in paths:
         for f in live_log.log_files(path):
             read = live_log.read_log(f)
-            frames.append(read.frame.assign(input=display_path(path)))
-            metas.append(dict(live_log.file_metadata(f), path=display_path(f), input=display_path(path),
-                              open=read.open, cut=read.cut, rows=len(read.frame)))
+            rows = 0 if read.frame is None else len(read.frame)
+            if rows:
+                frames.append(read.frame.assign(input=display_path(path)))
+            metas.append(dict(read.meta, path=display_path(read.path), input=display_path(path), open=read.open,
+                              cut=read.cut, rows=rows))
+    if not frames:
+        raise MissingInput(f"{', '.join(map(display_path, paths))}: no cycle in the timing log (its files hold no "
+                           "batch yet: a process killed before writing one, or one just started)", paths[0])
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], metas
 
 
@@ -276,8 +281,9 @@ def open_file_notes(metas: list[dict]) -> list[Note]:
     rows = sum(int(m.get("rows", 0)) for m in opened)
     return [Note(N.LIVE_LOG_OPEN_FILES, f"{len(opened)} log file(s) not completed (*.arrows: their process still "
                  f"running, or stopped without completing them, e.g. by SIGKILL): {rows} cycles read from their whole "
-                 f"batches; {cut} end(s) cut off, without the writer's end marker (the cycles of the last second or "
-                 "two before such an end, written or not, are missing)", len(opened))]
+                 f"batches, {cut} of them ending inside a batch (a write cut short: that batch not read); the cycles "
+                 "such a process had not yet written (about the last second, SPECPROF_TIMING_FLUSH_S) are missing",
+                 len(opened))]
 
 
 def live_notes(frame: pd.DataFrame, cycles: pd.DataFrame) -> list[Note]:

@@ -196,16 +196,23 @@ def stream_to_parquet(stream_path: str, parquet_path: str, row_group_rows: int, 
     import pyarrow.parquet as pq
 
     tmp = parquet_path[: -len(SUFFIX)] + TMP_SUFFIX
-    with pa.OSFile(stream_path, "rb") as src:
-        reader = pa.ipc.open_stream(src)
-        with pq.ParquetWriter(tmp, reader.schema, compression=compression) as out:
-            group, rows = [], 0
-            for batch in reader:
-                group.append(batch)
-                rows += batch.num_rows
-                if rows >= row_group_rows:
+    try:
+        with pa.OSFile(stream_path, "rb") as src:
+            reader = pa.ipc.open_stream(src)
+            with pq.ParquetWriter(tmp, reader.schema, compression=compression) as out:
+                group, rows = [], 0
+                for batch in reader:
+                    group.append(batch)
+                    rows += batch.num_rows
+                    if rows >= row_group_rows:
+                        out.write_table(pa.Table.from_batches(group, reader.schema), row_group_size=rows)
+                        group, rows = [], 0
+                if group:
                     out.write_table(pa.Table.from_batches(group, reader.schema), row_group_size=rows)
-                    group, rows = [], 0
-            if group:
-                out.write_table(pa.Table.from_batches(group, reader.schema), row_group_size=rows)
-    os.replace(tmp, parquet_path)
+        os.replace(tmp, parquet_path)
+    except BaseException:       # a full disk: the stream stays (readable), no partial Parquet beside it
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
