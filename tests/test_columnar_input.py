@@ -74,7 +74,7 @@ def test_a_parquet_export_gives_the_results_of_its_sqlite_twin(tmp_path):
     copy = export.with_name(export.name + ".sqlite")
     before = tree_digest(export)
     for args in (["{}", "-q", "--json", "{out}"],
-                 ["whatif", "{}", "--steps", "1..4", "--json", "{out}"],
+                 ["whatif", "{}", "--steps", "1..4", "--boot", "20", "--json", "{out}"],
                  ["advise", "{}", "--json", "{out}"]):
         outs = []
         for k, report in enumerate((export, src)):

@@ -412,7 +412,7 @@ def test_a_sampled_log_takes_phases_from_its_timed_cycles_and_the_rest_from_ever
     assert list(out.glob("*.png"))
     from analyze.cli import main
 
-    for args in (("whatif", d, "--steps", "1..4"), ("whatif", d, "--per-batch"), ("advise", d),
+    for args in (("whatif", d, "--steps", "1..4", "--boot", "20"), ("whatif", d, "--per-batch", "--boot", "20"), ("advise", d),
                  ("diff", d, d)):
         assert main([str(x) for x in args]) == 0, args
     # whatif's overhead is the mean period less the timed phases' means: at the logged 3 steps it gives back

@@ -181,7 +181,7 @@ def test_per_batch_calibrated_from_the_live_log(tmp_path):
         assert table.loc[m, "tokens_per_s_best"] == pytest.approx(one["best"]["tokens_per_s"], rel=1e-12)
         assert table.loc[m, "calibrated"] and table.loc[m, "best_or_off"] > 0 and table.loc[m, "speedup"] > 1
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch", "--steps",
-                           "1..6", "--calibrate-live", str(ENGINE_LOG)], capture_output=True, text=True)
+                           "1..6", "--calibrate-live", str(ENGINE_LOG), "--boot", "20"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "No step count beats no speculation" not in proc.stdout and "off?" in proc.stdout
     assert "measure --batch-baseline-tps before" in proc.stdout.replace("\n", " ")

@@ -170,7 +170,7 @@ def case(tmp_path: Path, seed: int, mutation=None) -> tuple[str, int, str]:
         what = rewrite(SOURCE, f, mutation or rng.choice(VALUES), rng)
     before = digest(d)
     code, err = M.check(d, tmp_path / f"case{seed}.json")      # asserts the invariants itself
-    for args in (["whatif", str(d), "--steps", "1..4"], ["advise", str(d)]):
+    for args in (["whatif", str(d), "--steps", "1..4", "--boot", "20"], ["advise", str(d)]):   # a short bootstrap: its code runs
         r = tool(args)
         assert r.returncode in M.DOCUMENTED_EXITS | {10}, f"{what}: {args[0]} exit {r.returncode}: {r.stderr[-600:]}"
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, f"{what}: {r.stderr[-600:]}"
