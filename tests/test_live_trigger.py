@@ -180,6 +180,37 @@ def write_cycles(w: LogWriter, n: int, cycle_ms: float, accepted: int, requests:
     w.close()  # the file is complete (renamed from .parquet.tmp): the trigger may read it
 
 
+def test_the_log_source_reads_open_streams_as_they_grow_and_each_cycle_once(tmp_path):
+    """The watcher is a batch behind the server, not a file's age: an open stream's whole batches are read as they
+    come, and its rows are not read again once the file is completed as Parquet; rank 1's rows are left out."""
+    w = LogWriter(str(tmp_path), rank=0, pid=11, row_group_rows=4, max_age_s=3600)
+    other = LogWriter(str(tmp_path), rank=1, pid=12, row_group_rows=4, max_age_s=3600)
+    src = T.LogDirSource(str(tmp_path), rank=0, log=lambda m: None)
+
+    def add(writer, first, n):
+        for i in range(n):
+            r = dict.fromkeys(ROW_FIELDS)
+            start = (first + i) * 10**7
+            r.update(rank=writer.rank, pid=writer.pid, cycle=first + i, host_start_ns=start, host_end_ns=start + 10**6,
+                     accepted_tokens=2, requests=1)
+            writer.add(r)
+
+    add(w, 0, 6)                                   # one batch of 4 written, 2 buffered
+    add(other, 0, 8)
+    assert [p.suffix for p in sorted(tmp_path.iterdir())] == [".arrows", ".arrows"]
+    assert len(src.poll()) == 4
+    assert src.poll() == []                        # nothing new
+    add(w, 6, 2)                                   # the second batch (rows 4..7)
+    assert len(src.poll()) == 4
+    add(w, 8, 1)
+    w.close()                                      # completed: 9 rows in its Parquet, 8 already taken
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".arrows", ".parquet"]
+    got = src.poll()
+    assert len(got) == 1 and src.poll() == []
+    other.close()
+    assert src.poll() == []                        # rank 1: never taken
+
+
 def start_fake(tmp_path, *extra):
     port = free_port()
     log = tmp_path / "server_events.json"

@@ -248,44 +248,76 @@ def rows_to_samples(rows: Iterable[dict]) -> List[Sample]:
 
 
 class LogDirSource:
-    """The complete ``*.parquet`` files of a timing-log directory, each read once, when it appears
-    (a file is complete once renamed from ``.parquet.tmp``); rows of ``rank`` (None: all ranks)."""
+    """The cycles of a timing-log directory, each read once: the complete ``*.parquet`` files as they appear and
+    the open ``*.arrows`` streams as they grow (whole batches, written every second: nvtx_annotate/live/log.py), so
+    the watcher is a second or two behind the server, not a file's age; a stream's rows taken before it was
+    completed are not taken again from its Parquet file. Rows of ``rank`` (None: all ranks)."""
 
     def __init__(self, directory: str, rank: Optional[int] = 0, log: Callable[[str], None] = print):
         self.directory, self.rank, self.log = directory, rank, log
-        self.seen: set = set()
+        self.seen: set = set()          # stems whose complete file was read
+        self.taken: dict = {}           # stem -> rows taken from its open stream
 
     def poll(self) -> List[Sample]:
         try:
-            names = sorted(n for n in os.listdir(self.directory) if n.endswith(".parquet"))
+            names = sorted(os.listdir(self.directory))
         except OSError as exc:
             self.log(f"cannot list {self.directory}: {exc}")
             return []
+        done = {n[: -len(".parquet")] for n in names if n.endswith(".parquet")}
         rows = []
         for name in names:
-            if name in self.seen:
+            if name.endswith(".parquet"):
+                stem = name[: -len(".parquet")]
+                if stem in self.seen:
+                    continue
+                self.seen.add(stem)
+            elif name.endswith(".arrows") and name[: -len(".arrows")] not in done:
+                stem = name[: -len(".arrows")]
+            else:
                 continue
-            self.seen.add(name)
-            rows.extend(self._read(os.path.join(self.directory, name)))
+            got = self._read(os.path.join(self.directory, name))
+            if got is None:
+                continue
+            rows.extend(r for r in got[self.taken.get(stem, 0):] if self.rank is None or r["rank"] == self.rank)
+            if name.endswith(".arrows"):
+                self.taken[stem] = max(len(got), self.taken.get(stem, 0))
+            else:
+                self.taken.pop(stem, None)
         return rows_to_samples(rows)
 
-    def _read(self, path: str) -> List[dict]:
+    def _read(self, path: str) -> Optional[List[dict]]:
+        """Every row of a log file (an open stream: its whole batches); None when it cannot be read."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            schema = pq.read_schema(path)
+            if path.endswith(".arrows"):
+                with pa.OSFile(path, "rb") as f:
+                    try:
+                        reader = pa.ipc.open_stream(f)
+                    except pa.ArrowInvalid:
+                        return None             # no batch written yet
+                    schema, batches = reader.schema, []
+                    while True:
+                        try:
+                            batches.append(reader.read_next_batch())
+                        except (StopIteration, pa.ArrowInvalid, OSError):
+                            break               # the end, or a batch being written
+            else:
+                schema = pq.read_schema(path)
             missing = [c for c in LOG_COLUMNS if c not in schema.names]
             if missing or b"specprof.schema_version" not in (schema.metadata or {}):
                 self.log(f"{path}: not a specprof timing log ({', '.join(missing) or 'no specprof metadata'}); skipped")
-                return []
-            table = pq.read_table(path, columns=list(LOG_COLUMNS))
+                return None
+            table = (pa.Table.from_batches(batches, schema) if path.endswith(".arrows")
+                     else pq.read_table(path)).select(list(LOG_COLUMNS))
         except FileNotFoundError:
-            return []  # deleted by the writer's rotation between listing and reading
+            return None  # completed (its Parquet read at the next poll) or deleted by rotation since the listing
         except Exception as exc:  # noqa: BLE001 - one unreadable file must not stop the watcher
             self.log(f"{path}: unreadable ({str(exc)[:200]}); skipped")
-            return []
-        rows = table.to_pylist()
-        return rows if self.rank is None else [r for r in rows if r["rank"] == self.rank]
+            return None
+        return table.to_pylist()
 
 
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
