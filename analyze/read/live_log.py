@@ -138,7 +138,7 @@ def _schema(path):
             with pa.OSFile(str(path), "rb") as f:
                 return pa.ipc.open_stream(f).schema
         return pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:     # a damaged footer's names may not decode
         raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
 
 
@@ -154,26 +154,28 @@ def _format(path) -> str:
 def read_stream(path):
     """An open log file's whole batches: (table or None, cut). ``cut``: the file ends inside a batch (its writer
     killed mid-write, or writing now): that batch is not read. A stream ends at a batch or at Arrow's end marker
-    otherwise; a file too short to hold its schema (its process killed before the first batch was written) gives
-    (None, True)."""
+    otherwise; a file whose schema cannot be read (too short: its process killed before the first batch was
+    written; damaged) gives (None, True): no rows, counted in the note, never a guess."""
     import pyarrow as pa
 
     with pa.OSFile(str(path), "rb") as f:
         size = f.size()
         try:
             reader = pa.ipc.open_stream(f)
-        except pa.ArrowInvalid:
+            schema = reader.schema
+            schema.names       # noqa: B018 - a damaged schema's names may not decode
+        except (pa.ArrowException, UnicodeDecodeError):
             return None, True
         batches, end = [], f.tell()
         while True:
             try:
                 batches.append(reader.read_next_batch())
             except StopIteration:
-                return pa.Table.from_batches(batches, reader.schema), False     # the end marker: closed
-            except (pa.ArrowInvalid, OSError):
+                return pa.Table.from_batches(batches, schema), False     # the end marker: closed
+            except (pa.ArrowException, OSError):      # a batch cut short, or damaged: the ones before it kept
                 break
             end = f.tell()
-        return pa.Table.from_batches(batches, reader.schema), size > end
+        return pa.Table.from_batches(batches, schema), size > end
 
 
 class LogRead(NamedTuple):
@@ -215,15 +217,19 @@ def read_log(path) -> LogRead:
         schema = table.schema
     else:
         schema = _schema(path)
-    problems = schema_problems(schema)
+    try:
+        problems = schema_problems(schema)
+    except UnicodeDecodeError as exc:       # a damaged schema whose names do not decode
+        raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
     if problems:
         raise UnsuitableInput(f"{path}: not a specprof timing log: " + "; ".join(problems), path=path)
-    if not is_open_file(path):
-        try:
+    try:
+        if not is_open_file(path):
             table, cut = pq.read_table(path), False
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise CorruptReport(f"{path}: not a readable Parquet file ({_first_line(exc)})", path=path) from None
-    return LogRead(table.to_pandas(types_mapper=_nullable), metadata_of(schema), path, is_open_file(path), cut)
+        frame = table.to_pandas(types_mapper=_nullable)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
+    return LogRead(frame, metadata_of(schema), path, is_open_file(path), cut)
 
 
 def _nullable(arrow_type):

@@ -296,13 +296,13 @@ class LogDirSource:
                 with pa.OSFile(path, "rb") as f:
                     try:
                         reader = pa.ipc.open_stream(f)
-                    except pa.ArrowInvalid:
+                    except (pa.ArrowException, UnicodeDecodeError):
                         return None             # no batch written yet
                     schema, batches = reader.schema, []
                     while True:
                         try:
                             batches.append(reader.read_next_batch())
-                        except (StopIteration, pa.ArrowInvalid, OSError):
+                        except (StopIteration, pa.ArrowException, OSError):
                             break               # the end, or a batch being written
             else:
                 schema = pq.read_schema(path)

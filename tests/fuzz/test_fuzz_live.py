@@ -241,3 +241,49 @@ def test_the_base_log_reads_as_it_is(tmp_path):
     assert code == 0
     doc = json.loads((tmp_path / "o.json").read_text())
     assert doc["decode_breakdown"]
+
+
+def _as_stream(dst: Path) -> None:
+    """The base log written as the shim writes its open file: an Arrow IPC stream, batches of 200 cycles."""
+    table = pq.read_table(SOURCE)
+    with pa.OSFile(str(dst), "wb") as f:
+        writer = pa.ipc.new_stream(f, table.schema)
+        for batch in table.to_batches(max_chunksize=200):
+            writer.write_batch(batch)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_damaged_open_stream_reads_or_is_one_line(tmp_path, seed):
+    """The open file a killed process leaves (``*.arrows``), damaged as bytes: its whole batches read, or the
+    file read as none (counted in the note), or one documented error; never an internal error."""
+    rng = random.Random(seed)
+    d = tmp_path / "log"
+    d.mkdir()
+    f = d / (SOURCE.stem + ".arrows")
+    _as_stream(f)
+    M.damage_bytes(f, M.BYTE_KINDS[seed % len(M.BYTE_KINDS)], rng)
+    before = digest(d)
+    M.check(d, tmp_path / "o.json")
+    assert digest(d) == before
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrows"])
+def test_a_column_name_that_is_no_utf8_is_one_line(tmp_path, suffix):
+    """A log whose schema holds a name that does not decode (a damaged footer or schema message: pyarrow raised
+    UnicodeDecodeError from the schema, an internal error, found by fuzzing): one line, exit 6 (CorruptReport)."""
+    d = tmp_path / "log"
+    d.mkdir()
+    f = d / (SOURCE.stem + suffix)
+    if suffix == ".arrows":
+        _as_stream(f)
+    else:
+        f.write_bytes(SOURCE.read_bytes())
+    data = f.read_bytes()
+    name = b"draft_extend_replay_ns"
+    assert name in data
+    f.write_bytes(data.replace(name, b"\xff" + name[1:]))     # no UTF-8 text holds the byte 0xff
+    code, err = M.check(d, tmp_path / "o.json")
+    if suffix == ".parquet":
+        assert code == 6 and "not a readable Parquet file" in err, err
+    else:       # the stream's schema does not read: no rows at all (the directory holds no other file)
+        assert code == 2 and "no cycle in the timing log" in err, err
