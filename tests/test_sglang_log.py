@@ -201,3 +201,33 @@ def test_without_batch_the_log_is_read_at_the_one_size_the_load_visits():
     side = S.Side("p.sqlite", cycles, pd.DataFrame(), [])
     steps, tps, source = sglang_log_calibration(LOG, [side], [3], None)
     assert steps == 3 and source["batch"] == 16 and tps > 0
+
+
+def test_damaged_decode_lines_are_counted_and_left_out_never_an_internal_error():
+    """Fields that do not read as SGLang prints them (found by hand: '1.4.3', '.', a 23-digit batch were a
+    ValueError / OverflowError, an internal error): the line is left out and counted; the others read."""
+    good = ("[2026-12-06 07:03:50] Decode batch, #running-req: 16, #token: 1351, token usage: 0.00, accept len: 1.43, "
+            "accept rate: 0.14, cuda graph: True, gen throughput (token/s): 7298.70, #queue-req: 0")
+    bad = [good.replace("1.43", "1.4.3"), good.replace("7298.70", "."), good.replace("7298.70", "72.98.70"),
+           good.replace("#running-req: 16", "#running-req: " + "9" * 23)]
+    log = parse_log([good, *bad, good])
+    assert log.unreadable == 4 and log.lines["tokens_per_s"].tolist() == [7298.7, 7298.7]
+    assert log.lines["steady"].tolist() == [False, True]
+
+
+@need
+def test_a_damaged_log_calibrates_as_the_intact_one_and_says_what_it_left_out(tmp_path):
+    lines = LOG.read_text().splitlines(keepends=True)
+    decode = [i for i, x in enumerate(lines) if "Decode batch" in x]
+    for i in decode[1:40:10]:          # four decode lines' throughput garbled
+        lines[i] = lines[i].replace("gen throughput (token/s): ", "gen throughput (token/s): ..")
+    damaged = tmp_path / "damaged.log"
+    damaged.write_text("".join(lines))
+    outs = []
+    for log in (LOG, damaged):
+        out = tmp_path / f"{log.stem}.json"
+        assert main_whatif([str(PROFILE), "--batch", "16", "--steps", "1..4", "--boot", "0",
+                            "--calibrate-sglang-log", str(log), "--json", str(out)]) == 0
+        outs.append(json.loads(out.read_text())["calibration"]["source"])
+    assert outs[0]["unreadable_lines"] == 0 and outs[1]["unreadable_lines"] == 4
+    assert outs[1]["lines"] <= outs[0]["lines"]

@@ -21,10 +21,12 @@ from typing import NamedTuple
 
 import pandas as pd
 
-DECODE_LINE = re.compile(r"Decode batch\b.*?#running-req: (?P<running>\d+),"
-                         r"(?:.*?accept len: (?P<accept_len>[\d.]+),)?"
-                         r".*?gen throughput \(token/s\): (?P<tokens_per_s>[\d.]+)")
-"""One ``Decode batch`` line of SGLang's scheduler log (the fields whatif reads)."""
+DECODE_LINE = re.compile(r"Decode batch\b.*?#running-req: (?P<running>\d{1,9}),"
+                         r"(?:.*?accept len: (?P<accept_len>\d{1,9}(?:\.\d+)?),)?"
+                         r".*?gen throughput \(token/s\): (?P<tokens_per_s>\d{1,12}(?:\.\d+)?)(?![\d.])")
+"""One ``Decode batch`` line of SGLang's scheduler log (the fields whatif reads; numbers as SGLang prints them)."""
+DECODE_LIKE = re.compile(r"Decode batch\b.*gen throughput")
+"""A line that says it is a decode line: one that :data:`DECODE_LINE` does not read is counted, never summed."""
 PREFILL_LINE = re.compile(r"\bPrefill batch\b")
 RANK_TAGS = re.compile(r"\b(?:DP|TP|PP|EP|CP)\d+\b")
 SERVER_STEPS = re.compile(r"server_args=ServerArgs\(.*?\bspeculative_num_steps=(?P<steps>\d+|None)\b")
@@ -35,6 +37,7 @@ COLUMNS = ("running", "accept_len", "tokens_per_s", "steady", "rank")
 class SGLangLog(NamedTuple):
     lines: pd.DataFrame            # the decode lines, :data:`COLUMNS`
     num_steps: int | None          # the server's --speculative-num-steps where its arguments were logged
+    unreadable: int = 0            # decode lines whose fields do not read as numbers (a damaged log): left out
 
 
 def _rank(line: str, start: int) -> str:
@@ -47,7 +50,7 @@ def parse_log(lines) -> SGLangLog:
     """The ``Decode batch`` lines among ``lines`` (text lines of a log), in order, and the server's step count.
     ``steady``: the previous decode line of the same rank had the same ``running`` and no prefill line of that
     rank came between (a rank's first line is never steady)."""
-    rows, steps = [], None
+    rows, steps, unreadable = [], None, 0
     last: dict[str, tuple[int, bool]] = {}     # rank -> (its previous line's running, a prefill since)
     for line in lines:
         if steps is None and "server_args=" in line:
@@ -62,16 +65,20 @@ def parse_log(lines) -> SGLangLog:
             continue
         m = DECODE_LINE.search(line)
         if m is None:
+            unreadable += DECODE_LIKE.search(line) is not None
+            continue
+        acc = m.group("accept_len")
+        if acc is None and "accept len:" in line[m.start():]:
+            unreadable += 1             # an accept length that does not read: the line left out, not half-read
             continue
         r, running = _rank(line, m.start()), int(m.group("running"))
         prev = last.get(r)
-        acc = m.group("accept_len")
         rows.append((running, float(acc) if acc is not None else float("nan"), float(m.group("tokens_per_s")),
                      prev is not None and prev[0] == running and not prev[1], r))
         last[r] = (running, False)
     frame = pd.DataFrame(rows, columns=list(COLUMNS)).astype(
         {"running": "int64", "accept_len": "float64", "tokens_per_s": "float64", "steady": "bool", "rank": "object"})
-    return SGLangLog(frame, steps)
+    return SGLangLog(frame, steps, unreadable)
 
 
 def read_log(path) -> SGLangLog:

@@ -383,7 +383,7 @@ def _sglang_log(path, steps: int):
         raise UsageError(f"--calibrate-sglang-log {shown}: lines of {len(ranks)} ranks ({', '.join(ranks[:4])}"
                          f"{', ...' if len(ranks) > 4 else ''}), each its own throughput: give one rank's lines "
                          "(e.g. grep 'DP0 ')")
-    return log.lines
+    return log.lines.assign(unreadable=log.unreadable)
 
 
 def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] | None:
@@ -399,7 +399,8 @@ def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] 
     acc = at["accept_len"].dropna()
     return float(at["tokens_per_s"].median()), {
         "kind": "sglang_log", "path": display_path(path), "lines": int(len(at)), "batch": int(batch), "steps": steps,
-        "accept_len": float(acc.median()) if len(acc) else None}
+        "accept_len": float(acc.median()) if len(acc) else None,
+        "unreadable_lines": int(lines["unreadable"].iloc[0]) if len(lines) and "unreadable" in lines else 0}
 
 
 def _seen(lines) -> str:

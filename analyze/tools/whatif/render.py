@@ -83,7 +83,9 @@ def render_whatif(r: dict) -> str:
         where = (f" from the live log {src.get('path')} ({src.get('cycles')} steady cycles of rank {src.get('rank')})"
                  if src.get("kind") == "live_log" else
                  f" from SGLang's log {src.get('path')} ({src.get('lines')} 'Decode batch' lines at {src.get('batch')} "
-                 "running requests)" if src.get("kind") == "sglang_log" else
+                 "running requests" + (f"; {src['unreadable_lines']} decode line(s) whose fields do not read left out"
+                                       if src.get("unreadable_lines") else "") + ")"
+                 if src.get("kind") == "sglang_log" else
                  f" from the profile's own clock: {src.get('cycles')} steady cycles at batch {src.get('batch')} before "
                  "the capture window" if src.get("kind") == "profile_clock" else "")
         steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
