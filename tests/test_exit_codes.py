@@ -92,6 +92,10 @@ def test_truncated_json_side_is_6_and_missing_measured_is_2(capsys, tmp_path):
     bad.write_text("3")
     code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(bad), "-q")
     assert code == 10 and "not a JSON of measured tokens/s" in one_error_line(err)
+    for text in ('{"3": 1e400}', '{"3": -5}', '{"2": 10, "nospec": NaN}'):      # no measurement: refused
+        bad.write_text(text)
+        code, _, err = run(capsys, "whatif", STEPS3, "--measured", str(bad), "-q")
+        assert code == 10 and "not a finite number >= 0" in one_error_line(err), text
 
 
 def test_an_empty_path_is_2_not_the_demo_nor_the_current_directory(capsys, tmp_path, monkeypatch):

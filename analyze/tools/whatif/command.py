@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pandas as pd
@@ -93,7 +94,15 @@ def sweep_tokens_per_s(data: dict, batch: int | None) -> tuple[dict, float | Non
 def read_measured(path, batch: int | None = None) -> tuple[dict, float | None]:
     """{steps: tokens/s} (+ the no-speculation tokens/s) from a JSON file: ``{"3": 1234.5, ...}``, the
     workload's ``--out-json`` (``ranks[0].runs``: [{mode, steps, tokens_per_s}]), or a real-SGLang sweep
-    (:func:`sweep_tokens_per_s`, at ``batch``)."""
+    (:func:`sweep_tokens_per_s`, at ``batch``). A figure that is no finite number >= 0 is a ValueError."""
+    out, base = _read_measured(path, batch)
+    bad = [x for x in [*out.values(), base] if x is not None and not (math.isfinite(x) and x >= 0)]
+    if bad:
+        raise ValueError(f"tokens/s {bad[0]!r}: not a finite number >= 0")
+    return out, base
+
+
+def _read_measured(path, batch: int | None = None) -> tuple[dict, float | None]:
     data = json.loads(open(path).read())
     if isinstance(data, dict) and isinstance(data.get("runs"), list) and data["runs"] \
             and isinstance(data["runs"][0], dict) and "batches" in data["runs"][0]:
