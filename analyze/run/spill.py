@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,17 @@ import pandas as pd
 # what is kept per op (read back in (group, start) order within a chunk, or unordered: see OpStore)
 OP_COLUMNS = ("g", "s", "e", "ph", "nc")
 ORDER = "order"          # in memory: the permutation that sorts a chunk's columns
+
+_HEADER_LOCK = threading.Lock()
+"""np.load parses a file's header with ``ast.literal_eval``; CPython 3.11.7 parsing in two threads at once raised
+``SystemError: AST constructor recursion depth mismatch`` (a fresh clone's test run, 2026-12-06: the cycle table's
+threads reading spilled runs). The header is opened under this lock (a memory map: no data read), the rows copied
+outside it."""
+
+
+def _open(path: Path) -> np.ndarray:
+    with _HEADER_LOCK:
+        return np.load(path, mmap_mode="r")
 
 
 class OpStore:
@@ -56,14 +68,14 @@ class OpStore:
         if self.dir is None:
             chunk = self._chunks[k]
             return chunk[name][chunk[ORDER]]
-        return np.load(self.dir / f"{k}.{name}.npy")
+        return np.array(_open(self.dir / f"{k}.{name}.npy"))
 
     def get_unordered(self, k: int, name: str) -> np.ndarray:
         """Column ``name`` of chunk ``k`` in an order every column of the chunk shares (for sums and
         sorts that do not depend on it; no copy in memory)."""
         if self.dir is None:
             return self._chunks[k][name]
-        return np.load(self.dir / f"{k}.{name}.npy")
+        return np.array(_open(self.dir / f"{k}.{name}.npy"))
 
     def runs(self, k: int) -> list[tuple[int, int, int]]:
         """(group, first, stop) of chunk ``k``'s runs of one group in (group, start) order."""
@@ -82,7 +94,7 @@ class OpStore:
         if self.dir is None:
             chunk = self._chunks[k]
             return chunk[name][chunk[ORDER][first:stop]]
-        return np.array(np.load(self.dir / f"{k}.{name}.npy", mmap_mode="r")[first:stop])
+        return np.array(_open(self.dir / f"{k}.{name}.npy")[first:stop])
 
     def put_frame(self, name: str, frame: pd.DataFrame) -> None:
         """Set ``frame`` aside (pickled on disk: its object columns hold a few distinct strings,
