@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import CorruptReport, MissingInput, UnsuitableInput
+from nvtx_annotate.live.log import OPEN_SUFFIX, SUFFIX, read_stream
 from nvtx_annotate.protocol import parse_lens
 
 SCHEMA_VERSIONS = (1,)
@@ -43,11 +44,6 @@ costs, nvtx_annotate/live/events.py and sink.py; null in logs written before the
 
 REPLAY_COLUMNS = ("draft_replay_ns", "verify_replay_ns", "draft_extend_replay_ns")
 """The log's per-phase graph-replay times (optional columns; nvtx_annotate/live/events.py)."""
-
-
-SUFFIX, OPEN_SUFFIX = ".parquet", ".arrows"
-"""A complete log file (Parquet) and an open one (an Arrow IPC stream: a process still writing it, or one
-stopped without completing it, e.g. by SIGKILL; nvtx_annotate/live/log.py)."""
 
 
 def log_files(path) -> list[Path]:
@@ -151,33 +147,6 @@ def _format(path) -> str:
     return "Arrow IPC stream" if is_open_file(path) else "Parquet file"
 
 
-def read_stream(path):
-    """An open log file's whole batches: (table or None, cut). ``cut``: the file ends inside a batch (its writer
-    killed mid-write, or writing now): that batch is not read. A stream ends at a batch or at Arrow's end marker
-    otherwise; a file whose schema cannot be read (too short: its process killed before the first batch was
-    written; damaged) gives (None, True): no rows, counted in the note, never a guess."""
-    import pyarrow as pa
-
-    with pa.OSFile(str(path), "rb") as f:
-        size = f.size()
-        try:
-            reader = pa.ipc.open_stream(f)
-            schema = reader.schema
-            schema.names       # noqa: B018 - a damaged schema's names may not decode
-        except (pa.ArrowException, UnicodeDecodeError):
-            return None, True
-        batches, end = [], f.tell()
-        while True:
-            try:
-                batches.append(reader.read_next_batch())
-            except StopIteration:
-                return pa.Table.from_batches(batches, schema), False     # the end marker: closed
-            except (pa.ArrowException, OSError):      # a batch cut short, or damaged: the ones before it kept
-                break
-            end = f.tell()
-        return pa.Table.from_batches(batches, schema), size > end
-
-
 class LogRead(NamedTuple):
     """One log file as read: its rows (None: none could be read), its metadata (:func:`metadata_of`), the file
     read (an open file completed meanwhile: its Parquet twin), whether that is an open file (a stream) and whether
@@ -202,9 +171,10 @@ def read_log(path) -> LogRead:
     import pyarrow.parquet as pq
 
     path = Path(path)
-    if is_open_file(path):
+    opened, cut = is_open_file(path), False
+    if opened:
         try:
-            table, cut = read_stream(path)
+            schema, batches, cut = read_stream(path)
         except FileNotFoundError:
             twin = path.with_name(path.name[: -len(OPEN_SUFFIX)] + SUFFIX)
             if twin.is_file():
@@ -212,9 +182,8 @@ def read_log(path) -> LogRead:
             return LogRead(None, {}, path, True, False)     # gone, and no twin: deleted (max_files)
         except OSError as exc:
             raise CorruptReport(f"{path}: not a readable Arrow IPC stream ({_first_line(exc)})", path=path) from None
-        if table is None:
+        if schema is None:
             return LogRead(None, {}, path, True, True)
-        schema = table.schema
     else:
         schema = _schema(path)
     try:
@@ -224,12 +193,11 @@ def read_log(path) -> LogRead:
     if problems:
         raise UnsuitableInput(f"{path}: not a specprof timing log: " + "; ".join(problems), path=path)
     try:
-        if not is_open_file(path):
-            table, cut = pq.read_table(path), False
+        table = pa.Table.from_batches(batches, schema) if opened else pq.read_table(path)
         frame = table.to_pandas(types_mapper=_nullable)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise CorruptReport(f"{path}: not a readable {_format(path)} ({_first_line(exc)})", path=path) from None
-    return LogRead(frame, metadata_of(schema), path, is_open_file(path), cut)
+    return LogRead(frame, metadata_of(schema), path, opened, cut)
 
 
 def _nullable(arrow_type):

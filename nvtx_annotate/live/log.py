@@ -216,3 +216,30 @@ def stream_to_parquet(stream_path: str, parquet_path: str, row_group_rows: int, 
         except OSError:
             pass
         raise
+
+
+def read_stream(path: str):
+    """An open log file's whole batches, as a reader finds it (its writer running, or killed): (schema, batches,
+    cut). ``cut``: the file ends inside a batch (a write cut short, or one being made now): that batch is left out.
+    A stream ends at a batch or at Arrow's end marker otherwise. A schema that does not read (the file too short:
+    its process killed before its first batch; damaged) gives (None, [], True). A missing file raises
+    FileNotFoundError (completed meanwhile: its ``.parquet`` holds the rows), another unreadable one OSError."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path), "rb") as f:
+        size = f.size()
+        try:
+            reader = pa.ipc.open_stream(f)
+            schema = reader.schema
+            schema.names       # noqa: B018 - a damaged schema's names may not decode
+        except (pa.ArrowException, UnicodeDecodeError):
+            return None, [], True
+        batches, end = [], f.tell()
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                return schema, batches, False           # the end marker: its writer closed it
+            except (pa.ArrowException, OSError):        # a batch cut short, or damaged: the ones before it kept
+                return schema, batches, size > end
+            end = f.tell()

@@ -7,7 +7,7 @@ start).
 Once no new row came for ``idle_complete_s`` (5 s: a server between bursts), the log writes what it
 holds and completes its file: SGLang ends its scheduler processes with SIGKILL (``Engine.shutdown``,
 ``kill_process_tree``; a parent's death: ``PR_SET_PDEATHSIG``), so no exit hook runs: the open file's
-batches stay readable (log.py), the complete Parquet file is what other readers (the trigger) take. A log or metrics that cannot be set up (a directory that
+batches stay readable (log.py: analyze-trace and the trigger read them). A log or metrics that cannot be set up (a directory that
 cannot be made, a port that is taken) is said once and left out; the other output goes on."""
 
 from __future__ import annotations

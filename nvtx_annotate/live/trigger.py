@@ -259,59 +259,55 @@ class LogDirSource:
         self.taken: dict = {}           # stem -> rows taken from its open stream
 
     def poll(self) -> List[Sample]:
+        from .log import OPEN_SUFFIX, SUFFIX
+
         try:
             names = sorted(os.listdir(self.directory))
         except OSError as exc:
             self.log(f"cannot list {self.directory}: {exc}")
             return []
-        done = {n[: -len(".parquet")] for n in names if n.endswith(".parquet")}
+        done = {n[: -len(SUFFIX)] for n in names if n.endswith(SUFFIX)}
         rows = []
         for name in names:
-            if name.endswith(".parquet"):
-                stem = name[: -len(".parquet")]
+            if name.endswith(SUFFIX):
+                stem = name[: -len(SUFFIX)]
                 if stem in self.seen:
                     continue
                 self.seen.add(stem)
-            elif name.endswith(".arrows") and name[: -len(".arrows")] not in done:
-                stem = name[: -len(".arrows")]
+            elif name.endswith(OPEN_SUFFIX) and name[: -len(OPEN_SUFFIX)] not in done:
+                stem = name[: -len(OPEN_SUFFIX)]
             else:
                 continue
-            got = self._read(os.path.join(self.directory, name))
+            got = self._read(os.path.join(self.directory, name), name.endswith(OPEN_SUFFIX))
             if got is None:
                 continue
             rows.extend(r for r in got[self.taken.get(stem, 0):] if self.rank is None or r["rank"] == self.rank)
-            if name.endswith(".arrows"):
+            if name.endswith(OPEN_SUFFIX):
                 self.taken[stem] = max(len(got), self.taken.get(stem, 0))
             else:
                 self.taken.pop(stem, None)
         return rows_to_samples(rows)
 
-    def _read(self, path: str) -> Optional[List[dict]]:
-        """Every row of a log file (an open stream: its whole batches); None when it cannot be read."""
+    def _read(self, path: str, opened: bool) -> Optional[List[dict]]:
+        """Every row of a log file (an open stream: its whole batches, log.read_stream); None when it cannot be
+        read."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from .log import read_stream
+
         try:
-            if path.endswith(".arrows"):
-                with pa.OSFile(path, "rb") as f:
-                    try:
-                        reader = pa.ipc.open_stream(f)
-                    except (pa.ArrowException, UnicodeDecodeError):
-                        return None             # no batch written yet
-                    schema, batches = reader.schema, []
-                    while True:
-                        try:
-                            batches.append(reader.read_next_batch())
-                        except (StopIteration, pa.ArrowException, OSError):
-                            break               # the end, or a batch being written
+            if opened:
+                schema, batches, _ = read_stream(path)
+                if schema is None:
+                    return None             # no batch written yet
             else:
                 schema = pq.read_schema(path)
             missing = [c for c in LOG_COLUMNS if c not in schema.names]
             if missing or b"specprof.schema_version" not in (schema.metadata or {}):
                 self.log(f"{path}: not a specprof timing log ({', '.join(missing) or 'no specprof metadata'}); skipped")
                 return None
-            table = (pa.Table.from_batches(batches, schema) if path.endswith(".arrows")
-                     else pq.read_table(path)).select(list(LOG_COLUMNS))
+            table = (pa.Table.from_batches(batches, schema) if opened else pq.read_table(path)).select(list(LOG_COLUMNS))
         except FileNotFoundError:
             return None  # completed (its Parquet read at the next poll) or deleted by rotation since the listing
         except Exception as exc:  # noqa: BLE001 - one unreadable file must not stop the watcher

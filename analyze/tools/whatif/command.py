@@ -374,8 +374,8 @@ def _sglang_log_steps(sides: list, ks) -> int:
 
 
 def _sglang_log(path, steps: int):
-    """The log's decode lines (read/sglang_log.py), checked: of one rank, of the profiled step count where the
-    server's arguments are in it."""
+    """The log (read/sglang_log.py: its decode lines and how many did not read), checked: of one rank, of the
+    profiled step count where the server's arguments are in it."""
     from analyze.read.inputs import display_path
     from analyze.read.sglang_log import read_log
 
@@ -392,16 +392,17 @@ def _sglang_log(path, steps: int):
         raise UsageError(f"--calibrate-sglang-log {shown}: lines of {len(ranks)} ranks ({', '.join(ranks[:4])}"
                          f"{', ...' if len(ranks) > 4 else ''}), each its own throughput: give one rank's lines "
                          "(e.g. grep 'DP0 ')")
-    return log.lines.assign(unreadable=log.unreadable)
+    return log
 
 
-def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] | None:
+def _sglang_log_rate(log, path, batch: int, steps: int) -> tuple[float, dict] | None:
     """(the median gen throughput of the steady lines at ``batch`` running requests, its source), None under
     :data:`SGLANG_LOG_MIN_LINES` such lines. Steady (read/sglang_log.py): the previous line ran the same batch and
     no prefill came between, so the interval ran that batch (a round's tail and the gap between rounds are in
     the others)."""
     from analyze.read.inputs import display_path
 
+    lines = log.lines
     at = lines[(lines["running"] == int(batch)) & lines["steady"]]
     if len(at) < SGLANG_LOG_MIN_LINES:
         return None
@@ -409,7 +410,7 @@ def _sglang_log_rate(lines, path, batch: int, steps: int) -> tuple[float, dict] 
     return float(at["tokens_per_s"].median()), {
         "kind": "sglang_log", "path": display_path(path), "lines": int(len(at)), "batch": int(batch), "steps": steps,
         "accept_len": float(acc.median()) if len(acc) else None,
-        "unreadable_lines": int(lines["unreadable"].iloc[0]) if len(lines) and "unreadable" in lines else 0}
+        "unreadable_lines": log.unreadable}
 
 
 def _seen(lines) -> str:
@@ -437,9 +438,10 @@ def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, di
                              f"{'...' if len(sizes) > 8 else ''} (each in {MIN_CYCLES}+ cycles and "
                              f"{PB.VISITED_SHARE:.0%} of them): give --batch M (the log's lines of M running requests)")
         batch = sizes[0]
-    lines = _sglang_log(path, steps)
-    got = _sglang_log_rate(lines, path, int(batch), steps)
+    log = _sglang_log(path, steps)
+    got = _sglang_log_rate(log, path, int(batch), steps)
     if got is None:
+        lines = log.lines
         n = int(((lines["running"] == int(batch)) & lines["steady"]).sum())
         raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: {n} steady 'Decode batch' line(s) at "
                               f"{batch} running requests, fewer than {SGLANG_LOG_MIN_LINES}{_seen(lines)}", path)
@@ -452,16 +454,16 @@ def sglang_log_calibrations(path, sides: list, ks, sizes) -> tuple[dict, dict]:
     from analyze.read.inputs import display_path
 
     steps = _sglang_log_steps(sides, ks)
-    lines = _sglang_log(path, steps)
+    log = _sglang_log(path, steps)
     tps, sources = {}, {}
     for m in sizes:
-        got = _sglang_log_rate(lines, path, int(m), steps)
+        got = _sglang_log_rate(log, path, int(m), steps)
         if got is not None:
             tps[int(m)], sources[int(m)] = got
     if not tps:
         raise UnsuitableInput(f"--calibrate-sglang-log {display_path(path)}: fewer than {SGLANG_LOG_MIN_LINES} steady "
                               f"'Decode batch' lines at each of the profile's batch sizes "
-                              f"({', '.join(map(str, sizes))}){_seen(lines)}", path)
+                              f"({', '.join(map(str, sizes))}){_seen(log.lines)}", path)
     return tps, sources
 
 
