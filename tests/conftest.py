@@ -7,6 +7,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from fixtures.nsys_record import one_profile_at_a_time  # noqa: E402
 from fixtures.unpack import unpack_all  # noqa: E402
 
 unpack_all()
@@ -20,3 +21,14 @@ def _no_inherited_columns(monkeypatch):
     """Every test sees the terminal width analyze-trace picks without COLUMNS (120 off a terminal) unless it
     sets COLUMNS itself: pytest-xdist's workers inherit COLUMNS=80, a narrow shell may export another."""
     monkeypatch.delenv("COLUMNS", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _one_nsys_at_a_time(request):
+    """A test marked ``nsys`` (one that starts `nsys profile`) runs while no other worker's does: two nsys
+    2022.4 launches at once now and then leave no report (fixtures/nsys_record.one_profile_at_a_time)."""
+    if request.node.get_closest_marker("nsys") is None:
+        yield
+        return
+    with one_profile_at_a_time():
+        yield

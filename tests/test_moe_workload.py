@@ -431,6 +431,7 @@ def test_dense_target_keeps_a_constant_batch_by_default(tmp_path):
     assert [_parse(t)[1] for t, _ in marks if t.startswith("accept_len=")] == [8, 8, 8]
 
 
+@pytest.mark.nsys
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="needs nsys")
 def test_moe_workload_under_nsys_marks_read_back_by_the_analyzer(tmp_path):
     """profile-trace + nsys (2022.4 on this CPU machine: -t nvtx): the export's decode cycles and

@@ -9,6 +9,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -366,6 +367,22 @@ def test_export_failure_leaves_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.nsys-rep"]
 
 
+def test_nsys_tests_run_one_at_a_time():
+    """While one test process holds the nsys lock, another cannot take it (it would wait): the suite's
+    workers never start two `nsys profile` at once (fixtures/nsys_record.one_profile_at_a_time)."""
+    probe = ("import fcntl, tempfile, pathlib, sys\n"
+             "from fixtures.nsys_record import LOCK_NAME\n"
+             "fh = open(pathlib.Path(tempfile.gettempdir()) / LOCK_NAME, 'a')\n"
+             "try:\n    fcntl.flock(fh, fcntl.LOCK_EX | (fcntl.LOCK_NB if sys.argv[1] == 'now' else 0))\n"
+             "except BlockingIOError:\n    sys.exit(3)\n")
+    with nsys_record.one_profile_at_a_time():
+        held = subprocess.run([sys.executable, "-c", probe, "now"], cwd=ROOT, timeout=60)
+    # released: a waiting taker gets it (another worker's nsys test may hold it a while first)
+    later = subprocess.run([sys.executable, "-c", probe, "wait"], cwd=ROOT, timeout=600)
+    assert (held.returncode, later.returncode) == (3, 0)
+
+
+@pytest.mark.nsys
 def test_export_real_report(tmp_path):
     if not shutil.which("nsys"):
         pytest.skip("nsys not on PATH")
