@@ -52,11 +52,21 @@ def test_per_batch_table_on_the_real_profiles():
 
 @need
 def test_speculation_off_everywhere_writes_no_config():
+    """Calibrated at each batch size (the sweep's 3-step figures) and given the measured baselines: off at both,
+    a verdict (no '?'), and no config. The baselines alone (the profile not calibrated) leave batch 1 uncertain:
+    0.75x, the profile's own speed-up over its estimated plain step (the sweep: 0.75x), inside that estimate's
+    error, so no verdict there; before 2026-12-07 the profiled predictions were set against the unprofiled
+    baselines as they were (0.58x at both batch sizes, said to be sure)."""
     meas = sweep(8)
-    t = PB.per_batch([L8], range(1, 7), n_boot=0, baselines_tps={1: meas[(0, 1)], 16: meas[(0, 16)]})
-    assert (t["best_or_off"] == 0).all()
+    base = {1: meas[(0, 1)], 16: meas[(0, 16)]}
+    t = PB.per_batch([L8], range(1, 7), n_boot=0, baselines_tps=base, calibrate={1: meas[(3, 1)], 16: meas[(3, 16)]})
+    assert (t["best_or_off"] == 0).all() and not t["verdict_uncertain"].any()
     with pytest.raises(ValueError, match="does not pay at any batch size"):
         PB.adaptive_config(t)
+    alone = PB.per_batch([L8], range(1, 7), n_boot=0, baselines_tps=base).set_index("batch")
+    assert alone["speedup_through_estimate"].all() and (alone["baseline_source"] == "given").all()
+    assert alone.loc[1, "speedup"] == pytest.approx(0.75, abs=0.01) and alone.loc[1, "verdict_uncertain"]
+    assert alone.loc[16, "speedup"] == pytest.approx(0.65, abs=0.01) and not alone.loc[16, "verdict_uncertain"]
 
 
 def test_adaptive_config_format_and_buckets():
@@ -216,10 +226,11 @@ def test_no_config_when_nothing_pays_shows_the_table_then_one_error_line(tmp_pat
 
     out = tmp_path / "adaptive.json"
     rc = cli.main(["whatif", str(L8), "--per-batch", "--steps", "1..6", "--boot", "0",
-                   "--batch-baseline-tps", "1=729.7,16=10749", "--adaptive-config", str(out)])
+                   "--batch-baseline-tps", "1=729.7,16=10749", "--batch-tps", "1=546.5,16=6654.3",
+                   "--adaptive-config", str(out)])
     got = capsys.readouterr()
     assert rc == 12 and not out.exists()
-    assert "0.58x  off" in got.out and "run without --speculative-algorithm" in got.out
+    assert "0.76x  off" in got.out and "run without --speculative-algorithm" in got.out
     assert got.err.strip().count("\n") == 0 and "does not pay at any batch size" in got.err
 
 

@@ -556,3 +556,81 @@ def test_the_bootstrap_shows_progress_where_asked_and_gives_the_same_result(side
     boot = [x for x in seen if x[2] == "whatif bootstrap"]      # (loading the profile goes through it too)
     assert boot == [(True, 7, "whatif bootstrap", "resample"), (False, 7, "whatif bootstrap", "resample")]
     assert on["predictions"].equals(off["predictions"])
+
+
+GIVEN_BASELINE_PAIRS = PAIRS + \
+    [("sglang_h100_v3_l32_s3", "sglang_sweep_h100_v3_l32", b) for b in (1, 4, 16, 64)] + \
+    [("sglang_h100_v3_l32_s5", "sglang_sweep_h100_v3_l32", b) for b in (1, 16)] + \
+    [("sglang_h100_v2_l128_s3", "sglang_sweep_h100_v2_l128", b) for b in (1, 16)] + \
+    [("sglang_h100_v2_l64_s3_clock", "sglang_sweep_h100_v2_l64_clock", b) for b in (1, 16)]
+
+
+@pytest.mark.parametrize("profile, sweep, batch", GIVEN_BASELINE_PAIRS)
+def test_a_given_baseline_with_an_uncalibrated_profile_compares_one_clock(profile, sweep, batch):
+    """--baseline-tps (unprofiled) without a calibration: the speed-up is the profile's own over its estimated plain
+    step (the predictions put on the given figure's clock), inside PROFILE_ALONE_RATIO of the measured one on every
+    real pair, and a verdict it states is the sweep's. Before (profiled predictions against the unprofiled figure as
+    they were): 0.39x to 1.28x, and sure verdicts the wrong way round (sglang_v2_l64_s3 at 16: 0.94x against 1.12x)."""
+    if not ((REAL / f"{profile}.sqlite").exists() and (REAL / f"{sweep}.json").exists()):
+        pytest.skip("real SGLang fixtures not unpacked")
+    measured, base = read_measured(REAL / f"{sweep}.json", batch)
+    side = sides.load_side(REAL / f"{profile}.sqlite")
+    given = W.whatif(side, range(1, 7), n_boot=0, batch=batch, baseline_tps=base)
+    alone = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
+    assert given["baseline"]["source"] == "given" and given["best"]["speedup_through_estimate"]
+    assert given["baseline"]["clock"]["estimated_tokens_per_s"] == pytest.approx(alone["baseline"]["tokens_per_s"])
+    assert given["best"]["speedup"] == pytest.approx(alone["best"]["speedup"], rel=1e-9)
+    # on the given clock: every cycle / q, its tokens/s x q, the difference in the overhead, GPU phases as profiled
+    p, a, q = given["predictions"], alone["predictions"], given["baseline"]["clock"]["ratio"]
+    assert q == pytest.approx(base / alone["baseline"]["tokens_per_s"])
+    assert np.allclose(p["cycle_ns"], a["cycle_ns"] / q) and np.allclose(p["tokens_per_s"], a["tokens_per_s"] * q)
+    assert np.allclose(p["overhead_ns"] - a["overhead_ns"], a["cycle_ns"] / q - a["cycle_ns"])
+    assert np.allclose(p["verify_ns"], a["verify_ns"]) and np.allclose(p["draft_ns"], a["draft_ns"])
+    lo, hi = W.PROFILE_ALONE_RATIO
+    ratio = given["best"]["speedup"] / (max(measured.values()) / base)
+    assert lo <= ratio <= hi, ratio
+    assert given["best"]["verdict_uncertain"] or (given["best"]["speedup"] > 1) == (max(measured.values()) > base)
+
+
+def test_a_calibrated_profile_takes_a_given_baseline_as_it_is():
+    """With --calibrate-tps both figures are of the unprofiled clock: the baseline is taken as given, nothing is
+    rescaled, and the verdict is flat (the committed l8 pair at batch 1: 0.76x, the sweep's 0.75x)."""
+    if not ((REAL / "sglang_v2_l8_s3.sqlite").exists() and (REAL / "sglang_sweep_v2_l8.json").exists()):
+        pytest.skip("real SGLang fixtures not unpacked")
+    measured, base = read_measured(REAL / "sglang_sweep_v2_l8.json", 1)
+    side = sides.load_side(REAL / "sglang_v2_l8_s3.sqlite")
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=1, baseline_tps=base, calibrate_tps=measured[3])
+    assert "clock" not in r["baseline"] and not r["best"]["speedup_through_estimate"]
+    assert r["best"]["speedup"] == pytest.approx(0.76, abs=0.01) and not r["best"]["verdict_uncertain"]
+
+
+def test_a_calibration_that_lengthens_the_cycle_is_said_to_be_suspect(tmp_path):
+    """A newcomer calibrated the H200 profile with the H200 live log recorded beside nsys (another run, itself
+    profiled): 5,454 -> 9,786 us a cycle, a false 'does not pay'. A profiler does not speed a run up: past x1.35
+    (engines of one configuration differed by up to 27%) the calibration line and a note say it is suspect. The
+    live log of the profile's own configuration (docs/live.md's pair) shortens the cycle: no such note."""
+    from analyze import cli
+
+    live = REAL / "sglang_live_h200_v2_l64_s3_gated.live"
+    if not ((REAL / "sglang_v2_l64_s3.sqlite").exists() and live.exists()):
+        pytest.skip("real SGLang fixtures not unpacked")
+    out = tmp_path / "w.json"
+    rc = cli.main(["whatif", str(REAL / "sglang_v2_l64_s3.sqlite"), "--calibrate-live", str(live), "--batch", "1",
+                   "--boot", "0", "--json", str(out), "-q"])
+    notes = [n for n in json.loads(out.read_text())["notes"] if "LENGTHENED" in str(n)]
+    assert rc == 0 and len(notes) == 1 and "x1.79 (5,454.3 us -> 9,786.0 us)" in str(notes[0])
+    assert W.lengthened_note(5_000_000, 6_500_000, 3) is None          # x1.30: within engines' spread
+    assert "x1.40" in W.lengthened_note(5_000_000, 7_000_000, 3)
+
+
+def test_the_live_log_of_the_profiles_configuration_shortens_its_cycle(tmp_path):
+    from analyze import cli
+
+    pair = (REAL / "sglang_live_h100_v2_l64_s3.sqlite", REAL / "sglang_live_h100_e2_on")
+    if not all(p.exists() for p in pair):
+        pytest.skip("real SGLang fixtures not unpacked")
+    out = tmp_path / "w.json"
+    assert cli.main(["whatif", str(pair[0]), "--calibrate-live", str(pair[1]), "--batch", "16", "--boot", "0",
+                     "--json", str(out), "-q"]) == 0
+    r = json.loads(out.read_text())
+    assert r["calibration"]["shift_ns"] > 0 and not any("LENGTHENED" in str(n) for n in r["notes"])

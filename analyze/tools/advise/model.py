@@ -151,6 +151,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "best_extrapolated": bool(r["best"]["extrapolated"]),
             "verdict_uncertain": bool(r["best"]["verdict_uncertain"]),
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
+            # a given baseline against an uncalibrated profile: the speed-up is the profile's own (whatif.baseline_clock)
+            "speedup_through_estimate": bool(r["best"].get("speedup_through_estimate")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source,
@@ -756,6 +758,15 @@ def rule_speculation(ctx: Context):
         return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against a baseline estimated from a live "
                                f"timing log (no kernel tables; {LIVE_BASELINE_ERROR}); give --baseline-tps "
                                "(unprofiled tokens/s without speculation)", figures)
+    if w.get("verdict_uncertain") and w.get("speedup_through_estimate"):
+        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+
+        lo, hi = PROFILE_ALONE_RATIO
+        return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x, the profile's own speed-up over its "
+                               f"estimated plain step (the given baseline is of the unprofiled clock, the profile not "
+                               f"calibrated), inside that estimate's error ({lo:.2f}x-{hi:.2f}x of the measured speed-up "
+                               "on real SGLang sweeps); give --calibrate-tps (unprofiled tokens/s at the profiled step "
+                               "count)", figures)
     if w.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 

@@ -1072,6 +1072,30 @@ def scale_baseline(base: dict, ratio: float) -> dict:
                 method=base["method"] + f"; scaled x{ratio:.3f} to the unprofiled clock of the calibration")
 
 
+def baseline_clock(pred: pd.DataFrame, base: dict, est: dict) -> tuple[pd.DataFrame, dict]:
+    """Predictions of the profiled clock put on the clock of a no-speculation figure measured without the profiler
+    (``base``, given; ``est``: the plain step estimated from the profile, on the profiled clock): every predicted
+    cycle x profiled / unprofiled plain step, the difference in its overhead (the profiler stretches host time), the
+    tokens/s and their intervals / that ratio. The speed-up over ``base`` is then the profile's own over its
+    estimated plain step: a ratio of two figures of one clock, as uncertain as that estimate
+    (:data:`PROFILE_ALONE_RATIO`). Before (2026-12-07) the profiled predictions were set against the unprofiled
+    figure as they were: on the committed real sweeps 0.39x to 1.28x of the measured speed-up, and four verdicts
+    the wrong way round stated as sure; so 0.72x to 1.21x (a newcomer's run found it)."""
+    q = float(base["tokens_per_s"]) / float(est["tokens_per_s"])
+    if not (np.isfinite(q) and q > 0):
+        return pred, base
+    pred = pred.copy()
+    cycle = pred["cycle_ns"] / q
+    pred["overhead_ns"] = pred["overhead_ns"] + (cycle - pred["cycle_ns"])
+    pred["cycle_ns"] = cycle
+    for col in ("tokens_per_s", "tokens_per_s_lo", "tokens_per_s_hi"):
+        if col in pred:
+            pred[col] = pred[col] * q
+    base = dict(base, clock={"estimated_tokens_per_s": float(est["tokens_per_s"]), "ratio": q,
+                             "estimated_method": est["method"]})
+    return pred, base
+
+
 def measured_baseline(side: Side, requests: float, keep_outliers: bool = False) -> dict:
     """Decode step time of a no-speculation report: its cycles when it has them, else the start-to-
     start interval of its outermost verify-phase ranges (the target forward, e.g. graph replays)."""
@@ -1262,6 +1286,12 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                 base = scale_baseline(base, ratio)
         else:
             base = estimated_baseline(profiled_costs, m, ratio)
+    on_profiled_clock = (calibrate is None and per_profile is None and not all(c.get("live") for c in costs))
+    if baseline_tps is not None and on_profiled_clock:
+        # a figure measured without the profiler against predictions of the profiled clock: the speed-up is taken
+        # against the profile's own plain step (same clock), the predictions put on the given figure's clock
+        est = estimated_baseline(profiled_costs, m)
+        pred, base = baseline_clock(pred, base, est)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
@@ -1277,7 +1307,10 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "best": {"steps": int(best["steps"]), "tokens_per_s": float(best["tokens_per_s"]),
                  "speedup": float(best["speedup"]), "extrapolated": bool(best["extrapolated"]),
                  "baseline_source": base["source"],
-                 "verdict_uncertain": verdict_uncertain(float(best["speedup"]), base["source"], live=live_baseline),
+                 "verdict_uncertain": verdict_uncertain(float(best["speedup"]),
+                                                        "estimated" if base.get("clock") else base["source"],
+                                                        live=live_baseline),
+                 "speedup_through_estimate": bool(base.get("clock")),
                  "baseline_from_live_log": live_baseline,
                  "cycles": n_cycles, "few_cycles": n_cycles < MIN_CYCLES},
         "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
@@ -1310,11 +1343,35 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
+    cal_rows = (per_profile if per_profile is not None else
+                [result["calibration"]] if result["calibration"] is not None else [])
+    for x in cal_rows:
+        note = lengthened_note(x["profiled_cycle_ns"], x["profiled_cycle_ns"] - x["shift_ns"], x["steps"])
+        if note:
+            result["notes"].append(note)
     result["assumptions"] = assumptions(profiled_costs, acc, base, extrapolation, result["calibration"],
                                         profiled_baseline=baseline is not None and baseline_tps is None,
                                         scaling=scaling, intervals=n_boot > 0,
                                         live=all(c.get("live") for c in costs), rounds=round_info)
     return result
+
+
+CALIBRATION_LENGTHENS_MAX = 1.35
+"""A calibration that makes the profiled cycle longer than this many times itself is said to be suspect: a profiler
+does not speed a run up, and engines of one configuration on one machine differed by up to 27% (docs/whatif.md: the
+three 3-step engines of ``sglang_sweep_h100_v2_l64``). A newcomer calibrated a profile with a live log of another
+run that had been recorded beside nsys: 5,454 -> 9,786 us a cycle (x1.79), a false "does not pay"."""
+
+
+def lengthened_note(profiled_ns: float, calibrated_ns: float, steps: int) -> str | None:
+    """The note for a calibration that lengthens the profiled cycle past :data:`CALIBRATION_LENGTHENS_MAX`, else None."""
+    if not (profiled_ns > 0 and calibrated_ns > CALIBRATION_LENGTHENS_MAX * profiled_ns):
+        return None
+    return (f"calibration LENGTHENED the profiled cycle at {steps} steps x{calibrated_ns / profiled_ns:.2f} "
+            f"({profiled_ns / 1e3:,.1f} us -> {calibrated_ns / 1e3:,.1f} us): a profiler does not speed a run up, and "
+            "engines of one configuration on one machine differed by up to 27%; the unprofiled figure may be of "
+            "another configuration, machine or batch size, or of a run that was itself profiled: check it before "
+            "deciding on it")
 
 
 def best_row(pred: pd.DataFrame, tolerance: float = BEST_TOLERANCE):
@@ -1524,9 +1581,19 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
         out.append("no calibration needed: a live timing log was measured without a profiler (its cycle periods "
                    "are the unprofiled host clock)")
     else:
-        out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
-                   "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) or --calibrate-live "
-                   "LOGDIR (a live timing log of the same configuration) to remove it" + launch_excess_text(costs))
+        if base.get("clock"):
+            clock = base["clock"]
+            out.append(f"NOT calibrated at a speculative step count: the predictions are of the profiled timing put on the "
+                       f"given baseline's clock, every cycle x{1 / clock['ratio']:.3f} (the profile's estimated plain step, "
+                       f"{clock['estimated_tokens_per_s']:,.0f} tokens/s, against the given {base['tokens_per_s']:,.0f}; "
+                       "the difference in the overhead); the speed-up is the profile's own over its estimated plain step, "
+                       "as uncertain as that estimate; give --calibrate-tps X (your unprofiled tokens/s at the profiled "
+                       "step count) or --calibrate-live LOGDIR for a speculative cycle of the unprofiled clock"
+                       + launch_excess_text(costs))
+        else:
+            out.append("NOT calibrated: predictions are of the profiled timing (profiler overhead included); give "
+                       "--calibrate-tps X (your unprofiled tokens/s at the profiled step count) or --calibrate-live "
+                       "LOGDIR (a live timing log of the same configuration) to remove it" + launch_excess_text(costs))
     K = acc.profiled_steps
     rule = ("the last estimated rate repeats" if extrapolation == "repeat"
             else "the rates continue the least-squares line through the estimated ones")

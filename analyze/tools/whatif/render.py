@@ -78,6 +78,8 @@ def render_whatif(r: dict) -> str:
     b, base = r["best"], r["baseline"]
     cal = r.get("calibration")
     if cal:
+        from analyze.tools.whatif.model import lengthened_note
+
         out.append("")
         src = cal.get("source") or {}
         where = (f" from the live log {src.get('path')} ({src.get('cycles')} steady cycles of rank {src.get('rank')})"
@@ -93,7 +95,10 @@ def render_whatif(r: dict) -> str:
             out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {one['steps']} steps: "
                              f"profiled cycle {one['profiled_cycle_ns'] / 1e3:,.1f} us -> "
                              f"{(one['profiled_cycle_ns'] - one['shift_ns']) / 1e3:,.1f} us (overhead "
-                             f"{-one['shift_ns'] / 1e3:+,.1f} us per cycle)"))
+                             f"{-one['shift_ns'] / 1e3:+,.1f} us per cycle)"
+                             + (": LONGER than profiled, suspect (note below)"
+                                if lengthened_note(one["profiled_cycle_ns"], one["profiled_cycle_ns"] - one["shift_ns"],
+                                                   one["steps"]) else "")))
     out.append("")
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
@@ -118,6 +123,15 @@ def render_whatif(r: dict) -> str:
                          "cycle without draft and draft_extend, verify's event time holding its Python), "
                          f"{LIVE_BASELINE_ERROR}: measure unprofiled tokens/s without speculation (--baseline-tps) "
                          "before turning speculation on or off."))
+    elif b.get("verdict_uncertain") and b.get("speedup_through_estimate"):
+        from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
+
+        lo, hi = PROFILE_ALONE_RATIO
+        out.append(_wrap(f"Uncertain verdict: the profile is not calibrated, so its speed-up is taken against its own "
+                         f"estimated plain step (the given {base['tokens_per_s']:,.0f} tokens/s and the profile are of two "
+                         f"clocks); such a speed-up was {lo:.2f}x to {hi:.2f}x of the measured one on real SGLang sweeps, so "
+                         f"{b['speedup']:.2f}x can be either side of 1: measure unprofiled tokens/s at the profiled step "
+                         "count (--calibrate-tps) before turning speculation on or off."))
     elif b.get("verdict_uncertain"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
@@ -213,16 +227,22 @@ def render_per_batch(table, config_path=None) -> str:
         lo, hi = PROFILE_ALONE_RATIO
         unsure_rows = table[table["verdict_uncertain"].astype(bool)]
         live_rows = unsure_rows["baseline_from_live_log"].astype(bool)
-        what = ("--batch-baseline-tps" if (unsure_rows["calibrated"].astype(bool) | live_rows).all()
-                else "--batch-tps and --batch-baseline-tps")
+        need_tps = not (unsure_rows["calibrated"].astype(bool) | live_rows).all()
+        need_base = bool((unsure_rows["baseline_source"] == "estimated").any())
+        what = " and ".join(f for f, need in (("--batch-tps", need_tps), ("--batch-baseline-tps", need_base)) if need)
+        through = unsure_rows["speedup_through_estimate"].astype(bool).any() if "speedup_through_estimate" in unsure_rows \
+            else False
         if live_rows.all():
             out += wrap("'?': an uncertain verdict: the baselines are estimated from a live timing log (a cycle "
                         f"without draft and draft_extend; {LIVE_BASELINE_ERROR}): measure --batch-baseline-tps "
                         "before turning speculation on or off there.")
         else:
             out += wrap(f"'?': an uncertain verdict: against an estimated baseline the speed-up was {lo:.2f}x to "
-                        f"{hi:.2f}x of the measured one on real SGLang sweeps, so "
-                        f"these can be either side of 1: measure {what} before turning speculation on or off there.")
+                        f"{hi:.2f}x of the measured one on real SGLang sweeps"
+                        + (" (a baseline given for a batch size whose profile is not calibrated is of another clock: "
+                           "the speed-up there is the profile's own over its estimated plain step)" if through else "")
+                        + f", so these can be either side of 1: measure {what} before turning speculation on or off "
+                        "there.")
     est = table["baseline_source"] == "estimated"
     if est.any() and not (est & table["baseline_from_live_log"].astype(bool)).all():
         out += wrap("Baselines marked 'estimated' come from the speculative profile (a plain step's GPU and host "
