@@ -133,7 +133,22 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):  # noqa: D401 - argparse's hook
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""     # "analyze-trace diff"
-        raise UsageError(f"{sub}{message} (see {self.prog} --help)")
+        raise UsageError(f"{sub}{message}{self._suggestion(message)} (see {self.prog} --help)")
+
+    def _suggestion(self, message: str) -> str:
+        """``; did you mean --json?`` for an unrecognized option close to one of this parser's (``--jsno``), as
+        Python 3.12's argparse does for choices; "" otherwise."""
+        import difflib
+
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        for word in message.split(":", 1)[1].split():
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1, cutoff=0.75)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
 
 
 def whole_number(text: str, least: int) -> int:

@@ -56,6 +56,16 @@ def test_argparse_message_names_the_subcommand_and_help(capsys):
                                    "(see analyze-trace diff --help)")
 
 
+@pytest.mark.parametrize("argv, hint", [
+    (["--jsno", "out.json"], "; did you mean --json? (see analyze-trace --help)"),
+    (["whatif", "--calibrate-tsp", "3"], "; did you mean --calibrate-tps? (see analyze-trace whatif --help)"),
+    (["whatif", "--zzzz", "3"], " (see analyze-trace whatif --help)"),
+])
+def test_a_mistyped_option_is_told_the_closest_one(capsys, argv, hint):
+    code, _, err = run(capsys, *argv[:-2], EAGER, *argv[-2:]) if argv[0] == "whatif" else run(capsys, EAGER, *argv)
+    assert code == 10 and one_error_line(err).endswith("unrecognized arguments: " + " ".join(argv[-2:]) + hint)
+
+
 def test_help_still_exits_0(capsys):
     with pytest.raises(SystemExit) as ei:
         cli.main(["whatif", "--help"])

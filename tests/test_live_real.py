@@ -385,6 +385,26 @@ def test_a_sampled_real_logs_split_is_carried_onto_every_cycles_period():
     assert bd.loc["gpu_idle", "share"] > 0.05
 
 
+def test_diff_takes_a_sampled_logs_phases_as_the_report_does():
+    """A newcomer diffed two real logs and saw the gated log's draft at 918.1 us a cycle where the report said 841.6,
+    and a row "timed 1.00 -> 0.06": diff took the timed cycles' raw means. Now every phase of the sampled side
+    equals the report's breakdown (the timed split carried onto every cycle's period), and the flag is no figure."""
+    from analyze import views
+    from analyze.tools.diff.model import diff_results
+
+    gated = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    every = api.load(str(REAL / "sglang_live_h100_e2_on"))
+    out = diff_results(every, gated, n_boot=50)["summary"]
+    rows = out[out["rank"] == "all"].set_index("figure")
+    assert "timed" not in rows.index
+    bd = views.get(gated, "decode_breakdown").set_index("component")["per_cycle_ns"]
+    before = views.get(every, "decode_breakdown").set_index("component")["per_cycle_ns"]
+    for phase in ("draft", "verify", "draft_extend"):
+        assert rows.loc[f"{phase}_ns", "after"] == pytest.approx(bd[phase], rel=1e-6), phase
+        assert rows.loc[f"{phase}_ns", "before"] == pytest.approx(before[phase], rel=1e-6), phase  # every cycle timed
+    assert rows.loc["draft_ns", "after"] == pytest.approx(841.6e3, abs=100)
+
+
 def test_the_live_headline_says_what_the_graph_replays_took_of_a_host_bound_cycle():
     """The phase columns span each phase's host time too (verify +77% over nsys in these host-bound cycles),
     so the live headline's phase shares hide that the cycle is host bound; the graph replays' GPU stream time

@@ -103,6 +103,22 @@ def test_what_it_refuses(extra, code, words):
 
 
 @need
+@pytest.mark.parametrize("make, code, words", [
+    (lambda d: PROFILE, 10, "not SGLang's log (an SQLite file: a report?)"),
+    (lambda d: SWEEP, 10, "not SGLang's log (JSON: a sweep's figures go to --measured)"),
+    (lambda d: (d / "x.bin").write_bytes(b"ab\0cd" * 10) and d / "x.bin", 10, "not SGLang's log (binary data)"),
+    (lambda d: (d / "notes.txt").write_text("a text file\nwith no decode line\n") and d / "notes.txt", 12,
+     "no 'Decode batch' line in the file: SGLang prints them at --log-level info"),
+])
+def test_a_file_that_is_no_log_is_said_to_be_none(tmp_path, make, code, words):
+    """A newcomer passed the report, a JSON sweep or any text to --calibrate-sglang-log and was told '0 steady
+    Decode batch lines ... (none steady: ...)': now what the file is instead, in one line."""
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
+                           "--calibrate-sglang-log", str(make(tmp_path))], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == code and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
+
+
+@need
 def test_a_missing_log_is_one_line(tmp_path):
     """A log path that does not exist: MissingInput, exit 2 (docs/bad_input.md), one line naming the option."""
     proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",

@@ -76,6 +76,24 @@ def bootstrap_delta(before: pd.DataFrame, after: pd.DataFrame, *, n_boot: int = 
     return pd.DataFrame(rows)
 
 
+def timed_carried(frame: pd.DataFrame, time_col: str) -> pd.DataFrame:
+    """A sampled live log's per-cycle figures as the report and whatif take them: the figures its timed cycles
+    alone carry (the phases, null in the others) x :func:`analyze.timeline.cycles.sampled_scale` (the timed
+    cycles' split carried onto the mean period of every cycle: the timed ones pay the events); the ``timed`` flag
+    dropped (no figure). Before 2026-12-07 diff compared the timed cycles' raw means (918 us of draft a cycle on
+    the gated H200 log where the report says 842) and listed the flag as a figure ("timed 1.00 -> 0.06")."""
+    if "timed" not in frame.columns:
+        return frame
+    timed = frame["timed"].astype(bool).to_numpy()
+    out = frame.drop(columns="timed")
+    k = cycles_mod.sampled_scale(out[time_col].to_numpy(dtype="float64", na_value=np.nan), timed)
+    if k != 1.0:
+        only = [c for c in out.columns if c.endswith("_ns") and c != time_col
+                and out.loc[~timed, c].isna().all() and out.loc[timed, c].notna().any()]
+        out[only] = out[only].astype("float64") * k
+    return out
+
+
 def paired(before: pd.DataFrame, after: pd.DataFrame) -> bool:
     """Two runs of one seeded workload: same number of cycles and the same tokens in every cycle
     (acceptance replayed identically). Their cycles are then compared pair by pair."""
@@ -203,7 +221,7 @@ def diff_results(before, after, *, n_boot: int = N_BOOT, seed: int = 0, top: int
                          f"per-rank rows for the common ranks {[int(r) for r in common]} only")
         for rank in ["all"] + common:
             r = None if rank == "all" else rank
-            pb, pa = per_cycle(cb, phases, r), per_cycle(ca, phases, r)
+            pb, pa = timed_carried(per_cycle(cb, phases, r), tb), timed_carried(per_cycle(ca, phases, r), tb)
             pb = pb.reindex(columns=pa.columns.union(pb.columns, sort=False))
             pa = pa.reindex(columns=pb.columns)
             t = bootstrap_delta(pb, pa, n_boot=n_boot, seed=seed, level=level, time_col=tb)

@@ -384,6 +384,11 @@ def _sglang_log(path, steps: int):
         log = read_log(path)
     except OSError as exc:
         raise MissingInput(f"--calibrate-sglang-log {shown}: {exc.strerror or exc}", path) from exc
+    if not len(log.lines) and log.num_steps is None and not log.unreadable:
+        what = _not_text_log(path)
+        if what is not None:
+            raise UsageError(f"--calibrate-sglang-log {shown}: not SGLang's log ({what}): give the server's own output "
+                             "at --log-level info (its 'Decode batch' lines)")
     if log.num_steps is not None and log.num_steps != steps:
         raise UsageError(f"--calibrate-sglang-log {shown}: the log's server ran --speculative-num-steps "
                          f"{log.num_steps}, the profile {steps}: give the log of the profiled configuration")
@@ -393,6 +398,25 @@ def _sglang_log(path, steps: int):
                          f"{', ...' if len(ranks) > 4 else ''}), each its own throughput: give one rank's lines "
                          "(e.g. grep 'DP0 ')")
     return log
+
+
+def _not_text_log(path) -> str | None:
+    """What a file with no line of SGLang's log is instead, from its first bytes (an SQLite file, JSON, Parquet, other
+    binary data), or None (text: a log without decode lines)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if head.startswith(b"SQLite format 3\0"):
+        return "an SQLite file: a report?"
+    if head.startswith(b"PAR1") or head.startswith(b"\xff\xff\xff\xff"):
+        return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "JSON: a sweep's figures go to --measured"
+    if b"\0" in head:
+        return "binary data"
+    return None
 
 
 def _sglang_log_rate(log, path, batch: int, steps: int) -> tuple[float, dict] | None:
@@ -416,8 +440,8 @@ def _sglang_log_rate(log, path, batch: int, steps: int) -> tuple[float, dict] | 
 def _seen(lines) -> str:
     steady = lines[lines["steady"]]["running"].value_counts().sort_index()
     return (" (steady lines by running requests: " + ", ".join(f"{int(m)}: {int(c)}" for m, c in steady.items())
-            + ")" if len(steady) else " (none steady" + (": SGLang prints them at --log-level info)" if not len(lines)
-                                                          else ")"))
+            + ")" if len(steady) else " (none steady)" if len(lines) else
+            " (no 'Decode batch' line in the file: SGLang prints them at --log-level info)")
 
 
 def sglang_log_calibration(path, sides: list, ks, batch) -> tuple[int, float, dict]:
