@@ -779,8 +779,12 @@ def rule_speculation(ctx: Context):
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
     # a plain step saves the draft and draft_extend work and their host time, and the speculative verify's
     # extra host work: the saving is whatif's time per token, its own ceiling
-    saving = ctx.cycle_ns * gain
-    ev = dict(figures, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
+    # on the cycle the host-bound rule takes: whatif's calibrated cycle of the batch size modelled where there is one
+    # (before 2026-12-07 the profiled mean over every batch size: two findings of one list on two bases)
+    cal = unprofiled_idle(ctx)
+    cycle_ns = cal["cycle_ns"] if cal is not None else ctx.cycle_ns
+    saving = cycle_ns * gain
+    ev = dict(figures, cycle_ns=cycle_ns, cycles=ctx.n_cycles, draft_and_extend_ns=draft,
               accepted_per_request=w["accepted_per_request_profiled"], requests=w["requests"],
               tokens_per_cycle=w["tokens_per_cycle_profiled"], profiled_steps=w["profiled_steps"],
               baseline_method=w["baseline_method"], **_rounds_evidence(w),
@@ -788,7 +792,8 @@ def rule_speculation(ctx: Context):
     suggestion = (f"Speculation costs more than it gains here: each request gets "
                   f"{w['accepted_per_request_profiled']:.2f} accepted draft tokens per cycle "
                   f"({w['tokens_per_cycle_profiled']:.2f} tokens per cycle for {w['requests']:.1f} requests), while "
-                  f"draft and draft_extend take {_us(draft)} of each {_us(ctx.cycle_ns)} cycle. Without speculation "
+                  f"draft and draft_extend take {_us(draft)} of each {_us(ctx.cycle_ns)} cycle (profiled). Without "
+                  "speculation "
                   f"{base:,.0f} tokens/s are "
                   + ("measured (given, without the profiler)" if w["baseline_source"] == "given" else
                      f"predicted ({w['baseline_source']}: {w['baseline_method']})")
@@ -803,9 +808,11 @@ def rule_speculation(ctx: Context):
     remove = F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count")
     settings = (remove,) if w["baseline_source"] == "given" else (
         F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif estimated"), remove)
+    at = "" if cal is None else ((f" at batch {cal['batch']}" if cal["batch"] is not None else "")
+                                 + f" without the profiler, {_us(cycle_ns)}")
     f = F.Finding(rule, f"speculation does not pay: {prof:,.0f} tokens/s against {base:,.0f} without it",
-                  saving, saving, ctx.cycle_ns,
-                  f"whatif: the time per token that running without speculation saves ({_pct(gain)} of the cycle)",
+                  saving, saving, cycle_ns,
+                  f"whatif: the time per token that running without speculation saves ({_pct(gain)} of the cycle{at})",
                   suggestion, ev, settings)
     return [f], F.RuleCheck(rule, F.TRIGGERED, f"no speculation predicted at {base:,.0f} tokens/s, above every step "
                             f"count (best {best:,.0f})", figures)

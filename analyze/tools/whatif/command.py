@@ -149,7 +149,8 @@ def build_parser() -> ArgumentParser:
                                             "step count from profiled EAGLE decode cycles (see docs/whatif.md).")
     p.add_argument("reports", nargs="+", help="profile(s): report, directory of per-rank reports or --json "
                                               "result; several with different step counts refine the model")
-    p.add_argument("--steps", default="1..10", help="step counts to predict (default 1..10)")
+    p.add_argument("--steps", default="1..10", help="step counts to predict: a range 1..6 (or 1-6, 1:6), a list 1,3,5, or "
+                   "both (default 1..10)")
     p.add_argument("--profiled-steps", default=None,
                    help="draft steps of each profile, comma separated (default: inferred from the trace)")
     p.add_argument("--baseline", metavar="REPORT", help="a no-speculation report (else the baseline is estimated)")
