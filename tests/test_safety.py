@@ -382,6 +382,24 @@ def test_nsys_tests_run_one_at_a_time():
     assert (held.returncode, later.returncode) == (3, 0)
 
 
+def test_an_nsys_run_is_retried_once_after_its_own_transient_failure():
+    """nsys 2022.4 now and then fails on its agent connection and writes no report ('Connection reset by peer', 'Local
+    Endpoint is not available'): the run goes once more, in a fresh place; any other result is returned at once."""
+    def proc(rc, err=""):
+        return subprocess.CompletedProcess([], rc, "", err)
+    seen = []
+
+    def flaky(attempt):
+        seen.append(attempt)
+        return proc(1, "Connection reset by peer") if attempt == 0 else proc(0)
+    assert nsys_record.with_retry(flaky).returncode == 0 and seen == [0, 1]
+    seen.clear()
+    assert nsys_record.with_retry(lambda a: seen.append(a) or proc(1, "no such file")).returncode == 1 and seen == [0]
+    seen.clear()
+    always = nsys_record.with_retry(lambda a: seen.append(a) or proc(1, "Local Endpoint is not available"))
+    assert always.returncode == 1 and seen == [0, 1]
+
+
 @pytest.mark.nsys
 def test_export_real_report(tmp_path):
     if not shutil.which("nsys"):

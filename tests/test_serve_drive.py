@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures import nsys_record
+
 from nvtx_annotate import serve
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +93,7 @@ def test_profile_trace_drive_under_real_nsys(tmp_path):
                             "--nsys-arg=--sample=none", "--nsys-arg=--cpuctxsw=none", "--",
                             sys.executable, str(FAKE), "--port", str(free_port())],
                            capture_output=True, text=True, cwd=REPO, timeout=400)
-        if r.returncode == 0 or "nsys did not finish within" not in r.stderr:
+        if r.returncode == 0 or not ("nsys did not finish within" in r.stderr or nsys_record.transient_failure(r)):
             break
         print(f"attempt {attempt}: nsys did not finish:\n{r.stderr[-2000:]}")
     assert r.returncode == 0, r.stderr[-2000:]
