@@ -268,3 +268,21 @@ def test_diff_of_saved_json_results_lists_the_same_kernels_as_of_the_reports(tmp
     cycle = 1_300_000                               # both runs' cycles are ~1.0-1.2 ms
     per_cycle = [c for c in from_json.columns if c.endswith("_ns") and "delta" not in c]
     assert (from_json[per_cycle].abs().to_numpy() < cycle).all()
+
+
+def test_timed_carried_scales_the_timed_split_and_drops_cycles_only_some_ranks_timed():
+    """A sampled live log's per-cycle frame (sides.per_cycle): phases null where the cycle was not timed; the flag
+    False also where only some ranks timed it (a mean over those ranks, no cycle's split): those phases are left
+    out too, the rest x mean period of all / mean period of the timed, the flag dropped. Every cycle timed: unchanged
+    but the flag."""
+    from analyze.tools.diff.model import timed_carried
+
+    f = pd.DataFrame({"cycle": [0, 1, 2, 3], "period_ns": [1100.0, 1000.0, 900.0, 1000.0],
+                      "draft_ns": [110.0, np.nan, 90.0, np.nan], "tokens": [2.0, 2.0, 2.0, 2.0],
+                      "timed": [True, False, False, False]})       # cycle 2: timed by one rank of two
+    out = timed_carried(f, "period_ns")
+    assert "timed" not in out.columns and np.isnan(out.loc[2, "draft_ns"])
+    assert out.loc[0, "draft_ns"] == pytest.approx(110.0 * 1000.0 / 1100.0)
+    assert out["period_ns"].tolist() == f["period_ns"].tolist() and out["tokens"].tolist() == [2.0] * 4
+    every = timed_carried(f.assign(timed=True, draft_ns=[110.0, 100.0, 90.0, 100.0]), "period_ns")
+    assert every["draft_ns"].tolist() == [110.0, 100.0, 90.0, 100.0] and "timed" not in every.columns

@@ -109,6 +109,9 @@ def test_what_it_refuses(extra, code, words):
     (lambda d: (d / "x.bin").write_bytes(b"ab\0cd" * 10) and d / "x.bin", 10, "not SGLang's log (binary data)"),
     (lambda d: (d / "notes.txt").write_text("a text file\nwith no decode line\n") and d / "notes.txt", 12,
      "no 'Decode batch' line in the file: SGLang prints them at --log-level info"),
+    # SGLang's own lines start with '[': a log without decode lines is no JSON (the review found it called so)
+    (lambda d: (d / "warn.log").write_text("[2026-12-06 07:02:57] Fail to set RLIMIT_NOFILE\n") and d / "warn.log", 12,
+     "no 'Decode batch' line in the file"),
 ])
 def test_a_file_that_is_no_log_is_said_to_be_none(tmp_path, make, code, words):
     """A newcomer passed the report, a JSON sweep or any text to --calibrate-sglang-log and was told '0 steady

@@ -153,6 +153,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # a given baseline against an uncalibrated profile: the speed-up is the profile's own (whatif.baseline_clock)
             "speedup_through_estimate": bool(r["best"].get("speedup_through_estimate")),
+            "rough_estimate": bool(r["best"].get("rough_estimate")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source,
@@ -758,6 +759,11 @@ def rule_speculation(ctx: Context):
         return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against a baseline estimated from a live "
                                f"timing log (no kernel tables; {LIVE_BASELINE_ERROR}); give --baseline-tps "
                                "(unprofiled tokens/s without speculation)", figures)
+    if w.get("verdict_uncertain") and w.get("rough_estimate"):
+        return [], F.RuleCheck(rule, F.NO_DATA, f"uncertain: {best / base:.3f}x against a plain step estimated roughly "
+                               "(no shim ranges: one cycle without the draft phases), an estimate no real sweep has "
+                               "bounded; give --calibrate-tps and --baseline-tps (unprofiled tokens/s with and without "
+                               "speculation)", figures)
     if w.get("verdict_uncertain") and w.get("speedup_through_estimate"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
@@ -775,6 +781,7 @@ def rule_speculation(ctx: Context):
                                f"error of an estimated baseline ({lo:.2f}x-{hi:.2f}x of the measured speed-up on real "
                                "SGLang sweeps, calibrated or not); give --baseline-tps (unprofiled tokens/s without "
                                "speculation)", figures)
+    through = bool(w.get("speedup_through_estimate"))   # a given baseline against an uncalibrated profile
     draft = ctx.mean("draft_ns") + ctx.mean("draft_extend_ns")
     gain = 1 - prof / base                      # the time per token it saves, as a share of the cycle
     # a plain step saves the draft and draft_extend work and their host time, and the speculative verify's
@@ -799,15 +806,20 @@ def rule_speculation(ctx: Context):
                      f"predicted ({w['baseline_source']}: {w['baseline_method']})")
                   + f", against {prof:,.0f} at the profiled {w['profiled_steps']} draft steps and {best:,.0f} at "
                   f"whatif's best, {w['best_steps']}. "
+                  + ("The profile is not calibrated: the speed-up is its own over its estimated plain step; measure "
+                     "tokens/s at the profiled step count without the profiler (`--calibrate-tps X`); if it holds, "
+                     if through else "")
                   + ("" if w["baseline_source"] == "given" else
                      "Measure a run without speculation first (`analyze-trace advise REPORT --baseline-tps Y`, or "
                      "`analyze-trace whatif REPORT --baseline NOSPEC_REPORT`); if it holds, ")
-                  + ("Turn" if w["baseline_source"] == "given" else "turn")
+                  + ("Turn" if w["baseline_source"] == "given" and not through else "turn")
                   + " speculation off or raise the acceptance (a drafter trained on this target's own outputs, the "
                   "same chat template and sampling)." + _batch_said(w))
     remove = F.Setting(F.REMOVE, S.SPEC_ALGORITHM, note="no speculation: predicted faster than every step count")
-    settings = (remove,) if w["baseline_source"] == "given" else (
-        F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif estimated"), remove)
+    settings = ((F.Setting(F.COMPARE, "tokens/s at the profiled step count without the profiler",
+                           note="--calibrate-tps: the speed-up rests on the profile's estimated plain step"), remove)
+                if through else (remove,) if w["baseline_source"] == "given" else (
+        F.Setting(F.COMPARE, "a run without " + S.SPEC_ALGORITHM, note="measure the baseline whatif estimated"), remove))
     at = "" if cal is None else ((f" at batch {cal['batch']}" if cal["batch"] is not None else "")
                                  + f" without the profiler, {_us(cycle_ns)}")
     f = F.Finding(rule, f"speculation does not pay: {prof:,.0f} tokens/s against {base:,.0f} without it",

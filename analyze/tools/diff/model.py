@@ -86,10 +86,14 @@ def timed_carried(frame: pd.DataFrame, time_col: str) -> pd.DataFrame:
         return frame
     timed = frame["timed"].astype(bool).to_numpy()
     out = frame.drop(columns="timed")
+    # the figures some cycle lacks (the phases of untimed cycles), known only where every rank timed the cycle
+    # (sides.per_cycle's flag): a cycle only some ranks timed (ranks numbering their cycles apart, a restarted
+    # worker) has a mean over those ranks, which is no cycle's split: left out with the untimed
+    only = [c for c in out.columns if c.endswith("_ns") and c != time_col and out[c].isna().any()]
+    if only and not timed.all():
+        out.loc[~timed, only] = np.nan
     k = cycles_mod.sampled_scale(out[time_col].to_numpy(dtype="float64", na_value=np.nan), timed)
-    if k != 1.0:
-        only = [c for c in out.columns if c.endswith("_ns") and c != time_col
-                and out.loc[~timed, c].isna().all() and out.loc[timed, c].notna().any()]
+    if k != 1.0 and only:
         out[only] = out[only].astype("float64") * k
     return out
 

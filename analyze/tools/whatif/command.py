@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 
 import pandas as pd
@@ -401,6 +402,10 @@ def _sglang_log(path, steps: int):
     return log
 
 
+JSON_CHECK_BYTES = 64 << 20
+"""A file no larger than this that starts like JSON is parsed to tell JSON from a log whose lines start with '['."""
+
+
 def _not_text_log(path) -> str | None:
     """What a file with no line of SGLang's log is instead, from its first bytes (an SQLite file, JSON, Parquet, other
     binary data), or None (text: a log without decode lines)."""
@@ -413,8 +418,14 @@ def _not_text_log(path) -> str | None:
         return "an SQLite file: a report?"
     if head.startswith(b"PAR1") or head.startswith(b"\xff\xff\xff\xff"):
         return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
-    if head.lstrip()[:1] in (b"{", b"["):
-        return "JSON: a sweep's figures go to --measured"
+    if head.lstrip()[:1] in (b"{", b"["):       # SGLang's own lines start with "[2026-...": JSON only if it parses
+        try:
+            if os.path.getsize(path) <= JSON_CHECK_BYTES:
+                with open(path, "rb") as f:
+                    json.loads(f.read())
+                return "JSON: a sweep's figures go to --measured"
+        except (OSError, ValueError):
+            pass
     if b"\0" in head:
         return "binary data"
     return None

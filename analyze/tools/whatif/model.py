@@ -1059,8 +1059,10 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     method = ("one cycle of the profile without draft and draft_extend (" + " + ".join(comps)
               + "), verify as at M tokens, yielding M tokens" + (f", x{host_scale:.3f} calibrated" if host_scale < 1.0
                                                                   else ""))
+    # no real sweep bounded this estimate's error (PROFILE_ALONE_RATIO is the shim-range estimate's): a JSON
+    # result of sglang_v2_l64_s3 said 1.83x here where its report's estimate said 0.98x (the sweep: 1.10x)
     return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
-            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method}
+            "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method, "rough": True}
 
 
 def scale_baseline(base: dict, ratio: float) -> dict:
@@ -1082,8 +1084,11 @@ def baseline_clock(pred: pd.DataFrame, base: dict, est: dict) -> tuple[pd.DataFr
     figure as they were: on the committed real sweeps 0.39x to 1.28x of the measured speed-up, and four verdicts
     the wrong way round stated as sure; so 0.72x to 1.21x (a newcomer's run found it)."""
     q = float(base["tokens_per_s"]) / float(est["tokens_per_s"])
-    if not (np.isfinite(q) and q > 0):
-        return pred, base
+    if est.get("rough") or not (np.isfinite(q) and q > 0):
+        # no estimate to carry the clock (none, or a JSON result's rough one: through it sglang_v2_l64_s3's 370 tokens/s
+        # became 579 where 328 were measured): left on the profiled clock, the speed-up two clocks' and uncertain
+        return pred, dict(base, clock={"estimated_tokens_per_s": float(est["tokens_per_s"]), "ratio": None,
+                                       "estimated_method": est["method"], "rough": True})
     pred = pred.copy()
     cycle = pred["cycle_ns"] / q
     pred["overhead_ns"] = pred["overhead_ns"] + (cycle - pred["cycle_ns"])
@@ -1092,7 +1097,7 @@ def baseline_clock(pred: pd.DataFrame, base: dict, est: dict) -> tuple[pd.DataFr
         if col in pred:
             pred[col] = pred[col] * q
     base = dict(base, clock={"estimated_tokens_per_s": float(est["tokens_per_s"]), "ratio": q,
-                             "estimated_method": est["method"]})
+                             "estimated_method": est["method"], "rough": bool(est.get("rough"))})
     return pred, base
 
 
@@ -1299,6 +1304,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     best = pred.loc[best_row(pred)]
     n_cycles = int(sum(c["cycles"] for c in costs))
     live_baseline = base["source"] == "estimated" and all(c.get("live") for c in costs)
+    # a verdict against an estimate no real sweep has bounded: a JSON result's (no shim ranges: one cycle without the
+    # draft phases), or none at all (a given baseline whose clock no estimate carries)
+    rough = bool(base.get("rough") if base["source"] == "estimated" else (base.get("clock") or {}).get("rough"))
     result = {
         "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in profiled_costs],
         "acceptance": acc.table(max(steps)),
@@ -1309,8 +1317,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                  "baseline_source": base["source"],
                  "verdict_uncertain": verdict_uncertain(float(best["speedup"]),
                                                         "estimated" if base.get("clock") else base["source"],
-                                                        live=live_baseline),
-                 "speedup_through_estimate": bool(base.get("clock")),
+                                                        live=live_baseline or rough),
+                 "rough_estimate": rough,
+                 "speedup_through_estimate": bool(base.get("clock")) and base["clock"]["ratio"] is not None,
                  "baseline_from_live_log": live_baseline,
                  "cycles": n_cycles, "few_cycles": n_cycles < MIN_CYCLES},
         "notes": list(acc.notes) + [n for c in costs for n in c.get("profile_notes", [])],
@@ -1343,6 +1352,16 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             result["notes"].append("calibration leaves a NEGATIVE overhead: the unprofiled cycle is shorter than the "
                                    "profiled GPU time, so the profiler slowed the kernels too; the shift is not "
                                    "only host time")
+    clock = base.get("clock")
+    if clock is not None and clock["ratio"] is not None:
+        if (pred["overhead_ns"] < 0).any():
+            result["notes"].append(f"the given baseline's clock leaves a NEGATIVE overhead (cycles x{1 / clock['ratio']:.3f}): "
+                                   f"the given {base['tokens_per_s']:,.0f} tokens/s is faster than the profile's own GPU "
+                                   "work allows at its estimated plain step; is it of this configuration and batch size?")
+        note = lengthened_note(1e9 / clock["estimated_tokens_per_s"], 1e9 / base["tokens_per_s"], 0,
+                               what="the given baseline's plain step")
+        if note:
+            result["notes"].append(note)
     cal_rows = (per_profile if per_profile is not None else
                 [result["calibration"]] if result["calibration"] is not None else [])
     for x in cal_rows:
@@ -1363,12 +1382,16 @@ three 3-step engines of ``sglang_sweep_h100_v2_l64``). A newcomer calibrated a p
 run that had been recorded beside nsys: 5,454 -> 9,786 us a cycle (x1.79), a false "does not pay"."""
 
 
-def lengthened_note(profiled_ns: float, calibrated_ns: float, steps: int) -> str | None:
-    """The note for a calibration that lengthens the profiled cycle past :data:`CALIBRATION_LENGTHENS_MAX`, else None."""
+def lengthened_note(profiled_ns: float, calibrated_ns: float, steps: int, what: str | None = None) -> str | None:
+    """The note for a calibration that lengthens the profiled cycle past :data:`CALIBRATION_LENGTHENS_MAX`, else None
+    (``what``: another figure than a calibration's, e.g. a given baseline against the profile's plain step: times of
+    a token there)."""
     if not (profiled_ns > 0 and calibrated_ns > CALIBRATION_LENGTHENS_MAX * profiled_ns):
         return None
-    return (f"calibration LENGTHENED the profiled cycle at {steps} steps x{calibrated_ns / profiled_ns:.2f} "
-            f"({profiled_ns / 1e3:,.1f} us -> {calibrated_ns / 1e3:,.1f} us): a profiler does not speed a run up, and "
+    head = (f"calibration LENGTHENED the profiled cycle at {steps} steps x{calibrated_ns / profiled_ns:.2f} "
+            f"({profiled_ns / 1e3:,.1f} us -> {calibrated_ns / 1e3:,.1f} us)" if what is None else
+            f"{what} is LONGER than the profile's estimate x{calibrated_ns / profiled_ns:.2f} (every cycle scaled so)")
+    return (head + ": a profiler does not speed a run up, and "
             "engines of one configuration on one machine differed by up to 27%; the unprofiled figure may be of "
             "another configuration, machine or batch size, or of a run that was itself profiled: check it before "
             "deciding on it")
@@ -1553,6 +1576,9 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
                    f"M(s+1) (least squares over the profiled step counts {ks})")
     per_profile = (calibration or {}).get("per_profile")
     held = len(ks) > 1 and separate_runs(costs) and not per_profile
+    if base.get("clock") and base["clock"]["ratio"] is not None:
+        out.append("the overhead figures below are of the profiled clock; the table's are scaled to the given "
+                   "baseline's (NOT calibrated, below)")
     out.append("overhead (cycle wall time minus GPU time of all phases: other kernels, GPU idle, host time) "
                + ("is constant" if len(ks) == 1 or held else
                   "is linear in the verified tokens" + (", fitted over each profile's unprofiled overhead (a "
@@ -1581,7 +1607,12 @@ def assumptions(costs: list[dict], acc: acc_mod.Acceptance, base: dict, extrapol
         out.append("no calibration needed: a live timing log was measured without a profiler (its cycle periods "
                    "are the unprofiled host clock)")
     else:
-        if base.get("clock"):
+        if base.get("clock") and base["clock"]["ratio"] is None:
+            out.append("NOT calibrated, and the given baseline cannot be set against the profile (no estimate of its "
+                       "plain step, or a rough one: a result without the shim's ranges): the predictions are of the "
+                       "profiled timing and the speed-up sets two clocks against each other, an uncertain verdict; give "
+                       "--calibrate-tps X (your unprofiled tokens/s at the profiled step count)" + launch_excess_text(costs))
+        elif base.get("clock"):
             clock = base["clock"]
             out.append(f"NOT calibrated at a speculative step count: the predictions are of the profiled timing put on the "
                        f"given baseline's clock, every cycle x{1 / clock['ratio']:.3f} (the profile's estimated plain step, "

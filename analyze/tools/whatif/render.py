@@ -100,8 +100,10 @@ def render_whatif(r: dict) -> str:
                                 if lengthened_note(one["profiled_cycle_ns"], one["profiled_cycle_ns"] - one["shift_ns"],
                                                    one["steps"]) else "")))
     out.append("")
+    through = bool(b.get("speedup_through_estimate"))    # a given baseline, the profile not calibrated
     out.append(f"Best: {b['steps']} draft step{'' if b['steps'] == 1 else 's'}, {b['tokens_per_s']:,.0f} tokens/s, {b['speedup']:.2f}x over the "
-               f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s)"
+               f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s"
+               + ("; the profile's own speed-up" if through else "") + ")"
                + (" [extrapolated]" if b["extrapolated"] else ""))
     if b["speedup"] < 1 and not b.get("verdict_uncertain"):
         estimated = base["source"] == "estimated"
@@ -109,7 +111,8 @@ def render_whatif(r: dict) -> str:
                          f"{base['source']}) is faster than every step count searched ({_steps_text(p['steps'])}): run "
                          "without --speculative-algorithm"
                          + (", once a baseline measured without the profiler (--baseline-tps) confirms it." if estimated
-                            else ".")))
+                            else ", once tokens/s measured without the profiler at the profiled step count "
+                            "(--calibrate-tps) confirm it." if through else ".")))
     if b.get("few_cycles"):
         from analyze.tools.whatif.model import MIN_CYCLES
 
@@ -123,6 +126,14 @@ def render_whatif(r: dict) -> str:
                          "cycle without draft and draft_extend, verify's event time holding its Python), "
                          f"{LIVE_BASELINE_ERROR}: measure unprofiled tokens/s without speculation (--baseline-tps) "
                          "before turning speculation on or off."))
+    elif b.get("verdict_uncertain") and b.get("rough_estimate"):
+        out.append(_wrap("Uncertain verdict: the plain step is estimated roughly (no shim ranges: one cycle without the "
+                         "draft phases), an estimate no real sweep has bounded" + (" (the given baseline is of the "
+                         "unprofiled clock, the predictions of the profiled one: the profile is not calibrated)"
+                         if base["source"] == "given" else "")
+                         + ": measure unprofiled tokens/s at the profiled step count (--calibrate-tps)"
+                         + ("" if base["source"] == "given" else " and without speculation (--baseline-tps)")
+                         + " before turning speculation on or off."))
     elif b.get("verdict_uncertain") and b.get("speedup_through_estimate"):
         from analyze.tools.whatif.model import PROFILE_ALONE_RATIO
 
