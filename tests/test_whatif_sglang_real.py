@@ -687,3 +687,22 @@ def test_with_no_estimate_to_carry_it_a_given_baseline_decides_nothing(monkeypat
     monkeypatch.setattr(W, "estimated_baseline", lambda *a, **k: dict(real(*a, **k), tokens_per_s=float("nan")))
     r = W.whatif(sides.load_side(p), range(1, 7), n_boot=0, batch=1, baseline_tps=300.8)
     assert r["best"]["verdict_uncertain"] and r["baseline"]["clock"]["ratio"] is None
+
+
+def test_a_profile_with_its_own_clock_is_told_to_name_a_batch(tmp_path):
+    """The review: a profile with clock marks whose load ran several batch sizes, given --baseline-tps and no
+    --batch, cannot calibrate from its clock (no batch size is guessed): a note says --batch M would."""
+    from analyze import cli
+
+    p = REAL / "sglang_h100_v3_l32_s3_clock.sqlite"
+    if not p.exists():
+        pytest.skip("fixture not unpacked")
+    out = tmp_path / "w.json"
+    assert cli.main(["whatif", str(p), "--baseline-tps", "1700", "--boot", "0", "--json", str(out), "-q"]) == 0
+    r = json.loads(out.read_text())
+    assert r["calibration"] is None and r["best"]["speedup_through_estimate"]
+    assert any("give --batch M" in str(n) for n in r["notes"])
+    assert cli.main(["whatif", str(p), "--baseline-tps", "1700", "--batch", "1", "--boot", "0", "--json", str(out),
+                     "-q"]) == 0
+    r = json.loads(out.read_text())
+    assert r["calibration"]["source"]["kind"] == "profile_clock" and not any("give --batch M" in str(n) for n in r["notes"])

@@ -649,6 +649,14 @@ def main_whatif(argv: list[str]) -> int:
                        calibrate_steps=cal_k, baseline_tps=args.baseline_tps, measured_baseline_tps=measured_base,
                        verify_scaling=scaling, batch=batch, calibration_source=cal_source,
                        request_tokens=request_tokens, progress=not args.quiet and sys.stderr.isatty())
+            from analyze.tools.sides import clock_unprofiled
+
+            if (r["best"].get("speedup_through_estimate") and batch is None and len(sides) == 1 and sides[0].clock
+                    and clock_unprofiled(sides[0])):
+                # the review: its own clock calibrates one batch size, none is guessed among several
+                r["notes"].append("the profile carries its own clock (the cycles before its capture window): give "
+                                  "--batch M for a batch size its load ran to calibrate from it, and the speed-up over "
+                                  "the given baseline is then a measured one")
             if live_measured:
                 r["notes"].append("measured: tokens/s of the live timing log's steady cycles at each step count it "
                                   "ran (" + ", ".join(f"{k}: {v['tokens_per_s']:,.0f} over {v['cycles']} cycles of "
