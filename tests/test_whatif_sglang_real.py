@@ -675,6 +675,12 @@ def test_a_json_results_rough_plain_step_decides_nothing(tmp_path):
     assert given["best"]["tokens_per_s"] == pytest.approx(alone["best"]["tokens_per_s"])
     both = W.whatif(side, range(1, 7), n_boot=0, batch=1, baseline_tps=300.8, calibrate_tps=328.2)
     assert not both["best"]["verdict_uncertain"] and both["best"]["speedup"] == pytest.approx(1.12, abs=0.01)
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.render import render_per_batch
+
+    t = PB.per_batch([js], range(1, 7), n_boot=0)
+    assert t["rough_estimate"].all() and t["verdict_uncertain"].all()
+    assert "at batch 1, 16 the plain step is estimated roughly" in " ".join(render_per_batch(t).split())
 
 
 def test_with_no_estimate_to_carry_it_a_given_baseline_decides_nothing(monkeypatch):

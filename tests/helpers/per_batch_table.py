@@ -11,6 +11,7 @@ def per_batch_table(**cols) -> pd.DataFrame:
     plain = {"profiled_steps": [3] * n, "baseline_source": ["given"] * n, "accepted_per_request": [1.0] * n,
              "best_extrapolated": [False] * n, "calibrated": [False] * n, "verdict_uncertain": [False] * n,
              "baseline_from_live_log": [False] * n, "speedup_through_estimate": [False] * n,
+             "rough_estimate": [False] * n,
              "tokens_per_s_best_lo": [float("nan")] * n,
              "tokens_per_s_best_hi": [float("nan")] * n}
     missing = set(COLUMNS) - set(plain) - set(cols)

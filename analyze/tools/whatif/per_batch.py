@@ -33,7 +33,7 @@ COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best
            "tokens_per_s_best_hi", "tokens_per_s_profiled",
            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
            "best_extrapolated", "calibrated", "verdict_uncertain", "baseline_from_live_log",
-           "speedup_through_estimate")
+           "speedup_through_estimate", "rough_estimate")
 """The columns of :func:`per_batch`'s table, in order."""
 
 MIN_CYCLES = W.MIN_CYCLES
@@ -156,7 +156,9 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      "verdict_uncertain": bool(best["verdict_uncertain"]),
                      "baseline_from_live_log": bool(best.get("baseline_from_live_log")),
                      # a given baseline, the profile not calibrated: the speed-up is the profile's own (model.baseline_clock)
-                     "speedup_through_estimate": bool(best.get("speedup_through_estimate"))})
+                     "speedup_through_estimate": bool(best.get("speedup_through_estimate")),
+                     # a plain step estimated without shim ranges (a saved result): no band bounds it
+                     "rough_estimate": bool(best.get("rough_estimate"))})
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
     out.attrs["few_timed"] = few_timed

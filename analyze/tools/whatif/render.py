@@ -252,6 +252,11 @@ def render_per_batch(table, config_path=None) -> str:
                         f"{hi:.2f}x of the measured one on real SGLang sweeps"
                         + (" (a baseline given for a batch size whose profile is not calibrated is of another clock: "
                            "the speed-up there is the profile's own over its estimated plain step)" if through else "")
+                        + ("; at batch " + ", ".join(str(int(x)) for x in unsure_rows.loc[unsure_rows["rough_estimate"]
+                                                                                        .astype(bool), "batch"])
+                           + " the plain step is estimated roughly (no shim ranges), which no sweep has bounded"
+                           if "rough_estimate" in unsure_rows and unsure_rows["rough_estimate"].astype(bool).any()
+                           else "")
                         + f", so these can be either side of 1: measure {what} before turning speculation on or off "
                         "there.")
     est = table["baseline_source"] == "estimated"
