@@ -27,6 +27,7 @@ PARQUET_SUFFIXES = (".parquet",)
 ARROW_SUFFIXES = (".arrow", ".feather", ".ipc")
 ARROW_STREAM_MAGIC = b"\xff\xff\xff\xff"      # an Arrow IPC stream's first message (continuation marker)
 ARROW_FILE_MAGIC = b"ARROW1"
+PARQUET_MAGIC = b"PAR1"
 # tables every nsys export has: a directory holding one of them (as .parquet/.arrow) is an export
 MARKER_TABLES = ("StringIds", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS", "EXPORT_META_DATA")
 # columns SQLite holds as BLOB (NCCL's NVTX payloads); every other binary column is text

@@ -16,6 +16,8 @@ arguments are logged once (``server_args=ServerArgs(... speculative_num_steps=N 
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 from typing import NamedTuple
 
@@ -79,6 +81,38 @@ def parse_log(lines) -> SGLangLog:
     frame = pd.DataFrame(rows, columns=list(COLUMNS)).astype(
         {"running": "int64", "accept_len": "float64", "tokens_per_s": "float64", "steady": "bool", "rank": "object"})
     return SGLangLog(frame, steps, unreadable)
+
+
+JSON_CHECK_BYTES = 64 << 20
+"""A file no larger than this that starts like JSON is parsed to tell JSON from a log whose lines start with '['."""
+
+
+def what_instead(path) -> str | None:
+    """What a file with no line of SGLang's log is instead, from its first bytes (an SQLite file, JSON, Parquet or an
+    Arrow stream, other binary data), or None (text: a log without decode lines)."""
+    from analyze.read.columnar import ARROW_STREAM_MAGIC, PARQUET_MAGIC
+    from analyze.read.connection import SQLITE_MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    if head.startswith(SQLITE_MAGIC):
+        return "an SQLite file: a report?"
+    if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_STREAM_MAGIC):
+        return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
+    if head.lstrip()[:1] in (b"{", b"["):       # SGLang's own lines start with "[2026-...": JSON only if it parses
+        try:
+            if os.path.getsize(path) <= JSON_CHECK_BYTES:
+                with open(path, "rb") as f:
+                    json.loads(f.read())
+                return "JSON: a sweep's figures go to --measured"
+        except (OSError, ValueError):
+            pass
+    if b"\0" in head:
+        return "binary data"
+    return None
 
 
 def read_log(path) -> SGLangLog:

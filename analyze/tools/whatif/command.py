@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 
 import pandas as pd
@@ -379,7 +378,7 @@ def _sglang_log(path, steps: int):
     """The log (read/sglang_log.py: its decode lines and how many did not read), checked: of one rank, of the
     profiled step count where the server's arguments are in it."""
     from analyze.read.inputs import display_path
-    from analyze.read.sglang_log import read_log
+    from analyze.read.sglang_log import read_log, what_instead
 
     shown = display_path(path)
     try:
@@ -387,7 +386,7 @@ def _sglang_log(path, steps: int):
     except OSError as exc:
         raise MissingInput(f"--calibrate-sglang-log {shown}: {exc.strerror or exc}", path) from exc
     if not len(log.lines) and log.num_steps is None and not log.unreadable:
-        what = _not_text_log(path)
+        what = what_instead(path)
         if what is not None:
             raise UsageError(f"--calibrate-sglang-log {shown}: not SGLang's log ({what}): give the server's own output "
                              "at --log-level info (its 'Decode batch' lines)")
@@ -400,35 +399,6 @@ def _sglang_log(path, steps: int):
                          f"{', ...' if len(ranks) > 4 else ''}), each its own throughput: give one rank's lines "
                          "(e.g. grep 'DP0 ')")
     return log
-
-
-JSON_CHECK_BYTES = 64 << 20
-"""A file no larger than this that starts like JSON is parsed to tell JSON from a log whose lines start with '['."""
-
-
-def _not_text_log(path) -> str | None:
-    """What a file with no line of SGLang's log is instead, from its first bytes (an SQLite file, JSON, Parquet, other
-    binary data), or None (text: a log without decode lines)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-    except OSError:
-        return None
-    if head.startswith(b"SQLite format 3\0"):
-        return "an SQLite file: a report?"
-    if head.startswith(b"PAR1") or head.startswith(b"\xff\xff\xff\xff"):
-        return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
-    if head.lstrip()[:1] in (b"{", b"["):       # SGLang's own lines start with "[2026-...": JSON only if it parses
-        try:
-            if os.path.getsize(path) <= JSON_CHECK_BYTES:
-                with open(path, "rb") as f:
-                    json.loads(f.read())
-                return "JSON: a sweep's figures go to --measured"
-        except (OSError, ValueError):
-            pass
-    if b"\0" in head:
-        return "binary data"
-    return None
 
 
 def _sglang_log_rate(log, path, batch: int, steps: int) -> tuple[float, dict] | None:

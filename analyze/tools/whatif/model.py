@@ -1317,7 +1317,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                  "baseline_source": base["source"],
                  "verdict_uncertain": verdict_uncertain(float(best["speedup"]),
                                                         "estimated" if base.get("clock") else base["source"],
-                                                        live=live_baseline or rough),
+                                                        unbounded=live_baseline or rough),
                  "rough_estimate": rough,
                  "speedup_through_estimate": bool(base.get("clock")) and base["clock"]["ratio"] is not None,
                  "baseline_from_live_log": live_baseline,
@@ -1425,14 +1425,15 @@ def resolve_rounds(costs: list[dict], request_tokens="auto") -> dict | None:
     return None
 
 
-def verdict_uncertain(speedup: float, baseline_source: str, live: bool = False) -> bool:
+def verdict_uncertain(speedup: float, baseline_source: str, unbounded: bool = False) -> bool:
     """Whether "speculation pays" (speed-up > 1) could flip within the error an estimated baseline showed
     on real sweeps (:data:`PROFILE_ALONE_RATIO`): an estimated baseline and a speed-up S with
     S / hi < 1 < S / lo, calibrated or not (the calibration puts the profiled step count on the
-    unprofiled clock, not the plain step the baseline estimates). ``live``: the baseline was estimated
-    from a live log: uncertain at any S (:data:`LIVE_BASELINE_ERROR`)."""
+    unprofiled clock, not the plain step the baseline estimates). ``unbounded``: an estimate no real sweep
+    bounds the error of (a live log's, :data:`LIVE_BASELINE_ERROR`; a rough one without shim ranges, or none to
+    carry a given baseline's clock): uncertain at any S."""
     lo, hi = PROFILE_ALONE_RATIO
-    if baseline_source == "estimated" and live:
+    if baseline_source == "estimated" and unbounded:
         return True
     return baseline_source == "estimated" and lo < speedup < hi
 
