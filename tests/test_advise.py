@@ -32,7 +32,7 @@ NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_{}(ncclDevKernelArgsStorage<(uns
 def _trace(tmp_path, **kw):
     from fixtures.synth import TraceSpec, write_trace
 
-    base = dict(ranks=1, cycles=10, jitter=0.0)
+    base = dict(ranks=1, cycles=24, jitter=0.0)     # 20+ steady cycles: enough for a decision (whatif.MIN_CYCLES)
     base.update(kw)
     paths, truth = write_trace(TraceSpec(**base), tmp_path)
     return analyze.load(paths), truth, paths
@@ -150,8 +150,8 @@ def _transfer_per_cycle(truth, ranks, a):
 def test_simple_allreduces_dominating_verify_on_8_ranks_are_named_first(tmp_path):
     """Done-when: 8 ranks, NCCL RING_SIMPLE all-reduces of 80 us x 4 per verify: advise names the
     all-reduce first, in verify, with the protocol setting to try."""
-    a, truth, _ = _trace(tmp_path, ranks=8, allreduce_kernel=NCCL_KERNEL.format("RING_SIMPLE"), allreduce_ns=80_000,
-                         jitter=0.02)
+    a, truth, _ = _trace(tmp_path, ranks=8, cycles=10, allreduce_kernel=NCCL_KERNEL.format("RING_SIMPLE"),
+                         allreduce_ns=80_000, jitter=0.02)
     adv = advise(a)
     first = adv.findings[0]
     assert first.rule == F.ALLREDUCE and first.phase == "verify"

@@ -26,3 +26,8 @@ def test_no_name_unpacks_every_fixture():
     from fixtures.unpack import compressed
 
     assert r.returncode == 0 and len(r.stdout.split()) == len(compressed())
+
+
+def test_help_is_usage_not_a_fixture_name():
+    proc = run("--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m fixtures.unpack [NAME ...]")

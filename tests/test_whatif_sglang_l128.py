@@ -71,3 +71,66 @@ def test_calibrated_every_step_count_within_6_percent(side):
         assert p[s] == pytest.approx(m[s], rel=0.06), s
     assert r["best"]["speedup"] == pytest.approx(max(m.values()) / base, rel=0.05)
     assert m[r["best"]["steps"]] >= 0.97 * max(m.values())
+
+
+@need
+def test_a_load_of_one_batch_size_and_its_ramps_is_modelled_at_that_size(tmp_path):
+    """The profile's load ran 16 requests in flight; 19% of its steady cycles are its rounds' ramps (15 down to 1
+    requests). Pooled, whatif and advise modelled 14.7 requests and an estimated baseline of 2,175 tokens/s (the
+    ramps' short cycles in it): 1.33x, where the sweep measured 1.24x at 16. Now, with no figure given, both model
+    batch 16 (a newcomer's run, 2026-12-07): advise's figures are whatif --batch 16's, and it says so."""
+    from analyze.tools.advise.command import main_advise
+    from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.command import main_whatif
+
+    side = sides.load_side(PROFILE)
+    visited, total = PB.visited_batches([side], with_total=True)
+    assert dict(visited) == {16: 390} and total == 479
+    assert PB.ramp_share(visited, total) == pytest.approx(89 / 479)
+    assert PB.modelled_batch(visited, None, None, None, total) == 16
+    assert PB.modelled_batch(visited, None, 2387.0, None, total) is None     # a whole run's figure: pooled
+    assert PB.modelled_batch(visited, None, None, None, 400) is None          # 2.5% ramp: nothing to choose
+    out = tmp_path / "a.json"
+    assert main_advise([str(PROFILE), "--json", str(out)]) == 0
+    w = json.loads(out.read_text())["whatif"]
+    at16 = W.whatif(side, range(1, 11), n_boot=0, batch=16)
+    assert w["batch"] == 16 and w["requests"] == 16
+    assert w["tokens_per_s_baseline"] == pytest.approx(at16["baseline"]["tokens_per_s"], rel=1e-9)
+    m, base = read_measured(SWEEP, 16)
+    assert w["tokens_per_s_best"] / w["tokens_per_s_baseline"] == pytest.approx(max(m.values()) / base, rel=0.05)
+    assert main_whatif([str(PROFILE), "--steps", "1..6", "--boot", "0", "--json", str(tmp_path / "w.json"), "-q"]) == 0
+    notes = json.loads((tmp_path / "w.json").read_text())["notes"]
+    assert any(n.startswith("batch 16: the batch size the load ran; the 19% of its decode cycles") for n in notes)
+
+
+@need
+def test_advise_decides_nothing_on_a_batch_size_of_13_cycles(tmp_path):
+    """--batch 1 of this profile is 13 ramp cycles: whatif says they are no basis for a decision; advise used to
+    print "set --speculative-num-steps 6" from them (and a GPU idle share calibrated on them, with a negative host
+    time). Now: no step setting, no speculation verdict, no calibrated idle."""
+    from analyze.tools.advise.command import main_advise
+
+    out = tmp_path / "a.json"
+    assert main_advise([str(PROFILE), "--batch", "1", "--calibrate-tps", "179", "--baseline-tps", "159",
+                        "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["whatif"]["few_cycles"] is True and doc["whatif"]["cycles"] == 13
+    verify = next(f for f in doc["findings"] if f["rule"] == "verify_dominated")
+    assert verify["settings"] == [] and verify["saving_ns"] == 0
+    assert "rests on 13 decode cycles at batch 1, fewer than 20" in verify["suggestion"]
+    spec = next(c for c in doc["checks"] if c["rule"] == "speculation")
+    assert spec["status"] == "no_data" and "13 decode cycles" in spec["reason"]
+    host = next(c for c in doc["checks"] if c["rule"] == "host_bound")
+    assert "calibrated_batch" not in (host.get("figures") or {})
+
+
+@need
+def test_per_batch_says_which_given_figures_it_did_not_use(tmp_path):
+    from analyze.tools.whatif.command import main_whatif
+
+    out = tmp_path / "p.json"
+    assert main_whatif([str(PROFILE), "--per-batch", "--steps", "1..6", "--boot", "0", "--batch-tps", "1=179,16=2958",
+                        "--batch-baseline-tps", "1=159,16=2387,64=9000", "--json", str(out), "-q"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["unused_figures"] == {"1": ["--batch-tps", "--batch-baseline-tps"], "64": ["--batch-baseline-tps"]}
+    assert doc["not_modelled"]["1"] == 13

@@ -72,7 +72,10 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
     n = advice.get("cycles") or 0
     head = "Advice: what to change, ranked by the cycle time it could save"
     if advice.get("cycle_ns"):
-        head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles, host start to next start"
+        w = advice.get("whatif") or {}
+        pooled = w.get("batch") is not None and (w.get("batches_visited", 0) >= 2 or w.get("ramp_share", 0) > 0)
+        head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles"
+                 + (" of every batch size" if pooled else "") + ", host start to next start"
                  + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "") + ")")
     out += _wrap(head, "", "  ")
     if advice.get("error"):

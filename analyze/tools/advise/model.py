@@ -113,8 +113,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     from analyze.tools.whatif import per_batch as PB
 
     side = whatif_side(analysis)
-    visited = PB.visited_batches([side])
-    modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps)
+    visited, all_cycles = PB.visited_batches([side], with_total=True)
+    modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps, all_cycles)
     per_batch_cal, clock_used = None, {}
     if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled
         from analyze.tools.whatif.command import clock_calibration, clock_calibrations
@@ -154,6 +154,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # a given baseline against an uncalibrated profile: the speed-up is the profile's own (whatif.baseline_clock)
             "speedup_through_estimate": bool(r["best"].get("speedup_through_estimate")),
             "rough_estimate": bool(r["best"].get("rough_estimate")),
+            # fewer decode cycles than whatif.model.MIN_CYCLES at the batch size modelled: no basis for a decision
+            "cycles": int(r["best"]["cycles"]), "few_cycles": bool(r["best"].get("few_cycles")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
             "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source,
@@ -161,9 +163,19 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
-            "batches_visited": len(visited),
+            "batches_visited": len(visited), "ramp_share": PB.ramp_share(visited, all_cycles),
             # only where the profile's own clock calibrated it (nvtx_annotate/clock.py): its steady cycles, batch size
             **clock_used, **_calibration_said(r.get("calibration"))}
+
+
+def _few_said(w: dict) -> str:
+    """Why a whatif summary resting on too few decode cycles decides nothing (whatif.model.MIN_CYCLES)."""
+    from analyze.tools.whatif.model import MIN_CYCLES
+
+    at = f" at batch {w['batch']}" if w.get("batch") is not None else ""
+    return (f"prediction rests on {w['cycles']} decode cycle{'' if w['cycles'] == 1 else 's'}{at}, fewer than "
+            f"{MIN_CYCLES}: acceptance and costs from so few are no basis for a decision (profile longer, or a batch "
+            "size the profile holds more of: `analyze-trace whatif REPORT --per-batch`)")
 
 
 def _calibration_said(cal: dict | None) -> dict:
@@ -194,6 +206,10 @@ def _batch_said(w: dict) -> str:
              f"{w['clock_batch']} that ran before nsys's capture window opened." if w and w.get("clock_cycles") else "")
     if not w or w.get("batch_source") != "most cycles":
         return clock
+    if w["batches_visited"] < 2:
+        return clock + (f" These figures are of batch {w['batch']}, the batch size the load ran (the "
+                        f"{w['ramp_share']:.0%} of its decode cycles at other batch sizes, its rounds' ramps, left out; "
+                        "`--batch M` for another).")
     return clock + (f" These figures are of batch {w['batch']}, the batch size most decode cycles ran of the "
             f"{w['batches_visited']} the load visited (`--batch M` for another; `analyze-trace whatif REPORT "
             "--per-batch` for each).")
@@ -359,19 +375,25 @@ def rule_verify_dominated(ctx: Context):
         basis = (f"whatif (point estimate): {w['best_steps']} draft steps instead of {w['profiled_steps']} give the "
                  f"same tokens in {_pct(gain)} less time{edge}" if w["best_steps"] != w["profiled_steps"] else
                  f"whatif: the profiled {w['profiled_steps']} draft steps are already the predicted best")
-        if w["best_steps"] != w["profiled_steps"]:
+        if w["best_steps"] != w["profiled_steps"] and not w.get("few_cycles"):
             settings = S.steps_settings(w["best_steps"])
+        if w.get("few_cycles"):
+            saving, basis = 0.0, f"no step-count prediction: whatif's {_few_said(w)}"
     elif ctx.whatif_error:
         ev["whatif_error"] = ctx.whatif_error
-    if w and w["best_steps"] != w["profiled_steps"]:
+    if w and w.get("few_cycles"):
+        suggestion = (f"Verify takes {_pct(share)} of the cycle. No step count is recommended: whatif's {_few_said(w)}."
+                      + _batch_said(w))
+    elif w and w["best_steps"] != w["profiled_steps"]:
         scal = {"fit": "verify fitted in the verified tokens over this profile's batches",
                 "cannot_tell": "verify taken as constant: one profile of a constant batch cannot tell how it grows",
-                "given": "verify scaling as given", "constant": "verify taken as constant"}.get(
-            ev.get("verify_scaling"), "")
+                "given": "verify scaling as given", "constant": "verify taken as constant",
+                "batches": "verify fitted in the verified tokens over this profile's batch sizes",
+                "profiles": "verify from the profiles' step counts"}.get(ev.get("verify_scaling"), "")
         suggestion = (f"Verify takes {_pct(share)} of the cycle. whatif predicts {w['best_steps']} draft steps at "
                       f"{w['tokens_per_s_best']:,.0f} tokens/s vs {w['tokens_per_s_profiled']:,.0f} at the profiled "
-                      f"{w['profiled_steps']} ({scal}); check it with `analyze-trace whatif` (intervals) and set "
-                      f"{' '.join(x.short() for x in settings)}." + _batch_said(w))
+                      f"{w['profiled_steps']}" + (f" ({scal})" if scal else "") + "; check it with `analyze-trace "
+                      f"whatif` (intervals) and set {' '.join(x.short() for x in settings)}." + _batch_said(w))
     else:
         suggestion = (f"Verify takes {_pct(share)} of the cycle: the target forward over "
                       + (f"{w['verified_tokens']:.0f} verified tokens" if w else "the verified tokens")
@@ -559,7 +581,7 @@ def unprofiled_idle(ctx: Context) -> dict | None:
     None where there is no such calibration, no batch size modelled, or no cycle of it here."""
     w = ctx.whatif or {}
     shift, batch = w.get("calibration_shift_ns"), w.get("batch")
-    if shift is None:
+    if shift is None or w.get("few_cycles"):       # a calibration of too few cycles says nothing of the server
         return None
     rows = ctx.per_cycle             # whatif pooled every batch size: so are its busy times
     if batch is not None:
@@ -628,10 +650,13 @@ def rule_host_bound(ctx: Context):
     if not settings:
         settings.append(F.Setting(F.CHECK, "the batch per cycle", note="more concurrent requests amortise the host's "
                                   "per-cycle time"))
-    inside = (f"{_us(gap)} inside its GPU window, {_us(outside)} outside it" if cal is None else
+    # the period less the GPU window: negative where the GPU window runs into the next cycle (the overlap scheduler)
+    beyond = f"{_us(outside)} outside it" if outside >= 0 else \
+        f"none outside it (the GPU window runs {_us(-outside)} past the cycle's period, into the next cycle)"
+    inside = (f"{_us(gap)} inside its GPU window, {beyond}" if cal is None else
               f"whatif's calibration of the {_us(cal['profiled_cycle_ns'])} profiled cycle; under the profiler"
               f"{', over every batch size' if cal['batch'] is not None else ''}: {_us(gap)} inside the GPU window, "
-              f"{_us(outside)} outside it")
+              f"{beyond}")
     suggestion = (f"The GPU is idle {_us(idle)} of each {_us(cycle_ns)} cycle{at} ({_pct(share)}; {inside}): the "
                   "decode loop is host bound." + _sentence(parts))
     f = F.Finding(rule, f"host-bound decode loop: GPU idle {_pct(share)} of the cycle", idle, idle, cycle_ns,
@@ -749,6 +774,8 @@ def rule_speculation(ctx: Context):
                "best_steps": w["best_steps"], "baseline_source": w["baseline_source"]}
     if not (base == base and base > 0 and prof > 0):           # NaN or nothing measured
         return [], F.RuleCheck(rule, F.NO_DATA, "no tokens/s without speculation to compare with", figures)
+    if w.get("few_cycles"):
+        return [], F.RuleCheck(rule, F.NO_DATA, f"whatif's {_few_said(w)}", dict(figures, cycles=w["cycles"]))
     if best >= base and not w.get("verdict_uncertain"):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'} predicted "
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",

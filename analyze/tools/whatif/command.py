@@ -249,7 +249,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
         with atomic_write(args.json) as f:
             json.dump(finite({"per_batch": records(table), "predictions": table.attrs.get("predictions", {}),
                               "not_modelled": table.attrs.get("not_modelled", {}),
-                              "few_timed": table.attrs.get("few_timed", {}), "adaptive_config": cfg}),
+                              "few_timed": table.attrs.get("few_timed", {}),
+                              "unused_figures": table.attrs.get("unused_figures", {}), "adaptive_config": cfg}),
                       f, indent=1, default=_plain, allow_nan=False)
             f.write("\n")
     if cfg is not None:
@@ -593,9 +594,9 @@ def main_whatif(argv: list[str]) -> int:
                 args.calibrate_live or args.calibrate_sglang_log or args.measured):
             from analyze.tools.whatif import per_batch as PB
 
-            visited = PB.visited_batches(sides)
-            batch = PB.modelled_batch(visited, None, args.baseline_tps, cal_x)
-            chosen = (batch, len(visited)) if batch is not None else None
+            visited, all_cycles = PB.visited_batches(sides, with_total=True)
+            batch = PB.modelled_batch(visited, None, args.baseline_tps, cal_x, all_cycles)
+            chosen = (batch, len(visited), PB.ramp_share(visited, all_cycles)) if batch is not None else None
         if args.calibrate_live:
             cal_k, cal_x, cal_source = live_calibration(args.calibrate_live, sides, ks, cal_k, args.batch)
         elif args.calibrate_sglang_log:
@@ -640,9 +641,7 @@ def main_whatif(argv: list[str]) -> int:
                                   "the profiler, its tokens/s are the profiled clock's, not unprofiled (give the log of "
                                   "an engine run without the profiler)")
             if chosen is not None:
-                r["notes"].append(f"batch {chosen[0]}: the batch size most decode cycles ran of the {chosen[1]} the load "
-                                  "visited (a pooled prediction is of no batch size the server ran): --batch M for "
-                                  "another, --per-batch for each")
+                r["notes"].append(PB.chosen_said(*chosen))
             for label, k, n in few:
                 r["notes"].append(f"{label}: {n} cycles at {k} draft steps"
                                   + (f" at batch {args.batch}" if args.batch is not None else "")

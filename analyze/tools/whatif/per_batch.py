@@ -65,24 +65,50 @@ VISITED_SHARE = 0.10
 last requests of a batch of 8 finish is no bucket of its own)."""
 
 
-def visited_batches(profiles: list) -> pd.Series:
+def visited_batches(profiles: list, with_total: bool = False):
     """Steady decode cycles per batch size the profiles' load *visits* (enough cycles, and at least
     :data:`VISITED_SHARE` of them; the profiles' cycles counted together), indexed by batch size
-    (:func:`batch_counts`)."""
+    (:func:`batch_counts`); ``with_total``: (that, the steady cycles of every batch size)."""
     counts = batch_counts(profiles)
-    return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+    visited = counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+    return (visited, int(counts.sum())) if with_total else visited
 
 
-def modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps) -> int | None:
+def modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps, all_cycles: int | None = None) -> int | None:
     """The batch size whatif and advise model: ``batch`` where given; where the load visits several batch sizes
     (``visited``: :func:`visited_batches`) and no unprofiled figure was given (one given without --batch is the
     whole run's: pooled), the one most decode cycles ran: a pooled prediction is of no batch size the server ran
-    (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). None otherwise."""
+    (the speed-up at 18.4 requests of a profile that ran 1, 4, 16 and 64). The same where the load visits one
+    batch size and its ramp (``all_cycles``, the steady cycles of every batch size, less the visited one's: the
+    rounds' first and last cycles at fewer requests) holds :data:`VISITED_SHARE` of the cycles or more: a real
+    profile of 16 requests in flight pooled 19% ramp cycles into 14.7 requests, and its estimated baseline with
+    them (2,175 tokens/s against 2,352 at 16, 2,387 measured). None otherwise."""
     if batch is not None:
         return batch
-    if len(visited) < 2 or baseline_tps is not None or calibrate_tps is not None:
+    if len(visited) < 1 or baseline_tps is not None or calibrate_tps is not None:
+        return None
+    if len(visited) == 1 and not ramp_share(visited, all_cycles) >= VISITED_SHARE:
         return None
     return int(visited.sort_values(ascending=False, kind="stable").index[0])
+
+
+def ramp_share(visited: pd.Series, all_cycles: int | None) -> float:
+    """The share of the steady decode cycles at batch sizes the load does not visit (its ramps; 0 where
+    ``all_cycles`` is unknown or none)."""
+    if not all_cycles:
+        return 0.0
+    return max(0.0, 1.0 - float(visited.sum()) / all_cycles)
+
+
+def chosen_said(batch: int, visited: int, ramp: float) -> str:
+    """The note of the batch size :func:`modelled_batch` chose (``visited``: how many the load visited; ``ramp``:
+    :func:`ramp_share`)."""
+    if visited >= 2:
+        return (f"batch {batch}: the batch size most decode cycles ran of the {visited} the load visited (a pooled "
+                "prediction is of no batch size the server ran): --batch M for another, --per-batch for each")
+    return (f"batch {batch}: the batch size the load ran; the {ramp:.0%} of its decode cycles at other batch sizes "
+            "(its rounds' ramps, as requests start and finish) are left out (pooled, they are a batch size the "
+            "server did not run): --batch M for another")
 
 
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
@@ -162,6 +188,14 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
     out.attrs["few_timed"] = few_timed
+    # figures given for batch sizes with no row: {batch: ["--batch-tps", ...]} (said, never silently dropped)
+    given = {"--batch-tps": calibrate if not calibration_sources else {}, "--batch-baseline-tps": baselines_tps or {}}
+    unused: dict[int, list[str]] = {}
+    for flag, values in given.items():
+        for b in sorted(values or {}):
+            if int(b) not in set(out["batch"]):
+                unused.setdefault(int(b), []).append(flag)
+    out.attrs["unused_figures"] = unused
     out.attrs["predictions"] = grid
     # where a batch size's calibration came from a profile's own clock (not a written column: the text says it)
     out.attrs["clock_calibrated"] = {int(b): int(src["cycles"]) for b, src in (calibration_sources or {}).items()

@@ -208,6 +208,12 @@ def render_per_batch(table, config_path=None) -> str:
                     + ", ".join(f"batch {b} ({n})" for b, n in sorted(few.items()))
                     + ". SGLang routes such a batch to the config's largest key at or below its CUDA-graph-padded "
                     "size.")
+    unused = table.attrs.get("unused_figures") or {}
+    if unused:
+        out += wrap("Given but not used: " + "; ".join(
+            f"{' and '.join(flags)} at batch {b} ("
+            + (f"{few[b]} decode cycles, not modelled" if b in few else "no decode cycle of that batch size")
+            + ")" for b, flags in sorted(unused.items())) + ".")
     few_timed = table.attrs.get("few_timed") or {}
     if few_timed:
         out += wrap(f"Not modelled (fewer than {MIN_CYCLES} cycles timed with CUDA events: the log times one cycle "
