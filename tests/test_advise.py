@@ -526,3 +526,31 @@ def test_speculation_check_without_whatif_says_it_was_not_run():
     adv = advise(analyze.load(str(REAL / "sglang_server.sqlite")), whatif=False, message_sizes=False)
     check = next(c for c in adv.checks if c.rule == F.SPECULATION)
     assert check.status == F.NO_DATA and check.reason == "whatif not run (--no-whatif)"
+
+
+# ----------------------------------------------------------------------------------- few cycles
+def test_on_fewer_than_20_cycles_advise_recommends_no_step_count(tmp_path):
+    """10 cycles (9 steady): whatif's prediction is no basis for a decision (its few_cycles). advise recommends no
+    step count in any rule (verify, draft_extend), states no speculation verdict, and leaves whatif's pick out of the
+    evidence; the same trace with 24 cycles recommends one (test_verify_dominated_triggers_with_the_step_count...)."""
+    a, _, _ = _trace(tmp_path, cycles=10, verify_layers=8, draft_extend_ns=120_000)
+    adv = advise(a)
+    assert adv.whatif["few_cycles"] and adv.whatif["cycles"] == 9
+    assert adv.whatif["best_steps"] != adv.whatif["profiled_steps"]     # whatif would have picked another
+    v = _one(adv, F.VERIFY_DOMINATED)
+    assert v.settings == () and v.saving_ns == 0
+    assert "recommended_steps" not in v.evidence and v.evidence["few_cycles"] is True
+    assert "No step count is recommended: whatif's prediction rests on 9 decode cycles" in v.suggestion
+    d = _one(adv, F.DRAFT_EXTEND)
+    assert S.SPEC_STEPS not in d.setting_names()
+    spec = _check(adv, F.SPECULATION)
+    assert spec.status == F.NO_DATA and "rests on 9 decode cycles" in spec.reason
+
+
+def test_the_header_says_its_cycle_pools_batch_sizes_only_where_several_ran():
+    from analyze.render.advice import text_lines
+
+    base = {"cycle_ns": 1e6, "cycles": 40, "findings": [], "checks": []}
+    one = " ".join(text_lines(dict(base, whatif={"batch": 8, "batches_seen": 1}), width=400))
+    several = " ".join(text_lines(dict(base, whatif={"batch": 8, "batches_seen": 3}), width=400))
+    assert "over 40 cycles, host" in one and "over 40 cycles of every batch size, host" in several

@@ -291,3 +291,39 @@ def test_per_batch_json_holds_every_step_counts_prediction_per_batch_size(tmp_pa
         one = W.whatif(str(L64), range(1, 7), batch=row["batch"], n_boot=0)
         assert [p["tokens_per_s"] for _, p in sorted(preds.items())] == \
             pytest.approx(one["predictions"]["tokens_per_s"].tolist())
+
+
+def test_the_modelled_batch_of_one_batch_size_and_its_ramps():
+    """per_batch.modelled_batch without the real fixtures: several visited sizes -> the one of most cycles; one
+    visited size whose ramps hold 10%+ of the cycles -> that size; one with fewer ramps, none visited, or a whole
+    run's figure given -> None (pooled); ramp_share is 0 where nothing is visited."""
+    import pandas as pd
+
+    two = pd.Series({1: 300, 16: 100})
+    assert PB.modelled_batch(two, None, None, None, 400) == 1
+    one = pd.Series({16: 390})
+    assert PB.ramp_share(one, 479) == pytest.approx(89 / 479)
+    assert PB.modelled_batch(one, None, None, None, 479) == 16
+    assert PB.modelled_batch(one, None, None, None, 420) is None             # 7% ramps
+    assert PB.modelled_batch(one, None, 2000.0, None, 479) is None           # a whole run's figure: pooled
+    assert PB.modelled_batch(one, 4, None, None, 479) == 4                   # given
+    none = pd.Series(dtype="int64")
+    assert PB.ramp_share(none, 9) == 0 and PB.modelled_batch(none, None, None, None, 9) is None
+
+
+def test_given_figures_not_used_are_said_even_with_no_row():
+    """The text of --per-batch lists figures given for sizes it did not model, with why, also where it modelled
+    none (the table empty)."""
+    import pandas as pd
+
+    from analyze.tools.whatif.per_batch import COLUMNS
+    from analyze.tools.whatif.render import render_per_batch
+
+    table = pd.DataFrame(columns=list(COLUMNS))
+    table.attrs.update(not_modelled={8: 9}, few_timed={15: [136, 3]},
+                       unused_figures={8: ["--batch-tps", "--batch-baseline-tps"], 15: ["--batch-tps"],
+                                       64: ["--batch-baseline-tps"]})
+    text = " ".join(render_per_batch(table).split())
+    assert ("Given but not used: --batch-tps and --batch-baseline-tps at batch 8 (9 decode cycles, not modelled); "
+            "--batch-tps at batch 15 (136 cycles, 3 timed, not modelled); --batch-baseline-tps at batch 64 (no decode "
+            "cycle of that batch size).") in text

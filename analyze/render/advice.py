@@ -73,7 +73,7 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
     head = "Advice: what to change, ranked by the cycle time it could save"
     if advice.get("cycle_ns"):
         w = advice.get("whatif") or {}
-        pooled = w.get("batch") is not None and (w.get("batches_visited", 0) >= 2 or w.get("ramp_share", 0) > 0)
+        pooled = w.get("batch") is not None and w.get("batches_seen", 1) >= 2     # the header's cycles: every one
         head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles"
                  + (" of every batch size" if pooled else "") + ", host start to next start"
                  + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "") + ")")

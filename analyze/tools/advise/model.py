@@ -164,6 +164,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
             "batches_visited": len(visited), "ramp_share": PB.ramp_share(visited, all_cycles),
+            "batches_seen": int((PB.batch_counts([side]).index >= 1).sum()),
             # only where the profile's own clock calibrated it (nvtx_annotate/clock.py): its steady cycles, batch size
             **clock_used, **_calibration_said(r.get("calibration"))}
 
@@ -361,8 +362,11 @@ def rule_verify_dominated(ctx: Context):
     w = ctx.whatif
     saving, settings, basis = 0.0, (), "no step-count prediction: whatif could not model this trace"
     if w:
-        ev.update(profiled_steps=w["profiled_steps"], recommended_steps=w["best_steps"],
-                  tokens_per_s_profiled=w["tokens_per_s_profiled"], tokens_per_s_recommended=w["tokens_per_s_best"],
+        # on too few cycles whatif's pick is no recommendation: its figures are left out (few_cycles says why)
+        picked = {} if w.get("few_cycles") else dict(recommended_steps=w["best_steps"],
+                                                     tokens_per_s_recommended=w["tokens_per_s_best"])
+        ev.update(profiled_steps=w["profiled_steps"], tokens_per_s_profiled=w["tokens_per_s_profiled"], **picked,
+                  few_cycles=bool(w.get("few_cycles")),
                   requests=w["requests"], verified_tokens=w["verified_tokens"],
                   verify_scaling=w["verify_scaling"]["method"], **_rounds_evidence(w))
         comp = (w["verify_scaling"].get("components") or {}).get("verify")
@@ -622,7 +626,9 @@ def rule_host_bound(ctx: Context):
                                f"(< {_pct(IDLE_SHARE)})", figures)
     gap = ctx.mean("gap_ns")
     outside = ctx.cycle_ns - ctx.mean("duration_ns") if ctx.time_col == "period_ns" else 0.0
-    ev = dict(figures, gap_inside_gpu_window_ns=gap, host_outside_gpu_window_ns=outside, cycles=ctx.n_cycles)
+    # the period less the GPU window, 0 where the GPU window runs into the next cycle (gpu_window_past_period_ns)
+    ev = dict(figures, gap_inside_gpu_window_ns=gap, host_outside_gpu_window_ns=max(outside, 0.0),
+              gpu_window_past_period_ns=max(-outside, 0.0), cycles=ctx.n_cycles)
     ev.update(launch_gaps(ctx))
     ev.update(host_overlap(ctx))
     graphs = ev.get("graph_ops_share")
@@ -748,7 +754,7 @@ def rule_draft_extend(ctx: Context):
     if ev["cuda_graphs"] is False:
         settings += [F.Setting(F.REMOVE, S.DISABLE_GRAPH, note="SGLang replays draft-extend as a CUDA graph when "
                                "graphs are on"), F.Setting(F.REMOVE, S.DISABLE_DECODE_GRAPH)]
-    if ctx.whatif and ctx.whatif["best_steps"] < ctx.whatif["profiled_steps"]:
+    if ctx.whatif and ctx.whatif["best_steps"] < ctx.whatif["profiled_steps"] and not ctx.whatif.get("few_cycles"):
         settings.append(F.Setting(F.SET, S.SPEC_STEPS, str(ctx.whatif["best_steps"]), "fewer steps: fewer tokens to "
                                   "extend (whatif's pick)"))
     suggestion = (f"draft_extend (the draft model over the verified batch's tokens after verify) takes {_us(de)} per "

@@ -174,6 +174,36 @@ def _wrap(text: str, width: int = 120) -> str:
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="  "))
 
 
+def _left_out(table, wrap) -> list[str]:
+    """The lines of the batch sizes --per-batch did not model, and of the figures given for them."""
+    from analyze.tools.whatif.per_batch import MIN_CYCLES
+
+    out = []
+    few = table.attrs.get("not_modelled") or {}
+    if few:
+        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} decode cycles each): "
+                    + ", ".join(f"batch {b} ({n})" for b, n in sorted(few.items()))
+                    + ". SGLang routes such a batch to the config's largest key at or below its CUDA-graph-padded "
+                    "size.")
+    few_timed = table.attrs.get("few_timed") or {}
+    if few_timed:
+        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} cycles timed with CUDA events: the log times one cycle "
+                    "in N): " + ", ".join(f"batch {b} ({n} cycles, {t} timed)" for b, (n, t) in sorted(few_timed.items()))
+                    + ".")
+    unused = table.attrs.get("unused_figures") or {}
+
+    def why(b):
+        if b in few:
+            return f"{few[b]} decode cycles, not modelled"
+        if b in few_timed:
+            return f"{few_timed[b][0]} cycles, {few_timed[b][1]} timed, not modelled"
+        return "no decode cycle of that batch size"
+    if unused:
+        out += wrap("Given but not used: " + "; ".join(f"{' and '.join(flags)} at batch {b} ({why(b)})"
+                                                       for b, flags in sorted(unused.items())) + ".")
+    return out
+
+
 def render_per_batch(table, config_path=None) -> str:
     from analyze.render.text import table as text_table
     from analyze.render.text import terminal_width
@@ -185,7 +215,8 @@ def render_per_batch(table, config_path=None) -> str:
 
     out = ["specprof whatif: the best draft step count per batch size (EAGLE)", ""]
     if table.empty:
-        return "\n".join(out + [f"no batch size with {MIN_CYCLES} decode cycles or more in the profile(s)", ""])
+        return "\n".join(out + [f"no batch size with {MIN_CYCLES} decode cycles or more in the profile(s)"]
+                         + _left_out(table, wrap) + [""])
     ci = "tokens_per_s_best_lo" in table.columns and table["tokens_per_s_best_lo"].notna().any()
     rows = [[r.batch, r.cycles, r.profiled_steps, r.best_steps, f"{r.tokens_per_s_best:,.0f}"]
             + ([f"[{r.tokens_per_s_best_lo:,.0f}, {r.tokens_per_s_best_hi:,.0f}]"
@@ -202,23 +233,7 @@ def render_per_batch(table, config_path=None) -> str:
         out += wrap("'calibrated' from the profile's own clock (the decode cycles before its capture window, nsys "
                     "attached, not collecting): " + ", ".join(f"batch {b} ({n} steady cycles)" for b, n in
                                                              sorted(clock.items())) + ".")
-    few = table.attrs.get("not_modelled") or {}
-    if few:
-        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} decode cycles each): "
-                    + ", ".join(f"batch {b} ({n})" for b, n in sorted(few.items()))
-                    + ". SGLang routes such a batch to the config's largest key at or below its CUDA-graph-padded "
-                    "size.")
-    unused = table.attrs.get("unused_figures") or {}
-    if unused:
-        out += wrap("Given but not used: " + "; ".join(
-            f"{' and '.join(flags)} at batch {b} ("
-            + (f"{few[b]} decode cycles, not modelled" if b in few else "no decode cycle of that batch size")
-            + ")" for b, flags in sorted(unused.items())) + ".")
-    few_timed = table.attrs.get("few_timed") or {}
-    if few_timed:
-        out += wrap(f"Not modelled (fewer than {MIN_CYCLES} cycles timed with CUDA events: the log times one cycle "
-                    "in N): " + ", ".join(f"batch {b} ({n} cycles, {t} timed)" for b, (n, t) in sorted(few_timed.items()))
-                    + ".")
+    out += _left_out(table, wrap)
     if differs(table):
         out += wrap("The best step count differs between batch sizes: SGLang can switch by batch size "
                     "(--speculative-adaptive --speculative-adaptive-config FILE"
