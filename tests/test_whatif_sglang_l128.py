@@ -84,7 +84,9 @@ def test_a_load_of_one_batch_size_and_its_ramps_is_modelled_at_that_size(tmp_pat
     from analyze.tools.whatif.command import main_whatif
 
     side = sides.load_side(PROFILE)
-    visited, total = PB.visited_batches([side], with_total=True)
+    counts = PB.batch_counts([side])
+    visited, total = PB.visited_of(counts), PB.request_cycles(counts)
+    assert dict(PB.visited_batches([side])) == dict(visited)
     assert dict(visited) == {16: 390} and total == 478       # one cycle of no request is no batch size: not counted
     assert PB.ramp_share(visited, total) == pytest.approx(88 / 478)
     assert PB.modelled_batch(visited, None, None, None, total) == 16

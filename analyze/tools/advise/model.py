@@ -113,7 +113,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
     from analyze.tools.whatif import per_batch as PB
 
     side = whatif_side(analysis)
-    visited, all_cycles = PB.visited_batches([side], with_total=True)
+    counts = PB.batch_counts([side])
+    visited, all_cycles = PB.visited_of(counts), PB.request_cycles(counts)
     modelled = PB.modelled_batch(visited, batch, baseline_tps, calibrate_tps, all_cycles)
     per_batch_cal, clock_used = None, {}
     if calibrate_tps is None and side.clock:    # no figure given: the profile's own clock, at the batch size modelled
@@ -164,7 +165,7 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
             "batches_visited": len(visited), "ramp_share": PB.ramp_share(visited, all_cycles),
-            "batches_seen": int((PB.batch_counts([side]).index >= 1).sum()),
+            "batches_seen": int((counts.index >= 1).sum()),
             # only where the profile's own clock calibrated it (nvtx_annotate/clock.py): its steady cycles, batch size
             **clock_used, **_calibration_said(r.get("calibration"))}
 

@@ -594,7 +594,8 @@ def main_whatif(argv: list[str]) -> int:
                 args.calibrate_live or args.calibrate_sglang_log or args.measured):
             from analyze.tools.whatif import per_batch as PB
 
-            visited, all_cycles = PB.visited_batches(sides, with_total=True)
+            counts = PB.batch_counts(sides)
+            visited, all_cycles = PB.visited_of(counts), PB.request_cycles(counts)
             batch = PB.modelled_batch(visited, None, args.baseline_tps, cal_x, all_cycles)
             chosen = (batch, len(visited), PB.ramp_share(visited, all_cycles)) if batch is not None else None
         if args.calibrate_live:

@@ -65,14 +65,22 @@ VISITED_SHARE = 0.10
 last requests of a batch of 8 finish is no bucket of its own)."""
 
 
-def visited_batches(profiles: list, with_total: bool = False):
+def visited_batches(profiles: list) -> pd.Series:
     """Steady decode cycles per batch size the profiles' load *visits* (enough cycles, and at least
     :data:`VISITED_SHARE` of them; the profiles' cycles counted together), indexed by batch size
-    (:func:`batch_counts`); ``with_total``: (that, the steady cycles of every batch size)."""
-    counts = batch_counts(profiles)
-    visited = counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
-    # the total counts cycles of one request or more (a cycle of no request is no batch size the server ran)
-    return (visited, int(counts[counts.index >= 1].sum())) if with_total else visited
+    (:func:`batch_counts`)."""
+    return visited_of(batch_counts(profiles))
+
+
+def visited_of(counts: pd.Series) -> pd.Series:
+    """The batch sizes a load visits, of its :func:`batch_counts` (:func:`visited_batches`)."""
+    return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+
+
+def request_cycles(counts: pd.Series) -> int:
+    """The steady cycles of one request or more, of :func:`batch_counts` (a cycle of no request is no batch size
+    the server ran)."""
+    return int(counts[counts.index >= 1].sum())
 
 
 def modelled_batch(visited: pd.Series, batch, baseline_tps, calibrate_tps, all_cycles: int | None = None) -> int | None:
@@ -192,9 +200,10 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     # figures given for batch sizes with no row: {batch: ["--batch-tps", ...]} (said, never silently dropped)
     given = {"--batch-tps": calibrate if not calibration_sources else {}, "--batch-baseline-tps": baselines_tps or {}}
     unused: dict[int, list[str]] = {}
+    modelled = set(out["batch"])
     for flag, values in given.items():
         for b in sorted(values or {}):
-            if int(b) not in set(out["batch"]):
+            if int(b) not in modelled:
                 unused.setdefault(int(b), []).append(flag)
     out.attrs["unused_figures"] = unused
     out.attrs["predictions"] = grid
