@@ -344,11 +344,22 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
     medians = _decode_display(decode_table(a, "median")).rename(columns={"cycle period": "cycle period"})
     medians = medians.assign(**{c: medians[c].str.replace(r" \(.*\)$", "", regex=True)
                                 for c in medians.columns if c != "rank"})
+    pb = views.get(a, "decode_per_batch")
+    per_batch = ""
+    if len(pb):
+        shown = pd.DataFrame({"batch": pb["batch"], "cycles": pb["cycles"],
+                              "period us": [f"{v / 1e3:,.1f}" for v in pb["period_mean_ns"]],
+                              "median us": [f"{v / 1e3:,.1f}" for v in pb["period_median_ns"]],
+                              "tokens / cycle": [f"{v:.2f}" for v in pb["tokens_per_cycle"]],
+                              "accepted / request": [f"{v:.3f}" for v in pb["accepted_per_request"]],
+                              "tokens / s": ["-" if v is None or v != v else f"{v:,.0f}" for v in pb["tokens_per_s"]]})
+        per_batch = (f'<p class="sub">Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; '
+                     "steady cycles; the table above pools them)</p>" + _table_html(shown, table_id="t-decode-per-batch"))
     return (f'<p class="callout headline">{_esc(head)}</p>' + figure_html
             + f'<p class="sub">{_esc(sub)}</p>'
             + _table_html(_decode_display(frame), table_id="t-decode")
             + '<details><summary>medians per rank (us)</summary>' + _table_html(medians, table_id="t-decode-median")
-            + "</details>"
+            + "</details>" + per_batch
             + f'<p class="outside"><b>Outside decode cycles</b> (model load, CUDA-graph capture, prefill between '
               f'cycles; not in the figures above): {_esc("; ".join(outside))}.</p>')
 

@@ -248,8 +248,25 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     out += table(headers, rows, width=width)
     if "median" not in " ".join(headers) and len(shown) > 1:
         out.append("(medians per rank: --json decode_breakdown, --html)")
+    out += per_batch_lines(result, width)
     out += outside_lines(result, sm, width)
     return out
+
+
+def per_batch_lines(result, width: int) -> list[str]:
+    """The steady cycles per batch size the load visited (the ``decode_per_batch`` view), where several: the
+    table above pools them."""
+    pb = views.get(result, "decode_per_batch")
+    if not len(pb):
+        return []
+    rank = int(pb["rank"].iloc[0])
+    out = [""] + wrap(f"Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; steady cycles"
+               + (f" of rank {rank}" if len(result.ranks) > 1 else "") + "; the table above pools them)", width)
+    out += table(["batch", "cycles", "period us", "median us", "tokens / cycle", "accepted / request", "tokens / s"],
+                 [[r.batch, f"{r.cycles:,}", us(r.period_mean_ns), us(r.period_median_ns), f"{r.tokens_per_cycle:.2f}",
+                   f"{r.accepted_per_request:.3f}", "-" if r.tokens_per_s is None or r.tokens_per_s != r.tokens_per_s
+                   else f"{r.tokens_per_s:,.0f}"] for r in pb.itertuples()], width=width)
+    return out + [""]
 
 
 def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:

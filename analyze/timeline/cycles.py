@@ -311,6 +311,36 @@ def steady(cycles: pd.DataFrame, keep_outliers: bool = False, every_rank: bool =
     return cycles[steady_mask(cycles, keep_outliers, every_rank)]
 
 
+MIN_CYCLES = 20
+"""The fewest steady decode cycles a figure of one batch size rests on: whatif says a prediction from fewer is
+one (``few_cycles``), ``--per-batch`` models no batch size with fewer, and a batch size with fewer is none the
+load visits (:func:`visited_of`)."""
+
+VISITED_SHARE = 0.10
+"""A batch size the load *visits*: at least this share of the decode cycles (a batch of 7 while the
+last requests of a batch of 8 finish is no bucket of its own)."""
+
+
+def batch_counts(cycles: pd.DataFrame | None, timed_only: bool = False) -> pd.Series:
+    """Steady decode cycles (:func:`steady`, every rank) per batch size (requests per cycle, from the accept
+    marks) of the lowest rank, indexed by batch size; ``timed_only``: those with phase times only
+    (:func:`timed`: a sampled live log times one cycle in N). Empty where no cycle says its requests."""
+    c = steady(cycles, every_rank=True)
+    if c is None or not len(c) or "requests" not in c.columns:
+        return pd.Series(dtype="int64")
+    low = c[c["rank"] == c["rank"].min()]
+    if timed_only:
+        low = low[timed(low)]
+    req = pd.to_numeric(low["requests"], errors="coerce").dropna().astype("int64")
+    return req.value_counts().astype("int64").sort_index()
+
+
+def visited_of(counts: pd.Series) -> pd.Series:
+    """The batch sizes a load visits, of its :func:`batch_counts`: :data:`MIN_CYCLES` steady cycles or more, and
+    :data:`VISITED_SHARE` of them or more."""
+    return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+
+
 def timed(cycles: pd.DataFrame) -> np.ndarray:
     """Per cycle: does it carry a phase split? False only for a sampled live log's cycles that the shim ran
     without CUDA events (its ``timed`` column, run/live.py: their period, tokens and acceptance are known,

@@ -14,6 +14,8 @@ a CUDA graph, an outlier period, ...). This module reads only those columns:
   cycle, tokens/s and GPU ms per token, and the GPU work outside decode cycles.
 * :func:`outside_cycles`: per rank the GPU busy time outside every cycle period (model load,
   CUDA-graph capture, prefill between cycles) split by phase.
+* :func:`decode_per_batch`: where the load visited several batch sizes, per batch size the steady cycles,
+  period, tokens per cycle, accepted draft tokens per request and tokens/s (the figures above pool them).
 * :func:`headline`: one plain sentence for a chat ("verify is 37% of the decode cycle; ...").
 
 All are pure functions of the cycle table, the phase names, and the phases/totals tables.
@@ -29,7 +31,8 @@ from analyze.timeline.cycles import LOST_REASONS
 
 __all__ = ["GPU_IDLE", "ALLREDUCE", "components", "component_column", "has_period_split", "warmup_flags",
            "steady_cycles", "decode_breakdown", "decode_summary", "outside_cycles", "headline",
-           "BREAKDOWN_COLUMNS", "SUMMARY_COLUMNS", "OUTSIDE_COLUMNS", "no_allreduce"]
+           "BREAKDOWN_COLUMNS", "SUMMARY_COLUMNS", "OUTSIDE_COLUMNS", "PER_BATCH_COLUMNS", "no_allreduce",
+           "decode_per_batch"]
 
 GPU_IDLE = "gpu_idle"
 ALLREDUCE = "allreduce"
@@ -38,6 +41,8 @@ SUMMARY_COLUMNS = ["rank", "cycles", "steady_cycles", "warmup_cycles", "warmup_r
                    "period_median_ns", "busy_per_cycle_ns", "tokens_per_cycle", "tokens_per_s",
                    "gpu_ms_per_token", "tokens_from_rank", "outside_cycles_busy_ns", "warmup_busy_ns"]
 OUTSIDE_COLUMNS = ["rank", "component", "busy_ns"]
+PER_BATCH_COLUMNS = ["rank", "batch", "cycles", "period_mean_ns", "period_median_ns", "tokens_per_cycle",
+                     "accepted_per_request", "tokens_per_s"]
 
 
 def components(phase_names: list[str]) -> list[str]:
@@ -207,6 +212,39 @@ def decode_summary(cycles: pd.DataFrame, totals: pd.DataFrame, phase_names: list
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
+def decode_per_batch(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFrame:
+    """Where the load visited two batch sizes or more (:func:`analyze.timeline.cycles.visited_of`, the rule
+    whatif and advise model a batch size by), per visited batch size of the lowest rank's steady cycles (those
+    steady on every rank, as whatif counts them): ``cycles``, the period (mean, median; the host's start to next
+    start, whatif's wall time of a cycle), ``tokens_per_cycle``,
+    ``accepted_per_request`` (accepted draft tokens over requests) and ``tokens_per_s`` (tokens over the sum of
+    periods). The breakdown and the headline pool every batch size; these are the figures of each. Empty where
+    the load visited one batch size, or none said its requests."""
+    empty = pd.DataFrame({c: pd.Series(dtype="object") for c in PER_BATCH_COLUMNS})
+    if not has_period_split(cycles, phase_names):
+        return empty
+    visited = cycles_mod.visited_of(cycles_mod.batch_counts(cycles))
+    if len(visited) < 2:
+        return empty
+    c = cycles_mod.steady(cycles, every_rank=True)
+    low = c[c["rank"] == c["rank"].min()]
+    # the cycle's wall time as whatif reads it (tools.sides.time_column: start to next start on the host), so that
+    # a row is whatif --batch M's profiled cycle; the GPU period where the table has no host period
+    period = (pd.to_numeric(low["period_ns"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+              if "period_ns" in low.columns else _periods(low, components(phase_names)).astype("float64"))
+    req = pd.to_numeric(low["requests"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    tokens = pd.to_numeric(low["tokens"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    accepted = pd.to_numeric(low["accepted_tokens"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    rows = []
+    for batch in visited.index:
+        sel = req == batch
+        p, t, a = period[sel], tokens[sel], accepted[sel]
+        rows.append([int(low["rank"].iloc[0]), int(batch), int(sel.sum()), float(p.mean()), float(np.median(p)),
+                     float(t.mean()), float(a.sum() / (batch * sel.sum())),
+                     float(t.sum() * 1e9 / p.sum()) if p.sum() > 0 else None])
+    return pd.DataFrame(rows, columns=PER_BATCH_COLUMNS)
+
+
 def no_allreduce(breakdown: pd.DataFrame, ranks: pd.DataFrame) -> bool:
     """One rank (TP 1) and no all-reduce time in its cycles: nothing to say about all-reduce."""
     if ranks is None or len(ranks) != 1:
@@ -275,7 +313,8 @@ def own_cost_clause(rows: list) -> str:
 
 
 def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame | None = None,
-             live: bool = False, replays: float | None = None, own_cost_pct: list | None = None) -> str | None:
+             live: bool = False, replays: float | None = None, own_cost_pct: list | None = None,
+             batches: list[int] | None = None) -> str | None:
     """One plain sentence: the largest components' shares of the steady-state cycle, GPU idle,
     tokens, the warm-up cycles left out and the GPU work outside decode cycles. None without a
     breakdown. ``live``: the cycles come from a live timing log (run/live.py): the rest of the period
@@ -283,7 +322,8 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
     them apart), and the sentence says that the kernel tables are absent; ``replays``: the live log's
     :func:`replay_share`, said after the phases (the GPU time of their graph replays); ``own_cost_pct``: the
     live log's own measure of what the timing mode cost, % of tokens/s per rank and batch size (the
-    ``timing_cost`` view: (cost %, basis) rows), said last (:func:`own_cost_clause`)."""
+    ``timing_cost`` view: (cost %, basis) rows), said last (:func:`own_cost_clause`); ``batches``: the batch
+    sizes the load visited where several (:func:`decode_per_batch`), said with the tokens: the figures pool them."""
     if breakdown is None or breakdown.empty:
         return None
     p = pooled(breakdown)
@@ -336,6 +376,9 @@ def headline(breakdown: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame
             tok += f", {first['tokens_per_s']:,.0f} tokens/s"
         if first["gpu_ms_per_token"]:
             tok += f", {first['gpu_ms_per_token']:.3f} GPU-ms per token"
+        if batches and len(batches) > 1:
+            tok += (f" (pooled over the {len(batches)} batch sizes the load visited, "
+                    f"{', '.join(map(str, batches[:-1]))} and {batches[-1]} requests: each below)")
         parts.append(tok)
     # cycles whose GPU data was lost (nsys cut its CUDA data off) are no warm-up: counted apart
     lost_codes = LOST_REASONS
@@ -397,14 +440,22 @@ def outside_cycles_view(a) -> pd.DataFrame:
     return outside_cycles(a.cycles, a.phases, a.totals, a.phase_names)
 
 
+@view("decode_per_batch", file=10)
+def decode_per_batch_view(a) -> pd.DataFrame:
+    """:func:`decode_per_batch` of the analysis."""
+    return decode_per_batch(a.cycles, a.phase_names)
+
+
 @view("headline")
 def headline_view(a) -> str | None:
-    """:func:`headline` from the breakdown and summary views."""
+    """:func:`headline` from the breakdown, summary and per-batch views."""
     from analyze.run.live import is_live
 
     live = is_live(a)
     cost = get(a, "timing_cost") if live else None
+    per_batch = get(a, "decode_per_batch")
     return headline(get(a, "decode_breakdown"), get(a, "decode_summary"), a.ranks, live=live,
                     replays=replay_share(a.cycles) if live else None,
                     own_cost_pct=list(zip(cost["cost_pct"].astype(float), cost["basis"]))
-                    if cost is not None and len(cost) else None)
+                    if cost is not None and len(cost) else None,
+                    batches=[int(b) for b in per_batch["batch"]] if len(per_batch) else None)

@@ -68,9 +68,9 @@ BEST_TOLERANCE = 0.01
 # a batch size takes part in the fit of verify's non-attention time over the batch sizes of one profile
 # (:func:`batch_token_fit`) with at least this many steady cycles
 MIN_BATCH_FIT_CYCLES = 20
-MIN_CYCLES = 20
+MIN_CYCLES = cycles_mod.MIN_CYCLES
 """A prediction resting on fewer decode cycles than this (all profiles together) says so (``few_cycles``);
-``--per-batch`` models no batch size with fewer on its own."""
+``--per-batch`` models no batch size with fewer on its own (timeline.cycles.MIN_CYCLES, the one figure)."""
 # one profile tells how they grow only when its cycles' verified tokens spread this much
 # (coefficient of variation of n over the cycles) over at least two batch sizes
 MIN_TOKEN_SPREAD = 0.10

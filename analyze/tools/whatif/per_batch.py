@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.errors import UsageError
-from analyze.timeline.cycles import steady, timed
+from analyze.timeline import cycles as cycles_mod
 from analyze.tools.sides import as_side, cut_by_steps, split_by_steps
 from analyze.tools.whatif import model as W
 
@@ -44,37 +44,23 @@ ADAPTIVE_DEFAULTS = {"up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coef
 
 
 def batch_counts(profiles, timed_only: bool = False) -> pd.Series:
-    """Steady decode cycles (timeline.cycles.steady) per batch size (requests per cycle, from the accept
-    marks), over the profiles; ``timed_only``: those with phase times only (timeline.cycles.timed: a sampled
-    live log times one cycle in N)."""
+    """Steady decode cycles per batch size over the profiles (timeline.cycles.batch_counts of each, added)."""
     counts = pd.Series(dtype="int64")
     for p in profiles:
-        c = steady(as_side(p).cycles, every_rank=True)
-        if "requests" not in c.columns or not len(c):
-            continue
-        low = c[c["rank"] == c["rank"].min()]
-        if timed_only:
-            low = low[timed(low)]
-        req = pd.to_numeric(low["requests"], errors="coerce").dropna().astype("int64")
-        counts = counts.add(req.value_counts(), fill_value=0)
+        counts = counts.add(cycles_mod.batch_counts(as_side(p).cycles, timed_only), fill_value=0)
     return counts.astype("int64").sort_index()
 
 
-VISITED_SHARE = 0.10
-"""A batch size the load *visits*: at least this share of the decode cycles (a batch of 7 while the
-last requests of a batch of 8 finish is no bucket of its own)."""
+VISITED_SHARE = cycles_mod.VISITED_SHARE
 
 
 def visited_batches(profiles: list) -> pd.Series:
-    """Steady decode cycles per batch size the profiles' load *visits* (enough cycles, and at least
-    :data:`VISITED_SHARE` of them; the profiles' cycles counted together), indexed by batch size
-    (:func:`batch_counts`)."""
+    """Steady decode cycles per batch size the profiles' load *visits* (timeline.cycles.visited_of; the
+    profiles' cycles counted together), indexed by batch size (:func:`batch_counts`)."""
     return visited_of(batch_counts(profiles))
 
 
-def visited_of(counts: pd.Series) -> pd.Series:
-    """The batch sizes a load visits, of its :func:`batch_counts` (:func:`visited_batches`)."""
-    return counts[(counts >= MIN_CYCLES) & (counts >= VISITED_SHARE * counts.sum())]
+visited_of = cycles_mod.visited_of
 
 
 def request_cycles(counts: pd.Series) -> int:
