@@ -495,7 +495,9 @@ def test_speculation_that_does_not_pay_is_a_finding():
     assert f.saving_ns <= f.ceiling_ns
     assert f.ceiling_ns == pytest.approx(f.saving_ns) and 0 < f.saving_ns < adv.cycle_ns
     assert S.SPEC_ALGORITHM in f.setting_names() and f.evidence["baseline_source"] == "estimated"
-    assert [x.rule for x in adv.findings] == ["host_bound", "speculation"]      # ranked by saving
+    # ranked by saving; draft_steps: were speculation kept, 1 step instead of the profiled count
+    assert [x.rule for x in adv.findings] == ["host_bound", "speculation", "draft_steps"]
+    assert adv.findings[2].settings[0].value == "1" and adv.findings[2].saving_ns < f.saving_ns
     # the look-alike's sweep (3 steps, 1.21x measured over no speculation): against the estimated baseline
     # (1.03x) the rule states no verdict; given the measured tokens/s it stays quiet and says by how much
     sweep2 = analyze.load(str(REAL / "h200_sweep2_steps3.sqlite"))
@@ -554,3 +556,30 @@ def test_the_header_says_its_cycle_pools_batch_sizes_only_where_several_ran():
     one = " ".join(text_lines(dict(base, whatif={"batch": 8, "batches_seen": 1}), width=400))
     several = " ".join(text_lines(dict(base, whatif={"batch": 8, "batches_seen": 3}), width=400))
     assert "over 40 cycles, host" in one and "over 40 cycles of every batch size, host" in several
+
+
+# ----------------------------------------------------------------------------------- draft_steps
+def test_draft_steps_names_whatifs_pick_where_verify_does_not_dominate(tmp_path):
+    """A host-bound synthetic cycle (a 1 ms host stall after verify's launches: verify under half the cycle) whose
+    drafts are never accepted: every draft step is cost without gain, so whatif's best is 1 step, and the draft_steps
+    rule names it (the verify rule stays below its threshold) with the time per token it saves."""
+    a, _, _ = _trace(tmp_path, host_gap_ns=1_000_000, accept_lengths=[[0] * 24])
+    adv = advise(a)
+    assert _check(adv, F.VERIFY_DOMINATED).status == F.BELOW_THRESHOLD
+    w = adv.whatif
+    assert w["profiled_steps"] == 3 and w["best_steps"] == 1
+    f = _one(adv, F.DRAFT_STEPS)
+    assert f.saving_ns == pytest.approx(adv.cycle_ns * (1 - w["tokens_per_s_profiled"] / w["tokens_per_s_best"]))
+    assert f.saving_ns > 0 and f.setting_names() == [S.SPEC_STEPS, S.SPEC_TOPK, S.SPEC_DRAFT_TOKENS]
+    assert [s.value for s in f.settings] == ["1", "1", "2"]
+    assert "1 draft step at" in f.suggestion and "--calibrate-tps X" in f.suggestion   # not calibrated: said
+
+
+def test_draft_steps_leaves_the_step_count_to_the_verify_rule_where_verify_dominates(tmp_path):
+    a, _, _ = _trace(tmp_path, verify_layers=8, accept_lengths=[[0] * 24])
+    adv = advise(a)
+    assert _check(adv, F.VERIFY_DOMINATED).status == F.TRIGGERED
+    c = _check(adv, F.DRAFT_STEPS)
+    assert c.status == F.NOT_APPLICABLE and "verify_dominated" in c.reason
+    assert F.DRAFT_STEPS not in adv.rules_triggered()
+    assert _one(adv, F.VERIFY_DOMINATED).settings[0].value == str(adv.whatif["best_steps"]) == "1"

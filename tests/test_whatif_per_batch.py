@@ -158,7 +158,15 @@ def test_advise_adaptive_rule_fires_only_when_the_best_differs():
     # nothing pays anywhere (the best step counts still differ): no adaptive config, the speculation rule's case
     none = [dict(r, best_or_off=0, speedup=0.9) for r in rows]
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": none}, cycle_ns=1000.0))
-    assert not found and check.status == F.BELOW_THRESHOLD and "does not pay at any batch size" in check.reason
+    assert not found and check.status == F.BELOW_THRESHOLD and "predicted to pay at no batch size" in check.reason
+    # every batch size leaning to no speculation inside the estimate's error ('?', not 'does not pay'): the same
+    lean = [dict(r, best_or_off=r["best_steps"], speedup=0.95, verdict_uncertain=True) for r in rows]
+    found, check = rule_adaptive_steps(NS(whatif={"per_batch": lean}, cycle_ns=1000.0))
+    assert not found and check.status == F.BELOW_THRESHOLD and "0.95x" in check.reason
+    # one of them leaning to pay, uncertain or not: the rule fires
+    lean[0]["speedup"] = 1.05
+    found, check = rule_adaptive_steps(NS(whatif={"per_batch": lean}, cycle_ns=1000.0))
+    assert check.status == F.TRIGGERED and len(found) == 1
     rows[1]["best_steps"] = 5
     found, check = rule_adaptive_steps(NS(whatif={"per_batch": rows}, cycle_ns=1000.0))
     assert not found and check.status == F.BELOW_THRESHOLD

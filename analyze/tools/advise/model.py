@@ -159,8 +159,9 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "cycles": int(r["best"]["cycles"]), "few_cycles": bool(r["best"].get("few_cycles")),
             # the best at the top of the searched step counts: the optimum may lie beyond it
             "best_at_edge": int(best) == max(steps) and int(best) != int(k), "steps_searched": [min(steps), max(steps)],
-            "per_batch": _per_batch(side, steps, visited, batch, baseline_tps, calibrate_tps, calibration_source,
-                                    per_batch_cal),
+            # the batch size asked for (--batch M) among them where its cycles are enough, visited or not
+            "per_batch": _per_batch(side, steps, _with_asked(visited, counts, batch), batch, baseline_tps,
+                                    calibrate_tps, calibration_source, per_batch_cal),
             # the batch size modelled: given (--batch), the one most cycles ran where the load visited several
             # and no whole-run figure was given, else None (every cycle, the batch sizes pooled)
             "batch": modelled, "batch_source": "given" if batch is not None else "most cycles" if modelled else None,
@@ -178,6 +179,17 @@ def _few_said(w: dict) -> str:
     return (f"prediction rests on {w['cycles']} decode cycle{'' if w['cycles'] == 1 else 's'}{at}, fewer than "
             f"{MIN_CYCLES}: acceptance and costs from so few are no basis for a decision (profile longer, or a batch "
             "size the profile holds more of: `analyze-trace whatif REPORT --per-batch`)")
+
+
+def _with_asked(visited: pd.Series, counts: pd.Series, batch: int | None) -> pd.Series:
+    """The visited batch sizes (:func:`analyze.timeline.cycles.visited_of`) and ``batch`` (--batch M) where the
+    profile holds enough steady cycles of it (MIN_CYCLES) but under the visited share: a size the user asks about
+    is one the per-batch figures hold."""
+    from analyze.timeline.cycles import MIN_CYCLES
+
+    if batch is None or batch in visited.index or int(counts.get(batch, 0)) < MIN_CYCLES:
+        return visited
+    return pd.concat([visited, counts.loc[[batch]]]).sort_values(ascending=False, kind="stable")
 
 
 def _calibration_said(cal: dict | None) -> dict:
@@ -243,12 +255,12 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
 
     if len(visited) < 2:
         return None
-    try:        # the visited sizes are those with the most cycles: the first len(visited) of them
+    try:
         given = batch is not None and batch in visited.index
         cal, sources = clock if clock and clock[0] else (None, None)
         if cal is None and given and calibrate_tps:
             cal, sources = {batch: calibrate_tps}, ({batch: calibration_source} if calibration_source else None)
-        table = PB.per_batch([side], steps, n_boot=0, most=min(len(visited), ADVISE_BATCH_SIZES),
+        table = PB.per_batch([side], steps, n_boot=0, only=visited.index, most=min(len(visited), ADVISE_BATCH_SIZES),
                              baselines_tps={batch: baseline_tps} if given and baseline_tps else None,
                              calibrate=cal, calibration_sources=sources)
         return records(table[table["batch"].isin(visited.index)])
@@ -879,9 +891,12 @@ def rule_adaptive_steps(ctx: Context):
 
     off = not_paying(pd.DataFrame(rows))
     figures = {"best_by_batch": {str(b): u for b, u in uses.items()}, "not_paying_batches": off}
-    if len(off) == len(rows):
-        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "speculation does not pay at any batch size measured "
-                               "(the speculation rule's case): no adaptive config", figures)
+    leans = [float(r["speedup"]) for r in rows if r.get("speedup") is not None and r["speedup"] == r["speedup"]]
+    if len(off) == len(rows) or (len(leans) == len(rows) and max(leans) <= 1):
+        # every batch size leans to no speculation (some inside the estimate's error, '?'): no bucket to switch in
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "speculation is predicted to pay at no batch size measured ("
+                               + ", ".join(f"{r['batch']}: {r['speedup']:.2f}x" for r in rows)
+                               + "; the speculation rule's case): no adaptive config", figures)
     if len(set(uses.values())) < 2:
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, "one step count is best at every batch size measured: "
                                + ", ".join(f"{b}: {u}" for b, u in uses.items()), figures)
@@ -907,6 +922,58 @@ def rule_adaptive_steps(ctx: Context):
         "whatif per batch size: the cycle-weighted time per token the best step count of each batch size saves",
         suggestion, dict(figures, per_batch_cycles=n, cycle_ns=ctx.cycle_ns), settings)
     return [f], F.RuleCheck(rule, F.TRIGGERED, "best step counts differ: " + desc, figures)
+
+
+STEP_GAIN = 0.01
+"""The draft_steps rule names a step count whatif predicts at least this much faster than the profiled one (its
+pick's own tolerance: whatif.model's best is the fewest steps within 1% of the highest)."""
+
+
+def rule_draft_steps(ctx: Context):
+    """whatif's best step count where it differs from the profiled one and no other rule names it: the verify
+    rule names the step count where verify is half the cycle or more; on a host-bound cycle, or one where draft and
+    verify are small, the step count still decides tokens/s (a real 5-step profile at batch 16: 2 steps +5.9%)."""
+    rule = F.DRAFT_STEPS
+    w = ctx.whatif
+    if not w:
+        return [], F.RuleCheck(rule, F.NO_DATA, "no whatif model of this trace"
+                               + (f": {ctx.whatif_error}" if ctx.whatif_error else ""))
+    figures = {"profiled_steps": w["profiled_steps"], "best_steps": w["best_steps"],
+               "tokens_per_s_profiled": w["tokens_per_s_profiled"], "tokens_per_s_best": w["tokens_per_s_best"]}
+    if w.get("few_cycles"):
+        return [], F.RuleCheck(rule, F.NO_DATA, f"whatif's {_few_said(w)}", dict(figures, cycles=w["cycles"]))
+    verify = ctx.mean("verify_ns")
+    if verify > 0 and verify / ctx.cycle_ns >= VERIFY_SHARE:
+        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, f"the verify_dominated finding names the step count (verify is "
+                               f"{_pct(verify / ctx.cycle_ns)} of the cycle)", figures)
+    prof, best = w["tokens_per_s_profiled"], w["tokens_per_s_best"]
+    gain = 1 - prof / best if best > 0 else 0.0
+    if w["best_steps"] == w["profiled_steps"] or gain < STEP_GAIN:
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"the profiled {w['profiled_steps']} draft steps are the "
+                               f"predicted best or within {_pct(STEP_GAIN)} of it ({w['best_steps']}: {best:,.0f} "
+                               f"tokens/s against {prof:,.0f})", figures)
+    saving = max(0.0, ctx.cycle_ns * gain)
+    edge = (f"; {w['best_steps']} is the edge of the searched {w['steps_searched'][0]}..{w['steps_searched'][1]}: "
+            "the optimum may lie beyond it") if w.get("best_at_edge") else ""
+    settings = S.steps_settings(w["best_steps"])
+    calibrated = w.get("calibration_shift_ns") is not None      # calibrated at the profiled step count
+    ev = dict(figures, cycles=ctx.n_cycles, requests=w["requests"], calibrated=calibrated, **_rounds_evidence(w),
+              **({"batch": w["batch"]} if w.get("batch") is not None else {}))
+    steps = f"{w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'}"
+    suggestion = (f"whatif predicts {steps} at {best:,.0f} tokens/s against {prof:,.0f} at the profiled "
+                  f"{w['profiled_steps']} (+{best / prof - 1:.1%}){edge}. Verify is "
+                  f"{_pct(verify / ctx.cycle_ns) if verify > 0 else 'none'} of the cycle: the step count trades the "
+                  "draft's host and GPU time a step against the tokens it adds; check it with `analyze-trace whatif` "
+                  f"(intervals) and set {' '.join(x.short() for x in settings)}."
+                  + ("" if calibrated else " The profile is not calibrated (the profiler stretches a host-bound cycle "
+                     "by a different amount at each step count): give --calibrate-tps X, your unprofiled tokens/s at "
+                     "the profiled step count.") + _batch_said(w))
+    f = F.Finding(rule, f"draft steps: {w['best_steps']} instead of {w['profiled_steps']} (+{best / prof - 1:.1%} "
+                  "tokens/s predicted)", saving, saving, ctx.cycle_ns,
+                  f"whatif (point estimate): {steps} give the same tokens in {_pct(gain)} less "
+                  "time", suggestion, ev, tuple(settings))
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"{steps} predicted {_pct(gain)} faster per token "
+                            f"than the profiled {w['profiled_steps']}", figures)
 
 
 def rule_host_bound_live(ctx: Context):
@@ -943,7 +1010,7 @@ def rule_host_bound_live(ctx: Context):
 
 
 RULE_FUNCTIONS = (rule_verify_dominated, rule_allreduce, rule_host_bound, rule_straggler, rule_draft_extend,
-                  rule_speculation, rule_adaptive_steps)
+                  rule_speculation, rule_adaptive_steps, rule_draft_steps)
 KERNEL_RULES = {rule_allreduce: F.ALLREDUCE, rule_host_bound: F.HOST_BOUND, rule_straggler: F.STRAGGLER}
 LIVE_RULES = {rule_host_bound: rule_host_bound_live}
 """A kernel rule's stand-in on a live timing log: its result, or None where the log lacks what it reads."""

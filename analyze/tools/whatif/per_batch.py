@@ -108,18 +108,21 @@ def chosen_said(batch: int, visited: int, ramp: float) -> str:
 
 def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, baselines_tps: dict | None = None,
               calibrate: dict | None = None, most: int | None = None, request_tokens="auto",
-              calibration_sources: dict | None = None, **kw) -> pd.DataFrame:
+              calibration_sources: dict | None = None, only=None, **kw) -> pd.DataFrame:
     """One row per batch size with at least ``min_cycles`` cycles: the batch, its cycles, the
     profiled step count, the best step count, tokens/s at the best and at the profiled one, the
     baseline (``baselines_tps`` {batch: no-speculation tokens/s measured without the profiler}, else
     estimated) and the speed-up; ``best_or_off`` is 0 where no step count beats the baseline.
     ``calibrate``: {batch: unprofiled tokens/s at the profiled step count} (``calibration_sources``
     {batch: where it came from}: a live log's is of steady cycles, whatif's --calibrate-live); ``most``: only that many
-    batch sizes, those with the most cycles (a bound on the work). ``request_tokens``: whatif's, or
+    batch sizes, those with the most cycles (a bound on the work); ``only``: these batch sizes alone (before
+    ``most``). ``request_tokens``: whatif's, or
     {batch: its value} (a batch not in it: "auto"). ``kw``: whatif's."""
     profiles = [profiles] if not isinstance(profiles, (list, tuple)) else list(profiles)
     sides = [as_side(p) for p in profiles]
     counts = batch_counts(sides)
+    if only is not None:
+        counts = counts[counts.index.isin(list(only))]
     if most is not None:
         counts = counts[counts >= min_cycles].sort_values(ascending=False, kind="stable").head(most).sort_index()
     rows = []
