@@ -154,6 +154,7 @@ class Advice:
     warmup_cycles: int = 0
     whatif: dict | None = None
     whatif_error: str | None = None
+    cycles_batch: int | None = None       # the cycle figures are of this batch size alone (--batch M), else all
 
     def rules_triggered(self) -> list[str]:
         return [f.rule for f in self.findings]
@@ -163,4 +164,4 @@ class Advice:
                        "warmup_cycles": self.warmup_cycles,
                        "findings": [dict(f.to_dict(), rank_order=i + 1) for i, f in enumerate(self.findings)],
                        "checks": [c.to_dict() for c in self.checks], "whatif": self.whatif,
-                       "whatif_error": self.whatif_error})
+                       "whatif_error": self.whatif_error, "cycles_batch": self.cycles_batch})

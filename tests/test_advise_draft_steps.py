@@ -103,3 +103,30 @@ def test_the_batch_size_asked_for_is_among_the_adaptive_rules_sizes():
     assert rows[64]["baseline_source"] == "given" and rows[64]["tokens_per_s_baseline"] == pytest.approx(15858.4)
     f = next(x for x in adv.findings if x.rule == F.ADAPTIVE_STEPS)
     assert f.title.endswith("1: 4, 4: 4, 16: 3, 64: 3")
+
+
+@need(GRID)
+def test_with_batch_the_cycle_figures_are_of_that_batch_size(tmp_path):
+    """advise --batch 1 on a profile of batches 1, 4 and 16 (and 64's few): the header's mean cycle and the verify
+    share are batch 1's (they pooled every batch size, 'verify dominates (76.1%)' under a batch-1 step count); the
+    cycles and mean period equal the report's per-batch row of 1 (one steady rule, one clock: host start to next)."""
+    from analyze import views
+
+    a = api.load(str(GRID))
+    row = views.get(a, "decode_per_batch").set_index("batch").loc[1]
+    adv = advise(a, batch=1)
+    assert adv.cycles_batch == 1 and adv.cycles == row["cycles"] == 575
+    assert adv.cycle_ns == pytest.approx(row["period_mean_ns"], rel=1e-12)
+    pooled = advise(a, whatif=False)
+    assert pooled.cycles_batch is None and pooled.cycles == 1451
+    share_1 = check(adv, F.VERIFY_DOMINATED).figures["verify_share"]
+    assert share_1 == pytest.approx(0.728, abs=0.001) and check(pooled, F.VERIFY_DOMINATED).figures["verify_share"] \
+        == pytest.approx(0.761, abs=0.001)
+    out = tmp_path / "a.txt"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main_advise([str(GRID), "--batch", "1"]) == 0
+    assert "over 575 cycles at batch 1, host start to next start" in " ".join(buf.getvalue().split())

@@ -73,9 +73,11 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
     head = "Advice: what to change, ranked by the cycle time it could save"
     if advice.get("cycle_ns"):
         w = advice.get("whatif") or {}
-        pooled = w.get("batch") is not None and w.get("batches_seen", 1) >= 2     # the header's cycles: every one
+        at = advice.get("cycles_batch")           # --batch M: the cycle figures are of M alone
+        pooled = at is None and w.get("batch") is not None and w.get("batches_seen", 1) >= 2   # else every one
         head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles"
-                 + (" of every batch size" if pooled else "") + ", host start to next start"
+                 + (f" at batch {at}" if at is not None else " of every batch size" if pooled else "")
+                 + ", host start to next start"
                  + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "") + ")")
     out += _wrap(head, "", "  ")
     if advice.get("error"):

@@ -70,6 +70,7 @@ class Context:
     message_info: dict = field(default_factory=dict)
     gaps: dict | None = None                     # launch_gaps, once computed
     live: bool = False                           # a live timing log (run/live.py): no kernels, no NVTX ranges
+    cycles_batch: int | None = None              # the cycles are of this batch size alone (--batch M)
 
     @property
     def ranks(self) -> int:
@@ -303,10 +304,24 @@ def _enclosing_phase(sized: pd.DataFrame, ranges: pd.DataFrame) -> list:
     return out
 
 
+def at_batch(cyc: pd.DataFrame, batch: int | None) -> tuple[pd.DataFrame, int | None]:
+    """The steady cycles of batch size ``batch`` (--batch M: every rank's rows of the cycle numbers whose requests
+    are M) and M; all of them and None without --batch, or where no cycle ran M (whatif then says so). With --batch
+    the cycle figures (verify's share, the idle time, the all-reduces) are those of the batch size the step count
+    is predicted for, not every batch size's pooled."""
+    if batch is None or not len(cyc) or "requests" not in cyc.columns:
+        return cyc, None
+    numbers = cyc.loc[pd.to_numeric(cyc["requests"], errors="coerce") == batch, "cycle"].unique()
+    if not len(numbers):
+        return cyc, None
+    return cyc[cyc["cycle"].isin(numbers)], int(batch)
+
+
 def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
                   baseline_tps: float | None = None, calibrate_tps: float | None = None,
                   batch: int | None = None, request_tokens="auto", calibration_source: dict | None = None) -> Context:
     cyc, warm = steady_cycles(analysis.cycles)
+    cyc, cycles_batch = at_batch(cyc, batch)
     tcol = sides.time_column(cyc) if len(cyc) else "period_ns"
     cols = [c for c in cyc.columns if c.endswith("_ns") and c not in ("start_ns", "end_ns", "cpu_start_ns",
                                                                          "cpu_end_ns")]
@@ -328,7 +343,7 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     from analyze.run.live import is_live
 
     ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif,
-                  live=is_live(analysis))
+                  live=is_live(analysis), cycles_batch=cycles_batch)
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
@@ -1067,4 +1082,5 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
         found += f
         checks.append(c)
     return F.Advice(F.ranked(found), checks, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, ranks=ctx.ranks,
-                    warmup_cycles=ctx.warmup_cycles, whatif=ctx.whatif, whatif_error=ctx.whatif_error)
+                    warmup_cycles=ctx.warmup_cycles, whatif=ctx.whatif, whatif_error=ctx.whatif_error,
+                    cycles_batch=ctx.cycles_batch)
