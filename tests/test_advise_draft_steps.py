@@ -54,13 +54,31 @@ def test_a_host_bound_five_step_profile_gets_its_step_count_and_the_sweep_agrees
 
 
 @need(S5)
-def test_not_calibrated_it_says_so():
+def test_where_the_speculation_finding_says_no_step_count_pays_it_names_none():
+    """The 5-step profile alone at batch 16: 0.60x at whatif's best (outside the estimate's error: the speculation
+    rule's finding, which names whatif's best itself): no second finding with a step count beside it."""
     adv = advise(api.load(str(S5)), batch=16)
-    f = next((x for x in adv.findings if x.rule == F.DRAFT_STEPS), None)
-    if f is None:       # the profile alone may put the best at the profiled count: then it says why not
-        assert check(adv, F.DRAFT_STEPS).status == F.BELOW_THRESHOLD
-    else:
-        assert f.evidence["calibrated"] is False and "--calibrate-tps X" in f.suggestion
+    assert check(adv, F.SPECULATION).status == F.TRIGGERED
+    c = check(adv, F.DRAFT_STEPS)
+    assert c.status == F.NOT_APPLICABLE and "no step count pays" in c.reason
+
+
+@need(L8)
+def test_a_lean_to_no_speculation_inside_the_error_and_an_extrapolated_pick_are_said():
+    """8 layers, batch 1, the profile alone: 0.75x (inside the estimated baseline's error: the speculation rule says
+    'uncertain'), whatif's best 4 steps, one beyond the profiled 3 (extrapolated): the finding names 4 and says all
+    three: extrapolated, the lean to no speculation, not calibrated."""
+    adv = advise(api.load(str(L8)), batch=1)
+    assert check(adv, F.SPECULATION).status == F.NO_DATA
+    f = next(x for x in adv.findings if x.rule == F.DRAFT_STEPS)
+    assert f.evidence["best_steps"] == 4 and f.evidence["best_extrapolated"] is True
+    assert f.evidence["calibrated"] is False and f.evidence["speedup_best"] == pytest.approx(0.75, abs=0.01)
+    assert f.title.endswith("(+1.9% tokens/s predicted, extrapolated)")
+    assert "extrapolated: acceptance beyond the profiled 3 draft positions" in f.suggestion
+    assert "If speculation is kept: whatif leans to no speculation (0.75x" in f.suggestion
+    assert "--calibrate-tps X" in f.suggestion
+    # the saving is a share of batch 1's cycle (advise --batch 1: the cycles are batch 1's alone)
+    assert f.cycle_ns == pytest.approx(adv.cycle_ns) and adv.cycles_batch == 1
 
 
 @need(GRID)

@@ -121,3 +121,17 @@ def test_real_profile_report_text_html_and_json_show_it(four, tmp_path):
     outputs.write_json(four, str(out))
     rows = json.loads(out.read_text())["decode_per_batch"]
     assert [r["batch"] for r in rows] == [1, 4, 16, 64] and rows[2]["cycles"] == 838
+
+
+def test_a_cycle_without_its_period_or_tokens_counts_in_neither_sum():
+    """A steady cycle whose period is null (a hand-made or damaged table) leaves that batch size's row its figures
+    over the other cycles, not NaN everywhere (the review's synthetic case)."""
+    c = table([(1, 40, 1_000, 1), (4, 60, 2_000, 2)])
+    c["period_ns"] = c["period_ns"].astype("float64")
+    c.loc[50, "period_ns"] = np.nan
+    pb = decode.decode_per_batch(c, PHASES).set_index("batch")
+    assert pb.loc[4, "cycles"] == 60 and pb.loc[4, "period_mean_ns"] == 2_000
+    assert pb.loc[4, "tokens_per_s"] == pytest.approx(6 / 2e-6) and pb.loc[4, "tokens_per_cycle"] == 6
+    lines = text.per_batch_lines(type("A", (), {"ranks": pd.DataFrame({"rank": [0]}), "view_cache": {},
+                                                "cycles": c, "phase_names": PHASES})(), 120)
+    assert "nan" not in " ".join(lines)

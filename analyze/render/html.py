@@ -347,14 +347,19 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
     pb = views.get(a, "decode_per_batch")
     per_batch = ""
     if len(pb):
+        def col(name, f):
+            return ["-" if v is None or v != v else f(v) for v in pb[name]]
+
         shown = pd.DataFrame({"batch": pb["batch"], "cycles": pb["cycles"],
-                              "period us": [f"{v / 1e3:,.1f}" for v in pb["period_mean_ns"]],
-                              "median us": [f"{v / 1e3:,.1f}" for v in pb["period_median_ns"]],
-                              "tokens / cycle": [f"{v:.2f}" for v in pb["tokens_per_cycle"]],
-                              "accepted / request": [f"{v:.3f}" for v in pb["accepted_per_request"]],
-                              "tokens / s": ["-" if v is None or v != v else f"{v:,.0f}" for v in pb["tokens_per_s"]]})
+                              "period us": col("period_mean_ns", lambda v: f"{v / 1e3:,.1f}"),
+                              "median us": col("period_median_ns", lambda v: f"{v / 1e3:,.1f}"),
+                              "tokens / cycle": col("tokens_per_cycle", "{:.2f}".format),
+                              "accepted / request": col("accepted_per_request", "{:.3f}".format),
+                              "tokens / s": col("tokens_per_s", "{:,.0f}".format)})
+        of_rank = f" of rank {int(pb['rank'].iloc[0])}" if len(a.ranks) > 1 else ""
         per_batch = (f'<p class="sub">Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; '
-                     "steady cycles; the table above pools them)</p>" + _table_html(shown, table_id="t-decode-per-batch"))
+                     f"steady cycles{of_rank}; the table above pools them)</p>"
+                     + _table_html(shown, table_id="t-decode-per-batch"))
     return (f'<p class="callout headline">{_esc(head)}</p>' + figure_html
             + f'<p class="sub">{_esc(sub)}</p>'
             + _table_html(_decode_display(frame), table_id="t-decode")

@@ -262,10 +262,13 @@ def per_batch_lines(result, width: int) -> list[str]:
     rank = int(pb["rank"].iloc[0])
     out = [""] + wrap(f"Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; steady cycles"
                + (f" of rank {rank}" if len(result.ranks) > 1 else "") + "; the table above pools them)", width)
+    def fmt(v, f):
+        return "-" if v is None or v != v else f(v)
+
     out += table(["batch", "cycles", "period us", "median us", "tokens / cycle", "accepted / request", "tokens / s"],
-                 [[r.batch, f"{r.cycles:,}", us(r.period_mean_ns), us(r.period_median_ns), f"{r.tokens_per_cycle:.2f}",
-                   f"{r.accepted_per_request:.3f}", "-" if r.tokens_per_s is None or r.tokens_per_s != r.tokens_per_s
-                   else f"{r.tokens_per_s:,.0f}"] for r in pb.itertuples()], width=width)
+                 [[r.batch, f"{r.cycles:,}", fmt(r.period_mean_ns, us), fmt(r.period_median_ns, us),
+                   fmt(r.tokens_per_cycle, "{:.2f}".format), fmt(r.accepted_per_request, "{:.3f}".format),
+                   fmt(r.tokens_per_s, "{:,.0f}".format)] for r in pb.itertuples()], width=width)
     return out + [""]
 
 

@@ -239,9 +239,14 @@ def decode_per_batch(cycles: pd.DataFrame, phase_names: list[str]) -> pd.DataFra
     for batch in visited.index:
         sel = req == batch
         p, t, a = period[sel], tokens[sel], accepted[sel]
-        rows.append([int(low["rank"].iloc[0]), int(batch), int(sel.sum()), float(p.mean()), float(np.median(p)),
-                     float(t.mean()), float(a.sum() / (batch * sel.sum())),
-                     float(t.sum() * 1e9 / p.sum()) if p.sum() > 0 else None])
+        ok = ~np.isnan(p) & ~np.isnan(t)             # a cycle without its period or tokens counts in neither sum
+        acc = a[~np.isnan(a)]
+        rows.append([int(low["rank"].iloc[0]), int(batch), int(sel.sum()),
+                     float(p[~np.isnan(p)].mean()) if (~np.isnan(p)).any() else None,
+                     float(np.median(p[~np.isnan(p)])) if (~np.isnan(p)).any() else None,
+                     float(t[~np.isnan(t)].mean()) if (~np.isnan(t)).any() else None,
+                     float(acc.sum() / (batch * len(acc))) if len(acc) else None,
+                     float(t[ok].sum() * 1e9 / p[ok].sum()) if p[ok].sum() > 0 else None])
     return pd.DataFrame(rows, columns=PER_BATCH_COLUMNS)
 
 

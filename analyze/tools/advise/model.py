@@ -261,7 +261,9 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
         cal, sources = clock if clock and clock[0] else (None, None)
         if cal is None and given and calibrate_tps:
             cal, sources = {batch: calibrate_tps}, ({batch: calibration_source} if calibration_source else None)
-        table = PB.per_batch([side], steps, n_boot=0, only=visited.index, most=min(len(visited), ADVISE_BATCH_SIZES),
+        sizes = list(visited.sort_values(ascending=False, kind="stable").index[:ADVISE_BATCH_SIZES])
+        sizes += [batch] if given and batch not in sizes else []       # the size asked for, always
+        table = PB.per_batch([side], steps, n_boot=0, only=sizes,
                              baselines_tps={batch: baseline_tps} if given and baseline_tps else None,
                              calibrate=cal, calibration_sources=sources)
         return records(table[table["batch"].isin(visited.index)])
@@ -944,10 +946,28 @@ STEP_GAIN = 0.01
 pick's own tolerance: whatif.model's best is the fewest steps within 1% of the highest)."""
 
 
+def _modelled_cycle(ctx: Context) -> tuple[float, float, int | None]:
+    """(cycle ns, verify ns, batch) of the batch size whatif models (its steady cycles here; every cycle where it
+    models none): the cycle a whatif-based finding's saving is a share of, on one base with whatif's gain. The cycle
+    is the calibrated one where whatif was calibrated (:func:`unprofiled_idle`), the profiled mean otherwise."""
+    w = ctx.whatif or {}
+    batch = w.get("batch")
+    rows = ctx.per_cycle
+    if batch is not None and "requests" in rows.columns:
+        at = rows[pd.to_numeric(rows["requests"], errors="coerce") == batch]
+        rows = at if len(at) else rows
+    def mean(col):
+        v = pd.to_numeric(rows[col], errors="coerce").mean() if col in rows.columns and len(rows) else float("nan")
+        return float(v) if v == v else 0.0
+    cal = unprofiled_idle(ctx)
+    return (cal["cycle_ns"] if cal is not None else mean(ctx.time_col) or ctx.cycle_ns), mean("verify_ns"), batch
+
+
 def rule_draft_steps(ctx: Context):
     """whatif's best step count where it differs from the profiled one and no other rule names it: the verify
-    rule names the step count where verify is half the cycle or more; on a host-bound cycle, or one where draft and
-    verify are small, the step count still decides tokens/s (a real 5-step profile at batch 16: 2 steps +5.9%)."""
+    rule names the step count where verify is half the cycle or more, the speculation rule whatif's best where it
+    finds speculation does not pay; on a host-bound cycle, or one where draft and verify are small, the step count
+    still decides tokens/s (a real 5-step profile at batch 16: 2 steps +5.9%)."""
     rule = F.DRAFT_STEPS
     w = ctx.whatif
     if not w:
@@ -961,34 +981,47 @@ def rule_draft_steps(ctx: Context):
     if verify > 0 and verify / ctx.cycle_ns >= VERIFY_SHARE:
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, f"the verify_dominated finding names the step count (verify is "
                                f"{_pct(verify / ctx.cycle_ns)} of the cycle)", figures)
-    prof, best = w["tokens_per_s_profiled"], w["tokens_per_s_best"]
+    prof, best, base = w["tokens_per_s_profiled"], w["tokens_per_s_best"], w["tokens_per_s_baseline"]
+    speedup = best / base if base == base and base > 0 else None
+    if speedup is not None and speedup < 1 and not w.get("verdict_uncertain"):
+        return [], F.RuleCheck(rule, F.NOT_APPLICABLE, f"the speculation finding: no step count pays ({speedup:.2f}x at "
+                               f"whatif's best, {w['best_steps']}, against no speculation)", figures)
     gain = 1 - prof / best if best > 0 else 0.0
     if w["best_steps"] == w["profiled_steps"] or gain < STEP_GAIN:
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"the profiled {w['profiled_steps']} draft steps are the "
                                f"predicted best or within {_pct(STEP_GAIN)} of it ({w['best_steps']}: {best:,.0f} "
                                f"tokens/s against {prof:,.0f})", figures)
-    saving = max(0.0, ctx.cycle_ns * gain)
+    cycle_ns, verify_at, batch = _modelled_cycle(ctx)
+    saving = max(0.0, cycle_ns * gain)
     edge = (f"; {w['best_steps']} is the edge of the searched {w['steps_searched'][0]}..{w['steps_searched'][1]}: "
             "the optimum may lie beyond it") if w.get("best_at_edge") else ""
+    extrapolated = bool(w.get("best_extrapolated"))
     settings = S.steps_settings(w["best_steps"])
     calibrated = w.get("calibration_shift_ns") is not None      # calibrated at the profiled step count
-    ev = dict(figures, cycles=ctx.n_cycles, requests=w["requests"], calibrated=calibrated, **_rounds_evidence(w),
-              **({"batch": w["batch"]} if w.get("batch") is not None else {}))
+    ev = dict(figures, cycles=ctx.n_cycles, cycle_ns=cycle_ns, requests=w["requests"], calibrated=calibrated,
+              best_extrapolated=extrapolated, speedup_best=speedup, verdict_uncertain=bool(w.get("verdict_uncertain")),
+              **_rounds_evidence(w), **({"batch": batch} if batch is not None else {}))
     steps = f"{w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'}"
+    lean_off = speedup is not None and speedup < 1
     suggestion = (f"whatif predicts {steps} at {best:,.0f} tokens/s against {prof:,.0f} at the profiled "
-                  f"{w['profiled_steps']} (+{best / prof - 1:.1%}){edge}. Verify is "
-                  f"{_pct(verify / ctx.cycle_ns) if verify > 0 else 'none'} of the cycle: the step count trades the "
-                  "draft's host and GPU time a step against the tokens it adds; check it with `analyze-trace whatif` "
-                  f"(intervals) and set {' '.join(x.short() for x in settings)}."
+                  f"{w['profiled_steps']} (+{best / prof - 1:.1%}){edge}"
+                  + (f" (extrapolated: acceptance beyond the profiled {w['profiled_steps']} draft positions is the "
+                     "last measured rate repeated)" if extrapolated else "") + ". "
+                  + (f"Verify is {_pct(verify_at / cycle_ns)} of the cycle: " if verify_at > 0 and cycle_ns > 0 else "")
+                  + "the step count trades the draft's host and GPU time a step against the tokens it adds; check it "
+                  f"with `analyze-trace whatif` (intervals) and set {' '.join(x.short() for x in settings)}."
+                  + (f" If speculation is kept: whatif leans to no speculation ({speedup:.2f}x at its best, inside "
+                     "the error of its estimated baseline: see the speculation rule), so measure a run without it "
+                     "first." if lean_off else "")
                   + ("" if calibrated else " The profile is not calibrated (the profiler stretches a host-bound cycle "
                      "by a different amount at each step count): give --calibrate-tps X, your unprofiled tokens/s at "
                      "the profiled step count.") + _batch_said(w))
     f = F.Finding(rule, f"draft steps: {w['best_steps']} instead of {w['profiled_steps']} (+{best / prof - 1:.1%} "
-                  "tokens/s predicted)", saving, saving, ctx.cycle_ns,
+                  "tokens/s predicted" + (", extrapolated" if extrapolated else "") + ")", saving, saving, cycle_ns,
                   f"whatif (point estimate): {steps} give the same tokens in {_pct(gain)} less "
-                  "time", suggestion, ev, tuple(settings))
-    return [f], F.RuleCheck(rule, F.TRIGGERED, f"{steps} predicted {_pct(gain)} faster per token "
-                            f"than the profiled {w['profiled_steps']}", figures)
+                  "time" + (f" (batch {batch}'s cycle)" if batch is not None else ""), suggestion, ev, tuple(settings))
+    return [f], F.RuleCheck(rule, F.TRIGGERED, f"{steps} predicted to take {_pct(gain)} less time per token than the "
+                            f"profiled {w['profiled_steps']}", figures)
 
 
 def rule_host_bound_live(ctx: Context):
