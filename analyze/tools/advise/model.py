@@ -691,7 +691,8 @@ def rule_host_bound(ctx: Context):
         f"none outside it (the GPU window runs {_us(-outside)} past the cycle's period, into the next cycle)"
     inside = (f"{_us(gap)} inside its GPU window, {beyond}" if cal is None else
               f"whatif's calibration of the {_us(cal['profiled_cycle_ns'])} profiled cycle; under the profiler"
-              f"{', over every batch size' if cal['batch'] is not None else ''}: {_us(gap)} inside the GPU window, "
+              f"{', over every batch size' if cal['batch'] is not None and ctx.cycles_batch is None else ''}: "
+              f"{_us(gap)} inside the GPU window, "
               f"{beyond}")
     suggestion = (f"The GPU is idle {_us(idle)} of each {_us(cycle_ns)} cycle{at} ({_pct(share)}; {inside}): the "
                   "decode loop is host bound." + _sentence(parts))
