@@ -134,3 +134,51 @@ def test_the_records_handed_to_the_sink_cut_the_worker_threads_share_under_1_per
     for b in (1, 16):
         v = [r[b] for r in runs.values()]
         assert max(v) / min(v) - 1 < 0.0015
+
+
+AB3 = REAL / "sglang_live_h100_v3_l32_s3_ab3"
+
+
+def test_on_3_ms_cycles_the_current_shim_costs_2_3_to_2_7_percent_above_the_1_percent_bar():
+    """One H100 host, one call (2026-12-07, recipes/device_plan.md "twentieth session"), V = 3 / 32 layers / 3 steps
+    (3.0-3.3 ms cycles), engines in turn: 83521e8's shim (``onold``), the current one (its hooks add their own time
+    inline, the untimed record made on the sink's thread), 83521e8 again. The worker's time a cycle: 56 / 61 us
+    against 69 / 69 and 60 / 69 (batch 1 / 16); the whole cost 2.29% / 2.66% of tokens/s against 2.49% / 2.82% and
+    2.33% / 2.94%: a tenth less, and still above issue 43's 1% on cycles this short (~10 ms cycles are under it,
+    AB2 above). The engines' own tokens/s spread 5-9% (a noisy host), so the bar rests on the log's own measure."""
+    new = cost(AB3.with_name(AB3.name + "_new.live"))
+    olds = [cost(AB3.with_name(AB3.name + f"_old_{k}.live")) for k in "ab"]
+    assert list(new.index) == [1, 16]
+    assert new.loc[1, "shim_ns"] == pytest.approx(56_234, abs=1) and new.loc[16, "shim_ns"] == pytest.approx(61_186, abs=1)
+    assert new.loc[1, "cost_pct"] == pytest.approx(2.29, abs=0.01) and new.loc[16, "cost_pct"] == pytest.approx(2.66, abs=0.01)
+    for old in olds:
+        assert (new["shim_ns"] < old["shim_ns"]).all() and (new["cost_pct"] < old["cost_pct"]).all()
+    assert (new["cost_pct_low"] > 2.0).all()          # not under 1%: the bar is not met on 3 ms cycles
+    runs = {r["engine"]: {b["batch"]: b["tokens_per_s"] for b in r["batches"]}
+            for r in json.loads(AB3.with_suffix(".sweep.json").read_text())["runs"]}
+    assert set(runs) == {"e1_onold", "e2_on", "e3_onold"}
+
+
+SERVER = REAL / "sglang_server_h100_v8_l32_s3"
+
+
+@pytest.mark.parametrize("how", ["liveterm", "liveint"])
+def test_a_real_server_stopped_by_sigterm_or_sigint_leaves_its_log_complete(how):
+    """`python -m sglang.launch_server` with SPECPROF_TIMING=1 on an H100 (2026-12-07, recipes/sglang_server_clock.sh,
+    V = 8 / 32 layers / 3 steps, 16 requests in flight): stopped by SIGTERM to its main process (`kill PID`, `docker
+    stop`: SGLang 0.5.17 drains, then kills its process tree) or by SIGINT to its process group (Ctrl-C), the
+    scheduler's log is a complete Parquet file (no open .arrows stream left), and analyze-trace reads it whole:
+    2,588 / 2,598 steady cycles at 16 requests. The SIGTERM server's log says 10,111 tokens/s where its client's
+    rounds after the first ran 10,023-10,398 (the steady rate has no round tails)."""
+    d = SERVER.with_name(SERVER.name + f"_{how}.live")
+    files = sorted(p.name for p in d.iterdir())
+    assert len(files) == 1 and files[0].endswith(".parquet")
+    a = analyze.load(d)
+    sm = views.get(a, "decode_summary")
+    steady = {"liveterm": 2588, "liveint": 2598}[how]
+    assert int(sm["steady_cycles"].iloc[0]) == steady
+    rounds = json.loads(SERVER.with_name(SERVER.name + f"_{how}.rounds.json").read_text())["rounds"]
+    if how == "liveterm":
+        assert float(sm["tokens_per_s"].iloc[0]) == pytest.approx(10_111, abs=1)
+        warm = [r["tokens_per_s"] for r in rounds[1:]]
+        assert min(warm) * 0.95 < sm["tokens_per_s"].iloc[0] < max(warm) * 1.01
