@@ -344,22 +344,10 @@ def _decode_html(a, frame: pd.DataFrame, colors: dict, figure_html: str = "") ->
     medians = _decode_display(decode_table(a, "median")).rename(columns={"cycle period": "cycle period"})
     medians = medians.assign(**{c: medians[c].str.replace(r" \(.*\)$", "", regex=True)
                                 for c in medians.columns if c != "rank"})
-    pb = views.get(a, "decode_per_batch")
-    per_batch = ""
-    if len(pb):
-        def col(name, f):
-            return ["-" if v is None or v != v else f(v) for v in pb[name]]
-
-        shown = pd.DataFrame({"batch": pb["batch"], "cycles": pb["cycles"],
-                              "period us": col("period_mean_ns", lambda v: f"{v / 1e3:,.1f}"),
-                              "median us": col("period_median_ns", lambda v: f"{v / 1e3:,.1f}"),
-                              "tokens / cycle": col("tokens_per_cycle", "{:.2f}".format),
-                              "accepted / request": col("accepted_per_request", "{:.3f}".format),
-                              "tokens / s": col("tokens_per_s", "{:,.0f}".format)})
-        of_rank = f" of rank {int(pb['rank'].iloc[0])}" if len(a.ranks) > 1 else ""
-        per_batch = (f'<p class="sub">Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; '
-                     f"steady cycles{of_rank}; the table above pools them)</p>"
-                     + _table_html(shown, table_id="t-decode-per-batch"))
+    shown = text.per_batch_display(a)
+    per_batch = "" if shown is None else (
+        f'<p class="sub">{_esc(shown[0])}</p>'
+        + _table_html(pd.DataFrame(shown[1], columns=text.PER_BATCH_HEADERS), table_id="t-decode-per-batch"))
     return (f'<p class="callout headline">{_esc(head)}</p>' + figure_html
             + f'<p class="sub">{_esc(sub)}</p>'
             + _table_html(_decode_display(frame), table_id="t-decode")

@@ -253,23 +253,36 @@ def decode_section(result, width: int, max_ranks: int = 8) -> list[str]:
     return out
 
 
-def per_batch_lines(result, width: int) -> list[str]:
-    """The steady cycles per batch size the load visited (the ``decode_per_batch`` view), where several: the
-    table above pools them."""
+PER_BATCH_HEADERS = ["batch", "cycles", "period us", "median us", "tokens / cycle", "accepted / request", "tokens / s"]
+
+
+def per_batch_display(result) -> tuple[str, list[list[str]]] | None:
+    """(caption, rows under :data:`PER_BATCH_HEADERS`) of the ``decode_per_batch`` view, None where it is empty (one
+    batch size visited): what the terminal report and the HTML page show of it."""
     pb = views.get(result, "decode_per_batch")
     if not len(pb):
-        return []
-    rank = int(pb["rank"].iloc[0])
-    out = [""] + wrap(f"Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; steady cycles"
-               + (f" of rank {rank}" if len(result.ranks) > 1 else "") + "; the table above pools them)", width)
+        return None
+
     def fmt(v, f):
         return "-" if v is None or v != v else f(v)
 
-    out += table(["batch", "cycles", "period us", "median us", "tokens / cycle", "accepted / request", "tokens / s"],
-                 [[r.batch, f"{r.cycles:,}", fmt(r.period_mean_ns, us), fmt(r.period_median_ns, us),
-                   fmt(r.tokens_per_cycle, "{:.2f}".format), fmt(r.accepted_per_request, "{:.3f}".format),
-                   fmt(r.tokens_per_s, "{:,.0f}".format)] for r in pb.itertuples()], width=width)
-    return out + [""]
+    caption = (f"Per batch size (the {len(pb)} batch sizes the load visited, requests per cycle; steady cycles"
+               + (f" of rank {int(pb['rank'].iloc[0])}" if len(result.ranks) > 1 else "")
+               + "; the table above pools them)")
+    rows = [[str(r.batch), f"{r.cycles:,}", fmt(r.period_mean_ns, us), fmt(r.period_median_ns, us),
+             fmt(r.tokens_per_cycle, "{:.2f}".format), fmt(r.accepted_per_request, "{:.3f}".format),
+             fmt(r.tokens_per_s, "{:,.0f}".format)] for r in pb.itertuples()]
+    return caption, rows
+
+
+def per_batch_lines(result, width: int) -> list[str]:
+    """The steady cycles per batch size the load visited (:func:`per_batch_display`), where several: the table
+    above pools them."""
+    shown = per_batch_display(result)
+    if shown is None:
+        return []
+    caption, rows = shown
+    return [""] + wrap(caption, width) + table(PER_BATCH_HEADERS, rows, width=width) + [""]
 
 
 def outside_lines(result, sm: pd.DataFrame, width: int) -> list[str]:

@@ -190,7 +190,7 @@ def _with_asked(visited: pd.Series, counts: pd.Series, batch: int | None) -> pd.
 
     if batch is None or batch in visited.index or int(counts.get(batch, 0)) < MIN_CYCLES:
         return visited
-    return pd.concat([visited, counts.loc[[batch]]]).sort_values(ascending=False, kind="stable")
+    return pd.concat([visited, counts.loc[[batch]]])
 
 
 def _calibration_said(cal: dict | None) -> dict:
@@ -607,6 +607,14 @@ def host_overlap(ctx: Context) -> dict:
             "host_start_to_previous_gpu_end_median_ns": float(np.median(-lead))}
 
 
+def _rows_at(ctx: Context, batch: int) -> pd.DataFrame | None:
+    """The per-cycle rows of batch size ``batch`` (requests per cycle); None where the cycles do not say theirs."""
+    rows = ctx.per_cycle
+    if "requests" not in rows.columns:
+        return None
+    return rows[pd.to_numeric(rows["requests"], errors="coerce") == batch]
+
+
 def unprofiled_idle(ctx: Context) -> dict | None:
     """The GPU's idle time a cycle without the profiler, where whatif was calibrated at one step count and models one
     batch size: that batch size's steady cycles, their mean GPU busy time, and the calibrated cycle (whatif's profiled
@@ -617,12 +625,8 @@ def unprofiled_idle(ctx: Context) -> dict | None:
     shift, batch = w.get("calibration_shift_ns"), w.get("batch")
     if shift is None or w.get("few_cycles"):       # a calibration of too few cycles says nothing of the server
         return None
-    rows = ctx.per_cycle             # whatif pooled every batch size: so are its busy times
-    if batch is not None:
-        if "requests" not in rows.columns:
-            return None
-        rows = rows[pd.to_numeric(rows["requests"], errors="coerce") == batch]
-    if not len(rows) or "busy_ns" not in rows.columns:
+    rows = ctx.per_cycle if batch is None else _rows_at(ctx, batch)   # whatif pooled every batch size: so do its
+    if rows is None or not len(rows) or "busy_ns" not in rows.columns:  # busy times
         return None
     cycle = float(w["calibration_profiled_cycle_ns"]) - float(shift)
     busy = float(pd.to_numeric(rows["busy_ns"], errors="coerce").mean())
@@ -953,10 +957,9 @@ def _modelled_cycle(ctx: Context) -> tuple[float, float, int | None]:
     is the calibrated one where whatif was calibrated (:func:`unprofiled_idle`), the profiled mean otherwise."""
     w = ctx.whatif or {}
     batch = w.get("batch")
-    rows = ctx.per_cycle
-    if batch is not None and "requests" in rows.columns:
-        at = rows[pd.to_numeric(rows["requests"], errors="coerce") == batch]
-        rows = at if len(at) else rows
+    at = _rows_at(ctx, batch) if batch is not None else None
+    rows = at if at is not None and len(at) else ctx.per_cycle
+
     def mean(col):
         v = pd.to_numeric(rows[col], errors="coerce").mean() if col in rows.columns and len(rows) else float("nan")
         return float(v) if v == v else 0.0
@@ -984,7 +987,7 @@ def rule_draft_steps(ctx: Context):
                                f"{_pct(verify / ctx.cycle_ns)} of the cycle)", figures)
     prof, best, base = w["tokens_per_s_profiled"], w["tokens_per_s_best"], w["tokens_per_s_baseline"]
     speedup = best / base if base == base and base > 0 else None
-    if speedup is not None and speedup < 1 and not w.get("verdict_uncertain"):
+    if rule_speculation(ctx)[1].status == F.TRIGGERED:      # its finding names whatif's best itself
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, f"the speculation finding: no step count pays ({speedup:.2f}x at "
                                f"whatif's best, {w['best_steps']}, against no speculation)", figures)
     gain = 1 - prof / best if best > 0 else 0.0
