@@ -4,8 +4,12 @@ log's difference in %; the log's graph-replay times beside nsys's span of the sa
 (first kernel start to last kernel end of each ``cudaGraphLaunch`` inside a ``graph_replay_*`` range: the
 stream time a CUDA event pair around the launch measures).
 
-  python recipes/live_compare.py LOGDIR PROFILE.sqlite
+In eager mode (no graph launches) it sets each timed cycle's phase event time beside nsys's stream span of the
+same cycle's phase (:func:`eager_spans`).
+
+  python recipes/live_compare.py LOGDIR PROFILE.sqlite [--spans-json OUT]
 """
+import json
 import sqlite3
 import sys
 from pathlib import Path
@@ -93,7 +97,55 @@ def graph_spans(profile: str) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def main(log: str, profile: str) -> None:
+PHASES = ("draft", "verify", "draft_extend")
+
+
+def eager_spans(profile: str) -> pd.DataFrame:
+    """Per decode cycle (the shim's cycle number, the ``decode_cycle`` range's payload) and phase, nsys's stream
+    span of the phase (us): from the later of the phase range's start and the end of the last kernel before the
+    phase's first kernel on its stream (where a CUDA event recorded at the range's start completes) to the end of
+    the last kernel launched inside the range (where the end event completes); with the kernels' count and busy
+    time. The figure an event pair around an eager phase measures."""
+    con = sqlite3.connect(f"file:{profile}?mode=ro", uri=True)
+    names = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+    nv = pd.read_sql("SELECT start, end, globalTid, text, textId, int64Value, uint64Value FROM NVTX_EVENTS "
+                     "WHERE end IS NOT NULL", con)
+    rt = pd.read_sql("SELECT start AS call, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME", con)
+    k = pd.read_sql("SELECT start, end, correlationId, streamId FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
+    con.close()
+    nv["name"] = nv["text"].fillna(nv["textId"].map(names))
+    k = k.merge(rt, on="correlationId").sort_values("start")
+    cyc = nv[nv["name"] == "decode_cycle"].copy()
+    cyc["cycle"] = cyc["int64Value"].fillna(cyc["uint64Value"])
+    rows = []
+    for phase in PHASES:
+        for s, e, tid in nv.loc[nv["name"] == phase, ["start", "end", "globalTid"]].to_numpy():
+            c = cyc[(cyc["globalTid"] == tid) & (cyc["start"] <= s) & (cyc["end"] >= e)]
+            kk = k[(k["globalTid"] == tid) & (k["call"] >= s) & (k["call"] <= e)]
+            if c.empty or kk.empty:
+                continue
+            before = k.loc[(k["streamId"] == kk["streamId"].iloc[0]) & (k["start"] < kk["start"].iloc[0]), "end"]
+            start = max(int(s), int(before.max())) if len(before) else int(s)
+            rows.append({"cycle": int(c["cycle"].iloc[0]), "phase": phase, "span_us": (kk["end"].max() - start) / 1e3,
+                         "kernels": len(kk), "busy_us": (kk["end"] - kk["start"]).sum() / 1e3})
+    return pd.DataFrame(rows)
+
+
+def eager_compare(log: str, spans: pd.DataFrame) -> pd.DataFrame:
+    """The live log's timed cycles' ``<phase>_ns`` (us) beside :func:`eager_spans`' span of the same cycle and
+    phase: one row per (cycle, phase) with the log's requests and ``diff_pct`` = live / span - 1."""
+    raw, _ = live.read_raw([log])
+    raw = raw[raw["timed"].astype(bool)]
+    lv = raw.melt(id_vars=["cycle", "requests"], value_vars=[f"{p}_ns" for p in PHASES], var_name="phase",
+                  value_name="live_us").dropna()
+    lv["phase"] = lv["phase"].str[:-3]
+    lv["live_us"] = lv["live_us"].astype("float64") / 1e3
+    out = lv.merge(spans, on=["cycle", "phase"])
+    out["diff_pct"] = 100 * (out["live_us"] / out["span_us"] - 1)
+    return out.sort_values(["phase", "cycle"]).reset_index(drop=True)
+
+
+def main(log: str, profile: str, spans_json: str | None = None) -> None:
     lv = summary(live.load_live([log]).cycles)
     ns = summary(sides.load_side(profile).cycles)
     print("live log\n", lv, "\n\nnsys export\n", ns, "\n\nlive / nsys - 1 (%)\n",
@@ -109,7 +161,19 @@ def main(log: str, profile: str) -> None:
         spans = graph_spans(profile)
         print("\nnsys, the span of the graph launches' kernels (us)\n", spans,
               "\n\nreplay / nsys graph span - 1 (%)\n", (replay / spans - 1).mul(100).round(1), sep="")
+    else:       # eager: no replays; each timed cycle's phase beside nsys's stream span of it
+        spans = eager_spans(profile)
+        both = eager_compare(log, spans)
+        print("\neager: each timed cycle's phase event time beside nsys's stream span of it (us)\n",
+              both.round(2).to_string(index=False), sep="")
+        if spans_json:
+            timed = set(both["cycle"])
+            doc = {"source": f"recipes/live_compare.py eager_spans() of {Path(profile).name}",
+                   "spans": spans[spans["cycle"].isin(timed)].round(3).to_dict(orient="records")}
+            Path(spans_json).write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    args = sys.argv[1:]
+    out = args[args.index("--spans-json") + 1] if "--spans-json" in args else None
+    main(args[0], args[1], out)
