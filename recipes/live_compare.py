@@ -101,20 +101,25 @@ PHASES = ("draft", "verify", "draft_extend")
 
 
 def eager_spans(profile: str) -> pd.DataFrame:
-    """Per decode cycle (the shim's cycle number, the ``decode_cycle`` range's payload) and phase, nsys's stream
-    span of the phase (us): from the later of the phase range's start and the end of the last kernel before the
-    phase's first kernel on its stream (where a CUDA event recorded at the range's start completes) to the end of
-    the last kernel launched inside the range (where the end event completes); with the kernels' count and busy
-    time. The figure an event pair around an eager phase measures."""
+    """Per decode cycle (the shim's cycle number, the ``decode_cycle`` range's payload), process and phase, nsys's
+    stream span of the phase (us), the figure a CUDA event pair around an eager phase measures: the start event is
+    recorded just after the phase's range opens, on the stream its kernels run on, and completes once that stream
+    reaches it (the range's start, or the end of the stream's last kernel before the phase's first); the end event is
+    recorded after the range closes and completes once the phase's last kernel on that stream has (the later of the
+    range's end and that kernel's). With the phase's kernels' count and busy time (that stream's)."""
     con = sqlite3.connect(f"file:{profile}?mode=ro", uri=True)
     names = dict(con.execute("SELECT id, value FROM StringIds").fetchall())
     nv = pd.read_sql("SELECT start, end, globalTid, text, textId, int64Value, uint64Value FROM NVTX_EVENTS "
                      "WHERE end IS NOT NULL", con)
     rt = pd.read_sql("SELECT start AS call, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME", con)
-    k = pd.read_sql("SELECT start, end, correlationId, streamId FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
+    k = pd.read_sql("SELECT start, end, correlationId, streamId, globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL", con)
     con.close()
     nv["name"] = nv["text"].fillna(nv["textId"].map(names))
-    k = k.merge(rt, on="correlationId").sort_values("start")
+    # nsys: bits 24-47 of a global thread/process id are the OS pid; a correlation id is unique per process
+    rt["pid"] = (rt["globalTid"].astype("int64") // (1 << 24)) % (1 << 24)
+    k["pid"] = (k["globalPid"].astype("int64") // (1 << 24)) % (1 << 24)
+    every = k.sort_values("start")      # any kernel keeps its stream busy, launched from this thread or not
+    k = k.merge(rt[["call", "globalTid", "correlationId", "pid"]], on=["correlationId", "pid"]).sort_values("start")
     cyc = nv[nv["name"] == "decode_cycle"].copy()
     cyc["cycle"] = cyc["int64Value"].fillna(cyc["uint64Value"])
     rows = []
@@ -124,25 +129,30 @@ def eager_spans(profile: str) -> pd.DataFrame:
             kk = k[(k["globalTid"] == tid) & (k["call"] >= s) & (k["call"] <= e)]
             if c.empty or kk.empty:
                 continue
-            before = k.loc[(k["streamId"] == kk["streamId"].iloc[0]) & (k["start"] < kk["start"].iloc[0]), "end"]
+            stream, pid = kk["streamId"].iloc[0], kk["pid"].iloc[0]
+            kk = kk[kk["streamId"] == stream]
+            on_stream = every[(every["streamId"] == stream) & (every["pid"] == pid)]
+            before = on_stream.loc[on_stream["start"] < kk["start"].iloc[0], "end"]
             start = max(int(s), int(before.max())) if len(before) else int(s)
-            rows.append({"cycle": int(c["cycle"].iloc[0]), "phase": phase, "span_us": (kk["end"].max() - start) / 1e3,
-                         "kernels": len(kk), "busy_us": (kk["end"] - kk["start"]).sum() / 1e3})
+            end = max(int(e), int(kk["end"].max()))
+            rows.append({"pid": int(pid), "cycle": int(c["cycle"].iloc[0]), "phase": phase,
+                         "span_us": (end - start) / 1e3, "kernels": len(kk),
+                         "busy_us": (kk["end"] - kk["start"]).sum() / 1e3})
     return pd.DataFrame(rows)
 
 
 def eager_compare(log: str, spans: pd.DataFrame) -> pd.DataFrame:
-    """The live log's timed cycles' ``<phase>_ns`` (us) beside :func:`eager_spans`' span of the same cycle and
-    phase: one row per (cycle, phase) with the log's requests and ``diff_pct`` = live / span - 1."""
+    """The live log's timed cycles' ``<phase>_ns`` (us) beside :func:`eager_spans`' span of the same process, cycle
+    and phase: one row per (pid, cycle, phase) with the log's requests and ``diff_pct`` = live / span - 1."""
     raw, _ = live.read_raw([log])
     raw = raw[raw["timed"].astype(bool)]
-    lv = raw.melt(id_vars=["cycle", "requests"], value_vars=[f"{p}_ns" for p in PHASES], var_name="phase",
+    lv = raw.melt(id_vars=["pid", "cycle", "requests"], value_vars=[f"{p}_ns" for p in PHASES], var_name="phase",
                   value_name="live_us").dropna()
     lv["phase"] = lv["phase"].str[:-3]
     lv["live_us"] = lv["live_us"].astype("float64") / 1e3
-    out = lv.merge(spans, on=["cycle", "phase"])
+    out = lv.merge(spans, on=["pid", "cycle", "phase"])
     out["diff_pct"] = 100 * (out["live_us"] / out["span_us"] - 1)
-    return out.sort_values(["phase", "cycle"]).reset_index(drop=True)
+    return out.sort_values(["pid", "phase", "cycle"]).reset_index(drop=True)
 
 
 def main(log: str, profile: str, spans_json: str | None = None) -> None:

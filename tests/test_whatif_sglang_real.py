@@ -422,7 +422,7 @@ def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
 @pytest.mark.parametrize("name", ["sglang_eager", "sglang_graphs", "sglang_server", "sglang_vocab64",
                                   "sglang_v2_l8_s1", "sglang_v2_l64_s3", "sglang_h100_v3_l32_s5",
                                   "sglang_h100_v2_l128_s3", "sglang_h100_v3_l32_s3_clock",
-                                  "sglang_h100_v2_l64_s3_clock"])
+                                  "sglang_h100_v2_l64_s3_clock", "sglang_h100_v2_l32_s3"])
 def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
     """Before: 'cannot convert NA to integer' on 3 of the 4 older fixtures (cycles whose GPU data was
     lost have no GPU start). No predicted component is negative on any of them."""
@@ -442,7 +442,8 @@ def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
 
 PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16, 64)] + \
     [(f"sglang_v2_l{layers}_s{s}", f"sglang_sweep_v2_l{layers}", b) for layers in (64, 8) for s in (3, 1) for b in (1, 16)] + \
-    [("sglang_live_h100_v2_l64_s3", "sglang_sweep_h100_v2_l64", b) for b in (1, 16)]
+    [("sglang_live_h100_v2_l64_s3", "sglang_sweep_h100_v2_l64", b) for b in (1, 16)] + \
+    [("sglang_h100_v2_l32_s3", "sglang_sweep_h100_v2_l32", b) for b in (1, 16)]
 
 
 @pytest.mark.parametrize("profile, sweep, batch", PAIRS)
