@@ -221,12 +221,17 @@ def test_a_pooled_calibration_takes_the_pooled_cycles():
     from analyze.tools.advise.model import advise
 
     a = api.load(str(PROFILE))
-    adv = advise(a, calibrate_tps=3000.0, baseline_tps=3500.0)
+    adv = advise(a, calibrate_tps=2000.0, baseline_tps=3500.0)
     hb = next(c for c in adv.checks if c.rule == HOST_BOUND)
     assert hb.figures["calibrated_batch"] is None and "profiler_ns" in hb.figures
     steady = cycles_mod.steady(a.cycles, every_rank=True)
     assert hb.figures["busy_ns"] == pytest.approx(steady.groupby("cycle")["busy_ns"].mean().mean(), rel=1e-9)
     assert hb.figures["cycle_ns"] == pytest.approx(hb.figures["profiled_cycle_ns"] - hb.figures["profiler_ns"])
+    # a figure whose calibrated cycle is shorter than the GPU's own work a cycle (3,000 tokens/s: 2.2 ms against
+    # 2.6 ms of kernels) is no cycle this run has: the profiled figures stand (whatif notes the negative overhead)
+    impossible = advise(a, calibrate_tps=3000.0, baseline_tps=3500.0)
+    hb = next(c for c in impossible.checks if c.rule == HOST_BOUND)
+    assert "profiler_ns" not in hb.figures and hb.figures["cycle_ns"] == pytest.approx(impossible.cycle_ns)
 
 
 # A second configuration (V = 2, 64 layers, 3 steps; H100, a quiet host: every engine's rounds within 3%): the nsys
