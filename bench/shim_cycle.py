@@ -271,17 +271,20 @@ def main(argv=None) -> int:
     ap.add_argument("--detail", action="store_true", help="one live round's own time by place (SPECPROF_TIMING_OWN_DETAIL)")
     ap.add_argument("--idle-calls", type=int, default=IDLE_CALLS, help="Scheduler.on_idle calls a cycle")
     ap.add_argument("--batch", type=int, default=BATCH, help="requests a decode cycle")
+    ap.add_argument("--modes", default="bare,shim,live", help="which of bare, shim, live to run (comma-separated)")
     a = ap.parse_args(argv)
+    modes = [m for m in a.modes.split(",") if m]
     results = {}
-    for mode in ("bare", "shim", "live"):
+    for mode in modes:
         rounds = [_child(mode, a.cycles, False, a.idle_calls, batch_size=a.batch) for _ in range(a.repeats)]
         us = [r["us_per_cycle"] for r in rounds]
         results[mode] = {"us_per_cycle_median": statistics.median(us), "us_per_cycle": us, "rounds": rounds}
         print(f"{mode:5s} {statistics.median(us):7.2f} us/cycle  (rounds {min(us):.2f}-{max(us):.2f})")
-    base = results["bare"]["us_per_cycle_median"]
+    base = results["bare"]["us_per_cycle_median"] if "bare" in results else None
     for mode in ("shim", "live"):
-        print(f"{mode} - bare: {results[mode]['us_per_cycle_median'] - base:.2f} us/cycle")
-    live_rounds = results["live"]["rounds"]
+        if base is not None and mode in results:
+            print(f"{mode} - bare: {results[mode]['us_per_cycle_median'] - base:.2f} us/cycle")
+    live_rounds = results["live"]["rounds"] if "live" in results else []
     own = [r.get("shim_us_untimed") for r in live_rounds if r.get("shim_us_untimed") is not None]
     if own:
         print(f"live: the shim's own accounting {statistics.median(own):.2f} us an untimed cycle, "
