@@ -10,7 +10,8 @@ observed value). The rules:
 
 * ``verify_dominated``: verify's exclusive GPU time >= 50% of the cycle; saving = the cycle time per
   token that whatif's recommended step count saves (cycle x (1 - tok/s at k / tok/s at best));
-  ceiling = verify.
+  ceiling = verify. Not applicable to a live log of an eager run (:func:`eager_live`): its events time
+  the phase's wall span, the host's launches included, not verify's GPU time (as ``draft_extend``).
 * ``allreduce`` (one per phase the all-reduces run in): all-reduce transfer time (wait excluded:
   that is the late rank's) >= 5% of the cycle; kind, algorithm and protocol from the kernel names,
   message sizes from NCCL's NVTX payloads when nsys exported them; saving = ceiling = the transfer.
@@ -71,6 +72,7 @@ class Context:
     gaps: dict | None = None                     # launch_gaps, once computed
     live: bool = False                           # a live timing log (run/live.py): no kernels, no NVTX ranges
     cycles_batch: int | None = None              # the cycles are of this batch size alone (--batch M)
+    eager_spans: bool = False                    # a live log of an eager run (eager_live): phase times are wall spans
 
     @property
     def ranks(self) -> int:
@@ -319,6 +321,40 @@ def at_batch(cyc: pd.DataFrame, batch: int | None) -> tuple[pd.DataFrame, int | 
     return cyc[cyc["cycle"].isin(numbers)], int(batch)
 
 
+def eager_live(analysis, cycles: pd.DataFrame | None = None) -> bool:
+    """Whether ``analysis`` is a live timing log of an eager run: its process's ``spec_config`` says
+    ``cuda_graph=0`` and none of ``cycles`` (its steady cycles; all of its cycles without) timed a CUDA-graph
+    replay (``replay_ns`` null). Its phase columns are then each phase's CUDA-event span on the stream, its wall
+    time with the host's kernel launches in it, not the phase's GPU time: on the real eager log
+    (``fixtures/real/sglang_live_h100_v2_l16_s3_eager.live``) verify's events are within 0.7% of nsys's stream span
+    of the same cycle's verify and its kernels are busy 2-8% of that span (docs/live.md, "Eager mode"). False for an
+    nsys export, a graph-mode log (one written before the replays were logged too: cuda_graph=1) and a log whose
+    configuration is unknown."""
+    from analyze.run.live import is_live
+
+    if not is_live(analysis):
+        return False
+    cfg = sides.spec_config_of(getattr(analysis, "ranks", None))
+    if cfg is None or cfg.cuda_graph is not False:
+        return False
+    rows = analysis.cycles if cycles is None else cycles
+    return not ("replay_ns" in rows.columns and pd.to_numeric(rows["replay_ns"], errors="coerce").notna().any())
+
+
+def _eager_span_check(ctx: Context, rule: str, phase: str, ps: dict, finding: str) -> F.RuleCheck:
+    """The check of a rule that tests a phase's GPU time (:func:`phase_share`) on a live log of an eager run
+    (:func:`eager_live`): not applicable, the phase's event span and its share of the cycle as figures under names
+    that say what they are (``<phase>_span_ns``, ``<phase>_span_share``), and where its GPU time is measured."""
+    where = " without the profiler" if ps["calibrated_cycle"] else ""
+    figures = {f"{phase}_span_ns": ps["phase_ns"], f"{phase}_span_share": ps["share"], "cycle_ns": ps["cycle_ns"],
+               "calibrated_cycle": ps["calibrated_cycle"], "eager_spans": True}
+    return F.RuleCheck(rule, F.NOT_APPLICABLE, f"a live log of an eager run (cuda_graph=0, no CUDA-graph replay "
+                       f"timed): its {phase} events time the phase's wall span on the stream, the host's kernel "
+                       f"launches included, not its kernels' GPU time ({phase}'s span: {_us(ps['phase_ns'])}, "
+                       f"{_pct(ps['share'])} of the cycle{where}); {finding} needs {phase}'s GPU time: an nsys "
+                       "profile of the run (profile-trace, then advise on it) gives it", figures)
+
+
 def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot: int = 0,
                   baseline_tps: float | None = None, calibrate_tps: float | None = None,
                   batch: int | None = None, request_tokens="auto", calibration_source: dict | None = None) -> Context:
@@ -345,7 +381,7 @@ def build_context(analysis, *, whatif: bool = True, message_sizes: bool = True, 
     from analyze.run.live import is_live
 
     ctx = Context(analysis, cyc, per.reset_index(), tcol, cycle_ns, warm, colls, whatif_asked=whatif,
-                  live=is_live(analysis), cycles_batch=cycles_batch)
+                  live=is_live(analysis), cycles_batch=cycles_batch, eager_spans=eager_live(analysis, cyc))
     if whatif and len(cyc):
         try:
             ctx.whatif = whatif_summary(analysis, n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps,
@@ -384,7 +420,8 @@ def phase_share(ctx: Context, col: str) -> dict:
     where calibrated, ``profiled_cycle_ns`` and ``profiled_share``. The profiler stretches a host-bound cycle's host
     time, not its kernels, so a share of the profiled cycle understates a phase (a real 32-layer profile at batch 1:
     verify 27.7% of the 8.9 ms profiled cycle, 62.4% of the 3.9 ms it runs without the profiler). The one measure
-    the verify_dominated, draft_steps and draft_extend rules test and print."""
+    the verify_dominated, draft_steps and draft_extend rules test and print (on a live log of an eager run a
+    phase's event span, its wall time: :func:`eager_live`; verify_dominated and draft_extend then stand aside)."""
     m = _modelled_cycle(ctx)
     rows = m["rows"]
     v = pd.to_numeric(rows[col], errors="coerce").mean() if col in rows.columns and len(rows) else float("nan")
@@ -402,6 +439,8 @@ def rule_verify_dominated(ctx: Context):
     share, verify, cycle_ns, calibrated = ps["share"], ps["phase_ns"], ps["cycle_ns"], ps["calibrated_cycle"]
     if verify <= 0:
         return [], F.RuleCheck(rule, F.NO_DATA, "no verify time in the decode cycles")
+    if ctx.eager_spans:             # verify's wall span, not its GPU time: the step count is draft_steps'
+        return [], _eager_span_check(ctx, rule, "verify", ps, "whether verify dominates")
     figures = {"verify_ns": verify, "verify_share": share, "cycle_ns": cycle_ns, "threshold_share": VERIFY_SHARE,
                "calibrated_cycle": calibrated}
     if calibrated:
@@ -798,6 +837,8 @@ def rule_draft_extend(ctx: Context):
     share, de, cycle_ns = ps["share"], ps["phase_ns"], ps["cycle_ns"]
     if de <= 0:
         return [], F.RuleCheck(rule, F.NO_DATA, "no draft_extend time in the decode cycles")
+    if ctx.eager_spans:
+        return [], _eager_span_check(ctx, rule, "draft_extend", ps, "its cost against one draft step")
     where = " without the profiler" if ps["calibrated_cycle"] else ""
     figures = {"draft_extend_ns": de, "draft_extend_share": share, "threshold_share": DRAFT_EXTEND_SHARE,
                "calibrated_cycle": ps["calibrated_cycle"]}
@@ -1016,7 +1057,10 @@ def rule_draft_steps(ctx: Context):
     rule names the step count where verify is half the cycle or more, the speculation rule whatif's best where it
     finds speculation does not pay; where verify is under half the cycle (:func:`phase_share`: of the calibrated
     cycle where whatif was calibrated) the step count still decides tokens/s (the real 5-step profile at batch 16,
-    uncalibrated: verify 25% of the profiled cycle, 2 steps predicted +5.9%, measured within 0.9% of the best)."""
+    uncalibrated: verify 25% of the profiled cycle, 2 steps predicted +5.9%, measured within 0.9% of the best).
+    On a live log of an eager run (:func:`eager_live`) the verify rule stands aside whatever verify's share (its
+    events time the phase's wall span, not its GPU time), so this rule names the step count there: whatif models
+    the cycle from the same spans, the cycle being wall time too, and its finding words verify's share as a span."""
     rule = F.DRAFT_STEPS
     w = ctx.whatif
     if not w:
@@ -1029,7 +1073,7 @@ def rule_draft_steps(ctx: Context):
     ps = phase_share(ctx, "verify_ns")
     share, verify = ps["share"], ps["phase_ns"]
     where = " without the profiler" if ps["calibrated_cycle"] else ""
-    if verify > 0 and share >= VERIFY_SHARE:
+    if verify > 0 and share >= VERIFY_SHARE and not ctx.eager_spans:   # eager live log: verify_dominated stands aside
         return [], F.RuleCheck(rule, F.NOT_APPLICABLE, f"the verify_dominated finding names the step count (verify is "
                                f"{_pct(share)} of the cycle{where})", figures)
     prof, best, base = w["tokens_per_s_profiled"], w["tokens_per_s_best"], w["tokens_per_s_baseline"]
@@ -1051,13 +1095,16 @@ def rule_draft_steps(ctx: Context):
     calibrated = w.get("calibration_shift_ns") is not None      # calibrated at the profiled step count
     ev = dict(figures, cycles=ctx.n_cycles, cycle_ns=cycle_ns, requests=w["requests"], calibrated=calibrated,
               best_extrapolated=extrapolated, speedup_best=speedup, verdict_uncertain=bool(w.get("verdict_uncertain")),
-              **_rounds_evidence(w), **({"batch": batch} if batch is not None else {}))
+              **_rounds_evidence(w), **({"batch": batch} if batch is not None else {}),
+              **({"verify_span_share": share, "eager_spans": True} if ctx.eager_spans else {}))
     steps = f"{w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'}"
     suggestion = (f"whatif predicts {steps} at {best:,.0f} tokens/s against {prof:,.0f} at the profiled "
                   f"{w['profiled_steps']} (+{best / prof - 1:.1%}){edge}"
                   + (f" (extrapolated: acceptance beyond the profiled {w['profiled_steps']} draft positions is the "
                      "last measured rate repeated)" if extrapolated else "") + ". "
-                  + (f"Verify is {_pct(share)} of the cycle{where}: " if verify > 0 else "")
+                  + ((f"Verify's event span (an eager run: its wall time, the host's launches included, not its "
+                      f"GPU time) is {_pct(share)} of the cycle{where}: " if ctx.eager_spans else
+                      f"Verify is {_pct(share)} of the cycle{where}: ") if verify > 0 else "")
                   + "the step count trades the draft's host and GPU time a step against the tokens it adds; check it "
                   f"with `analyze-trace whatif` (intervals) and set {' '.join(x.short() for x in settings)}."
                   + _lean_off_said(ctx)
