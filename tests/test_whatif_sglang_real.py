@@ -422,7 +422,7 @@ def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
 @pytest.mark.parametrize("name", ["sglang_eager", "sglang_graphs", "sglang_server", "sglang_vocab64",
                                   "sglang_v2_l8_s1", "sglang_v2_l64_s3", "sglang_h100_v3_l32_s5",
                                   "sglang_h100_v2_l128_s3", "sglang_h100_v3_l32_s3_clock",
-                                  "sglang_h100_v2_l64_s3_clock", "sglang_h100_v2_l32_s3"])
+                                  "sglang_h100_v2_l64_s3_clock", "sglang_h100_v2_l32_s3", "sglang_h200_v1_l64_s3"])
 def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
     """Before: 'cannot convert NA to integer' on 3 of the 4 older fixtures (cycles whose GPU data was
     lost have no GPU start). No predicted component is negative on any of them."""
@@ -443,7 +443,9 @@ def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
 PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16, 64)] + \
     [(f"sglang_v2_l{layers}_s{s}", f"sglang_sweep_v2_l{layers}", b) for layers in (64, 8) for s in (3, 1) for b in (1, 16)] + \
     [("sglang_live_h100_v2_l64_s3", "sglang_sweep_h100_v2_l64", b) for b in (1, 16)] + \
-    [("sglang_h100_v2_l32_s3", "sglang_sweep_h100_v2_l32", b) for b in (1, 16)]
+    [("sglang_h100_v2_l32_s3", "sglang_sweep_h100_v2_l32", b) for b in (1, 16)] + \
+    [("sglang_h200_v1_l64_s3", "sglang_sweep_h200_v1_l64", b) for b in (1, 16)]
+# (sglang_h200_v1_l64_s3 at batch 64 lies outside the band: tests/test_whatif_sglang_v1_l64.py, a strict xfail)
 
 
 @pytest.mark.parametrize("profile, sweep, batch", PAIRS)
@@ -455,6 +457,7 @@ def test_the_profile_alone_band_covers_every_real_sweep(profile, sweep, batch):
     if not ((REAL / f"{profile}.sqlite").exists() and (REAL / f"{sweep}.json").exists()):
         pytest.skip("real SGLang fixtures not unpacked")
     measured, base = read_measured(REAL / f"{sweep}.json", batch)
+    measured = {s: v for s, v in measured.items() if s <= 6}     # the searched 1..6 (a sweep may reach further)
     side = sides.load_side(REAL / f"{profile}.sqlite")
     k = W.infer_steps(side)[0]
     lo, hi = W.PROFILE_ALONE_RATIO
@@ -575,6 +578,7 @@ def test_a_given_baseline_with_an_uncalibrated_profile_compares_one_clock(profil
     if not ((REAL / f"{profile}.sqlite").exists() and (REAL / f"{sweep}.json").exists()):
         pytest.skip("real SGLang fixtures not unpacked")
     measured, base = read_measured(REAL / f"{sweep}.json", batch)
+    measured = {s: v for s, v in measured.items() if s <= 6}     # the searched 1..6 (a sweep may reach further)
     side = sides.load_side(REAL / f"{profile}.sqlite")
     given = W.whatif(side, range(1, 7), n_boot=0, batch=batch, baseline_tps=base)
     alone = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
