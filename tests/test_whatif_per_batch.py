@@ -53,7 +53,7 @@ def test_per_batch_table_on_the_real_profiles():
 @need
 def test_speculation_off_everywhere_writes_no_config():
     """Calibrated at each batch size (the sweep's 3-step figures) and given the measured baselines: off at both,
-    a verdict (no '?'), and no config. The baselines alone (the profile not calibrated) leave batch 1 uncertain:
+    a verdict (no '?'), and no config. The baselines alone (the profile not calibrated) leave both uncertain (batch 1:
     0.75x, the profile's own speed-up over its estimated plain step (the sweep: 0.75x), inside that estimate's
     error, so no verdict there; before 2026-12-07 the profiled predictions were set against the unprofiled
     baselines as they were (0.58x at both batch sizes, said to be sure)."""
@@ -66,7 +66,8 @@ def test_speculation_off_everywhere_writes_no_config():
     alone = PB.per_batch([L8], range(1, 7), n_boot=0, baselines_tps=base).set_index("batch")
     assert alone["speedup_through_estimate"].all() and (alone["baseline_source"] == "given").all()
     assert alone.loc[1, "speedup"] == pytest.approx(0.75, abs=0.01) and alone.loc[1, "verdict_uncertain"]
-    assert alone.loc[16, "speedup"] == pytest.approx(0.65, abs=0.01) and not alone.loc[16, "verdict_uncertain"]
+    # 0.73x, inside the estimate's error now: uncertain (0.65x and a verdict before the round's gap was modelled)
+    assert alone.loc[16, "speedup"] == pytest.approx(0.727, abs=0.01) and alone.loc[16, "verdict_uncertain"]
 
 
 def test_adaptive_config_format_and_buckets():

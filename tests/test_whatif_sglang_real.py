@@ -444,8 +444,7 @@ PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16
     [(f"sglang_v2_l{layers}_s{s}", f"sglang_sweep_v2_l{layers}", b) for layers in (64, 8) for s in (3, 1) for b in (1, 16)] + \
     [("sglang_live_h100_v2_l64_s3", "sglang_sweep_h100_v2_l64", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l32_s3", "sglang_sweep_h100_v2_l32", b) for b in (1, 16)] + \
-    [("sglang_h200_v1_l64_s3", "sglang_sweep_h200_v1_l64", b) for b in (1, 16)]
-# (sglang_h200_v1_l64_s3 at batch 64 lies outside the band: tests/test_whatif_sglang_v1_l64.py, a strict xfail)
+    [("sglang_h200_v1_l64_s3", "sglang_sweep_h200_v1_l64", b) for b in (1, 16, 64)]
 
 
 @pytest.mark.parametrize("profile, sweep, batch", PAIRS)

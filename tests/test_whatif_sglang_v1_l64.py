@@ -1,19 +1,20 @@
 """Every draft token accepted: real SGLang 0.5.17 EAGLE-3 on one H200 (2026-12-07, recipes/device_plan.md,
 twenty-second session), V = 1 (one token: the target and the draft always agree, SGLang's own 2 / 4 / 8 tokens
 a request a cycle at 1 / 3 / 7 steps), a 64-layer tiny Llama target, CUDA graphs, TP 1. Measured after the
-model: nothing in whatif or advise was changed for it.
+model; what it showed (a round's gap spread over fewer cycles the more tokens a cycle yields) is modelled since
+(whatif/model.py round_gap_share).
 
 fixtures/real/sglang_sweep_h200_v1_l64.json: unprofiled tokens/s, steps 0..7 and 10 x batches 1, 16, 64, one
 engine a step count (3 twice), all on that machine (rounds repeated until the last three agree within 3%; every
 cell converged but 10 steps at batch 64, 17.6%). sglang_h200_v1_l64_s3.sqlite: profile-trace of the 3-step
-engine over the sweep's round sizes (1,024 tokens a request at batch 1, 256 at 16, 64 at 64), with the shim's
+engine over the sweep's round sizes (1,024 tokens a request at batch 1, 256 at 16, 128 at 64), with the shim's
 clock of the decode cycles before the capture.
 
 Measured: speculation pays at every step count and batch size, more with every step up to 10 (5.71x / 5.45x /
-3.19x at 10 steps): the best step count lies at or beyond the top of the range. The cost of a step grows with
-the batch far beyond the draft forward's GPU time (a cycle +0.08 / +0.22 / +0.6 ms a step at batches 1 / 16 / 64
-from 1 to 10 steps, the model +0.08 / +0.11 / +0.19): what whatif misses at batches 16 and 64 (docs/whatif.md,
-"Every draft accepted")."""
+3.19x at 10 steps): the best step count lies at or beyond the top of the range. Before the round's gap was modelled
+the prediction at batches 16 and 64 climbed too fast (+16% / +31% at 10 steps calibrated): the sweep's rounds (64
+requests of 128 tokens at batch 64: 32 cycles a round at 3 steps, 12 at 10) pay 32-54 ms between rounds besides
+their cycles (docs/whatif.md, "Every draft token accepted")."""
 import json
 from pathlib import Path
 
@@ -81,56 +82,42 @@ def test_the_profile_says_three_steps_and_every_position_accepted(side):
 
 @need
 def test_calibrated_batch_1_every_step_count_and_the_edge(side):
-    """One request: calibrated at 3 steps with the measured baseline, every step count 1..7 and 10 within 3% (the
-    cost of a step is the draft forward's GPU time here), the best the top of the searched range 1..10, said to be
-    beyond the profiled positions (acceptance extrapolated), and the speed-up within 1% of the measured 10-step one."""
+    """One request: calibrated at 3 steps with the measured baseline, every step count 1..7 and 10 within 5.5% (the
+    cost of a step is the draft forward's GPU time here; within 3% before the round's gap was modelled: the rounds
+    of one 1,024-token request, now seen as rounds, pay the profiled 38 ms gap, -3.7% / -5.0% at 7 / 10 steps), the best the top of the searched range 1..10, said to be
+    beyond the profiled positions (acceptance extrapolated), and the speed-up within 5.5% of the measured 10-step one."""
     r, p, m, base = prediction(side, 1, calibrated=True)
     for s in STEPS:
-        assert p[s] == pytest.approx(m[s], rel=0.03), s
+        assert p[s] == pytest.approx(m[s], rel=0.055), s
     assert r["best"]["steps"] == 10 and r["best"]["extrapolated"]
-    assert r["best"]["speedup"] == pytest.approx(m[10] / base, rel=0.01)
+    assert r["best"]["speedup"] == pytest.approx(m[10] / base, rel=0.055)
 
 
 @need
 @pytest.mark.parametrize("batch", (16, 64))
-def test_calibrated_larger_batches_near_the_profiled_count(side, batch):
-    """Batches 16 and 64, calibrated: within 10% from 1 to 5 steps (16: to 7), the prediction above the
-    measurement from 4 steps on (a step costs more than the model's draft forward + verify growth), and the
-    predicted best the top of the range like the measured one."""
+def test_calibrated_larger_batches_every_step_count(side, batch):
+    """Batches 16 and 64, calibrated: every step count 1..7 and 10 within 5% (before the round's gap was modelled
+    +16% / +31% at 10 steps), the speed-up within 5%, the predicted best the top of the range like the measured
+    one, and the rounds seen in the profile with their gap (the lockstep rounds of this sweep end without a drain:
+    every request finishes in the same cycle)."""
     r, p, m, base = prediction(side, batch, calibrated=True)
-    near = (1, 2, 3, 4, 5, 6, 7) if batch == 16 else (1, 2, 3, 4, 5)
-    for s in near:
-        assert p[s] == pytest.approx(m[s], rel=0.10), s
-    assert all(p[s] > m[s] for s in (4, 5, 6, 7, 10))
+    for s in STEPS:
+        assert p[s] == pytest.approx(m[s], rel=0.05), s
+    assert r["best"]["speedup"] == pytest.approx(m[10] / base, rel=0.05)
     assert r["best"]["steps"] == 10
-
-
-@need
-@pytest.mark.xfail(strict=True, reason="issue 40: at every draft accepted a step costs batch 16 / 64 ~2x / ~3x what "
-                                       "the model adds (docs/whatif.md, 'Every draft accepted')")
-@pytest.mark.parametrize("batch, steps", [(16, 10), (64, 6), (64, 7), (64, 10)])
-def test_calibrated_cells_the_model_misses(side, batch, steps):
-    r, p, m, base = prediction(side, batch, calibrated=True)
-    assert p[steps] == pytest.approx(m[steps], rel=0.10)
+    assert r["rounds"]["tail_cycles"] == 0 and r["rounds"]["round_gap_ns"] > 20e6
+    assert (r["predictions"]["round_gap_ns"].diff().dropna() > 0).all()    # the share grows with the steps
 
 
 @need
 @pytest.mark.parametrize("batch", BATCHES)
 def test_from_the_profile_alone_the_verdict_and_the_speedup(side, batch):
     """No unprofiled figure: speculation pays at every batch size and the best is the top of the range; the
-    speed-up within 25% of the measured one at batches 1 and 16 (-6% / +19%); at 64 it is 51% high (next test)."""
+    speed-up within 12% of the measured one (-12% / -5% / +7%; at 64 +51% before the round's gap was modelled)."""
     r, p, m, base = prediction(side, batch, calibrated=False)
     want = max(m.values()) / base
     assert r["best"]["steps"] == 10 and r["best"]["speedup"] > 1
-    if batch != 64:
-        assert r["best"]["speedup"] == pytest.approx(want, rel=0.25)
-
-
-@need
-@pytest.mark.xfail(strict=True, reason="issue 40: from the profile alone batch 64 says 4.8x where 3.2x was measured")
-def test_from_the_profile_alone_batch_64_within_25_percent(side):
-    r, p, m, base = prediction(side, 64, calibrated=False)
-    assert r["best"]["speedup"] == pytest.approx(max(m.values()) / base, rel=0.25)
+    assert r["best"]["speedup"] == pytest.approx(want, rel=0.12)
 
 
 @need

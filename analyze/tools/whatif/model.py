@@ -876,8 +876,28 @@ def round_efficiency(acceptance: acc_mod.Acceptance, steps, request_tokens) -> n
                      for s in steps])
 
 
+def round_gap_share(acceptance: acc_mod.Acceptance, steps, request_tokens, round_gap_ns: float | None) -> np.ndarray:
+    """Per step count: the time a round costs besides its decode cycles (``round_gap_ns``: rounds.py's gap before
+    a round, the previous results returned, the requests admitted and prefilled) spread over the round's cycles
+    (:func:`rounds.round_cycles`); 0 in the steady state or where the profile shows no such gap. A round is the
+    same N tokens a request whatever the step count, in fewer cycles the more tokens a cycle yields, so this
+    share grows with the step count: with every draft token accepted (V = 1, 64 requests of 128 tokens: 32
+    cycles a round at 3 steps, 12 at 10) the profile's 54 ms gap is 1.7 ms a cycle at 3 steps and 4.5 ms at 10."""
+    steps = [int(s) for s in steps]
+    if not round_gap_ns or not np.isfinite(round_gap_ns) or request_tokens is None \
+            or not len(np.atleast_1d(request_tokens)):
+        return np.zeros(len(steps))
+    out = []
+    for s in steps:
+        surv = np.cumprod(np.nan_to_num(acceptance.rates_for(s), nan=0.0)) if s > 0 else np.zeros(0)
+        n = rounds_mod.round_cycles(surv, request_tokens, acceptance.requests)
+        out.append(float(round_gap_ns) / n if n and np.isfinite(n) and n > 0 else 0.0)
+    return np.array(out)
+
+
 def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[int, float],
-                      request_tokens: list[int] | None = None) -> float:
+                      request_tokens: list[int] | None = None, round_gap_ns: float | None = None,
+                      scale_gap: bool = True) -> float:
     """ns to take off the overhead of every predicted cycle so that the model's tokens/s at step
     count k equals X, the user's UNPROFILED measurement of that configuration (``calibrate=(k, X)``;
     ``(k, X, True)``: X is of steady cycles, a live timing log's, not of whole rounds).
@@ -895,8 +915,20 @@ def calibration_shift(costs, acceptance: acc_mod.Acceptance, calibrate: tuple[in
     # X of whole rounds (a benchmark's tokens/s) holds the rounds' tail; X of steady cycles (a live log's
     # tokens over its cycles' periods) does not: the cycle it gives is the steady one either way
     eff = 1.0 if steady else float(round_efficiency(acceptance, [k], request_tokens)[0])
-    t_target = m * (1.0 + acceptance.expected_accepted(k)) * eff * 1e9 / x
-    return t_model - t_target
+    gap = 0.0 if steady else float(round_gap_share(acceptance, [k], request_tokens, round_gap_ns)[0])
+    t_round = m * (1.0 + acceptance.expected_accepted(k)) * eff * 1e9 / x      # the cycle + the round's share
+    if scale_gap and gap > 0 and t_model > 0:
+        # the round's gap is host time under the profiler too: on the calibrated clock it shrinks as the cycle does
+        # (x its calibrated / profiled ratio, :func:`gap_scale`), so cycle' (1 + gap / cycle) = t_round
+        return t_model - t_round / (1.0 + gap / t_model)
+    return t_model - (t_round - gap)
+
+
+def gap_scale(costs, acceptance: acc_mod.Acceptance, k: int, shift_ns: float) -> float:
+    """The calibrated / profiled ratio of the model's cycle at the calibrated step count ``k``: what the round's
+    gap (profiled host time) is multiplied by on the calibrated clock (1 where it is not a ratio)."""
+    t = float(cost_model(costs, [int(k)], acceptance.requests)["cycle_ns"].iloc[0])
+    return (t - shift_ns) / t if t > 0 and t - shift_ns > 0 else 1.0
 
 
 def separate_runs(costs: list[dict]) -> bool:
@@ -919,13 +951,15 @@ def shift_overhead(c: dict, shift_ns: float) -> dict:
                 overhead_shift_ns=c.get("overhead_shift_ns", 0.0) + shift_ns)
 
 
-def calibrate_each(costs: list[dict], acceptance: acc_mod.Acceptance, tps: dict, request_tokens) -> tuple[list, list]:
+def calibrate_each(costs: list[dict], acceptance: acc_mod.Acceptance, tps: dict, request_tokens,
+                   round_gap_ns: float | None = None) -> tuple[list, list]:
     """Each profile put on its own unprofiled clock: its overhead shifted so that the model of that profile
     alone reproduces ``tps[k]``, the tokens/s measured without the profiler at its step count k
     (:func:`calibration_shift`). (the shifted costs, one record a profile)."""
     out, rows = [], []
     for c in costs:
-        shift = calibration_shift([c], acceptance, (c["steps"], tps[c["steps"]]), request_tokens)
+        shift = calibration_shift([c], acceptance, (c["steps"], tps[c["steps"]]), request_tokens, round_gap_ns,
+                                  scale_gap=False)
         out.append(shift_overhead(c, shift))
         rows.append({"steps": int(c["steps"]), "label": c.get("label"), "tokens_per_s": float(tps[c["steps"]]),
                      "shift_ns": float(shift), "profiled_cycle_ns": float(c["cycle_ns"]),
@@ -962,23 +996,30 @@ def hold_overhead(costs: list[dict], acceptance: acc_mod.Acceptance, calibrate, 
 
 
 def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
-            calibrate: tuple[int, float] | None = None, request_tokens: list[int] | None = None) -> pd.DataFrame:
+            calibrate: tuple[int, float] | None = None, request_tokens: list[int] | None = None,
+            round_gap_ns: float | None = None) -> pd.DataFrame:
     """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
     shift every cycle's overhead so that tokens/s at k equals X (see :func:`calibration_shift`).
     ``request_tokens`` [N, ...]: tokens/s of rounds of requests of N tokens started together (the tail:
-    :func:`round_efficiency`), else (None) of the steady state."""
+    :func:`round_efficiency`; ``round_gap_ns``, the time a round costs besides its cycles, spread over them:
+    :func:`round_gap_share`, the column ``round_gap_ns``), else (None) of the steady state."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     steps = list(steps)
     m = acceptance.requests
     out = cost_model(costs, steps, m)
+    scale = 1.0
     if calibrate is not None:
-        shift = calibration_shift(costs, acceptance, calibrate, request_tokens)
+        shift = calibration_shift(costs, acceptance, calibrate, request_tokens, round_gap_ns)
         out["overhead_ns"] -= shift
         out["cycle_ns"] -= shift
+        scale = gap_scale(costs, acceptance, calibrate[0], shift)
     out["accepted_per_request"] = [acceptance.expected_accepted(s) for s in steps]
     out["tokens_per_cycle"] = m * (1.0 + out["accepted_per_request"])
     out["round_efficiency"] = round_efficiency(acceptance, steps, request_tokens)
-    out["tokens_per_s"] = out["tokens_per_cycle"] * out["round_efficiency"] * 1e9 / out["cycle_ns"]
+    gap = round_gap_share(acceptance, steps, request_tokens, round_gap_ns) * scale
+    out["tokens_per_s"] = out["tokens_per_cycle"] * out["round_efficiency"] * 1e9 / (out["cycle_ns"] + gap)
+    if gap.any():       # not a component of the cycle (not in its sum): the round's share a cycle, beside it
+        out["round_gap_ns"] = gap
     ks = sorted({c["steps"] for c in costs})
     out["profiled"] = out["steps"].isin(ks)
     out["extrapolated"] = (out["steps"] > max(ks)) | ((out["steps"] < min(ks)) & (len(ks) > 1))
@@ -1063,6 +1104,20 @@ def estimated_baseline(costs, requests: float, host_scale: float = 1.0) -> dict:
     # result of sglang_v2_l64_s3 said 1.83x here where its report's estimate said 0.98x (the sweep: 1.10x)
     return {"source": "estimated", "cycle_ns": t, "tokens_per_cycle": requests,
             "tokens_per_s": requests * 1e9 / t if t > 0 else np.nan, "method": method, "rough": True}
+
+
+def with_round_gap(base: dict, round_gap_ns: float | None, request_tokens) -> dict:
+    """A no-speculation step of the profile (estimated, or a no-speculation profile's cycles) in rounds: the
+    round's time besides its cycles (:func:`round_gap_share`) spread over its N cycles (one token a request a
+    step), as the speculative predictions carry it. Unchanged in the steady state or without a gap."""
+    ns = [int(n) for n in np.atleast_1d(request_tokens if request_tokens is not None else []) if int(n) >= 1]
+    if not round_gap_ns or not np.isfinite(round_gap_ns) or not ns or not np.isfinite(base.get("tokens_per_s", np.nan)):
+        return base
+    share = float(round_gap_ns) / float(np.mean(ns))
+    t = base["cycle_ns"] + share
+    return dict(base, cycle_ns=t, tokens_per_s=base["tokens_per_cycle"] * 1e9 / t if t > 0 else np.nan,
+                round_gap_ns=share, method=base["method"] + f"; + {share / 1e3:,.1f} us a step, the round's "
+                f"{round_gap_ns / 1e6:,.1f} ms besides its cycles over its {np.mean(ns):,.0f} steps")
 
 
 def scale_baseline(base: dict, ratio: float) -> dict:
@@ -1221,14 +1276,15 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         calibrate = (int(calibrate_steps), float(calibrate_tps), steady)
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
+    gap_ns = round_info.get("round_gap_ns") if round_info else None
     overhead_held, profiled_costs = None, costs
     if tps_each is not None:
         # each profile on its own unprofiled clock: the overhead line is then fitted over unprofiled overheads
         # (a host-bound cycle hides part of an added step's GPU work: its overhead falls as the GPU work grows)
-        costs, per_profile = calibrate_each(costs, acc, tps_each, n_req)
+        costs, per_profile = calibrate_each(costs, acc, tps_each, n_req, gap_ns)
     elif separate:
         costs, overhead_held = hold_overhead(costs, acc, calibrate, n_req)
-    pred = predict(costs, acc, steps, calibrate, n_req)
+    pred = predict(costs, acc, steps, calibrate, n_req, gap_ns)
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
     boot, boot_slopes = [], []
@@ -1246,8 +1302,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         except ValueError:
             continue
         if tps_each is not None:           # each resample on each run's unprofiled clock, as the estimate
-            bc = calibrate_each(bc, ba, tps_each, n_req)[0]
-        boot.append(predict(bc, ba, steps, calibrate, n_req)["tokens_per_s"].to_numpy())
+            bc = calibrate_each(bc, ba, tps_each, n_req, gap_ns)[0]
+        boot.append(predict(bc, ba, steps, calibrate, n_req, gap_ns)["tokens_per_s"].to_numpy())
         boot_slopes.append({k: v["per_token_ns"] for k, v in (bc[0].get("token_fit") or {}).items()})
     if boot:
         q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
@@ -1262,7 +1318,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     m = acc.requests
     # the calibrated step count's profiled cycle and the shift the calibration takes off it (once)
     cal_row = cost_model(costs, [calibrate[0]], m).iloc[0] if calibrate is not None else None
-    shift = calibration_shift(costs, acc, calibrate, n_req) if calibrate is not None else 0.0
+    shift = calibration_shift(costs, acc, calibrate, n_req, gap_ns) if calibrate is not None else 0.0
     k_base = int(baseline_profile(profiled_costs)["steps"])     # the profile a plain step is estimated from
     if per_profile is not None:
         first = next(x for x in per_profile if x["steps"] == k_base)
@@ -1291,11 +1347,12 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                 base = scale_baseline(base, ratio)
         else:
             base = estimated_baseline(profiled_costs, m, ratio)
+        base = with_round_gap(base, gap_ns * ratio if gap_ns else gap_ns, n_req)
     on_profiled_clock = (calibrate is None and per_profile is None and not all(c.get("live") for c in costs))
     if baseline_tps is not None and on_profiled_clock:
         # a figure measured without the profiler against predictions of the profiled clock: the speed-up is taken
         # against the profile's own plain step (same clock), the predictions put on the given figure's clock
-        est = estimated_baseline(profiled_costs, m)
+        est = with_round_gap(estimated_baseline(profiled_costs, m), gap_ns, n_req)
         pred, base = baseline_clock(pred, base, est)
     pred["speedup"] = pred["tokens_per_s"] / base["tokens_per_s"]
     if measured:
@@ -1661,7 +1718,11 @@ def rounds_text(rounds: dict | None) -> str:
             "ends with its slowest request, so the cycles after the first request finishes yield fewer tokens "
             "(column 'round eff', round_efficiency in the JSON; i.i.d. requests, tail cycles at a full cycle's "
             "cost; no speculation: every request finishes at the same step); --request-tokens steady predicts the "
-            "steady state")
+            "steady state" + (f"; each round also pays {rounds['round_gap_ns'] / 1e6:,.1f} ms besides its cycles (the "
+                              "median gap before the profile's rounds: results returned, requests admitted, prefill; "
+                              "host time under the profiler, on the calibrated clock where calibrated), spread over "
+                              "its cycles (round_gap_ns in the JSON's predictions): more of it a cycle at more steps, "
+                              "a round having fewer cycles" if rounds.get("round_gap_ns") else ""))
 
 
 STEADY_SOURCES = ("live_log", "sglang_log", "profile_clock")

@@ -34,7 +34,7 @@ def render_whatif(r: dict) -> str:
                    "" if x.observed else "extrapolated"] for x in a.itertuples(index=False)], "rrrrl")
     out.append("")
     p = r["predictions"]
-    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    comps = [c for c in p.columns if c.endswith("_ns") and c not in ("cycle_ns", "round_gap_ns")]
     rounds = bool(r.get("rounds")) and "round_efficiency" in p.columns
     heads = ["steps", "cycle us", "accepted/req", "tok/cycle"] + (["round eff"] if rounds else []) \
         + ["tok/s", "95% CI", "speed-up"]
@@ -342,7 +342,7 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     ax.set_title(title or ("tokens/s vs draft steps" + (f" (calibrated at {cal_at} steps)" if cal else "")))
     del prof
     ax = axes[1]
-    comps = [c for c in p.columns if c.endswith("_ns") and c != "cycle_ns"]
+    comps = [c for c in p.columns if c.endswith("_ns") and c not in ("cycle_ns", "round_gap_ns")]
     from analyze.render.plots import phase_colors   # the phase palette of every other figure
 
     colors = phase_colors([c[:-3] for c in comps])

@@ -41,19 +41,26 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
     """The lockstep rounds of ``batch`` requests among ``cycles`` (the lowest rank's, in start order):
     a run of cycles that starts at ``batch`` requests right after a cycle with none (the round's
     requests came in together), never grows, holds at least :data:`MIN_FULL_CYCLES` cycles at
-    ``batch``, drains below it and ends empty (the next cycle has no request). A batch that refills as
-    requests finish (a server under continuous load), the drain of a larger round passing through
+    ``batch`` and ends empty (the next cycle has no request), after a drain below ``batch`` or with every
+    request done in one cycle (no tail: every draft token accepted, or one request). A batch that refills
+    as requests finish (a server under continuous load), the drain of a larger round passing through
     ``batch``, and a run cut by the start or the end of the data are none. One row per round:
     ``full_cycles``, ``tail_cycles``, ``tokens`` (the accept marks' tokens), ``request_tokens``
-    (tokens / batch)."""
-    cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens"]
+    (tokens / batch) and ``gap_ns``: the host time from the end of the last cycle with requests before
+    the round to the start of its first (what a round costs besides its decode cycles: the previous
+    round's results returned, the requests admitted, their prefill; NaN for the data's first round)."""
+    cols = ["first_cycle", "full_cycles", "tail_cycles", "tokens", "request_tokens", "gap_ns"]
     if cycles is None or not len(cycles) or "requests" not in cycles.columns or "tokens" not in cycles.columns:
         return pd.DataFrame(columns=cols)
     # in host order: the cycle range's own start (a cycle whose GPU data was lost has no GPU start)
     key = "cpu_start_ns" if "cpu_start_ns" in cycles.columns else "start_ns"
+    end_key = "cpu_end_ns" if key == "cpu_start_ns" and "cpu_end_ns" in cycles.columns else "end_ns"
     low = cycles[cycles["rank"] == cycles["rank"].min()].sort_values(key, kind="stable")
     req = pd.to_numeric(low["requests"], errors="coerce").to_numpy(dtype="float64")
     tok = pd.to_numeric(low["tokens"], errors="coerce").to_numpy(dtype="float64")
+    start = pd.to_numeric(low[key], errors="coerce").to_numpy(dtype="float64")
+    end = (pd.to_numeric(low[end_key], errors="coerce").to_numpy(dtype="float64") if end_key in low.columns
+           else np.full(len(low), np.nan))
     ids = low["cycle"].to_numpy()
     rows, i, n = [], 0, len(req)
     while i < n:
@@ -67,10 +74,12 @@ def lockstep_rounds(cycles: pd.DataFrame, batch: int) -> pd.DataFrame:
         full = int((req[seg] == batch).sum())
         tail = int(j + 1 - i - full)
         drained = j + 1 < n and req[j + 1] == 0
-        if full >= MIN_FULL_CYCLES and tail > 0 and drained and np.isfinite(tok[seg]).all():
+        if full >= MIN_FULL_CYCLES and drained and np.isfinite(tok[seg]).all():
             t = float(tok[seg].sum())
+            before = np.flatnonzero(req[:i] > 0)            # the last cycle with requests before the round
+            gap = float(start[i] - end[before[-1]]) if len(before) else np.nan
             rows.append({"first_cycle": ids[i], "full_cycles": full, "tail_cycles": tail, "tokens": t,
-                         "request_tokens": t / batch})
+                         "request_tokens": t / batch, "gap_ns": gap if gap > 0 else np.nan})
         i = j + 1
     return pd.DataFrame(rows, columns=cols)
 
@@ -83,8 +92,10 @@ def request_tokens(cycles: pd.DataFrame, batch: int | None) -> dict | None:
     r = lockstep_rounds(cycles, int(batch))
     if r.empty:
         return None
+    gaps = pd.to_numeric(r["gap_ns"], errors="coerce").dropna()
     return {"request_tokens": [max(int(round(float(x))), 1) for x in r["request_tokens"]], "rounds": int(len(r)),
-            "full_cycles": int(r["full_cycles"].sum()), "tail_cycles": int(r["tail_cycles"].sum())}
+            "full_cycles": int(r["full_cycles"].sum()), "tail_cycles": int(r["tail_cycles"].sum()),
+            "round_gap_ns": float(gaps.median()) if len(gaps) else None}
 
 
 def tokens_pmf(survival: np.ndarray) -> np.ndarray:
@@ -127,6 +138,18 @@ def expected_max_cycles(pmf: np.ndarray, n_tokens: int, requests: int) -> float:
     """E[max over ``requests`` i.i.d. requests of T] (:func:`finish_cdf`): sum_t (1 - P(T <= t)^B)."""
     cdf = np.clip(finish_cdf(pmf, n_tokens), 0.0, 1.0)
     return float(np.sum(1.0 - cdf[:-1] ** max(int(round(requests)), 1)))
+
+
+def round_cycles(survival: np.ndarray, n_tokens, requests: float) -> float:
+    """The mean decode cycles of a round (E[max_i T_i], :func:`expected_max_cycles`) over rounds of ``n_tokens``
+    (one length or one per round) for the survival P(L >= j), j = 1..s, of s draft steps (s = 0: N cycles)."""
+    ns = [int(n) for n in np.atleast_1d(n_tokens) if int(n) >= 1]
+    if not ns:
+        return float("nan")
+    pmf = tokens_pmf(survival)
+    b = int(round(requests))
+    lengths, counts = np.unique(ns, return_counts=True)      # one computation per distinct length
+    return float(sum(int(c) * expected_max_cycles(pmf, int(n), b) for n, c in zip(lengths, counts)) / len(ns))
 
 
 def efficiency(survival: np.ndarray, n_tokens, requests: float) -> float:
