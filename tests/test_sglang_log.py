@@ -87,7 +87,8 @@ def test_calibrated_from_the_log_the_sweep_holds(tmp_path, batch):
     x = read_log(LOG).lines.query("running == @batch and steady")["tokens_per_s"].median()
     assert cal["tokens_per_s"] == pytest.approx(x) and cal["steady"] is True
     assert cal["source"]["kind"] == "sglang_log" and cal["source"]["lines"] == {1: 113, 16: 76}[batch]
-    assert pred[3]["tokens_per_s"] == pytest.approx(x * pred[3]["round_efficiency"], rel=1e-9)
+    gap = pred[3]["cycle_ns"] / (pred[3]["cycle_ns"] + (pred[3].get("round_gap_ns") or 0.0))   # the round's gap
+    assert pred[3]["tokens_per_s"] == pytest.approx(x * pred[3]["round_efficiency"] * gap, rel=1e-9)
 
 
 @need
