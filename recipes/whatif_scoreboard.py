@@ -22,6 +22,19 @@ PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16
     [("sglang_h100_v3_l32_s5", "sglang_sweep_h100_v3_l32", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l128_s3", "sglang_sweep_h100_v2_l128", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l64_s3_clock", "sglang_sweep_h100_v2_l64_clock", b) for b in (1, 16)]
+
+
+def settled(sweep: str, batch: int) -> dict:
+    """{steps: True where the cell is truth}: every engine of that step count converged (its rounds within the
+    recipe's tolerance) and, where several engines ran it, they agree within 3%."""
+    got = {}
+    for r in json.loads((REAL / f"{sweep}.json").read_text())["runs"]:
+        for b in ([] if r.get("adaptive") else r["batches"]):
+            if int(b["batch"]) == batch:
+                got.setdefault(int(r["steps"]), []).append((float(b["tokens_per_s"]), bool(b.get("converged"))))
+    return {s: all(c for _, c in v) and max(t for t, _ in v) <= 1.03 * min(t for t, _ in v) for s, v in got.items()}
+
+
 sidecache = {}
 rows = []
 for prof, sw, b in PAIRS:
@@ -37,6 +50,11 @@ for prof, sw, b in PAIRS:
         r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=m[k], baseline_tps=base)
         p = r["predictions"].set_index("steps")["tokens_per_s"]
         errs = [100 * (p[s] / mm[s] - 1) for s in mm if s != k]
+        ok = settled(sw, b)
+        out["cells"] = {s: [round(100 * (p[s] / mm[s] - 1), 1), ok.get(s, False)] for s in mm}
+        out["settled_k"] = ok.get(k, False) and ok.get(0, False)
+        good = [100 * (p[s] / mm[s] - 1) for s in mm if s != k and ok.get(s)]
+        out["cal_worst_settled"] = max(good, key=abs) if good and out["settled_k"] else None
         out["cal_worst"] = max(errs, key=abs); out["cal_mean"] = float(np.mean(np.abs(errs)))
         out["cal_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
     except Exception as e:
@@ -45,9 +63,15 @@ for prof, sw, b in PAIRS:
     out["alone_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
     rows.append(out)
     print(f"{prof:32s} b{b:<3d} cal worst {out.get('cal_worst', float('nan')):+6.1f}% mean {out.get('cal_mean', float('nan')):5.1f}% "
-          f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}%", flush=True)
+          f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}% | settled: "
+          + (f"worst {out['cal_worst_settled']:+6.1f}%" if out.get("cal_worst_settled") is not None else "(k or 0 unsettled)")
+          + " " + " ".join(f"{s}:{e:+.0f}{'' if g else '?'}" for s, (e, g) in sorted(out.get("cells", {}).items())),
+          flush=True)
 cw = [abs(r["cal_worst"]) for r in rows if "cal_worst" in r]; cm = [r["cal_mean"] for r in rows if "cal_mean" in r]
 al = [abs(r["alone_sp"]) for r in rows]
 print(f"SUMMARY cal worst mean {np.mean(cw):.2f} max {np.max(cw):.1f} | cal mean-abs {np.mean(cm):.2f} | "
       f"alone sp mean-abs {np.mean(al):.2f} max {np.max(al):.1f} | alone>25%: {sum(a > 25 for a in al)} | cal worst>10%: {sum(c > 10 for c in cw)}")
+cs = [abs(r["cal_worst_settled"]) for r in rows if r.get("cal_worst_settled") is not None]
+print(f"SETTLED (cells whose engines converged and agree within 3%, calibrated at a settled cell): {len(cs)} pairs, "
+      f"worst mean {np.mean(cs):.2f} max {np.max(cs):.1f} | worst>10%: {sum(c > 10 for c in cs)}")
 json.dump(rows, open(sys.argv[1], "w"))

@@ -25,6 +25,8 @@ The model (every assumption is printed with the result, see docs/whatif.md):
 """
 from __future__ import annotations
 
+import dataclasses
+
 from collections import Counter
 
 import numpy as np
@@ -275,6 +277,13 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
 
 
 # cycles whose draft kernel sequence votes for the steps per cycle (steps_from_kernels)
+MIN_ACCEPT_REQUESTS = 100
+"""Per-request accept lengths a batch size's own cycles must give for its acceptance to come from them alone
+(position rates to about +-0.05); fewer (a profile of batch-16 rounds asked about batch 1 has only the drain's
+last cycles: 2 and 13 on the real H100 profiles at 5 steps and 128 layers, whose acceptance then said 0.5 and 0 at
+positions 1 and 2 against 1/3 and 1/3 measured) and the acceptance comes from every steady cycle of the profile:
+a request's accept length is its own (the draft and the target on its tokens), not its batch's."""
+
 STEP_SAMPLE_CYCLES = 50
 
 
@@ -709,6 +718,10 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
     notes += [f"{side.label}: {n.count} {n.message}" for n in side.notes
               if getattr(n, "code", None) == N.LIVE_LOG_ZERO_STEPS]
     c["rounds"] = rounds_mod.request_tokens(side.cycles, batch)
+    pooled = pooled_acceptance(side, samples, batch, keep_outliers, memo)
+    if pooled is not None:
+        c["acc_samples"], note = pooled
+        notes.append(note)
     if batch is not None and verify_scaling is None and not c.get("token_fit"):
         key = ("batch_fit_samples", keep_outliers)
         if key not in memo:
@@ -719,6 +732,31 @@ def step_costs(analysis, steps: int | None = None, *, keep_outliers: bool = Fals
              profile_notes=notes, context_trend=ctx_mod.context_trend(samples),
              samples=samples, verify_scaling=verify_scaling, batch_filter=batch)
     return c
+
+
+def accept_requests(samples: pd.DataFrame) -> int:
+    """Per-request accept lengths the cycles give (the requests of those with an accept mark)."""
+    if samples is None or not len(samples) or "accepted" not in samples.columns:
+        return 0
+    req = pd.to_numeric(samples["requests"], errors="coerce").fillna(1)
+    return int(req[samples["accepted"].notna()].sum())
+
+
+def pooled_acceptance(side: Side, samples: pd.DataFrame, batch: int | None, keep_outliers: bool,
+                      memo: dict) -> tuple[pd.DataFrame, str] | None:
+    """(every steady cycle's samples, a note) where ``batch``'s own cycles give fewer than
+    :data:`MIN_ACCEPT_REQUESTS` accept lengths and the whole profile gives more; else None."""
+    own = accept_requests(samples)
+    if batch is None or own >= MIN_ACCEPT_REQUESTS:
+        return None
+    every = profile_samples(side, keep_outliers, memo, None)[0]
+    total = accept_requests(every)
+    if total <= own:
+        return None
+    return every, (f"{side.label}: batch {batch}'s own {len(samples)} cycle(s) give {own} accept length(s) (fewer than "
+                   f"{MIN_ACCEPT_REQUESTS}: cycles of {batch} request(s) in a profile of other batch sizes, e.g. a "
+                   f"round's drain): acceptance from every steady cycle ({total} accept lengths; a request's accept "
+                   f"length does not depend on its batch), the costs from those {len(samples)} cycle(s)")
 
 
 def tree_note(label: str, cfg) -> str:
@@ -1194,6 +1232,14 @@ def _resample(samples: pd.DataFrame, rng) -> pd.DataFrame:
     return samples.iloc[pick].reset_index(drop=True)
 
 
+def at_batch(acc: acc_mod.Acceptance, costs: list[dict], batch: int | None) -> acc_mod.Acceptance:
+    """The acceptance at ``batch`` requests a cycle where some profile's came from all its batch sizes
+    (:func:`pooled_acceptance`): the rates are the pool's, the batch is the one asked."""
+    if batch is None or not any("acc_samples" in c for c in costs):
+        return acc
+    return dataclasses.replace(acc, requests=float(batch))
+
+
 def _acc_profiles(costs: list[dict], samples_list) -> list:
     out = []
     for c, s in zip(costs, samples_list):
@@ -1243,8 +1289,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                          "themselves; give it with one profile only")
     steps = sorted(set(int(s) for s in steps))
     samples = [c["samples"] for c in costs]
-    acc_prof = _acc_profiles(costs, samples)
-    acc = acc_mod.estimate(acc_prof, extrapolation=extrapolation, n_boot=n_boot, seed=seed)
+    acc_samples = [c.get("acc_samples", c["samples"]) for c in costs]
+    acc = at_batch(acc_mod.estimate(_acc_profiles(costs, acc_samples), extrapolation=extrapolation, n_boot=n_boot,
+                                    seed=seed), costs, batch)
     calibrate = None
     ks = sorted({c["steps"] for c in costs})
     tps_each = per_profile = None          # {k: X}, a figure for each profiled step count; its records
@@ -1292,13 +1339,14 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
 
     for _ in progress_bar(range(n_boot), progress, total=n_boot, desc="whatif bootstrap", unit="resample"):
         bs = [_resample(s, rng) for s in samples]
+        bsa = [_resample(a, rng) if "acc_samples" in c else b for a, b, c in zip(acc_samples, bs, costs)]
         bc = [apply_batch_fit(dict(c, **costs_from_samples(s, c["steps"], c["phase_names"], c.get("verify_scaling"),
                                                            c.get("sglang_loop", False))), c.get("batch_fit"))
               for c, s in zip(costs, bs)]
         if tps_each is None:               # held: the point estimate's shift (calibrate, if any, follows)
             bc = [shift_overhead(b, c.get("overhead_shift_ns", 0.0)) for b, c in zip(bc, costs)]
         try:
-            ba = acc_mod.estimate(_acc_profiles(bc, bs), extrapolation=extrapolation, n_boot=0)
+            ba = at_batch(acc_mod.estimate(_acc_profiles(bc, bsa), extrapolation=extrapolation, n_boot=0), costs, batch)
         except ValueError:
             continue
         if tps_each is not None:           # each resample on each run's unprofiled clock, as the estimate
@@ -1365,7 +1413,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     # draft phases), or none at all (a given baseline whose clock no estimate carries)
     rough = bool(base.get("rough") if base["source"] == "estimated" else (base.get("clock") or {}).get("rough"))
     result = {
-        "profiles": [{k: v for k, v in c.items() if k not in ("samples", "profile_notes")} for c in profiled_costs],
+        "profiles": [{k: v for k, v in c.items() if k not in ("samples", "acc_samples", "profile_notes")} for c in profiled_costs],
         "acceptance": acc.table(max(steps)),
         "predictions": pred,
         "baseline": base,
