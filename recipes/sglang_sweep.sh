@@ -15,6 +15,7 @@
 # (SGLang's built-in adaptive config) or a --speculative-adaptive-config JSON file (a path in the tree
 # that travels): each STEPS entry is then the step count SGLang starts at (a candidate > 0 of the
 # config; `auto`: the largest candidate), SGLang logs at info level and its switches are kept per batch.
+# PIN: a command prefix for each engine (e.g. "taskset -c 0-7": the engine's processes on the GPU's NUMA node).
 # GRAPH_BS: --cuda-graph-bs-decode (default 1,2,4,8,16,32,64, as in the recorded sweeps).
 # BUDGET_S: no engine is started after that many seconds since T0 (default: this script's start).
 # Writes $OUT/sweep.json ({"runs": fixed-step engines, "adaptive_runs": adaptive ones}; every engine of
@@ -48,7 +49,7 @@ for cfg in $CONFIGS; do
     # beside the repeats within one) keeps every engine: the second is NAME_r2, ...
     r=1; base_name=$name; while [ -e "$W/$name.json" ]; do r=$((r + 1)); name="${base_name}_r$r"; done
     echo "== $(date -u +%T) +${el}s vocab $V layers $L steps $s ${TAG:+adaptive $TAG}"
-    timeout 300 python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${args[@]}" \
+    timeout 300 ${PIN:-} python3 recipes/sglang_sweep.py "/tmp/tiny_v${V}_l${L}" --vocab "$V" "${args[@]}" \
       --batches "$BATCHES" --graph-bs "$GRAPH_BS" --out "$W/$name.json" > "$W/$name.log" 2>&1
     echo "   rc $?"; grep -v -e 'it/s\]' -e '^\s*$' -e 'Decode batch' -e 'Prefill batch' "$W/$name.log" | tail -12
   done

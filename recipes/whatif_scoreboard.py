@@ -1,6 +1,9 @@
 """whatif against every real SGLang sweep at once (docs/whatif.md, "Rounds"): per (profile, sweep, batch), calibrated
 at the profiled step count with the measured no-speculation tokens/s, the worst and the mean |error| over the other
-measured step counts 1..6 and the speed-up's error; from the profile alone the speed-up's error; a summary line.
+measured step counts 1..6 and the speed-up's error; from the profile alone the speed-up's error (and, for a profile
+with the shim's clock, the speed-up's error as `whatif PROFILE --batch B` gives it: calibrated by that clock); per cell
+whether it is truth (every engine of the cell converged, its engines within 3% of each other: `?` where not); summary
+lines over all pairs, over the clock profiles, and over the cells that are truth.
 
     python recipes/whatif_scoreboard.py OUT.json     (the real fixtures unpacked: python -m fixtures.unpack)
 
@@ -11,7 +14,7 @@ import numpy as np
 from pathlib import Path
 from analyze.tools import sides
 from analyze.tools.whatif import model as W
-from analyze.tools.whatif.command import read_measured
+from analyze.tools.whatif.command import clock_calibration, read_measured
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16, 64)] + \
     [(f"sglang_v2_l{l}_s{s}", f"sglang_sweep_v2_l{l}", b) for l in (64, 8) for s in (3, 1) for b in (1, 16)] + \
@@ -21,7 +24,8 @@ PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16
     [("sglang_h100_v3_l32_s3", "sglang_sweep_h100_v3_l32", b) for b in (1, 4, 16, 64)] + \
     [("sglang_h100_v3_l32_s5", "sglang_sweep_h100_v3_l32", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l128_s3", "sglang_sweep_h100_v2_l128", b) for b in (1, 16)] + \
-    [("sglang_h100_v2_l64_s3_clock", "sglang_sweep_h100_v2_l64_clock", b) for b in (1, 16)]
+    [("sglang_h100_v2_l64_s3_clock", "sglang_sweep_h100_v2_l64_clock", b) for b in (1, 16)] + \
+    [("sglang_h100_v2_l48_s3", "sglang_sweep_h100_v2_l48", b) for b in (1, 8, 32)]
 
 
 def settled(sweep: str, batch: int) -> dict:
@@ -61,9 +65,15 @@ for prof, sw, b in PAIRS:
         out["cal_err"] = str(e)[:60]
     r = W.whatif(side, range(1, 7), n_boot=0, batch=b)
     out["alone_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
+    # what `whatif PROFILE --batch B` does with no figure given: the profile's own clock calibrates it where it has one
+    ck, ctps, csrc, _ = clock_calibration([side], [k], None, b)
+    if ctps is not None:
+        r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=ctps, calibrate_steps=ck, calibration_source=csrc)
+        out["clock_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
     rows.append(out)
     print(f"{prof:32s} b{b:<3d} cal worst {out.get('cal_worst', float('nan')):+6.1f}% mean {out.get('cal_mean', float('nan')):5.1f}% "
-          f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}% | settled: "
+          f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}%"
+          + (f" (its clock {out['clock_sp']:+6.1f}%)" if "clock_sp" in out else "") + " | settled: "
           + (f"worst {out['cal_worst_settled']:+6.1f}%" if out.get("cal_worst_settled") is not None else "(k or 0 unsettled)")
           + " " + " ".join(f"{s}:{e:+.0f}{'' if g else '?'}" for s, (e, g) in sorted(out.get("cells", {}).items())),
           flush=True)
@@ -71,6 +81,10 @@ cw = [abs(r["cal_worst"]) for r in rows if "cal_worst" in r]; cm = [r["cal_mean"
 al = [abs(r["alone_sp"]) for r in rows]
 print(f"SUMMARY cal worst mean {np.mean(cw):.2f} max {np.max(cw):.1f} | cal mean-abs {np.mean(cm):.2f} | "
       f"alone sp mean-abs {np.mean(al):.2f} max {np.max(al):.1f} | alone>25%: {sum(a > 25 for a in al)} | cal worst>10%: {sum(c > 10 for c in cw)}")
+ck = [abs(r["clock_sp"]) for r in rows if "clock_sp" in r]
+if ck:
+    print(f"CLOCK (profiles with the shim's clock, no figure given, as the command runs): {len(ck)} pairs, speed-up "
+          f"error mean-abs {np.mean(ck):.2f} max {np.max(ck):.1f}")
 cs = [abs(r["cal_worst_settled"]) for r in rows if r.get("cal_worst_settled") is not None]
 print(f"SETTLED (cells whose engines converged and agree within 3%, calibrated at a settled cell): {len(cs)} pairs, "
       f"worst mean {np.mean(cs):.2f} max {np.max(cs):.1f} | worst>10%: {sum(c > 10 for c in cs)}")
