@@ -27,6 +27,8 @@ KEEP = 2048
 the requests' context (real SGLang 0.5.17, 32 layers, batch 1: 2.98 ms at the start of 1,024-token requests,
 4.06 ms at their end), so the last few hundred cycles of a round are slower than the round (the first device
 run kept 512: the clock said 427 tokens/s where the round ran 450)."""
+GAPS_KEEP = 64
+"""Round gaps kept per batch size (the most recent): the time before a round that its decode cycles do not hold."""
 PART = 512
 """Cycles per ``clock`` mark (about 3.5 KB of text): a batch size's cycles in parts ``part=0, 1, ...``."""
 MAX_SIZES = 8
@@ -39,13 +41,16 @@ cycle's accept lengths after the next cycle was launched): older ones are droppe
 class WindowClock:
     """Periods and tokens of the decode cycles, per batch size (the accept mark's requests)."""
 
-    __slots__ = ("_open", "_last", "_after_gap", "rows")
+    __slots__ = ("_open", "_last", "_after_gap", "rows", "_seen", "_round", "gaps")
 
     def __init__(self):
         self._open: dict[int, list] = {}     # K -> [start_ns, next_start_ns, tokens, requests]
         self._last = None                    # K of the last decode cycle started
         self._after_gap = False              # the next decode cycle follows a prefill: its period is not kept
         self.rows: dict[int, deque] = {}     # requests -> (period_ns, tokens) of finished cycles
+        self._seen: dict[int, list] = {}     # K -> [end_ns, requests] of the recent decode cycles (the round gaps')
+        self._round = None                   # (K, start_ns) of the first decode cycle after a prefill
+        self.gaps: dict[int, deque] = {}     # requests -> gap_ns before the rounds of that many requests
 
     def decode(self, k: int, now_ns: int) -> None:
         """Decode cycle ``k`` starts at ``now_ns``: the previous one's period ends here."""
@@ -57,8 +62,12 @@ class WindowClock:
                 if e[2] is not None:
                     self._done(last, e)
         self._last = k
+        self._seen[k] = [None, None]
+        if len(self._seen) > OPEN_MAX:
+            self._seen.pop(next(iter(self._seen)))
         if self._after_gap:     # SGLang's overlap scheduler resolves the prefill's result during this cycle
             self._after_gap = False
+            self._round = (k, now_ns)
             return
         self._open[k] = [now_ns, None, None, None]
         if len(self._open) > OPEN_MAX:
@@ -74,8 +83,35 @@ class WindowClock:
             self._last = None
         self._after_gap = True
 
+    def end(self, k: int, now_ns: int) -> None:
+        """Decode cycle ``k``'s host end (its forward returned)."""
+        e = self._seen.get(k)
+        if e is not None:
+            e[0] = now_ns
+
+    def _round_gap(self, k: int, requests: int) -> None:
+        """Cycle ``k`` of ``requests`` requests is the first decode cycle after a prefill: where the decode
+        cycle before it had none (the previous batch done: a new round, analyze's ``rounds.lockstep_rounds``
+        rule) the time from the end of the last decode cycle with requests to its start is a round's gap."""
+        k0, start = self._round
+        self._round = None
+        before = self._seen.get(k0 - 1)
+        if k != k0 or requests <= 0 or before is None or before[1] != 0:
+            return
+        ends = [e for kk, (e, m) in self._seen.items() if kk < k0 and m and e is not None]
+        if ends and start > ends[-1]:
+            gaps = self.gaps.get(requests)
+            if gaps is None:
+                gaps = self.gaps[requests] = deque(maxlen=GAPS_KEEP)
+            gaps.append(start - ends[-1])
+
     def accepted(self, k: int | None, accepted: int, requests: int) -> None:
         """Cycle ``k``'s accept mark: ``accepted`` draft tokens over ``requests`` requests."""
+        seen = self._seen.get(k) if k is not None else None
+        if seen is not None:
+            seen[1] = int(requests)
+            if self._round is not None and self._round[0] == k:
+                self._round_gap(k, int(requests))
         e = self._open.get(k) if k is not None else None
         if e is None or requests <= 0:
             return
@@ -90,14 +126,17 @@ class WindowClock:
             rows = self.rows[e[3]] = deque(maxlen=KEEP)
         rows.append((e[1] - e[0], e[2]))
 
-    def buckets(self) -> list[tuple[int, int, list[int], list[int]]]:
-        """(requests, part, periods in us, tokens) of the :data:`MAX_SIZES` batch sizes with the most cycles,
-        by requests, each in parts of :data:`PART` cycles (oldest first)."""
+    def buckets(self) -> list[tuple[int, int, list[int], list[int], list[int]]]:
+        """(requests, part, periods in us, tokens, round gaps in us) of the :data:`MAX_SIZES` batch sizes with the
+        most cycles, by requests, each in parts of :data:`PART` cycles (oldest first); a batch size's round gaps
+        (the time before each round of that many requests that no decode cycle holds) on its part 0."""
         top = sorted(self.rows.items(), key=lambda kv: -len(kv[1]))[:MAX_SIZES]
         out = []
         for m, rows in sorted(top):
             rows = list(rows)
+            gaps = [int(round(g / 1000)) for g in self.gaps.get(m, ())]
             for part, i in enumerate(range(0, len(rows), PART)):
                 chunk = rows[i:i + PART]
-                out.append((m, part, [int(round(p / 1000)) for p, _ in chunk], [t for _, t in chunk]))
+                out.append((m, part, [int(round(p / 1000)) for p, _ in chunk], [t for _, t in chunk],
+                            gaps if part == 0 else []))
         return out

@@ -265,19 +265,23 @@ def parse_spec_config(text) -> SpecConfig | None:
 
 
 CLOCK_PREFIX = "clock"
-ClockMark = namedtuple("ClockMark", "requests part periods_us tokens")
+ClockMark = namedtuple("ClockMark", "requests part periods_us tokens gaps_us", defaults=((),))
 ClockMark.__doc__ = ("requests: M, the batch size; part: P, the part of that size's cycles (0, 1, ..., oldest first); "
                      "periods_us, tokens: per decode cycle before profiling started, its period (us) and tokens "
-                     "produced (tuples of equal length).")
+                     "produced (tuples of equal length); gaps_us: the round gaps before profiling started (us: from "
+                     "the end of the last decode cycle with requests to the start of a round of M requests), on "
+                     "part 0, empty elsewhere and in marks of shims before 2026-12-07.")
 CLOCK_MARK_RE = re.compile(r"^clock reqs=(?P<reqs>\d+) part=(?P<part>\d+) period_us=(?P<p>\d+(?:,\d+)*) "
-                           r"tokens=(?P<t>\d+(?:,\d+)*)\s*$")
+                           r"tokens=(?P<t>\d+(?:,\d+)*)(?: gap_us=(?P<g>\d+(?:,\d+)*))?\s*$")
 
 
-def clock_mark(requests: int, part: int, periods_us: Sequence[int], tokens: Sequence[int]) -> str:
-    """``clock reqs=M part=P period_us=... tokens=...`` of one part of a batch size's cycles (equal-length
-    sequences)."""
+def clock_mark(requests: int, part: int, periods_us: Sequence[int], tokens: Sequence[int],
+               gaps_us: Sequence[int] = ()) -> str:
+    """``clock reqs=M part=P period_us=... tokens=... [gap_us=...]`` of one part of a batch size's cycles
+    (equal-length sequences; ``gap_us`` where there are round gaps)."""
     return (f"{CLOCK_PREFIX} reqs={int(requests)} part={int(part)} "
-            f"period_us={','.join(map(str, map(int, periods_us)))} tokens={','.join(map(str, map(int, tokens)))}")
+            f"period_us={','.join(map(str, map(int, periods_us)))} tokens={','.join(map(str, map(int, tokens)))}"
+            + (f" gap_us={','.join(map(str, map(int, gaps_us)))}" if len(gaps_us) else ""))
 
 
 def parse_clock_mark(text) -> ClockMark | None:
@@ -288,10 +292,11 @@ def parse_clock_mark(text) -> ClockMark | None:
     periods = tuple(int(x) for x in m["p"].split(","))
     tokens = tuple(int(x) for x in m["t"].split(","))
     reqs = int(m["reqs"])
+    gaps = tuple(int(x) for x in m["g"].split(",")) if m["g"] else ()
     if len(periods) != len(tokens) or not 0 < reqs <= MARK_INT_MAX or max(tokens) > MARK_INT_MAX \
-            or max(periods) > MARK_INT_MAX:
+            or max(periods) > MARK_INT_MAX or (gaps and max(gaps) > MARK_INT_MAX):
         return None
-    return ClockMark(reqs, int(m["part"]), periods, tokens)
+    return ClockMark(reqs, int(m["part"]), periods, tokens, gaps)
 
 
 STEPS_PREFIX = "spec_steps="

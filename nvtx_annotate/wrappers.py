@@ -417,6 +417,12 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             b.pop()
             _stats["prefills"] += 1
             return
+        clock = _clock
+        if clock is not None:
+            try:
+                clock.end(k, perf_counter_ns())
+            except Exception as e:  # never the cycle's range
+                fault(f"{label} (clock)", e)
         try:
             acc, _tls.accept = _tls.accept, None
             if acc is None or not emit_accept(acc, k, b):

@@ -11,7 +11,7 @@ def test_periods_pair_with_tokens_whichever_comes_first():
     c.decode(2, 4_300_000)           # cycle 1: 3.3 ms, 8 tokens
     c.decode(3, 7_500_000)           # cycle 2's period known before its accept mark (v2)
     c.accepted(2, 2, 3)              # cycle 2: 3.2 ms, 5 tokens
-    assert c.buckets() == [(3, 0, [3300, 3200], [8, 5])]
+    assert c.buckets() == [(3, 0, [3300, 3200], [8, 5], [])]
     assert list(c._open) == [3]      # cycle 3 waits for its successor and its mark
 
 
@@ -25,7 +25,7 @@ def test_a_prefill_drops_the_period_before_it_and_the_one_after_it():
     c.decode(3, 14_000_000)
     c.accepted(3, 1, 2)
     c.decode(4, 17_000_000)
-    assert c.buckets() == [(2, 0, [3000], [3])]
+    assert c.buckets() == [(2, 0, [3000], [3], [])]   # no round gap: cycle 1 had requests
 
 
 def test_buckets_keep_the_last_cycles_of_the_largest_sizes():
@@ -40,12 +40,64 @@ def test_buckets_keep_the_last_cycles_of_the_largest_sizes():
         c.gap()
     got = c.buckets()
     parts = C.KEEP // C.PART
-    assert [(m, part, len(p)) for m, part, p, _ in got[:parts]] == [(1, i, C.PART) for i in range(parts)]
+    assert [(m, part, len(p)) for m, part, p, *_ in got[:parts]] == [(1, i, C.PART) for i in range(parts)]
     # of size 1's KEEP + 7 cycles (periods 1 .. KEEP + 7 us) the last (before the gap) is no cycle's, and the
     # oldest 6 of the rest went: the newest KEEP kept, oldest first
-    kept = [p for _, _, periods, _ in got[:parts] for p in periods]
+    kept = [p for _, _, periods, *_ in got[:parts] for p in periods]
     assert kept == list(range(7, C.KEEP + 7))
-    assert [(m, len(p)) for m, _, p, _ in got[parts:]] == [(m, 1) for m in range(2, 2 + C.MAX_SIZES - 1)]
+    assert [(m, len(p)) for m, _, p, *_ in got[parts:]] == [(m, 1) for m in range(2, 2 + C.MAX_SIZES - 1)]
+
+
+def round_of(c, k, t, m, cycles, period=3_000_000, busy=2_500_000):
+    """``cycles`` decode cycles of ``m`` requests from cycle ``k`` at ``t`` (each ``busy`` ns of ``period``), then the
+    overlap scheduler's empty cycle (the batch done); returns the next cycle number and time."""
+    for i in range(cycles):
+        c.decode(k, t)
+        if i:
+            c.accepted(k - 1, m, m)          # v2: the previous cycle's accept mark, resolved in this one
+        c.end(k, t + busy)
+        k, t = k + 1, t + period
+    c.decode(k, t)                           # the empty cycle: the last one's mark, then its own (none left)
+    c.accepted(k - 1, m, m)
+    c.end(k, t + 100_000)
+    c.accepted(k, 0, 0)
+    return k + 1, t + period
+
+
+def test_a_rounds_gap_is_from_the_last_busy_cycles_end_to_the_next_rounds_start():
+    """As analyze's rounds.lockstep_rounds measures it on a profile: the end of the last decode cycle with requests
+    before a round to the start of the round's first cycle, where the decode cycle before that one had none. Rounds
+    of 4 requests: the first round has no gap before it (nothing before), the next two 20 and 30 ms; a prefill
+    inside a running batch (the cycle before had requests) is no round's gap."""
+    c = C.WindowClock()
+    k, t = round_of(c, 1, 0, 4, 10)
+    for pause in (20_000_000, 30_000_000):
+        last_busy_end = t - 2 * 3_000_000 + 2_500_000     # the round's last busy cycle ended there
+        c.gap()
+        start = last_busy_end + pause
+        k, t = round_of(c, k, start, 4, 10)
+    assert list(c.gaps) == [4] and list(c.gaps[4]) == [20_000_000, 30_000_000]
+    # a prefill while requests run (a new request joins): the decode cycle before had requests, no gap recorded
+    c.decode(k, t)
+    c.end(k, t + 2_500_000)
+    c.accepted(k, 4, 4)
+    c.gap()
+    c.decode(k + 1, t + 9_000_000)
+    c.accepted(k + 1, 5, 5)
+    assert 5 not in c.gaps and list(c.gaps[4]) == [20_000_000, 30_000_000]
+    # on the batch size's part 0 only, in us; the mark round-trips
+    parts = [b for b in c.buckets() if b[0] == 4]
+    assert parts[0][4] == [20000, 30000] and all(not b[4] for b in parts[1:])
+    text = P.clock_mark(*parts[0])
+    assert text.endswith(" gap_us=20000,30000") and P.parse_clock_mark(text).gaps_us == (20000, 30000)
+
+
+def test_a_clock_mark_without_gaps_is_as_before():
+    text = P.clock_mark(16, 2, (3312, 3298), (52, 49))
+    assert text == "clock reqs=16 part=2 period_us=3312,3298 tokens=52,49"
+    assert P.parse_clock_mark(text) == P.ClockMark(16, 2, (3312, 3298), (52, 49)) and P.parse_clock_mark(text).gaps_us == ()
+    assert P.parse_clock_mark(text + " gap_us=") is None and P.parse_clock_mark(text + " gap_us=3,x") is None
+    assert P.parse_clock_mark(text + f" gap_us={2 ** 31}") is None
 
 
 def test_through_the_shims_cycle_wrapper(monkeypatch):
@@ -60,7 +112,9 @@ def test_through_the_shims_cycle_wrapper(monkeypatch):
     monkeypatch.setattr(_nvtx, "_backend", rec)
     monkeypatch.setattr(W, "_clock", C.WindowClock())
     monkeypatch.setitem(W._rank, "clock", ())
-    clock_ns = iter([0, 3_000_000, 6_100_000, 20_000_000, 30_000_000, 33_200_000, 36_000_000])
+    # a decode cycle reads the clock at its start and at its end (the round gaps'); a prefill does not
+    clock_ns = iter([0, 2_000_000, 3_000_000, 5_000_000, 6_100_000, 8_000_000, 20_000_000, 22_000_000, 30_000_000,
+                     32_000_000, 33_200_000, 35_000_000, 36_000_000, 38_000_000])
     monkeypatch.setattr(W, "perf_counter_ns", lambda: next(clock_ns))
 
     class Worker:
@@ -124,6 +178,7 @@ def test_the_shim_writes_the_marks_when_profiling_starts_and_stops_the_clock(mon
 
 # ------------------------------------------------------------------------------------------- the analyzer's side
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
@@ -207,6 +262,9 @@ def test_a_failing_clock_never_breaks_the_cycle_or_the_rank_mark(monkeypatch):
         def accepted(self, *a):
             raise RuntimeError("accepted")
 
+        def end(self, *a):
+            raise RuntimeError("end")
+
         def gap(self):
             pass
 
@@ -231,5 +289,48 @@ def test_a_failing_clock_never_breaks_the_cycle_or_the_rank_mark(monkeypatch):
     assert [e[1] for e in rec.events if e[0] == "push"] == ["decode_cycle"]
     assert [e[1] for e in rec.events if e[0] == "mark"] == ["accept_len=1 reqs=1 cycle=1 lens=1",
                                                            "rank=0 world=1 device=0"]
-    assert W.faults() == {"x.Worker.forward_batch_generation (clock)": 1, "clock (accept)": 1, "clock (marks)": 1}
+    # the cycle's start and its end each failed in the clock
+    assert W.faults() == {"x.Worker.forward_batch_generation (clock)": 2, "clock (accept)": 1, "clock (marks)": 1}
     W.reset_for_tests()
+
+
+def test_whatif_takes_the_clocks_round_gap_as_it_is():
+    """A profile whose clock carries round gaps (shims from 2026-12-07): calibrated from that clock, whatif spreads
+    the clock's median gap (measured without the profiler) over each round's cycles as it is, where before it took
+    the profile's own gap (33.5 ms at batch 32 under nsys) scaled by the calibrated / profiled cycle (x0.883). The
+    real 48-layer profile (its clock has no gaps: an older shim's) with gaps of 20, 22 and 24 ms put into its batch-32
+    clock mark."""
+    import dataclasses
+    from pathlib import Path
+
+    from analyze.tools.whatif import model as WM
+
+    path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang_h100_v2_l48_s3.sqlite"
+    if not path.exists():
+        pytest.skip("sglang_h100_v2_l48_s3.sqlite not unpacked")
+    side = S.load_side(path)
+    assert not any(m.gaps_us for m in side.clock)
+    assert clock_calibration([side], [3], None, 32)[2].get("round_gap_ns") is None
+    gapped = dataclasses.replace(side, clock=tuple(m._replace(gaps_us=(20_000, 24_000, 22_000))
+                                                   if (m.requests, m.part) == (32, 0) else m for m in side.clock))
+    k, x, src, batch = clock_calibration([gapped], [3], None, 32)
+    assert (k, batch, src["round_gap_ns"], src["round_gaps"]) == (3, 32, 22e6, 3)
+    assert S.clock_round_gap_ns(gapped, 8) is None
+    runs = {}
+    for name, s in (("profiled gap", side), ("clock gap", gapped)):
+        k, x, src, _ = clock_calibration([s], [3], None, 32)
+        runs[name] = WM.whatif(s, range(1, 7), n_boot=0, batch=32, calibrate_tps=x, calibrate_steps=k,
+                               calibration_source=src)
+    old, new = runs["profiled gap"], runs["clock gap"]
+    assert old["rounds"]["round_gap_ns"] == pytest.approx(33.5e6, rel=0.01) and "round_gap_source" not in old["rounds"]
+    assert new["rounds"]["round_gap_ns"] == 22e6 and new["rounds"]["round_gap_source"] == "profile_clock"
+    assert new["rounds"]["round_gap_profiled_ns"] == old["rounds"]["round_gap_ns"]
+    po, pn = old["predictions"], new["predictions"]
+    # the same calibrated cycles (a steady clock leaves the gap out of the calibration), the gap's share a cycle
+    # 22 ms / (33.5 ms x 0.883) of before at every step count
+    assert np.allclose(po["cycle_ns"], pn["cycle_ns"])
+    ratio = pn["round_gap_ns"] / po["round_gap_ns"]
+    assert np.allclose(ratio, ratio.iloc[0]) and ratio.iloc[0] == pytest.approx(22e6 / (33.5e6 * 0.883), rel=0.01)
+    assert (pn["tokens_per_s"] > po["tokens_per_s"]).all()
+    text = WM.rounds_text(new["rounds"])
+    assert "without the profiler" in text and "22.0 ms" in text

@@ -97,6 +97,17 @@ def clock_tokens_per_s(side: "Side", batch: int) -> dict | None:
     return live_tokens_per_s(c, batch=int(batch)) if len(c) else None
 
 
+def clock_round_gap_ns(side: "Side", batch: int) -> dict | None:
+    """The round gap before the capture window at ``batch`` requests (the ``gap_us`` of the side's ``clock`` marks,
+    nvtx_annotate/clock.py: from the end of the last decode cycle with requests to the start of a round of ``batch``
+    requests, without the profiler): ``{"round_gap_ns": median, "round_gaps": count}``, None without one (no gap
+    at that batch size, or marks of a shim before 2026-12-07)."""
+    gaps = [g for m in side.clock if m.requests == int(batch) for g in getattr(m, "gaps_us", ())]
+    if not gaps:
+        return None
+    return {"round_gap_ns": float(np.median(gaps)) * 1000.0, "round_gaps": len(gaps)}
+
+
 WHATIF_COLUMNS = ["kind", "rank", "cycle_range", "phase", "name", "start_ns", "end_ns"]
 """The op columns whatif reads."""
 

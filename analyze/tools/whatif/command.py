@@ -482,12 +482,13 @@ over 1,024-token requests at 32 layers, batch 1), no clock of the profiled load.
 
 def clock_calibration(sides: list, ks, cal_k, batch):
     """(step count, tokens/s, source, batch) from the profile's own clock (its ``clock`` marks: the decode
-    cycles the profiled process ran before nsys's capture window opened, nvtx_annotate/clock.py) when no
+    cycles the profiled process ran before nsys's capture window opened, nvtx_annotate/clock.py; the source holds
+    ``round_gap_ns`` where the marks carry the gaps before rounds of that batch size) when no
     unprofiled figure is given; (cal_k, None, None, batch) unchanged where there is none to use: several
     profiles, no marks, or fewer than :data:`CLOCK_MIN_CYCLES` steady cycles at the batch size (``batch``
     None: the one batch size the profile's load visits, :func:`per_batch.visited_batches`, the rule advise and
     :func:`per_batch.modelled_batch` use; several: none is guessed)."""
-    from analyze.tools.sides import clock_tokens_per_s, clock_unprofiled
+    from analyze.tools.sides import clock_round_gap_ns, clock_tokens_per_s, clock_unprofiled
     from analyze.tools.whatif import per_batch as PB
 
     if len(sides) != 1 or not sides[0].clock or not clock_unprofiled(sides[0]):
@@ -502,7 +503,9 @@ def clock_calibration(sides: list, ks, cal_k, batch):
     if got is None or got["cycles"] < CLOCK_MIN_CYCLES:
         return cal_k, None, None, batch
     k = ks[0] if ks else None
-    return k, float(got["tokens_per_s"]), dict(got, kind="profile_clock", path=sides[0].label, steps=k), m
+    source = dict(got, kind="profile_clock", path=sides[0].label, steps=k)
+    source.update(clock_round_gap_ns(sides[0], m) or {})     # the rounds' gap on the same clock, where it has one
+    return k, float(got["tokens_per_s"]), source, m
 
 
 def unsuitable(exc: ValueError, reports) -> UnsuitableInput:

@@ -1035,22 +1035,25 @@ def hold_overhead(costs: list[dict], acceptance: acc_mod.Acceptance, calibrate, 
 
 def predict(costs, acceptance: acc_mod.Acceptance, steps=range(1, 11),
             calibrate: tuple[int, float] | None = None, request_tokens: list[int] | None = None,
-            round_gap_ns: float | None = None) -> pd.DataFrame:
+            round_gap_ns: float | None = None, gap_unprofiled: bool = False) -> pd.DataFrame:
     """Predicted cycle time, tokens per cycle and tokens/s per step count. ``calibrate=(k, X)``:
     shift every cycle's overhead so that tokens/s at k equals X (see :func:`calibration_shift`).
     ``request_tokens`` [N, ...]: tokens/s of rounds of requests of N tokens started together (the tail:
     :func:`round_efficiency`; ``round_gap_ns``, the time a round costs besides its cycles, spread over them:
-    :func:`round_gap_share`, the column ``round_gap_ns``), else (None) of the steady state."""
+    :func:`round_gap_share`, the column ``round_gap_ns``), else (None) of the steady state; ``gap_unprofiled``:
+    that gap was measured without the profiler (the shim's clock), so a calibration does not rescale it."""
     costs = [costs] if isinstance(costs, dict) else list(costs)
     steps = list(steps)
     m = acceptance.requests
     out = cost_model(costs, steps, m)
     scale = 1.0
     if calibrate is not None:
-        shift = calibration_shift(costs, acceptance, calibrate, request_tokens, round_gap_ns)
+        shift = calibration_shift(costs, acceptance, calibrate, request_tokens, round_gap_ns,
+                                  scale_gap=not gap_unprofiled)
         out["overhead_ns"] -= shift
         out["cycle_ns"] -= shift
-        scale = gap_scale(costs, acceptance, calibrate[0], shift)
+        if not gap_unprofiled:
+            scale = gap_scale(costs, acceptance, calibrate[0], shift)
     out["accepted_per_request"] = [acceptance.expected_accepted(s) for s in steps]
     out["tokens_per_cycle"] = m * (1.0 + out["accepted_per_request"])
     out["round_efficiency"] = round_efficiency(acceptance, steps, request_tokens)
@@ -1324,6 +1327,13 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     round_info = resolve_rounds(costs, request_tokens)
     n_req = round_info["request_tokens"] if round_info else None
     gap_ns = round_info.get("round_gap_ns") if round_info else None
+    gap_unprofiled = False
+    clock_gap = (calibration_source or {}).get("round_gap_ns") if calibrate is not None and calibrate[2] else None
+    if gap_ns and clock_gap:
+        # the profile's rounds have a gap and its clock measured one without the profiler: that one, as it is
+        round_info = dict(round_info, round_gap_ns=float(clock_gap), round_gap_profiled_ns=gap_ns,
+                          round_gap_source="profile_clock")
+        gap_ns, gap_unprofiled = float(clock_gap), True
     overhead_held, profiled_costs = None, costs
     if tps_each is not None:
         # each profile on its own unprofiled clock: the overhead line is then fitted over unprofiled overheads
@@ -1331,7 +1341,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         costs, per_profile = calibrate_each(costs, acc, tps_each, n_req, gap_ns)
     elif separate:
         costs, overhead_held = hold_overhead(costs, acc, calibrate, n_req)
-    pred = predict(costs, acc, steps, calibrate, n_req, gap_ns)
+    pred = predict(costs, acc, steps, calibrate, n_req, gap_ns, gap_unprofiled)
     # joint bootstrap: cycles resampled per profile, costs and acceptance refit together
     rng = np.random.default_rng(seed)
     boot, boot_slopes = [], []
@@ -1351,7 +1361,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
             continue
         if tps_each is not None:           # each resample on each run's unprofiled clock, as the estimate
             bc = calibrate_each(bc, ba, tps_each, n_req, gap_ns)[0]
-        boot.append(predict(bc, ba, steps, calibrate, n_req, gap_ns)["tokens_per_s"].to_numpy())
+        boot.append(predict(bc, ba, steps, calibrate, n_req, gap_ns, gap_unprofiled)["tokens_per_s"].to_numpy())
         boot_slopes.append({k: v["per_token_ns"] for k, v in (bc[0].get("token_fit") or {}).items()})
     if boot:
         q = np.nanpercentile(np.array(boot), [50 * (1 - level), 50 * (1 + level)], axis=0)
@@ -1366,7 +1376,8 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
     m = acc.requests
     # the calibrated step count's profiled cycle and the shift the calibration takes off it (once)
     cal_row = cost_model(costs, [calibrate[0]], m).iloc[0] if calibrate is not None else None
-    shift = calibration_shift(costs, acc, calibrate, n_req, gap_ns) if calibrate is not None else 0.0
+    shift = (calibration_shift(costs, acc, calibrate, n_req, gap_ns, scale_gap=not gap_unprofiled)
+             if calibrate is not None else 0.0)
     k_base = int(baseline_profile(profiled_costs)["steps"])     # the profile a plain step is estimated from
     if per_profile is not None:
         first = next(x for x in per_profile if x["steps"] == k_base)
@@ -1395,7 +1406,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                 base = scale_baseline(base, ratio)
         else:
             base = estimated_baseline(profiled_costs, m, ratio)
-        base = with_round_gap(base, gap_ns * ratio if gap_ns else gap_ns, n_req)
+        base = with_round_gap(base, gap_ns * ratio if gap_ns and not gap_unprofiled else gap_ns, n_req)
     on_profiled_clock = (calibrate is None and per_profile is None and not all(c.get("live") for c in costs))
     if baseline_tps is not None and on_profiled_clock:
         # a figure measured without the profiler against predictions of the profiled clock: the speed-up is taken
@@ -1766,11 +1777,15 @@ def rounds_text(rounds: dict | None) -> str:
             "ends with its slowest request, so the cycles after the first request finishes yield fewer tokens "
             "(column 'round eff', round_efficiency in the JSON; i.i.d. requests, tail cycles at a full cycle's "
             "cost; no speculation: every request finishes at the same step); --request-tokens steady predicts the "
-            "steady state" + (f"; each round also pays {rounds['round_gap_ns'] / 1e6:,.1f} ms besides its cycles (the "
-                              "median gap before the profile's rounds: results returned, requests admitted, prefill; "
-                              "host time under the profiler, on the calibrated clock where calibrated), spread over "
-                              "its cycles (round_gap_ns in the JSON's predictions): more of it a cycle at more steps, "
-                              "a round having fewer cycles" if rounds.get("round_gap_ns") else ""))
+            "steady state" + (f"; each round also pays {rounds['round_gap_ns'] / 1e6:,.1f} ms besides its cycles ("
+                              + (f"the median gap before the rounds the profiled process ran before nsys's capture "
+                                 f"window (the shim's clock: without the profiler; "
+                                 f"{rounds['round_gap_profiled_ns'] / 1e6:,.1f} ms before the profile's rounds under "
+                                 "it)" if rounds.get("round_gap_source") == "profile_clock" else
+                                 "the median gap before the profile's rounds: results returned, requests admitted, "
+                                 "prefill; host time under the profiler, on the calibrated clock where calibrated")
+                              + "), spread over its cycles (round_gap_ns in the JSON's predictions): more of it a "
+                              "cycle at more steps, a round having fewer cycles" if rounds.get("round_gap_ns") else ""))
 
 
 STEADY_SOURCES = ("live_log", "sglang_log", "profile_clock")
