@@ -276,7 +276,6 @@ def kernel_step_table(side: Side, rank=None, memo: dict | None = None) -> pd.Dat
     return pd.DataFrame({"cycle": cycle, "steps": r, "step_period_ns": period}).sort_values("cycle")
 
 
-# cycles whose draft kernel sequence votes for the steps per cycle (steps_from_kernels)
 MIN_ACCEPT_REQUESTS = 100
 """Per-request accept lengths a batch size's own cycles must give for its acceptance to come from them alone
 (position rates to about +-0.05); fewer (a profile of batch-16 rounds asked about batch 1 has only the drain's
@@ -284,6 +283,7 @@ last cycles: 2 and 13 on the real H100 profiles at 5 steps and 128 layers, whose
 positions 1 and 2 against 1/3 and 1/3 measured) and the acceptance comes from every steady cycle of the profile:
 a request's accept length is its own (the draft and the target on its tokens), not its batch's."""
 
+# cycles whose draft kernel sequence votes for the steps per cycle (steps_from_kernels)
 STEP_SAMPLE_CYCLES = 50
 
 
