@@ -32,3 +32,11 @@ def _one_nsys_at_a_time(request):
         return
     with one_profile_at_a_time():
         yield
+
+
+def pytest_collection_finish(session):
+    """What analyze is before any test runs: the shared loads (tests/helpers/shared_loads.py) analyse fresh
+    while a test has any of it patched."""
+    from helpers import shared_loads
+
+    shared_loads.snapshot()

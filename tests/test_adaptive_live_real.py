@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyze.run import api
 from analyze.tools.sides import live_tokens_per_s
 from analyze.tools.whatif.command import main_whatif
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 LOG = REAL / "sglang_live_h100_v2_l64_adaptive.live"
@@ -34,7 +34,7 @@ def run_whatif(tmp_path, batch):
 def test_the_log_records_the_step_counts_sglang_switched_between():
     """SGLang's default config (batch 1: candidates 1, 3, 7; a batch of 16 routes to its bucket 8: 0, 1, 3)
     switched by acceptance alone: the log's steps column holds those and no other, 7 only at the start."""
-    c = api.load(str(LOG)).cycles
+    c = shared_loads.api_load(str(LOG)).cycles
     by = c.groupby(["requests", "steps"]).size()
     assert set(by.loc[1].index) == {1, 3, 7} and set(by.loc[16].index) == {0, 1, 3}
     assert by.loc[(1, 3)] > 10 * by.loc[(1, 1)] and by.loc[(16, 3)] > 10 * by.loc[(16, 1)]
@@ -48,7 +48,7 @@ def test_batch_1_from_the_log_alone_picks_the_measured_best(tmp_path):
     fixed engines of the same machine; best 4 steps, the measured best of 3 and 4."""
     r = run_whatif(tmp_path, 1)
     pred = {p["steps"]: p["tokens_per_s"] for p in r["predictions"]}
-    c = api.load(str(LOG)).cycles
+    c = shared_loads.api_load(str(LOG)).cycles
     for k in (1, 3):
         assert pred[k] == pytest.approx(live_tokens_per_s(c, steps=k, batch=1)["tokens_per_s"], rel=0.02)
     meas = fixed(1)
@@ -62,7 +62,7 @@ def test_batch_16_measures_each_step_count_at_that_batch(tmp_path):
     batch size, 2,092 tokens/s at 3 steps, which read as a +178% error), and the predictions are of the steady
     state, as the log measured (the note says so): each profiled step count within 3% of its own figure."""
     r = run_whatif(tmp_path, 16)
-    c = api.load(str(LOG)).cycles
+    c = shared_loads.api_load(str(LOG)).cycles
     pred = {p["steps"]: p for p in r["predictions"]}
     for k in (1, 3):
         want = live_tokens_per_s(c, steps=k, batch=16)["tokens_per_s"]

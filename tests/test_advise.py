@@ -10,7 +10,6 @@ import re
 import sqlite3
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from analyze.read import nccl_payloads as NP
 from analyze.tools.advise import kinds as K
 from analyze.tools.advise import settings as S
 from analyze.tools.advise.model import advise
+from helpers import cli_process, shared_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -183,7 +183,7 @@ def test_allreduce_quiet_when_small_and_not_applicable_at_tp1(tmp_path):
     adv = advise(a)
     assert _check(adv, F.ALLREDUCE).status == F.BELOW_THRESHOLD
     assert F.ALLREDUCE not in adv.rules_triggered()
-    a = analyze.load(REAL / "h200_moe_steps3.sqlite")
+    a = shared_loads.load(REAL / "h200_moe_steps3.sqlite")
     adv = advise(a, whatif=False)
     assert _check(adv, F.ALLREDUCE).status == F.NOT_APPLICABLE
 
@@ -325,7 +325,7 @@ def test_draft_extend_quiet_when_small(tmp_path):
 # ----------------------------------------------------------------------------------- real traces
 def test_real_sglang_server_is_host_bound_and_has_no_allreduce_finding():
     """SGLang 0.5.17, TP 1, a tiny model, CUDA graphs: the GPU is idle most of every cycle."""
-    a = analyze.load(REAL / "sglang_server.sqlite")
+    a = shared_loads.load(REAL / "sglang_server.sqlite")
     adv = advise(a)
     f = adv.findings[0]
     assert f.rule == F.HOST_BOUND
@@ -340,14 +340,14 @@ def test_real_sglang_server_is_host_bound_and_has_no_allreduce_finding():
 
 def test_real_sglang_engine_with_graphs_is_host_bound():
     """SGLang 0.5.17 Engine, CUDA graphs, the whole run (load, capture, prefill) in the trace."""
-    adv = advise(analyze.load(REAL / "sglang_graphs.sqlite"))
+    adv = advise(shared_loads.load(REAL / "sglang_graphs.sqlite"))
     f = adv.findings[0]
     assert f.rule == F.HOST_BOUND and f.evidence["cuda_graphs"] is True and f.evidence["idle_share"] > 0.5
     assert F.ALLREDUCE not in adv.rules_triggered()
 
 
 def test_real_sglang_eager_asks_for_cuda_graphs():
-    adv = advise(analyze.load(REAL / "sglang_eager.sqlite"))
+    adv = advise(shared_loads.load(REAL / "sglang_eager.sqlite"))
     f = _one(adv, F.HOST_BOUND)
     assert f.evidence["cuda_graphs"] is False and S.DISABLE_GRAPH in f.setting_names()
 
@@ -355,7 +355,7 @@ def test_real_sglang_eager_asks_for_cuda_graphs():
 def test_real_moe_profile_recommends_two_steps():
     """The MoE-like H200 profile at 3 steps: verify is ~90% of the cycle, whatif (verify fitted in
     the tokens) recommends 2 steps, the measured best."""
-    adv = advise(analyze.load(REAL / "h200_moe_steps3.sqlite"))
+    adv = advise(shared_loads.load(REAL / "h200_moe_steps3.sqlite"))
     f = adv.findings[0]
     assert f.rule == F.VERIFY_DOMINATED and f.evidence["verify_share"] > 0.85
     assert f.evidence["recommended_steps"] == 2 and f.evidence["verify_scaling"] == "fit"
@@ -381,8 +381,7 @@ def test_cli_advise_and_the_report_section(tmp_path):
     a_dir = tmp_path / "t"
     _, _, paths = _trace(a_dir, ranks=8, allreduce_kernel=NCCL_KERNEL.format("RING_SIMPLE"), allreduce_ns=80_000)
     out = tmp_path / "adv.json"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "advise", str(paths[0]), "--json", str(out)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["advise", str(paths[0]), "--json", str(out)], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     assert re.search(r"^1\. all-reduce in verify", proc.stdout, re.M)
@@ -392,16 +391,14 @@ def test_cli_advise_and_the_report_section(tmp_path):
     assert {c["rule"] for c in data["checks"]} == set(F.RULES)
     # the main report: terminal section, JSON key, HTML section
     rep, html = tmp_path / "r.json", tmp_path / "r.html"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(paths[0]), "--json", str(rep), "--html", str(html)],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run([str(paths[0]), "--json", str(rep), "--html", str(html)], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "Advice: what to change" in proc.stdout and "try: NCCL_PROTO=LL" in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     assert json.loads(rep.read_text())["advice"]["findings"][0]["rule"] == "allreduce"
     page = html.read_text()
     assert 'id="advice"' in page and "NCCL_PROTO=LL" in page
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(paths[0]), "--json", str(rep), "--no-advice"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run([str(paths[0]), "--json", str(rep), "--no-advice"], cwd=ROOT)
     assert "Advice" not in proc.stdout and "advice" not in json.loads(rep.read_text())
 
 
@@ -475,7 +472,7 @@ def test_suggestions_are_sentences_whole_and_chunked():
                                            ("sglang_server.sqlite", "one rank")])
 def test_straggler_says_why_there_is_no_collective(report, reason):
     """Four ranks whose all-reduce kernels match no pattern are not 'one rank, or no collectives'."""
-    adv = advise(analyze.load(str(REAL / report)), whatif=False, message_sizes=False)
+    adv = advise(shared_loads.load(str(REAL / report)), whatif=False, message_sizes=False)
     check = next(c for c in adv.checks if c.rule == F.STRAGGLER)
     assert check.status == F.NOT_APPLICABLE and reason in check.reason
 
@@ -486,7 +483,7 @@ def test_speculation_that_does_not_pay_is_a_finding():
     without draft and draft_extend) beats every step count: a finding whose saving is the time per
     token that turning speculation off saves, with the flag to remove; where speculation pays
     (the H200 look-alike sweep, given its measured tokens/s) the rule stays quiet and says by how much."""
-    a = analyze.load(str(REAL / "sglang_server.sqlite"))
+    a = shared_loads.load(str(REAL / "sglang_server.sqlite"))
     adv = advise(a, message_sizes=False)
     f = next(x for x in adv.findings if x.rule == F.SPECULATION)
     w = adv.whatif
@@ -500,7 +497,7 @@ def test_speculation_that_does_not_pay_is_a_finding():
     assert _check(adv, F.DRAFT_STEPS).status == F.NOT_APPLICABLE and "no step count pays" in _check(adv, F.DRAFT_STEPS).reason
     # the look-alike's sweep (3 steps, 1.21x measured over no speculation): against the estimated baseline
     # (1.03x) the rule states no verdict; given the measured tokens/s it stays quiet and says by how much
-    sweep2 = analyze.load(str(REAL / "h200_sweep2_steps3.sqlite"))
+    sweep2 = shared_loads.load(str(REAL / "h200_sweep2_steps3.sqlite"))
     est = advise(sweep2, message_sizes=False)
     check = next(c for c in est.checks if c.rule == F.SPECULATION)
     assert check.status == F.NO_DATA and check.reason.startswith("uncertain: 1.0")
@@ -510,7 +507,7 @@ def test_speculation_that_does_not_pay_is_a_finding():
     check = next(c for c in pays.checks if c.rule == F.SPECULATION)
     assert check.status == F.BELOW_THRESHOLD and "speculation pays:" in check.reason and "(given)" in check.reason
     assert not any(x.rule == F.SPECULATION for x in pays.findings)
-    none = advise(analyze.load(str(REAL / "h200_4proc_eager.sqlite")), message_sizes=False)
+    none = advise(shared_loads.load(str(REAL / "h200_4proc_eager.sqlite")), message_sizes=False)
     assert next(c for c in none.checks if c.rule == F.SPECULATION).status == F.NO_DATA
 
 
@@ -525,7 +522,7 @@ def test_straggler_with_collectives_outside_the_steady_cycles_says_so(tmp_path):
 
 
 def test_speculation_check_without_whatif_says_it_was_not_run():
-    adv = advise(analyze.load(str(REAL / "sglang_server.sqlite")), whatif=False, message_sizes=False)
+    adv = advise(shared_loads.load(str(REAL / "sglang_server.sqlite")), whatif=False, message_sizes=False)
     check = next(c for c in adv.checks if c.rule == F.SPECULATION)
     assert check.status == F.NO_DATA and check.reason == "whatif not run (--no-whatif)"
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from analyze import findings as F
-from analyze.run import api
 from analyze.tools.advise.command import main_advise
 from analyze.tools.advise.model import STEP_GAIN, advise
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 S5 = REAL / "sglang_h100_v3_l32_s5.sqlite"           # 5 steps, V = 3, 32 layers, batches 1 and 16
@@ -64,7 +64,7 @@ def test_a_host_bound_five_step_profile_gets_its_step_count_and_the_sweep_agrees
 def test_where_the_speculation_finding_says_no_step_count_pays_it_names_none():
     """The 5-step profile alone at batch 16: 0.60x at whatif's best (outside the estimate's error: the speculation
     rule's finding, which names whatif's best itself): no second finding with a step count beside it."""
-    adv = advise(api.load(str(S5)), batch=16)
+    adv = advise(shared_loads.api_load(str(S5)), batch=16)
     assert check(adv, F.SPECULATION).status == F.TRIGGERED
     c = check(adv, F.DRAFT_STEPS)
     assert c.status == F.NOT_APPLICABLE and "no step count pays" in c.reason
@@ -75,7 +75,7 @@ def test_a_lean_to_no_speculation_inside_the_error_and_an_extrapolated_pick_are_
     """8 layers, batch 1, the profile alone: 0.75x (inside the estimated baseline's error: the speculation rule says
     'uncertain'), whatif's best 4 steps, one beyond the profiled 3 (extrapolated): the finding names 4 and says all
     three: extrapolated, the lean to no speculation, not calibrated."""
-    adv = advise(api.load(str(L8)), batch=1)
+    adv = advise(shared_loads.api_load(str(L8)), batch=1)
     assert check(adv, F.SPECULATION).status == F.NO_DATA
     f = next(x for x in adv.findings if x.rule == F.DRAFT_STEPS)
     assert f.evidence["best_steps"] == 4 and f.evidence["best_extrapolated"] is True
@@ -90,7 +90,7 @@ def test_a_lean_to_no_speculation_inside_the_error_and_an_extrapolated_pick_are_
 
 @need(GRID)
 def test_where_verify_dominates_the_verify_rule_names_the_step_count_alone():
-    adv = advise(api.load(str(GRID)), batch=16)
+    adv = advise(shared_loads.api_load(str(GRID)), batch=16)
     c = check(adv, F.DRAFT_STEPS)
     assert c.status == F.NOT_APPLICABLE and "verify_dominated" in c.reason
     assert not [x for x in adv.findings if x.rule == F.DRAFT_STEPS]
@@ -99,7 +99,7 @@ def test_where_verify_dominates_the_verify_rule_names_the_step_count_alone():
 @need(GRID)
 def test_the_profiled_step_count_predicted_best_is_below_threshold():
     """At batch 1 whatif's best is the profiled count or within STEP_GAIN of it: no finding, and the check says which."""
-    adv = advise(api.load(str(GRID)), batch=64, calibrate_tps=13213.5, baseline_tps=15858.4)
+    adv = advise(shared_loads.api_load(str(GRID)), batch=64, calibrate_tps=13213.5, baseline_tps=15858.4)
     w = adv.whatif
     c = check(adv, F.DRAFT_STEPS)
     assert c.status in (F.NOT_APPLICABLE, F.BELOW_THRESHOLD)
@@ -112,7 +112,7 @@ def test_adaptive_rule_needs_a_batch_size_where_speculation_is_predicted_to_pay(
     """8 layers: 0.75x at batch 1 (inside the estimate's error, so not 'does not pay') and 0.73x at 16 (0.65x before
     the round's gap was modelled): every batch
     size leans to no speculation, so no adaptive config (docs/advise.md: speculation paying at one or more)."""
-    adv = advise(api.load(str(L8)), batch=1)
+    adv = advise(shared_loads.api_load(str(L8)), batch=1)
     c = check(adv, F.ADAPTIVE_STEPS)
     assert c.status == F.BELOW_THRESHOLD and "predicted to pay at no batch size" in c.reason
     assert "1: 0.75x" in c.reason and "16: 0.73x" in c.reason
@@ -123,7 +123,7 @@ def test_adaptive_rule_needs_a_batch_size_where_speculation_is_predicted_to_pay(
 def test_the_batch_size_asked_for_is_among_the_adaptive_rules_sizes():
     """--batch 64: 83 steady cycles (6% of them, under the visited share) but 20 or more: modelled, so the
     adaptive rule lists it beside the visited 1, 4 and 16 (it left it out before)."""
-    adv = advise(api.load(str(GRID)), batch=64, calibrate_tps=13213.5, baseline_tps=15858.4)
+    adv = advise(shared_loads.api_load(str(GRID)), batch=64, calibrate_tps=13213.5, baseline_tps=15858.4)
     rows = {r["batch"]: r for r in adv.whatif["per_batch"]}
     assert sorted(rows) == [1, 4, 16, 64]
     assert rows[64]["baseline_source"] == "given" and rows[64]["tokens_per_s_baseline"] == pytest.approx(15858.4)
@@ -139,7 +139,7 @@ def test_with_batch_the_cycle_figures_are_of_that_batch_size(tmp_path):
     cycles and mean period equal the report's per-batch row of 1 (one steady rule, one clock: host start to next)."""
     from analyze import views
 
-    a = api.load(str(GRID))
+    a = shared_loads.api_load(str(GRID))
     row = views.get(a, "decode_per_batch").set_index("batch").loc[1]
     adv = advise(a, batch=1)
     assert adv.cycles_batch == 1 and adv.cycles == row["cycles"] == 575

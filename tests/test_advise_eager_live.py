@@ -19,6 +19,7 @@ from analyze import findings as F
 from analyze.render.advice import text_lines
 from analyze.run import api
 from analyze.tools.advise import model as A
+from helpers import shared_loads
 from nvtx_annotate import protocol as P
 from nvtx_annotate.live.log import LogWriter
 from test_live_input import timed_rows
@@ -135,7 +136,7 @@ def test_advise_on_the_real_eager_log_states_no_span_as_gpu_time():
     16,308 us a cycle, 63.1% of the 25.8 ms cycle of batch 1 (whatif's), while nsys had its 241 kernels busy
     2-8% of the span on the same run. advise no longer says "verify dominates": the rule is not applicable with
     the span's figures, draft_extend's too (3,138 us, 12.1%), and draft_steps names whatif's 2 steps (+3.3%)."""
-    a = api.load(str(EAGER))
+    a = shared_loads.api_load(str(EAGER))
     assert A.eager_live(a)
     adv = A.advise(a, message_sizes=False)
     v = check(adv, F.VERIFY_DOMINATED)
@@ -169,7 +170,7 @@ def test_real_graph_mode_logs_are_not_eager():
     """The gated H200 log (replays timed) and the engine log written before the replay columns (cuda_graph=1):
     verify_dominated fires on them as before."""
     for path in (GRAPHS, OLD_GRAPHS):
-        a = api.load(str(path))
+        a = shared_loads.api_load(str(path))
         assert not A.eager_live(a), path
         c = check(A.advise(a, whatif=False, message_sizes=False), F.VERIFY_DOMINATED)
         assert c.status in (F.TRIGGERED, F.BELOW_THRESHOLD) and "verify_share" in c.figures, path

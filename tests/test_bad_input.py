@@ -7,7 +7,6 @@ import hashlib
 import io
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import analyze
 from analyze import cli
+from helpers import cli_process
 from fixtures import nsys_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ PUBLIC = ROOT.parent / "shared" / "public-traces"
 
 
 def run_cli(*args) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True)
+    proc = cli_process.run([*map(str, args)])
     return proc.returncode, proc.stdout, proc.stderr
 
 

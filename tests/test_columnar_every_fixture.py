@@ -7,13 +7,12 @@ diff without any change. Slow (every fixture converted and read twice: minutes):
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fixtures import columnar as write_columnar
+from helpers import cli_process
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +22,7 @@ COMMANDS = ([], ["whatif", "--steps", "1..4"], ["advise"])
 
 
 def run_cli(*args) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True)
+    proc = cli_process.run([*map(str, args)])
     return proc.returncode, proc.stdout, proc.stderr
 
 

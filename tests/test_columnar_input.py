@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analyze.read import columnar
+from helpers import cli_process
 from fixtures import columnar as write_columnar
 from fixtures import nsys_record
 
@@ -22,8 +23,7 @@ REAL = ROOT / "fixtures" / "real"
 
 
 def run_cli(*args, env=None) -> tuple[int, str, str]:
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env)
+    proc = cli_process.run([*map(str, args)], env=env)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -14,6 +14,7 @@ import pytest
 import analyze
 from analyze.run import api
 from analyze.timeline import cycles as cycles_mod
+from helpers import shared_loads
 from fixtures.synth import TraceSpec, write_trace
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real")
@@ -144,7 +145,7 @@ def test_sglang_lost_cycles_are_flagged():
         path = os.path.join(REAL, name + ".sqlite")
         if not os.path.exists(path):
             pytest.skip(f"{path} absent")
-        cyc = analyze.load(path).cycles
+        cyc = shared_loads.load(path).cycles
         reasons = cyc["warmup_reason"].value_counts().to_dict()
         assert reasons.get("no_gpu_ops", 0) == lost, (name, reasons)
         assert reasons.get("truncated", 0) == (1 if lost else 0), (name, reasons)

@@ -21,6 +21,7 @@ import analyze
 from analyze.render import html, outputs, text
 from analyze.timeline import cycles as cycles_mod
 from analyze.views import decode
+from helpers import shared_loads
 from fixtures.synth import TraceSpec, write_trace
 from helpers.period_split import period_split
 
@@ -130,7 +131,7 @@ def test_headline_known_answer():
 
 
 def test_no_split_no_breakdown_and_the_report_says_why():
-    a = analyze.load(REAL / "h200_shim_graphs_node.sqlite")
+    a = shared_loads.load(REAL / "h200_shim_graphs_node.sqlite")
     bare = a.cycles.drop(columns=[c for c in a.cycles.columns if c.startswith("period_") and c != "period_ns"])
     assert decode.decode_breakdown(bare, a.phase_names).empty
     import copy
@@ -156,7 +157,7 @@ REAL_TRACES = ["h200_shim_graphs_node", "h200_4proc_eager", "sglang_server", "sg
 
 @pytest.fixture(scope="module", params=REAL_TRACES)
 def real(request):
-    return request.param, (analyze.load(REAL / f"{request.param}.sqlite"))
+    return request.param, shared_loads.load(REAL / f"{request.param}.sqlite")
 
 
 def test_every_cycle_split_adds_up_to_its_period(real):
@@ -277,7 +278,7 @@ def test_json_contract(real, tmp_path):
 
 
 def test_csv_and_parquet_hold_the_breakdown(tmp_path):
-    a = (analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
+    a = shared_loads.load(REAL / "h200_shim_graphs_node.sqlite")
     outputs.write_csv(a, tmp_path / "csv")
     got = pd.read_csv(tmp_path / "csv" / "decode_breakdown.csv")
     want = decode.decode_breakdown(a.cycles, a.phase_names)
@@ -310,7 +311,7 @@ def test_html_first_screen_in_headless_chromium(tmp_path):
 
     from analyze.render import plots
 
-    a = (analyze.load(REAL / "h200_shim_graphs_node.sqlite"))
+    a = shared_loads.load(REAL / "h200_shim_graphs_node.sqlite")
     page = tmp_path / "r.html"
     html.write_html(a, page)
     shot = tmp_path / "shot.png"
@@ -346,7 +347,7 @@ def test_outside_cycles_line_gives_the_range_over_ranks_and_the_busiest_rank():
     figure: tests/test_bench.py)."""
     from analyze.views import registry as views
 
-    a = analyze.load(REAL / "h200_4proc_eager.sqlite")
+    a = shared_loads.load(REAL / "h200_4proc_eager.sqlite")
     line = " ".join(text.render(a, width=200).split("Outside decode cycles: ", 1)[1].split("\n")[:2])
     per_rank = views.get(a, "decode_summary").set_index("rank")["outside_cycles_busy_ns"]
     lo, hi = per_rank.min() / 1e6, per_rank.max() / 1e6

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 
 from analyze.render import html, text
-from analyze.run import api
 from analyze.timeline import cycles as cycles_mod
 from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif import per_batch as PB
 from analyze.views import decode
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 FOUR = REAL / "sglang_h100_v3_l32_s3.sqlite"          # batches 1, 4, 16, 64 (plus their ramps)
@@ -79,7 +79,7 @@ need = pytest.mark.skipif(not FOUR.exists(), reason="real SGLang fixture not unp
 
 @pytest.fixture(scope="module")
 def four():
-    return api.load(str(FOUR))
+    return shared_loads.api_load(str(FOUR))
 
 
 @need

@@ -3,8 +3,6 @@ JSON inputs, the command line; the real before/after pair when it is present."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from analyze.render.outputs import to_json_dict, write_json
 from analyze.timeline.cycles import steady
 from analyze.tools import sides
 from analyze.tools.diff import model as D
+from helpers import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -171,8 +170,8 @@ def test_cli_diff(pair, tmp_path):
     write_json(before, jb)
     write_json(after, ja)
     out, png = tmp_path / "d.json", tmp_path / "d.png"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "diff", str(jb), str(ja), "--json", str(out),
-                           "--plot", str(png), "--boot", "300"], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["diff", str(jb), str(ja), "--json", str(out), "--plot", str(png), "--boot", "300"],
+                           cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(line) for line in lines) <= 120
@@ -181,8 +180,7 @@ def test_cli_diff(pair, tmp_path):
     row = next(r for r in data["summary"] if r["rank"] == "0" and r["figure"] == "verify_ns")
     assert row["delta"] == pytest.approx(DELAY) and row["significant"] is True
     assert png.stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-m", "analyze.cli", "diff", str(jb), str(tmp_path / "missing.sqlite")],
-                         capture_output=True, text=True, cwd=ROOT)
+    bad = cli_process.run(["diff", str(jb), str(tmp_path / "missing.sqlite")], cwd=ROOT)
     assert bad.returncode not in (0, 1) and len(bad.stderr.strip().splitlines()) == 1
 
 

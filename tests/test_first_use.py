@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from analyze import cli
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -48,10 +49,9 @@ def test_evidence_shows_units_not_ns_keys():
 
 
 def test_html_names_why_cycles_were_left_out_in_words(tmp_path):
-    import analyze
     from analyze.render import html
 
-    a = analyze.load(_need("sglang_graphs.sqlite"))
+    a = shared_loads.load(_need("sglang_graphs.sqlite"))
     out = tmp_path / "r.html"
     html.write_html(a, str(out))
     page = out.read_text()

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from analyze.timeline import cycles
+from helpers import shared_loads
 
 STRINGS = pd.Series(["cudaEventSynchronize_v3020", "cudaLaunchKernel_v7000", "cuStreamSynchronize",
                      "cudaStreamSynchronizeLater"], index=[10, 11, 12, 13])
@@ -39,12 +40,10 @@ def test_the_real_scheduler_wait():
     wait is 172 / 990 / 11 / 1,751 us (the GPU-bound batch 64 waits most)."""
     import sqlite3
 
-    from analyze.tools import sides
-
     with sqlite3.connect(f"file:{PROFILE}?mode=ro", uri=True) as db:
         total, = db.execute("SELECT sum(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s "
                             "ON s.id = r.nameId WHERE s.value LIKE 'cudaEventSynchronize%'").fetchone()
-    c = sides.load_side(PROFILE).cycles
+    c = shared_loads.load_side(PROFILE).cycles
     assert int(c["host_wait_ns"].sum()) == pytest.approx(total, rel=0.01)
     c = c[~c["warmup"].astype(bool)]
     mean = c.groupby(pd.to_numeric(c["requests"]))["host_wait_ns"].mean()
@@ -84,10 +83,9 @@ def test_the_real_launch_excess_and_whatifs_note():
     export's own cudaGraphLaunch rows (SQL); whatif says it, uncalibrated, and not once calibrated."""
     import sqlite3
 
-    from analyze.tools import sides
     from analyze.tools.whatif import model as W
 
-    side = sides.load_side(HELD_OUT)
+    side = shared_loads.load_side(HELD_OUT)
     c = side.cycles
     steady = c[~c["warmup"].astype(bool) & (c["requests"] == 16)]
     assert steady["launch_excess_ns"].mean() == pytest.approx(573_000, rel=0.01)
@@ -103,6 +101,6 @@ def test_the_real_launch_excess_and_whatifs_note():
     assert "graph launches took 573.0 us a cycle at 3 steps (12% of its 4,707.1 us cycle)" in note
     cal = W.whatif(side, range(1, 7), n_boot=0, batch=16, calibrate_tps=7163.9)
     assert not any("graph launches took" in a for a in cal["assumptions"])
-    deep = sides.load_side(DEEP).cycles
+    deep = shared_loads.load_side(DEEP).cycles
     deep = deep[~deep["warmup"].astype(bool) & (deep["requests"] == 16)]
     assert deep["launch_excess_ns"].mean() == pytest.approx(2_624_000, rel=0.01)

@@ -17,6 +17,7 @@ from analyze import notes as N
 from analyze.run import api
 from analyze.timeline import launch_gaps as LG
 from analyze.tools.advise import model as M
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -130,7 +131,7 @@ def test_whatif_reads_the_lowest_rank_that_has_gpu_data():
     from analyze.tools import sides
     from analyze.tools.whatif import model as W
 
-    a = analyze.load(str(REAL / "h200_shim_4rank_single.sqlite"))
+    a = shared_loads.load(str(REAL / "h200_shim_4rank_single.sqlite"))
     a.cycles.loc[a.cycles["rank"] == 0, "warmup_reason"] = "no_gpu_ops"
     read = sides.whatif_ops(a)
     assert len(read) and set(read["rank"]) == {1}

@@ -15,6 +15,7 @@ from analyze.read import report
 from analyze.run import api, checks, launches
 from analyze.timeline import cycles
 from fixtures.synth import TraceSpec, write_trace
+from helpers import frames
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment")
@@ -47,9 +48,9 @@ def every_call(*args, **kwargs) -> launches.NeededCalls:
 
 def _same(a, b) -> None:
     for name in TABLES:
-        pd.testing.assert_frame_equal(a.table(name), b.table(name), obj=name)
-    pd.testing.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
-    pd.testing.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops")       # call_pos too: a row of the calls
+        frames.assert_frame_equal(a.table(name), b.table(name), obj=name)
+    frames.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
+    frames.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops")       # call_pos too: a row of the calls
     assert [(n.code, n.count, n.message, n.rank) for n in a.notes] == [(n.code, n.count, n.message, n.rank) for n in b.notes]
 
 
@@ -144,9 +145,9 @@ def test_a_cache_hit_gives_the_cache_miss_tables(tmp_path):
     miss, hit = api.load(str(path), cache=True), api.load(str(path), cache=True)
     for name in TABLES:
         x, y = miss.table(name), hit.table(name)
-        pd.testing.assert_frame_equal(x.drop(columns="input", errors="ignore"), y.drop(columns="input", errors="ignore"),
+        frames.assert_frame_equal(x.drop(columns="input", errors="ignore"), y.drop(columns="input", errors="ignore"),
                                       obj=name)
-    pd.testing.assert_frame_equal(miss.gpu_ops.drop(columns="input"), hit.gpu_ops.drop(columns="input"), obj="gpu_ops")
+    frames.assert_frame_equal(miss.gpu_ops.drop(columns="input"), hit.gpu_ops.drop(columns="input"), obj="gpu_ops")
 
 
 def _crossing_ranges_trace(out: Path) -> tuple[Path, int]:
@@ -255,7 +256,7 @@ def test_chunked_analysis_prepares_only_launching_calls_from_the_ops_keys(name, 
     assert next(n.count for n in launching.notes if n.code == "chunked") > 1
     whole = api.load(path, memory_budget=None)
     for t in TABLES:
-        pd.testing.assert_frame_equal(launching.table(t), whole.table(t), obj=t)
+        frames.assert_frame_equal(launching.table(t), whole.table(t), obj=t)
 
 
 def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path, monkeypatch):
@@ -286,7 +287,7 @@ def test_chunked_analysis_from_the_cache_prepares_only_launching_calls(tmp_path,
     assert from_cache == [1]
     assert len(kept) == 2 and all(k < 0.8 * n for n, k in kept) and kept[0] == kept[1]
     for t in TABLES:
-        pd.testing.assert_frame_equal(again.table(t), first.table(t), obj=t)
+        frames.assert_frame_equal(again.table(t), first.table(t), obj=t)
 
 
 def test_a_graph_launch_without_ops_is_prepared_too():

@@ -6,8 +6,6 @@ written."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +16,7 @@ import analyze
 from analyze import notes as N
 from analyze import views
 from analyze.tools import sides
+from helpers import cli_process
 from nvtx_annotate import protocol as P
 from nvtx_annotate.live import events as E
 from nvtx_annotate.live.log import LogWriter
@@ -144,8 +143,7 @@ def two_ranks(tmp_path):
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd)
+    return cli_process.run([*map(str, args)], cwd=cwd)
 
 
 def whatif_json(tmp_path, *args):

@@ -21,10 +21,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analyze.run import api, live
-from analyze.tools import sides
+from analyze.run import live
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import live_calibration, read_measured
+from helpers import cli_process, shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_live_h100_v2_l64_s3.sqlite"
@@ -44,7 +44,7 @@ def _steady(cycles: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def both():
-    return _steady(api.load(str(PROFILE_LOG)).cycles), _steady(api.load(str(PROFILE)).cycles)
+    return _steady(shared_loads.api_load(str(PROFILE_LOG)).cycles), _steady(shared_loads.api_load(str(PROFILE)).cycles)
 
 
 @need
@@ -98,7 +98,7 @@ def test_whatif_calibrated_from_the_live_log_meets_the_unprofiled_sweep(batch):
     verdict is said to be uncertain (the baseline was +5% here); given the sweep's baseline it is the
     sweep's: speculation pays."""
     measured, base = read_measured(SWEEP, batch)
-    side = sides.load_side(str(PROFILE))
+    side = shared_loads.load_side(str(PROFILE))
     k, x, source = live_calibration(str(ENGINE_LOG), [side], None, None, batch)
     assert k == 3 and source["kind"] == "live_log"
     r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=x, calibrate_steps=k,
@@ -143,14 +143,14 @@ def test_whatif_and_advise_on_the_real_live_log_alone():
     from analyze.tools.advise.model import advise
 
     measured, base = read_measured(SWEEP, 1)
-    side = sides.load_side(str(ENGINE_LOG))
+    side = shared_loads.load_side(str(ENGINE_LOG))
     r = W.whatif(side, range(1, 7), n_boot=0, batch=1)
     pred = r["predictions"].set_index("steps")["tokens_per_s"]
     for s, v in measured.items():
         assert pred[s] == pytest.approx(v, rel=0.10), s
     assert r["baseline"]["tokens_per_s"] < 0.7 * base
     assert r["best"]["verdict_uncertain"] and r["best"]["baseline_from_live_log"]
-    adv = advise(api.load(str(ENGINE_LOG)), message_sizes=False)
+    adv = advise(shared_loads.api_load(str(ENGINE_LOG)), message_sizes=False)
     check = next(c for c in adv.checks if c.rule == "speculation")
     assert check.status == "no_data" and "live timing log" in check.reason
     assert adv.whatif["best_steps"] == W.whatif(side, W_STEPS, n_boot=0)["best"]["steps"]
@@ -165,13 +165,10 @@ def test_per_batch_calibrated_from_the_live_log(tmp_path):
     cycles of that size (as --calibrate-live --batch M each): the rows equal the single-batch calls; with
     the sweep's baselines the verdict at 1 and 16 is the sweep's (speculation pays). With the estimated
     baselines (0.98x, 1.00x) no batch is said flatly not to pay."""
-    import subprocess
-    import sys
-
     from analyze.tools.whatif import per_batch as PB
     from analyze.tools.whatif.command import live_calibrations
 
-    side = sides.load_side(str(PROFILE))
+    side = shared_loads.load_side(str(PROFILE))
     tps, sources = live_calibrations(str(ENGINE_LOG), [side], None, [1, 16, 64])
     assert set(tps) == {1, 16}                       # the log has no cycle of 64 requests: not calibrated
     bases = {m: read_measured(SWEEP, m)[1] for m in (1, 16)}
@@ -183,8 +180,8 @@ def test_per_batch_calibrated_from_the_live_log(tmp_path):
                        calibration_source=src, baseline_tps=bases[m])
         assert table.loc[m, "tokens_per_s_best"] == pytest.approx(one["best"]["tokens_per_s"], rel=1e-12)
         assert table.loc[m, "calibrated"] and table.loc[m, "best_or_off"] > 0 and table.loc[m, "speedup"] > 1
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch", "--steps",
-                           "1..6", "--calibrate-live", str(ENGINE_LOG), "--boot", "20"], capture_output=True, text=True)
+    proc = cli_process.run(["whatif", str(PROFILE), "--per-batch", "--steps", "1..6", "--calibrate-live",
+                            str(ENGINE_LOG), "--boot", "20"])
     assert proc.returncode == 0, proc.stderr
     assert "No step count beats no speculation" not in proc.stdout and "off?" in proc.stdout
     assert "measure --batch-baseline-tps before" in proc.stdout.replace("\n", " ")
@@ -196,9 +193,9 @@ def test_diff_of_a_live_log_and_an_nsys_report_says_their_phases_differ_in_kind(
     (verify 5.2 ms live against 4.4 ms of kernels here); two live logs: no such note."""
     from analyze.tools.diff.model import diff_results
 
-    r = diff_results(sides.load_side(str(ENGINE_LOG)), sides.load_side(str(PROFILE)), n_boot=20)
+    r = diff_results(shared_loads.load_side(str(ENGINE_LOG)), shared_loads.load_side(str(PROFILE)), n_boot=20)
     assert any("not the same measure" in n for n in r["notes"])
-    both = diff_results(sides.load_side(str(ENGINE_LOG)), sides.load_side(str(PROFILE_LOG)), n_boot=20)
+    both = diff_results(shared_loads.load_side(str(ENGINE_LOG)), shared_loads.load_side(str(PROFILE_LOG)), n_boot=20)
     assert not any("not the same measure" in n for n in both["notes"])
 
 
@@ -210,11 +207,9 @@ def test_uncertain_rows_are_not_called_not_paying_and_mixed_inputs_are_refused(t
     whatif: one line, exit 10 (as the report); --per-batch --calibrate-live with no batch size of the
     log's: one line, exit 12."""
     import json as _json
-    import subprocess
-    import sys
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "analyze.cli", *map(str, args)], capture_output=True, text=True)
+        return cli_process.run([*map(str, args)])
 
     out = tmp_path / "a.json"
     # --boot 0: the config and the verdicts do not read the intervals (the bootstrap took 40 of this test's 50 s)
@@ -241,7 +236,7 @@ def test_the_profile_calibrated_at_its_step_count_meets_a_second_sweep(batch):
     within 10% (1.12x vs 1.13x; 1.19x vs 1.19x)."""
     measured, base = read_measured(SWEEP_B, batch)
     assert sorted(measured) == [3, 4, 5, 6]
-    side = sides.load_side(str(PROFILE))
+    side = shared_loads.load_side(str(PROFILE))
     r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=measured[3], calibrate_steps=3,
                  baseline_tps=base)
     pred = r["predictions"].set_index("steps")["tokens_per_s"]
@@ -373,7 +368,7 @@ def test_a_sampled_real_logs_split_is_carried_onto_every_cycles_period():
     from analyze import views
     from analyze.timeline import cycles as cycles_mod
 
-    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    a = shared_loads.api_load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
     c = _steady(a.cycles)
     for batch, lo, hi in ((1, 0.86, 0.90), (16, 0.92, 0.96)):
         x = c[c["requests"] == batch]
@@ -395,8 +390,8 @@ def test_diff_takes_a_sampled_logs_phases_as_the_report_does():
     from analyze import views
     from analyze.tools.diff.model import diff_results
 
-    gated = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
-    every = api.load(str(REAL / "sglang_live_h100_e2_on"))
+    gated = shared_loads.api_load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    every = shared_loads.api_load(str(REAL / "sglang_live_h100_e2_on"))
     out = diff_results(every, gated, n_boot=50)["summary"]
     rows = out[out["rank"] == "all"].set_index("figure")
     assert "timed" not in rows.index
@@ -416,12 +411,12 @@ def test_the_live_headline_says_what_the_graph_replays_took_of_a_host_bound_cycl
     from analyze import views
     from analyze.views.decode import replay_share
 
-    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    a = shared_loads.api_load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
     share = replay_share(a.cycles)
     assert 0.45 < share < 0.56
     text = " ".join(views.get(a, "headline").split())
     assert f"their CUDA-graph replays took {round(100 * share)}% of the cycle on the GPU (host-bound" in text
-    old = api.load(str(ENGINE_LOG))
+    old = shared_loads.api_load(str(ENGINE_LOG))
     assert replay_share(old.cycles) is None
     assert "replays" not in views.get(old, "headline")
 
@@ -435,7 +430,7 @@ def test_advise_on_a_live_log_with_graph_replays_finds_the_host_bound_loop():
     from analyze import views
     from analyze.tools.advise import model as A
 
-    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    a = shared_loads.api_load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
     adv = A.advise(a, whatif=False)
     host = [f for f in adv.findings if f.rule == F.HOST_BOUND]
     assert len(host) == 1 and 0.48 < host[0].evidence["replay_share"] < 0.55
@@ -443,7 +438,7 @@ def test_advise_on_a_live_log_with_graph_replays_finds_the_host_bound_loop():
     bd = views.get(a, "decode_breakdown").set_index("component")
     assert verify.figures["verify_share"] == pytest.approx(bd.loc["verify", "share"], rel=1e-3)
     assert 0.76 < verify.figures["verify_share"] < 0.80
-    old = A.advise(api.load(str(ENGINE_LOG)), whatif=False)
+    old = A.advise(shared_loads.api_load(str(ENGINE_LOG)), whatif=False)
     assert next(c for c in old.checks if c.rule == F.HOST_BOUND).status == F.NOT_APPLICABLE
 
 
@@ -454,7 +449,7 @@ def test_whatif_on_a_sampled_log_reproduces_its_own_cycle_and_says_a_refused_fit
     fits taking the timed cycles' unscaled times). Its falling lines are refused and the table says so."""
     from analyze.tools.whatif.render import render_whatif
 
-    a = api.load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
+    a = shared_loads.api_load(str(REAL / "sglang_live_h200_v2_l64_s3_gated.live"))
     r = W.whatif(a, range(1, 5), n_boot=0)
     row = r["predictions"].set_index("steps").loc[3]
     assert row["cycle_ns"] == pytest.approx(r["profiles"][0]["cycle_ns"], rel=1e-3)

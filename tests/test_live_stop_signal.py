@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import cli_process
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
@@ -87,8 +89,7 @@ def test_a_sigkilled_process_leaves_its_written_batches_readable(tmp_path):
     proc.kill()
     proc.communicate(timeout=30)
     assert not list(tmp_path.glob("*.parquet")) and len(list(tmp_path.glob("*.arrows"))) == 1
-    out = subprocess.run([sys.executable, "-m", "analyze.cli", str(tmp_path), "--json", "-"], capture_output=True,
-                         text=True, timeout=120, cwd=REPO)
+    out = cli_process.run([str(tmp_path), "--json", "-"], timeout=120, cwd=REPO)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["cycles"]) == 30

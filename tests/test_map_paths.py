@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 
-import pandas as pd
 import pytest
 
 from analyze import memory, opstore
@@ -14,6 +13,7 @@ from analyze import notes as N
 from analyze.read import cache, report
 from analyze.run import api, chunks
 from fixtures.synth import TraceSpec, write_trace
+from helpers import frames
 
 TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment")
 CACHE_CODES = (N.CACHE_READ_ELSEWHERE, N.CACHE_WRITTEN_ELSEWHERE, N.CACHE_NOT_WRITTEN)
@@ -29,11 +29,11 @@ def reports(tmp_path_factory):
 
 def same_tables(a, b, ops: bool) -> None:
     for name in TABLES:
-        pd.testing.assert_frame_equal(a.table(name).reset_index(drop=True), b.table(name).reset_index(drop=True),
+        frames.assert_frame_equal(a.table(name).reset_index(drop=True), b.table(name).reset_index(drop=True),
                                       obj=name)
-    pd.testing.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
+    frames.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
     if ops:
-        pd.testing.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops")
+        frames.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops")
     else:
         assert a.gpu_ops.empty and b.gpu_ops.empty
 
@@ -69,7 +69,7 @@ def test_inline_pool_cache_and_dask_are_identical(reports, tmp_path, monkeypatch
         assert codes(other) == codes(inline)
         # the op store, spilled under the budget: its file came back with the result from the pool's
         # processes and the Dask worker, and answers as the inline one does
-        pd.testing.assert_frame_equal(opstore.of(other).query(every), opstore.of(inline).query(every))
+        frames.assert_frame_equal(opstore.of(other).query(every), opstore.of(inline).query(every))
     if budget:
         assert opstore.of(inline).frame is None and len(opstore.of(inline)) == sum(
             len(api.load(p).gpu_ops) for p in reports)
@@ -78,7 +78,7 @@ def test_inline_pool_cache_and_dask_are_identical(reports, tmp_path, monkeypatch
             x, y = inline.table(name).reset_index(drop=True), other.table(name).reset_index(drop=True)
             if "input" in x.columns:
                 x, y = x.drop(columns="input"), y.drop(columns="input")
-            pd.testing.assert_frame_equal(x, y, obj=name)
+            frames.assert_frame_equal(x, y, obj=name)
         assert [c[:2] for c in codes(other)] == [c[:2] for c in codes(inline)]
 
 
@@ -99,11 +99,11 @@ def test_cached_chunks_are_read_from_the_cache(reports, tmp_path, monkeypatch):
     again = api.load(path, cache=True, memory_budget=1)
     assert N.has(again.notes, N.CHUNKED)
     for name in TABLES:
-        pd.testing.assert_frame_equal(first.table(name), again.table(name), obj=name)
+        frames.assert_frame_equal(first.table(name), again.table(name), obj=name)
     whole_from_cache = api.load(path, cache=True, memory_budget=None)       # the same entry, whole
     assert len(whole_from_cache.gpu_ops) == int(first.totals["gpu_ops"].sum())
     for name in TABLES:
-        pd.testing.assert_frame_equal(first.table(name), whole_from_cache.table(name), obj=name)
+        frames.assert_frame_equal(first.table(name), whole_from_cache.table(name), obj=name)
 
 
 def test_auto_budget_is_decided_the_same_on_dask(reports, monkeypatch):

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import analyze
+from helpers import cli_process
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PID_TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL": "globalPid", "CUPTI_ACTIVITY_KIND_MEMCPY": "globalPid",
@@ -72,7 +71,7 @@ def test_eight_rank_report_fits_120_columns(tmp_path):
     paths, _ = write_trace(TraceSpec(ranks=8, cycles=4, one_file=False, straggler={5: 80_000},
                                      clock_offsets_ns=[0, 3_000_000, -2_000_000, 5_000_000, 10, -4_000_000, 25, 7],
                                      cuda_graph_mode="node"), tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(tmp_path)], capture_output=True, text=True)
+    proc = cli_process.run([str(tmp_path)])
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(map(len, lines)) <= 120

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import analyze
+from helpers import cli_process, shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 TRACES = ["h200_4proc_eager", "h200_1proc_graphs_graphlevel",
@@ -20,7 +19,7 @@ TRACES = ["h200_4proc_eager", "h200_1proc_graphs_graphlevel",
 @pytest.fixture(scope="module", params=TRACES)
 def traced(request):
     name = request.param
-    return name, analyze.load(REAL / f"{name}.sqlite")
+    return name, shared_loads.load(REAL / f"{name}.sqlite")
 
 
 def test_nvtx_projection_equals_nsys_stats(traced):
@@ -80,7 +79,7 @@ def test_invariant_exclusive_plus_unattributed_is_busy(traced):
 
 
 def test_four_process_trace_has_four_ranks_from_marks():
-    result = analyze.load(REAL / "h200_4proc_eager.sqlite")
+    result = shared_loads.load(REAL / "h200_4proc_eager.sqlite")
     assert list(result.ranks["rank"]) == [0, 1, 2, 3]
     assert set(result.ranks["source"]) == {"mark"}
     assert list(result.ranks["pid"]) == [1155, 1156, 1157, 1158]
@@ -96,7 +95,7 @@ def test_four_process_trace_has_four_ranks_from_marks():
 
 
 def test_graph_level_trace_reports_graph_launches_as_gpu_work():
-    result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
+    result = shared_loads.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     graphs = result.gpu_ops[result.gpu_ops["kind"] == "graph"]
     assert len(graphs) == 80       # rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE
     note = next(n for n in result.notes if n.code == "graph_level_trace")
@@ -108,8 +107,7 @@ def test_graph_level_trace_reports_graph_launches_as_gpu_work():
 
 def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(REAL / "h200_4proc_eager.sqlite"),
-                           "--json", str(out), "-q"], capture_output=True, text=True)
+    proc = cli_process.run([str(REAL / "h200_4proc_eager.sqlite"), "--json", str(out), "-q"])
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["schema"] == 2
@@ -129,7 +127,7 @@ def test_cli_json_has_required_keys_and_matches_api(tmp_path):
     assert {"rank", "kernel_ns", "busy_ns", "exclusive_attributed_ns", "unattributed_ns"} <= set(data["totals"][0])
     assert {"range", "style", "instances", "total_projected_ns", "total_range_ns", "gpu_ops"} <= \
         set(data["nvtx_projection"][0])
-    api = analyze.load(REAL / "h200_4proc_eager.sqlite")
+    api = shared_loads.load(REAL / "h200_4proc_eager.sqlite")
     from analyze.render import outputs
 
     for name, frame in outputs.tables(api).items():
@@ -165,7 +163,7 @@ def test_streamed_json_equals_the_json_dict(tmp_path, monkeypatch):
 def test_csv_and_parquet_hold_the_same_tables(tmp_path):
     from analyze.render import outputs
 
-    result = analyze.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
+    result = shared_loads.load(REAL / "h200_1proc_graphs_graphlevel.sqlite")
     outputs.write_csv(result, tmp_path / "csv")
     outputs.write_parquet(result, tmp_path / "pq")
     for name in ("phases", "totals", "nvtx_projection", "kernels"):
@@ -196,7 +194,7 @@ def test_parquet_in_row_groups_equals_one_piece(tmp_path, monkeypatch):
 
 
 def test_default_run_without_arguments_uses_bundled_trace():
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli"], capture_output=True, text=True)
+    proc = cli_process.run([])
     assert proc.returncode == 0, proc.stderr
     assert "h200_4proc_eager.sqlite" in proc.stdout
     assert "Exclusive GPU time per phase" in proc.stdout

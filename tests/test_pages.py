@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from analyze.read import fastread, pages, report, statement
-from helpers import real_fixtures
+from helpers import frames, real_fixtures
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -120,7 +120,7 @@ def test_frames_equal_the_stdlib_frames_on_real_exports(monkeypatch):
         theirs = report.read_report(path, threads=2)
         assert set(fastread.SERVED) == {"stdlib"}
         for table in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
-            pd.testing.assert_frame_equal(getattr(mine, table), getattr(theirs, table), obj=f"{name} {table}")
+            frames.assert_frame_equal(getattr(mine, table), getattr(theirs, table), obj=f"{name} {table}")
         pd.testing.assert_series_equal(mine.strings, theirs.strings)
         assert len(mine.gpu_ops) > 100 and len(mine.calls) > 100
 

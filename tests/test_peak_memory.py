@@ -16,6 +16,7 @@ from analyze.attribute import attribution, intervals
 from analyze.project import projection
 from analyze.run import mapstep
 from analyze.run.spill import OP_COLUMNS, OpStore
+from helpers import frames
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 TABLES = ("ranks", "phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "alignment")
@@ -25,9 +26,9 @@ REAL_TRACES = ["h200_shim_graphs_node", "h200_4proc_eager", "sglang_graphs"]
 
 def _same_results(a, b, *, op_dtypes: bool = True) -> None:
     for name in TABLES:
-        pd.testing.assert_frame_equal(a.table(name), b.table(name), obj=name)
-    pd.testing.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
-    pd.testing.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops", check_dtype=op_dtypes)
+        frames.assert_frame_equal(a.table(name), b.table(name), obj=name)
+    frames.assert_frame_equal(a.ranges, b.ranges, obj="ranges")
+    frames.assert_frame_equal(a.gpu_ops, b.gpu_ops, obj="gpu_ops", check_dtype=op_dtypes)
     assert [(n.code, n.count, n.message) for n in a.notes] == [(n.code, n.count, n.message) for n in b.notes]
 
 
@@ -144,7 +145,7 @@ def test_pid_device_pairs_in_blocks_keep_first_occurrence_order(block, wide, fac
     monkeypatch.setattr(mapstep, "PAIR_BLOCK_ROWS", block)
     got = mapstep.pid_device_pairs(pid, dev, pd.factorize(pid) if factorized else None)
     want = pd.DataFrame({"global_pid": pid, "device_id": dev}).drop_duplicates(ignore_index=True)
-    pd.testing.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
+    frames.assert_frame_equal(got.reset_index(drop=True), want, check_dtype=False)
 
 
 @pytest.mark.parametrize("block", [1, 97, 1 << 17])
@@ -196,10 +197,10 @@ def test_per_process_threads_change_nothing(name, monkeypatch):
     many_chunked = _chunked(path, monkeypatch)
     assert len(one.cycles) > 10 and one.ranks["rank"].nunique() >= 4
     for t in TABLES:
-        pd.testing.assert_frame_equal(one.table(t), many.table(t), obj=t)
-        pd.testing.assert_frame_equal(one_chunked.table(t), many_chunked.table(t), obj=t)
-    pd.testing.assert_frame_equal(one.gpu_ops, many.gpu_ops)
-    pd.testing.assert_frame_equal(one.cycles, one_chunked.cycles)
+        frames.assert_frame_equal(one.table(t), many.table(t), obj=t)
+        frames.assert_frame_equal(one_chunked.table(t), many_chunked.table(t), obj=t)
+    frames.assert_frame_equal(one.gpu_ops, many.gpu_ops)
+    frames.assert_frame_equal(one.cycles, one_chunked.cycles)
 
 
 def test_per_process_threads_on_collectives_and_a_straggler(tmp_path, monkeypatch):
@@ -215,7 +216,7 @@ def test_per_process_threads_on_collectives_and_a_straggler(tmp_path, monkeypatc
     many = analyze.load(path)
     assert len(one.collectives) > 50 and one.collectives["rank"].nunique() == 4
     for t in TABLES:
-        pd.testing.assert_frame_equal(one.table(t), many.table(t), obj=t)
+        frames.assert_frame_equal(one.table(t), many.table(t), obj=t)
 
 
 def test_collectives_per_process_pass_whole_chunked_and_many_processes(tmp_path, monkeypatch):
@@ -233,8 +234,8 @@ def test_collectives_per_process_pass_whole_chunked_and_many_processes(tmp_path,
     whole_array = analyze.load(path)
     for other in (chunked, whole_array):
         for name in ("collectives", "cycles", "phases", "totals", "kernels"):
-            pd.testing.assert_frame_equal(per_process.table(name), other.table(name), obj=name)
-    pd.testing.assert_frame_equal(per_process.gpu_ops, whole_array.gpu_ops)
+            frames.assert_frame_equal(per_process.table(name), other.table(name), obj=name)
+    frames.assert_frame_equal(per_process.gpu_ops, whole_array.gpu_ops)
 
 
 def test_ranks_renumbered_across_reports_keep_the_id_dtype(tmp_path):

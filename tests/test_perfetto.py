@@ -25,6 +25,7 @@ from analyze.timeline import cycles as cycles_mod
 from analyze import cli
 from analyze.render import perfetto
 from analyze.timeline import collectives as coll_mod
+from helpers import shared_loads
 from fixtures.synth import TraceSpec, write_trace
 
 pb2 = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -120,7 +121,7 @@ def check_against(a, data: bytes) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", ["h200_4proc_eager", "h200_shim_graphs_node", "sglang_graphs"])
 def test_real_traces_hold_the_same_phase_totals(name):
-    a = analyze.load(REAL / f"{name}.sqlite")
+    a = shared_loads.load(REAL / f"{name}.sqlite")
     s = check_against(a, perfetto.perfetto_bytes(a))
     assert set(s["track"]) >= {"phases", "decode cycles"}
 
@@ -160,7 +161,7 @@ def test_cli_writes_it_atomically_and_lists_it(tmp_path, capsys):
     text = capsys.readouterr().out
     assert text.rstrip().splitlines()[-1] == f"  {out}"
     assert "wrote:" in text
-    check_against(analyze.load(REAL / "h200_4proc_eager.sqlite"), out.read_bytes())
+    check_against(shared_loads.load(REAL / "h200_4proc_eager.sqlite"), out.read_bytes())
     assert [p.name for p in tmp_path.iterdir()] == ["run.pftrace"]       # no temporary left
 
 
@@ -177,7 +178,7 @@ def _trace_processor_shell() -> str | None:
 def test_trace_processor_reads_the_same_phase_totals(tmp_path):
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
-    a = analyze.load(REAL / "h200_4proc_eager.sqlite")
+    a = shared_loads.load(REAL / "h200_4proc_eager.sqlite")
     path = perfetto.write_perfetto(a, tmp_path / "t.pftrace")
     tp = TraceProcessor(trace=str(path), config=TraceProcessorConfig(bin_path=_trace_processor_shell()))
     q = tp.query("""

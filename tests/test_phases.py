@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import analyze
 from analyze.attribute.phases import Phase, load_config, parse_phase_option
+from helpers import cli_process
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 TRACE = REAL / "h200_4proc_eager.sqlite"
@@ -57,8 +56,7 @@ def test_config_file_replaces_defaults(tmp_path):
     cfg.write_text('replace_defaults = true\n\n[[phase]]\nname = "spec"\nranges = ["draft", "verify"]\n\n'
                    '[[phase]]\nname = "comm"\nranges = ["allreduce"]\n')
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(TRACE), "--config", str(cfg), "--json",
-                           str(out), "-q"], capture_output=True, text=True)
+    proc = cli_process.run([str(TRACE), "--config", str(cfg), "--json", str(out), "-q"])
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert data["phase_names"] == ["spec", "comm"]

@@ -14,6 +14,7 @@ import analyze
 from analyze import cli
 from analyze.attribute.phases import OTHER
 from analyze.render import html, plots
+from helpers import shared_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL4 = ROOT / "fixtures" / "real" / "h200_4proc_eager.sqlite"
@@ -22,12 +23,12 @@ REAL1 = ROOT / "fixtures" / "real" / "h200_1proc_graphs_graphlevel.sqlite"
 
 @pytest.fixture(scope="module")
 def real4():
-    return analyze.load(REAL4)
+    return shared_loads.load(REAL4)
 
 
 @pytest.fixture(scope="module")
 def real1():
-    return analyze.load(REAL1)
+    return shared_loads.load(REAL1)
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +304,7 @@ def test_eight_rank_labels_do_not_overlap(synth8):
 
 
 def test_write_all_png_svg(real4, tmp_path):
-    a = analyze.load(REAL4)
+    a = shared_loads.load(REAL4)
     names = plots.write_all(a, tmp_path / "figs")
     stems = ["decode", "phases", "timeline", "top_kernels", "cycle_distributions", "cycle_breakdown", "verify_kernels"]
     assert names == [f"{s}.{ext}" for s in stems for ext in ("png", "svg")]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from analyze.processes import EXIT_TERMINATED, OPENBLAS_THREAD_VARIABLES, bounded_jobs
+from helpers import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -176,8 +177,7 @@ def test_bounded_jobs():
 
 @pytest.mark.parametrize("value", ["0", "-3", "x"])
 def test_jobs_below_one_is_a_usage_error(value):
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", str(GRAPHS), "--jobs", value, "-q"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run([str(GRAPHS), "--jobs", value, "-q"], cwd=ROOT)
     assert proc.returncode == 10 and "--jobs" in proc.stderr and "Traceback" not in proc.stderr
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from analyze.tools import sides
 from analyze.tools.whatif.command import main_whatif
+from helpers import shared_loads
 from nvtx_annotate import protocol as P
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -67,7 +67,7 @@ def test_the_report_holds_the_cycles_before_its_window():
     written four times (at the start and with the rank mark at the next three worker calls)."""
     clock = _clock_from_sql()
     assert {m: len(p) for m, (p, _) in clock.items()} == {1: 2048, 2: 9, 3: 14, 6: 9, 13: 8, 14: 9, 15: 29, 16: 667}
-    side = sides.load_side(PROFILE)
+    side = shared_loads.load_side(PROFILE)
     assert len(side.clock) == 12 and {m.requests for m in side.clock} == set(clock)
 
 
@@ -135,7 +135,7 @@ def test_on_a_noisy_host_the_clock_is_as_good_as_the_host():
     from analyze.tools.whatif import model as W
     from analyze.tools.whatif.command import clock_calibration
 
-    side = sides.load_side(PROFILE)
+    side = shared_loads.load_side(PROFILE)
     # 279 / 4,341 since the round's gap is modelled (282 / 4,521 before: -18% / +11% of the plain engine)
     for batch, want, err in ((1, 279, (-0.20, -0.18)), (16, 4341, (0.06, 0.08))):
         k, x, src, _ = clock_calibration([side], None, None, batch)
@@ -156,7 +156,7 @@ def test_per_batch_calibrates_each_size_from_its_own_clock(capsys):
     from analyze.tools.whatif import per_batch as PB
     from analyze.tools.whatif.command import clock_calibrations
 
-    side = sides.load_side(PROFILE)
+    side = shared_loads.load_side(PROFILE)
     tps_by_batch, sources = clock_calibrations([side], None, [1, 16])
     table = PB.per_batch([side], range(1, 7), n_boot=0, calibrate=tps_by_batch, calibration_sources=sources)
     got = table.set_index("batch")
@@ -172,10 +172,9 @@ def test_advise_calibrates_where_whatif_does():
     whatif --batch 1 does (279 tokens/s at the profiled 3 steps: 282 before the round's gap was modelled), and its text
     says so; its per-batch table takes
     each size's own clock."""
-    from analyze.run import api
     from analyze.tools.advise.model import _batch_said, whatif_summary
 
-    w = whatif_summary(api.load(str(PROFILE)))
+    w = whatif_summary(shared_loads.api_load(str(PROFILE)))
     assert (w["batch"], w["batch_source"], w["clock_batch"], w["clock_cycles"]) == (1, "most cycles", 1, 2047)
     assert w["tokens_per_s_profiled"] == pytest.approx(279, abs=1)
     assert "own clock: 2047 steady decode cycles at batch 1" in _batch_said(w)
@@ -193,11 +192,10 @@ def test_advise_counts_the_gpu_idle_the_server_has_not_the_profilers():
     38.6%. Since 2026-12-07 the speculation finding is on that calibrated cycle too (before: the analysis' profiled
     cycle over every batch size: a newcomer read two findings of one list on two bases)."""
     from analyze.findings import HOST_BOUND, SPECULATION
-    from analyze.run import api
     from analyze.tools.advise.model import advise
     from analyze.timeline import cycles as cycles_mod
 
-    a = api.load(str(PROFILE))
+    a = shared_loads.api_load(str(PROFILE))
     adv = advise(a, batch=16)
     hb = next(f for f in adv.findings if f.rule == HOST_BOUND)
     w_cycle = hb.evidence["profiled_cycle_ns"] - hb.evidence["profiler_ns"]
@@ -222,11 +220,10 @@ def test_a_pooled_calibration_takes_the_pooled_cycles():
     """A figure given without --batch calibrates whatif's pooled model: the host-bound rule takes every steady cycle's
     busy time against that calibrated cycle (it left the calibration out when no batch size was modelled)."""
     from analyze.findings import HOST_BOUND
-    from analyze.run import api
     from analyze.timeline import cycles as cycles_mod
     from analyze.tools.advise.model import advise
 
-    a = api.load(str(PROFILE))
+    a = shared_loads.api_load(str(PROFILE))
     adv = advise(a, calibrate_tps=2000.0, baseline_tps=3500.0)
     hb = next(c for c in adv.checks if c.rule == HOST_BOUND)
     assert hb.figures["calibrated_batch"] is None and "profiler_ns" in hb.figures

@@ -13,12 +13,12 @@ from __future__ import annotations
 import csv
 import json
 import sqlite3
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
+
+from helpers import cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = REPO / "fixtures" / "real"
@@ -29,8 +29,7 @@ WARMUP, CYCLES, LAYERS = 2, 8, 4  # record_all.sh: --warmup 2 --cycles 8, --veri
 def analyze(*names: str) -> dict:
     out = Path(f"/tmp/specprof_test_{'_'.join(names)}.json")
     paths = [str(REAL / f"{n}.sqlite") for n in names]
-    r = subprocess.run([sys.executable, "-m", "analyze.cli", *paths, "--json", str(out), "-q"],
-                       capture_output=True, text=True, cwd=REPO, timeout=600)
+    r = cli_process.run([*paths, "--json", str(out), "-q"], cwd=REPO, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(out.read_text())
 
@@ -193,8 +192,7 @@ def test_cpu2022_trace_read_by_the_analyzer():
     equal to what nsys 2022.4's own `nsys stats -r nvtxsum` printed for the file."""
     out = Path("/tmp/specprof_test_cpu2022.json")
     out.unlink(missing_ok=True)
-    r = subprocess.run([sys.executable, "-m", "analyze.cli", str(REAL / "cpu2022_shim.sqlite"), "--json",
-                        str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    r = cli_process.run([str(REAL / "cpu2022_shim.sqlite"), "--json", str(out)], cwd=REPO, timeout=600)
     assert r.returncode == 7 and r.stderr.count("\n") == 1 and "NVTX only" in r.stderr
     assert "sglang:decode_cycle" in r.stdout
     d = json.loads(out.read_text())

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import analyze
+from helpers import shared_loads
 from fixtures.synth import TraceSpec, write_trace
 
 specs = st.builds(
@@ -558,7 +559,7 @@ def test_json_lines_on_real_exports_equal_json_dumps(name):
     from analyze.render import json_rows, outputs
 
     path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / f"{name}.sqlite"
-    result = analyze.load(str(path))
+    result = shared_loads.load(str(path))
     checked = nested = 0
     for table, frame in outputs._json_parts(result):
         if not isinstance(frame, pd.DataFrame):

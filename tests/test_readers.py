@@ -18,6 +18,7 @@ from analyze import cli
 from analyze.errors import UsageError
 from analyze.read import fastread, pages, report
 from fixtures.synth import TraceSpec, write_trace
+from helpers import frames
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -43,7 +44,7 @@ def frames_equal(a: report.ReportTables, b: report.ReportTables) -> None:
     """Same tables: values and dtypes."""
     pd.testing.assert_series_equal(a.strings, b.strings)
     for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
-        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
+        frames.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
     assert a.meta == b.meta and a.cross_thread_ranges == b.cross_thread_ranges
 
 
@@ -214,7 +215,7 @@ def test_the_stdlib_cursor_types_columns_like_pages(tmp_path, monkeypatch, batch
     finally:
         conn.close()
     assert dict(fastread.SERVED) == {"pages": 1, "stdlib": 3}
-    pd.testing.assert_frame_equal(stdlib_frame, pages_frame)
+    frames.assert_frame_equal(stdlib_frame, pages_frame)
     assert [str(t) for t in stdlib_frame.dtypes] == ["int64", "float64", "object", "object", "float64"]
     assert stdlib_frame["big"].tolist() == [r[2] for r in rows]          # exact past 2**53: objects
     assert stdlib_frame["n"].isna().tolist() == [r[1] is None for r in rows]
@@ -290,9 +291,9 @@ def test_op_columns_equal_frame_assembly(scale_file, tmp_path, monkeypatch, read
                 got = report.read_gpu_ops(conn, chunk_rows)
             finally:
                 conn.close()
-            pd.testing.assert_frame_equal(got, ref, obj=f"{path} chunk_rows={chunk_rows}")
+            frames.assert_frame_equal(got, ref, obj=f"{path} chunk_rows={chunk_rows}")
         for threads in (1, 2):
-            pd.testing.assert_frame_equal(report.read_report(path, threads=threads).gpu_ops, ref)
+            frames.assert_frame_equal(report.read_report(path, threads=threads).gpu_ops, ref)
     got = report.read_report(odd).gpu_ops
     assert got["correlation_id"].max() == 9007199254740993
     assert got["graph_node_id"].isna().any() and (got["global_pid"] == -1).any()
@@ -305,7 +306,7 @@ def test_op_columns_fall_back_for_a_real_column(scale_file, tmp_path):
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = 1.5 WHERE rowid = 2")
     con.commit()
     con.close()
-    pd.testing.assert_frame_equal(report.read_report(str(path)).gpu_ops, _old_assembly(str(path)))
+    frames.assert_frame_equal(report.read_report(str(path)).gpu_ops, _old_assembly(str(path)))
 
 
 def test_empty_op_tables(tmp_path):
@@ -372,7 +373,7 @@ def test_assembly_drops_repeats_across_parts_like_pandas(ordered):
     parts = [("memcpy", m1), ("kernel", k1), ("kernel", k2)]
     want = _reference_assembly(parts)
     got = report.assemble_kinds([(k, f.copy()) for k, f in parts])
-    pd.testing.assert_frame_equal(got, want)
+    frames.assert_frame_equal(got, want)
     repeats = len(k1) + len(k2) + len(m1) - len(want)
     assert repeats == 2
     assert [tuple(x) for x in got.attrs["excluded_rows"]] == [("kernel", "duplicate_rows", repeats)]
@@ -397,7 +398,7 @@ def test_narrow_id_column_widens_for_a_value_int32_cannot_hold(column, big):
     assert got[column].iloc[300 + 150] == big
     for other in set(report.NARROW_OP_COLUMNS) - {column}:
         assert got[other].dtype == np.int32
-    pd.testing.assert_frame_equal(got, _reference_assembly([("kernel", small), ("kernel", wide)]))
+    frames.assert_frame_equal(got, _reference_assembly([("kernel", small), ("kernel", wide)]))
 
 
 def test_op_table_from_the_cache_has_the_read_dtypes(tmp_path):
@@ -412,7 +413,7 @@ def test_op_table_from_the_cache_has_the_read_dtypes(tmp_path):
     cached, _ = cache.load_or_read(str(path))
     assert cached is not read and len(read.gpu_ops) > 1000
     assert all(read.gpu_ops[c].dtype == np.int32 for c in report.NARROW_OP_COLUMNS)
-    pd.testing.assert_frame_equal(cached.gpu_ops, read.gpu_ops)
+    frames.assert_frame_equal(cached.gpu_ops, read.gpu_ops)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -458,7 +459,7 @@ def test_a_report_with_a_wal_is_read_by_the_stdlib_cursor_only(tmp_path, monkeyp
     without = report.read_report(str(plain), threads=2)
     assert set(fastread.SERVED) == {"pages"}
     frames_equal(without, with_wal)
-    pd.testing.assert_frame_equal(analyze.load(plain).totals, walled.totals)
+    frames.assert_frame_equal(analyze.load(plain).totals, walled.totals)
 
 
 def test_stdlib_batches_of_large_integers_and_floats_in_one_column(tmp_path, monkeypatch):

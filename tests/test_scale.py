@@ -14,6 +14,7 @@ from analyze.cli import parse_size
 from analyze.read import cache, fastread, report
 from analyze.run import api
 from fixtures.synth import TraceSpec, write_trace
+from helpers import frames
 
 TABLES = ("phases", "kernels", "totals", "nvtx_projection", "cycles", "collectives", "ranks")
 
@@ -39,7 +40,7 @@ def scale_file(tmp_path_factory):
 def same(a, b, ops: bool = True):
     for name in TABLES + ("alignment",):
         x, y = a.table(name).reset_index(drop=True), b.table(name).reset_index(drop=True)
-        pd.testing.assert_frame_equal(x, y, check_dtype=False, obj=name)
+        frames.assert_frame_equal(x, y, check_dtype=False, obj=name)
     if not ops:      # the chunked analysis keeps no per-op table
         return
     assert len(a.gpu_ops) == len(b.gpu_ops)
@@ -74,7 +75,7 @@ def test_fast_reader_equals_stdlib_and_is_read_only(scale_file, monkeypatch):
     slow = report.read_report(path)
     assert set(fastread.SERVED) == {"stdlib"}
     for name in ("gpu_ops", "calls", "ranges", "marks"):
-        pd.testing.assert_frame_equal(getattr(fast, name), getattr(slow, name), obj=name)
+        frames.assert_frame_equal(getattr(fast, name), getattr(slow, name), obj=name)
     assert sha(path) == before
     assert not any(os.path.exists(path + s) for s in ("-journal", "-wal", "-shm"))
 
@@ -108,7 +109,7 @@ def test_chunked_analysis_gives_identical_results(scale_file):
     same(whole, roomy, ops=False)
     assert chunked.gpu_ops.empty and list(chunked.gpu_ops.columns) == list(whole.gpu_ops.columns)
     t = report.read_report(path, chunk_rows=7_000)
-    pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
+    frames.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
 
 
 @pytest.mark.parametrize("rows", [1_237, 4_096])
@@ -131,7 +132,7 @@ def test_many_chunk_boundaries_give_identical_results(scale_file, monkeypatch, r
             assert ph.loc[p, "exclusive_ns"] == ns, (t["rank"], p)
     for rows_read in (997, 4_096):
         t = report.read_report(path, chunk_rows=rows_read)
-        pd.testing.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
+        frames.assert_frame_equal(t.gpu_ops, report.read_report(path).gpu_ops)
 
 
 REAL = os.path.join(os.path.dirname(__file__), "..", "fixtures", "real")
@@ -174,7 +175,7 @@ def test_parallel_readers_give_the_same_tables(scale_file, monkeypatch):
     assert len(report.plan_gpu_op_reads(report.open_report(path), split=2)) > \
         len(report.plan_gpu_op_reads(report.open_report(path), split=1))
     for name in ("gpu_ops", "calls", "ranges", "marks", "processes", "devices"):
-        pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name), obj=name)
+        frames.assert_frame_equal(getattr(one, name), getattr(two, name), obj=name)
 
 
 @pytest.mark.parametrize("reader", ["pages", "stdlib"])
@@ -191,10 +192,10 @@ def test_read_only_views_equal_copies(scale_file, monkeypatch, reader):
         cols = ["a", "b", "c", "d", "e"]
         table = fastread.read_frame(conn, sql, cols)
         view = fastread.read_frame(conn, sql, cols, copy=False)
-        pd.testing.assert_frame_equal(view, table)
+        frames.assert_frame_equal(view, table)
         assert len(table) > 10_000 and table["a"].dtype == np.int64
         nvtx = "SELECT start, end, text, textId, globalTid FROM NVTX_EVENTS"
-        pd.testing.assert_frame_equal(fastread.read_frame(conn, nvtx, cols, copy=False),
+        frames.assert_frame_equal(fastread.read_frame(conn, nvtx, cols, copy=False),
                                       fastread.read_frame(conn, nvtx, cols))
         # (pages.py does not read ``IS NOT NULL`` conditions: the kernels' statement is the stdlib's)
         assert dict(fastread.SERVED) == ({"pages": 2, "stdlib": 2} if reader == "pages" else {"stdlib": 4})
@@ -247,7 +248,7 @@ def test_cache_falls_back_to_user_dir_when_report_dir_is_read_only(tmp_path, mon
     assert any(n.code == "cache_read_elsewhere" and n.message.startswith("cache: read from") for n in b.notes)
     assert not (src / (paths[0].name + ".specprof-cache")).exists()
     assert any((tmp_path / "user-cache").rglob("gpu_ops.parquet"))
-    pd.testing.assert_frame_equal(a.phases, b.phases, check_dtype=False)
+    frames.assert_frame_equal(a.phases, b.phases, check_dtype=False)
 
 
 def test_vectorised_exact_path_matches_per_range_loop():
@@ -306,7 +307,7 @@ def test_nvtx_read_in_chunks_equals_whole(rows):
         finally:
             conn.close()
         for a, b in zip(whole, chunked):
-            pd.testing.assert_frame_equal(a, b, obj=name)
+            frames.assert_frame_equal(a, b, obj=name)
 
 
 def test_hash_lookup_links_as_the_join():
@@ -358,7 +359,7 @@ def test_chunked_analysis_of_public_nccl_exports_is_identical(name, monkeypatch)
     n = chunk_count(chunked)
     assert n >= 10        # chunks cut the biggest op table (kernels) every 300 rows
     same(whole, chunked, ops=False)
-    pd.testing.assert_frame_equal(whole.ranges, chunked.ranges, obj="ranges")
+    frames.assert_frame_equal(whole.ranges, chunked.ranges, obj="ranges")
     assert whole.ranks["rank"].nunique() == 2
     n_nccl = int(whole.gpu_ops["name"].str.startswith("ncclDevKernel_").sum())
     assert len(whole.collectives) == (n_nccl if "mfu" in name else 0)

@@ -14,6 +14,7 @@ import pytest
 from analyze.errors import NotSqlite, OutputError
 from analyze.read.connection import export_schema_version, open_report, table_columns
 from analyze.tools.scrub import HOST, SCRUBBED, main_scrub, scrub, scrub_json_text, scrub_text
+from helpers import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -338,16 +339,13 @@ def test_main_scrub_cli(tmp_path, capsys):
 def test_scrubbed_copy_analyzes_identically_through_the_cli(tmp_path):
     """`analyze-trace scrub IN -o OUT`: the analysis of OUT equals that of IN, and IN is unchanged."""
     import hashlib
-    import subprocess
-    import sys
 
     import analyze
 
     src = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "h200_4proc_eager.sqlite"
     before = hashlib.sha256(src.read_bytes()).hexdigest()
     out = tmp_path / "shared.sqlite"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "scrub", str(src), "-o", str(out)],
-                          capture_output=True, text=True)
+    proc = cli_process.run(["scrub", str(src), "-o", str(out)])
     assert proc.returncode == 0, proc.stderr
     assert hashlib.sha256(src.read_bytes()).hexdigest() == before
     a, b = analyze.load(src), analyze.load(out)

@@ -5,14 +5,13 @@ fixtures/real/sglang_info_h100_v3_l32_s3.log: real SGLang 0.5.17 at --log-level 
 tokens/s of rounds beside it (``.sweep.json``). The profile is tests/test_whatif_sglang_heldout.py's.
 """
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from analyze.read.sglang_log import parse_log, read_log
 from analyze.tools.whatif.command import main_whatif, read_measured
+from helpers import cli_process
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -98,8 +97,7 @@ def test_calibrated_from_the_log_the_sweep_holds(tmp_path, batch):
     (["--batch", "16", "--calibrate-tps", "7000"], 10, "give one of them"),
 ])
 def test_what_it_refuses(extra, code, words):
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--calibrate-sglang-log",
-                           str(LOG), *extra], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(PROFILE), "--calibrate-sglang-log", str(LOG), *extra], cwd=ROOT)
     assert proc.returncode == code and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
 
 
@@ -117,16 +115,16 @@ def test_what_it_refuses(extra, code, words):
 def test_a_file_that_is_no_log_is_said_to_be_none(tmp_path, make, code, words):
     """A newcomer passed the report, a JSON sweep or any text to --calibrate-sglang-log and was told '0 steady
     Decode batch lines ... (none steady: ...)': now what the file is instead, in one line."""
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
-                           "--calibrate-sglang-log", str(make(tmp_path))], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(make(tmp_path))],
+                           cwd=ROOT)
     assert proc.returncode == code and proc.stderr.count("\n") == 1 and words in proc.stderr, proc.stderr
 
 
 @need
 def test_a_missing_log_is_one_line(tmp_path):
     """A log path that does not exist: MissingInput, exit 2 (docs/bad_input.md), one line naming the option."""
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
-                           "--calibrate-sglang-log", str(tmp_path / "none.log")], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(PROFILE), "--batch", "16", "--calibrate-sglang-log",
+                            str(tmp_path / "none.log")], cwd=ROOT)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--calibrate-sglang-log" in proc.stderr
 
 
@@ -176,8 +174,7 @@ def test_the_one_batch_size_of_a_profile_needs_no_batch_and_another_step_count_i
     second = REAL / "sglang_h100_v3_l32_s5.sqlite"
     if not second.exists():
         pytest.skip("5-step profile not unpacked")
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(second), "--calibrate-sglang-log",
-                           str(LOG)], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(second), "--calibrate-sglang-log", str(LOG)], cwd=ROOT)
     assert proc.returncode == 10 and "--speculative-num-steps 3, the profile 5" in proc.stderr, proc.stderr
     cut = tmp_path / "cut.log"
     cut.write_text("".join(line for line in LOG.read_text().splitlines(True) if "server_args=" not in line))
@@ -194,13 +191,12 @@ def test_lines_of_several_ranks_or_none_steady_are_refused(tmp_path):
     d = "Decode batch, #running-req: 16, #token: 1, accept len: 1.50, gen throughput (token/s): 7000.0, #queue-req: 0"
     two = tmp_path / "two.log"
     two.write_text("".join(f"[t DP{i % 2} TP0] {d}\n" for i in range(20)))
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--batch", "16",
-                           "--calibrate-sglang-log", str(two)], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(two)], cwd=ROOT)
     assert proc.returncode == 10 and "lines of 2 ranks" in proc.stderr, proc.stderr
     empty = tmp_path / "empty.log"
     empty.write_text("nothing here\n")
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), "--per-batch",
-                           "--calibrate-sglang-log", str(empty), "--boot", "0"], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(PROFILE), "--per-batch", "--calibrate-sglang-log", str(empty), "--boot", "0"],
+                           cwd=ROOT)
     assert proc.returncode == 12 and proc.stderr.count("\n") == 1 and "--log-level info" in proc.stderr, proc.stderr
 
 

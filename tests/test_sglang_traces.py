@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import analyze
 from nvtx_annotate import protocol
 from analyze.read import report
 from analyze.timeline import cycles
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -30,7 +30,7 @@ def _load(name):
     path = REAL / f"{name}.sqlite"
     if not path.exists():
         pytest.skip(f"{path} absent")
-    return analyze.load(path)
+    return shared_loads.load(path)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from analyze.tools.advise import model as advise_model
 from analyze.tools.diff import model as diff_model
 from analyze.tools.whatif import model as whatif_model
 from analyze.views import decode
-from helpers import real_fixtures
+from helpers import real_fixtures, shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 REPORTS = [p for p in real_fixtures.reports() if "_rank" not in p.name]    # per-rank reports: as a set
@@ -24,7 +24,7 @@ SETS = [sorted(REAL.glob("h200_shim_4rank_rank*.sqlite"))]
 
 def _load(paths):
     try:
-        return analyze.load([str(p) for p in paths] if isinstance(paths, list) else str(paths))
+        return analyze.load([str(p) for p in paths]) if isinstance(paths, list) else shared_loads.load(str(paths))
     except TraceError:          # NVTX-only exports and the like: nothing to count
         return None
 

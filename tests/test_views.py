@@ -13,6 +13,7 @@ import analyze
 from analyze import views
 from analyze.render import html, outputs, text
 from analyze.views.registry import view
+from helpers import shared_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -20,7 +21,7 @@ REAL = ROOT / "fixtures" / "real"
 
 @pytest.fixture(scope="module")
 def a():
-    return analyze.load(str(REAL / "h200_shim_4rank_single.sqlite"))
+    return shared_loads.load(str(REAL / "h200_shim_4rank_single.sqlite"))
 
 
 def test_every_view_is_computed_once(a, monkeypatch):
@@ -147,7 +148,7 @@ def test_csv_and_parquet_write_every_table_of_the_json(tmp_path):
     were missing), with the JSON's rows."""
     import json
 
-    a = analyze.load(str(REAL / "h200_4proc_eager.sqlite"))
+    a = shared_loads.load(str(REAL / "h200_4proc_eager.sqlite"))
     doc = outputs.to_json_dict(a)
     listed = {k for k, v in doc.items() if isinstance(v, list) and k not in ("phase_names", "stragglers")}
     csv_names = {n[:-4] for n in outputs.write_csv(a, tmp_path / "csv")}

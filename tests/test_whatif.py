@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from analyze.tools.sides import Side
 from analyze.tools.whatif import acceptance as A
 from analyze.tools.whatif import command as WC
 from analyze.tools.whatif import model as W
+from helpers import cli_process, shared_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -333,9 +332,8 @@ def test_cli_whatif(synth_runs, tmp_path):
     write_json(synth_runs[3], src)
     out, png = tmp_path / "w.json", tmp_path / "w.png"
     # a saved JSON result has no ranges: the step count is given
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src), "--profiled-steps", "3",
-                           "--steps", "1..6", "--json", str(out), "--plot", str(png), "--boot", "20"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(src), "--profiled-steps", "3", "--steps", "1..6", "--json", str(out),
+                            "--plot", str(png), "--boot", "20"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     assert "Assumptions" in proc.stdout and "extrapolated" in proc.stdout
@@ -344,8 +342,7 @@ def test_cli_whatif(synth_runs, tmp_path):
     assert data["best"]["steps"] in range(1, 7)
     assert png.stat().st_size > 10_000
     # without --profiled-steps the JSON input is refused with one line
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = cli_process.run(["whatif", str(src)], cwd=ROOT)
     assert proc.returncode != 0 and "--profiled-steps" in proc.stderr
 
 
@@ -363,7 +360,7 @@ need_sweep = pytest.mark.skipif(not all(p.exists() for p in SWEEP.values()) or n
 
 @pytest.fixture(scope="module")
 def sweep():
-    return {k: analyze.load(p) for k, p in SWEEP.items()}
+    return {k: shared_loads.load(p) for k, p in SWEEP.items()}
 
 
 @need_sweep
@@ -508,9 +505,8 @@ def test_cli_calibrate(synth_runs, tmp_path):
     src = tmp_path / "k3.json"
     write_json(synth_runs[3], src)
     out = tmp_path / "w.json"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src), "--profiled-steps", "3",
-                           "--steps", "1..4", "--calibrate-tps", "3:1200", "--baseline-tps", "900", "--boot", "0",
-                           "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(src), "--profiled-steps", "3", "--steps", "1..4", "--calibrate-tps", "3:1200",
+                            "--baseline-tps", "900", "--boot", "0", "--json", str(out)], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "Calibrated to 1,200 tokens/s (unprofiled) at 3 steps" in proc.stdout
     data = json.loads(out.read_text())
@@ -519,8 +515,7 @@ def test_cli_calibrate(synth_runs, tmp_path):
     assert row3["speedup"] == pytest.approx(1200 / 900)
     assert data["calibration"]["steps"] == 3 and data["baseline"]["source"] == "given"
     assert data["acceptance_method"] == "single"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(src), "--profiled-steps", "3",
-                           "--calibrate-tps", "fast"], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(src), "--profiled-steps", "3", "--calibrate-tps", "fast"], cwd=ROOT)
     assert proc.returncode != 0 and "--calibrate-tps" in proc.stderr
 
 
@@ -557,7 +552,7 @@ def test_real_sweep2_from_the_three_step_profile_alone(measured_path):
     runner_up = max(v for k, v in measured.items() if k != best)
     assert best == 2 and measured[best] / runner_up > 1.10
 
-    result = W.whatif(analyze.load(SWEEP2[3]), range(1, 7), profiled_steps=3, measured=measured)
+    result = W.whatif(shared_loads.load(SWEEP2[3]), range(1, 7), profiled_steps=3, measured=measured)
     p = result["predictions"].set_index("steps")
     errors = {k: p.loc[k, "tokens_per_s"] / measured[k] - 1 for k in measured}
     assert all(abs(e) <= 0.10 for e in errors.values()), errors
@@ -606,10 +601,10 @@ def test_tokens_beyond_the_profile_only_where_a_line_was_fitted():
     """'tokens beyond the profile's' marks predictions that extrapolate a line fitted in the verified
     tokens (a varying batch); a constant batch keeps verify constant and fits nothing, so no row is
     marked (every non-profiled row was)."""
-    const = W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 7), n_boot=0)
+    const = W.whatif(shared_loads.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 7), n_boot=0)
     assert const["verify_scaling"]["method"] in ("cannot_tell", "constant")
     assert not const["predictions"].get("tokens_extrapolated", pd.Series(False)).any()
-    fitted = W.whatif(analyze.load(REAL / "h200_moe_steps3.sqlite"), range(1, 11), n_boot=0)
+    fitted = W.whatif(shared_loads.load(REAL / "h200_moe_steps3.sqlite"), range(1, 11), n_boot=0)
     assert fitted["verify_scaling"]["method"] == "fit"
     marked = fitted["predictions"]["tokens_extrapolated"]
     assert marked.any() and not marked.all()
@@ -619,15 +614,15 @@ def test_no_resamples_shows_no_intervals():
     """--boot 0 (point estimates): the CI columns say '-' instead of a zero-width interval."""
     from analyze.tools.whatif.render import render_whatif
 
-    text = render_whatif(W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=0))
+    text = render_whatif(W.whatif(shared_loads.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=0))
     rows = text[text.index("Prediction"):text.index("Predicted cycle time")].splitlines()[3:]
     assert len([r for r in rows if r.strip()]) == 3 and not any("[" in r for r in rows)
-    booted = render_whatif(W.whatif(analyze.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=20))
+    booted = render_whatif(W.whatif(shared_loads.load(REAL / "h200_sweep2_steps3.sqlite"), range(1, 4), n_boot=20))
     assert "[" in booted[booted.index("Prediction"):booted.index("Predicted cycle time")]
 
 
 def test_no_resamples_no_slope_intervals_in_the_assumptions():
-    moe = analyze.load(REAL / "h200_moe_steps3.sqlite")
+    moe = shared_loads.load(REAL / "h200_moe_steps3.sqlite")
     point = " ".join(W.whatif(moe, range(1, 4), n_boot=0)["assumptions"])
     booted = " ".join(W.whatif(moe, range(1, 4), n_boot=20)["assumptions"])
     assert "least-squares line" in point and "95% CI of the slope" not in point

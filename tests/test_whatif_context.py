@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze.tools import sides
 from analyze.tools.whatif import context as CTX
 from analyze.tools.whatif import model as W
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 L64_S3 = REAL / "sglang_v2_l64_s3.sqlite"
@@ -47,7 +47,7 @@ def test_real_sglang_verify_grows_with_context():
     """SGLang 0.5.17, 64-layer target, batch 1: verify's GPU time grew 3.87 us a generated token (the
     round: 3.0 -> 4.75 ms over ~580 tokens; a left-out cycle starts a segment, so a cycle's segment spans
     458 tokens on average: 45%); whatif's assumptions say so."""
-    side = sides.load_side(L64_S3)
+    side = shared_loads.load_side(L64_S3)
     c = W.step_costs(side, batch=1)
     t = c["context_trend"]
     assert t["slope_ns_per_token"] == pytest.approx(3868, rel=0.02)

@@ -1,6 +1,7 @@
 """The best step count per batch size and SGLang's adaptive config (analyze/tools/whatif/per_batch.py),
 on the real SGLang profiles (batch 1 then 16 in one profile) and their unprofiled sweeps; the written
 config is loaded by SGLang 0.5.17's own parser (from the bundle in ../shared/sglang-h200)."""
+import functools
 import json
 import sys
 import tarfile
@@ -11,6 +12,7 @@ import pytest
 
 from analyze.tools.whatif import per_batch as PB
 from analyze.tools.whatif.command import parse_batch_values
+from helpers import shared_loads
 from helpers.per_batch_table import per_batch_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,10 +88,21 @@ def test_adaptive_config_format_and_buckets():
     assert not PB.differs(t.assign(best_or_off=[0, 0]))     # nothing pays: no config, whatever the bests
 
 
+@functools.lru_cache(maxsize=1)
+def _adaptive_source() -> str:
+    """adaptive_spec_params.py of the bundle, read in one pass up to it (random access to a member of a .tar.xz
+    reads the whole archive to list it, then again to seek back: 5.6 s against 2.6 s)."""
+    member = "./site/sglang/srt/speculative/adaptive_spec_params.py"
+    with tarfile.open(BUNDLE, "r|xz") as tar:
+        for info in tar:
+            if info.name == member:
+                return tar.extractfile(info).read().decode()
+    raise KeyError(f"{member} not in {BUNDLE}")
+
+
 def _sglang_adaptive_module():
     """SGLang 0.5.17's adaptive_spec_params.py, read from the bundle, run with its one import stubbed."""
-    with tarfile.open(BUNDLE, "r:xz") as tar:
-        src = tar.extractfile("./site/sglang/srt/speculative/adaptive_spec_params.py").read().decode()
+    src = _adaptive_source()
     stub = types.ModuleType("sglang.srt.utils")
     stub.log_info_on_rank0 = lambda logger, msg: None
     saved = {k: sys.modules.get(k) for k in ("sglang", "sglang.srt", "sglang.srt.utils")}
@@ -215,10 +228,9 @@ def test_advise_per_batch_takes_the_figures_given_for_its_batch():
     --per-batch --batch-baseline-tps 1=Y --batch-tps 1=X would), the other batch size stays estimated; before,
     the per-batch rule called batch 1 uncertain against an estimated baseline beside the speculation rule's
     measured one."""
-    from analyze.run import api
     from analyze.tools.advise.model import whatif_summary
 
-    a = api.load(str(L8))
+    a = shared_loads.api_load(str(L8))
     rows = {r["batch"]: r for r in whatif_summary(a, batch=1, baseline_tps=729.7, calibrate_tps=546.5)["per_batch"]}
     assert rows[1]["baseline_source"] == "given" and rows[1]["tokens_per_s_baseline"] == 729.7
     assert rows[1]["calibrated"] and rows[1]["tokens_per_s_profiled"] == pytest.approx(546.5)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from analyze.tools.whatif import rounds as R
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
@@ -15,12 +16,10 @@ PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
 
 @pytest.fixture(scope="module")
 def grid_side():
-    """The grid profile as whatif sees it, loaded once for the tests that read it (1.4M ops)."""
+    """The grid profile as whatif sees it (1.4M ops), analysed once per test process."""
     if not PROFILE.exists():
         pytest.skip("real SGLang grid profile not unpacked")
-    from analyze.tools import sides
-
-    return sides.load_side(PROFILE)
+    return shared_loads.load_side(PROFILE)
 
 
 def test_tokens_pmf_from_the_survival():

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif import per_batch as PB
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_v2_l64_s3_b4.sqlite"
@@ -43,7 +43,7 @@ def grid():
 
 @pytest.fixture(scope="module")
 def side():
-    return sides.load_side(PROFILE)
+    return shared_loads.load_side(PROFILE)
 
 
 def test_the_grid_is_complete():
@@ -234,10 +234,9 @@ def test_advise_does_not_claim_an_uncertain_verdict():
     baseline is ~1.0x, inside the profile-alone error, so the speculation rule states no verdict (before:
     "speculation does not pay" ranked first); with the measured figures of batch 1 it is certain."""
     from analyze import findings as F
-    from analyze.run import api
     from analyze.tools.advise.model import advise
 
-    a = api.load(str(PROFILE))
+    a = shared_loads.api_load(str(PROFILE))
     adv = advise(a).to_dict()
     assert not [f for f in adv["findings"] if f["rule"] == "speculation"]
     # the per-batch rule states no verdict either where it is uncertain

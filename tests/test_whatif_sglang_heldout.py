@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from analyze.run import api
 from analyze.tools import sides
 from analyze.tools.advise.command import main_advise
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import main_whatif, read_measured
+from helpers import cli_process, shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_h100_v3_l32_s3.sqlite"
@@ -39,7 +39,7 @@ def truth(batch):
 
 @pytest.fixture(scope="module")
 def side():
-    return sides.load_side(PROFILE)
+    return shared_loads.load_side(PROFILE)
 
 
 def test_the_sweep_is_complete_and_speculation_never_pays():
@@ -125,7 +125,7 @@ def test_advise_ranks_speculation_does_not_pay(tmp_path):
     assert spec[0]["evidence"]["batch"] == 16 and spec[0]["evidence"]["requests"] == 16
     assert "batch 16, the batch size most decode cycles ran of the 4" in spec[0]["suggestion"]
     assert spec[0]["evidence"]["tokens_per_s_best"] == pytest.approx(
-        W.whatif(sides.load_side(PROFILE), range(1, 11), n_boot=0, batch=16)["best"]["tokens_per_s"], rel=1e-6)
+        W.whatif(shared_loads.load_side(PROFILE), range(1, 11), n_boot=0, batch=16)["best"]["tokens_per_s"], rel=1e-6)
     # given a whole run's figure without --batch, the batch sizes stay pooled (the figure is of all of them)
     assert main_advise([str(PROFILE), "--baseline-tps", "9000", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["whatif"]["batch"] is None
@@ -138,7 +138,7 @@ pytest_live = pytest.mark.skipif(not (LOG.exists() and SWEEP.exists()), reason="
 def test_the_real_log_carries_one_accept_length_a_request():
     """The accept_lens column on real SGLang: one length per request, summing to the cycle's accepted tokens,
     in every cycle the shim saw the lengths (99.7%: the first cycles of an engine come before the hook)."""
-    c = api.load(str(LOG)).cycles
+    c = shared_loads.api_load(str(LOG)).cycles
     lens = c["accept_lengths"].dropna()
     assert len(lens) > 0.99 * len(c)
     parsed = lens.map(lambda s: [int(x) for x in s.split(",")])
@@ -185,7 +185,7 @@ need_two = pytest.mark.skipif(not (PROFILE.exists() and SECOND.exists() and SWEE
 
 @pytest.fixture(scope="module")
 def second():
-    return sides.load_side(SECOND)
+    return shared_loads.load_side(SECOND)
 
 
 @need_two
@@ -242,12 +242,9 @@ def test_the_command_takes_one_figure_a_profiled_step_count(tmp_path):
     assert [x["steps"] for x in doc["calibration"]["per_profile"]] == [3, 5]
     pred = {p["steps"]: p["tokens_per_s"] for p in doc["predictions"]}
     assert pred[6] == pytest.approx(m[6], rel=0.015)
-    import subprocess
-    import sys
     for bad in (["--calibrate-tps", f"3:{m[3]}", "--calibrate-tps", f"4:{m[4]}"],
                 ["--calibrate-tps", f"3:{m[3]}", "--calibrate-tps", str(m[5])]):
-        proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", *args, *bad], capture_output=True,
-                              text=True, cwd=Path(__file__).resolve().parents[1])
+        proc = cli_process.run(["whatif", *args, *bad], cwd=Path(__file__).resolve().parents[1])
         assert proc.returncode == 10 and proc.stderr.count("\n") == 1 and "--calibrate-tps" in proc.stderr, proc.stderr
 
 
@@ -278,7 +275,7 @@ def test_loaded_analyses_are_separate_runs_and_each_calibration_is_exact():
     """Two loaded analyses (no label: each its own run) hold the overhead as two paths do; calibrated each,
     the bootstrap recalibrates every resample on each run's clock, so the interval at each calibrated step
     count has zero width (the figure is taken as exact, as with one calibration)."""
-    a, b = api.load(str(PROFILE)), api.load(str(SECOND))
+    a, b = shared_loads.api_load(str(PROFILE)), shared_loads.api_load(str(SECOND))
     assert W.whatif([a, b], range(1, 7), n_boot=0, batch=16)["overhead_held"]["from"] == "baseline_profile"
     m, _ = truth(16)
     r = W.whatif([a, b], range(1, 7), n_boot=20, batch=16, calibrate_tps={3: m[3], 5: m[5]})
@@ -326,11 +323,8 @@ def test_per_batch_over_two_runs_models_each_batch_from_the_runs_that_ran_it(sid
 def test_per_batch_refuses_one_figure_for_two_profiled_step_counts(tmp_path):
     """--batch-tps 16=X over a 3- and a 5-step profile of batch 16: one figure cannot calibrate two runs; one
     usage line (exit 10) naming the way that can (whatif --batch with --calibrate-tps K:X each)."""
-    import subprocess
-    import sys
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(PROFILE), str(SECOND), "--per-batch",
-                           "--batch-tps", "16=7164", "--boot", "0"], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = cli_process.run(["whatif", str(PROFILE), str(SECOND), "--per-batch", "--batch-tps", "16=7164", "--boot",
+                            "0"], cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode == 10 and proc.stderr.count("\n") == 1
     assert "[3, 5]" in proc.stderr and "--calibrate-tps K:X" in proc.stderr
 
@@ -347,11 +341,7 @@ def test_a_directory_of_separate_runs_is_refused_with_the_arguments_to_give(tmp_
     runs.mkdir()
     (runs / "s3.sqlite").symlink_to(PROFILE)
     (runs / "s5.sqlite").symlink_to(s5)
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(runs), "--batch", "16", "-q"],
-                          capture_output=True, text=True)
+    proc = cli_process.run(["whatif", str(runs), "--batch", "16", "-q"])
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 11 and len(err) == 1 and "--allow-mixed" not in err[0]
     assert "sessions that never ran at the same time" in err[0]

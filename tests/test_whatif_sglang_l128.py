@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_h100_v2_l128_s3.sqlite"
@@ -27,7 +27,7 @@ need = pytest.mark.skipif(not (PROFILE.exists() and SWEEP.exists()), reason="128
 
 @pytest.fixture(scope="module")
 def side():
-    return sides.load_side(PROFILE)
+    return shared_loads.load_side(PROFILE)
 
 
 def test_the_sweep_is_complete_and_speculation_pays():
@@ -84,7 +84,7 @@ def test_a_load_of_one_batch_size_and_its_ramps_is_modelled_at_that_size(tmp_pat
     from analyze.tools.whatif import per_batch as PB
     from analyze.tools.whatif.command import main_whatif
 
-    side = sides.load_side(PROFILE)
+    side = shared_loads.load_side(PROFILE)
     counts = PB.batch_counts([side])
     visited, total = PB.visited_of(counts), PB.request_cycles(counts)
     assert dict(PB.visited_batches([side])) == dict(visited)

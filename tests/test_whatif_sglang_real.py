@@ -16,6 +16,7 @@ import pytest
 from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 from nvtx_annotate import protocol as P
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
@@ -41,13 +42,8 @@ def truth(layers, batch):
 
 @pytest.fixture(scope="module")
 def side():
-    cache = {}
-
-    def get(layers, s):
-        if (layers, s) not in cache:
-            cache[(layers, s)] = sides.load_side(PROFILE[(layers, s)])
-        return cache[(layers, s)]
-    return get
+    """The profile of (layers, steps), analysed once per test process (tests/helpers/shared_loads.py)."""
+    return lambda layers, s: shared_loads.load_side(PROFILE[(layers, s)])
 
 
 @need
@@ -366,11 +362,10 @@ def test_shim_emits_the_config_mark_after_scheduler_init(monkeypatch):
 def test_advise_speculation_rule_fires_where_the_sweep_says_it_does_not_pay():
     """advise on the 8-layer profile with the sweep's unprofiled figures: the speculation finding, with
     the measured baseline named as such and only SGLang's flag to remove."""
-    from analyze.run import api
     from analyze.tools.advise.model import advise
 
     meas, base = truth(8, 1)
-    adv = advise(api.load(str(PROFILE[(8, 3)])), baseline_tps=base, calibrate_tps=meas[3][0]).to_dict()
+    adv = advise(shared_loads.api_load(str(PROFILE[(8, 3)])), baseline_tps=base, calibrate_tps=meas[3][0]).to_dict()
     spec = [f for f in adv["findings"] if f["rule"] == "speculation"]
     assert len(spec) == 1
     assert spec[0]["evidence"]["baseline_source"] == "given"
@@ -426,13 +421,12 @@ def test_calibrated_estimate_of_the_plain_step_on_the_host_bound_target(side):
 def test_advise_runs_whatif_on_every_real_sglang_fixture(name):
     """Before: 'cannot convert NA to integer' on 3 of the 4 older fixtures (cycles whose GPU data was
     lost have no GPU start). No predicted component is negative on any of them."""
-    from analyze.run import api
     from analyze.tools.advise.model import whatif_summary
 
     path = REAL / f"{name}.sqlite"
     if not path.exists():
         pytest.skip("fixture not unpacked")
-    a = api.load(str(path))
+    a = shared_loads.api_load(str(path))
     w = whatif_summary(a)
     assert w["profiled_steps"] >= 1 and w["tokens_per_s_best"] > 0
     r = W.whatif(sides.as_side(a), range(1, 11), n_boot=0)
@@ -457,7 +451,7 @@ def test_the_profile_alone_band_covers_every_real_sweep(profile, sweep, batch):
         pytest.skip("real SGLang fixtures not unpacked")
     measured, base = read_measured(REAL / f"{sweep}.json", batch)
     measured = {s: v for s, v in measured.items() if s <= 6}     # the searched 1..6 (a sweep may reach further)
-    side = sides.load_side(REAL / f"{profile}.sqlite")
+    side = shared_loads.load_side(REAL / f"{profile}.sqlite")
     k = W.infer_steps(side)[0]
     lo, hi = W.PROFILE_ALONE_RATIO
     for cal in (None, measured.get(k)):
@@ -553,10 +547,11 @@ def test_the_bootstrap_shows_progress_where_asked_and_gives_the_same_result(side
     def recorder(items, enabled, total=None, desc="reports", unit="report"):
         seen.append((enabled, total, desc, unit))
         return items
+    profile = side(8, 3)        # loaded before the patch (under it each load would be a fresh analysis)
     monkeypatch.setattr(progress_mod, "progress", recorder)
-    on = W.whatif(side(8, 3), range(1, 4), n_boot=7, batch=1, progress=True)
-    off = W.whatif(side(8, 3), range(1, 4), n_boot=7, batch=1)
-    boot = [x for x in seen if x[2] == "whatif bootstrap"]      # (loading the profile goes through it too)
+    on = W.whatif(profile, range(1, 4), n_boot=7, batch=1, progress=True)
+    off = W.whatif(profile, range(1, 4), n_boot=7, batch=1)
+    boot = [x for x in seen if x[2] == "whatif bootstrap"]      # (loading a profile goes through it too)
     assert boot == [(True, 7, "whatif bootstrap", "resample"), (False, 7, "whatif bootstrap", "resample")]
     assert on["predictions"].equals(off["predictions"])
 
@@ -578,7 +573,7 @@ def test_a_given_baseline_with_an_uncalibrated_profile_compares_one_clock(profil
         pytest.skip("real SGLang fixtures not unpacked")
     measured, base = read_measured(REAL / f"{sweep}.json", batch)
     measured = {s: v for s, v in measured.items() if s <= 6}     # the searched 1..6 (a sweep may reach further)
-    side = sides.load_side(REAL / f"{profile}.sqlite")
+    side = shared_loads.load_side(REAL / f"{profile}.sqlite")
     given = W.whatif(side, range(1, 7), n_boot=0, batch=batch, baseline_tps=base)
     alone = W.whatif(side, range(1, 7), n_boot=0, batch=batch)
     assert given["baseline"]["source"] == "given" and given["best"]["speedup_through_estimate"]
@@ -602,7 +597,7 @@ def test_a_calibrated_profile_takes_a_given_baseline_as_it_is():
     if not ((REAL / "sglang_v2_l8_s3.sqlite").exists() and (REAL / "sglang_sweep_v2_l8.json").exists()):
         pytest.skip("real SGLang fixtures not unpacked")
     measured, base = read_measured(REAL / "sglang_sweep_v2_l8.json", 1)
-    side = sides.load_side(REAL / "sglang_v2_l8_s3.sqlite")
+    side = shared_loads.load_side(REAL / "sglang_v2_l8_s3.sqlite")
     r = W.whatif(side, range(1, 7), n_boot=0, batch=1, baseline_tps=base, calibrate_tps=measured[3])
     assert "clock" not in r["baseline"] and not r["best"]["speedup_through_estimate"]
     assert r["best"]["speedup"] == pytest.approx(0.76, abs=0.01) and not r["best"]["verdict_uncertain"]
@@ -647,7 +642,7 @@ def test_a_given_baseline_that_beats_or_lags_the_profiles_plain_step_is_said_to(
     p = REAL / "h200_moe_steps3.sqlite"
     if not p.exists():
         pytest.skip("fixture not unpacked")
-    side = sides.load_side(p)
+    side = shared_loads.load_side(p)
     fast = W.whatif(side, range(1, 7), n_boot=0, baseline_tps=622.0)
     assert (fast["predictions"]["overhead_ns"] < 0).any()
     assert any("NEGATIVE overhead" in n for n in fast["notes"])

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from analyze.cli import main
-from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 PROFILE = REAL / "sglang_h100_v2_l48_s3.sqlite"
@@ -33,7 +33,7 @@ SETTLED = {1: (1, 2, 3), 8: (1, 2, 3), 32: (1, 3)}
 
 @pytest.fixture(scope="module")
 def side():
-    return sides.load_side(PROFILE)
+    return shared_loads.load_side(PROFILE)
 
 
 def test_the_sweep_as_recorded():

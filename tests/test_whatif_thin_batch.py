@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze.tools import sides
 from analyze.tools.whatif import model as W
 from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 
@@ -32,7 +32,7 @@ def real(name):
     ("sglang_h100_v2_l128_s3", "sglang_sweep_h100_v2_l128", 3, 0.104, 0.04),
 ])
 def test_a_batch_seen_only_in_a_drain_takes_the_profiles_acceptance(profile, sweep, k, worst_before, worst_now):
-    side = sides.load_side(real(f"{profile}.sqlite"))
+    side = shared_loads.load_side(real(f"{profile}.sqlite"))
     measured, base = read_measured(real(f"{sweep}.json"), 1)
     r = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=measured[k], baseline_tps=base)
     p = r["predictions"].set_index("steps")["tokens_per_s"]
@@ -50,8 +50,8 @@ def test_a_batch_seen_only_in_a_drain_takes_the_profiles_acceptance(profile, swe
 def test_v3_five_step_profile_at_batch_one_has_the_acceptance_of_the_three_step_one():
     """The 5-step profile's pooled rates at positions 1..3 against the 3-step profile's own batch-1 rates (773
     accept lengths): ~1/3 each (V = 3), not 0.5 then 0."""
-    s5 = sides.load_side(real("sglang_h100_v3_l32_s5.sqlite"))
-    s3 = sides.load_side(real("sglang_h100_v3_l32_s3.sqlite"))
+    s5 = shared_loads.load_side(real("sglang_h100_v3_l32_s5.sqlite"))
+    s3 = shared_loads.load_side(real("sglang_h100_v3_l32_s3.sqlite"))
     a5 = W.whatif(s5, range(1, 7), n_boot=0, batch=1)["acceptance"].set_index("position")["rate"]
     a3 = W.whatif(s3, range(1, 7), n_boot=0, batch=1)["acceptance"].set_index("position")["rate"]
     assert a5[1] == pytest.approx(a3[1], abs=0.03) and a5[1] == pytest.approx(1 / 3, abs=0.03)

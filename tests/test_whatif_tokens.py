@@ -4,8 +4,6 @@ sweep on an H200 (spec_workload --target moe, fixtures/real/h200_moe_*)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ import analyze
 from analyze.timeline.cycles import steady
 from analyze.tools.whatif import command as WC
 from analyze.tools.whatif import model as W
+from helpers import cli_process, shared_loads
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = ROOT / "fixtures" / "real"
@@ -128,16 +127,14 @@ def test_verify_scaling_given(varying):
 def test_cli_verify_scaling(varying, tmp_path):
     paths = sorted(Path(varying[3].inputs[0]["path"]).parent.glob("*.sqlite"))
     out = tmp_path / "w.json"
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(paths[0]), "--steps", "1..4",
-                           "--boot", "10", "--json", str(out)], capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(paths[0]), "--steps", "1..4", "--boot", "10", "--json", str(out)], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "Time per cycle vs verified tokens" in proc.stdout
     assert max(len(line) for line in proc.stdout.splitlines()) <= 120
     data = json.loads(out.read_text())
     assert data["verify_scaling"]["method"] == "fit"
     assert data["verify_scaling"]["components"]["verify"]["per_token_ns"] == pytest.approx(LAYERS * TOKEN_NS, abs=1e-3)
-    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "whatif", str(paths[0]), "--verify-scaling", "x"],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = cli_process.run(["whatif", str(paths[0]), "--verify-scaling", "x"], cwd=ROOT)
     assert proc.returncode != 0 and "--verify-scaling" in proc.stderr and proc.stderr.count("\n") == 1
 
 
@@ -156,7 +153,7 @@ need_moe = pytest.mark.skipif(not all(p.exists() for p in [*MOE.values(), *MOE_M
 
 @pytest.fixture(scope="module")
 def moe3():
-    return analyze.load(MOE[3])
+    return shared_loads.load(MOE[3])
 
 
 @need_moe
@@ -201,7 +198,7 @@ def test_real_moe_later_profiles_predict_too():
     the 'repeat' rule, which this workload's tail, 0.95, 0.95, then 1/3, breaks: not a verify error.)"""
     measured, _ = WC.read_measured(MOE_MEASURED[0])
     for k in (4, 6):
-        r = W.whatif(analyze.load(MOE[k]), range(1, 7), measured=measured, n_boot=0)
+        r = W.whatif(shared_loads.load(MOE[k]), range(1, 7), measured=measured, n_boot=0)
         p = r["predictions"].set_index("steps")
         errors = {s: p.loc[s, "tokens_per_s"] / measured[s] - 1 for s in measured}
         assert all(abs(e) <= 0.10 for e in errors.values()), (k, errors)

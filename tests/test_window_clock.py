@@ -185,6 +185,7 @@ import pytest  # noqa: E402
 from analyze.ranks.identify import clock_marks  # noqa: E402
 from analyze.tools import sides as S  # noqa: E402
 from analyze.tools.whatif.command import CLOCK_MIN_CYCLES, clock_calibration  # noqa: E402
+from helpers import shared_loads  # noqa: E402
 
 
 def _side(clock, requests=(16,) * 30):
@@ -308,7 +309,7 @@ def test_whatif_takes_the_clocks_round_gap_as_it_is():
     path = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "sglang_h100_v2_l48_s3.sqlite"
     if not path.exists():
         pytest.skip("sglang_h100_v2_l48_s3.sqlite not unpacked")
-    side = S.load_side(path)
+    side = shared_loads.load_side(path)
     assert not any(m.gaps_us for m in side.clock)
     assert clock_calibration([side], [3], None, 32)[2].get("round_gap_ns") is None
     gapped = dataclasses.replace(side, clock=tuple(m._replace(gaps_us=(20_000, 24_000, 22_000))

@@ -3,7 +3,11 @@ mutation takes a copy of an export (a path it may change) and a ``random.Random`
 description. The checker (:func:`check`) runs ``analyze-trace FILE --json OUT`` and states the
 invariants: exit 0 with conservation per rank and no negative or non-finite time in the JSON, or a
 documented exit code with one line on stderr; never an internal error, a hang past the bound, or a
-changed byte in the input or a file beside it."""
+changed byte in the input or a file beside it.
+
+The default run of each fuzzer applies every mutation kind once, then :func:`seeds` random cases (as
+many as before, issue 42); ``SPECPROF_FUZZ_EXAMPLES=N`` runs N random cases instead, and ``pytest -m slow tests/fuzz`` the
+long runs."""
 from __future__ import annotations
 
 import hashlib
@@ -13,10 +17,20 @@ import os
 import random
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
+from helpers import cli_process
+
 DOCUMENTED_EXITS = {0, 2, 3, 4, 5, 6, 7, 11, 12}
+EXAMPLES_VARIABLE = "SPECPROF_FUZZ_EXAMPLES"
+
+
+def seeds(default: int) -> range:
+    """The seeds of a fuzzer's random cases in the default run: ``default`` of them, or as many as
+    ``SPECPROF_FUZZ_EXAMPLES`` says."""
+    return range(int(os.environ.get(EXAMPLES_VARIABLE, default)))
+
+
 BYTE_KINDS = ("truncate", "flip", "zero_range", "empty")
 """The byte-level damages :func:`damage_bytes` does to a file."""
 
@@ -244,9 +258,14 @@ def mutate_sql(path: Path, rng: random.Random) -> str:
     return "; ".join(done)
 
 
-def mutate_file(path: Path, rng: random.Random) -> str:
+FILE_KINDS = ("truncate", "flip", "zero_page", "garbage_shm", "garbage_journal")
+"""The damages :func:`mutate_file` does to an SQLite file or beside it."""
+
+
+def mutate_file(path: Path, rng: random.Random, kind: str | None = None) -> str:
+    """``path`` damaged as ``kind`` (:data:`FILE_KINDS`; a random one when None)."""
     data = bytearray(path.read_bytes())
-    kind = rng.choice(["truncate", "flip", "zero_page", "garbage_shm", "garbage_journal"])
+    kind = kind or rng.choice(list(FILE_KINDS))
     if kind == "truncate":
         path.write_bytes(bytes(data[: rng.randint(100, len(data) - 1)]))
     elif kind == "flip":
@@ -261,8 +280,10 @@ def mutate_file(path: Path, rng: random.Random) -> str:
         path.write_bytes(bytes(data))
     elif kind == "garbage_shm":
         Path(str(path) + "-shm").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
-    else:
+    elif kind == "garbage_journal":
         Path(str(path) + "-journal").write_bytes(bytes(rng.randrange(256) for _ in range(4096)))
+    else:
+        raise ValueError(f"no file damage {kind!r}")
     return f"file: {kind}"
 
 
@@ -304,12 +325,12 @@ def _times(obj, where=""):
 
 
 def check(path: Path, out_json: Path, timeout_s: float = 60.0) -> tuple[int, str]:
-    """Runs the analyzer; returns (exit code, stderr). Raises AssertionError on a broken invariant."""
+    """Runs the analyzer (``python -m analyze.cli``, a process of its own: tests/helpers/cli_process.py); returns
+    (exit code, stderr). Raises AssertionError on a broken invariant."""
     before = digest(path)
     try:
-        r = subprocess.run([sys.executable, "-m", "analyze.cli", str(path), "--json", str(out_json), "-q", "--force"],
-                           capture_output=True, text=True, timeout=timeout_s,
-                           env=dict(os.environ, PYTHONHASHSEED="0"))
+        r = cli_process.run([str(path), "--json", str(out_json), "-q", "--force"], timeout=timeout_s,
+                            env=dict(os.environ, PYTHONHASHSEED="0"))
     except subprocess.TimeoutExpired:
         raise AssertionError(f"hang: more than {timeout_s:g} s") from None
     assert digest(path) == before, "the input or a file beside it changed"

@@ -1,6 +1,10 @@
 """A bounded, seeded run of the fuzzer (tests/fuzz/mutations.py) on a real H200 export: every case
 either analyses consistently or ends with one documented error line; no internal error, no hang,
-no changed input. `pytest -m slow tests/fuzz` runs a long one."""
+no changed input.
+
+The default run applies each row/schema mutation and each file damage once, then 24 random cases of one
+or two mutations (``SPECPROF_FUZZ_EXAMPLES=N``: N of them)
+and the seeds that found a defect; `pytest -m slow tests/fuzz` runs a long one."""
 import random
 import shutil
 from pathlib import Path
@@ -14,12 +18,16 @@ SOURCES = [ROOT / "fixtures" / "real" / n for n in ("h200_sweep_steps3.sqlite", 
 need = pytest.mark.skipif(not all(p.exists() for p in SOURCES), reason="fixtures not unpacked")
 
 
-def _case(tmp_path, seed):
+def _case(tmp_path, seed, file_kind=None):
+    """A copy of one of the sources damaged as a file (``file_kind``), or at random (``seed``), then checked."""
     rng = random.Random(seed)
     src = SOURCES[seed % len(SOURCES)]
     path = tmp_path / f"case{seed}.sqlite"
     shutil.copy(src, path)
-    what = M.mutate_file(path, rng) if rng.random() < 0.25 else M.mutate_sql(path, rng)
+    if file_kind or rng.random() < 0.25:
+        what = M.mutate_file(path, rng, file_kind)
+    else:
+        what = M.mutate_sql(path, rng)
     code, err = M.check(path, tmp_path / f"case{seed}.json")
     return what, code
 
@@ -30,9 +38,15 @@ SQLite's 'database disk image is malformed' as an internal error; now exit 6).""
 
 
 @need
-@pytest.mark.parametrize("seed", list(range(24)) + REGRESSIONS)
+@pytest.mark.parametrize("seed", list(M.seeds(24)) + REGRESSIONS)
 def test_fuzz_case(tmp_path, seed):
     _case(tmp_path, seed)
+
+
+@need
+@pytest.mark.parametrize("kind", M.FILE_KINDS)
+def test_each_file_damage_once(tmp_path, kind):
+    _case(tmp_path, M.FILE_KINDS.index(kind), kind)       # the sources in turn
 
 
 @need

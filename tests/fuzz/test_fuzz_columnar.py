@@ -2,8 +2,10 @@
 (fixtures/columnar.py), then one of its table files truncated, bit-flipped, zeroed in a range, emptied,
 deleted or swapped for another table's file. Every case either analyses consistently or ends with one
 documented error line (tests/fuzz/mutations.check: no internal error, no hang, finite times); the
-export is never changed (its SQLite copy goes beside it, a new file). `pytest -m slow tests/fuzz` runs a
-long one."""
+export is never changed (its SQLite copy goes beside it, a new file).
+
+The default run applies each damage once, then 16 random cases (``SPECPROF_FUZZ_EXAMPLES=N``: N of
+them); `pytest -m slow tests/fuzz` runs a long one."""
 import hashlib
 import random
 import shutil
@@ -33,11 +35,16 @@ def tree(path: Path) -> dict:
     return {q.name: hashlib.sha256(q.read_bytes()).hexdigest() for q in sorted(path.iterdir()) if q.is_file()}
 
 
-def mutate(export_dir: Path, rng: random.Random) -> str:
+KINDS = (*M.BYTE_KINDS, "delete", "swap")
+
+
+def mutate(export_dir: Path, rng: random.Random, kind: str | None = None) -> str:
+    """A table file of the export (a hot one more often) damaged as ``kind`` (:data:`KINDS`; at random when
+    None)."""
     files = sorted(export_dir.glob("*.parquet"))
     hot = [f for f in files if f.stem in HOT]
     f = rng.choice(hot) if hot and rng.random() < 0.7 else rng.choice(files)
-    kind = rng.choice([*M.BYTE_KINDS, "delete", "swap"])
+    kind = kind or rng.choice(KINDS)
     if kind in M.BYTE_KINDS:
         M.damage_bytes(f, kind, rng)
     elif kind == "delete":
@@ -48,11 +55,11 @@ def mutate(export_dir: Path, rng: random.Random) -> str:
     return f"{f.stem}: {kind}"
 
 
-def case(tmp_path, export, seed):
+def case(tmp_path, export, seed, kind=None):
     rng = random.Random(seed)
     d = tmp_path / f"case{seed}_pqtdir"
     shutil.copytree(export, d)
-    what = mutate(d, rng)
+    what = mutate(d, rng, kind)
     before = tree(d)
     code, err = M.check(d, tmp_path / f"case{seed}.json")
     assert tree(d) == before, f"{what}: the export changed"
@@ -60,7 +67,13 @@ def case(tmp_path, export, seed):
 
 
 @need
-@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_columnar_damage_once(tmp_path, export, kind):
+    case(tmp_path, export, KINDS.index(kind), kind)
+
+
+@need
+@pytest.mark.parametrize("seed", M.seeds(16))
 def test_columnar_fuzz_case(tmp_path, export, seed):
     case(tmp_path, export, seed)
 

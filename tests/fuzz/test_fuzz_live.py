@@ -4,7 +4,10 @@ real one (the H200 log of fixtures/real, a sampled, gated run of real SGLang) re
 metadata, a column of the wrong type, no rows) or damaged as bytes (truncated, bit-flipped, zeroed,
 emptied). Every case either analyses consistently or ends with one documented error line
 (tests/fuzz/mutations.check: no internal error, no hang, finite and non-negative durations); whatif and
-advise on it likewise; the log is never changed. `pytest -m slow tests/fuzz` runs a long one."""
+advise on it likewise; the log is never changed.
+
+The default run applies each value mutation and each byte damage once, then 8 random cases
+(``SPECPROF_FUZZ_EXAMPLES=N``: N of them); `pytest -m slow tests/fuzz` runs a long one."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +15,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from helpers import cli_process
 from tests.fuzz import mutations as M
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,8 +143,8 @@ def rewrite(src: Path, dst: Path, mutation, rng) -> str:
     return f"{mutation.__name__}: {what}"
 
 
-def damage(f: Path, rng) -> str:
-    kind = rng.choice(M.BYTE_KINDS)
+def damage(f: Path, rng, kind: str | None = None) -> str:
+    kind = kind or rng.choice(M.BYTE_KINDS)
     M.damage_bytes(f, kind, rng)
     return f"bytes: {kind}"
 
@@ -152,20 +155,21 @@ def digest(d: Path) -> dict:
 
 def tool(args: list[str], timeout_s: float = 60.0) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run([sys.executable, "-m", "analyze.cli", *args], capture_output=True, text=True,
-                              timeout=timeout_s, env=dict(os.environ, PYTHONHASHSEED="0"))
+        return cli_process.run(args, timeout=timeout_s, env=dict(os.environ, PYTHONHASHSEED="0"))
     except subprocess.TimeoutExpired:
         raise AssertionError(f"hang: {args}") from None
 
 
-def case(tmp_path: Path, seed: int, mutation=None) -> tuple[str, int, str]:
+def case(tmp_path: Path, seed: int, mutation=None, damage_kind: str | None = None) -> tuple[str, int, str]:
+    """The log rewritten by ``mutation``, or damaged as bytes (``damage_kind``), or either at random (``seed``);
+    then the analysis, whatif and advise on it."""
     rng = random.Random(seed)
     d = tmp_path / f"log{seed}"
     d.mkdir()
     f = d / SOURCE.name
-    if mutation is None and rng.random() < 0.25:
+    if damage_kind or (mutation is None and rng.random() < 0.25):
         f.write_bytes(SOURCE.read_bytes())
-        what = damage(f, rng)
+        what = damage(f, rng, damage_kind)
     else:
         what = rewrite(SOURCE, f, mutation or rng.choice(VALUES), rng)
     before = digest(d)
@@ -211,7 +215,12 @@ def test_an_optional_column_of_text_is_read_as_numbers_and_the_rest_counted(tmp_
     assert code == 0
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("kind", M.BYTE_KINDS)
+def test_each_byte_damage_of_a_log_once(tmp_path, kind):
+    case(tmp_path, 7, damage_kind=kind)
+
+
+@pytest.mark.parametrize("seed", M.seeds(8))
 def test_live_log_fuzz_case(tmp_path, seed):
     case(tmp_path, seed)
 
