@@ -526,7 +526,7 @@ def test_spec_steps_marks_reach_the_cycle_table_and_whatif_end_to_end(tmp_path):
     doc = json.loads(out.read_text())
     assert [p["steps"] for p in doc["profiles"]] == [1]
     pb = tmp_path / "pb.json"
-    assert main(["whatif", str(split), "--per-batch", "--steps", "1..4", "--json", str(pb)]) == 0
+    assert main(["whatif", str(split), "--per-batch", "--steps", "1..4", "--boot", "0", "--json", str(pb)]) == 0
     rows = {r["batch"]: r for r in json.loads(pb.read_text())["per_batch"]}
     assert rows[16]["profiled_steps"] == 1 and rows[1]["profiled_steps"] == 3
     one = tmp_path / "one.sqlite"

@@ -67,7 +67,7 @@ def test_from_the_profile_and_its_clock_the_verdict_leans_off_uncertain(tmp_path
     round's gap was modelled) and the verdict is the measured one's direction but said to be uncertain (0.77x / 0.77x
     against 0.85x / 0.80x: inside the estimated baseline's band)."""
     out = tmp_path / "w.json"
-    assert main(["whatif", str(PROFILE), "--batch", str(batch), "--steps", "1..6", "--json", str(out)]) == 0
+    assert main(["whatif", str(PROFILE), "--batch", str(batch), "--steps", "1..6", "--boot", "0", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     m, base = read_measured(SWEEP, batch)
     best = doc["best"]
