@@ -89,14 +89,14 @@ class WindowClock:
         if e is not None:
             e[0] = now_ns
 
-    def _round_gap(self, k: int, requests: int) -> None:
-        """Cycle ``k`` of ``requests`` requests is the first decode cycle after a prefill: where the decode
+    def _round_gap(self, requests: int) -> None:
+        """The first decode cycle after a prefill (``self._round``) has ``requests`` requests: where the decode
         cycle before it had none (the previous batch done: a new round, analyze's ``rounds.lockstep_rounds``
         rule) the time from the end of the last decode cycle with requests to its start is a round's gap."""
         k0, start = self._round
         self._round = None
         before = self._seen.get(k0 - 1)
-        if k != k0 or requests <= 0 or before is None or before[1] != 0:
+        if requests <= 0 or before is None or before[1] != 0:
             return
         ends = [e for kk, (e, m) in self._seen.items() if kk < k0 and m and e is not None]
         if ends and start > ends[-1]:
@@ -111,7 +111,7 @@ class WindowClock:
         if seen is not None:
             seen[1] = int(requests)
             if self._round is not None and self._round[0] == k:
-                self._round_gap(k, int(requests))
+                self._round_gap(int(requests))
         e = self._open.get(k) if k is not None else None
         if e is None or requests <= 0:
             return

@@ -102,7 +102,7 @@ def clock_round_gap_ns(side: "Side", batch: int) -> dict | None:
     nvtx_annotate/clock.py: from the end of the last decode cycle with requests to the start of a round of ``batch``
     requests, without the profiler): ``{"round_gap_ns": median, "round_gaps": count}``, None without one (no gap
     at that batch size, or marks of a shim before 2026-12-07)."""
-    gaps = [g for m in side.clock if m.requests == int(batch) for g in getattr(m, "gaps_us", ())]
+    gaps = [g for m in side.clock if m.requests == int(batch) for g in m.gaps_us]
     if not gaps:
         return None
     return {"round_gap_ns": float(np.median(gaps)) * 1000.0, "round_gaps": len(gaps)}
