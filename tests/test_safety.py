@@ -398,6 +398,9 @@ def test_an_nsys_run_is_retried_once_after_its_own_transient_failure():
     seen.clear()
     always = nsys_record.with_retry(lambda a: seen.append(a) or proc(1, "Local Endpoint is not available"))
     assert always.returncode == 1 and seen == [0, 1]
+    seen.clear()
+    lost = nsys_record.with_retry(lambda a: seen.append(a) or proc(1 - a, "Connection to the Agent lost"))
+    assert lost.returncode == 0 and seen == [0, 1]
 
 
 @pytest.mark.nsys

@@ -39,6 +39,20 @@ def test_finish_cdf_is_exact_for_a_fixed_yield():
     assert R.expected_max_cycles(np.array([0.0, 0.0, 0.0, 1.0]), 10, 1) == pytest.approx(4.0)
 
 
+def test_finish_cdf_is_kept_by_its_inputs_and_a_caller_cannot_change_what_is_kept():
+    """whatif asks for one (pmf, tokens) several times (a round's cycles and its efficiency, per batch size): the second
+    ask returns what the first computed, a copy each time; another pmf or token count is another entry."""
+    pmf = R.tokens_pmf(0.5 ** np.arange(1, 4))
+    first = R.finish_cdf(pmf, 64)
+    first[:] = -1.0                                            # the caller's copy, not the kept one
+    again = R.finish_cdf(pmf.copy(), 64)
+    assert again[0] == 0.0 and again[-1] == 1.0 and np.all(np.diff(again) >= 0)
+    assert np.array_equal(again, R._finish_cdf(pmf, 64))
+    assert len(R.finish_cdf(pmf, 65)) == 66
+    other = R.tokens_pmf(0.9 ** np.arange(1, 4))
+    assert not np.array_equal(R.finish_cdf(other, 64), again)
+
+
 def test_expected_max_matches_a_simulation():
     rng = np.random.default_rng(1)
     k, n, b, p = 3, 128, 64, 0.5

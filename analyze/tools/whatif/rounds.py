@@ -116,8 +116,24 @@ def finish_cdf(pmf: np.ndarray, n_tokens: int) -> np.ndarray:
     cycle's tokens drawn from ``pmf`` (index = tokens, pmf[0] = 0). Exact up to :data:`NEGLIGIBLE`
     (the distribution of the tokens so far is convolved with ``pmf`` a cycle at a time, over the
     window where it still has mass; what reaches ``n_tokens`` is absorbed); T <= n_tokens since every
-    cycle yields a token."""
-    n = int(n_tokens)
+    cycle yields a token. Kept for the last :data:`_FINISH_KEEP` (pmf, n_tokens) asked (whatif asks each
+    several times: the rounds' cycles and their efficiency, per batch size); a copy is returned."""
+    pmf = np.ascontiguousarray(pmf, dtype="float64")
+    key = (pmf.tobytes(), int(n_tokens))
+    got = _FINISH.get(key)
+    if got is None:
+        got = _finish_cdf(pmf, int(n_tokens))
+        if len(_FINISH) >= _FINISH_KEEP:
+            _FINISH.pop(next(iter(_FINISH)))
+        _FINISH[key] = got
+    return got.copy()
+
+
+_FINISH: dict = {}
+_FINISH_KEEP = 4096
+
+
+def _finish_cdf(pmf: np.ndarray, n: int) -> np.ndarray:
     cdf = np.ones(n + 1)
     cdf[0] = 0.0
     live, off, done = np.ones(1), 0, 0.0       # P(tokens = off + j) for the requests not done yet
@@ -126,11 +142,13 @@ def finish_cdf(pmf: np.ndarray, n_tokens: int) -> np.ndarray:
         end = n - off                            # index of n tokens in ``moved``
         done += float(moved[end:].sum()) if end < len(moved) else 0.0
         live = moved[:end]
-        keep = np.flatnonzero(live > NEGLIGIBLE)
+        mass = live > NEGLIGIBLE
         cdf[t] = min(done, 1.0)
-        if not len(keep) or done >= 1.0 - 1e-12:
+        first = int(mass.argmax()) if len(mass) else 0
+        if not len(mass) or not mass[first] or done >= 1.0 - 1e-12:
             break                                # cdf[t + 1:] stays 1
-        live, off = live[keep[0]:keep[-1] + 1], off + int(keep[0])
+        last = len(mass) - 1 - int(mass[::-1].argmax())
+        live, off = live[first:last + 1], off + first
     return cdf
 
 
