@@ -25,7 +25,7 @@ PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16
     [("sglang_h100_v3_l32_s5", "sglang_sweep_h100_v3_l32", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l128_s3", "sglang_sweep_h100_v2_l128", b) for b in (1, 16)] + \
     [("sglang_h100_v2_l64_s3_clock", "sglang_sweep_h100_v2_l64_clock", b) for b in (1, 16)] + \
-    [("sglang_h100_v2_l48_s3", "sglang_sweep_h100_v2_l48", b) for b in (1, 8, 32)]
+    [(p, "sglang_sweep_h100_v2_l48", b) for p in ("sglang_h100_v2_l48_s3", "sglang_h100_v2_l48_s3_gap") for b in (1, 8, 32)]
 
 
 def settled(sweep: str, batch: int) -> dict:
