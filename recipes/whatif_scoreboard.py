@@ -3,7 +3,8 @@ at the profiled step count with the measured no-speculation tokens/s, the worst 
 measured step counts 1..6 and the speed-up's error; from the profile alone the speed-up's error (and, for a profile
 with the shim's clock, the speed-up's error as `whatif PROFILE --batch B` gives it: calibrated by that clock); per cell
 whether it is truth (every engine of the cell converged, its engines within 3% of each other: `?` where not); summary
-lines over all pairs, over the clock profiles, and over the cells that are truth.
+lines over all pairs, over the clock profiles, and over the cells that are truth; per pair and summed, how far below the
+measured best the recommended step count measured ("best lost").
 
     python recipes/whatif_scoreboard.py OUT.json     (the real fixtures unpacked: python -m fixtures.unpack)
 
@@ -28,6 +29,10 @@ PAIRS = [("sglang_v2_l64_s3_b4", "sglang_sweep_v2_l64_b4", b) for b in (1, 4, 16
     [(p, "sglang_sweep_h100_v2_l48", b) for p in ("sglang_h100_v2_l48_s3", "sglang_h100_v2_l48_s3_gap") for b in (1, 8, 32)]
 
 
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1f}%"
+
+
 def settled(sweep: str, batch: int) -> dict:
     """{steps: True where the cell is truth}: every engine of that step count converged (its rounds within the
     recipe's tolerance) and, where several engines ran it, they agree within 3%."""
@@ -37,6 +42,13 @@ def settled(sweep: str, batch: int) -> dict:
             if int(b["batch"]) == batch:
                 got.setdefault(int(r["steps"]), []).append((float(b["tokens_per_s"]), bool(b.get("converged"))))
     return {s: all(c for _, c in v) and max(t for t, _ in v) <= 1.03 * min(t for t, _ in v) for s, v in got.items()}
+
+
+def _best_loss(r: dict, measured: dict) -> float | None:
+    """How far below the measured best the recommended step count measured (%; 0 where it is the measured best; None
+    where the recommendation was not measured or is no speculation)."""
+    k = r["best"]["steps"]
+    return None if k not in measured else 100 * (1 - measured[k] / max(measured.values()))
 
 
 sidecache = {}
@@ -61,6 +73,7 @@ for prof, sw, b in PAIRS:
         out["cal_worst_settled"] = max(good, key=abs) if good and out["settled_k"] else None
         out["cal_worst"] = max(errs, key=abs); out["cal_mean"] = float(np.mean(np.abs(errs)))
         out["cal_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
+        out["cal_best"] = _best_loss(r, mm)
     except Exception as e:
         out["cal_err"] = str(e)[:60]
     r = W.whatif(side, range(1, 7), n_boot=0, batch=b)
@@ -70,17 +83,23 @@ for prof, sw, b in PAIRS:
     if ctps is not None:
         r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=ctps, calibrate_steps=ck, calibration_source=csrc)
         out["clock_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
+        out["clock_best"] = _best_loss(r, mm)
     rows.append(out)
     print(f"{prof:32s} b{b:<3d} cal worst {out.get('cal_worst', float('nan')):+6.1f}% mean {out.get('cal_mean', float('nan')):5.1f}% "
           f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}%"
           + (f" (its clock {out['clock_sp']:+6.1f}%)" if "clock_sp" in out else "") + " | settled: "
           + (f"worst {out['cal_worst_settled']:+6.1f}%" if out.get("cal_worst_settled") is not None else "(k or 0 unsettled)")
-          + " " + " ".join(f"{s}:{e:+.0f}{'' if g else '?'}" for s, (e, g) in sorted(out.get("cells", {}).items())),
+          + " " + " ".join(f"{s}:{e:+.0f}{'' if g else '?'}" for s, (e, g) in sorted(out.get("cells", {}).items()))
+          + f" | best lost {_pct(out.get('cal_best'))} (clock {_pct(out.get('clock_best'))})",
           flush=True)
 cw = [abs(r["cal_worst"]) for r in rows if "cal_worst" in r]; cm = [r["cal_mean"] for r in rows if "cal_mean" in r]
 al = [abs(r["alone_sp"]) for r in rows]
 print(f"SUMMARY cal worst mean {np.mean(cw):.2f} max {np.max(cw):.1f} | cal mean-abs {np.mean(cm):.2f} | "
       f"alone sp mean-abs {np.mean(al):.2f} max {np.max(al):.1f} | alone>25%: {sum(a > 25 for a in al)} | cal worst>10%: {sum(c > 10 for c in cw)}")
+bl = [r["cal_best"] for r in rows if r.get("cal_best") is not None]
+cb = [r["clock_best"] for r in rows if r.get("clock_best") is not None]
+print(f"BEST (measured tokens/s lost at the recommended step count against the measured best): calibrated mean {np.mean(bl):.2f}% "
+      f"max {np.max(bl):.1f}% over {len(bl)} pairs" + (f"; clock alone mean {np.mean(cb):.2f}% max {np.max(cb):.1f}% over {len(cb)}" if cb else ""))
 ck = [abs(r["clock_sp"]) for r in rows if "clock_sp" in r]
 if ck:
     print(f"CLOCK (profiles with the shim's clock, no figure given, as the command runs): {len(ck)} pairs, speed-up "
