@@ -121,6 +121,19 @@ def test_a_file_that_is_no_log_is_said_to_be_none(tmp_path, make, code, words):
 
 
 @need
+def test_a_report_given_as_the_log_is_named_before_it_is_read_line_by_line(monkeypatch, capsys):
+    """The 150 MB report was parsed line by line (12 s) before the error named it: its first bytes say what it is."""
+    from analyze.cli import main
+    from analyze.read import sglang_log
+
+    def never(path):
+        raise AssertionError(f"read line by line: {path}")
+    monkeypatch.setattr(sglang_log, "read_log", never)
+    assert main(["whatif", str(PROFILE), "--batch", "16", "--calibrate-sglang-log", str(PROFILE)]) == 10
+    assert "not SGLang's log (an SQLite file: a report?)" in capsys.readouterr().err
+
+
+@need
 def test_a_missing_log_is_one_line(tmp_path):
     """A log path that does not exist: MissingInput, exit 2 (docs/bad_input.md), one line naming the option."""
     proc = cli_process.run(["whatif", str(PROFILE), "--batch", "16", "--calibrate-sglang-log",

@@ -87,9 +87,10 @@ JSON_CHECK_BYTES = 64 << 20
 """A file no larger than this that starts like JSON is parsed to tell JSON from a log whose lines start with '['."""
 
 
-def what_instead(path) -> str | None:
-    """What a file with no line of SGLang's log is instead, from its first bytes (an SQLite file, JSON, Parquet or an
-    Arrow stream, other binary data), or None (text: a log without decode lines)."""
+def binary_kind(path) -> str | None:
+    """What a file is from its first 4 KiB where they are no text (an SQLite file, Parquet or an Arrow stream, other
+    binary data), else None: asked before the file is read line by line (a 150 MB report given as the log was parsed
+    whole before it was named)."""
     from analyze.read.columnar import ARROW_STREAM_MAGIC, PARQUET_MAGIC
     from analyze.read.connection import SQLITE_MAGIC
 
@@ -102,16 +103,27 @@ def what_instead(path) -> str | None:
         return "an SQLite file: a report?"
     if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_STREAM_MAGIC):
         return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
-    if head.lstrip()[:1] in (b"{", b"["):       # SGLang's own lines start with "[2026-...": JSON only if it parses
-        try:
-            if os.path.getsize(path) <= JSON_CHECK_BYTES:
-                with open(path, "rb") as f:
-                    json.loads(f.read())
-                return "JSON: a sweep's figures go to --measured"
-        except (OSError, ValueError):
-            pass
     if b"\0" in head:
         return "binary data"
+    return None
+
+
+def what_instead(path) -> str | None:
+    """What a file with no line of SGLang's log is instead: :func:`binary_kind`, or JSON (a text file that parses as
+    JSON), or None (text: a log without decode lines)."""
+    kind = binary_kind(path)
+    if kind is not None:
+        return kind
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+        if head.lstrip()[:1] in (b"{", b"[") and os.path.getsize(path) <= JSON_CHECK_BYTES:
+            # SGLang's own lines start with "[2026-...": JSON only if it parses
+            with open(path, "rb") as f:
+                json.loads(f.read())
+            return "JSON: a sweep's figures go to --measured"
+    except (OSError, ValueError):
+        pass
     return None
 
 

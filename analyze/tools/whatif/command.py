@@ -379,9 +379,17 @@ def _sglang_log(path, steps: int):
     """The log (read/sglang_log.py: its decode lines and how many did not read), checked: of one rank, of the
     profiled step count where the server's arguments are in it."""
     from analyze.read.inputs import display_path
-    from analyze.read.sglang_log import read_log, what_instead
+    from analyze.read.sglang_log import binary_kind, read_log, what_instead
 
     shown = display_path(path)
+
+    def not_a_log(what: str) -> UsageError:
+        return UsageError(f"--calibrate-sglang-log {shown}: not SGLang's log ({what}): give the server's own output at "
+                          "--log-level info (its 'Decode batch' lines)")
+
+    what = binary_kind(path)       # before the file is read line by line
+    if what is not None:
+        raise not_a_log(what)
     try:
         log = read_log(path)
     except OSError as exc:
@@ -389,8 +397,7 @@ def _sglang_log(path, steps: int):
     if not len(log.lines) and log.num_steps is None and not log.unreadable:
         what = what_instead(path)
         if what is not None:
-            raise UsageError(f"--calibrate-sglang-log {shown}: not SGLang's log ({what}): give the server's own output "
-                             "at --log-level info (its 'Decode batch' lines)")
+            raise not_a_log(what)
     if log.num_steps is not None and log.num_steps != steps:
         raise UsageError(f"--calibrate-sglang-log {shown}: the log's server ran --speculative-num-steps "
                          f"{log.num_steps}, the profile {steps}: give the log of the profiled configuration")
