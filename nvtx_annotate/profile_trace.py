@@ -32,6 +32,8 @@ import time
 import urllib.request
 from typing import List, Optional, Tuple
 
+from . import protocol as P
+
 MIN_NSYS = (2022, 4)
 
 
@@ -204,6 +206,26 @@ def stats_reports(version: Optional[Tuple[int, ...]]) -> str:
 def stats_command(nsys: str, base: str, version: Optional[Tuple[int, ...]] = None) -> List[str]:
     return [nsys, "stats", "-r", stats_reports(version), "--format", "csv",
             "--force-export", "false", "-o", base + ".stats", base + ".sqlite"]
+
+
+CLOCK_STOP_EARLY_S = 1.0
+"""``--delay``: the shim's clock stops this long before nsys is due to start collecting (its cycles then all ran
+uncollected)."""
+CLOCK_MARKS_LATE_S = 5.0
+"""``--delay``: the shim writes its clock marks this long after nsys is due to start collecting (nsys counts its delay
+from its own start, a moment after this command's; at most a third of ``--duration``)."""
+
+
+def delayed_clock_env(a, now_ns: int) -> dict:
+    """The shim's clock times for ``--delay`` (nvtx_annotate/wrappers.py, ``clock_deadlines``): wall-clock ns at which
+    the clock stops and at which its marks are written; {} without a delay, under --capture cudaprofilerapi (SGLang's
+    profiler tells the shim) or without the shim."""
+    if a.delay is None or a.capture != "all" or a.no_shim:
+        return {}
+    late = CLOCK_MARKS_LATE_S if a.duration is None else min(CLOCK_MARKS_LATE_S, a.duration / 3)
+    due = now_ns + int(a.delay * 1e9)
+    return {P.CLOCK_STOP_AT_ENV: str(max(now_ns, due - int(CLOCK_STOP_EARLY_S * 1e9))),
+            P.CLOCK_MARKS_AT_ENV: str(due + int(late * 1e9))}
 
 
 def shim_env(a) -> dict:
@@ -383,7 +405,7 @@ def main(argv=None) -> int:
     else:
         if a.capture == "cudaprofilerapi" and a.sglang_url:
             _start_profile_thread(a.sglang_url, a.sglang_steps, a.sglang_wait, a.delay)
-        rc = subprocess.call(cmd, env=env)
+        rc = subprocess.call(cmd, env=dict(env, **delayed_clock_env(a, time.time_ns())))
         if rc != 0 and a.cuda_graph_trace == "node":     # (--drive's status is the load's, not the command's)
             print(NODE_TRACE_HINT.format(rc=rc), file=sys.stderr)
     rep = base + ".nsys-rep"

@@ -299,6 +299,29 @@ def parse_clock_mark(text) -> ClockMark | None:
     return ClockMark(reqs, int(m["part"]), periods, tokens, gaps)
 
 
+CLOCK_STOP_AT_ENV, CLOCK_MARKS_AT_ENV = "SPECPROF_CLOCK_STOP_AT_NS", "SPECPROF_CLOCK_MARKS_AT_NS"
+"""Wall-clock times (``time.time_ns``) ``profile-trace --delay`` gives the profiled processes: nsys starts collecting at
+a time they cannot see, between the two; the shim's clock stops at the first and its marks are written at the second."""
+CLOCK_STOP_PREFIX = "clock_stop"
+CLOCK_STOP_RE = re.compile(r"^clock_stop ago_us=(?P<ago>\d+)\s*$")
+
+
+def clock_stop_mark(ago_us: int) -> str:
+    """``clock_stop ago_us=N``: the process' clock (its ``clock`` marks) stopped N us before this mark. Written with the
+    clock marks where they are written later than the clock stopped (``profile-trace --delay``: the clock stops just
+    before nsys starts collecting, the marks go out once it surely has), so that the decode cycles the profile holds
+    between the two are not taken for cycles the clock ran under the profiler."""
+    return f"{CLOCK_STOP_PREFIX} ago_us={int(ago_us)}"
+
+
+def parse_clock_stop(text) -> int | None:
+    """N of a ``clock_stop ago_us=N`` mark (us), or None (not one, a count no real run has)."""
+    m = CLOCK_STOP_RE.match(text) if isinstance(text, str) else None
+    if m is None or len(m["ago"]) > 12:
+        return None
+    return int(m["ago"])
+
+
 STEPS_PREFIX = "spec_steps="
 STEPS_MARK_RE = re.compile(r"^spec_steps=(?P<steps>\d+)(?:\s+cycle=(?P<cycle>\d+))?\s*$")
 """``spec_steps=S [cycle=K]``: the step count decode cycle K ran (emitted in each decode cycle of a process

@@ -19,9 +19,10 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
+import os
 import sys
 import types
-from time import perf_counter_ns
+from time import perf_counter_ns, time_ns
 from _thread import _local  # threading.local, without importing threading at interpreter start
 from collections.abc import Callable
 
@@ -63,10 +64,24 @@ _stats = {"cycles": 0, "prefills": 0, "marks": 0, "rank_marks": 0, "config_marks
 _faults: dict[str, int] = {}
 _warned: set = set()
 _rank = {"mark": None, "world": None, "refresh": 0, "config": None,  # the TP group's rank mark; re-emits pending
-         "rank": None, "spec_config": None, "clock": ()}
+         "rank": None, "spec_config": None, "clock": (), "clock_stopped_ns": None}
 _clock: WindowClock | None = WindowClock()
 """The decode cycles' clock before profiling starts (nvtx_annotate/clock.py): written as ``clock`` marks and
 stopped (None) when profiling starts; never kept where no profiler records the shim's marks (:func:`drop_clock`)."""
+def clock_deadlines(environ, wall_ns: int, perf_ns: int) -> tuple[int, int] | None:
+    """(stop, marks) on the ``perf_counter_ns`` clock from :data:`protocol.CLOCK_STOP_AT_ENV` and
+    :data:`protocol.CLOCK_MARKS_AT_ENV` (wall-clock ns), or None where either is absent or not a number, or the marks
+    would come before the stop."""
+    try:
+        stop, marks = int(environ[P.CLOCK_STOP_AT_ENV]), int(environ[P.CLOCK_MARKS_AT_ENV])
+    except (KeyError, ValueError):
+        return None
+    return (perf_ns + stop - wall_ns, perf_ns + marks - wall_ns) if marks >= stop else None
+
+
+_clock_due = clock_deadlines(os.environ, time_ns(), perf_counter_ns())
+"""(stop, marks) perf_counter_ns of a delayed collection (:func:`clock_deadlines`), None after the marks are written or
+where profiling starts through SGLang's profiler (:func:`refresh_rank_mark`)."""
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -219,6 +234,8 @@ def _emit_remembered(b) -> None:
         _stats["config_marks"] += 1
     for text in _rank["clock"]:
         b.mark(text)
+    if _rank["clock"] and _rank.get("clock_stopped_ns") is not None:
+        b.mark(P.clock_stop_mark((perf_counter_ns() - _rank["clock_stopped_ns"]) // 1000))
 
 
 def drop_clock() -> None:
@@ -227,12 +244,14 @@ def drop_clock() -> None:
     _clock = None
 
 
-def stop_clock() -> tuple[str, ...]:
+def stop_clock(now_ns: int | None = None) -> tuple[str, ...]:
     """Profiling started: the clock's ``clock`` marks (the cycles before it), remembered with the rank mark;
-    the clock stops (what follows runs under the profiler)."""
+    the clock stops (what follows runs under the profiler). ``now_ns``: the clock stops ahead of its marks
+    (:func:`delayed_collection`), which then say how long before them (a ``clock_stop`` mark)."""
     global _clock
     clock, _clock = _clock, None
     if clock is not None:
+        _rank["clock_stopped_ns"] = now_ns
         try:
             _rank["clock"] = tuple(P.clock_mark(*bucket) for bucket in clock.buckets())
         except Exception as e:  # never the rank mark's re-emission
@@ -240,8 +259,24 @@ def stop_clock() -> tuple[str, ...]:
     return _rank["clock"]
 
 
+def delayed_collection(now_ns: int) -> None:
+    """``profile-trace --delay``: past the stop time the clock stops (its cycles end before nsys collects); past the
+    marks time profiling has surely started: the clock marks go out as when SGLang's profiler starts."""
+    global _clock_due
+    due = _clock_due
+    if due is None:
+        return
+    if now_ns >= due[1]:
+        _clock_due = None
+        refresh_rank_mark()
+    elif now_ns >= due[0] and _clock is not None:
+        stop_clock(now_ns)
+
+
 def refresh_rank_mark() -> None:
     """Profiling started: emit the rank, config and clock marks now and at the next worker calls."""
+    global _clock_due
+    _clock_due = None
     stop_clock()
     if _rank["mark"] is None and _rank.get("config") is None and not _rank["clock"]:
         return
@@ -387,6 +422,8 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
             return None
         if _rank["refresh"]:
             _pending_rank_mark(b)
+        if _clock_due is not None:
+            delayed_collection(perf_counter_ns())
         prefill = False
         if get_batch is not None:
             batch = get_batch(args, kwargs)

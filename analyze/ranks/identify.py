@@ -15,7 +15,7 @@ from analyze.codes import factorize_objects
 from analyze.errors import RankConflict
 from nvtx_annotate.protocol import CONFIG_MARK_RE  # the shim's `spec_config algo=... steps=N ...`
 from nvtx_annotate.protocol import RANK_MARK_RE as RANK_MARK  # the shim's `rank=R world=W device=D`
-from nvtx_annotate.protocol import CLOCK_PREFIX, parse_clock_mark, parse_rank_mark
+from nvtx_annotate.protocol import CLOCK_PREFIX, CLOCK_STOP_PREFIX, parse_clock_mark, parse_clock_stop, parse_rank_mark
 
 NCCL_RANK = re.compile(r"\brank[\s=:]+(\d+)", re.IGNORECASE)
 
@@ -55,15 +55,17 @@ def spec_configs(marks: pd.DataFrame) -> dict[int, str]:
 
 
 def clock_marks(marks: pd.DataFrame) -> dict[int, tuple]:
-    """Per process, ``(marks, first_ns)``: its ``clock`` marks parsed (nvtx_annotate/clock.py: the decode cycles it
+    """Per process, ``(marks, at_ns)``: its ``clock`` marks parsed (nvtx_annotate/clock.py: the decode cycles it
     ran before profiling started, in parts a batch size; the shim writes them again with each rank mark: each
-    distinct text once), in mark order, and the time of the first (on the report's clock); processes without one
-    left out."""
+    distinct text once), in mark order, and when its clock stopped (on the report's clock): the earliest of its
+    ``clock_stop`` marks' times less their ``ago_us`` where it wrote any (``profile-trace --delay``: the marks come
+    after the clock stopped), else the first clock mark's time; processes without a clock mark left out."""
     if marks.empty:
         return {}
     text = marks["text"].to_numpy(dtype=object)
     codes, uniq = factorize_objects(text, use_na_sentinel=False)
     parsed = [parse_clock_mark(t) if isinstance(t, str) and t.startswith(CLOCK_PREFIX) else None for t in uniq]
+    stops = [parse_clock_stop(t) if isinstance(t, str) and t.startswith(CLOCK_STOP_PREFIX) else None for t in uniq]
     hit = np.array([c is not None for c in parsed], dtype=bool)
     rows = np.flatnonzero(hit[codes]) if len(codes) else np.zeros(0, dtype="int64")
     out: dict[int, dict] = {}
@@ -73,7 +75,14 @@ def clock_marks(marks: pd.DataFrame) -> dict[int, tuple]:
         out.setdefault(int(pid), {}).setdefault(code, parsed[code])
         if t is not None and (int(pid) not in first or int(t) < first[int(pid)]):
             first[int(pid)] = int(t)
-    return {p: (tuple(d.values()), first.get(p)) for p, d in out.items()}
+    stopped: dict[int, int] = {}
+    is_stop = np.array([a is not None for a in stops], dtype=bool)
+    srows = np.flatnonzero(is_stop[codes]) if len(codes) and "time_ns" in marks.columns else np.zeros(0, dtype="int64")
+    for pid, code, t in zip(marks["global_pid"].to_numpy()[srows].tolist(), codes[srows].tolist(),
+                            marks["time_ns"].to_numpy()[srows].tolist() if len(srows) else []):
+        at = int(t) - 1000 * stops[code]
+        stopped[int(pid)] = min(at, stopped.get(int(pid), at))
+    return {p: (tuple(d.values()), stopped.get(p, first.get(p))) for p, d in out.items()}
 
 
 def _nccl_ranks(ranges: pd.DataFrame, marks: pd.DataFrame) -> dict[int, int]:
