@@ -211,9 +211,10 @@ def stats_command(nsys: str, base: str, version: Optional[Tuple[int, ...]] = Non
 CLOCK_STOP_EARLY_S = 1.0
 """``--delay``: the shim's clock stops this long before nsys is due to start collecting (its cycles then all ran
 uncollected)."""
-CLOCK_MARKS_LATE_S = 5.0
-"""``--delay``: the shim writes its clock marks this long after nsys is due to start collecting (nsys counts its delay
-from its own start, a moment after this command's; at most a third of ``--duration``)."""
+CLOCK_MARKS_LATE_S = (5.0, 15.0)
+"""``--delay``: the shim writes its clock marks this long after nsys is due to start collecting, twice (nsys counts its
+delay from its own start, a moment after this command's; a load paused at the first): at most a third and two thirds of
+``--duration``."""
 
 
 def delayed_clock_env(a, now_ns: int) -> dict:
@@ -222,10 +223,11 @@ def delayed_clock_env(a, now_ns: int) -> dict:
     profiler tells the shim) or without the shim."""
     if a.delay is None or a.capture != "all" or a.no_shim:
         return {}
-    late = CLOCK_MARKS_LATE_S if a.duration is None else min(CLOCK_MARKS_LATE_S, a.duration / 3)
+    late = CLOCK_MARKS_LATE_S if a.duration is None else tuple(min(x, a.duration * (i + 1) / 3)
+                                                                for i, x in enumerate(CLOCK_MARKS_LATE_S))
     due = now_ns + int(a.delay * 1e9)
     return {P.CLOCK_STOP_AT_ENV: str(max(now_ns, due - int(CLOCK_STOP_EARLY_S * 1e9))),
-            P.CLOCK_MARKS_AT_ENV: str(due + int(late * 1e9))}
+            P.CLOCK_MARKS_AT_ENV: ",".join(str(due + int(x * 1e9)) for x in late)}
 
 
 def shim_env(a) -> dict:

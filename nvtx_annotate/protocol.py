@@ -301,7 +301,8 @@ def parse_clock_mark(text) -> ClockMark | None:
 
 CLOCK_STOP_AT_ENV, CLOCK_MARKS_AT_ENV = "SPECPROF_CLOCK_STOP_AT_NS", "SPECPROF_CLOCK_MARKS_AT_NS"
 """Wall-clock times (``time.time_ns``) ``profile-trace --delay`` gives the profiled processes: nsys starts collecting at
-a time they cannot see, between the two; the shim's clock stops at the first and its marks are written at the second."""
+a time they cannot see, after the first; the shim's clock stops at the first and its marks are written at each of the
+second's (comma-separated)."""
 CLOCK_STOP_PREFIX = "clock_stop"
 CLOCK_STOP_RE = re.compile(r"^clock_stop ago_us=(?P<ago>\d+)\s*$")
 

@@ -68,20 +68,25 @@ _rank = {"mark": None, "world": None, "refresh": 0, "config": None,  # the TP gr
 _clock: WindowClock | None = WindowClock()
 """The decode cycles' clock before profiling starts (nvtx_annotate/clock.py): written as ``clock`` marks and
 stopped (None) when profiling starts; never kept where no profiler records the shim's marks (:func:`drop_clock`)."""
-def clock_deadlines(environ, wall_ns: int, perf_ns: int) -> tuple[int, int] | None:
-    """(stop, marks) on the ``perf_counter_ns`` clock from :data:`protocol.CLOCK_STOP_AT_ENV` and
-    :data:`protocol.CLOCK_MARKS_AT_ENV` (wall-clock ns), or None where either is absent or not a number, or the marks
-    would come before the stop."""
+
+
+def clock_deadlines(environ, wall_ns: int, perf_ns: int) -> tuple[int, tuple[int, ...]] | None:
+    """(stop, (marks, ...)) on the ``perf_counter_ns`` clock from :data:`protocol.CLOCK_STOP_AT_ENV` and
+    :data:`protocol.CLOCK_MARKS_AT_ENV` (wall-clock ns; the marks' times comma-separated, each a writing of the clock
+    marks), or None where either is absent or not numbers, or a marks time would come before the stop."""
     try:
-        stop, marks = int(environ[P.CLOCK_STOP_AT_ENV]), int(environ[P.CLOCK_MARKS_AT_ENV])
+        stop = int(environ[P.CLOCK_STOP_AT_ENV])
+        marks = sorted(int(x) for x in environ[P.CLOCK_MARKS_AT_ENV].split(","))
     except (KeyError, ValueError):
         return None
-    return (perf_ns + stop - wall_ns, perf_ns + marks - wall_ns) if marks >= stop else None
+    if not marks or marks[0] < stop:
+        return None
+    return perf_ns + stop - wall_ns, tuple(perf_ns + m - wall_ns for m in marks)
 
 
 _clock_due = clock_deadlines(os.environ, time_ns(), perf_counter_ns())
-"""(stop, marks) perf_counter_ns of a delayed collection (:func:`clock_deadlines`), None after the marks are written or
-where profiling starts through SGLang's profiler (:func:`refresh_rank_mark`)."""
+"""(stop, marks times) perf_counter_ns of a delayed collection (:func:`clock_deadlines`), None after the last marks
+time or where profiling starts through SGLang's profiler (:func:`refresh_rank_mark`)."""
 _untagged: dict[int, int] = {}  # id(result) -> K for results that take no attribute
 _UNTAGGED_MAX = 256
 RANK_REFRESH_CALLS = 3
@@ -260,16 +265,19 @@ def stop_clock(now_ns: int | None = None) -> tuple[str, ...]:
 
 
 def delayed_collection(now_ns: int) -> None:
-    """``profile-trace --delay``: past the stop time the clock stops (its cycles end before nsys collects); past the
-    marks time profiling has surely started: the clock marks go out as when SGLang's profiler starts."""
+    """``profile-trace --delay``: past the stop time the clock stops (its cycles end before nsys collects); past each
+    marks time (profiling has surely started by the first; the later ones in case nsys started late) the clock, rank and
+    config marks go out as when SGLang's profiler starts."""
     global _clock_due
     due = _clock_due
     if due is None:
         return
-    if now_ns >= due[1]:
-        _clock_due = None
-        refresh_rank_mark()
-    elif now_ns >= due[0] and _clock is not None:
+    stop, marks = due
+    if now_ns >= marks[0]:
+        later = tuple(m for m in marks if m > now_ns)
+        _clock_due = (stop, later) if later else None
+        _write_marks()
+    elif now_ns >= stop and _clock is not None:
         stop_clock(now_ns)
 
 
@@ -277,6 +285,10 @@ def refresh_rank_mark() -> None:
     """Profiling started: emit the rank, config and clock marks now and at the next worker calls."""
     global _clock_due
     _clock_due = None
+    _write_marks()
+
+
+def _write_marks() -> None:
     stop_clock()
     if _rank["mark"] is None and _rank.get("config") is None and not _rank["clock"]:
         return
@@ -423,7 +435,10 @@ def _hooks_cycle(get_self, get_batch, label: str = "cycle") -> Hooks:
         if _rank["refresh"]:
             _pending_rank_mark(b)
         if _clock_due is not None:
-            delayed_collection(perf_counter_ns())
+            try:
+                delayed_collection(perf_counter_ns())
+            except Exception as e:  # never the cycle's range
+                fault(f"{label} (delayed clock)", e)
         prefill = False
         if get_batch is not None:
             batch = get_batch(args, kwargs)

@@ -98,8 +98,10 @@ print(f"SUMMARY cal worst mean {np.mean(cw):.2f} max {np.max(cw):.1f} | cal mean
       f"alone sp mean-abs {np.mean(al):.2f} max {np.max(al):.1f} | alone>25%: {sum(a > 25 for a in al)} | cal worst>10%: {sum(c > 10 for c in cw)}")
 bl = [r["cal_best"] for r in rows if r.get("cal_best") is not None]
 cb = [r["clock_best"] for r in rows if r.get("clock_best") is not None]
-print(f"BEST (measured tokens/s lost at the recommended step count against the measured best): calibrated mean {np.mean(bl):.2f}% "
-      f"max {np.max(bl):.1f}% over {len(bl)} pairs" + (f"; clock alone mean {np.mean(cb):.2f}% max {np.max(cb):.1f}% over {len(cb)}" if cb else ""))
+if bl:
+    print(f"BEST (measured tokens/s lost at the recommended step count against the measured best): calibrated mean "
+          f"{np.mean(bl):.2f}% max {np.max(bl):.1f}% over {len(bl)} pairs"
+          + (f"; clock alone mean {np.mean(cb):.2f}% max {np.max(cb):.1f}% over {len(cb)}" if cb else ""))
 ck = [abs(r["clock_sp"]) for r in rows if "clock_sp" in r]
 if ck:
     print(f"CLOCK (profiles with the shim's clock, no figure given, as the command runs): {len(ck)} pairs, speed-up "

@@ -34,32 +34,35 @@ def _args(**kw):
 def test_profile_trace_gives_the_stop_and_marks_times_only_for_a_delay():
     now = 1_000 * 10**9
     env = PT.delayed_clock_env(_args(), now)
-    assert env == {P.CLOCK_STOP_AT_ENV: str(now + 119 * 10**9), P.CLOCK_MARKS_AT_ENV: str(now + 125 * 10**9)}
-    # a short collection: the marks within its first third
-    assert PT.delayed_clock_env(_args(duration=3.0), now)[P.CLOCK_MARKS_AT_ENV] == str(now + 121 * 10**9)
+    assert env == {P.CLOCK_STOP_AT_ENV: str(now + 119 * 10**9),
+                   P.CLOCK_MARKS_AT_ENV: f"{now + 125 * 10**9},{now + 135 * 10**9}"}
+    # a short collection: the marks at a third and two thirds of it
+    assert PT.delayed_clock_env(_args(duration=3.0), now)[P.CLOCK_MARKS_AT_ENV] == f"{now + 121 * 10**9},{now + 122 * 10**9}"
     assert PT.delayed_clock_env(_args(delay=0.5), now)[P.CLOCK_STOP_AT_ENV] == str(now)     # never before the start
     for other in (_args(delay=None), _args(capture="cudaprofilerapi"), _args(no_shim=True)):
         assert PT.delayed_clock_env(other, now) == {}
 
 
 def test_the_shim_reads_the_times_onto_its_own_clock():
-    env = {P.CLOCK_STOP_AT_ENV: "5000", P.CLOCK_MARKS_AT_ENV: "9000"}
-    assert W.clock_deadlines(env, wall_ns=1000, perf_ns=70) == (4070, 8070)
+    env = {P.CLOCK_STOP_AT_ENV: "5000", P.CLOCK_MARKS_AT_ENV: "19000,9000"}
+    assert W.clock_deadlines(env, wall_ns=1000, perf_ns=70) == (4070, (8070, 18070))
     assert W.clock_deadlines({}, 1000, 70) is None
-    assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: "x"}, 1000, 70) is None
-    assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: "4000"}, 1000, 70) is None    # marks before the stop
+    assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: "9000,x"}, 1000, 70) is None
+    assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: ""}, 1000, 70) is None
+    assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: "4000,9000"}, 1000, 70) is None    # marks before the stop
 
 
 def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(monkeypatch):
-    """Cycles every 3 ms; the stop due at 7 ms, the marks at 13 ms: the cycles of 0, 3 and 6 ms are the clock's (two
-    periods), the cycle at 9 ms starts after the stop (not the clock's), the one at 15 ms writes the marks and a
-    ``clock_stop`` 6 ms (the stop was seen at the 9 ms cycle) before them; the next worker calls write them again."""
+    """Cycles every 3 ms; the stop due at 7 ms, the marks at 13 and 20 ms: the cycles of 0, 3 and 6 ms are the clock's
+    (two periods), the cycle at 9 ms starts after the stop (not the clock's), the one at 15 ms writes the marks and a
+    ``clock_stop`` 6 ms (the stop was seen at the 9 ms cycle) before them, the next worker calls (18, 21 ms) again, and
+    the one at 21 ms once more for the second marks time."""
     from nvtx_annotate.targets import CYCLE, Target
 
     rec = _nvtx.RecordingBackend()
     monkeypatch.setattr(_nvtx, "_backend", rec)
     monkeypatch.setattr(W, "_clock", C.WindowClock())
-    monkeypatch.setattr(W, "_clock_due", (7_000_000, 13_000_000))
+    monkeypatch.setattr(W, "_clock_due", (7_000_000, (13_000_000, 20_000_000)))
     monkeypatch.setitem(W._rank, "clock", ())
     monkeypatch.setitem(W._rank, "clock_stopped_ns", None)
     monkeypatch.setitem(W._rank, "refresh", 0)
@@ -73,7 +76,7 @@ def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(m
     fwd = W.make_wrapper(Worker.forward_batch_generation,
                          Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
     w, decode = Worker(), SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False))
-    for t in (0, 3, 6, 9, 15, 18):
+    for t in (0, 3, 6, 9, 15, 18, 21):
         now[0] = t * 1_000_000
         r = fwd(w, decode)
         W.emit_accept([1, 0], getattr(r, P.CYCLE_ATTR))
@@ -81,8 +84,40 @@ def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(m
             assert W._clock is None and not [e for e in rec.events if e[0] == "mark" and "clock" in e[1]]
     marks = [e[1] for e in rec.events if e[0] == "mark" and e[1].startswith("clock")]
     assert marks[:2] == ["clock reqs=2 part=0 period_us=3000,3000 tokens=3,3", "clock_stop ago_us=6000"]
-    assert marks[2:] == ["clock reqs=2 part=0 period_us=3000,3000 tokens=3,3", "clock_stop ago_us=9000"]
+    clock = "clock reqs=2 part=0 period_us=3000,3000 tokens=3,3"
+    # 18 and 21 ms: the worker calls after a writing write them again; 21 ms: the second marks time writes them too
+    assert marks[2:] == [clock, "clock_stop ago_us=9000", clock, "clock_stop ago_us=12000", clock,
+                         "clock_stop ago_us=12000"]
     assert W._clock_due is None
+
+
+def test_no_cycle_between_the_stop_and_the_marks_gives_no_clock_stop(monkeypatch):
+    """The first cycle past both times stops the clock and writes its marks at once: they are then the clock's time
+    (no clock_stop mark), as after SGLang's /start_profile."""
+    from nvtx_annotate.targets import CYCLE, Target
+
+    rec = _nvtx.RecordingBackend()
+    monkeypatch.setattr(_nvtx, "_backend", rec)
+    monkeypatch.setattr(W, "_clock", C.WindowClock())
+    monkeypatch.setattr(W, "_clock_due", (7_000_000, (13_000_000,)))
+    monkeypatch.setitem(W._rank, "clock", ())
+    monkeypatch.setitem(W._rank, "clock_stopped_ns", None)
+    monkeypatch.setitem(W._rank, "refresh", 0)
+    now = [0]
+    monkeypatch.setattr(W, "perf_counter_ns", lambda: now[0])
+
+    class Worker:
+        def forward_batch_generation(self, batch):
+            return SimpleNamespace()
+
+    fwd = W.make_wrapper(Worker.forward_batch_generation,
+                         Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
+    w, decode = Worker(), SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False))
+    for t in (0, 3, 6, 14):
+        now[0] = t * 1_000_000
+        W.emit_accept([1, 0], getattr(fwd(w, decode), P.CYCLE_ATTR))
+    marks = [e[1] for e in rec.events if e[0] == "mark" and e[1].startswith("clock")]
+    assert marks == ["clock reqs=2 part=0 period_us=3000,3000 tokens=3,3"] and W._clock is None
 
 
 def test_the_analyzer_dates_the_clock_by_its_stop():

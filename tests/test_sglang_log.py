@@ -52,6 +52,20 @@ def test_steady_lines_ranks_and_the_servers_step_count():
     assert f["steady"].tolist() == [False, False, True, False, False, True]
 
 
+def test_a_log_that_starts_with_nuls_is_still_a_log(tmp_path):
+    """logrotate's copytruncate can leave a log starting with NUL bytes: its decode lines are read; only a file without
+    any is then called binary data."""
+    from analyze.read.sglang_log import what_instead
+
+    line = "[t] Decode batch, #running-req: 16, #token: 1, accept len: 1.50, gen throughput (token/s): 700.0, #queue-req: 0\n"
+    log = tmp_path / "server.log"
+    log.write_bytes(b"\0" * 4096 + (line * 50).encode())
+    assert len(read_log(log).lines) == 50 and what_instead(log) == "binary data"
+    plain = tmp_path / "plain.log"
+    plain.write_text(line)
+    assert what_instead(plain) is None
+
+
 @need
 def test_the_real_log_holds_decode_lines_at_both_batch_sizes():
     log = read_log(LOG)

@@ -53,6 +53,18 @@ def test_finish_cdf_is_kept_by_its_inputs_and_a_caller_cannot_change_what_is_kep
     assert not np.array_equal(R.finish_cdf(other, 64), again)
 
 
+def test_the_kept_finish_distributions_stay_within_their_bytes(monkeypatch):
+    """The bootstrap asks a new pmf each resample: what is kept stays under the cap, the oldest going first."""
+    monkeypatch.setattr(R, "_FINISH", {})
+    monkeypatch.setattr(R, "_FINISH_HELD", [0])
+    monkeypatch.setattr(R, "_FINISH_KEEP_BYTES", 100_000)
+    for i in range(40):
+        R.finish_cdf(R.tokens_pmf(np.array([0.3 + 0.01 * i, 0.1])), 2048)     # 16 KiB each
+    assert 0 < R._FINISH_HELD[0] <= 100_000 and R._FINISH_HELD[0] == sum(v.nbytes for v in R._FINISH.values())
+    assert len(R._FINISH) == 100_000 // (2049 * 8)
+    assert (R.tokens_pmf(np.array([0.69, 0.1])).tobytes(), 2048) in R._FINISH       # the newest kept
+
+
 def test_expected_max_matches_a_simulation():
     rng = np.random.default_rng(1)
     k, n, b, p = 3, 128, 64, 0.5

@@ -104,7 +104,7 @@ def identify_ranks(gpu_ops: pd.DataFrame, marks: pd.DataFrame, ranges: pd.DataFr
                    processes: pd.DataFrame, path: str) -> pd.DataFrame:
     """One row per process that launched GPU work: rank, pid, global_pid, device_ids, source, world,
     input, spec_config (the text of the process' ``spec_config`` mark, None without one), clock and clock_at_ns
-    (its ``clock`` marks parsed and the first one's time, :func:`clock_marks`; None without: not written columns)."""
+    (its ``clock`` marks parsed and when its clock stopped, :func:`clock_marks`; None without: not written columns)."""
     cols = ["rank", "pid", "global_pid", "device_ids", "source", "world", "input", "spec_config", "clock",
             "clock_at_ns"]
     if gpu_ops.empty:

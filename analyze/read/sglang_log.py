@@ -87,33 +87,32 @@ JSON_CHECK_BYTES = 64 << 20
 """A file no larger than this that starts like JSON is parsed to tell JSON from a log whose lines start with '['."""
 
 
-def binary_kind(path) -> str | None:
-    """What a file is from its first 4 KiB where they are no text (an SQLite file, Parquet or an Arrow stream, other
-    binary data), else None: asked before the file is read line by line (a 150 MB report given as the log was parsed
-    whole before it was named)."""
+def signature_kind(path) -> str | None:
+    """What a file is by its first bytes' signature (an SQLite file, Parquet or an Arrow stream), else None: asked
+    before the file is read line by line (a 150 MB report given as the log was parsed whole before it was named)."""
     from analyze.read.columnar import ARROW_STREAM_MAGIC, PARQUET_MAGIC
     from analyze.read.connection import SQLITE_MAGIC
 
     try:
         with open(path, "rb") as f:
-            head = f.read(4096)
+            head = f.read(64)
     except OSError:
         return None
     if head.startswith(SQLITE_MAGIC):
         return "an SQLite file: a report?"
     if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_STREAM_MAGIC):
         return "a Parquet or Arrow file: a live timing log goes to --calibrate-live"
-    if b"\0" in head:
-        return "binary data"
     return None
 
 
 def what_instead(path) -> str | None:
-    """What a file with no line of SGLang's log is instead: :func:`binary_kind`, or JSON (a text file that parses as
-    JSON), or None (text: a log without decode lines)."""
-    kind = binary_kind(path)
+    """What a file with no line of SGLang's log is instead: :func:`signature_kind`, other binary data (a NUL in its
+    first 4 KiB: asked only after no decode line was found, as a log copied by logrotate's copytruncate can start with
+    NULs), JSON (a text file that parses as JSON), or None (text: a log without decode lines)."""
+    kind = signature_kind(path)
     if kind is not None:
         return kind
+    head = b""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -124,7 +123,7 @@ def what_instead(path) -> str | None:
             return "JSON: a sweep's figures go to --measured"
     except (OSError, ValueError):
         pass
-    return None
+    return "binary data" if b"\0" in head else None
 
 
 def read_log(path) -> SGLangLog:

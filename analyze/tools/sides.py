@@ -36,7 +36,7 @@ class Side:
     live: bool = False                     # read from a live timing log (run/live.py): no kernels, no ranges
     pids: tuple = ()                       # the process ids of its ranks (a report's ranks table)
     clock: tuple = ()                      # the lowest rank's ``clock`` marks (ClockMark): its cycles before the window
-    clock_at_ns: int | None = None         # when that rank wrote the first of them (the cycles' clock)
+    clock_at_ns: int | None = None         # when that rank's clock stopped (its clock_stop mark) or wrote its first mark
     clock_rank: int | None = None          # that rank
     run: str = ""                          # the measurement the side was cut from (split_by_steps); "": its label
 
@@ -55,8 +55,8 @@ def spec_config_of(ranks) -> SpecConfig | None:
 
 def clock_of(ranks) -> dict:
     """The :class:`Side` fields of the ``clock`` marks (nvtx_annotate/clock.py) of the lowest rank that has them:
-    ``clock`` (the marks), ``clock_at_ns`` (when it wrote the first, on the analysis' clock: the report's offset
-    added) and ``clock_rank``; {} without."""
+    ``clock`` (the marks), ``clock_at_ns`` (when its clock stopped, :func:`analyze.ranks.identify.clock_marks`, on the
+    analysis' clock: the report's offset added) and ``clock_rank``; {} without."""
     if ranks is None or not len(ranks) or "clock" not in ranks.columns:
         return {}
     for _, row in ranks.sort_values("rank").iterrows():

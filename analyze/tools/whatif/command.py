@@ -379,7 +379,7 @@ def _sglang_log(path, steps: int):
     """The log (read/sglang_log.py: its decode lines and how many did not read), checked: of one rank, of the
     profiled step count where the server's arguments are in it."""
     from analyze.read.inputs import display_path
-    from analyze.read.sglang_log import binary_kind, read_log, what_instead
+    from analyze.read.sglang_log import read_log, signature_kind, what_instead
 
     shown = display_path(path)
 
@@ -387,7 +387,7 @@ def _sglang_log(path, steps: int):
         return UsageError(f"--calibrate-sglang-log {shown}: not SGLang's log ({what}): give the server's own output at "
                           "--log-level info (its 'Decode batch' lines)")
 
-    what = binary_kind(path)       # before the file is read line by line
+    what = signature_kind(path)       # before the file is read line by line
     if what is not None:
         raise not_a_log(what)
     try:

@@ -116,21 +116,24 @@ def finish_cdf(pmf: np.ndarray, n_tokens: int) -> np.ndarray:
     cycle's tokens drawn from ``pmf`` (index = tokens, pmf[0] = 0). Exact up to :data:`NEGLIGIBLE`
     (the distribution of the tokens so far is convolved with ``pmf`` a cycle at a time, over the
     window where it still has mass; what reaches ``n_tokens`` is absorbed); T <= n_tokens since every
-    cycle yields a token. Kept for the last :data:`_FINISH_KEEP` (pmf, n_tokens) asked (whatif asks each
-    several times: the rounds' cycles and their efficiency, per batch size); a copy is returned."""
+    cycle yields a token. Kept while the kept ones hold at most :data:`_FINISH_KEEP_BYTES` (whatif asks each
+    (pmf, n_tokens) several times: the rounds' cycles and their efficiency, per batch size; the oldest go first); a
+    copy is returned."""
     pmf = np.ascontiguousarray(pmf, dtype="float64")
     key = (pmf.tobytes(), int(n_tokens))
     got = _FINISH.get(key)
     if got is None:
         got = _finish_cdf(pmf, int(n_tokens))
-        if len(_FINISH) >= _FINISH_KEEP:
-            _FINISH.pop(next(iter(_FINISH)))
         _FINISH[key] = got
+        _FINISH_HELD[0] += got.nbytes
+        while _FINISH_HELD[0] > _FINISH_KEEP_BYTES and len(_FINISH) > 1:
+            _FINISH_HELD[0] -= _FINISH.pop(next(iter(_FINISH))).nbytes
     return got.copy()
 
 
 _FINISH: dict = {}
-_FINISH_KEEP = 4096
+_FINISH_HELD = [0]                  # bytes of the kept distributions
+_FINISH_KEEP_BYTES = 32 << 20
 
 
 def _finish_cdf(pmf: np.ndarray, n: int) -> np.ndarray:
