@@ -147,6 +147,7 @@ def test_profile_trace_delay_under_real_nsys_writes_the_clock_into_the_window(tm
     clock_stop are in the export, the clock stopped before the first decode cycle nsys collected."""
     if not shutil.which("nsys"):
         pytest.skip("nsys not on PATH")
+    pytest.importorskip("torch")          # the look-alike workload runs on PyTorch
     from analyze.read import report
     from fixtures import nsys_record
     from helpers.pth_site import hook_pythonpath
