@@ -155,12 +155,15 @@ def test_uncertain_verdict_is_said_and_goes_with_measured_figures(side):
     r = W.whatif(side, range(1, 7), n_boot=0, batch=1)
     assert r["best"]["speedup"] < 1 < max(g[(s, 1)] for s in range(1, 7)) / g[(0, 1)]   # the flip
     assert "Uncertain verdict" in render(r)
+    hint = "profile with profile-trace --delay or --capture cudaprofilerapi: the profile then carries its own unprofiled clock"
+    assert hint in " ".join(render(r).split())                 # uncalibrated: how to get a profile that is not
     # calibrated, the baseline still estimated: still uncertain (the calibration does not measure the plain
     # step), and the text asks for the baseline only
     cal = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)])
     assert cal["best"]["verdict_uncertain"] and "Uncertain verdict: against an estimated baseline (calibrated)" \
         in render(cal).replace("\n", " ")
     assert "--calibrate-tps" not in render(cal).split("Uncertain verdict")[1].split("Assumptions")[0]
+    assert hint not in " ".join(render(cal).split())
     given = W.whatif(side, range(1, 7), n_boot=0, batch=1, calibrate_tps=g[(3, 1)], baseline_tps=g[(0, 1)])
     assert not given["best"]["verdict_uncertain"] and "Uncertain verdict" not in render(given)
     assert given["best"]["speedup"] > 1          # the sweep's verdict

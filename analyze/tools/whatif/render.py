@@ -152,7 +152,9 @@ def render_whatif(r: dict) -> str:
                          f"the speed-up was {lo:.2f}x to {hi:.2f}x of the measured one on real SGLang sweeps, so "
                          f"{b['speedup']:.2f}x can be either side of 1: measure unprofiled tokens/s without speculation "
                          "(--baseline-tps)" + ("" if calibrated else " and at the profiled step count (--calibrate-tps)")
-                         + " before turning speculation on or off."))
+                         + " before turning speculation on or off" + ("" if calibrated else " (or profile with "
+                         "profile-trace --delay or --capture cudaprofilerapi: the profile then carries its own "
+                         "unprofiled clock)") + "."))
     out.append("")
     out.append("Assumptions")
     for s in r["assumptions"]:
