@@ -364,6 +364,12 @@ def main(argv=None) -> int:
         n = nsys or "nsys"
         envs = " ".join(f"{k}={env[k]}" for k in ("SPECPROF_NVTX", "SPECPROF_NVTX_PACKAGE") if k in env)
         print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
+        clock = delayed_clock_env(a, 0)
+        if clock:           # wall-clock times, set when the command starts: said here relative to it
+            marks = ", ".join(f"{int(x) / 1e9:g} s" for x in clock[P.CLOCK_MARKS_AT_ENV].split(","))
+            print(f"profile-trace: the shim's clock stops {int(clock[P.CLOCK_STOP_AT_ENV]) / 1e9:g} s after the start "
+                  f"and its marks are written at {marks} ({P.CLOCK_STOP_AT_ENV}, {P.CLOCK_MARKS_AT_ENV})",
+                  file=sys.stderr)
         if a.drive:
             for line in drive_plan(a):
                 print(line)

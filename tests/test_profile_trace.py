@@ -44,6 +44,9 @@ def test_dry_run_prints_the_full_nsys_command(tmp_path):
     assert lines[1] == f"{nsys} export --type sqlite --force-overwrite true -o run1.sqlite run1.nsys-rep"
     assert lines[2].startswith(f"{nsys} stats -r cuda_gpu_kern_sum,nvtx_gpu_proj_sum --format csv")
     assert lines[-1] == "analyze-trace run1.sqlite --json run1.json"
+    # --delay: when the shim's clock stops (1 s before nsys is due at 5 s) and its marks go out (5 and 15 s after that,
+    # inside the first third and two thirds of the 30 s collection)
+    assert "the shim's clock stops 4 s after the start and its marks are written at 10 s, 20 s" in r.stderr
 
 
 def test_dry_run_cuda_profiler_api_capture(tmp_path):
