@@ -52,17 +52,15 @@ def test_the_shim_reads_the_times_onto_its_own_clock():
     assert W.clock_deadlines({**env, P.CLOCK_MARKS_AT_ENV: "4000,9000"}, 1000, 70) is None    # marks before the stop
 
 
-def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(monkeypatch):
-    """Cycles every 3 ms; the stop due at 7 ms, the marks at 13 and 20 ms: the cycles of 0, 3 and 6 ms are the clock's
-    (two periods), the cycle at 9 ms starts after the stop (not the clock's), the one at 15 ms writes the marks and a
-    ``clock_stop`` 6 ms (the stop was seen at the 9 ms cycle) before them, the next worker calls (18, 21 ms) again, and
-    the one at 21 ms once more for the second marks time."""
+def _delayed_shim(monkeypatch, due):
+    """A fresh clock and recording backend, ``_clock_due`` = ``due`` and the shim's clock read from a list: returns
+    (the backend, ``cycle(t_ms)``: one decode cycle through the wrapper at t ms, then its accept mark)."""
     from nvtx_annotate.targets import CYCLE, Target
 
     rec = _nvtx.RecordingBackend()
     monkeypatch.setattr(_nvtx, "_backend", rec)
     monkeypatch.setattr(W, "_clock", C.WindowClock())
-    monkeypatch.setattr(W, "_clock_due", (7_000_000, (13_000_000, 20_000_000)))
+    monkeypatch.setattr(W, "_clock_due", due)
     monkeypatch.setitem(W._rank, "clock", ())
     monkeypatch.setitem(W._rank, "clock_stopped_ns", None)
     monkeypatch.setitem(W._rank, "refresh", 0)
@@ -76,10 +74,21 @@ def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(m
     fwd = W.make_wrapper(Worker.forward_batch_generation,
                          Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
     w, decode = Worker(), SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False))
+
+    def cycle(t_ms):
+        now[0] = t_ms * 1_000_000
+        W.emit_accept([1, 0], getattr(fwd(w, decode), P.CYCLE_ATTR))
+    return rec, cycle
+
+
+def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(monkeypatch):
+    """Cycles every 3 ms; the stop due at 7 ms, the marks at 13 and 20 ms: the cycles of 0, 3 and 6 ms are the clock's
+    (two periods), the cycle at 9 ms starts after the stop (not the clock's), the one at 15 ms writes the marks and a
+    ``clock_stop`` 6 ms (the stop was seen at the 9 ms cycle) before them, the next worker calls (18, 21 ms) again, and
+    the one at 21 ms once more for the second marks time."""
+    rec, cycle = _delayed_shim(monkeypatch, (7_000_000, (13_000_000, 20_000_000)))
     for t in (0, 3, 6, 9, 15, 18, 21):
-        now[0] = t * 1_000_000
-        r = fwd(w, decode)
-        W.emit_accept([1, 0], getattr(r, P.CYCLE_ATTR))
+        cycle(t)
         if t == 9:
             assert W._clock is None and not [e for e in rec.events if e[0] == "mark" and "clock" in e[1]]
     marks = [e[1] for e in rec.events if e[0] == "mark" and e[1].startswith("clock")]
@@ -94,28 +103,9 @@ def test_the_cycle_wrapper_stops_the_clock_then_writes_its_marks_with_the_stop(m
 def test_no_cycle_between_the_stop_and_the_marks_gives_no_clock_stop(monkeypatch):
     """The first cycle past both times stops the clock and writes its marks at once: they are then the clock's time
     (no clock_stop mark), as after SGLang's /start_profile."""
-    from nvtx_annotate.targets import CYCLE, Target
-
-    rec = _nvtx.RecordingBackend()
-    monkeypatch.setattr(_nvtx, "_backend", rec)
-    monkeypatch.setattr(W, "_clock", C.WindowClock())
-    monkeypatch.setattr(W, "_clock_due", (7_000_000, (13_000_000,)))
-    monkeypatch.setitem(W._rank, "clock", ())
-    monkeypatch.setitem(W._rank, "clock_stopped_ns", None)
-    monkeypatch.setitem(W._rank, "refresh", 0)
-    now = [0]
-    monkeypatch.setattr(W, "perf_counter_ns", lambda: now[0])
-
-    class Worker:
-        def forward_batch_generation(self, batch):
-            return SimpleNamespace()
-
-    fwd = W.make_wrapper(Worker.forward_batch_generation,
-                         Target("decode_cycle", P.DECODE_CYCLE, "x", "Worker.forward_batch_generation", CYCLE), True)
-    w, decode = Worker(), SimpleNamespace(forward_mode=SimpleNamespace(is_extend=lambda: False))
+    rec, cycle = _delayed_shim(monkeypatch, (7_000_000, (13_000_000,)))
     for t in (0, 3, 6, 14):
-        now[0] = t * 1_000_000
-        W.emit_accept([1, 0], getattr(fwd(w, decode), P.CYCLE_ATTR))
+        cycle(t)
     marks = [e[1] for e in rec.events if e[0] == "mark" and e[1].startswith("clock")]
     assert marks == ["clock reqs=2 part=0 period_us=3000,3000 tokens=3,3"] and W._clock is None
 

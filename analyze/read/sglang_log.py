@@ -90,14 +90,17 @@ JSON_CHECK_BYTES = 64 << 20
 def signature_kind(path) -> str | None:
     """What a file is by its first bytes' signature (an SQLite file, Parquet or an Arrow stream), else None: asked
     before the file is read line by line (a 150 MB report given as the log was parsed whole before it was named)."""
+    try:
+        with open(path, "rb") as f:
+            return _signature(f.read(64))
+    except OSError:
+        return None
+
+
+def _signature(head: bytes) -> str | None:
     from analyze.read.columnar import ARROW_STREAM_MAGIC, PARQUET_MAGIC
     from analyze.read.connection import SQLITE_MAGIC
 
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return None
     if head.startswith(SQLITE_MAGIC):
         return "an SQLite file: a report?"
     if head.startswith(PARQUET_MAGIC) or head.startswith(ARROW_STREAM_MAGIC):
@@ -109,13 +112,13 @@ def what_instead(path) -> str | None:
     """What a file with no line of SGLang's log is instead: :func:`signature_kind`, other binary data (a NUL in its
     first 4 KiB: asked only after no decode line was found, as a log copied by logrotate's copytruncate can start with
     NULs), JSON (a text file that parses as JSON), or None (text: a log without decode lines)."""
-    kind = signature_kind(path)
-    if kind is not None:
-        return kind
     head = b""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
+        kind = _signature(head)
+        if kind is not None:
+            return kind
         if head.lstrip()[:1] in (b"{", b"[") and os.path.getsize(path) <= JSON_CHECK_BYTES:
             # SGLang's own lines start with "[2026-...": JSON only if it parses
             with open(path, "rb") as f:
