@@ -401,6 +401,25 @@ def test_an_nsys_run_is_retried_once_after_its_own_transient_failure():
     seen.clear()
     lost = nsys_record.with_retry(lambda a: seen.append(a) or proc(1 - a, "Connection to the Agent lost"))
     assert lost.returncode == 0 and seen == [0, 1]
+    seen.clear()
+    eof = nsys_record.with_retry(lambda a: seen.append(a) or proc(1 - a, "End of file\nerror: nsys wrote no report"))
+    assert eof.returncode == 0 and seen == [0, 1]
+    seen.clear()
+
+    def hung_once(attempt):
+        seen.append(attempt)
+        if attempt == 0:
+            raise subprocess.TimeoutExpired(["nsys"], 600)
+        return proc(0)
+    assert nsys_record.with_retry(hung_once).returncode == 0 and seen == [0, 1]
+    seen.clear()
+
+    def always_hung(attempt):
+        seen.append(attempt)
+        raise subprocess.TimeoutExpired(["nsys"], 600)
+    with pytest.raises(subprocess.TimeoutExpired):
+        nsys_record.with_retry(always_hung)
+    assert seen == [0, 1]
 
 
 @pytest.mark.nsys
