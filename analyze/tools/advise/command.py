@@ -24,8 +24,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--baseline-tps", metavar="Y", type=positive_float, default=None,
                    help="tokens/s WITHOUT speculation, measured without the profiler (else the baseline is estimated "
                         "from the profile: off either way, a verdict near 1x is then said to be uncertain)")
-    p.add_argument("--calibrate-tps", metavar="X", type=positive_float, default=None,
-                   help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps)")
+    p.add_argument("--calibrate-tps", metavar="X|K:X", type=_calibration, default=None,
+                   help="tokens/s of the profiled configuration measured without the profiler (whatif's --calibrate-tps: "
+                        "K:X says the step count K it was measured at, which must be the profile's)")
     p.add_argument("--calibrate-sglang-log", metavar="LOG",
                    help="the same figure from an unprofiled SGLang server's own log (whatif's --calibrate-sglang-log: "
                         "its 'Decode batch' lines at --batch M running requests)")
@@ -43,6 +44,18 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def _calibration(text: str) -> tuple[int | None, float]:
+    """``--calibrate-tps``: ``X`` or ``K:X`` (whatif's form) -> (K or None, X)."""
+    from analyze.tools.whatif.command import parse_calibration
+
+    try:
+        return parse_calibration(text)
+    except ValueError as exc:
+        import argparse
+
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--calibrate-tps {text!r}: ")) from None
+
+
 def main_advise(argv: list[str]) -> int:
     from analyze import command_inputs
     from analyze.render.advice import text_lines
@@ -57,7 +70,15 @@ def main_advise(argv: list[str]) -> int:
     with output_policy.protect([*protected, args.calibrate_sglang_log], force=args.force):
         output_policy.check_outputs({"--json": args.json})
         result = api.load(args.reports, config, jobs=command_inputs.worker_count(args.jobs), progress=False)
-        calibrate_tps, batch, source = args.calibrate_tps, args.batch, None
+        cal_k, calibrate_tps = args.calibrate_tps or (None, None)
+        batch, source = args.batch, None
+        if cal_k is not None and not args.no_whatif:      # K:X: K must be the profile's step count (one profile here)
+            from analyze.tools.whatif.model import infer_steps
+
+            k = infer_steps(whatif_side(result))[0]
+            if cal_k != k:
+                raise UsageError(f"--calibrate-tps {cal_k}:{calibrate_tps:g}: measured at {cal_k} steps, but the profile "
+                                 f"ran {k}: give the tokens/s of the profiled configuration ({k}:X, or X)")
         if args.calibrate_sglang_log and not args.no_whatif:   # the figure at its batch size (whatif's rule)
             from analyze.tools.whatif.command import sglang_log_calibration
 

@@ -128,8 +128,10 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
         if x is not None:
             calibrate_tps, calibration_source, modelled = x, src, at
             clock_used = {"clock_cycles": int(src["cycles"]), "clock_batch": int(at)}
-        per_batch_cal = clock_calibrations([side], None, [int(m) for m in visited.index]) if len(visited) >= 2 \
-            else None
+    if side.clock and len(visited) >= 2:        # the other batch sizes from the clock, a figure given or not
+        from analyze.tools.whatif.command import clock_calibrations
+
+        per_batch_cal = clock_calibrations([side], None, [int(m) for m in visited.index])
     kw = dict(n_boot=n_boot, baseline_tps=baseline_tps, calibrate_tps=calibrate_tps, batch=modelled,
               calibration_source=calibration_source,
               request_tokens=request_tokens)
@@ -154,6 +156,8 @@ def whatif_summary(analysis, steps=WHATIF_STEPS, n_boot: int = 0, baseline_tps: 
             "rounds": r["rounds"],
             "best_extrapolated": bool(r["best"]["extrapolated"]),
             "verdict_uncertain": bool(r["best"]["verdict_uncertain"]),
+            # pays / does_not_pay / break_even (within whatif.model.BREAK_EVEN of 1) / uncertain
+            "verdict": r["best"]["verdict"],
             "baseline_from_live_log": bool(r["best"].get("baseline_from_live_log")),
             # a given baseline against an uncalibrated profile: the speed-up is the profile's own (whatif.baseline_clock)
             "speedup_through_estimate": bool(r["best"].get("speedup_through_estimate")),
@@ -260,9 +264,14 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
         return None
     try:
         given = batch is not None and batch in visited.index
-        cal, sources = clock if clock and clock[0] else (None, None)
-        if cal is None and given and calibrate_tps:
-            cal, sources = {batch: calibrate_tps}, ({batch: calibration_source} if calibration_source else None)
+        cal, sources = (dict(clock[0]), dict(clock[1] or {})) if clock and clock[0] else (None, None)
+        if given and calibrate_tps:     # the figure given for its batch size; the clock's for the others
+            cal = {**(cal or {}), batch: calibrate_tps}
+            sources = dict(sources or {})
+            sources.pop(batch, None)
+            if calibration_source:
+                sources[batch] = calibration_source
+            sources = sources or None
         sizes = list(visited.sort_values(ascending=False, kind="stable").index[:ADVISE_BATCH_SIZES])
         sizes += [batch] if given and batch not in sizes else []       # the size asked for, always
         table = PB.per_batch([side], steps, n_boot=0, only=sizes,
@@ -886,6 +895,14 @@ def rule_speculation(ctx: Context):
         return [], F.RuleCheck(rule, F.NO_DATA, "no tokens/s without speculation to compare with", figures)
     if w.get("few_cycles"):
         return [], F.RuleCheck(rule, F.NO_DATA, f"whatif's {_few_said(w)}", dict(figures, cycles=w["cycles"]))
+    if w.get("verdict") == "break_even":
+        from analyze.tools.whatif.model import BREAK_EVEN
+
+        return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"break-even: {w['best_steps']} draft step"
+                               f"{'' if w['best_steps'] == 1 else 's'} predicted at {best:,.0f} tokens/s against "
+                               f"{base:,.0f} without speculation ({w['baseline_source']}), {best / base:.3f}x: within "
+                               f"{100 * BREAK_EVEN:.0f}% of 1, inside the spread of repeated unprofiled runs; neither "
+                               "clearly pays nor clearly costs", figures)
     if best >= base and not w.get("verdict_uncertain"):
         return [], F.RuleCheck(rule, F.BELOW_THRESHOLD, f"speculation pays: {w['best_steps']} draft step{'' if w['best_steps'] == 1 else 's'} predicted "
                                f"at {best:,.0f} tokens/s against {base:,.0f} without speculation ({w['baseline_source']})",

@@ -227,8 +227,10 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
                                   args.calibrate_live)
     elif args.calibrate_sglang_log:  # each batch size from the log's lines at that many running requests
         batch_tps, sources = sglang_log_calibrations(args.calibrate_sglang_log, sides, ks, sizes)
-    elif not batch_tps:              # each batch size from the profile's own clock before its window, where it has one
-        batch_tps, sources = clock_calibrations(sides, ks, sizes)
+    else:       # each batch size from the profile's own clock before its window, where it has one and none is given
+        clock_tps, clock_sources = clock_calibrations(sides, ks, [m for m in sizes if m not in (batch_tps or {})])
+        if clock_tps:
+            batch_tps, sources = {**clock_tps, **(batch_tps or {})}, clock_sources
     try:
         if counts.empty:    # no batch size at all: why, in the single prediction's words (no decode cycles, no
             whatif(sides, steps, profiled_steps=ks, n_boot=0)       # accept marks) where it has them

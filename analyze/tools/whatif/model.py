@@ -67,6 +67,11 @@ LIVE_BASELINE_ERROR = ("42% low on the first real log (178 tokens/s at batch 1 a
 # were within 2-5% on the real sweeps), and each step adds draft work and rests more on extrapolated
 # acceptance (positions past the profiled steps are never observed)
 BEST_TOLERANCE = 0.01
+BREAK_EVEN = 0.03
+"""A predicted speed-up within this fraction of 1 (0.97x-1.03x) is a break-even, not "speculation pays" or "does
+not": repeated unprofiled rounds of one SGLang engine are held to agree within 3% (recipes/sglang_sweep.py) and
+engines of one configuration differed by more (8% at batch 8 and 17% at 32 on the 48-layer H100 sweep), so a
+smaller difference is not one a decision can rest on (:func:`verdict`)."""
 # a batch size takes part in the fit of verify's non-attention time over the batch sizes of one profile
 # (:func:`batch_token_fit`) with at least this many steady cycles
 MIN_BATCH_FIT_CYCLES = 20
@@ -1435,6 +1440,9 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                                         "estimated" if base.get("clock") else base["source"],
                                                         unbounded=live_baseline or rough),
                  "rough_estimate": rough,
+                 # the highest predicted step count where the best is fewer steps within BEST_TOLERANCE of it
+                 "top_steps": int(pred.loc[pred["tokens_per_s"].idxmax(), "steps"])
+                 if np.isfinite(pred["tokens_per_s"].to_numpy(dtype="float64")).any() else int(best["steps"]),
                  "speedup_through_estimate": bool(base.get("clock")) and base["clock"]["ratio"] is not None,
                  "baseline_from_live_log": live_baseline,
                  "cycles": n_cycles, "few_cycles": n_cycles < MIN_CYCLES},
@@ -1446,6 +1454,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "rounds": round_info,
         "n_boot": int(n_boot),            # 0: point estimates (the intervals' bounds equal them)
     }
+    result["best"]["verdict"] = verdict(result["best"]["speedup"], result["best"]["verdict_uncertain"])
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])
     if overhead_held is not None:
@@ -1539,6 +1548,19 @@ def resolve_rounds(costs: list[dict], request_tokens="auto") -> dict | None:
         if c.get("rounds"):
             return dict(c["rounds"], source="profile")
     return None
+
+
+def verdict(speedup: float, uncertain: bool) -> str:
+    """Whether speculation pays at the best step count: ``"uncertain"`` (inside an estimated baseline's error,
+    :func:`verdict_uncertain`), ``"break_even"`` (within :data:`BREAK_EVEN` of no speculation), ``"pays"`` or
+    ``"does_not_pay"``."""
+    if uncertain:
+        return "uncertain"
+    if not np.isfinite(speedup):
+        return "uncertain"
+    if abs(speedup - 1.0) < BREAK_EVEN:
+        return "break_even"
+    return "pays" if speedup > 1.0 else "does_not_pay"
 
 
 def verdict_uncertain(speedup: float, baseline_source: str, unbounded: bool = False) -> bool:

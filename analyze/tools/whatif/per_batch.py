@@ -187,7 +187,8 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
     out.attrs["few_timed"] = few_timed
     # figures given for batch sizes with no row: {batch: ["--batch-tps", ...]} (said, never silently dropped)
-    given = {"--batch-tps": calibrate if not calibration_sources else {}, "--batch-baseline-tps": baselines_tps or {}}
+    given = {"--batch-tps": {b: v for b, v in (calibrate or {}).items() if not (calibration_sources or {}).get(int(b))},
+             "--batch-baseline-tps": baselines_tps or {}}
     unused: dict[int, list[str]] = {}
     modelled = set(out["batch"])
     for flag, values in given.items():

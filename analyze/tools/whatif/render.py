@@ -105,7 +105,25 @@ def render_whatif(r: dict) -> str:
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s"
                + ("; the profile's own speed-up" if through else "") + ")"
                + (" [extrapolated]" if b["extrapolated"] else ""))
-    if b["speedup"] < 1 and not b.get("verdict_uncertain"):
+    top = b.get("top_steps", b["steps"])
+    if top != b["steps"]:
+        from analyze.tools.whatif.model import BEST_TOLERANCE
+
+        at = p.set_index("steps")["tokens_per_s"]
+        out.append(_wrap(f"  ({b['steps']} is the fewest steps within {100 * BEST_TOLERANCE:.0f}% of the highest "
+                         f"prediction, {top} steps' {at[top]:,.0f} tokens/s: a smaller gain is below what the model "
+                         "resolves, and each step adds draft work)"))
+    if b.get("verdict") == "break_even":
+        from analyze.tools.whatif.model import BREAK_EVEN
+
+        out.append(_wrap(f"Break-even: {b['speedup']:.2f}x is within {100 * BREAK_EVEN:.0f}% of no speculation, inside the "
+                         "spread of repeated unprofiled runs of one engine (engines of one configuration differ by "
+                         "more): speculation neither clearly pays nor clearly costs here; decide on what else it "
+                         "costs (memory, a drafter to serve), or measure both configurations without the profiler."))
+    elif b.get("verdict") == "pays":
+        out.append(_wrap(f"Speculation pays: {b['speedup']:.2f}x over no speculation at {b['steps']} draft "
+                         f"step{'' if b['steps'] == 1 else 's'}."))
+    if b["speedup"] < 1 and not b.get("verdict_uncertain") and b.get("verdict") != "break_even":
         estimated = base["source"] == "estimated"
         out.append(_wrap(f"Speculation does not pay here: no speculation ({base['tokens_per_s']:,.0f} tokens/s, "
                          f"{base['source']}) is faster than every step count searched ({_steps_text(p['steps'])}): run "

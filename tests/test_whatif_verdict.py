@@ -1,0 +1,102 @@
+"""Whether speculation pays, said in one word (whatif's ``best.verdict``, its Best lines, advise's speculation rule), and
+the figures given for one batch size joined with the profile's own clock for the others (a newcomer's run,
+2026-12-07: a 1.01x read as a sure "pays"; a Best of 3 steps beside a higher 4-step row with no word why; a figure
+given for batch 8 took the clock's calibration away from batches 1 and 32)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from analyze.cli import main
+from analyze.tools.whatif import model as W
+from analyze.tools.whatif.command import read_measured
+from helpers import shared_loads
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+PROFILE = REAL / "sglang_h100_v2_l48_s3.sqlite"
+SWEEP = REAL / "sglang_sweep_h100_v2_l48.json"
+need = pytest.mark.skipif(not (PROFILE.exists() and SWEEP.exists()), reason="fixture not unpacked")
+
+
+def test_the_verdict_bands():
+    assert W.BREAK_EVEN == 0.03
+    assert W.verdict(1.0, False) == "break_even"
+    assert W.verdict(1.029, False) == "break_even" and W.verdict(0.971, False) == "break_even"
+    assert W.verdict(1.031, False) == "pays" and W.verdict(1.5, False) == "pays"
+    assert W.verdict(0.969, False) == "does_not_pay" and W.verdict(0.5, False) == "does_not_pay"
+    assert W.verdict(1.5, True) == "uncertain" and W.verdict(1.0, True) == "uncertain"
+    assert W.verdict(math.nan, False) == "uncertain"
+
+
+@pytest.fixture(scope="module")
+def side():
+    return shared_loads.load_side(PROFILE)
+
+
+@need
+@pytest.mark.parametrize("batch, steps, top, speedup, verdict", [
+    (1, 4, 5, 1.079, "pays"),           # measured: best 3 steps 1.060x
+    (8, 3, 4, 1.001, "break_even"),     # measured: 3 steps 1.000x, 4 steps 1.038x (engines 8% apart)
+    (32, 3, 3, 0.910, "does_not_pay"),  # measured: best 4 steps 0.961x
+])
+def test_the_verdict_on_the_48_layer_sweep(side, batch, steps, top, speedup, verdict):
+    """Calibrated at 3 steps with the sweep's unprofiled figures: the word for each batch size, and the highest
+    prediction where the recommendation is fewer steps within 1% of it."""
+    m, base = read_measured(SWEEP, batch)
+    b = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=m[3], baseline_tps=base)["best"]
+    assert (b["steps"], b["top_steps"], b["verdict"]) == (steps, top, verdict)
+    assert b["speedup"] == pytest.approx(speedup, abs=0.001)
+
+
+@need
+def test_the_best_lines_say_why_fewer_steps_and_that_it_is_break_even(capsys):
+    rc = main(["whatif", str(PROFILE), "--batch", "8", "--boot", "0", "--calibrate-tps", "3250",
+               "--baseline-tps", "3210"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0
+    assert "Best: 3 draft steps, 3,250 tokens/s, 1.01x over the baseline (3,210 tokens/s)" in out
+    assert "(3 is the fewest steps within 1% of the highest prediction, 4 steps' 3,260 tokens/s" in out
+    assert "Break-even: 1.01x is within 3% of no speculation" in out
+    assert "Speculation pays" not in out and "Speculation does not pay" not in out
+
+
+@need
+def test_the_json_carries_the_verdict(tmp_path):
+    out = tmp_path / "w.json"
+    assert main(["whatif", str(PROFILE), "--batch", "32", "--boot", "0", "--calibrate-tps", "9890",
+                 "--baseline-tps", "10868", "--json", str(out), "-q"]) == 0
+    best = json.loads(out.read_text())["best"]
+    assert best["verdict"] == "does_not_pay" and best["steps"] == 3 and best["top_steps"] == 3
+
+
+@need
+def test_advise_says_break_even_and_takes_whatifs_k_x(tmp_path, capsys):
+    out = tmp_path / "a.json"
+    assert main(["advise", str(PROFILE), "--batch", "8", "--calibrate-tps", "3:3250", "--baseline-tps", "3210",
+                 "--json", str(out), "-q"]) == 0
+    checks = {c["rule"]: c for c in json.loads(out.read_text())["checks"]}
+    assert checks["speculation"]["status"] == "below_threshold"
+    assert checks["speculation"]["reason"].startswith("break-even: 3 draft steps predicted at 3,250 tokens/s against "
+                                                      "3,210 without speculation (given), 1.012x")
+    assert main(["advise", str(PROFILE), "--batch", "8", "--calibrate-tps", "4:3250", "-q"]) == 10
+    assert "measured at 4 steps, but the profile ran 3" in capsys.readouterr().err
+
+
+@need
+def test_a_figure_for_one_batch_size_keeps_the_clock_for_the_others(tmp_path):
+    """--per-batch with --batch-tps 8=X: batch 8 from the figure, batches 1 and 32 still from the profile's own clock
+    (as with no figure at all), and advise's per-batch finding the same."""
+    plain, given = tmp_path / "plain.json", tmp_path / "given.json"
+    assert main(["whatif", str(PROFILE), "--per-batch", "--boot", "0", "--json", str(plain), "-q"]) == 0
+    assert main(["whatif", str(PROFILE), "--per-batch", "--boot", "0", "--batch-tps", "8=3250",
+                 "--batch-baseline-tps", "8=3210", "--json", str(given), "-q"]) == 0
+    rows = {name: {r["batch"]: r for r in json.loads(p.read_text())["per_batch"]}
+            for name, p in (("plain", plain), ("given", given))}
+    for b in (1, 32):
+        assert rows["given"][b]["calibrated"] and rows["plain"][b]["calibrated"]
+        assert rows["given"][b]["tokens_per_s_best"] == pytest.approx(rows["plain"][b]["tokens_per_s_best"], rel=1e-9)
+    assert rows["given"][8]["calibrated"] and rows["given"][8]["tokens_per_s_best"] == pytest.approx(3250, rel=1e-6)
+    assert rows["given"][8]["baseline_source"] == "given"
