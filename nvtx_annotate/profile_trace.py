@@ -363,8 +363,12 @@ def main(argv=None) -> int:
     if a.dry_run:
         n = nsys or "nsys"
         envs = " ".join(f"{k}={env[k]}" for k in ("SPECPROF_NVTX", "SPECPROF_NVTX_PACKAGE") if k in env)
-        print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
         clock = delayed_clock_env(a, 0)
+        if clock:   # wall-clock times set as the command starts: in the line as shell arithmetic on that start (bash)
+            marks = ",".join(f"$((T+{x}))" for x in clock[P.CLOCK_MARKS_AT_ENV].split(","))
+            envs = (f"T=$(date +%s%N); {P.CLOCK_STOP_AT_ENV}=$((T+{clock[P.CLOCK_STOP_AT_ENV]})) "
+                    f"{P.CLOCK_MARKS_AT_ENV}={marks} {envs}")
+        print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
         if clock:           # wall-clock times, set when the command starts: said here relative to it
             marks = ", ".join(f"{int(x) / 1e9:g} s" for x in clock[P.CLOCK_MARKS_AT_ENV].split(","))
             print(f"profile-trace: the shim's clock stops {int(clock[P.CLOCK_STOP_AT_ENV]) / 1e9:g} s after the start "
@@ -400,7 +404,7 @@ def main(argv=None) -> int:
 
         if not is_installed():  # a source checkout: pip installs the hook with the wheel
             print("profile-trace: warning: this Python has no specprof_nvtx.pth hook, so only SGLang >= 0.5.11 "
-                  "(its plugin entry point) annotates its TP workers; `pip install specprof` installs the hook, "
+                  "(its plugin entry point) annotates its TP workers; `pip install` of specprof (not -e) installs the hook, "
                   "`python -m nvtx_annotate install-pth` adds it to a source checkout's Python", file=sys.stderr)
     refused = refuse_outputs(base, a.force)
     if refused:

@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,21 @@ def test_dry_run_prints_the_full_nsys_command(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0] == (
+        "T=$(date +%s%N); SPECPROF_CLOCK_STOP_AT_NS=$((T+4000000000)) "
+        "SPECPROF_CLOCK_MARKS_AT_NS=$((T+10000000000)),$((T+20000000000)) "
         f"SPECPROF_NVTX=1 SPECPROF_NVTX_PACKAGE=spec_workload {nsys} profile -t cuda,nvtx,osrt "
         "--trace-fork-before-exec=true --cuda-graph-trace=node --cuda-flush-interval=1000 -o run1 --delay=5 "
         "--duration=30 --sample=none --cpuctxsw=none python3 -m sglang.launch_server --tp 8")
+    # the line runs as printed: the command gets the clock's times on the wall clock of its start
+    show = tmp_path / "show_env"
+    show.write_text("#!/bin/sh\necho \"$SPECPROF_CLOCK_STOP_AT_NS $SPECPROF_CLOCK_MARKS_AT_NS $SPECPROF_NVTX\"\n")
+    show.chmod(0o755)
+    line = lines[0].replace(nsys + " profile", str(show) + " profile")
+    t0 = time.time_ns()
+    got = subprocess.run(["bash", "-c", line], capture_output=True, text=True, check=True).stdout.split()
+    stop, marks, nvtx = int(got[0]), [int(x) for x in got[1].split(",")], got[2]
+    assert nvtx == "1" and stop - t0 == pytest.approx(4e9, abs=2e9)
+    assert [m - stop for m in marks] == [6_000_000_000, 16_000_000_000]
     assert lines[1] == f"{nsys} export --type sqlite --force-overwrite true -o run1.sqlite run1.nsys-rep"
     assert lines[2].startswith(f"{nsys} stats -r cuda_gpu_kern_sum,nvtx_gpu_proj_sum --format csv")
     assert lines[-1] == "analyze-trace run1.sqlite --json run1.json"

@@ -1,4 +1,4 @@
-"""Whether speculation pays, said in one word (whatif's ``best.verdict``, its Best lines, advise's speculation rule), and
+"""From a newcomer's run (2026-12-07): whether speculation pays, said in one word (whatif's ``best.verdict``, its Best lines, advise's speculation rule), and
 the figures given for one batch size joined with the profile's own clock for the others (a newcomer's run,
 2026-12-07: a 1.01x read as a sure "pays"; a Best of 3 steps beside a higher 4-step row with no word why; a figure
 given for batch 8 took the clock's calibration away from batches 1 and 32)."""
@@ -100,3 +100,17 @@ def test_a_figure_for_one_batch_size_keeps_the_clock_for_the_others(tmp_path):
         assert rows["given"][b]["tokens_per_s_best"] == pytest.approx(rows["plain"][b]["tokens_per_s_best"], rel=1e-9)
     assert rows["given"][8]["calibrated"] and rows["given"][8]["tokens_per_s_best"] == pytest.approx(3250, rel=1e-6)
     assert rows["given"][8]["baseline_source"] == "given"
+
+
+@need
+@pytest.mark.parametrize("boot, band", [(0, False), (20, True)])
+def test_the_plot_labels_a_confidence_band_only_where_there_is_one(side, tmp_path, monkeypatch, boot, band):
+    """--boot 0 gives point estimates (the bounds equal them): the legend names no "95% CI"."""
+    from matplotlib.figure import Figure
+
+    from analyze.tools.whatif.render import plot_whatif
+
+    labels = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: labels.extend(fig.axes[0].get_legend_handles_labels()[1]))
+    plot_whatif(W.whatif(side, range(1, 7), n_boot=boot, batch=8), tmp_path / "w.png")
+    assert "predicted" in labels and ("95% CI" in labels) is band

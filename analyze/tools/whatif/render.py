@@ -331,7 +331,8 @@ def plot_whatif(r: dict, path, title: str | None = None) -> None:
     axes = fig.subplots(1, 2)
     ax = axes[0]
     s = p["steps"].to_numpy()
-    ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
+    if r.get("n_boot", 1):      # --boot 0: point estimates, the bounds equal them: no band to label
+        ax.fill_between(s, p["tokens_per_s_lo"], p["tokens_per_s_hi"], color="tab:blue", alpha=0.2, label="95% CI")
     inside = ~p["extrapolated"].to_numpy()
     ax.plot(s, p["tokens_per_s"], "o-", color="tab:blue", label="predicted")
     if (~inside).any():
