@@ -1,7 +1,8 @@
-"""From a newcomer's run (2026-12-07): whether speculation pays, said in one word (whatif's ``best.verdict``, its Best lines, advise's speculation rule), and
-the figures given for one batch size joined with the profile's own clock for the others (a newcomer's run,
-2026-12-07: a 1.01x read as a sure "pays"; a Best of 3 steps beside a higher 4-step row with no word why; a figure
-given for batch 8 took the clock's calibration away from batches 1 and 32)."""
+"""From a newcomer's run (2026-12-07): whether speculation pays, said in one word (whatif's ``best.verdict``, its Best
+lines, advise's speculation rule); the figures given for one batch size joined with the profile's own clock for the
+others; the plot's legend. What it found: a 1.01x read as a sure "pays"; a Best of 3 steps beside a higher 4-step row
+with no word why; a figure given for batch 8 took the clock's calibration away from batches 1 and 32; a "95% CI" band
+label under --boot 0."""
 from __future__ import annotations
 
 import json
