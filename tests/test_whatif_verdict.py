@@ -115,3 +115,14 @@ def test_the_plot_labels_a_confidence_band_only_where_there_is_one(side, tmp_pat
     monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: labels.extend(fig.axes[0].get_legend_handles_labels()[1]))
     plot_whatif(W.whatif(side, range(1, 7), n_boot=boot, batch=8), tmp_path / "w.png")
     assert "predicted" in labels and ("95% CI" in labels) is band
+
+
+@need
+def test_a_finding_that_saves_nothing_says_it_is_a_direction(capsys):
+    """verify dominating at the predicted best step count: a finding with no setting that saves time by itself (saving
+    0), said so in words rather than as "saves 0.0 us per cycle (0.0%)"."""
+    assert main(["advise", str(PROFILE), "--batch", "8", "--no-evidence"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("2. verify dominates the cycle (74.2%, without the profiler): a direction, no setting that saves time by "
+            "itself (saving 0 us per cycle); ceiling 3,204.8 us") in out
+    assert "saves 0.0 us" not in out

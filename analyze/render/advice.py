@@ -88,8 +88,7 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
     for f in findings:
         cyc = f["cycle_ns"] or 0
         amdahl = f.get("speedup_ceiling")
-        line = (f"{f['rank_order']}. {f['title']}: saves {f['saving_ns'] / 1e3:,.1f} us per cycle "
-                f"({100 * f['saving_share']:.1f}%)")
+        line = f"{f['rank_order']}. {f['title']}: {_saves(f)}"
         if cyc:
             line += (f"; ceiling {f['ceiling_ns'] / 1e3:,.1f} us ({100 * f['ceiling_ns'] / cyc:.1f}% of the cycle, "
                      + (f"at most {amdahl:,.2f}x faster)" if amdahl else "all of it)"))
@@ -110,6 +109,14 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
     if advice.get("whatif_error"):
         out += _wrap(f"whatif not available: {advice['whatif_error']}", "")
     return out
+
+
+def _saves(f: dict) -> str:
+    """What a finding saves, in words: a figure, or (nothing estimated) that it names a direction, not a setting that
+    saves time by itself (e.g. verify dominating at the best step count: only a faster or smaller verify helps)."""
+    if not f["saving_ns"]:
+        return "a direction, no setting that saves time by itself (saving 0 us per cycle)"
+    return f"saves {f['saving_ns'] / 1e3:,.1f} us per cycle ({100 * f['saving_share']:.1f}%)"
 
 
 def _esc(v) -> str:
@@ -136,8 +143,7 @@ def html_fragment(advice: dict) -> str:
         sets = "".join(f"<li><code>{_esc(s['text'])}</code></li>" for s in f.get("settings") or [])
         amdahl = f.get("speedup_ceiling")
         items.append(
-            f"<li><b>{_esc(f['title'])}</b>: saves {f['saving_ns'] / 1e3:,.1f} us per cycle "
-            f"({100 * f['saving_share']:.1f}%), ceiling {f['ceiling_ns'] / 1e3:,.1f} us"
+            f"<li><b>{_esc(f['title'])}</b>: {_esc(_saves(f))}, ceiling {f['ceiling_ns'] / 1e3:,.1f} us"
             + (f" (up to {amdahl:,.2f}x)" if amdahl else "") + f"<p>{_esc(f['suggestion'])}</p>"
             + (f"<p>Try:</p><ul>{sets}</ul>" if sets else "")
             + f"<p><i>Saving: {_esc(f['basis'])}</i></p>"
