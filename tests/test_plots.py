@@ -372,7 +372,7 @@ def test_html_report_content(synth8, tmp_path):
 
 def test_html_one_rank_says_why_no_heatmap(real1, tmp_path):
     text = html.write_html(real1, tmp_path / "r.html").read_text()
-    assert "no collectives: one rank" in text
+    assert "no all-reduce skew table: one rank (TP 1): no collective to wait in" in text      # the terminal's note
     assert "figure allreduce_wait skipped: no collectives (one rank)" in text
     assert "CUDA graphs traced at graph level" in text  # analysis notes are shown
     assert text.count("<svg") == 7
@@ -450,3 +450,13 @@ def test_kernel_tables_of_a_chunked_analysis_equal_the_whole(monkeypatch):
     pd.testing.assert_frame_equal(tc.sort_values("name").reset_index(drop=True),
                                   tw.sort_values("name").reset_index(drop=True), check_dtype=False, rtol=1e-9)
     assert tc.iloc[0]["name"] == "nvjet_sm90_tst_64x8_64x16_2x1_v_bz_splitK_NNT"
+
+
+def test_html_says_why_no_skew_table_on_four_ranks_as_the_terminal_does(real4, tmp_path):
+    """The bundled 4-rank trace's allreduce time is its NVTX ranges' other GPU ops (no collective kernel matched): the
+    HTML says that, as the terminal's note does, not "one rank, or ..." (a newcomer read the two as a contradiction)."""
+    text = html.write_html(real4, tmp_path / "r.html").read_text()
+    assert ("no all-reduce skew table: no GPU op of the 4 ranks matched the allreduce phase&#x27;s kernel patterns "
+            "(NCCL, custom and fused all-reduce kernels; any allreduce time shown is that of the other GPU ops inside "
+            "its NVTX ranges)") in text
+    assert "one rank, or" not in text

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyze import views
+from analyze import notes as N, views
 from analyze.attribute.phases import OTHER
 from analyze.render import names as kernel_names, plots, text
 from analyze.run.live import SOURCE as LIVE_SOURCE, is_live
@@ -437,10 +437,10 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                          "made others wait = arrival spread of the collectives the rank arrived last in."
                          "</p>" + _table_html(t["skew"], left=("late in",), table_id="t-skew") + extra
                          + fig("allreduce_wait")))
-    elif not live:
-        sections.append(("skew", "All-reduce skew", "All-reduce skew",
-                         '<p class="sub">no collectives: one rank, or no all-reduce kernels matched the '
-                         "allreduce phase's kernel patterns</p>"))
+    elif not live:      # why, as the terminal's note says it (one rank; no kernel matched, and what any time shown is)
+        why = next((n.message for n in skew.skew_notes(a) if n.code == N.SKEW_SKIPPED),
+                   "no all-reduce skew table: no collectives")
+        sections.append(("skew", "All-reduce skew", "All-reduce skew", f'<p class="sub">{_html.escape(why)}</p>'))
     for info in views.section_views():           # the views registered with a title: a table each
         frame = views.get(a, info.name)
         if isinstance(frame, pd.DataFrame) and len(frame):
