@@ -126,3 +126,6 @@ def test_a_finding_that_saves_nothing_says_it_is_a_direction(capsys):
     assert ("2. verify dominates the cycle (74.2%, without the profiler): a direction, no setting that saves time by "
             "itself (saving 0 us per cycle); ceiling 3,204.8 us") in out
     assert "saves 0.0 us" not in out
+    # the heading's cycle is host start to next start; it says the report's headline times another (GPU to GPU)
+    assert ("(mean cycle 5,524.1 us over 805 cycles at batch 8, host start to next start, 1 warm-up left out; the "
+            "report's headline and decode table time a cycle GPU start to next GPU start)") in out

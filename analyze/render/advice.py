@@ -78,7 +78,8 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
         head += (f" (mean cycle {advice['cycle_ns'] / 1e3:,.1f} us over {n} cycles"
                  + (f" at batch {at}" if at is not None else " of every batch size" if pooled else "")
                  + ", host start to next start"
-                 + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "") + ")")
+                 + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "")
+                 + "; the report's headline and decode table time a cycle GPU start to next GPU start)")
     out += _wrap(head, "", "  ")
     if advice.get("error"):
         return out + _wrap(advice["error"], "  ")
