@@ -129,3 +129,13 @@ def test_a_finding_that_saves_nothing_says_it_is_a_direction(capsys):
     # the heading's cycle is host start to next start; it says the report's headline times another (GPU to GPU)
     assert ("(mean cycle 5,524.1 us over 805 cycles at batch 8, host start to next start, 1 warm-up left out; the "
             "report's headline and decode table time a cycle GPU start to next GPU start)") in out
+
+
+@need
+def test_the_calibration_line_says_what_its_steady_figure_is_in_rounds(capsys):
+    """The clock's figure is of steady cycles; the profiled row is of the rounds modelled (round eff): the line gives
+    both, so the 3,458 of the line and the 3,191 of the row are not read as a contradiction."""
+    assert main(["whatif", str(PROFILE), "--batch", "8", "--boot", "0"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Calibrated to 3,458 tokens/s of steady cycles (the rounds' tail is the model's); 3,191 tokens/s in the "
+            "rounds modelled (column round eff)") in out

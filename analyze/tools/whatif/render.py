@@ -91,8 +91,11 @@ def render_whatif(r: dict) -> str:
                  f" from the profile's own clock: {src.get('cycles')} steady cycles at batch {src.get('batch')} before "
                  "the capture window" if src.get("kind") == "profile_clock" else "")
         steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
+        at_k = p.set_index("steps")["tokens_per_s"]
         for one in cal.get("per_profile") or [cal]:
-            out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady} (unprofiled{where}) at {one['steps']} steps: "
+            in_rounds = (f"; {at_k[one['steps']]:,.0f} tokens/s in the rounds modelled (column round eff)"
+                         if cal.get("steady") and r.get("rounds") and one["steps"] in at_k.index else "")
+            out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady}{in_rounds} (unprofiled{where}) at {one['steps']} steps: "
                              f"profiled cycle {one['profiled_cycle_ns'] / 1e3:,.1f} us -> "
                              f"{(one['profiled_cycle_ns'] - one['shift_ns']) / 1e3:,.1f} us (overhead "
                              f"{-one['shift_ns'] / 1e3:+,.1f} us per cycle)"
