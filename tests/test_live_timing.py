@@ -1107,6 +1107,27 @@ def test_a_cycle_without_events_is_handed_over_as_its_record_and_made_into_the_s
     assert t_b.counters["resolved"] == 4
 
 
+def test_a_records_values_are_its_row_in_field_order():
+    """Timer.values (the sink's row of a handed-over record, no dict a cycle) is Timer.row's values in ROW_FIELDS
+    order: for cycles the sampling left without events (built straight from the record), and for a timed cycle
+    without CUDA events (host phase times: made through row())."""
+    gpu = Gpu()
+    got = []
+    t = E.Timer(got.append, events=gpu.events(), clock=HostClock(), accept_lag=1, on_record=got.append)
+    _sampled_cycles(t, gpu, [0, 0, 0])
+    records = [x for x in got if not isinstance(x, dict)]
+    assert len(records) == 2
+    for rec in records:
+        assert t.values(rec) == tuple(t.row(rec)[f] for f in E.ROW_FIELDS)
+        assert dict(zip(E.ROW_FIELDS, t.values(rec)))["timed"] == 0
+    rec = E.CycleRecord(5, 1_000, timed=True)           # no CUDA: a timed cycle with host phase times only
+    rec.end_ns, rec.host["verify"], rec.lens = 4_000, 1_200, (1, 2)
+    rec.accepted, rec.requests, rec.batch_size, rec.own = 3, 2, 2, 77
+    row = t.row(rec)
+    assert t.values(rec) == tuple(row[f] for f in E.ROW_FIELDS)
+    assert (row["verify_host_ns"], row["accept_lens"], row["timed"], row["shim_ns"]) == (1_200, "1,2", 1, 77)
+
+
 def test_the_sink_makes_handed_over_records_into_rows_and_leaves_out_one_that_fails(tmp_path):
     """Records reach the log as rows (made on the sink's thread, in order with the rows); one that cannot be made
     into a row is said through ``on_error`` and left out, the others written."""

@@ -182,7 +182,7 @@ def enable(settings: Settings | None = None, events="auto", threaded: bool = Tru
         timer.own_detail = {}
     sink = Sink(_outputs(settings, timer, wrappers.warn_once), counters=lambda: timer.counters,
                 flush_s=settings.flush_s, threaded=threaded, on_error=wrappers.fault,
-                detail=_detail_writer(settings, timer) if settings.own_detail else None, make_row=timer.row)
+                detail=_detail_writer(settings, timer) if settings.own_detail else None, make_row=timer.row, make_values=timer.values)
     # rows to the sink; a cycle without events as its record, made into its row on the sink's thread
     timer.on_row = timer.on_record = sink.add
     previous = _nvtx._backend or _nvtx.get_backend()

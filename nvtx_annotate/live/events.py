@@ -78,6 +78,10 @@ row; resolving them (queries, ``elapsed_time``) and a cycle's close in the next 
 gap (:data:`IDLE_GAP_FACTOR`: an idle server, or the timing paused) in none."""
 
 _EMPTY_ROW = dict.fromkeys(ROW_FIELDS)
+# Timer.values writes a row's tuple in this order without naming the fields: held to it here
+assert ROW_FIELDS[:5] == ("rank", "pid", "cycle", "host_start_ns", "host_end_ns") and ROW_FIELDS[10:15] == (
+    "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size") and ROW_FIELDS[22:] == (
+    "timed", "accept_lens", "shim_ns")
 
 IDLE_GAP_FACTOR, IDLE_GAP_MIN_NS, IDLE_GAP_MAX_NS = 5, 20_000_000, 1_000_000_000
 """A gap from one cycle's end to the next one's start longer than ``IDLE_GAP_FACTOR`` x its running mean and
@@ -613,6 +617,20 @@ class Timer:
         for phase in REPLAYED:
             out[f"{phase}_replay_ns"] = phase_ns.get(phase + _REPLAY)
         return out
+
+    def values(self, rec: CycleRecord) -> tuple:
+        """:meth:`row` as a tuple in :data:`ROW_FIELDS` order. A cycle the sampling left without events (every
+        cycle but one in ``sample_every``) is built straight from its record, no dict: the sink's thread makes one
+        such row a decode cycle, holding the GIL the worker needs (10.5 us a row as dicts on the development
+        machine, 2026-12-07)."""
+        if rec.pairs or rec.host:
+            return tuple(map(self.row(rec).__getitem__, ROW_FIELDS))
+        steps, verified = self._cycle_fields(rec)
+        req = rec.requests
+        return (self.rank if self.rank is not None else 0, self.pid, rec.cycle, rec.start_ns, rec.end_ns,
+                None, None, None, None, None, rec.accepted, req, verified, steps, rec.batch_size,
+                None, None, None, None, None, None, None, int(rec.timed),
+                _lens_text(rec.lens, req) if req else None, rec.own)
 
     def _cycle_fields(self, rec: CycleRecord) -> tuple:
         """(steps, verified tokens) of a cycle: the process's, or the cycle's own under adaptive speculation."""

@@ -18,11 +18,7 @@ import os
 import time
 from operator import itemgetter
 
-from .events import ROW_FIELDS
-from .sink import SINK_FIELDS
-
-LOG_FIELDS = ROW_FIELDS + SINK_FIELDS
-"""The log's columns, in order: the timer's row, then the sink's."""
+from .sink import LOG_FIELDS  # noqa: F401 - the log's columns, in order (sink.py, the one definition)
 _ROW_VALUES = itemgetter(*LOG_FIELDS)
 
 SCHEMA_VERSION = 1
@@ -85,7 +81,7 @@ class LogWriter:
         self.directory, self.rank, self.pid, self.spec_config = str(directory), int(rank), int(pid), spec_config
         self.row_group_rows, self.max_bytes, self.max_files, self.compression = (
             row_group_rows, max_bytes, max_files, compression)
-        self._rows: list[dict] = []
+        self._rows: list[tuple] = []   # each row's values in LOG_FIELDS order
         self._writer = self._out = None
         self._open_path = self._final = self._schema = None
         self._seq = 0
@@ -94,7 +90,16 @@ class LogWriter:
         self.row_groups = 0
 
     def add(self, row: dict) -> None:
-        self._rows.append(row)
+        """A row as a dict of :data:`LOG_FIELDS` (a missing one null)."""
+        try:
+            values = _ROW_VALUES(row)
+        except KeyError:
+            values = tuple(map(row.get, LOG_FIELDS))
+        self.add_values(values)
+
+    def add_values(self, values: tuple) -> None:
+        """A row as its values in :data:`LOG_FIELDS` order (the sink's rows: no dict a cycle)."""
+        self._rows.append(values)
         if len(self._rows) >= self.row_group_rows:
             self.flush()
 
@@ -110,10 +115,7 @@ class LogWriter:
 
         if self._writer is None:
             self._open()
-        try:        # rows with every column (the timer's, through the sink): transposed at C speed
-            cols = dict(zip(LOG_FIELDS, map(list, zip(*map(_ROW_VALUES, self._rows)))))
-        except KeyError:
-            cols = {name: [r.get(name) for r in self._rows] for name in LOG_FIELDS}
+        cols = dict(zip(LOG_FIELDS, map(list, zip(*self._rows))))     # transposed at C speed
         self._writer.write_table(pa.Table.from_pydict(cols, schema=self._schema))
         self._rows = []
         self.row_groups += 1

@@ -22,12 +22,26 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, deque
 
+from .log import LOG_FIELDS
+
 PHASE_BUCKETS = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 0.5, 1.0)
 TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 ACCEPT_LENGTH_BUCKETS = (0, 0.5, 1, 1.5, 2, 2.5, 3, 3.5, 4, 5, 6, 7, 8, 10, 12, 16)
 PHASES = ("draft", "verify", "draft_extend", "allreduce")
 _PHASE_KEYS = tuple((phase, f"{phase}_ns") for phase in PHASES)
 NS = 1e-9
+_AT = {name: i for i, name in enumerate(LOG_FIELDS)}
+_PHASE_AT = tuple((phase, _AT[key]) for phase, key in _PHASE_KEYS)
+(_START, _END, _TIMED, _SPAN, _SHIM, _SINK, _ACC, _REQS) = (_AT[k] for k in (
+    "host_start_ns", "host_end_ns", "timed", "gpu_span_ns", "shim_ns", "sink_ns", "accepted_tokens", "requests"))
+
+
+def _values(row: dict) -> tuple:
+    """A row dict as :meth:`LiveMetrics.observe_values` takes it (a missing ``timed`` counts as timed, as before)."""
+    out = list(map(row.get, LOG_FIELDS))
+    if "timed" not in row:
+        out[_TIMED] = 1
+    return tuple(out)
 
 
 class LiveMetrics:
@@ -75,27 +89,32 @@ class LiveMetrics:
         self.observe_many((row,))
 
     def observe_many(self, rows) -> None:
-        """Every row of a drain (rows of the timing log), each histogram's buckets and sum added to once per
-        drain (:func:`observe_all`: the sink's thread holds the GIL a fifth as long as with one observe a value)."""
+        """Every row (a dict of the timing log's columns) of a drain: :meth:`observe_values` of them."""
+        self.observe_values([_values(row) for row in rows])
+
+    def observe_values(self, rows) -> None:
+        """Every row of a drain as its values in the log's column order (:data:`LOG_FIELDS`: the sink's rows, no
+        dict a cycle), each histogram's buckets and sum added to once per drain (:func:`observe_all`: the sink's
+        thread holds the GIL a fifth as long as with one observe a value)."""
         ch = self._children
         by_phase = {phase: [] for phase in PHASES}
         cycle, span, accepted, accept_length = [], [], [], []
         shim = sink = 0
         w = self._window
         window_ns = self.window_ns
-        for row in rows:
-            if row.get("timed", 1):     # a cycle the sampling left without events has none of these
-                for phase, key in _PHASE_KEYS:
-                    ns = row.get(key)
+        for v in rows:
+            if v[_TIMED]:       # a cycle the sampling left without events has none of these
+                for phase, at in _PHASE_AT:
+                    ns = v[at]
                     if ns is not None:
                         by_phase[phase].append(ns * NS)
-                if row.get("gpu_span_ns") is not None:
-                    span.append(row["gpu_span_ns"] * NS)
-            start, end = row["host_start_ns"], row["host_end_ns"]
+                if v[_SPAN] is not None:
+                    span.append(v[_SPAN] * NS)
+            start, end = v[_START], v[_END]
             cycle.append((end - start) * NS)
-            shim += row.get("shim_ns") or 0
-            sink += row.get("sink_ns") or 0
-            acc, reqs = row.get("accepted_tokens"), row.get("requests")
+            shim += v[_SHIM] or 0
+            sink += v[_SINK] or 0
+            acc, reqs = v[_ACC], v[_REQS]
             if acc is None or reqs is None:
                 continue
             accepted.append(acc)

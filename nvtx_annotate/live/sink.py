@@ -16,12 +16,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from .events import ROW_FIELDS
+
 SINK_FIELDS = ("sink_ns",)
 """The column the sink adds to the timer's rows (the log's last): ``sink_ns``, the CPU time
 (``time.thread_time_ns``) the sink's thread spent on the previous drain (the metrics and the log's row
 groups), on the first row of the next drain, 0 on the others: summed over a stretch of rows, what the
 output costs in CPU time besides the worker thread's ``shim_ns`` (in a Python server it holds the GIL
 meanwhile)."""
+LOG_FIELDS = ROW_FIELDS + SINK_FIELDS
+"""The columns of a row as the sink hands it on (log.py's, metrics.py's), in order: the timer's, then the sink's."""
+_NO_SINK_NS = (0,)
 
 
 class Sink:
@@ -32,11 +37,14 @@ class Sink:
     def __init__(self, make_outputs: Callable[[], tuple], counters: Callable[[], dict] | None = None,
                  interval_s: float = 1.0, flush_s: float = 1.0, threaded: bool = True, idle_complete_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, on_error: Callable[[str, BaseException], None] | None = None,
-                 detail: Callable[[], None] | None = None, make_row: Callable[[object], dict] | None = None):
+                 detail: Callable[[], None] | None = None, make_row: Callable[[object], dict] | None = None,
+                 make_values: Callable[[object], tuple] | None = None):
         self.make_outputs, self.counters, self.interval_s, self.flush_s = make_outputs, counters, interval_s, flush_s
         self.idle_complete_s = idle_complete_s
         self.detail = detail        # SPECPROF_TIMING_OWN_DETAIL: writes the shim's own time by place, each drain
         self.make_row = make_row    # a handed-over cycle record (not a dict) -> its row, made here (Timer.on_record)
+        # the same record -> its row's values in the timer's field order (Timer.values: no dict a cycle); else make_row
+        self.make_values = make_values
         self.threaded, self.clock, self.on_error = threaded, clock, on_error
         self._rows: deque = deque()
         self._thread = None
@@ -122,29 +130,39 @@ class Sink:
         # taken before the rows: every row added before complete_soon() is in the file it completes
         complete, self._complete_now = self._complete_now, False
         rows = self._rows
-        batch = []
-        make_row = self.make_row
+        batch = []              # each row's values in the log's column order (LOG_FIELDS: the timer's, then sink_ns)
+        make_row, make_values = self.make_row, self.make_values
         while rows:
             row = rows.popleft()
-            if type(row) is not dict:
+            try:
+                if type(row) is dict:
+                    values = tuple(map(row.get, ROW_FIELDS))
+                else:
+                    values = make_values(row) if make_values is not None else tuple(map(make_row(row).get, ROW_FIELDS))
+            except Exception as exc:  # noqa: BLE001 - one record that cannot be made a row: said, left out
+                if self.on_error is not None:
+                    self.on_error("live sink (row)", exc)
+                continue
+            batch.append(values + _NO_SINK_NS)
+        if batch:       # the CPU time of the drains before this one goes on its first row (SINK_FIELDS)
+            batch[0] = batch[0][:-1] + (self._spent_ns,)
+            self._spent_ns = 0
+        n = len(batch)
+        if log is not None:
+            add = getattr(log, "add_values", None)
+            for values in batch:
                 try:
-                    row = make_row(row)
-                except Exception as exc:  # noqa: BLE001 - one record that cannot be made a row: said, left out
-                    if self.on_error is not None:
-                        self.on_error("live sink (row)", exc)
-                    continue
-            row["sink_ns"], self._spent_ns = self._spent_ns, 0
-            batch.append(row)
-            if log is not None:
-                try:
-                    log.add(row)
+                    add(values) if add is not None else log.add(dict(zip(LOG_FIELDS, values)))
                 except Exception as exc:  # noqa: BLE001
                     self._failed("log", exc)
                     log = None
-        n = len(batch)
-        if metrics is not None:
+                    break
+        if metrics is not None and batch:
             try:
-                metrics.observe_many(batch)     # the drain's rows at once (metrics.observe_all)
+                if hasattr(metrics, "observe_values"):
+                    metrics.observe_values(batch)     # the drain's rows at once (metrics.observe_all)
+                else:
+                    metrics.observe_many([dict(zip(LOG_FIELDS, values)) for values in batch])
             except Exception as exc:  # noqa: BLE001 - never stop the log for the metrics
                 self._failed("metrics", exc)
                 metrics = None
