@@ -203,6 +203,17 @@ def test_real_diff_moves_the_changed_phase():
     assert moved["delta"] > 0
 
 
+@need_real
+def test_tokens_per_s_are_shown_whole():
+    """tokens/s to the token (a newcomer read 21,903.46 as false precision: runs differ by percents), the other
+    figures as before."""
+    from analyze.tools.diff.render import render_diff
+
+    text = render_diff(D.diff_results(REAL / "h200_diff_before.sqlite", REAL / "h200_diff_after.sqlite"), width=120)
+    assert "tokens / s         21,903   17,454  -4,449   -20.3%  [-5,341, -3,596]  *" in text
+    assert "tokens / cycle      20.33    20.33    0.00    +0.0%      [0.00, 0.00]" in text
+
+
 def test_side_of_a_chunked_analysis_has_the_kernels_of_the_whole(monkeypatch):
     """A report analysed in chunks (no per-op table, e.g. when it would not fit in memory) gives diff the
     kernel list of the whole analysis: the kernels inside decode cycles, from its spilled op store

@@ -10,6 +10,8 @@ def _fmt_value(fig: str, v: float) -> str:
         return "-"
     if fig.endswith("_ns"):
         return f"{v / 1e3:,.1f}"
+    if fig == "tokens_per_s":       # whole tokens/s: a run-to-run spread of percents makes decimals noise
+        return f"{v:,.0f}"
     return f"{v:,.2f}"
 
 
