@@ -4,7 +4,8 @@ measured step counts 1..6 and the speed-up's error; from the profile alone the s
 with the shim's clock, the speed-up's error as `whatif PROFILE --batch B` gives it: calibrated by that clock); per cell
 whether it is truth (every engine of the cell converged, its engines within 3% of each other: `?` where not); summary
 lines over all pairs, over the clock profiles, and over the cells that are truth; per pair and summed, how far below the
-measured best the recommended step count measured ("best lost").
+measured best the recommended step count measured ("best lost"); whether speculation pays in one word (whatif's
+``best.verdict``, break-even within 3% of 1) against the measured best's word.
 
     python recipes/whatif_scoreboard.py OUT.json     (the real fixtures unpacked: python -m fixtures.unpack)
 
@@ -74,16 +75,20 @@ for prof, sw, b in PAIRS:
         out["cal_worst"] = max(errs, key=abs); out["cal_mean"] = float(np.mean(np.abs(errs)))
         out["cal_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
         out["cal_best"] = _best_loss(r, mm)
+        out["cal_verdict"] = r["best"]["verdict"]
     except Exception as e:
         out["cal_err"] = str(e)[:60]
     r = W.whatif(side, range(1, 7), n_boot=0, batch=b)
     out["alone_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
+    out["alone_verdict"] = r["best"]["verdict"]
+    out["measured_verdict"] = W.verdict(max(mm.values()) / base, False)
     # what `whatif PROFILE --batch B` does with no figure given: the profile's own clock calibrates it where it has one
     ck, ctps, csrc, _ = clock_calibration([side], [k], None, b)
     if ctps is not None:
         r = W.whatif(side, range(1, 7), n_boot=0, batch=b, calibrate_tps=ctps, calibrate_steps=ck, calibration_source=csrc)
         out["clock_sp"] = 100 * (r["best"]["speedup"] / (max(mm.values()) / base) - 1)
         out["clock_best"] = _best_loss(r, mm)
+        out["clock_verdict"] = r["best"]["verdict"]
     rows.append(out)
     print(f"{prof:32s} b{b:<3d} cal worst {out.get('cal_worst', float('nan')):+6.1f}% mean {out.get('cal_mean', float('nan')):5.1f}% "
           f"sp {out.get('cal_sp', float('nan')):+6.1f}% | alone sp {out['alone_sp']:+6.1f}%"
@@ -109,4 +114,11 @@ if ck:
 cs = [abs(r["cal_worst_settled"]) for r in rows if r.get("cal_worst_settled") is not None]
 print(f"SETTLED (cells whose engines converged and agree within 3%, calibrated at a settled cell): {len(cs)} pairs, "
       f"worst mean {np.mean(cs):.2f} max {np.max(cs):.1f} | worst>10%: {sum(c > 10 for c in cs)}")
+OPPOSITE = {("pays", "does_not_pay"), ("does_not_pay", "pays")}
+for key, what in (("cal_verdict", "calibrated"), ("clock_verdict", "clock alone"), ("alone_verdict", "profile alone")):
+    got = [(r[key], r["measured_verdict"]) for r in rows if r.get(key)]
+    if got:
+        print(f"VERDICT {what}: {len(got)} pairs, same word as measured {sum(a == b for a, b in got)}, the opposite "
+              f"(pays vs does not pay) {sum((a, b) in OPPOSITE for a, b in got)}, break-even against a side "
+              f"{sum((a == 'break_even') != (b == 'break_even') for a, b in got)}, uncertain {sum(a == 'uncertain' for a, _ in got)}")
 json.dump(rows, open(sys.argv[1], "w"))
