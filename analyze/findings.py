@@ -155,6 +155,7 @@ class Advice:
     whatif: dict | None = None
     whatif_error: str | None = None
     cycles_batch: int | None = None       # the cycle figures are of this batch size alone (--batch M), else all
+    live: bool = False                    # of a live timing log (host periods only: no GPU-start cycle to compare)
 
     def rules_triggered(self) -> list[str]:
         return [f.rule for f in self.findings]
@@ -164,4 +165,4 @@ class Advice:
                        "warmup_cycles": self.warmup_cycles,
                        "findings": [dict(f.to_dict(), rank_order=i + 1) for i, f in enumerate(self.findings)],
                        "checks": [c.to_dict() for c in self.checks], "whatif": self.whatif,
-                       "whatif_error": self.whatif_error, "cycles_batch": self.cycles_batch})
+                       "whatif_error": self.whatif_error, "cycles_batch": self.cycles_batch, "live": self.live})

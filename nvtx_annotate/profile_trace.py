@@ -368,7 +368,8 @@ def main(argv=None) -> int:
             marks = ",".join(f"$((T+{x}))" for x in clock[P.CLOCK_MARKS_AT_ENV].split(","))
             envs = (f"T=$(date +%s%N); {P.CLOCK_STOP_AT_ENV}=$((T+{clock[P.CLOCK_STOP_AT_ENV]})) "
                     f"{P.CLOCK_MARKS_AT_ENV}={marks} {envs}")
-        print(f"{envs} {shlex.join(profile_command(a, n, base))}".strip())
+        line = f"{envs} {shlex.join(profile_command(a, n, base))}".strip()
+        print(f"({line})" if clock else line)       # a subshell: T stays out of the user's shell
         if clock:           # wall-clock times, set when the command starts: said here relative to it
             marks = ", ".join(f"{int(x) / 1e9:g} s" for x in clock[P.CLOCK_MARKS_AT_ENV].split(","))
             print(f"profile-trace: the shim's clock stops {int(clock[P.CLOCK_STOP_AT_ENV]) / 1e9:g} s after the start "

@@ -812,6 +812,42 @@ def test_prometheus_exposition_has_the_histograms_with_rank_and_phase_labels():
     assert float(tps.split()[-1]) == pytest.approx(sum(r["accepted_tokens"] + r["requests"] for r in rows) / span_s)
 
 
+def test_the_sink_feeds_the_metrics_the_same_as_observe_and_counts_a_row_without_timed_as_timed(tmp_path):
+    """The sink hands the metrics value tuples (observe_values: no dict a cycle): the exposition equals that of
+    observing the same rows one by one; a row made elsewhere without a 'timed' key counts as timed (its phases
+    observed), as observe_many always did."""
+    prom = pytest.importorskip("prometheus_client")
+    from nvtx_annotate.live.metrics import make_metrics
+
+    rows = _rows(5, rank=1)
+    for r in rows[:2]:
+        del r["timed"]
+    direct, sunk = prom.CollectorRegistry(), prom.CollectorRegistry()
+    m = make_metrics(1, registry=direct)
+    m.observe_many([dict(r) for r in rows])
+    m.publish()
+    s = Sink(lambda: (LogWriter(str(tmp_path), 1, 1), make_metrics(1, registry=sunk)), threaded=False)
+    for r in rows:
+        s.add(dict(r))
+    s.close()
+    def samples(registry):      # the values, not the registries' creation times nor the shim's own time (sink_ns)
+        return [x for x in prom.generate_latest(registry).decode().splitlines()
+                if not x.startswith(("specprof:shim", "#")) and "_created" not in x]
+    lines = samples(direct)
+    assert lines == samples(sunk) and len(lines) > 50
+    assert 'specprof:phase_seconds_count{phase="verify",rank="1"} 5.0' in lines
+    table = pq.read_table(next(tmp_path.glob("*.parquet")))
+    assert table.column("timed").to_pylist() == [1, 1, 1, 1, 1]
+    assert table.column("verify_ns").to_pylist() == [r["verify_ns"] for r in rows]
+
+
+def test_a_log_row_of_the_wrong_length_is_refused(tmp_path):
+    w = LogWriter(str(tmp_path), 0, 1)
+    with pytest.raises(ValueError, match="a log row has"):
+        w.add_values((1, 2, 3))
+    assert w.buffered() == 0
+
+
 def test_tokens_per_second_window_is_a_running_sum_equal_to_a_rescan():
     """The gauge's window (the last 10 s of cycles) kept as a running sum: equal to summing the window
     afresh after every cycle, over a window that slides past thousands of cycles (before, every row

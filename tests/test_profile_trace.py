@@ -39,11 +39,11 @@ def test_dry_run_prints_the_full_nsys_command(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0] == (
-        "T=$(date +%s%N); SPECPROF_CLOCK_STOP_AT_NS=$((T+4000000000)) "
+        "(T=$(date +%s%N); SPECPROF_CLOCK_STOP_AT_NS=$((T+4000000000)) "
         "SPECPROF_CLOCK_MARKS_AT_NS=$((T+10000000000)),$((T+20000000000)) "
         f"SPECPROF_NVTX=1 SPECPROF_NVTX_PACKAGE=spec_workload {nsys} profile -t cuda,nvtx,osrt "
         "--trace-fork-before-exec=true --cuda-graph-trace=node --cuda-flush-interval=1000 -o run1 --delay=5 "
-        "--duration=30 --sample=none --cpuctxsw=none python3 -m sglang.launch_server --tp 8")
+        "--duration=30 --sample=none --cpuctxsw=none python3 -m sglang.launch_server --tp 8)")
     # the line runs as printed: the command gets the clock's times on the wall clock of its start
     show = tmp_path / "show_env"
     show.write_text("#!/bin/sh\necho \"$SPECPROF_CLOCK_STOP_AT_NS $SPECPROF_CLOCK_MARKS_AT_NS $SPECPROF_NVTX\"\n")

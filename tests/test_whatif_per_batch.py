@@ -74,8 +74,8 @@ def test_speculation_off_everywhere_writes_no_config():
 
 def test_adaptive_config_format_and_buckets():
     t = per_batch_table(batch=[16, 1], cycles=[40, 300], best_steps=[2, 5], tokens_per_s_best=[5000.0, 400.0],
-                        tokens_per_s_profiled=[4800.0, 390.0], tokens_per_s_baseline=[5100.0, 300.0],
-                        speedup=[0.98, 1.33], best_or_off=[0, 5], accepted_per_request=[0.9, 1.0])
+                        tokens_per_s_profiled=[4800.0, 390.0], tokens_per_s_baseline=[5300.0, 300.0],
+                        speedup=[0.94, 1.33], best_or_off=[0, 5], accepted_per_request=[0.9, 1.0])
     cfg = PB.adaptive_config(t)
     assert [k for k in cfg if k.isdigit()] == ["1", "16"]
     assert cfg["1"] == {"candidate_steps": [5], "up_hysteresis": 0.0, "down_hysteresis": 0.0, "ceiling_coeff": 0}
@@ -86,6 +86,12 @@ def test_adaptive_config_format_and_buckets():
     same = t.assign(best_steps=[5, 5])
     assert not PB.differs(same)                    # off at 16 alone is not a reason for an adaptive config
     assert not PB.differs(t.assign(best_or_off=[0, 0]))     # nothing pays: no config, whatever the bests
+    # 0.98x is a break-even (within 3%), not "slower with speculation at any step count": not listed
+    even = per_batch_table(batch=[16, 1], cycles=[40, 300], best_steps=[2, 5], tokens_per_s_best=[5000.0, 400.0],
+                           tokens_per_s_profiled=[4800.0, 390.0], tokens_per_s_baseline=[5100.0, 300.0],
+                           speedup=[0.98, 1.33], best_or_off=[0, 5], accepted_per_request=[0.9, 1.0])
+    assert list(even["verdict"]) == ["break_even", "pays"] and PB.not_paying(even) == []
+    assert PB.adaptive_config(even)["specprof"]["not_paying"] == []
 
 
 @functools.lru_cache(maxsize=1)

@@ -47,9 +47,13 @@ def test_the_verdict_on_the_48_layer_sweep(side, batch, steps, top, speedup, ver
     """Calibrated at 3 steps with the sweep's unprofiled figures: the word for each batch size, and the highest
     prediction where the recommendation is fewer steps within 1% of it."""
     m, base = read_measured(SWEEP, batch)
-    b = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=m[3], baseline_tps=base)["best"]
+    r = W.whatif(side, range(1, 7), n_boot=0, batch=batch, calibrate_tps=m[3], baseline_tps=base)
+    b = r["best"]
     assert (b["steps"], b["top_steps"], b["verdict"]) == (steps, top, verdict)
     assert b["speedup"] == pytest.approx(speedup, abs=0.001)
+    # the word is the highest prediction's: "does not pay" = no step count searched faster than no speculation
+    assert b["top_speedup"] == pytest.approx(r["predictions"]["speedup"].max(), rel=1e-12)
+    assert W.verdict(b["top_speedup"], False) == verdict
 
 
 @need
@@ -60,7 +64,7 @@ def test_the_best_lines_say_why_fewer_steps_and_that_it_is_break_even(capsys):
     assert rc == 0
     assert "Best: 3 draft steps, 3,250 tokens/s, 1.01x over the baseline (3,210 tokens/s)" in out
     assert "(3 is the fewest steps within 1% of the highest prediction, 4 steps' 3,260 tokens/s" in out
-    assert "Break-even: 1.01x is within 3% of no speculation" in out
+    assert "Break-even: 1.02x at best is within 3% of no speculation" in out
     assert "Speculation pays" not in out and "Speculation does not pay" not in out
 
 
@@ -139,3 +143,52 @@ def test_the_calibration_line_says_what_its_steady_figure_is_in_rounds(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert ("Calibrated to 3,458 tokens/s of steady cycles (the rounds' tail is the model's); 3,191 tokens/s in the "
             "rounds modelled (column round eff)") in out
+
+
+@need
+def test_per_batch_marks_a_break_even_and_does_not_call_it_not_paying(tmp_path, capsys):
+    """A batch size whose best is within 3% of a measured baseline: '~' in the use column and a line that says so,
+    not in not_paying (the adaptive config's 'slower with speculation at any step count' list)."""
+    out = tmp_path / "pb.json"
+    args = ["whatif", str(PROFILE), "--per-batch", "--boot", "0", "--batch-tps", "8=3250", "--batch-baseline-tps",
+            "8=3320"]
+    assert main(args + ["--json", str(out), "-q"]) == 0
+    rows = {r["batch"]: r for r in json.loads(out.read_text())["per_batch"]}
+    assert rows[8]["verdict"] == "break_even" and rows[8]["best_or_off"] == 0
+    from analyze.tools.whatif.per_batch import not_paying
+    import pandas as pd
+
+    assert 8 not in not_paying(pd.DataFrame(list(rows.values())))
+    assert main(args) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert " 0.98x off~ " in text and "'~': break-even: within 3% of no speculation at batch 8" in text
+
+
+@need
+def test_advise_keeps_the_clock_for_the_other_batch_sizes(tmp_path):
+    """advise --batch 8 --calibrate-tps X: its per-batch rows at 1 and 32 stay calibrated from the profile's clock,
+    as whatif --per-batch with --batch-tps 8=X does."""
+    out = tmp_path / "a.json"
+    assert main(["advise", str(PROFILE), "--batch", "8", "--calibrate-tps", "3250", "--json", str(out), "-q"]) == 0
+    rows = {r["batch"]: r for r in json.loads(out.read_text())["whatif"]["per_batch"]}
+    assert rows[1]["calibrated"] and rows[32]["calibrated"] and rows[8]["calibrated"]
+    assert rows[8]["tokens_per_s_best"] == pytest.approx(3250, rel=1e-6)
+
+
+@need
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-5", "3:0"])
+def test_a_calibration_that_is_no_finite_positive_figure_is_refused(value, capsys):
+    assert main(["advise", str(PROFILE), "--calibrate-tps", value, "-q"]) == 10
+    assert "tokens/s a finite number > 0" in capsys.readouterr().err
+    assert main(["whatif", str(PROFILE), "--batch", "8", "--calibrate-tps", value, "-q"]) == 10
+
+
+LIVE = REAL / "sglang_live_h100_e2_on"
+
+
+@pytest.mark.skipif(not LIVE.exists(), reason="fixture not unpacked")
+def test_advise_on_a_live_log_names_no_gpu_start_cycle(capsys):
+    """A live log's cycles are host periods only: the heading does not point at a GPU-start cycle it has not."""
+    assert main(["advise", str(LIVE), "--no-evidence"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "host start to next start, 3 warm-up left out)" in out and "GPU start to next GPU start" not in out

@@ -79,7 +79,8 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
                  + (f" at batch {at}" if at is not None else " of every batch size" if pooled else "")
                  + ", host start to next start"
                  + (f", {advice['warmup_cycles']} warm-up left out" if advice.get("warmup_cycles") else "")
-                 + "; the report's headline and decode table time a cycle GPU start to next GPU start)")
+                 + ("" if advice.get("live") else
+                    "; the report's headline and decode table time a cycle GPU start to next GPU start") + ")")
     out += _wrap(head, "", "  ")
     if advice.get("error"):
         return out + _wrap(advice["error"], "  ")
@@ -115,7 +116,8 @@ def text_lines(advice: dict, *, evidence: bool = True, width: int = WIDTH) -> li
 def _saves(f: dict) -> str:
     """What a finding saves, in words: a figure, or (nothing estimated) that it names a direction, not a setting that
     saves time by itself (e.g. verify dominating at the best step count: only a faster or smaller verify helps)."""
-    if not f["saving_ns"]:
+    saving = f["saving_ns"]
+    if saving != saving or round(saving / 1e3, 1) == 0:      # none (or NaN): nothing a setting saves by itself
         return "a direction, no setting that saves time by itself (saving 0 us per cycle)"
     return f"saves {f['saving_ns'] / 1e3:,.1f} us per cycle ({100 * f['saving_share']:.1f}%)"
 

@@ -439,7 +439,7 @@ def render_html(a, *, top: int = 5, title: str = "specprof report", advice: dict
                          + fig("allreduce_wait")))
     elif not live:      # why, as the terminal's note says it (one rank; no kernel matched, and what any time shown is)
         why = next((n.message for n in skew.skew_notes(a) if n.code == N.SKEW_SKIPPED),
-                   "no all-reduce skew table: no collectives")
+                   "no all-reduce skew table")
         sections.append(("skew", "All-reduce skew", "All-reduce skew", f'<p class="sub">{_html.escape(why)}</p>'))
     for info in views.section_views():           # the views registered with a title: a table each
         frame = views.get(a, info.name)

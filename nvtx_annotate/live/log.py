@@ -99,6 +99,8 @@ class LogWriter:
 
     def add_values(self, values: tuple) -> None:
         """A row as its values in :data:`LOG_FIELDS` order (the sink's rows: no dict a cycle)."""
+        if len(values) != len(LOG_FIELDS):      # a short row would cut every column at the flush
+            raise ValueError(f"a log row has {len(LOG_FIELDS)} values, not {len(values)}")
         self._rows.append(values)
         if len(self._rows) >= self.row_group_rows:
             self.flush()

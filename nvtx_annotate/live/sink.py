@@ -135,8 +135,9 @@ class Sink:
         while rows:
             row = rows.popleft()
             try:
-                if type(row) is dict:
-                    values = tuple(map(row.get, ROW_FIELDS))
+                if type(row) is dict:       # a row made elsewhere: a missing 'timed' counts as timed (as ever)
+                    values = tuple(map(row.get, ROW_FIELDS)) if "timed" in row else \
+                        tuple(map(dict(row, timed=1).get, ROW_FIELDS))
                 else:
                     values = make_values(row) if make_values is not None else tuple(map(make_row(row).get, ROW_FIELDS))
             except Exception as exc:  # noqa: BLE001 - one record that cannot be made a row: said, left out

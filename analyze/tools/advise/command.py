@@ -53,7 +53,7 @@ def _calibration(text: str) -> tuple[int | None, float]:
     except ValueError as exc:
         import argparse
 
-        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--calibrate-tps {text!r}: ")) from None
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--calibrate-tps ")) from None
 
 
 def main_advise(argv: list[str]) -> int:
@@ -76,7 +76,7 @@ def main_advise(argv: list[str]) -> int:
             from analyze.tools.whatif.model import infer_steps
 
             k = infer_steps(whatif_side(result))[0]
-            if cal_k != k:
+            if k is not None and cal_k != k:    # an unknown step count: whatif says so itself
                 raise UsageError(f"--calibrate-tps {cal_k}:{calibrate_tps:g}: measured at {cal_k} steps, but the profile "
                                  f"ran {k}: give the tokens/s of the profiled configuration ({k}:X, or X)")
         if args.calibrate_sglang_log and not args.no_whatif:   # the figure at its batch size (whatif's rule)

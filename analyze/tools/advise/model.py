@@ -1015,6 +1015,8 @@ def rule_adaptive_steps(ctx: Context):
     def verdict(r) -> str:
         if r.get("verdict_uncertain"):        # inside the estimated-baseline band (whatif.model.verdict_uncertain)
             return ", uncertain whether speculation pays"
+        if r.get("verdict") == "break_even":  # within whatif.model.BREAK_EVEN of no speculation
+            return ", break-even"
         return ", speculation does not pay" if not r["best_or_off"] else ""
 
     desc = "; ".join(f"batch {r['batch']}: {r['best_steps']} steps ({r['speedup']:.2f}x, {r['baseline_source']} "
@@ -1065,6 +1067,9 @@ def _lean_off_said(ctx: Context) -> str:
     if rule_speculation(ctx)[1].status == F.TRIGGERED:
         return (f" Speculation itself does not pay here ({best / base:.2f}x at whatif's best against no speculation: "
                 "the speculation finding): the step count matters only where it is kept.")
+    if w.get("verdict") == "break_even":
+        return (f" Speculation is a break-even here ({best / base:.2f}x at whatif's best, within 3% of no "
+                "speculation): the step count matters only where it is kept.")
     return (f" If speculation is kept: whatif leans to no speculation ({best / base:.2f}x at its best, a verdict it "
             "cannot make: the speculation rule says what it needs), so measure before keeping it.")
 
@@ -1228,4 +1233,4 @@ def advise(analysis, *, whatif: bool = True, message_sizes: bool = True, n_boot:
         checks.append(c)
     return F.Advice(F.ranked(found), checks, cycle_ns=ctx.cycle_ns, cycles=ctx.n_cycles, ranks=ctx.ranks,
                     warmup_cycles=ctx.warmup_cycles, whatif=ctx.whatif, whatif_error=ctx.whatif_error,
-                    cycles_batch=ctx.cycles_batch)
+                    cycles_batch=ctx.cycles_batch, live=bool(ctx.live))

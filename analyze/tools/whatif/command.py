@@ -62,8 +62,8 @@ def parse_calibration(text) -> tuple[int | None, float | dict | None]:
         kk = int(k) if k else None
     except ValueError:
         raise ValueError(f"--calibrate-tps {text!r}: give X or K:X (tokens/s, step count)") from None
-    if not val > 0 or (kk is not None and kk < 1):
-        raise ValueError(f"--calibrate-tps {text!r}: tokens/s > 0, step count >= 1")
+    if not (val > 0 and math.isfinite(val)) or (kk is not None and kk < 1):
+        raise ValueError(f"--calibrate-tps {text!r}: tokens/s a finite number > 0, step count >= 1")
     return kk, val
 
 

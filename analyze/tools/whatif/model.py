@@ -1454,7 +1454,13 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "rounds": round_info,
         "n_boot": int(n_boot),            # 0: point estimates (the intervals' bounds equal them)
     }
-    result["best"]["verdict"] = verdict(result["best"]["speedup"], result["best"]["verdict_uncertain"])
+    top = result["best"]["top_steps"]
+    top_speedup = float(pred.loc[pred["steps"] == top, "speedup"].iloc[0]) if (pred["steps"] == top).any() \
+        else result["best"]["speedup"]
+    # the word is the highest prediction's (the best is the fewest steps within 1% of it): "does not pay" means no
+    # step count searched is faster, "break-even" that none is more than 3% away
+    result["best"]["top_speedup"] = top_speedup
+    result["best"]["verdict"] = verdict(top_speedup, result["best"]["verdict_uncertain"])
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])
     if overhead_held is not None:
@@ -1551,9 +1557,9 @@ def resolve_rounds(costs: list[dict], request_tokens="auto") -> dict | None:
 
 
 def verdict(speedup: float, uncertain: bool) -> str:
-    """Whether speculation pays at the best step count: ``"uncertain"`` (inside an estimated baseline's error,
-    :func:`verdict_uncertain`), ``"break_even"`` (within :data:`BREAK_EVEN` of no speculation), ``"pays"`` or
-    ``"does_not_pay"``."""
+    """Whether speculation pays, from the highest predicted speed-up: ``"uncertain"`` (inside an estimated
+    baseline's error, :func:`verdict_uncertain`), ``"break_even"`` (within :data:`BREAK_EVEN` of no speculation),
+    ``"pays"`` or ``"does_not_pay"``."""
     if uncertain:
         return "uncertain"
     if not np.isfinite(speedup):

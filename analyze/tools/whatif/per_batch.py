@@ -33,7 +33,7 @@ COLUMNS = ("batch", "cycles", "profiled_steps", "best_steps", "tokens_per_s_best
            "tokens_per_s_best_hi", "tokens_per_s_profiled",
            "tokens_per_s_baseline", "baseline_source", "speedup", "best_or_off", "accepted_per_request",
            "best_extrapolated", "calibrated", "verdict_uncertain", "baseline_from_live_log",
-           "speedup_through_estimate", "rough_estimate")
+           "speedup_through_estimate", "rough_estimate", "verdict")
 """The columns of :func:`per_batch`'s table, in order."""
 
 MIN_CYCLES = W.MIN_CYCLES
@@ -182,7 +182,9 @@ def per_batch(profiles, steps=range(1, 11), *, min_cycles: int = MIN_CYCLES, bas
                      # a given baseline, the profile not calibrated: the speed-up is the profile's own (model.baseline_clock)
                      "speedup_through_estimate": bool(best.get("speedup_through_estimate")),
                      # a plain step estimated without shim ranges (a saved result): no band bounds it
-                     "rough_estimate": bool(best.get("rough_estimate"))})
+                     "rough_estimate": bool(best.get("rough_estimate")),
+                     # pays / does_not_pay / break_even / uncertain (whatif.model.verdict)
+                     "verdict": best["verdict"]})
     out = pd.DataFrame(rows, columns=list(COLUMNS))
     out.attrs["not_modelled"] = not_modelled(counts, min_cycles)
     out.attrs["few_timed"] = few_timed
@@ -254,6 +256,9 @@ def differs(table: pd.DataFrame) -> bool:
 
 def not_paying(table: pd.DataFrame) -> list[int]:
     """The batch sizes at which no step count beats no speculation, the verdict not uncertain (an
-    uncertain one, '?', is no basis for saying so: whatif.model.verdict_uncertain)."""
+    uncertain one, '?', is no basis for saying so: whatif.model.verdict_uncertain) nor a break-even ('~': within
+    whatif.model.BREAK_EVEN of no speculation)."""
     sure = ~table["verdict_uncertain"].astype(bool)
+    if "verdict" in table:
+        sure &= table["verdict"] != "break_even"
     return [int(b) for b in table.loc[(table["best_or_off"] == 0) & sure, "batch"]]

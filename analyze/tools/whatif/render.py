@@ -119,14 +119,14 @@ def render_whatif(r: dict) -> str:
     if b.get("verdict") == "break_even":
         from analyze.tools.whatif.model import BREAK_EVEN
 
-        out.append(_wrap(f"Break-even: {b['speedup']:.2f}x is within {100 * BREAK_EVEN:.0f}% of no speculation, inside the "
+        out.append(_wrap(f"Break-even: {b.get('top_speedup', b['speedup']):.2f}x at best is within {100 * BREAK_EVEN:.0f}% of no speculation, inside the "
                          "spread of repeated unprofiled runs of one engine (engines of one configuration differ by "
                          "more): speculation neither clearly pays nor clearly costs here; decide on what else it "
                          "costs (memory, a drafter to serve), or measure both configurations without the profiler."))
     elif b.get("verdict") == "pays":
         out.append(_wrap(f"Speculation pays: {b['speedup']:.2f}x over no speculation at {b['steps']} draft "
                          f"step{'' if b['steps'] == 1 else 's'}."))
-    if b["speedup"] < 1 and not b.get("verdict_uncertain") and b.get("verdict") != "break_even":
+    if b.get("verdict", "does_not_pay" if b["speedup"] < 1 and not b.get("verdict_uncertain") else "") == "does_not_pay":
         estimated = base["source"] == "estimated"
         out.append(_wrap(f"Speculation does not pay here: no speculation ({base['tokens_per_s']:,.0f} tokens/s, "
                          f"{base['source']}) is faster than every step count searched ({_steps_text(p['steps'])}): run "
@@ -245,7 +245,8 @@ def render_per_batch(table, config_path=None) -> str:
             + ([f"[{r.tokens_per_s_best_lo:,.0f}, {r.tokens_per_s_best_hi:,.0f}]"
                 if np.isfinite(r.tokens_per_s_best_lo) else "-"] if ci else [])
             + [f"{r.tokens_per_s_baseline:,.0f}", r.baseline_source, f"{r.speedup:.2f}x",
-               ("off" if r.best_or_off == 0 else str(r.best_or_off)) + ("?" if r.verdict_uncertain else ""),
+               ("off" if r.best_or_off == 0 else str(r.best_or_off))
+               + ("?" if r.verdict_uncertain else "~" if getattr(r, "verdict", "") == "break_even" else ""),
                ("extrapolated " if r.best_extrapolated else "") + ("calibrated" if r.calibrated else "")]
             for r in table.itertuples()]
     out += text_table(["batch", "cycles", "profiled", "best steps", "tok/s at best"] + (["95% CI"] if ci else [])
@@ -276,6 +277,12 @@ def render_per_batch(table, config_path=None) -> str:
                     "speculation off by batch size (adaptive 0 steps still verifies one token and runs the draft "
                     "extend, slower than any step count), so a config keeps the best step count there; a server that "
                     "mostly runs at those batch sizes is faster without --speculative-algorithm.")
+    if "verdict" in table and (table["verdict"] == "break_even").any():
+        from analyze.tools.whatif.model import BREAK_EVEN
+
+        out += wrap(f"'~': break-even: within {100 * BREAK_EVEN:.0f}% of no speculation at batch "
+                    + ", ".join(str(int(b)) for b in table.loc[table["verdict"] == "break_even", "batch"])
+                    + ", inside the spread of repeated unprofiled runs: neither clearly pays nor clearly costs there.")
     if table["verdict_uncertain"].any():
         from analyze.tools.whatif.model import LIVE_BASELINE_ERROR, PROFILE_ALONE_RATIO
 
