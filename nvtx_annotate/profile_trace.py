@@ -133,8 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--clock-rounds", type=non_negative_int, default=3,
                    help="with --capture cudaprofilerapi: send the whole load this many times before SGLang's profiler "
                         "starts (default 3; 0: none): the shim records those decode cycles' clock, which analyze-trace "
-                        "whatif and advise calibrate from (the profiler stretches the cycles inside the window; they "
-                        "need 100 steady cycles at a batch size: the default load is ~85)")
+                        "whatif and advise calibrate from (the profiler stretches the cycles inside the window). "
+                        "A calibration needs 100 steady cycles at a batch size and one round of the default load "
+                        "gives ~85, so the default 3 rounds give ~250")
     d.add_argument("--prompt-vocab", type=positive_int, default=1000,
                    help="prompt token ids are drawn from [3, 3 + N) (default 1000; keep it below the model's vocabulary)")
     d.add_argument("--stop-grace", type=float, default=300,
