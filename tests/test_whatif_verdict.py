@@ -64,7 +64,7 @@ def test_the_best_lines_say_why_fewer_steps_and_that_it_is_break_even(capsys):
     assert rc == 0
     assert "Best: 3 draft steps, 3,250 tokens/s, 1.01x over the baseline (3,210 tokens/s)" in out
     assert "(3 is the fewest steps within 1% of the highest prediction, 4 steps' 3,260 tokens/s" in out
-    assert "Break-even: 1.02x at best is within 3% of no speculation" in out
+    assert "Break-even: the highest prediction, 1.02x, is within 3% of no speculation" in out
     assert "Speculation pays" not in out and "Speculation does not pay" not in out
 
 

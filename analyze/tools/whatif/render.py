@@ -119,14 +119,15 @@ def render_whatif(r: dict) -> str:
     if b.get("verdict") == "break_even":
         from analyze.tools.whatif.model import BREAK_EVEN
 
-        out.append(_wrap(f"Break-even: {b.get('top_speedup', b['speedup']):.2f}x at best is within {100 * BREAK_EVEN:.0f}% of no speculation, inside the "
+        out.append(_wrap(f"Break-even: the highest prediction, {b.get('top_speedup', b['speedup']):.2f}x, is within "
+                         f"{100 * BREAK_EVEN:.0f}% of no speculation, inside the "
                          "spread of repeated unprofiled runs of one engine (engines of one configuration differ by "
                          "more): speculation neither clearly pays nor clearly costs here; decide on what else it "
                          "costs (memory, a drafter to serve), or measure both configurations without the profiler."))
     elif b.get("verdict") == "pays":
         out.append(_wrap(f"Speculation pays: {b['speedup']:.2f}x over no speculation at {b['steps']} draft "
                          f"step{'' if b['steps'] == 1 else 's'}."))
-    if b.get("verdict", "does_not_pay" if b["speedup"] < 1 and not b.get("verdict_uncertain") else "") == "does_not_pay":
+    if b.get("verdict") == "does_not_pay":
         estimated = base["source"] == "estimated"
         out.append(_wrap(f"Speculation does not pay here: no speculation ({base['tokens_per_s']:,.0f} tokens/s, "
                          f"{base['source']}) is faster than every step count searched ({_steps_text(p['steps'])}): run "
