@@ -78,7 +78,7 @@ row; resolving them (queries, ``elapsed_time``) and a cycle's close in the next 
 gap (:data:`IDLE_GAP_FACTOR`: an idle server, or the timing paused) in none."""
 
 _EMPTY_ROW = dict.fromkeys(ROW_FIELDS)
-# Timer.values writes a row's tuple in this order without naming the fields: held to it here
+# Timer._base_values writes a row's tuple in this order without naming the fields: held to it here
 assert ROW_FIELDS[:5] == ("rank", "pid", "cycle", "host_start_ns", "host_end_ns") and ROW_FIELDS[10:15] == (
     "accepted_tokens", "requests", "verified_tokens", "steps", "batch_size") and ROW_FIELDS[22:] == (
     "timed", "accept_lens", "shim_ns")
@@ -625,6 +625,11 @@ class Timer:
         machine, 2026-12-07)."""
         if rec.pairs or rec.host:
             return tuple(map(self.row(rec).__getitem__, ROW_FIELDS))
+        return self._base_values(rec)
+
+    def _base_values(self, rec: CycleRecord) -> tuple:
+        """The fields every cycle's row has, in :data:`ROW_FIELDS` order (the phases' times null): a cycle the
+        sampling left without events is this row."""
         steps, verified = self._cycle_fields(rec)
         req = rec.requests
         return (self.rank if self.rank is not None else 0, self.pid, rec.cycle, rec.start_ns, rec.end_ns,
@@ -646,16 +651,8 @@ class Timer:
         return steps, verified
 
     def _base_row(self, rec: CycleRecord) -> dict:
-        """The fields of :meth:`row` every cycle has (all but the phases' times, null here): the empty row filled
-        in once; a cycle the sampling left without events is this row."""
-        steps, verified = self._cycle_fields(rec)
-        out = dict(_EMPTY_ROW)
-        out.update(rank=self.rank if self.rank is not None else 0, pid=self.pid, cycle=rec.cycle,
-                   host_start_ns=rec.start_ns, host_end_ns=rec.end_ns, accepted_tokens=rec.accepted,
-                   requests=rec.requests, verified_tokens=verified, steps=steps, batch_size=rec.batch_size,
-                   timed=int(rec.timed), accept_lens=_lens_text(rec.lens, rec.requests) if rec.requests else None,
-                   shim_ns=rec.own)
-        return out
+        """:meth:`_base_values` as a dict (what :meth:`row` fills the phases' times into)."""
+        return dict(zip(ROW_FIELDS, self._base_values(rec)))
 
     def _take_own_ns(self) -> int:
         """The shim's own host time since it was last taken (:attr:`own_ns`), reset to 0."""

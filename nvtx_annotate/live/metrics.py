@@ -22,7 +22,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, deque
 
-from .log import LOG_FIELDS
+from .sink import LOG_FIELDS, row_values
 
 PHASE_BUCKETS = (25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 0.1, 0.25, 0.5, 1.0)
 TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -34,14 +34,6 @@ _AT = {name: i for i, name in enumerate(LOG_FIELDS)}
 _PHASE_AT = tuple((phase, _AT[key]) for phase, key in _PHASE_KEYS)
 (_START, _END, _TIMED, _SPAN, _SHIM, _SINK, _ACC, _REQS) = (_AT[k] for k in (
     "host_start_ns", "host_end_ns", "timed", "gpu_span_ns", "shim_ns", "sink_ns", "accepted_tokens", "requests"))
-
-
-def _values(row: dict) -> tuple:
-    """A row dict as :meth:`LiveMetrics.observe_values` takes it (a missing ``timed`` counts as timed, as before)."""
-    out = list(map(row.get, LOG_FIELDS))
-    if "timed" not in row:
-        out[_TIMED] = 1
-    return tuple(out)
 
 
 class LiveMetrics:
@@ -90,7 +82,7 @@ class LiveMetrics:
 
     def observe_many(self, rows) -> None:
         """Every row (a dict of the timing log's columns) of a drain: :meth:`observe_values` of them."""
-        self.observe_values([_values(row) for row in rows])
+        self.observe_values([row_values(row) for row in rows])
 
     def observe_values(self, rows) -> None:
         """Every row of a drain as its values in the log's column order (:data:`LOG_FIELDS`: the sink's rows, no

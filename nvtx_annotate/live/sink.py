@@ -27,6 +27,15 @@ meanwhile)."""
 LOG_FIELDS = ROW_FIELDS + SINK_FIELDS
 """The columns of a row as the sink hands it on (log.py's, metrics.py's), in order: the timer's, then the sink's."""
 _NO_SINK_NS = (0,)
+_TIMED_AT = LOG_FIELDS.index("timed")
+
+
+def row_values(row: dict) -> tuple:
+    """A row made as a dict (the timer's timed cycles, or elsewhere) as its values in :data:`LOG_FIELDS` order, a
+    missing field null but a missing ``timed`` 1: a row that does not say counts as timed (as the metrics always
+    counted it)."""
+    values = tuple(map(row.get, LOG_FIELDS))
+    return values if "timed" in row else values[:_TIMED_AT] + (1,) + values[_TIMED_AT + 1:]
 
 
 class Sink:
@@ -135,16 +144,15 @@ class Sink:
         while rows:
             row = rows.popleft()
             try:
-                if type(row) is dict:       # a row made elsewhere: a missing 'timed' counts as timed (as ever)
-                    values = tuple(map(row.get, ROW_FIELDS)) if "timed" in row else \
-                        tuple(map(dict(row, timed=1).get, ROW_FIELDS))
+                if type(row) is not dict and make_values is not None:
+                    values = make_values(row) + _NO_SINK_NS
                 else:
-                    values = make_values(row) if make_values is not None else tuple(map(make_row(row).get, ROW_FIELDS))
+                    values = row_values(row if type(row) is dict else make_row(row))[:-1] + _NO_SINK_NS
             except Exception as exc:  # noqa: BLE001 - one record that cannot be made a row: said, left out
                 if self.on_error is not None:
                     self.on_error("live sink (row)", exc)
                 continue
-            batch.append(values + _NO_SINK_NS)
+            batch.append(values)
         if batch:       # the CPU time of the drains before this one goes on its first row (SINK_FIELDS)
             batch[0] = batch[0][:-1] + (self._spent_ns,)
             self._spent_ns = 0

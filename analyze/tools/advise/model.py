@@ -256,22 +256,18 @@ def _per_batch(side, steps, visited: pd.Series, batch=None, baseline_tps=None,
     batch sizes or more (each with enough cycles and a share of them); else None. The baselines are
     estimated but at ``batch``, where the unprofiled figures given for it (``baseline_tps``,
     ``calibrate_tps``) are used as whatif --per-batch uses --batch-baseline-tps / --batch-tps; ``clock``:
-    ({batch: tokens/s}, {batch: source}) from the profile's own clock (no figure given), each size its own."""
+    ({batch: tokens/s}, {batch: source}) from the profile's own clock, each size its own where no figure is given."""
     from analyze.tools.whatif import per_batch as PB
+    from analyze.tools.whatif.command import joined_calibrations
     from analyze.render.outputs import records
 
     if len(visited) < 2:
         return None
     try:
         given = batch is not None and batch in visited.index
-        cal, sources = (dict(clock[0]), dict(clock[1] or {})) if clock and clock[0] else (None, None)
-        if given and calibrate_tps:     # the figure given for its batch size; the clock's for the others
-            cal = {**(cal or {}), batch: calibrate_tps}
-            sources = dict(sources or {})
-            sources.pop(batch, None)
-            if calibration_source:
-                sources[batch] = calibration_source
-            sources = sources or None
+        mine = given and calibrate_tps      # the figure given for its batch size; the clock's for the others
+        cal, sources = joined_calibrations(clock, {batch: calibrate_tps} if mine else None,
+                                           {batch: calibration_source} if mine and calibration_source else None)
         sizes = list(visited.sort_values(ascending=False, kind="stable").index[:ADVISE_BATCH_SIZES])
         sizes += [batch] if given and batch not in sizes else []       # the size asked for, always
         table = PB.per_batch([side], steps, n_boot=0, only=sizes,

@@ -228,9 +228,8 @@ def _per_batch_command(args, steps, ks, scaling, batch_tps, batch_base) -> int:
     elif args.calibrate_sglang_log:  # each batch size from the log's lines at that many running requests
         batch_tps, sources = sglang_log_calibrations(args.calibrate_sglang_log, sides, ks, sizes)
     else:       # each batch size from the profile's own clock before its window, where it has one and none is given
-        clock_tps, clock_sources = clock_calibrations(sides, ks, [m for m in sizes if m not in (batch_tps or {})])
-        if clock_tps:
-            batch_tps, sources = {**clock_tps, **(batch_tps or {})}, clock_sources
+        batch_tps, sources = joined_calibrations(
+            clock_calibrations(sides, ks, [m for m in sizes if m not in (batch_tps or {})]), batch_tps)
     try:
         if counts.empty:    # no batch size at all: why, in the single prediction's words (no decode cycles, no
             whatif(sides, steps, profiled_steps=ks, n_boot=0)       # accept marks) where it has them
@@ -539,6 +538,18 @@ def clock_calibrations(sides: list, ks, sizes) -> tuple[dict | None, dict | None
         if x is not None:
             tps[int(m)], sources[int(m)] = x, src
     return (tps, sources) if tps else (None, None)
+
+
+def joined_calibrations(clock: tuple | None, given: dict | None, given_sources: dict | None = None) -> tuple:
+    """The figures given for some batch sizes (``given``: {batch: tokens/s}; ``given_sources``: where each came from,
+    none for a figure typed in) over the profile's own clock's for the others (``clock``: :func:`clock_calibrations`'s
+    pair): ({batch: tokens/s}, {batch: source}), each None where empty."""
+    clock_tps, clock_sources = clock or (None, None)
+    given = given or {}
+    tps = {**(clock_tps or {}), **given}
+    sources = {b: src for b, src in (clock_sources or {}).items() if b not in given}
+    sources.update(given_sources or {})
+    return tps or None, sources or None
 
 
 def profiled_process(log, sides: list) -> list[int]:

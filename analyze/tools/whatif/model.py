@@ -1423,6 +1423,10 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         pred["measured_tokens_per_s"] = pred["steps"].map({int(k): float(v) for k, v in measured.items()})
         pred["error_pct"] = 100 * (pred["tokens_per_s"] / pred["measured_tokens_per_s"] - 1)
     best = pred.loc[best_row(pred)]
+    # the highest prediction (the best is the fewest steps within BEST_TOLERANCE of it): whether speculation pays is
+    # its word, "does not pay" meaning no step count searched is faster, "break-even" none more than 3% away
+    top = pred.loc[pred["tokens_per_s"].idxmax()] if np.isfinite(pred["tokens_per_s"].to_numpy(dtype="float64")).any() \
+        else best
     n_cycles = int(sum(c["cycles"] for c in costs))
     live_baseline = base["source"] == "estimated" and all(c.get("live") for c in costs)
     # a verdict against an estimate no real sweep has bounded: a JSON result's (no shim ranges: one cycle without the
@@ -1440,9 +1444,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
                                                         "estimated" if base.get("clock") else base["source"],
                                                         unbounded=live_baseline or rough),
                  "rough_estimate": rough,
-                 # the highest predicted step count where the best is fewer steps within BEST_TOLERANCE of it
-                 "top_steps": int(pred.loc[pred["tokens_per_s"].idxmax(), "steps"])
-                 if np.isfinite(pred["tokens_per_s"].to_numpy(dtype="float64")).any() else int(best["steps"]),
+                 "top_steps": int(top["steps"]), "top_speedup": float(top["speedup"]),
                  "speedup_through_estimate": bool(base.get("clock")) and base["clock"]["ratio"] is not None,
                  "baseline_from_live_log": live_baseline,
                  "cycles": n_cycles, "few_cycles": n_cycles < MIN_CYCLES},
@@ -1454,13 +1456,7 @@ def whatif(profiles, steps=range(1, 11), *, baseline=None, profiled_steps=None, 
         "rounds": round_info,
         "n_boot": int(n_boot),            # 0: point estimates (the intervals' bounds equal them)
     }
-    top = result["best"]["top_steps"]
-    top_speedup = float(pred.loc[pred["steps"] == top, "speedup"].iloc[0]) if (pred["steps"] == top).any() \
-        else result["best"]["speedup"]
-    # the word is the highest prediction's (the best is the fewest steps within 1% of it): "does not pay" means no
-    # step count searched is faster, "break-even" that none is more than 3% away
-    result["best"]["top_speedup"] = top_speedup
-    result["best"]["verdict"] = verdict(top_speedup, result["best"]["verdict_uncertain"])
+    result["best"]["verdict"] = verdict(result["best"]["top_speedup"], result["best"]["verdict_uncertain"])
     if scaling["method"] == "cannot_tell":
         result["notes"].append(scaling["message"])
     if overhead_held is not None:

@@ -76,6 +76,7 @@ def render_whatif(r: dict) -> str:
                  [[x.steps] + [f"{getattr(x, c) / 1e3:,.1f}" for c in comps] + [f"{x.cycle_ns / 1e3:,.1f}"]
                   for x in p.itertuples(index=False)])
     b, base = r["best"], r["baseline"]
+    tps_at = p.set_index("steps")["tokens_per_s"]
     cal = r.get("calibration")
     if cal:
         from analyze.tools.whatif.model import lengthened_note
@@ -91,10 +92,9 @@ def render_whatif(r: dict) -> str:
                  f" from the profile's own clock: {src.get('cycles')} steady cycles at batch {src.get('batch')} before "
                  "the capture window" if src.get("kind") == "profile_clock" else "")
         steady = " of steady cycles (the rounds' tail is the model's)" if cal.get("steady") else ""
-        at_k = p.set_index("steps")["tokens_per_s"]
         for one in cal.get("per_profile") or [cal]:
-            in_rounds = (f"; {at_k[one['steps']]:,.0f} tokens/s in the rounds modelled (column round eff)"
-                         if cal.get("steady") and r.get("rounds") and one["steps"] in at_k.index else "")
+            in_rounds = (f"; {tps_at[one['steps']]:,.0f} tokens/s in the rounds modelled (column round eff)"
+                         if cal.get("steady") and r.get("rounds") and one["steps"] in tps_at.index else "")
             out.append(_wrap(f"Calibrated to {one['tokens_per_s']:,.0f} tokens/s{steady}{in_rounds} (unprofiled{where}) at {one['steps']} steps: "
                              f"profiled cycle {one['profiled_cycle_ns'] / 1e3:,.1f} us -> "
                              f"{(one['profiled_cycle_ns'] - one['shift_ns']) / 1e3:,.1f} us (overhead "
@@ -108,18 +108,17 @@ def render_whatif(r: dict) -> str:
                f"{'ESTIMATED ' if base['source'] == 'estimated' else ''}baseline ({base['tokens_per_s']:,.0f} tokens/s"
                + ("; the profile's own speed-up" if through else "") + ")"
                + (" [extrapolated]" if b["extrapolated"] else ""))
-    top = b.get("top_steps", b["steps"])
+    top = b["top_steps"]
     if top != b["steps"]:
         from analyze.tools.whatif.model import BEST_TOLERANCE
 
-        at = p.set_index("steps")["tokens_per_s"]
         out.append(_wrap(f"  ({b['steps']} is the fewest steps within {100 * BEST_TOLERANCE:.0f}% of the highest "
-                         f"prediction, {top} steps' {at[top]:,.0f} tokens/s: a smaller gain is below what the model "
+                         f"prediction, {top} steps' {tps_at[top]:,.0f} tokens/s: a smaller gain is below what the model "
                          "resolves, and each step adds draft work)"))
     if b.get("verdict") == "break_even":
         from analyze.tools.whatif.model import BREAK_EVEN
 
-        out.append(_wrap(f"Break-even: the highest prediction, {b.get('top_speedup', b['speedup']):.2f}x, is within "
+        out.append(_wrap(f"Break-even: the highest prediction, {b['top_speedup']:.2f}x, is within "
                          f"{100 * BREAK_EVEN:.0f}% of no speculation, inside the "
                          "spread of repeated unprofiled runs of one engine (engines of one configuration differ by "
                          "more): speculation neither clearly pays nor clearly costs here; decide on what else it "
